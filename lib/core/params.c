@@ -1,0 +1,71 @@
+#include "params.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "check.h"
+
+/* Keep sorted by subsystem, then name. */
+static const zppParamInfo_t paramTable[] = {
+    /* logging */
+    {"ZPP_DEBUG", ZPP_PARAM_STRING, "WARN", "log level: NONE, ERROR, WARN, INFO, DEBUG or TRACE"},
+    {"ZPP_DEBUG_SUBSYS", ZPP_PARAM_STRING, "ALL",
+     "subsystems to log, comma separated (INIT,QUANT,BOOT,TOPO,NET,COLL,CUDA,ENV,PERF); ^ excludes"},
+    {"ZPP_DEBUG_FILE", ZPP_PARAM_STRING, "", "log to this file instead of stderr; %h = host, %p = pid"},
+    /* codecs */
+    {"ZPP_QUANT_IMPL", ZPP_PARAM_STRING, "auto",
+     "CPU codec implementation: auto (AVX2+F16C when the CPU has them), avx2 or scalar"},
+};
+
+static const int paramCount = (int)(sizeof(paramTable) / sizeof(paramTable[0]));
+
+int zppParamCount(void) { return paramCount; }
+
+const zppParamInfo_t* zppParamAt(int index) {
+  return (index >= 0 && index < paramCount) ? &paramTable[index] : NULL;
+}
+
+static const zppParamInfo_t* findParam(const char* name) {
+  for (int i = 0; i < paramCount; i++)
+    if (strcmp(paramTable[i].name, name) == 0) return &paramTable[i];
+  /* Not through the logger: the logger itself reads parameters. */
+  fprintf(stderr, "zpp: internal error: parameter %s is not in the parameter table\n", name);
+  return NULL;
+}
+
+const char* zppParamGetString(const char* name) {
+  const zppParamInfo_t* p = findParam(name);
+  const char* env = getenv(name);
+  if (env) return env;
+  return (p && p->defaultValue) ? p->defaultValue : "";
+}
+
+int zppParamIsSet(const char* name) { return getenv(name) != NULL; }
+
+zppResult_t zppParamGetInt(const char* name, int64_t* value) {
+  const char* text = zppParamGetString(name);
+  char* end = NULL;
+  errno = 0;
+  long long v = strtoll(text, &end, 0);
+  if (text[0] == '\0' || end == text || *end != '\0' || errno != 0)
+    ZPP_FAIL(zppInvalidArgument, ENV, "%s='%s' is not an integer", name, text);
+  *value = (int64_t)v;
+  return zppSuccess;
+}
+
+zppResult_t zppParamGetBool(const char* name, int* value) {
+  const char* text = zppParamGetString(name);
+  if (strcmp(text, "1") == 0 || strcasecmp(text, "true") == 0 || strcasecmp(text, "yes") == 0 ||
+      strcasecmp(text, "on") == 0) {
+    *value = 1;
+  } else if (strcmp(text, "0") == 0 || strcasecmp(text, "false") == 0 || strcasecmp(text, "no") == 0 ||
+             strcasecmp(text, "off") == 0) {
+    *value = 0;
+  } else {
+    ZPP_FAIL(zppInvalidArgument, ENV, "%s='%s' is not a boolean (0/1, true/false, yes/no, on/off)", name,
+             text);
+  }
+  return zppSuccess;
+}

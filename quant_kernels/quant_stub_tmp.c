@@ -1,0 +1,2 @@
+#include "zpp_quant.h"
+const char* zppQuantImplName(void) { return "none"; }

@@ -1,0 +1,146 @@
+/*
+ * Blocked symmetric quantization: the codecs every compressed collective
+ * rests on. Internal API (not installed); no communication in here.
+ *
+ * ---------------------------------------------------------------------------
+ * Packed segment: one contiguous buffer holding a header, the scales and the
+ * quantized data of `count` elements, so one message carries all of it.
+ *
+ *   offset 0   header, 16 bytes, little endian:
+ *                uint32 magic      ZPP_QUANT_MAGIC
+ *                uint8  bits       4 or 8
+ *                uint8  blockLog2  5..12 (block = 32..4096 elements)
+ *                uint16 reserved   0
+ *                uint64 count      elements in the segment
+ *   offset 16  scales: nblocks = ceil(count / block) fp32 values
+ *   then       data: int8: count bytes; int4: ceil(count / 2) bytes
+ *   then       zero padding up to a multiple of 16 bytes
+ *
+ * zppQuantPackedSize(count, bits, block) is that total. Segments laid end to
+ * end therefore stay 16-byte aligned.
+ *
+ * int4 nibble order: element 2i in the low nibble (bits 0..3) of byte i,
+ * element 2i+1 in the high nibble (bits 4..7), each a two's complement value
+ * in [-7, 7]. Blocks are even-sized, so each block starts on a byte. With an
+ * odd count the last high nibble is 0.
+ *
+ * ---------------------------------------------------------------------------
+ * Arithmetic. Every implementation (portable C, AVX2/F16C, CUDA) performs
+ * exactly these IEEE fp32 operations, round-to-nearest-even, no fused
+ * multiply-add, no flush-to-zero, so their outputs are bit-identical (NaN
+ * payloads excepted: every NaN counts as equal).
+ *
+ * Inputs are converted to fp32 exactly (fp16 and bf16 widen without loss).
+ * For each block of elements x_i (the last block may be shorter):
+ *   - non-finite block (any Inf or NaN): scale = canonical quiet NaN
+ *     (0x7fc00000), every q_i = 0. It decodes to all NaN, so that a
+ *     trainer's overflow check still sees the overflow after a round trip.
+ *   - a = max |x_i|. If a == 0: scale = 0, every q_i = 0 (decodes to +0.0).
+ *   - otherwise, with Q = 127 (int8) or 7 (int4) and p = 2^64 if a < 2^-64
+ *     else 1 (keeps the reciprocal finite for tiny blocks; exact scaling):
+ *       scale = a / Q
+ *       inv   = Q / (a * p)
+ *       q_i   = clamp(rne((x_i * p) * inv), -Q, Q)
+ * Decoding: y_i = (float)q_i * scale, then rounded to the output type (RNE).
+ * A NaN scale decodes to the canonical NaN of the output type.
+ *
+ * Error bound (tested; see docs/codecs.md for the derivation). For a finite
+ * input x_i in a finite block with scale s, decoding to type T gives y with
+ *   |y - x| <= s/2 + 2^-21 * Q * s + u_T * (|x| + s) + m_T + 2^-148
+ * where u_T is T's unit roundoff (fp32 0, since decoding already rounds in
+ * fp32 and is covered by the 2^-21 term; fp16 2^-11; bf16 2^-8) and m_T half
+ * T's smallest subnormal (fp32 0; fp16 2^-25; bf16 2^-134). The first term is
+ * the half step; the rest are the roundings of the float formats.
+ *
+ * ---------------------------------------------------------------------------
+ * Reductions. Several packed inputs with the same count, bits and block:
+ *   sum_i = (((0 + y_{0,i}) + y_{1,i}) + ...) + y_{n-1,i}   in fp32, in
+ * input order, y being the fp32 decoded values (before any type rounding).
+ * Against the exact sum S_i of the decoded inputs, the fused requantized
+ * result r_i (bits_out, block_out, scale s_out) satisfies
+ *   |r_i - S_i| <= s_out/2 + 2^-21 * Q_out * s_out + (n-1) * 2^-24 * sum_k |y_{k,i}| + 2^-148.
+ *
+ * ---------------------------------------------------------------------------
+ * Tensor-slice reordering (qgZ). The input holds W partitions (partition p is
+ * the part of the reduce-scatter that rank p owns), with W = N * L for N nodes
+ * of L ranks and rank p = node (p / L), local rank (p % L). The intra-node
+ * all-to-all sends partition p to local rank p % L. The output is W packed
+ * segments of equal size, segment k = j * N + n holding partition
+ * p = n * L + j: all partitions for local rank 0 first (nodes in order), then
+ * those for local rank 1, and so on. Local rank j's send region is thus the
+ * contiguous segments [j*N, (j+1)*N).
+ *
+ * Packed pointers are host pointers for the CPU functions. Strided inputs
+ * (`packed + k * stride` for k < n) match the receive buffers of an
+ * all-to-all, where each peer's segments land at a fixed stride.
+ */
+#ifndef ZPP_QUANT_H_
+#define ZPP_QUANT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zpp.h"
+
+#define ZPP_QUANT_MAGIC 0x3150515au /* "ZQP1" as little-endian bytes */
+#define ZPP_QUANT_HEADER_BYTES 16
+#define ZPP_QUANT_MIN_BLOCK 32
+#define ZPP_QUANT_MAX_BLOCK 4096
+
+typedef struct {
+  uint32_t magic;
+  uint8_t bits;
+  uint8_t blockLog2;
+  uint16_t reserved;
+  uint64_t count;
+} zppQuantHeader_t;
+
+/* Bytes of one packed segment; 0 for invalid bits/block. */
+size_t zppQuantPackedSize(size_t count, int bits, int block);
+
+/* 1 if bits is 4 or 8 and block a power of two in [32, 4096]. */
+int zppQuantValidParams(int bits, int block);
+
+/* Reads and validates a segment header against what the caller expects
+ * (count, bits, block): a mismatch is zppInvalidUsage with a logged reason,
+ * which is how mismatched compression settings across ranks are caught. */
+zppResult_t zppQuantCheckHeader(const void* packed, size_t count, int bits, int block);
+
+/* Quantize `count` elements of dtype (fp32, fp16, bf16) into one segment. */
+zppResult_t zppQuantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                        void* packed);
+
+/* Decode one segment into `count` elements of dtype. */
+zppResult_t zppDequantize(const void* packed, size_t count, int bits, int block, void* out,
+                          zppDataType_t dtype);
+
+/* acc[i] = (accumulate ? acc[i] : 0) + y_{0,i} + ... + y_{n-1,i} in fp32, the
+ * inputs being packed + k * stride for k < n. */
+zppResult_t zppDequantizeAccumulate(const void* packed, size_t stride, int n, size_t count,
+                                    int bits, int block, float* acc, int accumulate);
+
+/* Sum n inputs (as above), divide by `divisor` in fp32 (1 for sum, the world
+ * size for avg: a division, not a multiply by a rounded reciprocal, so that
+ * avg is exactly sum / world size) and write in dtype: the last step of qgZ. */
+zppResult_t zppDequantizeSum(const void* packed, size_t stride, int n, size_t count, int bits,
+                             int block, float divisor, void* out, zppDataType_t dtype);
+
+/* Fused dequantize-reduce-requantize between qgZ's hops: the sum of n inputs
+ * (bits_in/block_in) quantized again into one segment (bits_out/block_out). */
+zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size_t count,
+                                  int bits_in, int block_in, int bits_out, int block_out,
+                                  void* packed_out);
+
+/* Quantize W = nparts partitions with tensor-slice reordering (see above).
+ * Partition p starts at element p * part_stride of `in` and holds part_count
+ * elements (part_stride >= part_count lets pipelined chunks pick a sub-range
+ * of every partition). Output: nparts segments of
+ * zppQuantPackedSize(part_count, bits, block) bytes each. */
+zppResult_t zppQuantizeReordered(const void* in, zppDataType_t dtype, size_t part_count,
+                                 size_t part_stride, int nparts, int local_size, int bits,
+                                 int block, void* packed);
+
+/* The CPU implementation in use: "avx2" or "scalar" (ZPP_QUANT_IMPL, cpuid). */
+const char* zppQuantImplName(void);
+
+#endif /* ZPP_QUANT_H_ */

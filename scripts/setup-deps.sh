@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs the Debian packages zpp builds and tests with, when they are
+# missing. As root it installs them; otherwise it names them and stops.
+# CUDA and NCCL are not Debian packages: they are used from /usr/local/cuda
+# (or CUDA_HOME) when present and skipped otherwise.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config   # compiler and build
+  libucx-dev ucx-utils               # host-memory transport
+  libopenmpi-dev openmpi-bin         # mpirun launch and baselines
+  libbenchmark-dev                   # micro-benchmarks
+  iproute2 iperf3                    # emulated cluster (netns, tc)
+  python3                            # JSON schema checks in tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  [[ "$p" == \#* ]] && continue
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "zpp setup: all Debian packages present"
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "zpp setup: missing Debian packages: ${missing[*]}" >&2
+  echo "zpp setup: run as root, or: sudo apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "zpp setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"
