@@ -76,6 +76,130 @@ ZPP_API const char* zppGetErrorString(zppResult_t result);
 /* Size in bytes of one element of a data type, 0 for an invalid type. */
 ZPP_API size_t zppTypeSize(zppDataType_t datatype);
 
+
+/* ---------------------------------------------------------------------------
+ * Communicators
+ * ------------------------------------------------------------------------- */
+
+#define ZPP_UNIQUE_ID_BYTES 128
+/* Carries the rendezvous root's address and a random secret: pass it to every
+ * rank (e.g. with MPI_Bcast); a peer that does not present the secret is
+ * refused. */
+typedef struct {
+  char internal[ZPP_UNIQUE_ID_BYTES];
+} zppUniqueId;
+
+typedef struct zppComm* zppComm_t;
+
+/* A stream argument: a cudaStream_t for device buffers, NULL (blocking) or a
+ * zppHostStream_t for host buffers. void* so that this header needs no CUDA
+ * header and a cudaStream_t converts implicitly, as with NCCL's calls. */
+typedef void* zppStream_t;
+
+#define ZPP_CONFIG_UNDEF_INT (-2147483647 - 1)
+#define ZPP_CONFIG_UNDEF_PTR NULL
+#define ZPP_CONFIG_MAGIC 0x7a707063u /* "zppc" */
+
+/* Per-communicator configuration. Initialize with ZPP_CONFIG_INITIALIZER and
+ * set only the fields you care about; an UNDEF field falls back to its
+ * environment variable, then to the default. size/magic/version let later
+ * versions grow the struct while old callers keep working. */
+typedef struct {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int timeoutSec;      /* every wait (bootstrap, collectives); env ZPP_TIMEOUT */
+  const char* hostId;  /* node identity of this rank; env ZPP_HOSTID, else host name */
+  const char* commName;/* shown in logs */
+} zppConfig_t;
+
+#define ZPP_CONFIG_INITIALIZER                                          \
+  {                                                                     \
+    sizeof(zppConfig_t), /* size */                                     \
+    ZPP_CONFIG_MAGIC,    /* magic */                                    \
+    ZPP_VERSION_CODE,    /* version */                                  \
+    ZPP_CONFIG_UNDEF_INT, /* timeoutSec */                              \
+    ZPP_CONFIG_UNDEF_PTR, /* hostId */                                  \
+    ZPP_CONFIG_UNDEF_PTR  /* commName */                                \
+  }
+
+/* Creates a unique id on the rendezvous root (call on one rank only). The
+ * root keeps listening in the background until every rank has joined or
+ * ZPP_TIMEOUT passes. */
+ZPP_API zppResult_t zppGetUniqueId(zppUniqueId* uniqueId);
+
+/* Collective over nranks processes: every rank calls it with the same id. */
+ZPP_API zppResult_t zppCommInitRank(zppComm_t* comm, int nranks, zppUniqueId commId, int rank);
+ZPP_API zppResult_t zppCommInitRankConfig(zppComm_t* comm, int nranks, zppUniqueId commId, int rank,
+                                          zppConfig_t* config);
+
+/* Builds a communicator from the launcher's environment: torchrun's RANK,
+ * WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, or OpenMPI's
+ * OMPI_COMM_WORLD_RANK/SIZE with MASTER_ADDR/MASTER_PORT (or ZPP_ROOT) naming
+ * the rendezvous root, which rank 0 opens. config may be NULL. */
+ZPP_API zppResult_t zppCommInitFromEnv(zppComm_t* comm, zppConfig_t* config);
+
+/* Frees the communicator after all its operations are done. NULL is a no-op. */
+ZPP_API zppResult_t zppCommDestroy(zppComm_t comm);
+/* Stops every operation in flight (they return an error) and frees the
+ * communicator. Safe to call from another thread than the one blocked in a
+ * collective. NULL is a no-op. */
+ZPP_API zppResult_t zppCommAbort(zppComm_t comm);
+
+ZPP_API zppResult_t zppCommCount(const zppComm_t comm, int* count);
+ZPP_API zppResult_t zppCommUserRank(const zppComm_t comm, int* rank);
+/* zppSuccess, or the error that broke the communicator (a peer died, a
+ * timeout, an abort). */
+ZPP_API zppResult_t zppCommGetAsyncError(zppComm_t comm, zppResult_t* asyncError);
+/* The last error's reason, for messages (like ncclGetLastError). */
+ZPP_API const char* zppGetLastError(zppComm_t comm);
+
+/* Where this rank sits: nodes are numbered in order of their lowest rank. */
+typedef struct {
+  int nNodes;     /* nodes in the communicator */
+  int node;       /* this rank's node */
+  int localRank;  /* index of this rank within its node */
+  int localSize;  /* ranks on this rank's node */
+  int uniform;    /* 1 if every node holds the same number of ranks */
+} zppTopology_t;
+ZPP_API zppResult_t zppCommTopology(const zppComm_t comm, zppTopology_t* topology);
+
+/* ---------------------------------------------------------------------------
+ * Host streams: asynchronous collectives on host buffers. A collective on
+ * host buffers with stream NULL completes before the call returns; with a
+ * host stream it is queued and the call returns at once, so a trainer can
+ * start the next layer's gather, compute, and wait. Operations on one
+ * communicator run in the order they were issued.
+ * ------------------------------------------------------------------------- */
+typedef struct zppHostStream* zppHostStream_t;
+ZPP_API zppResult_t zppHostStreamCreate(zppHostStream_t* stream);
+/* Waits for every operation queued on the stream; returns the first error. */
+ZPP_API zppResult_t zppHostStreamSynchronize(zppHostStream_t stream);
+/* zppSuccess when all done, zppInProgress while some run, else the error. */
+ZPP_API zppResult_t zppHostStreamQuery(zppHostStream_t stream);
+/* Waits for the stream, then frees it. NULL is a no-op. */
+ZPP_API zppResult_t zppHostStreamDestroy(zppHostStream_t stream);
+
+/* ---------------------------------------------------------------------------
+ * Collectives: NCCL's argument order, in-place rules and semantics.
+ * Buffers are device memory (NCCL, stream-ordered on the cudaStream_t) or
+ * host memory (UCX; see host streams above).
+ * ------------------------------------------------------------------------- */
+ZPP_API zppResult_t zppAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                 zppDataType_t datatype, zppComm_t comm, zppStream_t stream);
+ZPP_API zppResult_t zppReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                     zppDataType_t datatype, zppRedOp_t op, zppComm_t comm,
+                                     zppStream_t stream);
+ZPP_API zppResult_t zppAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                 zppDataType_t datatype, zppRedOp_t op, zppComm_t comm,
+                                 zppStream_t stream);
+/* count elements go to each peer: sendbuff and recvbuff hold count * nranks. */
+ZPP_API zppResult_t zppAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                                zppDataType_t datatype, zppComm_t comm, zppStream_t stream);
+ZPP_API zppResult_t zppBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                 zppDataType_t datatype, int root, zppComm_t comm,
+                                 zppStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,45 @@
+/*
+ * The communicator object (internal). Created by lib/comm.c
+ * (bootstrap, topology), completed by the transports (lib/transport/), used
+ * by the collectives (collectives/).
+ */
+#ifndef ZPP_COMM_H_
+#define ZPP_COMM_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "zpp.h"
+#include "lib/bootstrap/bootstrap.h"
+#include "topology/topo.h"
+
+struct zppTransports; /* lib/transport/: UCX host transport, NCCL device transport */
+
+struct zppComm {
+  unsigned magic;            /* ZPP_COMM_MAGIC while alive: catches use after destroy */
+  int rank;
+  int nranks;
+  double timeoutSec;         /* bound on every wait */
+  char hostId[ZPP_HOSTID_MAX];
+  char name[64];             /* for logs */
+  zppBootstrap_t* bootstrap;
+  zppTopo_t* topo;
+  struct zppTransports* transports;
+  _Atomic int asyncError;    /* zppResult_t; zppSuccess while healthy */
+  _Atomic int aborted;       /* set by zppCommAbort from any thread */
+  pthread_mutex_t errorLock;
+  char lastError[512];       /* reason for asyncError, for zppGetLastError */
+};
+
+#define ZPP_COMM_MAGIC 0x7a70636du /* "zpcm" */
+
+/* Records the first error that broke the communicator and its reason; later
+ * calls fail fast with it. Thread safe. */
+void zppCommSetError(struct zppComm* comm, zppResult_t error, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* zppSuccess if comm is a live communicator, else logs and returns
+ * zppInvalidArgument (NULL, destroyed) or its async error. */
+zppResult_t zppCommCheckUsable(const struct zppComm* comm);
+
+#endif /* ZPP_COMM_H_ */
