@@ -200,6 +200,36 @@ ZPP_API zppResult_t zppBroadcast(const void* sendbuff, void* recvbuff, size_t co
                                  zppDataType_t datatype, int root, zppComm_t comm,
                                  zppStream_t stream);
 
+
+/* ---------------------------------------------------------------------------
+ * Accounting: bytes this rank sent, split by whether the peer is on the same
+ * node, per kind of operation. Compressed operations count what went on the
+ * wire (packed data and scales), so that the volume ZeRO++ promises can be
+ * checked from these counters.
+ * ------------------------------------------------------------------------- */
+typedef enum {
+  zppOpAllGather = 0,
+  zppOpReduceScatter = 1,
+  zppOpAllReduce = 2,
+  zppOpAllToAll = 3,
+  zppOpBroadcast = 4,
+  zppOpQwZ = 5,       /* quantized weight all-gather */
+  zppOpHpZ = 6,       /* hierarchical (secondary-partition) gather */
+  zppOpQgZ = 7,       /* quantized gradient reduce-scatter */
+  zppNumOpKinds = 8
+} zppOpKind_t;
+
+typedef struct {
+  uint64_t calls[zppNumOpKinds];
+  uint64_t intraNodeBytes[zppNumOpKinds];
+  uint64_t interNodeBytes[zppNumOpKinds];
+} zppCommStats_t;
+
+ZPP_API zppResult_t zppCommGetStats(const zppComm_t comm, zppCommStats_t* stats);
+ZPP_API zppResult_t zppCommResetStats(zppComm_t comm);
+/* A short name for an operation kind ("allgather", "qwz", ...). */
+ZPP_API const char* zppOpKindName(zppOpKind_t kind);
+
 #ifdef __cplusplus
 }
 #endif
