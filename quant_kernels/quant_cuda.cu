@@ -1,0 +1,719 @@
+/*
+ * CUDA block codecs: the device twin of the CPU codecs, bit-identical to
+ * them. zpp_quant.h is the spec (layout, nibble order, the exact fp32
+ * operations); this file only chooses how to spread that work over threads.
+ *
+ * Exactness. Every arithmetic step is written with an explicit IEEE
+ * round-to-nearest-even intrinsic (__fmul_rn, __fadd_rn, __fdiv_rn,
+ * __float2int_rn, __int2float_rn), which the compiler never contracts into an
+ * FMA or replaces by an approximation; the file is also built with
+ * --fmad=false -ftz=false -prec-div=true (quant_kernels/CMakeLists.txt) so
+ * that nothing else slips through. Conversions: fp16 <-> fp32 through the
+ * cvt.rn instructions (IEEE, subnormals kept); bf16 in integer arithmetic
+ * (widening is a shift, narrowing is the usual RNE bias-and-truncate), which
+ * is exact by construction on every architecture. NaN outputs are written as
+ * the canonical NaN of their type, as the CPU writes them.
+ *
+ * Launch shape (all kernels are memory-bound streaming passes).
+ * - One thread owns E consecutive elements, E = 32 bytes of the unpacked
+ *   type (8 fp32 or 16 fp16/bf16): two independent 16-byte loads in flight
+ *   per thread before any use, which with full occupancy keeps ~8 MB in
+ *   flight on an H100 (132 SMs x 2048 threads x 32 B), well above what its
+ *   memory latency times bandwidth needs.
+ * - Quantization needs max |x| over a block, so one block of B elements is
+ *   owned by T = B / E consecutive threads (2..512). For T <= 32 those
+ *   threads are aligned lanes of one warp and the max is a butterfly of
+ *   __shfl_xor_sync inside the group (no shared memory, no barrier); for
+ *   T > 32 (B > 256 fp32 / 512 half) each warp reduces first and the T/32
+ *   warp maxima meet in shared memory after one __syncthreads. The max is
+ *   taken over the bit patterns of |x| as unsigned integers: for finite
+ *   values their order is the order of the magnitudes, and Inf/NaN patterns
+ *   are larger than every finite one, so one integer max also answers "is
+ *   this block finite?".
+ * - A CTA is 256 threads (512 when one fp32 block of 4096 needs 512 threads),
+ *   always a whole number of blocks; one tile of 256*E elements per CTA, the
+ *   grid covers the count, and gridDim.y walks the W segments of a
+ *   reordered quantization (or the single segment of a plain one).
+ * - Decoding needs no reduction: one thread per E elements, 256-thread CTAs,
+ *   each thread reads its block's scale (a broadcast through the cache) and
+ *   every one of the n inputs in order, so the fp32 sums follow the spec's
+ *   order exactly.
+ * - The 16-byte header and the zero padding of each output segment are
+ *   written by the first CTA of that segment (threads 0..3 and 4..19), so a
+ *   packed buffer is complete without a memset or a second kernel.
+ * - Packed data starts at 16 + 4*nblocks bytes, i.e. only 4-byte aligned in
+ *   general; loads and stores of packed words pick 16-, 8- or 4-byte
+ *   accesses from the actual address (a branch that is uniform per segment).
+ */
+#include <stdint.h>
+
+#ifndef ZPP_CUDA_EMU
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#endif
+/* else: tests/gpu/cuda_emu.h, included before this file, runs these kernels
+ * on the CPU (threads as fibers) so that CI without a GPU still executes
+ * their indexing, packing and reductions against the CPU codecs. */
+
+#include "cuda_check.h"
+#include "zpp_quant_cuda.h"
+
+/* Every launch goes through this macro: the one seam the emulator needs. The
+ * kernel name comes in parentheses (it holds template commas). */
+#ifndef ZPP_CUDA_LAUNCH
+#define ZPP_CUDA_UNPAREN(...) __VA_ARGS__
+#define ZPP_CUDA_LAUNCH(kernel, grid, block, stream, ...) \
+  ZPP_CUDA_UNPAREN kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#endif
+
+namespace {
+
+enum { kF32 = 0, kF16 = 1, kBF16 = 2 };
+enum { kModeDequant = 0, kModeAccumulate = 1, kModeSum = 2 };
+
+constexpr int kThreads = 256;        // CTA size, unless one block needs more
+constexpr int kMaxThreads = 512;     // fp32 block 4096 / 8 elements per thread
+constexpr uint32_t kNaN32 = 0x7fc00000u;
+constexpr uint16_t kNaN16 = 0x7e00u;
+constexpr uint16_t kNaNBf16 = 0x7fc0u;
+constexpr uint32_t kExpMask = 0x7f800000u;   // |x| bits >= this: Inf or NaN
+constexpr uint32_t kTwoPowM64 = 0x1f800000u; // 2^-64
+constexpr uint32_t kTwoPow64 = 0x5f800000u;  // 2^64
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+template <int DT>
+struct Elem {
+  static constexpr int kSize = DT == kF32 ? 4 : 2;
+  static constexpr int kPerThread = 32 / kSize;
+};
+
+/* ---- conversions -------------------------------------------------------- */
+
+__device__ __forceinline__ float widen16(uint32_t h, int dt) {
+  // Both widenings are exact; bf16 is the top half of an fp32 pattern.
+  return dt == kF16 ? __half2float(__ushort_as_half((unsigned short)h))
+                    : __uint_as_float(h << 16);
+}
+
+__device__ __forceinline__ uint32_t narrow16(float f, int dt) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > kExpMask) return dt == kF16 ? kNaN16 : kNaNBf16;
+  if (dt == kF16) return __half_as_ushort(__float2half_rn(f));
+  // RNE to the top 16 bits; a carry into the exponent gives the right
+  // neighbour (up to Inf), subnormals round like any other pattern.
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return u >> 16;
+}
+
+__device__ __forceinline__ float canon32(float f) {
+  return (__float_as_uint(f) & 0x7fffffffu) > kExpMask ? __uint_as_float(kNaN32) : f;
+}
+
+/* ---- packed segment geometry -------------------------------------------- */
+
+struct Geom {
+  size_t nblocks;
+  size_t dataOff;   // byte offset of the quantized data in the segment
+  size_t dataBytes;
+  size_t segBytes;
+};
+
+__host__ __device__ __forceinline__ Geom geom(size_t count, int bits, int blockLog2) {
+  Geom g;
+  g.nblocks = (count + ((size_t)1 << blockLog2) - 1) >> blockLog2;
+  g.dataOff = ZPP_QUANT_HEADER_BYTES + 4 * g.nblocks;
+  g.dataBytes = bits == 8 ? count : (count + 1) / 2;
+  g.segBytes = (g.dataOff + g.dataBytes + 15) & ~(size_t)15;
+  return g;
+}
+
+__host__ __device__ __forceinline__ uint32_t headerWord1(int bits, int blockLog2) {
+  return (uint32_t)bits | ((uint32_t)blockLog2 << 8);  // reserved = 0
+}
+
+/* Header and zero padding of one segment, by threads 0..19 of one CTA. */
+__device__ __forceinline__ void writeHeaderAndPadding(uint8_t* seg, size_t count, int bits,
+                                                      int blockLog2, const Geom& g) {
+  const unsigned t = threadIdx.x;
+  if (t < 4) {
+    uint32_t w = t == 0 ? ZPP_QUANT_MAGIC
+               : t == 1 ? headerWord1(bits, blockLog2)
+               : t == 2 ? (uint32_t)(uint64_t)count
+                        : (uint32_t)((uint64_t)count >> 32);
+    reinterpret_cast<uint32_t*>(seg)[t] = w;
+  } else if (t < 20) {
+    size_t end = g.dataOff + g.dataBytes;
+    if (end + (t - 4) < g.segBytes) seg[end + (t - 4)] = 0;
+  }
+}
+
+__device__ __forceinline__ bool headerOk(const uint8_t* seg, size_t count, int bits,
+                                         int blockLog2) {
+  const uint32_t* h = reinterpret_cast<const uint32_t*>(seg);
+  return __ldg(h) == ZPP_QUANT_MAGIC && __ldg(h + 1) == headerWord1(bits, blockLog2) &&
+         __ldg(h + 2) == (uint32_t)(uint64_t)count &&
+         __ldg(h + 3) == (uint32_t)((uint64_t)count >> 32);
+}
+
+/* ---- packed words: widest access the address allows --------------------- */
+
+template <int NW>
+__device__ __forceinline__ void loadWords(const uint8_t* p, uint32_t (&w)[NW]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (NW % 4 == 0 && (a & 15) == 0) {
+#pragma unroll
+    for (int i = 0; i < NW / 4; i++) {
+      uint4 v = __ldcs(reinterpret_cast<const uint4*>(p) + i);
+      w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+    }
+  } else if (NW % 2 == 0 && (a & 7) == 0) {
+#pragma unroll
+    for (int i = 0; i < NW / 2; i++) {
+      uint2 v = __ldcs(reinterpret_cast<const uint2*>(p) + i);
+      w[2 * i] = v.x; w[2 * i + 1] = v.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < NW; i++) w[i] = __ldcs(reinterpret_cast<const unsigned int*>(p) + i);
+  }
+}
+
+template <int NW>
+__device__ __forceinline__ void storeWords(uint8_t* p, const uint32_t (&w)[NW]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  if (NW % 4 == 0 && (a & 15) == 0) {
+#pragma unroll
+    for (int i = 0; i < NW / 4; i++)
+      reinterpret_cast<uint4*>(p)[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+  } else if (NW % 2 == 0 && (a & 7) == 0) {
+#pragma unroll
+    for (int i = 0; i < NW / 2; i++)
+      reinterpret_cast<uint2*>(p)[i] = make_uint2(w[2 * i], w[2 * i + 1]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < NW; i++) reinterpret_cast<uint32_t*>(p)[i] = w[i];
+  }
+}
+
+/* ---- element loads and stores -------------------------------------------- */
+
+/* x[j] = element e0 + j of `base` widened to fp32, 0 past `count` (a zero
+ * never raises a block's max, so tail blocks need no special case). */
+template <int DT>
+__device__ __forceinline__ void loadElems(const void* base, size_t e0, size_t count,
+                                          float (&x)[Elem<DT>::kPerThread]) {
+  constexpr int E = Elem<DT>::kPerThread;
+  const uint8_t* p = static_cast<const uint8_t*>(base) + e0 * Elem<DT>::kSize;
+  if (e0 + E <= count && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    uint4 v0 = __ldcs(reinterpret_cast<const uint4*>(p));
+    uint4 v1 = __ldcs(reinterpret_cast<const uint4*>(p) + 1);
+    const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      if (DT == kF32) {
+        x[i] = __uint_as_float(w[i]);
+      } else {
+        x[2 * i] = widen16(w[i] & 0xffffu, DT);
+        x[2 * i + 1] = widen16(w[i] >> 16, DT);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < E; j++) {
+      if (e0 + j < count) {
+        x[j] = DT == kF32 ? reinterpret_cast<const float*>(p)[j]
+                          : widen16(reinterpret_cast<const uint16_t*>(p)[j], DT);
+      } else {
+        x[j] = 0.0f;
+      }
+    }
+  }
+}
+
+template <int DT>
+__device__ __forceinline__ void storeElems(void* base, size_t e0, size_t count,
+                                           const float (&y)[Elem<DT>::kPerThread]) {
+  constexpr int E = Elem<DT>::kPerThread;
+  uint8_t* p = static_cast<uint8_t*>(base) + e0 * Elem<DT>::kSize;
+  if (e0 + E <= count && (reinterpret_cast<uintptr_t>(p) & 15) == 0) {
+    uint32_t w[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      if (DT == kF32)
+        w[i] = __float_as_uint(canon32(y[i]));
+      else
+        w[i] = narrow16(y[2 * i], DT) | (narrow16(y[2 * i + 1], DT) << 16);
+    }
+    reinterpret_cast<uint4*>(p)[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    reinterpret_cast<uint4*>(p)[1] = make_uint4(w[4], w[5], w[6], w[7]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < E; j++) {
+      if (e0 + j < count) {
+        if (DT == kF32)
+          reinterpret_cast<float*>(p)[j] = canon32(y[j]);
+        else
+          reinterpret_cast<uint16_t*>(p)[j] = (uint16_t)narrow16(y[j], DT);
+      }
+    }
+  }
+}
+
+/* q[j] for elements e0 .. e0+E-1 of one segment's data (values past `count`
+ * are undefined and never used). Whole words are read even at the end: the
+ * data starts 4-byte aligned and the segment is padded to 16 bytes, so a word
+ * that starts inside the data ends inside the segment. */
+template <int BITS, int E>
+__device__ __forceinline__ void loadQ(const uint8_t* data, size_t e0, size_t count,
+                                      size_t dataBytes, int (&q)[E]) {
+  constexpr int NW = BITS == 8 ? E / 4 : E / 8;
+  const size_t boff = BITS == 8 ? e0 : e0 / 2;
+  const uint8_t* p = data + boff;
+  uint32_t w[NW];
+  if (e0 + E <= count) {
+    loadWords<NW>(p, w);
+  } else {
+#pragma unroll
+    for (int i = 0; i < NW; i++)
+      w[i] = boff + 4 * i < dataBytes ? __ldcs(reinterpret_cast<const unsigned int*>(p) + i) : 0u;
+  }
+#pragma unroll
+  for (int i = 0; i < NW; i++) {
+    if (BITS == 8) {
+#pragma unroll
+      for (int b = 0; b < 4; b++) q[4 * i + b] = (int)(w[i] << (24 - 8 * b)) >> 24;
+    } else {
+      // Element 2i in the low nibble, 2i+1 in the high one; sign-extend.
+#pragma unroll
+      for (int b = 0; b < 8; b++) q[8 * i + b] = (int)(w[i] << (28 - 4 * b)) >> 28;
+    }
+  }
+}
+
+/* ---- the quantization step shared by quantize and reduce-requantize ----- */
+
+/* x: this thread's E values (0 past count). groupLog2 = log2(B / E), the
+ * threads that share one block; smem holds one word per warp. Every thread
+ * of the CTA must call this (shuffles and the barrier are CTA-wide). */
+template <int BITS, int E>
+__device__ __forceinline__ void quantizeStore(const float (&x)[E], size_t e0, size_t count,
+                                              int blockLog2, int groupLog2, uint8_t* seg,
+                                              const Geom& g, uint32_t* smem) {
+  constexpr int Q = BITS == 8 ? 127 : 7;
+
+  uint32_t m = 0;
+#pragma unroll
+  for (int j = 0; j < E; j++) m = max(m, __float_as_uint(x[j]) & 0x7fffffffu);
+
+  const int group = 1 << groupLog2;
+  const int lanes = group < 32 ? group : 32;
+  for (int off = lanes >> 1; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+  if (group > 32) {
+    const unsigned warp = threadIdx.x >> 5;
+    if ((threadIdx.x & 31) == 0) smem[warp] = m;
+    __syncthreads();
+    const unsigned first = (threadIdx.x >> groupLog2) << (groupLog2 - 5);
+    m = 0;
+    for (int i = 0; i < (group >> 5); i++) m = max(m, smem[first + i]);
+    __syncthreads();  // smem may be reused by the next segment
+  }
+
+  // The spec's arithmetic, step by step (zpp_quant.h, "Arithmetic").
+  uint32_t scaleBits;
+  int q[E];
+  if (m >= kExpMask || m == 0) {
+    scaleBits = m == 0 ? 0u : kNaN32;
+#pragma unroll
+    for (int j = 0; j < E; j++) q[j] = 0;
+  } else {
+    const float a = __uint_as_float(m);
+    const float qf = (float)Q;
+    const float p = m < kTwoPowM64 ? __uint_as_float(kTwoPow64) : 1.0f;
+    scaleBits = __float_as_uint(__fdiv_rn(a, qf));
+    const float inv = __fdiv_rn(qf, __fmul_rn(a, p));
+#pragma unroll
+    for (int j = 0; j < E; j++) {
+      int v = __float2int_rn(__fmul_rn(__fmul_rn(x[j], p), inv));
+      q[j] = min(max(v, -Q), Q);
+    }
+  }
+
+  if (e0 >= count) return;  // past the end: nothing to store (reduction done)
+  uint32_t* scales = reinterpret_cast<uint32_t*>(seg + ZPP_QUANT_HEADER_BYTES);
+  if ((threadIdx.x & (group - 1)) == 0) scales[e0 >> blockLog2] = scaleBits;
+
+  constexpr int NB = BITS == 8 ? E : E / 2;
+  constexpr int NW = NB / 4;
+  uint32_t w[NW];
+#pragma unroll
+  for (int i = 0; i < NW; i++) {
+    uint32_t v = 0;
+    if (BITS == 8) {
+#pragma unroll
+      for (int b = 0; b < 4; b++) v |= ((uint32_t)q[4 * i + b] & 0xffu) << (8 * b);
+    } else {
+#pragma unroll
+      for (int b = 0; b < 8; b++) v |= ((uint32_t)q[8 * i + b] & 0xfu) << (4 * b);
+    }
+    w[i] = v;
+  }
+  uint8_t* data = seg + g.dataOff + (BITS == 8 ? e0 : e0 / 2);
+  if (e0 + E <= count) {
+    storeWords<NW>(data, w);
+  } else {
+    // Tail: only the bytes that belong to the data (an odd count's last
+    // high nibble is 0 because q = 0 past the end); the padding after them
+    // is written with the header.
+    const size_t nbytes = BITS == 8 ? count - e0 : (count - e0 + 1) / 2;
+#pragma unroll
+    for (int b = 0; b < NB; b++)
+      if ((size_t)b < nbytes) data[b] = (uint8_t)(w[b / 4] >> (8 * (b % 4)));
+  }
+}
+
+/* ---- kernels -------------------------------------------------------------- */
+
+/* Quantize nseg segments. Segment k = j * nodes + n holds partition
+ * p = n * local + j of the input (tensor-slice reordering; nodes = local = 1
+ * for a plain quantization). */
+template <int DT, int BITS>
+__global__ void __launch_bounds__(kMaxThreads, 2)
+quantizeKernel(const void* __restrict__ in, size_t partStride, size_t count, int blockLog2,
+               int groupLog2, uint8_t* __restrict__ out, size_t segBytes, int nseg, int nodes,
+               int local) {
+  constexpr int E = Elem<DT>::kPerThread;
+  __shared__ uint32_t smem[kMaxThreads / 32];
+  const Geom g = geom(count, BITS, blockLog2);
+  const size_t e0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * E;
+  for (int k = blockIdx.y; k < nseg; k += gridDim.y) {
+    const int j = k / nodes, n = k % nodes;
+    const size_t part = (size_t)n * local + j;
+    const void* src = static_cast<const uint8_t*>(in) + part * partStride * Elem<DT>::kSize;
+    uint8_t* seg = out + (size_t)k * segBytes;
+    if (blockIdx.x == 0) writeHeaderAndPadding(seg, count, BITS, blockLog2, g);
+    float x[E];
+    loadElems<DT>(src, e0, count, x);
+    quantizeStore<BITS, E>(x, e0, count, blockLog2, groupLog2, seg, g, smem);
+  }
+}
+
+/* Decode n segments (packed + k * stride) and, by MODE: write them in DT
+ * (n = 1), add them to an fp32 accumulator, or sum, divide and write in DT. */
+template <int DT, int BITS, int MODE>
+__global__ void __launch_bounds__(kThreads)
+decodeKernel(const uint8_t* __restrict__ packed, size_t stride, int n, size_t count,
+             int blockLog2, void* out, int accumulate, float divisor) {
+  constexpr int E = Elem<DT>::kPerThread;
+  const size_t e0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * E;
+  if (e0 >= count) return;  // no cross-thread work in decoding
+  const Geom g = geom(count, BITS, blockLog2);
+  const size_t blk = e0 >> blockLog2;  // E divides every block size
+
+  float acc[E];
+  if (MODE == kModeAccumulate && accumulate) {
+    // The accumulator is read and written again: plain cached loads.
+    const float* a = static_cast<const float*>(out) + e0;
+    if (E % 4 == 0 && e0 + E <= count && aligned16(a)) {
+#pragma unroll
+      for (int i = 0; i < E / 4; i++) {
+        float4 v = reinterpret_cast<const float4*>(a)[i];
+        acc[4 * i] = v.x; acc[4 * i + 1] = v.y; acc[4 * i + 2] = v.z; acc[4 * i + 3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < E; j++) acc[j] = e0 + j < count ? a[j] : 0.0f;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < E; j++) acc[j] = 0.0f;
+  }
+
+  for (int k = 0; k < n; k++) {
+    const uint8_t* seg = packed + (size_t)k * stride;
+    float scale = __uint_as_float(kNaN32);
+    if (headerOk(seg, count, BITS, blockLog2))
+      scale = __ldg(reinterpret_cast<const float*>(seg + ZPP_QUANT_HEADER_BYTES) + blk);
+    int q[E];
+    loadQ<BITS, E>(seg + g.dataOff, e0, count, g.dataBytes, q);
+#pragma unroll
+    for (int j = 0; j < E; j++) {
+      const float y = __fmul_rn(__int2float_rn(q[j]), scale);
+      acc[j] = MODE == kModeDequant ? y : __fadd_rn(acc[j], y);
+    }
+  }
+  if (MODE == kModeSum) {
+#pragma unroll
+    for (int j = 0; j < E; j++) acc[j] = __fdiv_rn(acc[j], divisor);
+  }
+  storeElems<DT>(out, e0, count, acc);
+}
+
+/* Sum n segments (bitsIn / blockIn) in fp32 and quantize the sums into one
+ * segment (BITS_OUT / blockLog2Out); the CTA tiles follow the output blocks. */
+template <int BITS_IN, int BITS_OUT>
+__global__ void __launch_bounds__(kMaxThreads, 2)
+reduceRequantKernel(const uint8_t* __restrict__ packed, size_t stride, int n, size_t count,
+                    int blockLog2In, int blockLog2Out, int groupLog2Out,
+                    uint8_t* __restrict__ out) {
+  constexpr int E = 8;
+  __shared__ uint32_t smem[kMaxThreads / 32];
+  const Geom gi = geom(count, BITS_IN, blockLog2In);
+  const Geom go = geom(count, BITS_OUT, blockLog2Out);
+  const size_t e0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * E;
+  if (blockIdx.x == 0) writeHeaderAndPadding(out, count, BITS_OUT, blockLog2Out, go);
+
+  float s[E];
+#pragma unroll
+  for (int j = 0; j < E; j++) s[j] = 0.0f;
+  if (e0 < count) {
+    const size_t blk = e0 >> blockLog2In;
+    for (int k = 0; k < n; k++) {
+      const uint8_t* seg = packed + (size_t)k * stride;
+      float scale = __uint_as_float(kNaN32);
+      if (headerOk(seg, count, BITS_IN, blockLog2In))
+        scale = __ldg(reinterpret_cast<const float*>(seg + ZPP_QUANT_HEADER_BYTES) + blk);
+      int q[E];
+      loadQ<BITS_IN, E>(seg + gi.dataOff, e0, count, gi.dataBytes, q);
+#pragma unroll
+      for (int j = 0; j < E; j++) s[j] = __fadd_rn(s[j], __fmul_rn(__int2float_rn(q[j]), scale));
+    }
+    // Past the end the sums must stay 0 (a NaN header would make them NaN
+    // and poison the tail block's max).
+#pragma unroll
+    for (int j = 0; j < E; j++)
+      if (e0 + j >= count) s[j] = 0.0f;
+  }
+  quantizeStore<BITS_OUT, E>(s, e0, count, blockLog2Out, groupLog2Out, out, go, smem);
+}
+
+/* ---- host side -------------------------------------------------------------- */
+
+int blockLog2Of(int block) {
+  int l = 0;
+  while ((1 << l) < block) l++;
+  return l;
+}
+
+bool validParams(int bits, int block) {
+  return (bits == 4 || bits == 8) && block >= ZPP_QUANT_MIN_BLOCK &&
+         block <= ZPP_QUANT_MAX_BLOCK && (block & (block - 1)) == 0;
+}
+
+int dtypeIndex(zppDataType_t dt) {
+  switch (dt) {
+    case zppFloat32: return kF32;
+    case zppFloat16: return kF16;
+    case zppBfloat16: return kBF16;
+    default: return -1;
+  }
+}
+
+int elemSize(int dt) { return dt == kF32 ? 4 : 2; }
+
+bool aligned(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
+
+/* Grid x for `count` elements at `perCta` elements per CTA; at least one CTA
+ * so that an empty segment still gets its header. */
+bool gridFor(size_t count, size_t perCta, unsigned* grid) {
+  size_t g = (count + perCta - 1) / perCta;
+  if (g == 0) g = 1;
+  if (g > 0x7fffffffu) return false;
+  *grid = (unsigned)g;
+  return true;
+}
+
+#define QC_ARG(cond, ...) \
+  do {                    \
+    if (!(cond)) ZPP_FAIL(zppInvalidArgument, QUANT, __VA_ARGS__); \
+  } while (0)
+
+zppResult_t checkDecodeArgs(const char* fn, const void* packed, size_t stride, int n,
+                            size_t count, int bits, int block) {
+  QC_ARG(validParams(bits, block), "%s: invalid bits %d / block %d", fn, bits, block);
+  QC_ARG(n >= 0, "%s: n = %d", fn, n);
+  QC_ARG(n == 0 || packed != NULL, "%s: packed is NULL", fn);
+  QC_ARG(aligned(packed, 4) && stride % 4 == 0,
+         "%s: packed %p / stride %zu not 4-byte aligned", fn, packed, stride);
+  QC_ARG(n <= 1 || stride >= geom(count, bits, blockLog2Of(block)).segBytes,
+         "%s: stride %zu smaller than a segment", fn, stride);
+  return zppSuccess;
+}
+
+template <int DT, int BITS>
+zppResult_t launchQuantize(const void* in, size_t partStride, size_t count, int block,
+                           uint8_t* out, size_t segBytes, int nseg, int nodes, int local,
+                           cudaStream_t stream) {
+  constexpr int E = Elem<DT>::kPerThread;
+  const int bl = blockLog2Of(block);
+  const int groupLog2 = bl - (E == 8 ? 3 : 4);
+  const int threads = (block / E) > kThreads ? block / E : kThreads;
+  unsigned gx;
+  if (!gridFor(count, (size_t)threads * E, &gx))
+    ZPP_FAIL(zppInvalidArgument, QUANT, "quantize: count %zu too large", count);
+  dim3 grid(gx, nseg < 65535 ? nseg : 65535);
+  ZPP_CUDA_LAUNCH((quantizeKernel<DT, BITS>), grid, threads, stream, in, partStride, count, bl,
+                  groupLog2, out, segBytes, nseg, nodes, local);
+  CUDALAUNCHCHECK("zpp quantize");
+  return zppSuccess;
+}
+
+zppResult_t quantizeDispatch(const void* in, int dt, size_t partStride, size_t count, int bits,
+                             int block, uint8_t* out, size_t segBytes, int nseg, int nodes,
+                             int local, cudaStream_t stream) {
+#define QC_Q(D, B)                                                                         \
+  if (dt == D && bits == B)                                                                \
+    return launchQuantize<D, B>(in, partStride, count, block, out, segBytes, nseg, nodes, \
+                                local, stream);
+  QC_Q(kF32, 8) QC_Q(kF32, 4) QC_Q(kF16, 8) QC_Q(kF16, 4) QC_Q(kBF16, 8) QC_Q(kBF16, 4)
+#undef QC_Q
+  ZPP_FAIL(zppInternalError, QUANT, "quantize: no kernel for dtype %d bits %d", dt, bits);
+}
+
+template <int DT, int BITS, int MODE>
+zppResult_t launchDecode(const void* packed, size_t stride, int n, size_t count, int block,
+                         void* out, int accumulate, float divisor, cudaStream_t stream) {
+  constexpr int E = Elem<DT>::kPerThread;
+  if (count == 0) return zppSuccess;
+  unsigned gx;
+  if (!gridFor(count, (size_t)kThreads * E, &gx))
+    ZPP_FAIL(zppInvalidArgument, QUANT, "decode: count %zu too large", count);
+  ZPP_CUDA_LAUNCH((decodeKernel<DT, BITS, MODE>), gx, kThreads, stream,
+                  static_cast<const uint8_t*>(packed), stride, n, count, blockLog2Of(block), out,
+                  accumulate, divisor);
+  CUDALAUNCHCHECK("zpp decode");
+  return zppSuccess;
+}
+
+template <int MODE>
+zppResult_t decodeDispatch(const void* packed, size_t stride, int n, size_t count, int bits,
+                           int block, void* out, int dt, int accumulate, float divisor,
+                           cudaStream_t stream) {
+#define QC_D(D, B)                                                                      \
+  if (dt == D && bits == B)                                                             \
+    return launchDecode<D, B, MODE>(packed, stride, n, count, block, out, accumulate, \
+                                    divisor, stream);
+  // The accumulator is fp32 only: for that mode the 16-bit slots name the
+  // fp32 kernel again, so no useless kernels are instantiated (and the
+  // dtype was already checked to be fp32).
+  constexpr int F16 = MODE == kModeAccumulate ? kF32 : kF16;
+  constexpr int BF16 = MODE == kModeAccumulate ? kF32 : kBF16;
+  QC_D(kF32, 8) QC_D(kF32, 4) QC_D(F16, 8) QC_D(F16, 4) QC_D(BF16, 8) QC_D(BF16, 4)
+#undef QC_D
+  ZPP_FAIL(zppInternalError, QUANT, "decode: no kernel for dtype %d bits %d", dt, bits);
+}
+
+}  // namespace
+
+/* ---- the C API ------------------------------------------------------------------ */
+
+extern "C" zppResult_t zppQuantizeCuda(const void* in, zppDataType_t dtype, size_t count,
+                                       int bits, int block, void* packed,
+                                       cudaStream_t stream) {
+  const int dt = dtypeIndex(dtype);
+  QC_ARG(dt >= 0, "zppQuantizeCuda: unsupported dtype %d", (int)dtype);
+  QC_ARG(validParams(bits, block), "zppQuantizeCuda: invalid bits %d / block %d", bits, block);
+  QC_ARG(count == 0 || in != NULL, "zppQuantizeCuda: in is NULL");
+  QC_ARG(packed != NULL, "zppQuantizeCuda: packed is NULL");
+  QC_ARG(aligned(in, elemSize(dt)), "zppQuantizeCuda: in %p misaligned for its dtype", in);
+  QC_ARG(aligned(packed, 4), "zppQuantizeCuda: packed %p not 4-byte aligned", packed);
+  const size_t segBytes = geom(count, bits, blockLog2Of(block)).segBytes;
+  ZPPCHECK(quantizeDispatch(in, dt, 0, count, bits, block, static_cast<uint8_t*>(packed),
+                            segBytes, 1, 1, 1, stream));
+  return zppSuccess;
+}
+
+extern "C" zppResult_t zppQuantizeReorderedCuda(const void* in, zppDataType_t dtype,
+                                                size_t part_count, size_t part_stride,
+                                                int nparts, int local_size, int bits, int block,
+                                                void* packed, cudaStream_t stream) {
+  const int dt = dtypeIndex(dtype);
+  QC_ARG(dt >= 0, "zppQuantizeReorderedCuda: unsupported dtype %d", (int)dtype);
+  QC_ARG(validParams(bits, block), "zppQuantizeReorderedCuda: invalid bits %d / block %d", bits,
+         block);
+  QC_ARG(nparts >= 1 && local_size >= 1 && nparts % local_size == 0,
+         "zppQuantizeReorderedCuda: %d partitions do not split into nodes of %d ranks", nparts,
+         local_size);
+  QC_ARG(part_stride >= part_count, "zppQuantizeReorderedCuda: part_stride %zu < part_count %zu",
+         part_stride, part_count);
+  QC_ARG(part_count == 0 || in != NULL, "zppQuantizeReorderedCuda: in is NULL");
+  QC_ARG(packed != NULL, "zppQuantizeReorderedCuda: packed is NULL");
+  QC_ARG(aligned(in, elemSize(dt)), "zppQuantizeReorderedCuda: in %p misaligned", in);
+  QC_ARG(aligned(packed, 4), "zppQuantizeReorderedCuda: packed %p not 4-byte aligned", packed);
+  const size_t segBytes = geom(part_count, bits, blockLog2Of(block)).segBytes;
+  ZPPCHECK(quantizeDispatch(in, dt, part_stride, part_count, bits, block,
+                            static_cast<uint8_t*>(packed), segBytes, nparts,
+                            nparts / local_size, local_size, stream));
+  return zppSuccess;
+}
+
+extern "C" zppResult_t zppDequantizeCuda(const void* packed, size_t count, int bits, int block,
+                                         void* out, zppDataType_t dtype, cudaStream_t stream) {
+  const int dt = dtypeIndex(dtype);
+  QC_ARG(dt >= 0, "zppDequantizeCuda: unsupported dtype %d", (int)dtype);
+  ZPPCHECK(checkDecodeArgs("zppDequantizeCuda", packed, 0, 1, count, bits, block));
+  QC_ARG(count == 0 || out != NULL, "zppDequantizeCuda: out is NULL");
+  QC_ARG(aligned(out, elemSize(dt)), "zppDequantizeCuda: out %p misaligned", out);
+  ZPPCHECK(decodeDispatch<kModeDequant>(packed, 0, 1, count, bits, block, out, dt, 0, 1.0f,
+                                        stream));
+  return zppSuccess;
+}
+
+extern "C" zppResult_t zppDequantizeAccumulateCuda(const void* packed, size_t stride, int n,
+                                                   size_t count, int bits, int block,
+                                                   float* acc, int accumulate,
+                                                   cudaStream_t stream) {
+  ZPPCHECK(checkDecodeArgs("zppDequantizeAccumulateCuda", packed, stride, n, count, bits,
+                           block));
+  QC_ARG(count == 0 || acc != NULL, "zppDequantizeAccumulateCuda: acc is NULL");
+  QC_ARG(aligned(acc, 4), "zppDequantizeAccumulateCuda: acc %p misaligned", (void*)acc);
+  ZPPCHECK(decodeDispatch<kModeAccumulate>(packed, stride, n, count, bits, block, acc, kF32,
+                                           accumulate, 1.0f, stream));
+  return zppSuccess;
+}
+
+extern "C" zppResult_t zppDequantizeSumCuda(const void* packed, size_t stride, int n,
+                                            size_t count, int bits, int block, float divisor,
+                                            void* out, zppDataType_t dtype,
+                                            cudaStream_t stream) {
+  const int dt = dtypeIndex(dtype);
+  QC_ARG(dt >= 0, "zppDequantizeSumCuda: unsupported dtype %d", (int)dtype);
+  ZPPCHECK(checkDecodeArgs("zppDequantizeSumCuda", packed, stride, n, count, bits, block));
+  QC_ARG(count == 0 || out != NULL, "zppDequantizeSumCuda: out is NULL");
+  QC_ARG(aligned(out, elemSize(dt)), "zppDequantizeSumCuda: out %p misaligned", out);
+  ZPPCHECK(decodeDispatch<kModeSum>(packed, stride, n, count, bits, block, out, dt, 0, divisor,
+                                    stream));
+  return zppSuccess;
+}
+
+extern "C" zppResult_t zppQuantReduceRequantCuda(const void* packed, size_t stride, int n,
+                                                 size_t count, int bits_in, int block_in,
+                                                 int bits_out, int block_out, void* packed_out,
+                                                 cudaStream_t stream) {
+  ZPPCHECK(checkDecodeArgs("zppQuantReduceRequantCuda", packed, stride, n, count, bits_in,
+                           block_in));
+  QC_ARG(validParams(bits_out, block_out), "zppQuantReduceRequantCuda: invalid bits %d / block %d",
+         bits_out, block_out);
+  QC_ARG(packed_out != NULL, "zppQuantReduceRequantCuda: packed_out is NULL");
+  QC_ARG(aligned(packed_out, 4), "zppQuantReduceRequantCuda: packed_out %p not 4-byte aligned",
+         packed_out);
+  const int blIn = blockLog2Of(block_in), blOut = blockLog2Of(block_out);
+  const int threads = block_out / 8 > kThreads ? block_out / 8 : kThreads;
+  unsigned gx;
+  QC_ARG(gridFor(count, (size_t)threads * 8, &gx), "zppQuantReduceRequantCuda: count too large");
+  const uint8_t* src = static_cast<const uint8_t*>(packed);
+  uint8_t* dst = static_cast<uint8_t*>(packed_out);
+#define QC_R(BI, BO)                                                                  \
+  if (bits_in == BI && bits_out == BO) {                                              \
+    ZPP_CUDA_LAUNCH((reduceRequantKernel<BI, BO>), gx, threads, stream, src, stride, n, \
+                    count, blIn, blOut, blOut - 3, dst);                                \
+    CUDALAUNCHCHECK("zpp reduce-requantize");                                         \
+    return zppSuccess;                                                                \
+  }
+  QC_R(8, 8) QC_R(8, 4) QC_R(4, 8) QC_R(4, 4)
+#undef QC_R
+  ZPP_FAIL(zppInternalError, QUANT, "zppQuantReduceRequantCuda: no kernel for %d -> %d bits",
+           bits_in, bits_out);
+}

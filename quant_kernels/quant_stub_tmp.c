@@ -1,2 +1,0 @@
-#include "zpp_quant.h"
-const char* zppQuantImplName(void) { return "none"; }
