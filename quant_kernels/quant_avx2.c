@@ -1,0 +1,461 @@
+/*
+ * AVX2 + F16C codecs. Compiled with -mavx2 -mf16c (this file only) and
+ * called only after cpuid said yes. Bit-identical to quant_scalar.c: the same
+ * fp32 operations in the same order (no FMA: the build has -ffp-contract=off
+ * and no -mfma), cvtps2dq rounding to nearest even like the scalar shifter,
+ * and the scalar reference (quant_ref.h) for the few elements a vector loop
+ * leaves over.
+ *
+ * Speed: quantize reads each block twice, once for max |x| and once to
+ * encode; a block is at most 16 KiB, so the second read hits L1 and memory
+ * sees one pass. The loops are specialised per (dtype, bits) by always_inline
+ * helpers called with constants.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "quant_kernels/quant_impl.h"
+#include "quant_kernels/quant_ref.h"
+#include "quant_kernels/zpp_half.h"
+
+#define ZPP_AVX2_INLINE static inline __attribute__((always_inline))
+
+/* ---- element loads and stores ---------------------------------------------------- */
+
+/* Eight elements of dtype starting at element i, widened exactly. */
+ZPP_AVX2_INLINE __m256 avx2Load8(const void* in, zppDataType_t dtype, size_t i) {
+  if (dtype == zppFloat32) return _mm256_loadu_ps((const float*)in + i);
+  __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)in + i));
+  if (dtype == zppFloat16) return _mm256_cvtph_ps(h);
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* fp32 -> bf16 bits in the low half of each 32-bit lane: round to nearest
+ * even by the carry of an integer add; NaN kept quiet (zppFloatToBf16). */
+ZPP_AVX2_INLINE __m256i avx2Bf16Round(__m256 y) {
+  __m256i u = _mm256_castps_si256(y);
+  __m256i hi = _mm256_srli_epi32(u, 16);
+  __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  __m256i nanv = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+  __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                     _mm256_set1_epi32(0x7f800000));
+  return _mm256_blendv_epi8(r, nanv, isnan);
+}
+
+/* Eight fp32 values rounded to dtype, stored at element i. */
+ZPP_AVX2_INLINE void avx2Store8(void* out, zppDataType_t dtype, size_t i, __m256 y) {
+  if (dtype == zppFloat32) {
+    _mm256_storeu_ps((float*)out + i, y);
+  } else if (dtype == zppFloat16) {
+    _mm_storeu_si128((__m128i*)((uint16_t*)out + i),
+                     _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {
+    __m256i r = avx2Bf16Round(y);
+    _mm_storeu_si128((__m128i*)((uint16_t*)out + i),
+                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
+  }
+}
+
+/* One element, scalar, for the tails. */
+ZPP_AVX2_INLINE float avx2LoadOne(const void* in, zppDataType_t dtype, size_t i) {
+  if (dtype == zppFloat32) return ((const float*)in)[i];
+  uint16_t h = ((const uint16_t*)in)[i];
+  return dtype == zppFloat16 ? zppHalfToFloat(h) : zppF32FromBits((uint32_t)h << 16);
+}
+
+ZPP_AVX2_INLINE void avx2StoreOne(void* out, zppDataType_t dtype, size_t i, float y) {
+  if (dtype == zppFloat32)
+    ((float*)out)[i] = y;
+  else if (dtype == zppFloat16)
+    ((uint16_t*)out)[i] = zppFloatToHalf(y);
+  else
+    ((uint16_t*)out)[i] = zppFloatToBf16(y);
+}
+
+ZPP_AVX2_INLINE uint32_t avx2HmaxU32(__m256i v) {
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+  return (uint32_t)_mm_cvtsi128_si32(m);
+}
+
+ZPP_AVX2_INLINE uint32_t avx2HmaxU16(__m256i v) {
+  __m128i m = _mm_max_epu16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu16(m, _mm_srli_si128(m, 8));
+  m = _mm_max_epu16(m, _mm_srli_si128(m, 4));
+  m = _mm_max_epu16(m, _mm_srli_si128(m, 2));
+  return (uint32_t)_mm_extract_epi16(m, 0) & 0xffffu;
+}
+
+/* ---- quantize ---------------------------------------------------------------------- */
+
+/* max |x| of x[0..len) as fp32 bits, by integer max of the magnitude bits
+ * (which order like the values, NaN above Inf above every finite value). */
+ZPP_AVX2_INLINE uint32_t avx2AbsMaxBits(const void* x, zppDataType_t dtype, size_t len) {
+  size_t i = 0;
+  if (dtype == zppFloat32) {
+    const __m256i mask = _mm256_set1_epi32(0x7fffffff);
+    __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
+    const float* f = (const float*)x;
+    for (; i + 32 <= len; i += 32) {
+      m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i)), mask));
+      m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i + 8)), mask));
+      m2 = _mm256_max_epu32(m2, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i + 16)), mask));
+      m3 = _mm256_max_epu32(m3, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i + 24)), mask));
+    }
+    for (; i + 8 <= len; i += 8)
+      m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i)), mask));
+    uint32_t amax = avx2HmaxU32(_mm256_max_epu32(_mm256_max_epu32(m0, m1), _mm256_max_epu32(m2, m3)));
+    for (; i < len; i++) {
+      uint32_t b = zppF32Bits(f[i]) & 0x7fffffffu;
+      if (b > amax) amax = b;
+    }
+    return amax;
+  }
+  /* 16-bit formats: the max of the magnitude bits, widened afterwards. */
+  const __m256i mask = _mm256_set1_epi16(0x7fff);
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0, m2 = m0, m3 = m0;
+  const uint16_t* h = (const uint16_t*)x;
+  for (; i + 64 <= len; i += 64) {
+    m0 = _mm256_max_epu16(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(h + i)), mask));
+    m1 = _mm256_max_epu16(m1, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(h + i + 16)), mask));
+    m2 = _mm256_max_epu16(m2, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(h + i + 32)), mask));
+    m3 = _mm256_max_epu16(m3, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(h + i + 48)), mask));
+  }
+  for (; i + 16 <= len; i += 16)
+    m0 = _mm256_max_epu16(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(h + i)), mask));
+  uint32_t amax = avx2HmaxU16(_mm256_max_epu16(_mm256_max_epu16(m0, m1), _mm256_max_epu16(m2, m3)));
+  for (; i < len; i++) {
+    uint32_t b = h[i] & 0x7fffu;
+    if (b > amax) amax = b;
+  }
+  return dtype == zppFloat16 ? zppF32Bits(zppHalfToFloat((uint16_t)amax)) : amax << 16;
+}
+
+/* 32 elements quantized to int8 in [-Q, Q], in element order. */
+ZPP_AVX2_INLINE __m256i avx2Quant32(const void* x, zppDataType_t dtype, size_t i, __m256 vinv,
+                                    __m256i vq, __m256i vnq) {
+  __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(avx2Load8(x, dtype, i), vinv));
+  __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(avx2Load8(x, dtype, i + 8), vinv));
+  __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(avx2Load8(x, dtype, i + 16), vinv));
+  __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(avx2Load8(x, dtype, i + 24), vinv));
+  /* packs work per 128-bit lane: the dwords come out as a0 b0 c0 d0 | a1 b1
+   * c1 d1 (4 bytes each) and one permute puts them in order. */
+  __m256i ab = _mm256_packs_epi32(a, b);
+  __m256i cd = _mm256_packs_epi32(c, d);
+  __m256i v = _mm256_packs_epi16(ab, cd);
+  v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  return _mm256_min_epi8(_mm256_max_epi8(v, vnq), vq);
+}
+
+/* int8 values in [-7, 7] of elements 2i, 2i+1 -> byte (lo nibble, hi nibble),
+ * one per 16-bit lane. */
+ZPP_AVX2_INLINE __m256i avx2Nibbles(__m256i v) {
+  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi16(0x000f)),
+                         _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi16(0x00f0)));
+}
+
+/* Encodes x[0..len) (block start = element `base` of the segment) with the
+ * block's parameters. */
+ZPP_AVX2_INLINE void avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
+                                     const zppQuantBlockParams_t* bp, uint8_t* data, size_t base) {
+  const int Q = zppQuantQmax(bits);
+  const __m256 vinv = _mm256_set1_ps(bp->inv);
+  const __m256i vq = _mm256_set1_epi8((char)Q), vnq = _mm256_set1_epi8((char)-Q);
+  size_t i = 0;
+  if (bits == 8) {
+    for (; i + 32 <= len; i += 32)
+      _mm256_storeu_si256((__m256i*)(data + base + i), avx2Quant32(x, dtype, i, vinv, vq, vnq));
+  } else {
+    uint8_t* d = data + base / 2;
+    for (; i + 64 <= len; i += 64) {
+      __m256i n0 = avx2Nibbles(avx2Quant32(x, dtype, i, vinv, vq, vnq));
+      __m256i n1 = avx2Nibbles(avx2Quant32(x, dtype, i + 32, vinv, vq, vnq));
+      __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n1), 0xd8);
+      _mm256_storeu_si256((__m256i*)(d + i / 2), p);
+    }
+    for (; i + 32 <= len; i += 32) {
+      __m256i n0 = avx2Nibbles(avx2Quant32(x, dtype, i, vinv, vq, vnq));
+      __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n0), 0xd8);
+      _mm_storeu_si128((__m128i*)(d + i / 2), _mm256_castsi256_si128(p));
+    }
+  }
+  if (i < len) {
+    /* Only a segment's last, short block gets here. */
+    float tmp[32];
+    for (size_t k = i; k < len; k++) tmp[k - i] = avx2LoadOne(x, dtype, k);
+    zppQuantEncodeSpanRef(tmp, 0, len - i, bp, bits, data, base + i);
+  }
+}
+
+/* One block x[0..len) of dtype into scale b and data at element `base`. */
+ZPP_AVX2_INLINE void avx2QuantizeBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
+                                       uint8_t* scales, size_t b, uint8_t* data, size_t base) {
+  zppQuantBlockParams_t bp = zppQuantBlockSetup(avx2AbsMaxBits(x, dtype, len), zppQuantQmax(bits));
+  zppQuantStoreScale(scales, b, bp.scale);
+  if (bp.kind != ZPP_QBLOCK_NORMAL) {
+    memset(data + (bits == 8 ? base : base / 2), 0, zppQuantDataBytes(len, bits));
+  } else if (bp.p != 1.0f) {
+    /* max |x| < 2^-64: the x * 2^64 step of the reference. Such blocks are
+     * rare enough to take the scalar path. */
+    float tmp[ZPP_QUANT_MAX_BLOCK];
+    for (size_t k = 0; k < len; k++) tmp[k] = avx2LoadOne(x, dtype, k);
+    zppQuantEncodeSpanRef(tmp, 0, len, &bp, bits, data, base);
+  } else {
+    avx2EncodeBlock(x, dtype, len, bits, &bp, data, base);
+  }
+}
+
+ZPP_AVX2_INLINE void avx2QuantizeT(const void* in, zppDataType_t dtype, size_t count, int bits,
+                                   int block, uint8_t* packed) {
+  uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
+  uint8_t* data = packed + zppQuantDataOffset(count, block);
+  size_t esize = dtype == zppFloat32 ? 4 : 2;
+  size_t nb = zppQuantNumBlocks(count, block);
+  for (size_t b = 0; b < nb; b++) {
+    size_t lo = b * (size_t)block;
+    size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
+    avx2QuantizeBlock((const uint8_t*)in + lo * esize, dtype, len, bits, scales, b, data, lo);
+  }
+}
+
+static void avx2Quantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                         uint8_t* packed) {
+  if (dtype == zppFloat32) {
+    if (bits == 8) avx2QuantizeT(in, zppFloat32, count, 8, block, packed);
+    else avx2QuantizeT(in, zppFloat32, count, 4, block, packed);
+  } else if (dtype == zppFloat16) {
+    if (bits == 8) avx2QuantizeT(in, zppFloat16, count, 8, block, packed);
+    else avx2QuantizeT(in, zppFloat16, count, 4, block, packed);
+  } else {
+    if (bits == 8) avx2QuantizeT(in, zppBfloat16, count, 8, block, packed);
+    else avx2QuantizeT(in, zppBfloat16, count, 4, block, packed);
+  }
+}
+
+/* ---- decode ------------------------------------------------------------------------ */
+
+/* q of elements i..i+7 as fp32 (i even, so int4 starts on a byte). */
+ZPP_AVX2_INLINE __m256 avx2DecodeQ8(const uint8_t* data, int bits, size_t i) {
+  if (bits == 8)
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(data + i))));
+  /* Four bytes hold eight nibbles, element j at bits 4j..4j+3: shift each
+   * lane's nibble to the top, then arithmetic-shift it back down (sign). */
+  int32_t w;
+  memcpy(&w, data + i / 2, sizeof w);
+  __m256i v = _mm256_sllv_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0));
+  return _mm256_cvtepi32_ps(_mm256_srai_epi32(v, 28));
+}
+
+ZPP_AVX2_INLINE void avx2Apply8(float* dst, __m256 y, zppQuantDecodeMode_t mode) {
+  if (mode == ZPP_DECODE_STORE)
+    _mm256_storeu_ps(dst, y);
+  else if (mode == ZPP_DECODE_ZERO_ADD)
+    _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_setzero_ps(), y));
+  else
+    _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), y));
+}
+
+/* Elements [lo, hi) of one block with scale s into dst[0 .. hi-lo). */
+ZPP_AVX2_INLINE void avx2DecodeSpan(const uint8_t* data, int bits, size_t lo, size_t hi, float s,
+                                    float* dst, zppQuantDecodeMode_t mode) {
+  const __m256 vs = _mm256_set1_ps(s);
+  size_t i = lo;
+  for (; i + 32 <= hi; i += 32) {
+    avx2Apply8(dst + (i - lo), _mm256_mul_ps(avx2DecodeQ8(data, bits, i), vs), mode);
+    avx2Apply8(dst + (i - lo) + 8, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 8), vs), mode);
+    avx2Apply8(dst + (i - lo) + 16, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 16), vs), mode);
+    avx2Apply8(dst + (i - lo) + 24, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 24), vs), mode);
+  }
+  for (; i + 8 <= hi; i += 8)
+    avx2Apply8(dst + (i - lo), _mm256_mul_ps(avx2DecodeQ8(data, bits, i), vs), mode);
+  zppQuantDecodeSpanRef(data, bits, i, hi, s, dst + (i - lo), mode);
+}
+
+/* Elements [c0, c1) of a segment (c0 even) into dst[0 .. c1-c0). */
+ZPP_AVX2_INLINE void avx2DecodeRange(const uint8_t* seg, size_t count, int bits, int block,
+                                     size_t c0, size_t c1, float* dst, zppQuantDecodeMode_t mode) {
+  const uint8_t* scales = zppQuantScalesPtr(seg);
+  const uint8_t* data = seg + zppQuantDataOffset(count, block);
+  size_t i = c0;
+  while (i < c1) {
+    size_t b = i / (size_t)block;
+    size_t end = (b + 1) * (size_t)block;
+    if (end > c1) end = c1;
+    avx2DecodeSpan(data, bits, i, end, zppQuantLoadScale(scales, b), dst + (i - c0), mode);
+    i = end;
+  }
+}
+
+/* Mode and bits as constants, so each combination gets its own loop. */
+static void avx2DecodeRangeAny(const uint8_t* seg, size_t count, int bits, int block, size_t c0,
+                               size_t c1, float* dst, zppQuantDecodeMode_t mode) {
+  if (bits == 8) {
+    if (mode == ZPP_DECODE_ADD) avx2DecodeRange(seg, count, 8, block, c0, c1, dst, ZPP_DECODE_ADD);
+    else if (mode == ZPP_DECODE_ZERO_ADD) avx2DecodeRange(seg, count, 8, block, c0, c1, dst, ZPP_DECODE_ZERO_ADD);
+    else avx2DecodeRange(seg, count, 8, block, c0, c1, dst, ZPP_DECODE_STORE);
+  } else {
+    if (mode == ZPP_DECODE_ADD) avx2DecodeRange(seg, count, 4, block, c0, c1, dst, ZPP_DECODE_ADD);
+    else if (mode == ZPP_DECODE_ZERO_ADD) avx2DecodeRange(seg, count, 4, block, c0, c1, dst, ZPP_DECODE_ZERO_ADD);
+    else avx2DecodeRange(seg, count, 4, block, c0, c1, dst, ZPP_DECODE_STORE);
+  }
+}
+
+ZPP_AVX2_INLINE void avx2DequantizeT(const uint8_t* packed, size_t count, int bits, int block,
+                                     void* out, zppDataType_t dtype) {
+  const uint8_t* scales = zppQuantScalesPtr(packed);
+  const uint8_t* data = packed + zppQuantDataOffset(count, block);
+  size_t nb = zppQuantNumBlocks(count, block);
+  for (size_t b = 0; b < nb; b++) {
+    size_t lo = b * (size_t)block;
+    size_t hi = count - lo < (size_t)block ? count : lo + (size_t)block;
+    float s = zppQuantLoadScale(scales, b);
+    size_t i = lo;
+    if (s != s) {
+      /* A NaN scale decodes to the output type's canonical NaN. */
+      const __m256 vnan = _mm256_castsi256_ps(_mm256_set1_epi32((int)ZPP_QUANT_NAN_BITS));
+      for (; i + 8 <= hi; i += 8) avx2Store8(out, dtype, i, vnan);
+      for (; i < hi; i++) avx2StoreOne(out, dtype, i, zppF32FromBits(ZPP_QUANT_NAN_BITS));
+      continue;
+    }
+    const __m256 vs = _mm256_set1_ps(s);
+    for (; i + 32 <= hi; i += 32) {
+      avx2Store8(out, dtype, i, _mm256_mul_ps(avx2DecodeQ8(data, bits, i), vs));
+      avx2Store8(out, dtype, i + 8, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 8), vs));
+      avx2Store8(out, dtype, i + 16, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 16), vs));
+      avx2Store8(out, dtype, i + 24, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 24), vs));
+    }
+    for (; i + 8 <= hi; i += 8)
+      avx2Store8(out, dtype, i, _mm256_mul_ps(avx2DecodeQ8(data, bits, i), vs));
+    for (; i < hi; i++) avx2StoreOne(out, dtype, i, (float)zppQuantGetQ(data, bits, i) * s);
+  }
+}
+
+static void avx2Dequantize(const uint8_t* packed, size_t count, int bits, int block, void* out,
+                           zppDataType_t dtype) {
+  if (dtype == zppFloat32) {
+    if (bits == 8) avx2DequantizeT(packed, count, 8, block, out, zppFloat32);
+    else avx2DequantizeT(packed, count, 4, block, out, zppFloat32);
+  } else if (dtype == zppFloat16) {
+    if (bits == 8) avx2DequantizeT(packed, count, 8, block, out, zppFloat16);
+    else avx2DequantizeT(packed, count, 4, block, out, zppFloat16);
+  } else {
+    if (bits == 8) avx2DequantizeT(packed, count, 8, block, out, zppBfloat16);
+    else avx2DequantizeT(packed, count, 4, block, out, zppBfloat16);
+  }
+}
+
+/* ---- reductions -------------------------------------------------------------------- */
+
+static void avx2Accumulate(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
+                           int block, float* acc, int accumulate) {
+  /* Chunks keep acc's slice in L1 while every input is added into it: acc
+   * crosses memory once, not n times. Per element the order of additions is
+   * the reference's. */
+  for (size_t c0 = 0; c0 < count; c0 += ZPP_QUANT_CHUNK) {
+    size_t c1 = count - c0 < ZPP_QUANT_CHUNK ? count : c0 + ZPP_QUANT_CHUNK;
+    for (int k = 0; k < n; k++) {
+      zppQuantDecodeMode_t mode = (k == 0 && !accumulate) ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD;
+      avx2DecodeRangeAny(packed + (size_t)k * stride, count, bits, block, c0, c1, acc + c0, mode);
+    }
+  }
+}
+
+/* buf[0..len) / divisor rounded to dtype at element c0 of out. */
+ZPP_AVX2_INLINE void avx2Finish(const float* buf, size_t len, float divisor, void* out,
+                                zppDataType_t dtype, size_t c0) {
+  const __m256 vd = _mm256_set1_ps(divisor);
+  size_t i = 0;
+  if (divisor == 1.0f) {
+    /* x / 1 == x exactly: skip the division. */
+    for (; i + 8 <= len; i += 8) avx2Store8(out, dtype, c0 + i, _mm256_loadu_ps(buf + i));
+    for (; i < len; i++) avx2StoreOne(out, dtype, c0 + i, buf[i]);
+  } else {
+    for (; i + 8 <= len; i += 8)
+      avx2Store8(out, dtype, c0 + i, _mm256_div_ps(_mm256_loadu_ps(buf + i), vd));
+    for (; i < len; i++) avx2StoreOne(out, dtype, c0 + i, buf[i] / divisor);
+  }
+}
+
+static void avx2Sum(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
+                    float divisor, void* out, zppDataType_t dtype) {
+  float buf[ZPP_QUANT_CHUNK];
+  for (size_t c0 = 0; c0 < count; c0 += ZPP_QUANT_CHUNK) {
+    size_t c1 = count - c0 < ZPP_QUANT_CHUNK ? count : c0 + ZPP_QUANT_CHUNK;
+    for (int k = 0; k < n; k++)
+      avx2DecodeRangeAny(packed + (size_t)k * stride, count, bits, block, c0, c1, buf,
+                         k == 0 ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD);
+    if (dtype == zppFloat32) avx2Finish(buf, c1 - c0, divisor, out, zppFloat32, c0);
+    else if (dtype == zppFloat16) avx2Finish(buf, c1 - c0, divisor, out, zppFloat16, c0);
+    else avx2Finish(buf, c1 - c0, divisor, out, zppBfloat16, c0);
+  }
+}
+
+static void avx2ReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count,
+                              int bits_in, int block_in, int bits_out, int block_out,
+                              uint8_t* packed_out) {
+  uint8_t* scales = packed_out + ZPP_QUANT_HEADER_BYTES;
+  uint8_t* data = packed_out + zppQuantDataOffset(count, block_out);
+  float buf[ZPP_QUANT_MAX_BLOCK];
+  size_t nb = zppQuantNumBlocks(count, block_out);
+  for (size_t b = 0; b < nb; b++) {
+    size_t lo = b * (size_t)block_out;
+    size_t hi = count - lo < (size_t)block_out ? count : lo + (size_t)block_out;
+    for (int k = 0; k < n; k++)
+      avx2DecodeRangeAny(packed + (size_t)k * stride, count, bits_in, block_in, lo, hi, buf,
+                         k == 0 ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD);
+    if (bits_out == 8) avx2QuantizeBlock(buf, zppFloat32, hi - lo, 8, scales, b, data, lo);
+    else avx2QuantizeBlock(buf, zppFloat32, hi - lo, 4, scales, b, data, lo);
+  }
+}
+
+/* ---- conversions (tested exhaustively against zpp_half.h) ---------------------------- */
+
+static void avx2ToFloat(const void* in, zppDataType_t dtype, size_t n, float* out) {
+  size_t i = 0;
+  if (dtype == zppFloat32) {
+    memcpy(out, in, n * sizeof(float));
+    return;
+  }
+  if (dtype == zppFloat16) {
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, avx2Load8(in, zppFloat16, i));
+    for (; i < n; i++) out[i] = zppHalfToFloat(((const uint16_t*)in)[i]);
+    return;
+  }
+  /* bf16: widen, and make NaNs quiet as zppBf16ToFloat does. */
+  const __m256i quiet = _mm256_set1_epi32(0x00400000);
+  for (; i + 8 <= n; i += 8) {
+    __m256i u = _mm256_castps_si256(avx2Load8(in, zppBfloat16, i));
+    __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                       _mm256_set1_epi32(0x7f800000));
+    u = _mm256_or_si256(u, _mm256_and_si256(isnan, quiet));
+    _mm256_storeu_si256((__m256i*)(out + i), u);
+  }
+  for (; i < n; i++) out[i] = zppBf16ToFloat(((const uint16_t*)in)[i]);
+}
+
+static void avx2FromFloat(const float* in, size_t n, void* out, zppDataType_t dtype) {
+  size_t i = 0;
+  if (dtype == zppFloat32) {
+    memcpy(out, in, n * sizeof(float));
+    return;
+  }
+  if (dtype == zppFloat16) {
+    for (; i + 8 <= n; i += 8) avx2Store8(out, zppFloat16, i, _mm256_loadu_ps(in + i));
+  } else {
+    for (; i + 8 <= n; i += 8) avx2Store8(out, zppBfloat16, i, _mm256_loadu_ps(in + i));
+  }
+  for (; i < n; i++) avx2StoreOne(out, dtype, i, in[i]);
+}
+
+const zppQuantImpl_t zppQuantImplAvx2 = {
+    .name = "avx2",
+    .quantize = avx2Quantize,
+    .dequantize = avx2Dequantize,
+    .accumulate = avx2Accumulate,
+    .sum = avx2Sum,
+    .reduceRequant = avx2ReduceRequant,
+    .toFloat = avx2ToFloat,
+    .fromFloat = avx2FromFloat,
+};

@@ -1,0 +1,330 @@
+/*
+ * The codec front end: sizes, segment headers, argument checks and the choice
+ * of CPU implementation. Every public function validates everything before it
+ * writes anything, so that outputs stay untouched on error, then hands
+ * validated arguments to the implementation in use.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+
+#include "check.h"
+#include "params.h"
+#include "quant_kernels/quant_impl.h"
+#include "quant_kernels/zpp_quant.h"
+
+/* ---- implementation choice -------------------------------------------------- */
+
+static _Atomic(const zppQuantImpl_t*) activeImpl = NULL;
+static pthread_once_t implOnce = PTHREAD_ONCE_INIT;
+
+static int cpuRunsAvx2(void) {
+#if defined(ZPP_QUANT_HAVE_AVX2)
+  /* libgcc's check includes the OS saving YMM state (XGETBV). */
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+#else
+  return 0;
+#endif
+}
+
+const zppQuantImpl_t* zppQuantImplGet(const char* name) {
+  if (name == NULL) return NULL;
+  if (strcmp(name, "scalar") == 0) return &zppQuantImplScalar;
+#if defined(ZPP_QUANT_HAVE_AVX2)
+  if (strcmp(name, "avx2") == 0 && cpuRunsAvx2()) return &zppQuantImplAvx2;
+#endif
+  return NULL;
+}
+
+/* ZPP_QUANT_IMPL: auto (AVX2 when the CPU has it), avx2 or scalar. A value
+ * we cannot honour is not an error the codecs could return (every codec call
+ * would fail), so it is a warning at the default log level naming what is
+ * used instead: never a silent fallback. */
+static void implInit(void) {
+  const char* want = zppParamGetString("ZPP_QUANT_IMPL");
+  const zppQuantImpl_t* avx2 = zppQuantImplGet("avx2");
+  const zppQuantImpl_t* best = avx2 ? avx2 : &zppQuantImplScalar;
+  const zppQuantImpl_t* use = best;
+  if (want[0] == '\0' || strcasecmp(want, "auto") == 0) {
+    use = best;
+  } else if (strcasecmp(want, "scalar") == 0) {
+    use = &zppQuantImplScalar;
+  } else if (strcasecmp(want, "avx2") == 0) {
+    if (avx2 == NULL)
+      ZPP_WARN(QUANT, "ZPP_QUANT_IMPL=avx2, but %s: using the scalar codecs",
+#if defined(ZPP_QUANT_HAVE_AVX2)
+               "this CPU lacks AVX2 or F16C"
+#else
+               "this build has no AVX2 codecs (not an x86-64 compiler with -mavx2 -mf16c)"
+#endif
+      );
+  } else {
+    ZPP_WARN(QUANT, "ZPP_QUANT_IMPL='%s' is not one of auto, avx2, scalar: using auto (%s)", want,
+             best->name);
+  }
+  ZPP_INFO(QUANT, "CPU codecs: %s", use->name);
+  atomic_store(&activeImpl, use);
+}
+
+const zppQuantImpl_t* zppQuantImplActive(void) {
+  pthread_once(&implOnce, implInit);
+  return atomic_load(&activeImpl);
+}
+
+zppResult_t zppQuantImplSelect(const char* name) {
+  pthread_once(&implOnce, implInit);
+  if (name == NULL || (strcmp(name, "scalar") != 0 && strcmp(name, "avx2") != 0))
+    ZPP_FAIL(zppInvalidArgument, QUANT, "unknown codec implementation '%s' (scalar, avx2)",
+             name ? name : "(null)");
+  const zppQuantImpl_t* impl = zppQuantImplGet(name);
+  if (impl == NULL)
+    ZPP_FAIL(zppInvalidUsage, QUANT, "codec implementation '%s' cannot run on this CPU or build",
+             name);
+  atomic_store(&activeImpl, impl);
+  return zppSuccess;
+}
+
+const char* zppQuantImplName(void) { return zppQuantImplActive()->name; }
+
+/* ---- sizes and headers ----------------------------------------------------------- */
+
+int zppQuantValidParams(int bits, int block) {
+  if (bits != 4 && bits != 8) return 0;
+  if (block < ZPP_QUANT_MIN_BLOCK || block > ZPP_QUANT_MAX_BLOCK) return 0;
+  return (block & (block - 1)) == 0;
+}
+
+size_t zppQuantPackedSize(size_t count, int bits, int block) {
+  if (!zppQuantValidParams(bits, block)) return 0;
+  /* Counts so large that the size wraps are invalid too (0), not a small
+   * buffer that the caller would then overrun. */
+  if (count > (SIZE_MAX - 64) / 2) return 0;
+  size_t data = bits == 8 ? count : (count + 1) / 2;
+  size_t total = ZPP_QUANT_HEADER_BYTES + 4 * zppQuantNumBlocks(count, block) + data;
+  return (total + 15) & ~(size_t)15;
+}
+
+static void writeHeader(uint8_t* p, size_t count, int bits, int block) {
+  uint32_t magic = ZPP_QUANT_MAGIC;
+  uint64_t c = (uint64_t)count;
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(magic >> (8 * i));
+  p[4] = (uint8_t)bits;
+  p[5] = (uint8_t)zppQuantLog2(block);
+  p[6] = 0;
+  p[7] = 0;
+  for (int i = 0; i < 8; i++) p[8 + i] = (uint8_t)(c >> (8 * i));
+}
+
+static zppQuantHeader_t readHeader(const uint8_t* p) {
+  zppQuantHeader_t h;
+  h.magic = 0;
+  for (int i = 0; i < 4; i++) h.magic |= (uint32_t)p[i] << (8 * i);
+  h.bits = p[4];
+  h.blockLog2 = p[5];
+  h.reserved = (uint16_t)(p[6] | (p[7] << 8));
+  h.count = 0;
+  for (int i = 0; i < 8; i++) h.count |= (uint64_t)p[8 + i] << (8 * i);
+  return h;
+}
+
+static zppResult_t checkParams(const char* fn, int bits, int block) {
+  if (!zppQuantValidParams(bits, block))
+    ZPP_FAIL(zppInvalidArgument, QUANT,
+             "%s: bits %d / block %d invalid (bits 4 or 8, block a power of two in [%d, %d])", fn,
+             bits, block, ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
+  return zppSuccess;
+}
+
+static zppResult_t checkDtype(const char* fn, zppDataType_t dtype) {
+  if (dtype != zppFloat32 && dtype != zppFloat16 && dtype != zppBfloat16)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "%s: data type %d unsupported (fp32, fp16 or bf16)", fn,
+             (int)dtype);
+  return zppSuccess;
+}
+
+static zppResult_t checkCount(const char* fn, size_t count, int bits, int block) {
+  if (zppQuantPackedSize(count, bits, block) == 0)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "%s: count %zu too large", fn, count);
+  return zppSuccess;
+}
+
+zppResult_t zppQuantCheckHeader(const void* packed, size_t count, int bits, int block) {
+  if (packed == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "zppQuantCheckHeader: packed is NULL");
+  ZPPCHECK(checkParams("zppQuantCheckHeader", bits, block));
+  zppQuantHeader_t h = readHeader((const uint8_t*)packed);
+  /* The usual cause of a mismatch is ranks configured with different
+   * compression settings, or a segment read at the wrong offset. */
+  if (h.magic != ZPP_QUANT_MAGIC)
+    ZPP_FAIL(zppInvalidUsage, QUANT,
+             "packed segment has magic 0x%08x, expected 0x%08x (not a zpp segment, or read at the "
+             "wrong offset)",
+             h.magic, ZPP_QUANT_MAGIC);
+  if (h.bits != bits)
+    ZPP_FAIL(zppInvalidUsage, QUANT,
+             "packed segment has %d bits, expected %d (compression settings differ across ranks?)",
+             h.bits, bits);
+  if (h.blockLog2 != zppQuantLog2(block))
+    ZPP_FAIL(zppInvalidUsage, QUANT,
+             "packed segment has block 2^%d, expected %d (compression settings differ across "
+             "ranks?)",
+             h.blockLog2, block);
+  if (h.reserved != 0)
+    ZPP_FAIL(zppInvalidUsage, QUANT, "packed segment header reserved field is 0x%04x, expected 0",
+             h.reserved);
+  if (h.count != (uint64_t)count)
+    ZPP_FAIL(zppInvalidUsage, QUANT, "packed segment holds %llu elements, expected %zu",
+             (unsigned long long)h.count, count);
+  return zppSuccess;
+}
+
+/* n inputs at packed + k * stride: pointers, stride, and every header. */
+static zppResult_t checkInputs(const char* fn, const void* packed, size_t stride, int n,
+                               size_t count, int bits, int block) {
+  if (packed == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "%s: packed is NULL", fn);
+  if (n < 1) ZPP_FAIL(zppInvalidArgument, QUANT, "%s: n = %d inputs, need at least 1", fn, n);
+  ZPPCHECK(checkParams(fn, bits, block));
+  ZPPCHECK(checkCount(fn, count, bits, block));
+  size_t size = zppQuantPackedSize(count, bits, block);
+  if (n > 1 && stride < size)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "%s: stride %zu is less than one packed segment (%zu bytes)",
+             fn, stride, size);
+  if (n > 1 && stride > (SIZE_MAX - size) / (size_t)(n - 1))
+    ZPP_FAIL(zppInvalidArgument, QUANT, "%s: stride %zu times %d inputs overflows", fn, stride, n);
+  for (int k = 0; k < n; k++) {
+    zppResult_t res =
+        zppQuantCheckHeader((const uint8_t*)packed + (size_t)k * stride, count, bits, block);
+    if (res != zppSuccess) {
+      ZPP_ERR(QUANT, "%s: input %d of %d has a bad header", fn, k, n);
+      return res;
+    }
+  }
+  return zppSuccess;
+}
+
+/* Header, then the implementation's scales and data, then zero padding. */
+static void quantizeSegment(const zppQuantImpl_t* impl, const void* in, zppDataType_t dtype,
+                            size_t count, int bits, int block, uint8_t* packed) {
+  size_t size = zppQuantPackedSize(count, bits, block);
+  size_t used = zppQuantDataOffset(count, block) + (bits == 8 ? count : (count + 1) / 2);
+  writeHeader(packed, count, bits, block);
+  if (count > 0) impl->quantize(in, dtype, count, bits, block, packed);
+  memset(packed + used, 0, size - used);
+}
+
+/* ---- the codecs -------------------------------------------------------------------- */
+
+zppResult_t zppQuantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                        void* packed) {
+  ZPPCHECK(checkParams("zppQuantize", bits, block));
+  ZPPCHECK(checkDtype("zppQuantize", dtype));
+  ZPPCHECK(checkCount("zppQuantize", count, bits, block));
+  if (packed == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "zppQuantize: packed is NULL");
+  if (in == NULL && count > 0)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "zppQuantize: in is NULL with count %zu", count);
+  quantizeSegment(zppQuantImplActive(), in, dtype, count, bits, block, (uint8_t*)packed);
+  return zppSuccess;
+}
+
+zppResult_t zppDequantize(const void* packed, size_t count, int bits, int block, void* out,
+                          zppDataType_t dtype) {
+  ZPPCHECK(checkDtype("zppDequantize", dtype));
+  if (out == NULL && count > 0)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantize: out is NULL with count %zu", count);
+  ZPPCHECK(checkInputs("zppDequantize", packed, 0, 1, count, bits, block));
+  if (count > 0)
+    zppQuantImplActive()->dequantize((const uint8_t*)packed, count, bits, block, out, dtype);
+  return zppSuccess;
+}
+
+zppResult_t zppDequantizeAccumulate(const void* packed, size_t stride, int n, size_t count,
+                                    int bits, int block, float* acc, int accumulate) {
+  if (acc == NULL && count > 0)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeAccumulate: acc is NULL with count %zu",
+             count);
+  ZPPCHECK(checkInputs("zppDequantizeAccumulate", packed, stride, n, count, bits, block));
+  if (count > 0)
+    zppQuantImplActive()->accumulate((const uint8_t*)packed, stride, n, count, bits, block, acc,
+                                     accumulate);
+  return zppSuccess;
+}
+
+zppResult_t zppDequantizeSum(const void* packed, size_t stride, int n, size_t count, int bits,
+                             int block, float divisor, void* out, zppDataType_t dtype) {
+  ZPPCHECK(checkDtype("zppDequantizeSum", dtype));
+  if (out == NULL && count > 0)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeSum: out is NULL with count %zu", count);
+  if (!isfinite(divisor) || divisor == 0.0f)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeSum: divisor %g must be finite and non-zero",
+             (double)divisor);
+  ZPPCHECK(checkInputs("zppDequantizeSum", packed, stride, n, count, bits, block));
+  if (count > 0)
+    zppQuantImplActive()->sum((const uint8_t*)packed, stride, n, count, bits, block, divisor, out,
+                              dtype);
+  return zppSuccess;
+}
+
+zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size_t count,
+                                  int bits_in, int block_in, int bits_out, int block_out,
+                                  void* packed_out) {
+  const char* fn = "zppQuantReduceRequant";
+  ZPPCHECK(checkParams(fn, bits_out, block_out));
+  if (packed_out == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "%s: packed_out is NULL", fn);
+  ZPPCHECK(checkInputs(fn, packed, stride, n, count, bits_in, block_in));
+  ZPPCHECK(checkCount(fn, count, bits_out, block_out));
+  /* Blocks are written while later inputs are still read: an output that
+   * overlaps the inputs would corrupt them. */
+  uintptr_t inLo = (uintptr_t)packed;
+  uintptr_t inHi = inLo + (size_t)(n - 1) * stride + zppQuantPackedSize(count, bits_in, block_in);
+  uintptr_t outLo = (uintptr_t)packed_out;
+  uintptr_t outHi = outLo + zppQuantPackedSize(count, bits_out, block_out);
+  if (outLo < inHi && inLo < outHi)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "%s: packed_out overlaps the inputs", fn);
+  uint8_t* po = (uint8_t*)packed_out;
+  size_t size = zppQuantPackedSize(count, bits_out, block_out);
+  size_t used = zppQuantDataOffset(count, block_out) + (bits_out == 8 ? count : (count + 1) / 2);
+  writeHeader(po, count, bits_out, block_out);
+  if (count > 0)
+    zppQuantImplActive()->reduceRequant((const uint8_t*)packed, stride, n, count, bits_in, block_in,
+                                        bits_out, block_out, po);
+  memset(po + used, 0, size - used);
+  return zppSuccess;
+}
+
+zppResult_t zppQuantizeReordered(const void* in, zppDataType_t dtype, size_t part_count,
+                                 size_t part_stride, int nparts, int local_size, int bits,
+                                 int block, void* packed) {
+  const char* fn = "zppQuantizeReordered";
+  ZPPCHECK(checkParams(fn, bits, block));
+  ZPPCHECK(checkDtype(fn, dtype));
+  ZPPCHECK(checkCount(fn, part_count, bits, block));
+  if (packed == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "%s: packed is NULL", fn);
+  if (in == NULL && part_count > 0)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "%s: in is NULL with part_count %zu", fn, part_count);
+  if (nparts < 1 || local_size < 1 || nparts % local_size != 0)
+    ZPP_FAIL(zppInvalidArgument, QUANT,
+             "%s: %d partitions do not split into nodes of %d local ranks (need W = N * L, L >= 1)",
+             fn, nparts, local_size);
+  if (part_stride < part_count)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "%s: part_stride %zu < part_count %zu (partitions overlap)",
+             fn, part_stride, part_count);
+  if (part_stride > 0 && (size_t)(nparts - 1) > SIZE_MAX / 4 / part_stride)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "%s: %d partitions of stride %zu overflow", fn, nparts,
+             part_stride);
+  const zppQuantImpl_t* impl = zppQuantImplActive();
+  size_t esize = zppTypeSize(dtype);
+  size_t segSize = zppQuantPackedSize(part_count, bits, block);
+  int nodes = nparts / local_size;
+  /* Segment k = j * N + n holds partition p = n * L + j: local rank j's
+   * partitions from every node, in node order, contiguous. */
+  for (int k = 0; k < nparts; k++) {
+    int j = k / nodes, node = k % nodes;
+    size_t p = (size_t)node * (size_t)local_size + (size_t)j;
+    const uint8_t* src = part_count ? (const uint8_t*)in + p * part_stride * esize : NULL;
+    quantizeSegment(impl, src, dtype, part_count, bits, block, (uint8_t*)packed + (size_t)k * segSize);
+  }
+  return zppSuccess;
+}

@@ -1,0 +1,122 @@
+/*
+ * Internal interface between the codec front end (quant_common.c: argument
+ * checks, headers, padding, dispatch) and the CPU implementations
+ * (quant_scalar.c, the reference; quant_avx2.c). Kernels receive validated
+ * arguments only: pointers non-NULL where count > 0, bits 4 or 8, block a
+ * power of two in [32, 4096], dtype fp32/fp16/bf16, headers already checked.
+ * They write the scales and data of a segment; the front end writes header
+ * and padding.
+ *
+ * Tests and benchmarks reach a given implementation by name through
+ * zppQuantImplGet / zppQuantImplSelect, to compare scalar against AVX2.
+ */
+#ifndef ZPP_QUANT_IMPL_H_
+#define ZPP_QUANT_IMPL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "quant_kernels/zpp_quant.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "zpp's packed codec layout is little endian; big-endian hosts are not supported"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  const char* name;
+
+  /* Scales and data of one segment of `count` elements (header and padding
+   * are the caller's). `packed` points at the segment start. */
+  void (*quantize)(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                   uint8_t* packed);
+
+  /* Decode one segment into dtype. */
+  void (*dequantize)(const uint8_t* packed, size_t count, int bits, int block, void* out,
+                     zppDataType_t dtype);
+
+  /* acc = (accumulate ? acc : 0) + y_0 + ... + y_{n-1}, inputs at packed + k * stride. */
+  void (*accumulate)(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
+                     float* acc, int accumulate);
+
+  /* (0 + y_0 + ... + y_{n-1}) / divisor, written as dtype. */
+  void (*sum)(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
+              float divisor, void* out, zppDataType_t dtype);
+
+  /* The sum of n inputs quantized into one segment (scales and data). */
+  void (*reduceRequant)(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
+                        int block_in, int bits_out, int block_out, uint8_t* packed_out);
+
+  /* Element-wise conversions with this implementation's vector code, so that
+   * tests can check them exhaustively against zpp_half.h. */
+  void (*toFloat)(const void* in, zppDataType_t dtype, size_t n, float* out);
+  void (*fromFloat)(const float* in, size_t n, void* out, zppDataType_t dtype);
+} zppQuantImpl_t;
+
+extern const zppQuantImpl_t zppQuantImplScalar;
+#if defined(ZPP_QUANT_HAVE_AVX2)
+extern const zppQuantImpl_t zppQuantImplAvx2;
+#endif
+
+/* The implementation called `name` ("scalar", "avx2"), or NULL when it is
+ * not built in or this CPU cannot run it. */
+const zppQuantImpl_t* zppQuantImplGet(const char* name);
+
+/* Makes `name` the implementation the public functions use, overriding
+ * ZPP_QUANT_IMPL. For tests and benchmarks: not safe while other threads run
+ * codecs. zppInvalidArgument for an unknown name, zppInvalidUsage when the
+ * CPU cannot run it. */
+zppResult_t zppQuantImplSelect(const char* name);
+
+/* The implementation in use (chosen from ZPP_QUANT_IMPL and cpuid on first
+ * call). */
+const zppQuantImpl_t* zppQuantImplActive(void);
+
+/* ---- layout helpers shared by the implementations -------------------------- */
+
+static inline size_t zppQuantNumBlocks(size_t count, int block) {
+  return (count + (size_t)block - 1) / (size_t)block;
+}
+
+static inline int zppQuantLog2(int block) {
+  int l = 0;
+  while ((1 << l) < block) l++;
+  return l;
+}
+
+/* Scales start right after the header; data right after the scales. */
+static inline const uint8_t* zppQuantScalesPtr(const uint8_t* packed) {
+  return packed + ZPP_QUANT_HEADER_BYTES;
+}
+static inline size_t zppQuantDataOffset(size_t count, int block) {
+  return ZPP_QUANT_HEADER_BYTES + 4 * zppQuantNumBlocks(count, block);
+}
+
+/* Scales may sit at any 4-byte offset of a caller's buffer: access them
+ * through memcpy, which compiles to one plain load or store. */
+static inline float zppQuantLoadScale(const uint8_t* scales, size_t b) {
+  float s;
+  memcpy(&s, scales + 4 * b, sizeof s);
+  return s;
+}
+static inline void zppQuantStoreScale(uint8_t* scales, size_t b, float s) {
+  memcpy(scales + 4 * b, &s, sizeof s);
+}
+
+/* Q for a bit width: the symmetric clamp limit. */
+static inline int zppQuantQmax(int bits) { return bits == 8 ? 127 : 7; }
+
+/* Chunk (elements) of fp32 scratch the reductions keep on the stack: small
+ * enough for L1 beside the inputs, a multiple of every block size's
+ * alignment (32) so chunks start on even elements (whole int4 bytes). */
+#define ZPP_QUANT_CHUNK 2048
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZPP_QUANT_IMPL_H_ */
