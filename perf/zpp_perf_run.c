@@ -1,0 +1,378 @@
+/*
+ * zpp-perf's measurement loop: one section per (collective, mode, type,
+ * reduction), one row per size.
+ *
+ * Per row, every rank: fills its send buffer with the verifiable input
+ * (perf_check.h); with -c 1 runs one untimed call and checks every element
+ * of its own output; runs the warm-up calls; then times each of the -n calls
+ * on its own (blocking calls, host buffers). The byte counters are read
+ * around the timed calls only. One all-reduce (max) then gives, for every
+ * iteration, the slowest rank's time, and the worst error; one more (sum)
+ * the wrong elements and the bytes every rank sent. The printed time is the
+ * median over iterations of those maxima: DESIGN.md asks for medians on
+ * these noisy machines, and a median ignores the one iteration that a
+ * scheduler hiccup stretched (nccl-tests prints the mean over the loop; the
+ * mean is in the JSON as time_us_mean).
+ *
+ * busbw: for plain modes nccl-tests' formula, and the effective busbw is the
+ * same number. For compressed modes the effective busbw applies the formula
+ * to the bytes the caller asked to move (the speed the trainer sees) while
+ * busbw is what the links carried: the bytes every rank sent on average per
+ * call (from the counters, packed data and scales) over the time, which for
+ * a plain ring collective is exactly nccl-tests' busbw.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "zpp_perf.h"
+
+double zppPerfNow(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void zppPerfLibError(const zppPerfEnv_t* env, const char* what, zppResult_t res) {
+  const char* last = env->comm != NULL ? zppGetLastError(env->comm) : NULL;
+  fprintf(stderr, "zpp-perf: rank %d: %s failed: %s%s%s\n", env->rank, what,
+          zppGetErrorString(res), last && last[0] ? ": " : "", last && last[0] ? last : "");
+}
+
+/* Sum of a counter over every operation kind: a compressed mode that the
+ * library routes through another kind (config-driven qwZ inside
+ * zppAllGather) is still counted, and nothing else runs in the timed loop. */
+static void zppPerfStatsTotals(const zppCommStats_t* s, double* inter, double* intra) {
+  *inter = *intra = 0.0;
+  for (int k = 0; k < zppNumOpKinds; k++) {
+    *inter += (double)s->interNodeBytes[k];
+    *intra += (double)s->intraNodeBytes[k];
+  }
+}
+
+typedef struct {
+  const zppPerfArgs_t* args;
+  zppPerfEnv_t* env;
+  zppPerfRecord_t* recs;
+  size_t nRecs, capRecs;
+  long rowsDone, rowsTotal;
+  int progress;
+  int anyWrong; /* on every rank: the counts come from an all-reduce */
+} zppPerfRunState_t;
+
+static int zppPerfAppend(zppPerfRunState_t* st, const zppPerfRecord_t* r) {
+  if (st->nRecs == st->capRecs) {
+    size_t cap = st->capRecs ? 2 * st->capRecs : 64;
+    zppPerfRecord_t* p = realloc(st->recs, cap * sizeof *p);
+    if (p == NULL) return -1;
+    st->recs = p;
+    st->capRecs = cap;
+  }
+  st->recs[st->nRecs++] = *r;
+  return 0;
+}
+
+static void zppPerfProgress(zppPerfRunState_t* st, const zppPerfRecord_t* r) {
+  if (!st->progress) return;
+  char sz[32];
+  zppPerfFormatSize(r->counts.bytes, sz, sizeof sz);
+  fprintf(stderr, "\r\033[Kzpp-perf: [%ld/%ld] %s %s %s %s ...", st->rowsDone + 1, st->rowsTotal,
+          zppPerfCollName(r->coll), r->mode, zppPerfTypeName(r->dtype), sz);
+  fflush(stderr);
+}
+
+static void zppPerfProgressClear(zppPerfRunState_t* st) {
+  if (!st->progress) return;
+  fprintf(stderr, "\r\033[K");
+  fflush(stderr);
+}
+
+/* Measures one row; on rank 0 fills rec. Returns zppSuccess or the error
+ * (already reported). */
+static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mode,
+                                 zppPerfCall_t* call, zppPerfRecord_t* rec) {
+  const zppPerfArgs_t* a = st->args;
+  zppPerfEnv_t* env = st->env;
+  zppResult_t res = zppSuccess;
+  zppPerfCheckSpec_t spec = {call->coll, call->dtype, call->redop, call->nranks,
+                             call->rank, call->root, call->apiCount};
+  double* times = NULL;
+  double* maxIn = NULL;
+  double* maxOut = NULL;
+  int setupDone = 0;
+
+  zppPerfFillSend(&spec, (void*)call->send, rec->counts.sendCount);
+  if (mode->setup != NULL) {
+    if ((res = mode->setup(call)) != zppSuccess) {
+      zppPerfLibError(env, "mode setup", res);
+      return res;
+    }
+    setupDone = 1;
+  }
+
+  zppPerfCheckResult_t chk = {0, 0.0, 0.0, -1};
+  if (a->check) {
+    zppPerfFillSentinel(call->dtype, call->recv, rec->counts.recvCount);
+    if ((res = mode->run(call)) != zppSuccess) {
+      zppPerfLibError(env, zppPerfCollName(call->coll), res);
+      goto out;
+    }
+    if (a->injectSpec != NULL && a->injectRank == env->rank &&
+        (size_t)a->injectElem < rec->counts.recvCount)
+      zppPerfCorrupt(call->dtype, call->recv, (size_t)a->injectElem);
+    zppPerfCheckRecv(&spec, call->recv, rec->counts.recvCount, mode->bound, NULL, &chk);
+    if (chk.wrong > 0 && !a->quiet)
+      fprintf(stderr, "\nzpp-perf: rank %d: %s %s %s %zu B: %llu wrong, first at element %ld\n",
+              env->rank, zppPerfCollName(call->coll), mode->name, zppPerfTypeName(call->dtype),
+              rec->counts.bytes, (unsigned long long)chk.wrong, chk.firstWrong);
+  }
+  for (int i = 0; i < a->warmup; i++) {
+    if ((res = mode->run(call)) != zppSuccess) {
+      zppPerfLibError(env, zppPerfCollName(call->coll), res);
+      goto out;
+    }
+  }
+
+  times = malloc((size_t)a->iters * sizeof *times);
+  maxIn = malloc(((size_t)a->iters + 2) * sizeof *maxIn);
+  maxOut = malloc(((size_t)a->iters + 2) * sizeof *maxOut);
+  if (times == NULL || maxIn == NULL || maxOut == NULL) {
+    fprintf(stderr, "zpp-perf: rank %d: out of memory\n", env->rank);
+    res = zppSystemError;
+    goto out;
+  }
+  zppCommStats_t s0, s1;
+  int haveStats = zppCommGetStats(env->comm, &s0) == zppSuccess;
+  for (int i = 0; i < a->iters; i++) {
+    double t0 = zppPerfNow();
+    res = mode->run(call);
+    times[i] = zppPerfNow() - t0;
+    if (res != zppSuccess) {
+      zppPerfLibError(env, zppPerfCollName(call->coll), res);
+      goto out;
+    }
+  }
+  haveStats = haveStats && zppCommGetStats(env->comm, &s1) == zppSuccess;
+  if (setupDone && mode->teardown != NULL) mode->teardown(call);
+  setupDone = 0;
+
+  double inter0 = 0, intra0 = 0, inter1 = 0, intra1 = 0;
+  if (haveStats) {
+    zppPerfStatsTotals(&s0, &inter0, &intra0);
+    zppPerfStatsTotals(&s1, &inter1, &intra1);
+  }
+  memcpy(maxIn, times, (size_t)a->iters * sizeof *times);
+  maxIn[a->iters] = chk.maxError;
+  maxIn[a->iters + 1] = chk.maxBound;
+  /* A rank without counters sends -1, which survives the sum as < 0. */
+  double sumIn[4] = {(double)chk.wrong, haveStats ? inter1 - inter0 : -1e300,
+                     haveStats ? intra1 - intra0 : -1e300, 0.0};
+  double sumOut[4];
+  if ((res = zppAllReduce(maxIn, maxOut, (size_t)a->iters + 2, zppFloat64, zppMax, env->comm,
+                          NULL)) != zppSuccess ||
+      (res = zppAllReduce(sumIn, sumOut, 4, zppFloat64, zppSum, env->comm, NULL)) != zppSuccess) {
+    zppPerfLibError(env, "reducing the results (allreduce)", res);
+    goto out;
+  }
+
+  double tMed = zppPerfMedian(maxOut, (size_t)a->iters); /* sorts the maxima */
+  rec->timeUs = tMed * 1e6;
+  rec->timeUsMin = maxOut[0] * 1e6;
+  rec->timeUsMean = zppPerfMean(maxOut, (size_t)a->iters) * 1e6;
+  rec->algbw = zppPerfAlgBw(rec->counts.bytes, tMed);
+  rec->effBusbw = zppPerfBusBw(call->coll, call->nranks, rec->counts.bytes, tMed);
+  rec->checked = a->check;
+  rec->wrong = (uint64_t)sumOut[0];
+  rec->maxError = a->check ? maxOut[a->iters] : NAN;
+  rec->bound = a->check ? maxOut[a->iters + 1] : NAN;
+  rec->wireInter = sumOut[1] >= 0 ? sumOut[1] / a->iters : NAN;
+  rec->wireIntra = sumOut[2] >= 0 ? sumOut[2] / a->iters : NAN;
+  if (!mode->compressed) {
+    rec->busbw = rec->effBusbw;
+  } else {
+    double perRank = (rec->wireInter + rec->wireIntra) / call->nranks;
+    rec->busbw = isnan(perRank) || !(tMed > 0) ? NAN : perRank / 1e9 / tMed;
+  }
+
+  if (a->baseline != ZPP_PERF_BASELINE_NONE) {
+    if (a->baseline == ZPP_PERF_BASELINE_MPI)
+      res = zppPerfMpiRunRow(a, call, &rec->counts, &rec->base);
+    else
+      res = zppPerfNcclRunRow(a, env, call, &rec->counts, &rec->base);
+    if (res != zppSuccess) goto out;
+    double ours = mode->compressed ? rec->effBusbw : rec->busbw;
+    rec->base.ratio = rec->base.busbw > 0 ? ours / rec->base.busbw : NAN;
+  }
+
+out:
+  if (setupDone && mode->teardown != NULL) mode->teardown(call);
+  free(times);
+  free(maxIn);
+  free(maxOut);
+  return res;
+}
+
+static void* zppPerfAlloc(size_t count, zppDataType_t dtype) {
+  size_t bytes = count * zppTypeSize(dtype);
+  bytes = (bytes + 63) / 64 * 64;
+  if (bytes == 0) bytes = 64;
+  return aligned_alloc(64, bytes);
+}
+
+/* One (task, dtype, redop) section over every size. */
+static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t* task,
+                                     zppDataType_t dtype, zppRedOp_t redop, const size_t* sizes,
+                                     long nSizes) {
+  const zppPerfArgs_t* a = st->args;
+  zppPerfEnv_t* env = st->env;
+  zppPerfCounts_t big;
+  zppPerfCounts(task->coll, a->maxBytes, zppTypeSize(dtype), env->nranks, &big);
+  void* send = zppPerfAlloc(big.sendCount, dtype);
+  void* recv = zppPerfAlloc(big.recvCount, dtype);
+  zppResult_t res = zppSuccess;
+  if (send == NULL || recv == NULL) {
+    fprintf(stderr, "zpp-perf: rank %d: cannot allocate %zu bytes of buffers\n", env->rank,
+            (big.sendCount + big.recvCount) * zppTypeSize(dtype));
+    res = zppSystemError;
+    goto out;
+  }
+  int headerDone = 0;
+  for (long k = 0; k < nSizes; k++) {
+    zppPerfRecord_t rec;
+    memset(&rec, 0, sizeof rec);
+    rec.coll = task->coll;
+    rec.mode = task->mode->name;
+    rec.compressed = task->mode->compressed;
+    rec.dtype = dtype;
+    rec.redop = redop;
+    rec.root = a->root;
+    zppPerfCounts(task->coll, sizes[k], zppTypeSize(dtype), env->nranks, &rec.counts);
+    if (env->rank == 0 && !headerDone) {
+      zppPerfPrintSectionHeader(stdout, &rec, a->baseline != ZPP_PERF_BASELINE_NONE);
+      headerDone = 1;
+    }
+    if (rec.counts.apiCount == 0) {
+      if (env->rank == 0) zppPerfPrintSkipped(stdout, sizes[k]);
+      st->rowsDone++;
+      continue;
+    }
+    zppPerfCall_t call = {env->comm, env->rank, env->nranks, task->coll, dtype, redop, a->root,
+                          rec.counts.apiCount, send, recv, NULL};
+    if (env->rank == 0) zppPerfProgress(st, &rec);
+    res = zppPerfRunRow(st, task->mode, &call, &rec);
+    st->rowsDone++;
+    if (env->rank == 0) zppPerfProgressClear(st);
+    if (res != zppSuccess) goto out;
+    if (rec.wrong > 0 || (rec.base.present && rec.base.wrong > 0)) st->anyWrong = 1;
+    if (env->rank == 0) {
+      zppPerfPrintRow(stdout, &rec);
+      fflush(stdout);
+      if (zppPerfAppend(st, &rec) != 0) {
+        fprintf(stderr, "zpp-perf: out of memory\n");
+        res = zppSystemError;
+        goto out;
+      }
+    }
+  }
+out:
+  free(send);
+  free(recv);
+  return res;
+}
+
+/* The run's description for the JSON header and the banner. */
+static void zppPerfFillInfo(const zppPerfArgs_t* a, const zppPerfEnv_t* env, zppPerfRunInfo_t* info) {
+  memset(info, 0, sizeof *info);
+  info->ranks = env->nranks;
+  info->nodes = env->topo.nNodes;
+  if (env->topo.uniform)
+    snprintf(info->layout, sizeof info->layout, "%dx%d", env->topo.nNodes,
+             env->nranks / (env->topo.nNodes > 0 ? env->topo.nNodes : 1));
+  else
+    snprintf(info->layout, sizeof info->layout, "%d nodes, uneven", env->topo.nNodes);
+  time_t now = time(NULL);
+  struct tm tmv;
+  gmtime_r(&now, &tmv);
+  strftime(info->date, sizeof info->date, "%Y-%m-%dT%H:%M:%SZ", &tmv);
+  if (gethostname(info->host, sizeof info->host - 1) != 0) snprintf(info->host, sizeof info->host, "?");
+  info->launcher = env->launcher;
+  zppGetVersion(&info->zppVersion);
+  info->iters = a->iters;
+  info->warmup = a->warmup;
+  info->check = a->check;
+  info->cmdline = a->cmdline;
+}
+
+int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
+  zppPerfRunState_t st;
+  memset(&st, 0, sizeof st);
+  st.args = a;
+  st.env = env;
+  st.progress = env->rank == 0 && !a->quiet && isatty(STDERR_FILENO);
+
+  for (int t = 0; t < a->nTasks; t++) {
+    if (a->tasks[t].coll == ZPP_PERF_BROADCAST && a->root >= env->nranks) {
+      if (env->rank == 0)
+        fprintf(stderr, "zpp-perf: -r %d is not a rank (there are %d)\n", a->root, env->nranks);
+      return ZPP_PERF_EXIT_USAGE;
+    }
+  }
+  if (a->layoutNodes > 0 && a->layoutNodes * a->layoutPerNode != env->nranks) {
+    if (env->rank == 0)
+      fprintf(stderr, "zpp-perf: --layout %dx%d does not match the %d ranks\n", a->layoutNodes,
+              a->layoutPerNode, env->nranks);
+    return ZPP_PERF_EXIT_USAGE;
+  }
+  long nSizes = zppPerfSizeSeq(a->minBytes, a->maxBytes, a->stepBytes, a->stepFactor, NULL, 0);
+  size_t* sizes = malloc((size_t)nSizes * sizeof *sizes);
+  if (sizes == NULL) return ZPP_PERF_EXIT_ERROR;
+  zppPerfSizeSeq(a->minBytes, a->maxBytes, a->stepBytes, a->stepFactor, sizes, nSizes);
+
+  zppPerfRunInfo_t info;
+  zppPerfFillInfo(a, env, &info);
+  for (int t = 0; t < a->nTasks; t++)
+    st.rowsTotal += (long)a->nDtypes * (zppPerfCollReduces(a->tasks[t].coll) ? a->nRedops : 1) * nSizes;
+  if (env->rank == 0) zppPerfPrintBanner(stdout, &info, a);
+
+  int code = ZPP_PERF_EXIT_OK;
+  zppResult_t res = zppSuccess;
+  if (a->baseline == ZPP_PERF_BASELINE_NCCL && (res = zppPerfNcclInit(env, a)) != zppSuccess) {
+    code = ZPP_PERF_EXIT_ERROR;
+    goto out;
+  }
+  for (int t = 0; t < a->nTasks && res == zppSuccess; t++) {
+    const zppPerfTask_t* task = &a->tasks[t];
+    int nOps = zppPerfCollReduces(task->coll) ? a->nRedops : 1;
+    for (int d = 0; d < a->nDtypes && res == zppSuccess; d++)
+      for (int o = 0; o < nOps && res == zppSuccess; o++)
+        res = zppPerfRunSection(&st, task, a->dtypes[d],
+                                zppPerfCollReduces(task->coll) ? a->redops[o] : zppSum, sizes, nSizes);
+  }
+  if (res != zppSuccess) {
+    code = ZPP_PERF_EXIT_ERROR;
+    goto out;
+  }
+  if (env->rank == 0) {
+    zppPerfPrintSummary(stdout, st.recs, st.nRecs);
+    fflush(stdout);
+    if (a->jsonPath != NULL && zppPerfWriteJson(a->jsonPath, &info, st.recs, st.nRecs) != 0)
+      code = ZPP_PERF_EXIT_ERROR;
+    char svg[4096];
+    const char* svgPath = a->svgPath;
+    if (svgPath == NULL && a->jsonPath != NULL) {
+      zppPerfSvgPathFor(a->jsonPath, svg, sizeof svg);
+      svgPath = svg;
+    }
+    if (svgPath != NULL && zppPerfWriteSvg(svgPath, &info, st.recs, st.nRecs) != 0)
+      code = ZPP_PERF_EXIT_ERROR;
+  }
+  /* Every rank got the same sums, so every rank exits with the same code. */
+  if (code == ZPP_PERF_EXIT_OK && st.anyWrong) code = ZPP_PERF_EXIT_WRONG;
+out:
+  if (a->baseline == ZPP_PERF_BASELINE_NCCL) zppPerfNcclFinalize();
+  free(sizes);
+  free(st.recs);
+  return code;
+}
