@@ -1,9 +1,21 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <pthread.h>
 
 int zppTestFailures = 0;
 long zppTestChecks = 0;
+
+static void resetInChild(void) {
+  zppTestFailures = 0;
+  zppTestChecks = 0;
+}
+
+__attribute__((constructor)) static void registerForkReset(void) {
+  pthread_atfork(NULL, NULL, resetInChild);
+}
+
+int zppTestRankResult(void) { return zppTestFailures ? 1 : 0; }
 
 int zppTestExit(const char* name) {
   if (zppTestFailures) {

@@ -22,15 +22,28 @@ typedef struct zppBootstrap zppBootstrap_t;
 #define ZPP_HOSTID_MAX 64
 
 /* Starts a root listening on bindAddr:port (NULL / 0: the address from
- * ZPP_SOCKET_IFNAME or the first non-loopback interface, any port) for
- * nranks ranks (-1 if the count is learned from the first rank), and
- * writes the id. The root runs in a background thread and ends when all ranks
- * joined, on error, or after timeoutSec. secret may be NULL (random). */
-zppResult_t zppBootstrapCreateRoot(zppUniqueId* id, const char* bindAddr, int port,
+ * ZPP_SOCKET_IFNAME or the first non-loopback interface, any port;
+ * "0.0.0.0": every interface, the id then carries the chosen interface's
+ * address) for nranks ranks (-1 if the count is learned from the first
+ * rank), and writes the id. The root runs in a background thread and ends
+ * when all ranks joined, or after telling every rank why not, or after
+ * timeoutSec. secret may be NULL (random, from getrandom); a secret of
+ * another length than 32 bytes is folded into 32. */
+zppResult_t zppBootstrapCreateRoot(zppUniqueId* id, const char* bindAddr, int port, int nranks,
                                    const unsigned char* secret, size_t secretLen,
                                    double timeoutSec);
 
-/* Joins the rendezvous as `rank`. hostId names the node this rank is on. */
+/* Writes the id of a root that someone else opens at host:port with this
+ * secret (folded as above): how the ranks of an environment launch find
+ * the root that rank 0 opens. Resolves host; does not connect. */
+zppResult_t zppBootstrapMakeId(zppUniqueId* id, const char* host, int port,
+                               const unsigned char* secret, size_t secretLen);
+
+/* Joins the rendezvous as `rank`: connects to the root (retrying until the
+ * timeout, since the root may start after us), then to the neighbours in a
+ * ring. hostId names the node this rank is on. Any error (wrong secret,
+ * nranks mismatch between ranks, a rank missing at the timeout) comes back
+ * to every rank, with its reason logged. */
 zppResult_t zppBootstrapInit(const zppUniqueId* id, int rank, int nranks, const char* hostId,
                              double timeoutSec, zppBootstrap_t** out);
 
@@ -39,6 +52,12 @@ int zppBootstrapSize(const zppBootstrap_t* bs);
 /* The host id each rank announced (valid until destroy). */
 const char* zppBootstrapHostId(const zppBootstrap_t* bs, int rank);
 
+/* Ring operations among the ranks: every rank makes the same calls in the
+ * same order with the same sizes (a mismatch is detected and is an error on
+ * both sides). Each call is bounded by the timeout as a whole. After an
+ * error the bootstrap is broken: later calls fail at once, and the failure
+ * reaches the other ranks through closed connections rather than timeouts.
+ * One call at a time per bootstrap (not thread safe, except Abort). */
 /* In-place all-gather: rank r's bytesPerRank bytes are at data + r*bytesPerRank. */
 zppResult_t zppBootstrapAllGather(zppBootstrap_t* bs, void* data, size_t bytesPerRank);
 zppResult_t zppBootstrapBroadcast(zppBootstrap_t* bs, void* data, size_t bytes, int root);

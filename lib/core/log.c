@@ -127,9 +127,20 @@ void zppLogSetLevel(zppLogLevel_t level) {
   logLevelForced = 1;
 }
 
+static _Thread_local char lastError[512];
+
+const char* zppLogLastError(void) { return lastError; }
+
 void zppLogWrite(zppLogLevel_t level, zppLogSubsys_t subsys, const char* file, int line,
                  const char* fmt, ...) {
   pthread_once(&logOnce, logInit);
+  if (level == ZPP_LOG_ERROR) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(lastError, sizeof(lastError), fmt, ap);
+    va_end(ap);
+    if (!zppLogEnabled(level, subsys)) return;
+  }
   struct timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   double t = (double)(now.tv_sec - logEpoch.tv_sec) + 1e-9 * (double)(now.tv_nsec - logEpoch.tv_nsec);

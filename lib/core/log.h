@@ -41,13 +41,19 @@ void zppLogSetRank(int rank);
 /* Forces the level (tools' -v flags, tests); overrides ZPP_DEBUG. */
 void zppLogSetLevel(zppLogLevel_t level);
 
+/* The last ERROR message logged by the calling thread (kept even when the
+ * log level hides it), "" if none: what zppGetLastError(NULL) returns. */
+const char* zppLogLastError(void);
+
 void zppLogWrite(zppLogLevel_t level, zppLogSubsys_t subsys, const char* file, int line,
                  const char* fmt, ...) __attribute__((format(printf, 5, 6)));
 
-#define ZPP_LOG_(level, subsys, ...)                                  \
-  do {                                                                \
-    if (zppLogEnabled((level), (subsys)))                             \
-      zppLogWrite((level), (subsys), __FILE__, __LINE__, __VA_ARGS__); \
+/* Errors always reach zppLogWrite, even when the level hides them, so that
+ * zppLogLastError() has the reason behind a failed call. */
+#define ZPP_LOG_(level, subsys, ...)                                      \
+  do {                                                                    \
+    if ((level) == ZPP_LOG_ERROR || zppLogEnabled((level), (subsys)))     \
+      zppLogWrite((level), (subsys), __FILE__, __LINE__, __VA_ARGS__);    \
   } while (0)
 
 #define ZPP_ERR(subsys, ...) ZPP_LOG_(ZPP_LOG_ERROR, ZPP_SUBSYS_##subsys, __VA_ARGS__)

@@ -14,6 +14,28 @@ static const zppParamInfo_t paramTable[] = {
     {"ZPP_DEBUG_SUBSYS", ZPP_PARAM_STRING, "ALL",
      "subsystems to log, comma separated (INIT,QUANT,BOOT,TOPO,NET,COLL,CUDA,ENV,PERF); ^ excludes"},
     {"ZPP_DEBUG_FILE", ZPP_PARAM_STRING, "", "log to this file instead of stderr; %h = host, %p = pid"},
+    /* communicator, bootstrap, topology */
+    {"ZPP_TIMEOUT", ZPP_PARAM_INT, "300",
+     "seconds any wait may take (rendezvous, bootstrap, collectives) before it fails with an "
+     "error; zppConfig_t.timeoutSec overrides"},
+    {"ZPP_HOSTID", ZPP_PARAM_STRING, "",
+     "node identity of this rank (default: the host name); ranks with the same id form one node, "
+     "which is how one machine plays several; zppConfig_t.hostId overrides"},
+    {"ZPP_TOPO_FILE", ZPP_PARAM_STRING, "",
+     "file of \"rank host-id\" lines that replaces every rank's host id at communicator init "
+     "(must be the same file on every rank)"},
+    {"ZPP_SOCKET_IFNAME", ZPP_PARAM_STRING, "",
+     "network interface of the bootstrap (exact name, else first name starting with it); "
+     "default: the first non-loopback interface that is up, else loopback"},
+    {"ZPP_ROOT", ZPP_PARAM_STRING, "",
+     "host:port of the rendezvous root for zppCommInitFromEnv (rank 0 listens there); default "
+     "MASTER_ADDR and MASTER_PORT + ZPP_MASTER_PORT_OFFSET"},
+    {"ZPP_MASTER_PORT_OFFSET", ZPP_PARAM_INT, "1",
+     "zppCommInitFromEnv's root listens on MASTER_PORT plus this, because torch's own store "
+     "already listens on MASTER_PORT under torchrun"},
+    {"ZPP_SECRET", ZPP_PARAM_STRING, "",
+     "shared secret of zppCommInitFromEnv's rendezvous (same on every rank); unset: derived from "
+     "the root address and the launcher's job id, which keeps other jobs out but is no secret"},
     /* codecs */
     {"ZPP_QUANT_IMPL", ZPP_PARAM_STRING, "auto",
      "CPU codec implementation: auto (AVX2+F16C when the CPU has them), avx2 or scalar"},

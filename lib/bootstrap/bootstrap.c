@@ -1,0 +1,620 @@
+/*
+ * The rank side of the bootstrap: join the root, then a TCP ring among the
+ * ranks for small collective exchanges.
+ *
+ * Failure is fail-stop: the first error in a ring operation shuts both ring
+ * sockets down, so the neighbours see end-of-file at once and fail in turn;
+ * an error goes round the ring in milliseconds instead of each rank waiting
+ * out its own timeout.
+ */
+#include "bootstrap.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "params.h"
+#include "socket.h"
+#include "wire.h"
+
+enum { OP_ALLGATHER = 1, OP_BROADCAST = 2, OP_BARRIER = 3 };
+
+struct zppBootstrap {
+  int rank, nranks;
+  double timeoutSec;
+  unsigned char secret[ZPP_SECRET_BYTES];
+  struct sockaddr_in root;
+  int abortPipe[2];
+  _Atomic int aborted;
+  _Atomic int busy; /* threads inside a call; destroy waits for them */
+  int broken;       /* an earlier ring operation failed */
+  int nextFd, prevFd;
+  uint64_t seq;
+  struct sockaddr_in* addrs; /* [nranks] listening addresses */
+  char (*hostIds)[ZPP_HOSTID_MAX];
+};
+
+static zppResult_t allGather(zppBootstrap_t* bs, uint32_t op, void* data, size_t bytesPerRank,
+                             const zppSockWait_t* w);
+
+static const char* opName(uint32_t op) {
+  switch (op) {
+    case OP_ALLGATHER: return "allgather";
+    case OP_BROADCAST: return "broadcast";
+    case OP_BARRIER: return "barrier";
+    default: return "unknown";
+  }
+}
+
+/* ------------------------------------------------------------------------
+ * Unique ids and the root
+ * ---------------------------------------------------------------------- */
+
+static void encodeId(zppUniqueId* id, const struct sockaddr_in* addr, const unsigned char* secret) {
+  unsigned char* p = (unsigned char*)id->internal;
+  memset(p, 0, ZPP_UNIQUE_ID_BYTES);
+  zppPut32(p + ZPP_ID_OFF_MAGIC, ZPP_MAGIC_ID);
+  zppPut32(p + ZPP_ID_OFF_PROTO, ZPP_BOOT_PROTO);
+  memcpy(p + ZPP_ID_OFF_IP, &addr->sin_addr.s_addr, 4);
+  memcpy(p + ZPP_ID_OFF_PORT, &addr->sin_port, 2);
+  memcpy(p + ZPP_ID_OFF_SECRET, secret, ZPP_SECRET_BYTES);
+}
+
+static zppResult_t decodeId(const zppUniqueId* id, struct sockaddr_in* addr, unsigned char* secret) {
+  const unsigned char* p = (const unsigned char*)id->internal;
+  ZPP_ARGCHECK(zppGet32(p + ZPP_ID_OFF_MAGIC) == ZPP_MAGIC_ID,
+               "bootstrap: not a zpp unique id (was it made by zppGetUniqueId and passed intact?)");
+  ZPP_USAGECHECK(zppGet32(p + ZPP_ID_OFF_PROTO) == ZPP_BOOT_PROTO,
+                 "bootstrap: the unique id speaks bootstrap protocol %u, this library %u",
+                 zppGet32(p + ZPP_ID_OFF_PROTO), ZPP_BOOT_PROTO);
+  memset(addr, 0, sizeof(*addr));
+  addr->sin_family = AF_INET;
+  memcpy(&addr->sin_addr.s_addr, p + ZPP_ID_OFF_IP, 4);
+  memcpy(&addr->sin_port, p + ZPP_ID_OFF_PORT, 2);
+  memcpy(secret, p + ZPP_ID_OFF_SECRET, ZPP_SECRET_BYTES);
+  return zppSuccess;
+}
+
+/* A secret of another length is folded into ours. Not a cryptographic hash:
+ * the secret travels in clear text on the network anyway; it keeps stray
+ * peers and other jobs out, not someone who can sniff the network. */
+static void foldSecret(const unsigned char* in, size_t len, unsigned char* out) {
+  if (len == ZPP_SECRET_BYTES) {
+    memcpy(out, in, ZPP_SECRET_BYTES);
+    return;
+  }
+  for (int w = 0; w < ZPP_SECRET_BYTES / 8; w++) {
+    uint64_t h = 0xcbf29ce484222325ull ^ (0x9e3779b97f4a7c15ull * (uint64_t)(w + 1));
+    for (size_t i = 0; i < len; i++) h = (h ^ in[i]) * 0x100000001b3ull;
+    h ^= h >> 31;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 29;
+    for (int b = 0; b < 8; b++) out[w * 8 + b] = (unsigned char)(h >> (8 * b));
+  }
+}
+
+zppResult_t zppBootstrapMakeId(zppUniqueId* id, const char* host, int port,
+                               const unsigned char* secret, size_t secretLen) {
+  ZPP_ARGCHECK(id != NULL, "bootstrap: id is NULL");
+  ZPP_ARGCHECK(port > 0 && port <= 65535, "bootstrap: root port %d out of range 1..65535", port);
+  ZPP_ARGCHECK(secret != NULL || secretLen == 0, "bootstrap: secret is NULL");
+  struct sockaddr_in addr;
+  ZPPCHECK(zppSockResolve(host, port, &addr));
+  unsigned char s[ZPP_SECRET_BYTES];
+  foldSecret(secret, secretLen, s);
+  encodeId(id, &addr, s);
+  return zppSuccess;
+}
+
+zppResult_t zppBootstrapCreateRoot(zppUniqueId* id, const char* bindAddr, int port, int nranks,
+                                   const unsigned char* secret, size_t secretLen,
+                                   double timeoutSec) {
+  ZPP_ARGCHECK(id != NULL, "bootstrap: id is NULL");
+  ZPP_ARGCHECK(port >= 0 && port <= 65535, "bootstrap: root port %d out of range 0..65535", port);
+  ZPP_ARGCHECK(nranks == -1 || (nranks >= 1 && nranks <= ZPP_BOOT_MAX_RANKS),
+               "bootstrap: root for nranks=%d (must be -1 or 1..%d)", nranks, ZPP_BOOT_MAX_RANKS);
+  ZPP_ARGCHECK(timeoutSec > 0, "bootstrap: timeout %.3f s must be positive", timeoutSec);
+  unsigned char s[ZPP_SECRET_BYTES];
+  if (secret) {
+    foldSecret(secret, secretLen, s);
+  } else {
+    size_t got = 0;
+    while (got < sizeof(s)) {
+      ssize_t n = getrandom(s + got, sizeof(s) - got, 0);
+      if (n < 0 && errno == EINTR) continue;
+      SYSCHECK(n < 0 ? -1 : 0, "getrandom");
+      got += (size_t)n;
+    }
+  }
+  /* The id must carry an address the ranks can connect to: the chosen
+   * interface unless the caller named one; a wildcard bind keeps the
+   * interface address in the id. */
+  char ifName[64] = "";
+  struct sockaddr_in ifAddr, bindTo;
+  ZPPCHECK(zppSockFindInterface(&ifAddr, ifName, sizeof(ifName)));
+  if (bindAddr && bindAddr[0]) {
+    ZPPCHECK(zppSockResolve(bindAddr, port, &bindTo));
+  } else {
+    bindTo = ifAddr;
+    bindTo.sin_port = htons((uint16_t)port);
+  }
+  int fd = -1;
+  struct sockaddr_in bound;
+  ZPPCHECK(zppSockListen(&bindTo, port != 0, &fd, &bound));
+  struct sockaddr_in idAddr = bound;
+  if (bound.sin_addr.s_addr == htonl(INADDR_ANY)) idAddr.sin_addr = ifAddr.sin_addr;
+  zppResult_t res = zppBootRootStart(fd, &idAddr, s, nranks, timeoutSec);
+  if (res != zppSuccess) {
+    close(fd);
+    return res;
+  }
+  char as[ZPP_SOCKADDR_STRLEN];
+  ZPP_INFO(BOOT, "bootstrap root listening on %s (interface %s) for %d ranks, timeout %.1f s",
+           zppSockAddrStr(&idAddr, as), bindAddr && bindAddr[0] ? bindAddr : ifName, nranks,
+           timeoutSec);
+  encodeId(id, &idAddr, s);
+  return zppSuccess;
+}
+
+/* ------------------------------------------------------------------------
+ * Joining
+ * ---------------------------------------------------------------------- */
+
+static zppResult_t joinRoot(zppBootstrap_t* bs, const char* hostId, const zppSockWait_t* w,
+                            int* listenFd) {
+  zppResult_t res = zppSuccess;
+  char rootStr[ZPP_SOCKADDR_STRLEN], doing[128];
+  zppSockAddrStr(&bs->root, rootStr);
+  int fd = -1;
+  ZPPCHECK(zppSockConnect(&bs->root, w, "the bootstrap root", &fd));
+
+  /* Our listening address: the one that reached the root is routable from
+   * the others too, unless ZPP_SOCKET_IFNAME picks an interface. */
+  struct sockaddr_in me;
+  if (zppParamGetString("ZPP_SOCKET_IFNAME")[0]) {
+    ZPPCHECKGOTO(zppSockFindInterface(&me, NULL, 0), res, out);
+  } else {
+    socklen_t len = sizeof(me);
+    SYSCHECKGOTO(getsockname(fd, (struct sockaddr*)&me, &len), "getsockname", res, out);
+  }
+  me.sin_port = 0;
+  ZPPCHECKGOTO(zppSockListen(&me, 0, listenFd, &me), res, out);
+
+  unsigned char hello[ZPP_HELLO_BYTES];
+  memset(hello, 0, sizeof(hello));
+  zppPut32(hello, ZPP_MAGIC_HELLO);
+  zppPut32(hello + 4, ZPP_BOOT_PROTO);
+  memcpy(hello + 8, bs->secret, ZPP_SECRET_BYTES);
+  zppPut32(hello + 40, (uint32_t)bs->rank);
+  zppPut32(hello + 44, (uint32_t)bs->nranks);
+  zppPutAddr(hello + 48, &me);
+  snprintf((char*)hello + 56, ZPP_HOSTID_MAX, "%s", hostId);
+  snprintf(doing, sizeof(doing), "sending hello to the bootstrap root at %s", rootStr);
+  ZPPCHECKGOTO(zppSockSendAll(fd, hello, sizeof(hello), w, doing), res, out);
+
+  /* The root answers by its own deadline, which began before ours (the id
+   * existed before we started), and its answer names the ranks it misses:
+   * one second of grace lets that answer, rather than our bare timeout,
+   * be what the user reads. */
+  zppSockWait_t replyW = *w;
+  replyW.deadline += 1.0;
+  unsigned char hdr[ZPP_REPLY_BYTES];
+  snprintf(doing, sizeof(doing), "waiting for the other ranks at the bootstrap root %s", rootStr);
+  ZPPCHECKGOTO(zppSockRecvAll(fd, hdr, sizeof(hdr), &replyW, doing), res, out);
+  uint32_t status = zppGet32(hdr + 4), len = zppGet32(hdr + 12);
+  int nranks = (int)zppGet32(hdr + 8);
+  if (zppGet32(hdr) != ZPP_MAGIC_REPLY)
+    ZPP_FAILGOTO(zppRemoteError, res, out, BOOT, "bootstrap: %s is not a zpp bootstrap root",
+                 rootStr);
+  if (status != zppSuccess) {
+    char msg[ZPP_BOOT_ERRMSG_MAX + 1] = "";
+    if (len > ZPP_BOOT_ERRMSG_MAX || status >= zppNumResults || status == zppInProgress)
+      ZPP_FAILGOTO(zppRemoteError, res, out, BOOT,
+                   "bootstrap: malformed error reply from the root at %s (status %u, %u bytes)",
+                   rootStr, status, len);
+    snprintf(doing, sizeof(doing), "reading the error from the bootstrap root %s", rootStr);
+    ZPPCHECKGOTO(zppSockRecvAll(fd, msg, len, &replyW, doing), res, out);
+    msg[len] = '\0';
+    ZPP_FAILGOTO((zppResult_t)status, res, out, BOOT, "bootstrap: rank %d: %s", bs->rank, msg);
+  }
+  if (nranks != bs->nranks || len != (uint64_t)nranks * ZPP_ENTRY_BYTES)
+    ZPP_FAILGOTO(zppRemoteError, res, out, BOOT,
+                 "bootstrap: malformed rank table from the root at %s (%d ranks, %u bytes; expected "
+                 "%d ranks)",
+                 rootStr, nranks, len, bs->nranks);
+  unsigned char* table = malloc(len);
+  if (table == NULL)
+    ZPP_FAILGOTO(zppSystemError, res, out, BOOT, "out of memory for a %u-byte rank table", len);
+  snprintf(doing, sizeof(doing), "reading the rank table from the bootstrap root %s", rootStr);
+  res = zppSockRecvAll(fd, table, len, &replyW, doing);
+  for (int r = 0; res == zppSuccess && r < nranks; r++) {
+    const unsigned char* e = table + (size_t)r * ZPP_ENTRY_BYTES;
+    if (!zppHostIdValid(e + 8)) {
+      ZPP_ERR(BOOT, "bootstrap: the rank table from %s has a bad host id for rank %d", rootStr, r);
+      res = zppRemoteError;
+      break;
+    }
+    zppGetAddr(e, &bs->addrs[r]);
+    memcpy(bs->hostIds[r], e + 8, ZPP_HOSTID_MAX);
+  }
+  free(table);
+out:
+  zppSockClose(&fd);
+  return res;
+}
+
+/* Connects to the next rank and accepts the previous one. Connect first:
+ * the next rank's listening socket exists since before the table was sent,
+ * so the connection completes in its backlog even before it accepts. */
+static zppResult_t connectRing(zppBootstrap_t* bs, int listenFd, const zppSockWait_t* w) {
+  int next = (bs->rank + 1) % bs->nranks, prev = (bs->rank - 1 + bs->nranks) % bs->nranks;
+  char desc[96], as[ZPP_SOCKADDR_STRLEN], doing[128];
+  snprintf(desc, sizeof(desc), "bootstrap ring peer rank %d", next);
+  ZPPCHECK(zppSockConnect(&bs->addrs[next], w, desc, &bs->nextFd));
+  unsigned char h[ZPP_RING_HELLO_BYTES];
+  zppPut32(h, ZPP_MAGIC_RING);
+  zppPut32(h + 4, ZPP_BOOT_PROTO);
+  memcpy(h + 8, bs->secret, ZPP_SECRET_BYTES);
+  zppPut32(h + 40, (uint32_t)bs->rank);
+  zppPut32(h + 44, (uint32_t)bs->nranks);
+  snprintf(doing, sizeof(doing), "greeting rank %d (%s)", next,
+           zppSockAddrStr(&bs->addrs[next], as));
+  ZPPCHECK(zppSockSendAll(bs->nextFd, h, sizeof(h), w, doing));
+
+  snprintf(doing, sizeof(doing), "waiting for rank %d to connect", prev);
+  while (bs->prevFd < 0) {
+    int fd = -1;
+    struct sockaddr_in from;
+    ZPPCHECK(zppSockAccept(listenFd, w, doing, &fd, &from));
+    /* A stray connection gets a few seconds to greet, not our whole
+     * timeout: the real previous rank greets right after connecting. */
+    zppSockWait_t shortW = *w;
+    if (shortW.deadline > zppSockNow() + 5.0) shortW.deadline = zppSockNow() + 5.0;
+    char greet[128];
+    snprintf(greet, sizeof(greet), "reading a greeting from %s", zppSockAddrStr(&from, as));
+    unsigned char g[ZPP_RING_HELLO_BYTES];
+    zppResult_t rr = zppSockRecvAll(fd, g, sizeof(g), &shortW, greet);
+    if (rr == zppSuccess && zppGet32(g) == ZPP_MAGIC_RING && zppSecretEqual(g + 8, bs->secret) &&
+        zppGet32(g + 4) == ZPP_BOOT_PROTO && (int)zppGet32(g + 40) == prev &&
+        (int)zppGet32(g + 44) == bs->nranks) {
+      bs->prevFd = fd;
+      break;
+    }
+    if (rr == zppSuccess)
+      ZPP_WARN(BOOT, "bootstrap: rank %d refused a ring connection from %s: wrong secret or not rank %d",
+               bs->rank, as, prev);
+    close(fd);
+    if (zppSockAborted(w) || zppSockNow() >= w->deadline)
+      ZPP_FAIL(zppRemoteError, BOOT, "bootstrap: rank %d gave up %s", bs->rank, doing);
+  }
+  zppSockSetNoDelay(bs->nextFd);
+  zppSockSetNoDelay(bs->prevFd);
+  return zppSuccess;
+}
+
+zppResult_t zppBootstrapInit(const zppUniqueId* id, int rank, int nranks, const char* hostId,
+                             double timeoutSec, zppBootstrap_t** out) {
+  zppResult_t res = zppSuccess;
+  ZPP_ARGCHECK(id != NULL && out != NULL, "bootstrap: id or output is NULL");
+  ZPP_ARGCHECK(nranks >= 1 && nranks <= ZPP_BOOT_MAX_RANKS, "bootstrap: nranks=%d out of range 1..%d",
+               nranks, ZPP_BOOT_MAX_RANKS);
+  ZPP_ARGCHECK(rank >= 0 && rank < nranks, "bootstrap: rank %d out of range 0..%d", rank, nranks - 1);
+  ZPP_ARGCHECK(hostId != NULL && hostId[0] != '\0' && strlen(hostId) < ZPP_HOSTID_MAX,
+               "bootstrap: host id must be 1..%d characters", ZPP_HOSTID_MAX - 1);
+  ZPP_ARGCHECK(timeoutSec > 0, "bootstrap: timeout %.3f s must be positive", timeoutSec);
+  zppBootstrap_t* bs = NULL;
+  ZPP_CALLOC(bs, 1);
+  bs->abortPipe[0] = bs->abortPipe[1] = bs->nextFd = bs->prevFd = -1;
+  bs->rank = rank;
+  bs->nranks = nranks;
+  bs->timeoutSec = timeoutSec;
+  int listenFd = -1;
+  ZPPCHECKGOTO(decodeId(id, &bs->root, bs->secret), res, err_free);
+  SYSCHECKGOTO(pipe2(bs->abortPipe, O_CLOEXEC | O_NONBLOCK), "pipe2", res, err_free);
+  ZPP_CALLOCGOTO(bs->addrs, nranks, res, err_free);
+  ZPP_CALLOCGOTO(bs->hostIds, nranks, res, err_free);
+
+  zppSockWait_t w = {zppSockNow() + timeoutSec, timeoutSec, bs->abortPipe[0]};
+  ZPPCHECKGOTO(joinRoot(bs, hostId, &w, &listenFd), res, err_free);
+  if (nranks > 1) {
+    ZPPCHECKGOTO(connectRing(bs, listenFd, &w), res, err_free);
+    /* Nobody returns before everyone is in the ring: a rank that returned
+     * and exited at once could take the root (in its process) down while
+     * the root still sends the table to others. One byte around the ring. */
+    unsigned char* tokens = NULL;
+    ZPP_CALLOCGOTO(tokens, nranks, res, err_free);
+    res = allGather(bs, OP_BARRIER, tokens, 1, &w);
+    free(tokens);
+    bs->seq++;
+    if (res != zppSuccess) goto err_free;
+  }
+  zppSockClose(&listenFd);
+  char as[ZPP_SOCKADDR_STRLEN];
+  ZPP_INFO(BOOT, "bootstrap: rank %d/%d joined the root at %s (host id '%s')", rank, nranks,
+           zppSockAddrStr(&bs->root, as), hostId);
+  *out = bs;
+  return zppSuccess;
+err_free:
+  zppSockClose(&listenFd);
+  zppBootstrapDestroy(bs);
+  {
+    /* If this process hosts a root that failed, give it a moment to tell
+     * the ranks that are a little late: our caller may exit at once and
+     * take the root along. Ranks later than that find no root, and fail
+     * at their timeout naming its address. */
+    double until = zppSockNow() + 2.0;
+    while (zppBootRootsTelling() > 0 && zppSockNow() < until) usleep(1000);
+  }
+  return res;
+}
+
+int zppBootstrapRank(const zppBootstrap_t* bs) { return bs->rank; }
+int zppBootstrapSize(const zppBootstrap_t* bs) { return bs->nranks; }
+
+const char* zppBootstrapHostId(const zppBootstrap_t* bs, int rank) {
+  if (bs == NULL || rank < 0 || rank >= bs->nranks) return NULL;
+  return bs->hostIds[rank];
+}
+
+/* ------------------------------------------------------------------------
+ * Ring operations
+ * ---------------------------------------------------------------------- */
+
+typedef struct {
+  unsigned char hdr[ZPP_MSG_BYTES];
+  const unsigned char* data;
+  size_t len, done; /* over header + data */
+} sendState_t;
+
+typedef struct {
+  unsigned char hdr[ZPP_MSG_BYTES];
+  unsigned char* data;
+  size_t len, done;
+  int checked;
+} recvState_t;
+
+static void breakRing(zppBootstrap_t* bs) {
+  bs->broken = 1;
+  if (bs->nextFd >= 0) shutdown(bs->nextFd, SHUT_RDWR);
+  if (bs->prevFd >= 0) shutdown(bs->prevFd, SHUT_RDWR);
+}
+
+/* Progress one non-blocking send; 1 when done, 0 to wait, -1 on error. */
+static int sendSome(int fd, sendState_t* s) {
+  while (s->done < ZPP_MSG_BYTES + s->len) {
+    const unsigned char* p = s->done < ZPP_MSG_BYTES ? s->hdr + s->done : s->data + (s->done - ZPP_MSG_BYTES);
+    size_t n = s->done < ZPP_MSG_BYTES ? ZPP_MSG_BYTES - s->done : ZPP_MSG_BYTES + s->len - s->done;
+    ssize_t k = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k > 0) {
+      s->done += (size_t)k;
+    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      return 0;
+    } else {
+      if (k == 0) errno = EPIPE;
+      return -1;
+    }
+  }
+  return 1;
+}
+
+/* 1 done, 0 wait, -1 connection error, -2 unexpected header. */
+static int recvSome(int fd, recvState_t* r) {
+  while (r->done < ZPP_MSG_BYTES + r->len) {
+    unsigned char* p = r->done < ZPP_MSG_BYTES ? r->hdr + r->done : r->data + (r->done - ZPP_MSG_BYTES);
+    size_t n = r->done < ZPP_MSG_BYTES ? ZPP_MSG_BYTES - r->done : ZPP_MSG_BYTES + r->len - r->done;
+    ssize_t k = recv(fd, p, n, MSG_DONTWAIT);
+    if (k > 0) {
+      r->done += (size_t)k;
+      if (r->done == ZPP_MSG_BYTES && !r->checked) {
+        r->checked = 1;
+        return -2; /* caller validates the header, then calls again */
+      }
+    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+      return 0;
+    } else {
+      if (k == 0) errno = 0; /* end of file */
+      return -1;
+    }
+  }
+  return 1;
+}
+
+/* One ring step: send `slen` bytes to the next rank and receive `rlen`
+ * from the previous one at the same time (either may be absent, NULL), so
+ * that messages larger than a socket buffer cannot deadlock the ring. */
+static zppResult_t ringStep(zppBootstrap_t* bs, uint32_t op, const zppSockWait_t* w,
+                            const void* sbuf, size_t slen, void* rbuf, size_t rlen) {
+  int next = (bs->rank + 1) % bs->nranks, prev = (bs->rank - 1 + bs->nranks) % bs->nranks;
+  sendState_t s = {.data = sbuf, .len = slen};
+  recvState_t r = {.data = rbuf, .len = rlen};
+  int sending = sbuf != NULL, receiving = rbuf != NULL;
+  zppPut32(s.hdr, ZPP_MAGIC_MSG);
+  zppPut32(s.hdr + 4, op);
+  zppPut64(s.hdr + 8, bs->seq);
+  zppPut64(s.hdr + 16, slen);
+  while (sending || receiving) {
+    if (sending) {
+      int k = sendSome(bs->nextFd, &s);
+      if (k < 0)
+        ZPP_FAIL(zppRemoteError, BOOT, "bootstrap %s: rank %d lost its connection to rank %d: %s",
+                 opName(op), bs->rank, next, strerror(errno));
+      if (k == 1) sending = 0;
+    }
+    if (receiving) {
+      int k = recvSome(bs->prevFd, &r);
+      if (k == -2) {
+        uint32_t magic = zppGet32(r.hdr), rop = zppGet32(r.hdr + 4);
+        uint64_t rseq = zppGet64(r.hdr + 8), rl = zppGet64(r.hdr + 16);
+        if (magic != ZPP_MAGIC_MSG || rop != op || rseq != bs->seq || rl != rlen)
+          ZPP_FAIL(zppInvalidUsage, BOOT,
+                   "bootstrap %s #%llu: rank %d got %s #%llu of %llu bytes from rank %d, expected "
+                   "%zu bytes: the ranks are making different bootstrap calls",
+                   opName(op), (unsigned long long)bs->seq, bs->rank, opName(rop),
+                   (unsigned long long)rseq, (unsigned long long)rl, prev, rlen);
+        k = recvSome(bs->prevFd, &r);
+      }
+      if (k == -1)
+        ZPP_FAIL(zppRemoteError, BOOT,
+                 "bootstrap %s: rank %d lost its connection to rank %d (%s): did rank %d fail or exit?",
+                 opName(op), bs->rank, prev, errno ? strerror(errno) : "end of file", prev);
+      if (k == 1) receiving = 0;
+    }
+    if (!sending && !receiving) break;
+    struct pollfd p[3];
+    int np = 0;
+    if (sending) p[np++] = (struct pollfd){.fd = bs->nextFd, .events = POLLOUT};
+    if (receiving) p[np++] = (struct pollfd){.fd = bs->prevFd, .events = POLLIN};
+    p[np++] = (struct pollfd){.fd = bs->abortPipe[0], .events = POLLIN};
+    int ms = zppSockPollMs(w);
+    int rc = poll(p, (nfds_t)np, ms);
+    if (rc < 0 && errno != EINTR)
+      ZPP_FAIL(zppSystemError, BOOT, "bootstrap %s: poll: %s", opName(op), strerror(errno));
+    if (p[np - 1].revents || atomic_load(&bs->aborted))
+      ZPP_FAIL(zppRemoteError, BOOT, "bootstrap %s: rank %d aborted", opName(op), bs->rank);
+    if (rc == 0 && ms == 0)
+      ZPP_FAIL(zppRemoteError, BOOT,
+               "bootstrap %s: rank %d timed out after %.1f s (ZPP_TIMEOUT) %s rank %d",
+               opName(op), bs->rank, w->timeoutSec, receiving ? "waiting for" : "sending to",
+               receiving ? prev : next);
+  }
+  return zppSuccess;
+}
+
+/* Every public operation: count ourselves in (destroy waits for us), fail
+ * fast once aborted or broken, and break the ring on failure. */
+static zppResult_t opEnter(zppBootstrap_t* bs, uint32_t op) {
+  ZPP_ARGCHECK(bs != NULL, "bootstrap %s: NULL bootstrap", opName(op));
+  atomic_fetch_add(&bs->busy, 1);
+  if (atomic_load(&bs->aborted)) {
+    atomic_fetch_sub(&bs->busy, 1);
+    ZPP_FAIL(zppRemoteError, BOOT, "bootstrap %s: rank %d was aborted", opName(op), bs->rank);
+  }
+  if (bs->broken) {
+    atomic_fetch_sub(&bs->busy, 1);
+    ZPP_FAIL(zppRemoteError, BOOT, "bootstrap %s: rank %d: an earlier bootstrap operation failed",
+             opName(op), bs->rank);
+  }
+  return zppSuccess;
+}
+
+static zppResult_t opLeave(zppBootstrap_t* bs, zppResult_t res) {
+  if (res != zppSuccess) breakRing(bs);
+  bs->seq++;
+  atomic_fetch_sub(&bs->busy, 1);
+  return res;
+}
+
+static zppResult_t allGather(zppBootstrap_t* bs, uint32_t op, void* data, size_t bytesPerRank,
+                             const zppSockWait_t* w) {
+  unsigned char* d = data;
+  int n = bs->nranks;
+  /* Step s: pass on the block that came from rank - s. */
+  for (int s = 0; s < n - 1; s++) {
+    int sendBlock = (bs->rank - s + n) % n, recvBlock = (bs->rank - s - 1 + n) % n;
+    ZPPCHECK(ringStep(bs, op, w, d + (size_t)sendBlock * bytesPerRank, bytesPerRank,
+                      d + (size_t)recvBlock * bytesPerRank, bytesPerRank));
+  }
+  return zppSuccess;
+}
+
+zppResult_t zppBootstrapAllGather(zppBootstrap_t* bs, void* data, size_t bytesPerRank) {
+  ZPPCHECK(opEnter(bs, OP_ALLGATHER));
+  zppResult_t res = zppSuccess;
+  if (data == NULL && bytesPerRank > 0)
+    ZPP_FAILGOTO(zppInvalidArgument, res, out, BOOT, "bootstrap allgather: data is NULL");
+  if (bytesPerRank > ((size_t)1 << 40) / (size_t)bs->nranks)
+    ZPP_FAILGOTO(zppInvalidArgument, res, out, BOOT, "bootstrap allgather: %zu bytes per rank is too much",
+                 bytesPerRank);
+  if (bs->nranks > 1 && bytesPerRank > 0) {
+    zppSockWait_t w = {zppSockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
+    res = allGather(bs, OP_ALLGATHER, data, bytesPerRank, &w);
+  }
+out:
+  return opLeave(bs, res);
+}
+
+zppResult_t zppBootstrapBroadcast(zppBootstrap_t* bs, void* data, size_t bytes, int root) {
+  ZPPCHECK(opEnter(bs, OP_BROADCAST));
+  zppResult_t res = zppSuccess;
+  if (root < 0 || root >= bs->nranks)
+    ZPP_FAILGOTO(zppInvalidArgument, res, out, BOOT, "bootstrap broadcast: root %d out of range 0..%d",
+                 root, bs->nranks - 1);
+  if (data == NULL && bytes > 0)
+    ZPP_FAILGOTO(zppInvalidArgument, res, out, BOOT, "bootstrap broadcast: data is NULL");
+  if (bs->nranks > 1) {
+    zppSockWait_t w = {zppSockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
+    int last = (root - 1 + bs->nranks) % bs->nranks;
+    /* Along the ring from the root; a zero-byte message still carries the
+     * header, so that mismatched calls are caught. */
+    static unsigned char none;
+    void* buf = bytes ? data : &none;
+    if (bs->rank != root) ZPPCHECKGOTO(ringStep(bs, OP_BROADCAST, &w, NULL, 0, buf, bytes), res, out);
+    if (bs->rank != last) ZPPCHECKGOTO(ringStep(bs, OP_BROADCAST, &w, buf, bytes, NULL, 0), res, out);
+  }
+out:
+  return opLeave(bs, res);
+}
+
+zppResult_t zppBootstrapBarrier(zppBootstrap_t* bs) {
+  ZPPCHECK(opEnter(bs, OP_BARRIER));
+  zppResult_t res = zppSuccess;
+  if (bs->nranks > 1) {
+    /* A rank leaves once it has heard from every other: one byte each. */
+    unsigned char* tokens = calloc((size_t)bs->nranks, 1);
+    if (tokens == NULL) {
+      ZPP_ERR(BOOT, "bootstrap barrier: out of memory");
+      res = zppSystemError;
+    } else {
+      zppSockWait_t w = {zppSockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
+      res = allGather(bs, OP_BARRIER, tokens, 1, &w);
+      free(tokens);
+    }
+  }
+  return opLeave(bs, res);
+}
+
+void zppBootstrapAbort(zppBootstrap_t* bs) {
+  if (bs == NULL) return;
+  if (atomic_exchange(&bs->aborted, 1)) return;
+  if (bs->abortPipe[1] >= 0) {
+    ssize_t n = write(bs->abortPipe[1], "a", 1);
+    (void)n;
+  }
+  /* Also tell the neighbours now, rather than at their timeout. shutdown,
+   * not close: the fds may be in use by the thread we are unblocking. */
+  if (bs->nextFd >= 0) shutdown(bs->nextFd, SHUT_RDWR);
+  if (bs->prevFd >= 0) shutdown(bs->prevFd, SHUT_RDWR);
+}
+
+void zppBootstrapDestroy(zppBootstrap_t* bs) {
+  if (bs == NULL) return;
+  if (atomic_load(&bs->busy) > 0) {
+    /* Another thread is still inside a call: stop it, and wait for it to
+     * leave before freeing what it uses. */
+    zppBootstrapAbort(bs);
+    double until = zppSockNow() + 10.0;
+    while (atomic_load(&bs->busy) > 0 && zppSockNow() < until) sched_yield(), usleep(1000);
+    if (atomic_load(&bs->busy) > 0) {
+      ZPP_ERR(BOOT, "bootstrap: rank %d: a thread is still inside a bootstrap call after abort; "
+                    "leaking it rather than freeing it under that thread", bs->rank);
+      return;
+    }
+  }
+  zppSockClose(&bs->nextFd);
+  zppSockClose(&bs->prevFd);
+  zppSockClose(&bs->abortPipe[0]);
+  zppSockClose(&bs->abortPipe[1]);
+  free(bs->addrs);
+  free(bs->hostIds);
+  free(bs);
+}

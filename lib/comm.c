@@ -1,0 +1,329 @@
+/*
+ * Communicator lifecycle: settings (explicit config, then environment, then
+ * defaults), bootstrap, topology, transports; destroy, abort, queries.
+ * The launch from a launcher's environment is in comm_env.c.
+ */
+#include "lib/comm.h"
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "lib/comm_internal.h"
+#include "lib/transport/transport.h"
+#include "params.h"
+
+/* Layouts of zppConfig_t so far: the size each version's header declared.
+ * A new field makes a new row; older callers keep their smaller size. */
+static const struct {
+  unsigned version;
+  size_t size;
+} configLayouts[] = {
+    {ZPP_VERSION(0, 1, 0), sizeof(zppConfig_t)},
+};
+
+static zppResult_t checkConfig(const zppConfig_t* c) {
+  if (c == NULL) return zppSuccess;
+  ZPP_ARGCHECK(c->magic == ZPP_CONFIG_MAGIC,
+               "config: magic 0x%08x is not ZPP_CONFIG_MAGIC: initialize the config with "
+               "ZPP_CONFIG_INITIALIZER",
+               c->magic);
+  ZPP_ARGCHECK(c->version >= configLayouts[0].version,
+               "config: version %u is not a zpp version code (initialize the config with "
+               "ZPP_CONFIG_INITIALIZER)",
+               c->version);
+  if (c->version > ZPP_VERSION_CODE)
+    ZPP_FAIL(zppInvalidUsage, INIT,
+             "config: version %u is newer than this library (%d): the program was compiled "
+             "against a newer zpp.h than the libzpp it runs with",
+             c->version, ZPP_VERSION_CODE);
+  size_t want = 0;
+  for (size_t i = 0; i < sizeof(configLayouts) / sizeof(configLayouts[0]); i++)
+    if (configLayouts[i].version <= c->version) want = configLayouts[i].size;
+  ZPP_ARGCHECK(c->size == want,
+               "config: size %zu does not match %zu, the size of zppConfig_t in version %u "
+               "(initialize the config with ZPP_CONFIG_INITIALIZER)",
+               c->size, want, c->version);
+  return zppSuccess;
+}
+
+static zppResult_t checkHostId(const char* id, const char* from) {
+  size_t len = strlen(id);
+  ZPP_ARGCHECK(len >= 1 && len < ZPP_HOSTID_MAX, "%s: host id '%s' must be 1..%d characters", from,
+               id, ZPP_HOSTID_MAX - 1);
+  for (size_t i = 0; i < len; i++)
+    ZPP_ARGCHECK(isgraph((unsigned char)id[i]),
+                 "%s: host id '%s' must be printable, without spaces", from, id);
+  return zppSuccess;
+}
+
+zppResult_t zppCommResolveSettings(const zppConfig_t* config, zppCommSettings_t* s) {
+  zppCommSettings_t t;
+  memset(&t, 0, sizeof(t));
+  ZPPCHECK(checkConfig(config));
+
+  if (config && config->timeoutSec != ZPP_CONFIG_UNDEF_INT) {
+    ZPP_ARGCHECK(config->timeoutSec > 0, "config: timeoutSec=%d must be positive", config->timeoutSec);
+    t.timeoutSec = config->timeoutSec;
+    t.timeoutFrom = "config";
+  } else {
+    int64_t v = 0;
+    ZPPCHECK(zppParamGetInt("ZPP_TIMEOUT", &v));
+    ZPP_ARGCHECK(v > 0 && v <= 100000000, "ZPP_TIMEOUT=%lld must be a positive number of seconds",
+                 (long long)v);
+    t.timeoutSec = (double)v;
+    t.timeoutFrom = zppParamIsSet("ZPP_TIMEOUT") ? "ZPP_TIMEOUT" : "default";
+  }
+
+  const char* env = zppParamGetString("ZPP_HOSTID");
+  if (config && config->hostId) {
+    ZPPCHECK(checkHostId(config->hostId, "config"));
+    snprintf(t.hostId, sizeof(t.hostId), "%s", config->hostId);
+    t.hostIdFrom = "config";
+  } else if (env[0]) {
+    ZPPCHECK(checkHostId(env, "ZPP_HOSTID"));
+    snprintf(t.hostId, sizeof(t.hostId), "%s", env);
+    t.hostIdFrom = "ZPP_HOSTID";
+  } else {
+    char host[256];
+    SYSCHECK(gethostname(host, sizeof(host)), "gethostname");
+    host[sizeof(host) - 1] = '\0';
+    /* A host name longer than a host id: its head is still unique enough in
+     * practice, and a node identity must never fail a launch. */
+    snprintf(t.hostId, sizeof(t.hostId), "%.*s", ZPP_HOSTID_MAX - 1, host);
+    for (char* p = t.hostId; *p; p++)
+      if (!isgraph((unsigned char)*p)) *p = '_';
+    t.hostIdFrom = "host name";
+  }
+
+  snprintf(t.name, sizeof(t.name), "%s", config && config->commName ? config->commName : "zpp");
+  *s = t;
+  return zppSuccess;
+}
+
+/* A 64-bit FNV-1a of the host-id table, to compare it across ranks. */
+static uint64_t hashHostIds(const char* const* ids, int n) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (int r = 0; r < n; r++)
+    for (const char* p = ids[r];; p++) {
+      h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+      if (*p == '\0') break;
+    }
+  return h;
+}
+
+/* The host ids the topology is built from: the ones the ranks announced,
+ * unless ZPP_TOPO_FILE replaces them. Every rank must end up with the same
+ * table, or the groups would disagree: checked with an all-gather. */
+static zppResult_t buildTopology(struct zppComm* comm) {
+  zppResult_t res = zppSuccess;
+  const char* path = zppParamGetString("ZPP_TOPO_FILE");
+  char** fileIds = NULL;
+  uint64_t* hashes = NULL;
+  const char** ids = NULL;
+  ZPP_CALLOCGOTO(ids, comm->nranks, res, out);
+  if (path[0]) {
+    ZPPCHECKGOTO(zppTopoReadHostIds(path, comm->nranks, &fileIds), res, out);
+    for (int r = 0; r < comm->nranks; r++) ids[r] = fileIds[r];
+    ZPP_INFO(TOPO, "comm %s rank %d: host ids from ZPP_TOPO_FILE=%s (this rank: '%s')", comm->name,
+             comm->rank, path, ids[comm->rank]);
+  } else {
+    for (int r = 0; r < comm->nranks; r++) ids[r] = zppBootstrapHostId(comm->bootstrap, r);
+  }
+  ZPP_CALLOCGOTO(hashes, comm->nranks, res, out);
+  hashes[comm->rank] = hashHostIds(ids, comm->nranks) ^ (path[0] ? 1 : 0);
+  ZPPCHECKGOTO(zppBootstrapAllGather(comm->bootstrap, hashes, sizeof(uint64_t)), res, out);
+  for (int r = 0; r < comm->nranks; r++)
+    if (hashes[r] != hashes[comm->rank])
+      ZPP_FAILGOTO(zppInvalidUsage, res, out, TOPO,
+                   "comm %s: ranks %d and %d see different host-id tables: set ZPP_TOPO_FILE to "
+                   "the same file on every rank, or on none",
+                   comm->name, comm->rank, r);
+  ZPPCHECKGOTO(zppTopoCreate(comm->nranks, ids, &comm->topo), res, out);
+  snprintf(comm->hostId, sizeof(comm->hostId), "%s", ids[comm->rank]);
+  ZPP_INFO(TOPO, "comm %s rank %d: node %d of %d, local rank %d of %d%s", comm->name, comm->rank,
+           comm->topo->nodeOf[comm->rank], comm->topo->nNodes, comm->topo->localRankOf[comm->rank],
+           comm->topo->nodeSize[comm->topo->nodeOf[comm->rank]],
+           comm->topo->uniform ? "" : " (nodes hold different numbers of ranks)");
+out:
+  free(hashes);
+  free(ids);
+  zppTopoFreeHostIds(fileIds, comm->nranks);
+  return res;
+}
+
+/* Frees what exists; accepts a half-built communicator. */
+static void commFree(struct zppComm* comm) {
+  if (comm == NULL) return;
+  zppTransportsDestroy(comm);
+  zppTopoDestroy(comm->topo);
+  zppBootstrapDestroy(comm->bootstrap);
+  pthread_mutex_destroy(&comm->errorLock);
+  comm->magic = 0; /* a stale handle fails the magic check while the memory lasts */
+  free(comm);
+}
+
+zppResult_t zppCommInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
+                                    const zppCommSettings_t* s) {
+  zppResult_t res = zppSuccess;
+  struct zppComm* comm = NULL;
+  ZPP_CALLOC(comm, 1);
+  if (pthread_mutex_init(&comm->errorLock, NULL) != 0) {
+    free(comm);
+    ZPP_FAIL(zppSystemError, INIT, "pthread_mutex_init failed");
+  }
+  comm->magic = ZPP_COMM_MAGIC;
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->timeoutSec = s->timeoutSec;
+  snprintf(comm->hostId, sizeof(comm->hostId), "%s", s->hostId);
+  snprintf(comm->name, sizeof(comm->name), "%s", s->name);
+  zppLogSetRank(rank);
+  ZPP_INFO(INIT, "comm %s rank %d/%d: timeout %.0f s (%s), host id '%s' (%s)", comm->name, rank,
+           nranks, s->timeoutSec, s->timeoutFrom, s->hostId, s->hostIdFrom);
+  ZPPCHECKGOTO(zppBootstrapInit(id, rank, nranks, s->hostId, s->timeoutSec, &comm->bootstrap), res,
+               err_free);
+  ZPPCHECKGOTO(buildTopology(comm), res, err_free);
+  ZPPCHECKGOTO(zppTransportsInit(comm), res, err_free);
+  ZPP_INFO(INIT, "comm %s rank %d/%d ready", comm->name, rank, nranks);
+  *out = comm;
+  return zppSuccess;
+err_free:
+  commFree(comm);
+  return res;
+}
+
+zppResult_t zppCommInitRankConfig(zppComm_t* comm, int nranks, zppUniqueId commId, int rank,
+                                  zppConfig_t* config) {
+  ZPP_ARGCHECK(comm != NULL, "zppCommInitRank: comm (the output) is NULL");
+  ZPP_ARGCHECK(nranks >= 1, "zppCommInitRank: nranks=%d must be at least 1", nranks);
+  ZPP_ARGCHECK(rank >= 0 && rank < nranks, "zppCommInitRank: rank %d out of range 0..%d", rank,
+               nranks - 1);
+  zppCommSettings_t s;
+  ZPPCHECK(zppCommResolveSettings(config, &s));
+  ZPPCHECK(zppCommInitWithSettings(comm, nranks, &commId, rank, &s));
+  return zppSuccess;
+}
+
+zppResult_t zppCommInitRank(zppComm_t* comm, int nranks, zppUniqueId commId, int rank) {
+  ZPPCHECK(zppCommInitRankConfig(comm, nranks, commId, rank, NULL));
+  return zppSuccess;
+}
+
+zppResult_t zppGetUniqueId(zppUniqueId* uniqueId) {
+  ZPP_ARGCHECK(uniqueId != NULL, "zppGetUniqueId: uniqueId is NULL");
+  zppCommSettings_t s;
+  ZPPCHECK(zppCommResolveSettings(NULL, &s));
+  ZPPCHECK(zppBootstrapCreateRoot(uniqueId, NULL, 0, -1, NULL, 0, s.timeoutSec));
+  return zppSuccess;
+}
+
+/* Public calls accept a handle that is NULL-checked and alive. */
+static zppResult_t checkHandle(const struct zppComm* comm, const char* call) {
+  ZPP_ARGCHECK(comm != NULL, "%s: comm is NULL", call);
+  ZPP_ARGCHECK(comm->magic == ZPP_COMM_MAGIC,
+               "%s: not a live communicator (destroyed, or not made by zppCommInitRank)", call);
+  return zppSuccess;
+}
+
+zppResult_t zppCommDestroy(zppComm_t comm) {
+  if (comm == NULL) return zppSuccess;
+  ZPPCHECK(checkHandle(comm, "zppCommDestroy"));
+  ZPP_INFO(INIT, "comm %s rank %d/%d destroyed", comm->name, comm->rank, comm->nranks);
+  commFree(comm);
+  return zppSuccess;
+}
+
+zppResult_t zppCommAbort(zppComm_t comm) {
+  if (comm == NULL) return zppSuccess;
+  ZPPCHECK(checkHandle(comm, "zppCommAbort"));
+  atomic_store(&comm->aborted, 1);
+  /* Not through zppCommSetError: an abort is asked for, not an error to log. */
+  pthread_mutex_lock(&comm->errorLock);
+  if (atomic_load(&comm->asyncError) == zppSuccess) {
+    snprintf(comm->lastError, sizeof(comm->lastError), "comm %s rank %d: aborted by zppCommAbort",
+             comm->name, comm->rank);
+    atomic_store(&comm->asyncError, (int)zppRemoteError);
+  }
+  pthread_mutex_unlock(&comm->errorLock);
+  ZPP_INFO(INIT, "comm %s rank %d/%d: aborting", comm->name, comm->rank, comm->nranks);
+  /* Stop every wait first; the frees below wait for the waiting threads to
+   * leave. */
+  zppBootstrapAbort(comm->bootstrap);
+  zppTransportsAbort(comm);
+  commFree(comm);
+  return zppSuccess;
+}
+
+zppResult_t zppCommCount(const zppComm_t comm, int* count) {
+  ZPPCHECK(checkHandle(comm, "zppCommCount"));
+  ZPP_ARGCHECK(count != NULL, "zppCommCount: count is NULL");
+  *count = comm->nranks;
+  return zppSuccess;
+}
+
+zppResult_t zppCommUserRank(const zppComm_t comm, int* rank) {
+  ZPPCHECK(checkHandle(comm, "zppCommUserRank"));
+  ZPP_ARGCHECK(rank != NULL, "zppCommUserRank: rank is NULL");
+  *rank = comm->rank;
+  return zppSuccess;
+}
+
+zppResult_t zppCommGetAsyncError(zppComm_t comm, zppResult_t* asyncError) {
+  ZPPCHECK(checkHandle(comm, "zppCommGetAsyncError"));
+  ZPP_ARGCHECK(asyncError != NULL, "zppCommGetAsyncError: asyncError is NULL");
+  *asyncError = (zppResult_t)atomic_load(&comm->asyncError);
+  return zppSuccess;
+}
+
+const char* zppGetLastError(zppComm_t comm) {
+  if (comm != NULL && comm->magic == ZPP_COMM_MAGIC &&
+      atomic_load(&comm->asyncError) != zppSuccess)
+    return comm->lastError;
+  return zppLogLastError();
+}
+
+zppResult_t zppCommTopology(const zppComm_t comm, zppTopology_t* topology) {
+  ZPPCHECK(checkHandle(comm, "zppCommTopology"));
+  ZPP_ARGCHECK(topology != NULL, "zppCommTopology: topology is NULL");
+  const zppTopo_t* t = comm->topo;
+  zppTopology_t out;
+  out.nNodes = t->nNodes;
+  out.node = t->nodeOf[comm->rank];
+  out.localRank = t->localRankOf[comm->rank];
+  out.localSize = t->nodeSize[out.node];
+  out.uniform = t->uniform;
+  *topology = out;
+  return zppSuccess;
+}
+
+void zppCommSetError(struct zppComm* comm, zppResult_t error, const char* fmt, ...) {
+  if (comm == NULL || error == zppSuccess || error == zppInProgress) return;
+  pthread_mutex_lock(&comm->errorLock);
+  if (atomic_load(&comm->asyncError) == zppSuccess) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(comm->lastError, sizeof(comm->lastError), fmt, ap);
+    va_end(ap);
+    atomic_store(&comm->asyncError, (int)error);
+    ZPP_ERR(INIT, "%s", comm->lastError);
+  }
+  pthread_mutex_unlock(&comm->errorLock);
+}
+
+zppResult_t zppCommCheckUsable(const struct zppComm* comm) {
+  ZPP_ARGCHECK(comm != NULL, "communicator is NULL");
+  ZPP_ARGCHECK(comm->magic == ZPP_COMM_MAGIC,
+               "not a live communicator (destroyed, or not made by zppCommInitRank)");
+  int e = atomic_load(&comm->asyncError);
+  if (e != zppSuccess) {
+    /* Logged at ERROR when it happened; here only the trace. */
+    ZPP_INFO(INIT, "comm %s rank %d is broken: %s", comm->name, comm->rank, comm->lastError);
+    return (zppResult_t)e;
+  }
+  return zppSuccess;
+}

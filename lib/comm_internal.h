@@ -1,0 +1,29 @@
+/*
+ * Communicator construction shared by lib/comm.c and lib/comm_env.c
+ * (internal; the collectives use lib/comm.h).
+ */
+#ifndef ZPP_COMM_INTERNAL_H_
+#define ZPP_COMM_INTERNAL_H_
+
+#include "zpp.h"
+#include "lib/bootstrap/bootstrap.h"
+
+/* What a communicator runs with, and where each value came from (for the
+ * INFO line that says what was applied). */
+typedef struct {
+  double timeoutSec;
+  char hostId[ZPP_HOSTID_MAX];
+  char name[64];
+  const char* timeoutFrom; /* "config", "ZPP_TIMEOUT" or "default" */
+  const char* hostIdFrom;  /* "config", "ZPP_HOSTID" or "host name" */
+} zppCommSettings_t;
+
+/* Validates config (NULL: defaults) and resolves every setting: explicit
+ * config beats the environment, which beats the defaults. */
+zppResult_t zppCommResolveSettings(const zppConfig_t* config, zppCommSettings_t* s);
+
+/* Bootstrap, topology and transports for arguments already checked. */
+zppResult_t zppCommInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
+                                    const zppCommSettings_t* s);
+
+#endif /* ZPP_COMM_INTERNAL_H_ */
