@@ -165,7 +165,10 @@ static double zppPerfReduceAt(const zppPerfCheckSpec_t* s, size_t index, double*
     double u = zppPerfTypeUnitRoundoff(s->dtype);
     *bound = u * (fabs(e) + (double)(n + 2) * absSum / n);
   } else {
-    *bound = (double)(n - 1) / n;
+    /* The integers next to e are at most (n-1)/n away, every other one at
+     * least 1: anything in between separates them without depending on how
+     * e itself rounded. */
+    *bound = (n - 0.5) / n;
   }
   return e;
 }

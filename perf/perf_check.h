@@ -14,7 +14,8 @@
  *     roundoff of the type: first-order error of n-1 additions, one scaling
  *     of each term or of the sum, and the final rounding.
  *   - avg on integer types: the quotient is not an integer; any integer next
- *     to it (truncated, floored, rounded) is accepted: bound (n-1)/n.
+ *     to it (truncated, floored, rounded) is accepted: those are within
+ *     (n-1)/n, every other integer at least 1 away; bound (n - 1/2)/n.
  * Compressed modes add their codec's bound per element (zppPerfBoundFn).
  */
 #ifndef ZPP_PERF_CHECK_H_

@@ -124,7 +124,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
       zppPerfCorrupt(call->dtype, call->recv, (size_t)a->injectElem);
     zppPerfCheckRecv(&spec, call->recv, rec->counts.recvCount, mode->bound, NULL, &chk);
     if (chk.wrong > 0 && !a->quiet)
-      fprintf(stderr, "\nzpp-perf: rank %d: %s %s %s %zu B: %llu wrong, first at element %ld\n",
+      fprintf(stderr, "zpp-perf: rank %d: %s %s %s %zu B: %llu wrong, first at element %ld\n",
               env->rank, zppPerfCollName(call->coll), mode->name, zppPerfTypeName(call->dtype),
               rec->counts.bytes, (unsigned long long)chk.wrong, chk.firstWrong);
   }
