@@ -46,11 +46,19 @@
  *
  * Error bound (tested; see docs/codecs.md for the derivation). For a finite
  * input x_i in a finite block with scale s, decoding to type T gives y with
- *   |y - x| <= s/2 + 2^-21 * Q * s + u_T * (|x| + s) + m_T + 2^-148
+ *   |y - x| <= s/2 + 2^-21 * Q * s + u_T * (|x| + s) + m_T + (Q + 1) * 2^-150
  * where u_T is T's unit roundoff (fp32 0, since decoding already rounds in
  * fp32 and is covered by the 2^-21 term; fp16 2^-11; bf16 2^-8) and m_T half
  * T's smallest subnormal (fp32 0; fp16 2^-25; bf16 2^-134). The first term is
- * the half step; the rest are the roundings of the float formats.
+ * the half step; the rest are the roundings of the float formats. The last
+ * one is for scales in fp32's subnormal range (max |x| < Q * 2^-126: fp32 and
+ * bf16 inputs only): such a scale is rounded to a multiple of 2^-149, an
+ * absolute error of up to 2^-150 that |q| <= Q multiplies. (This term was
+ * 2^-148 at first, which those blocks exceed: max |x| = 571 * 2^-149 in int8
+ * gives scale 4 * 2^-149 and an error of 63 * 2^-149 at the max element.)
+ * One finite input is outside the bound: fp32 +-FLT_MAX in int8 decodes to
+ * +-Inf, because 127 * fl(FLT_MAX / 127) rounds past FLT_MAX. The bound also
+ * assumes x is within T's range when T is narrower than the input type.
  *
  * ---------------------------------------------------------------------------
  * Reductions. Several packed inputs with the same count, bits and block:
@@ -58,7 +66,10 @@
  * input order, y being the fp32 decoded values (before any type rounding).
  * Against the exact sum S_i of the decoded inputs, the fused requantized
  * result r_i (bits_out, block_out, scale s_out) satisfies
- *   |r_i - S_i| <= s_out/2 + 2^-21 * Q_out * s_out + (n-1) * 2^-24 * sum_k |y_{k,i}| + 2^-148.
+ *   |r_i - S_i| <= s_out/2 + 2^-21 * Q_out * s_out + (n-1) * 2^-24 * sum_k |y_{k,i}|
+ *                  + (Q_out + 1) * 2^-150
+ * as long as the fp32 sum is finite (a block whose sum overflows becomes a
+ * non-finite block, scale NaN).
  *
  * ---------------------------------------------------------------------------
  * Tensor-slice reordering (qgZ). The input holds W partitions (partition p is
@@ -81,6 +92,10 @@
 #include <stdint.h>
 
 #include "zpp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define ZPP_QUANT_MAGIC 0x3150515au /* "ZQP1" as little-endian bytes */
 #define ZPP_QUANT_HEADER_BYTES 16
@@ -142,5 +157,9 @@ zppResult_t zppQuantizeReordered(const void* in, zppDataType_t dtype, size_t par
 
 /* The CPU implementation in use: "avx2" or "scalar" (ZPP_QUANT_IMPL, cpuid). */
 const char* zppQuantImplName(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ZPP_QUANT_H_ */
