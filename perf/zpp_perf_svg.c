@@ -13,7 +13,8 @@
 #include "zpp_perf.h"
 
 #define SVG_W 960
-#define SVG_H 560
+#define SVG_H_MIN 560
+#define SVG_LEGEND_STEP 18
 #define SVG_LEFT 80
 #define SVG_RIGHT 260
 #define SVG_TOP 56
@@ -56,6 +57,7 @@ static int zppPerfSameSeries(const zppPerfRecord_t* a, const zppPerfRecord_t* b)
 typedef struct {
   double x0, x1; /* log2 bytes at the left and right edges */
   double yMax;
+  int h;         /* picture height: grows when the legend needs the room */
 } zppPerfAxes_t;
 
 static double zppPerfPx(const zppPerfAxes_t* ax, double bytes) {
@@ -64,7 +66,7 @@ static double zppPerfPx(const zppPerfAxes_t* ax, double bytes) {
 }
 
 static double zppPerfPy(const zppPerfAxes_t* ax, double bw) {
-  double h = SVG_H - SVG_TOP - SVG_BOTTOM;
+  double h = ax->h - SVG_TOP - SVG_BOTTOM;
   if (!(bw >= 0)) bw = 0;
   return SVG_TOP + h - bw / ax->yMax * h;
 }
@@ -98,7 +100,7 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
     fprintf(stderr, "zpp-perf: cannot write %s: %s\n", path, strerror(errno));
     return -1;
   }
-  zppPerfAxes_t ax = {0, 1, 1};
+  zppPerfAxes_t ax = {0, 1, 1, SVG_H_MIN};
   double lo = INFINITY, hi = 0, top = 0;
   for (size_t i = 0; i < n; i++) {
     double b = (double)recs[i].counts.bytes;
@@ -108,6 +110,13 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
     if (recs[i].base.present && recs[i].base.busbw > top) top = recs[i].base.busbw;
   }
   if (n == 0) lo = hi = 1;
+  int entries = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i == 0 || !zppPerfSameSeries(&recs[i - 1], &recs[i])) entries += 1 + (recs[i].base.present ? 1 : 0);
+  }
+  /* Names must not run off the bottom: the picture grows instead. */
+  if (SVG_TOP + 8 + entries * SVG_LEGEND_STEP + SVG_BOTTOM > ax.h)
+    ax.h = SVG_TOP + 8 + entries * SVG_LEGEND_STEP + SVG_BOTTOM;
   /* Half a doubling of room on each side, so end points are not on the frame. */
   ax.x0 = floor(log2(lo)) - 0.5;
   ax.x1 = ceil(log2(hi)) + 0.5;
@@ -116,7 +125,7 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
              "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
-          SVG_W, SVG_H, SVG_W, SVG_H);
+          SVG_W, ax.h, SVG_W, ax.h);
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
   fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"15\" font-weight=\"bold\">zpp-perf: bus bandwidth, "
              "%d rank%s on %d node%s (%s)</text>\n", SVG_LEFT, info->ranks, info->ranks == 1 ? "" : "s",
@@ -126,7 +135,7 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
   fprintf(f, ", %s; median of %d iterations; compressed modes: effective busbw; dashed: baseline</text>\n",
           info->date, info->iters);
 
-  int pw = SVG_W - SVG_LEFT - SVG_RIGHT, ph = SVG_H - SVG_TOP - SVG_BOTTOM;
+  int pw = SVG_W - SVG_LEFT - SVG_RIGHT, ph = ax.h - SVG_TOP - SVG_BOTTOM;
   fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n",
           SVG_LEFT, SVG_TOP, pw, ph);
   /* x ticks on powers of two, thinned to at most ~12 labels. */
@@ -150,7 +159,7 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
     fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", SVG_LEFT - 6, y + 4, v);
   }
   fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">size (bytes, log scale)</text>\n",
-          SVG_LEFT + pw / 2, SVG_H - 24);
+          SVG_LEFT + pw / 2, ax.h - 24);
   fprintf(f, "<text transform=\"translate(24,%d) rotate(-90)\" text-anchor=\"middle\">busbw (GB/s)</text>\n",
           SVG_TOP + ph / 2);
 
@@ -171,7 +180,7 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
     fprintf(f, "<text x=\"%d\" y=\"%d\">", lx + 30, ly + 4);
     zppPerfXml(f, name);
     fprintf(f, "</text>\n");
-    ly += 18;
+    ly += SVG_LEGEND_STEP;
     if (recs[i].base.present) {
       zppPerfSvgSeries(f, &ax, &recs[i], j - i, 1, colour);
       fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\" "
@@ -181,7 +190,7 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
       fputc(' ', f);
       zppPerfXml(f, zppPerfCollName(recs[i].coll));
       fprintf(f, " (baseline)</text>\n");
-      ly += 18;
+      ly += SVG_LEGEND_STEP;
     }
     series++;
     i = j;

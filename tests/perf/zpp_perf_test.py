@@ -321,7 +321,8 @@ def test_schema(bin_, schema_path, outdir):
     h = doc["header"]
     check(h["ranks"] == 4 and h["nodes"] == 2 and h["layout"] == "2x2" and h["launcher"] == "fork",
           "header: %s" % h)
-    check(len(doc["records"]) == 3 * 3, "want 9 records, got %d" % len(doc["records"]))
+    # 3 collectives x 4 sizes (1, 4, 16, 64 KiB)
+    check(len(doc["records"]) == 3 * 4, "want 12 records, got %d" % len(doc["records"]))
     check(doc["summary"]["rows"] == len(doc["records"]), "summary rows")
     check(all(r["root"] == 3 for r in doc["records"] if r["op"] == "broadcast"), "broadcast root")
     check_arithmetic(doc)
