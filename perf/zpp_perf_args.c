@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "tools/launch.h"
 #include "zpp_perf.h"
 
 static const char* const zppPerfCollNames[ZPP_PERF_NUM_COLLS] = {
@@ -130,6 +131,9 @@ void zppPerfUsage(FILE* f) {
  * that will become rank 0 explains what is wrong with it. */
 static int zppPerfArgsSilent;
 void zppPerfArgsSetSilent(int silent) { zppPerfArgsSilent = silent; }
+
+#define ZPP_PERF_STR2(x) #x
+#define ZPP_PERF_STR(x) ZPP_PERF_STR2(x)
 
 static int zppPerfUsageError(const char* fmt, const char* what) {
   if (zppPerfArgsSilent) return ZPP_PERF_EXIT_USAGE;
@@ -394,7 +398,8 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
       case 'J': a->jsonPath = optarg; break;
       case OPT_SVG: a->svgPath = optarg; break;
       case 'N':
-        if (zppPerfParseInt(optarg, 1, 1024, &v) != 0) return zppPerfUsageError("bad rank count -N %s (1 to 1024)", optarg);
+        if (zppPerfParseInt(optarg, 1, ZPP_LAUNCH_MAX_RANKS, &v) != 0)
+          return zppPerfUsageError("bad rank count -N %s (1 to " ZPP_PERF_STR(ZPP_LAUNCH_MAX_RANKS) ")", optarg);
         a->forkRanks = (int)v;
         break;
       case OPT_LAYOUT: {
