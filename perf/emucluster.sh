@@ -332,7 +332,9 @@ if [[ -n $LOG_DIR ]]; then
   LOG_DIR=$(readlink -f "$LOG_DIR")
 fi
 if [[ -n $RATE_JSON ]]; then
-  : >"$RATE_JSON" 2>/dev/null || die $EX_USAGE "cannot write --rate-json '$RATE_JSON'"
+  # Fail now rather than after the measurement; an old file is replaced then.
+  [[ -w $(dirname "$RATE_JSON") ]] || die $EX_USAGE "cannot write --rate-json '$RATE_JSON' (directory not writable)"
+  rm -f "$RATE_JSON"
 fi
 
 WORLD=$((NODES * RPN))
@@ -466,7 +468,7 @@ teardown() {
   for p in "${HELPER_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
   ((${#RANK_PIDS[@]} == 0)) || stop_ranks
   if ((KEEP)) && ((${#CREATED_NS[@]})); then
-    say "--keep: left $PREFIX up (${CREATED_NS[*]}); remove with: $SELF --cleanup --prefix $PREFIX"
+    echo "emucluster: --keep: left $PREFIX up (${CREATED_NS[*]}); remove with: $SELF --cleanup --prefix $PREFIX" >&2
   else
     # Node namespaces first (their veth ends go with them), the hub last.
     for ((p = ${#CREATED_NS[@]} - 1; p >= 0; p--)); do
@@ -594,7 +596,7 @@ RATE_OK=1
 iperf_once() {
   local k=$1 dir=$2 out rev=()
   [[ $dir == ingress ]] && rev=(-R)
-  out=$(ip netns exec "$(ns_node "$k")" iperf3 -c "$SUBNET.$HUB_HOST" -p "$IPERF_PORT" \
+  out=$(ip netns exec "$(ns_node "$k")" nice -n -5 iperf3 -c "$SUBNET.$HUB_HOST" -p "$IPERF_PORT" \
     -t "$RATE_SECONDS" -f k --connect-timeout 3000 "${rev[@]}" 2>&1) || {
     warn "iperf3 node$k $dir failed: $(echo "$out" | tail -n 2 | tr '\n' ' ')"
     echo 0
@@ -612,7 +614,7 @@ within_tol() { # measured asked -> success when |m/a - 1| <= tol
 check_rates() {
   local hub k dir i
   hub=$(ns_hub)
-  ip netns exec "$hub" iperf3 -s -B "$SUBNET.$HUB_HOST" -p "$IPERF_PORT" >"$WORKDIR/iperf3-server.log" 2>&1 &
+  ip netns exec "$hub" nice -n -5 iperf3 -s -B "$SUBNET.$HUB_HOST" -p "$IPERF_PORT" >"$WORKDIR/iperf3-server.log" 2>&1 &
   HELPER_PIDS+=("$!")
   local srv=$!
   # Wait until the server listens (a client started earlier would fail).
