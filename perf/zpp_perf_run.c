@@ -59,6 +59,7 @@ typedef struct {
   size_t nRecs, capRecs;
   long rowsDone, rowsTotal;
   int progress;
+  double startTime;
   int anyWrong; /* on every rank: the counts come from an all-reduce */
 } zppPerfRunState_t;
 
@@ -78,8 +79,9 @@ static void zppPerfProgress(zppPerfRunState_t* st, const zppPerfRecord_t* r) {
   if (!st->progress) return;
   char sz[32];
   zppPerfFormatSize(r->counts.bytes, sz, sizeof sz);
-  fprintf(stderr, "\r\033[Kzpp-perf: [%ld/%ld] %s %s %s %s ...", st->rowsDone + 1, st->rowsTotal,
-          zppPerfCollName(r->coll), r->mode, zppPerfTypeName(r->dtype), sz);
+  fprintf(stderr, "\r\033[Kzpp-perf: [%ld/%ld] %s %s %s %s ... %.0f s", st->rowsDone + 1,
+          st->rowsTotal, zppPerfCollName(r->coll), r->mode, zppPerfTypeName(r->dtype), sz,
+          zppPerfNow() - st->startTime);
   fflush(stderr);
 }
 
@@ -311,6 +313,7 @@ int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
   st.args = a;
   st.env = env;
   st.progress = env->rank == 0 && !a->quiet && isatty(STDERR_FILENO);
+  st.startTime = zppPerfNow();
 
   for (int t = 0; t < a->nTasks; t++) {
     if (a->tasks[t].coll == ZPP_PERF_BROADCAST && a->root >= env->nranks) {

@@ -7,6 +7,8 @@
   zpp_perf_test.py validator SCHEMA         the schema validator rejects broken documents
   zpp_perf_test.py inject   BIN SCHEMA DIR  ZPP_PERF_INJECT_ERROR: exit 3, one wrong element per row
   zpp_perf_test.py e2e      BIN SCHEMA DIR  -N 4 --layout 2x2, every plain collective, -c 1
+  zpp_perf_test.py env      BIN SCHEMA DIR  two ranks started torchrun-style (RANK, WORLD_SIZE,
+                                            MASTER_ADDR, MASTER_PORT), --layout 2x1
   zpp_perf_test.py mpi      BIN SCHEMA DIR  --baseline mpi under mpirun
 
 Python's standard library only: the JSON schema is checked by the small
@@ -375,6 +377,49 @@ def test_e2e(bin_, schema_path, outdir):
     check_arithmetic(doc)
 
 
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_env(bin_, schema_path, outdir):
+    """torchrun's environment: every rank started by someone else, rank 0 opens
+    the rendezvous at MASTER_PORT + 1 (ZPP_MASTER_PORT_OFFSET)."""
+    schema = load_json(schema_path)
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, "env.json")
+    if os.path.exists(path):
+        os.remove(path)
+    port = free_port() - 1
+    procs = []
+    for r in range(2):
+        e = dict(os.environ)
+        e.pop("ZPP_PERF_INJECT_ERROR", None)
+        e.update({"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                  "MASTER_PORT": str(port), "ZPP_TIMEOUT": "60"})
+        procs.append(subprocess.Popen(
+            [bin_, "--layout", "2x1", "-t", "allgather,reducescatter", "-d", "half", "-b", "1K",
+             "-e", "16K", "-f", "4", "-n", "2", "-w", "1", "-q", "-J", path],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=e, text=True))
+    outs = [p.communicate(timeout=180) for p in procs]
+    for r, (p, (out, err)) in enumerate(zip(procs, outs)):
+        sys.stderr.write(err)
+        check(p.returncode == 0, "rank %d exited %d" % (r, p.returncode))
+    check("# Avg bus bandwidth" in outs[0][0], "rank 0 printed no table")
+    check(outs[1][0] == "", "rank 1 printed the table too: %s" % outs[1][0][:200])
+    if not os.path.exists(path):
+        check(False, "no JSON written")
+        return
+    doc = load_json(path)
+    check(schema_errors(doc, schema) == [], "JSON does not match the schema")
+    h = doc["header"]
+    check(h["launcher"] == "env" and h["ranks"] == 2 and h["nodes"] == 2, "header: %s" % h)
+    check(all(r["wrong"] == 0 for r in doc["records"]), "wrong results")
+    check(len(doc["records"]) == 2 * 3, "want 6 records, got %d" % len(doc["records"]))
+
+
 def test_mpi(bin_, schema_path, outdir):
     mpirun = shutil.which("mpirun")
     if mpirun is None:
@@ -416,8 +461,9 @@ def main():
             test_args(sys.argv[2])
         elif what == "validator":
             test_validator(sys.argv[2])
-        elif what in ("schema", "inject", "e2e", "mpi"):
-            fn = {"schema": test_schema, "inject": test_inject, "e2e": test_e2e, "mpi": test_mpi}[what]
+        elif what in ("schema", "inject", "e2e", "env", "mpi"):
+            fn = {"schema": test_schema, "inject": test_inject, "e2e": test_e2e, "env": test_env,
+                  "mpi": test_mpi}[what]
             if fn(sys.argv[2], sys.argv[3], sys.argv[4]) == SKIP:
                 return SKIP
         else:
