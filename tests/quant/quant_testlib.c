@@ -1,0 +1,157 @@
+#include "quant_testlib.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "quant_kernels/zpp_half.h"
+
+int qtImpls(const char* names[2]) {
+  int n = 0;
+  names[n++] = "scalar";
+  if (zppQuantImplGet("avx2") != NULL) {
+    names[n++] = "avx2";
+  } else {
+    static int noted = 0;
+    if (!noted)
+      printf("note: no AVX2+F16C on this CPU or build: scalar checks only, no avx2 comparison\n");
+    noted = 1;
+  }
+  return n;
+}
+
+void qtUse(const char* name) { REQUIRE(zppQuantImplSelect(name) == zppSuccess); }
+
+size_t qtTypeSize(zppDataType_t dtype) { return dtype == zppFloat32 ? 4 : 2; }
+
+const char* qtTypeName(zppDataType_t dtype) {
+  return dtype == zppFloat32 ? "fp32" : dtype == zppFloat16 ? "fp16" : "bf16";
+}
+
+uint32_t qtBits(const void* buf, zppDataType_t dtype, size_t i) {
+  if (dtype == zppFloat32) {
+    uint32_t u;
+    memcpy(&u, (const uint8_t*)buf + 4 * i, 4);
+    return u;
+  }
+  uint16_t h;
+  memcpy(&h, (const uint8_t*)buf + 2 * i, 2);
+  return h;
+}
+
+double qtGet(const void* buf, zppDataType_t dtype, size_t i) {
+  uint32_t u = qtBits(buf, dtype, i);
+  if (dtype == zppFloat32) {
+    float f;
+    memcpy(&f, &u, 4);
+    return (double)f;
+  }
+  /* 16-bit formats from their definition: sign, biased exponent, fraction. */
+  int ebits = dtype == zppFloat16 ? 5 : 8, mbits = dtype == zppFloat16 ? 10 : 7;
+  int bias = (1 << (ebits - 1)) - 1;
+  int sign = (u >> 15) & 1;
+  int e = (int)(u >> mbits) & ((1 << ebits) - 1);
+  int m = (int)u & ((1 << mbits) - 1);
+  double v;
+  if (e == (1 << ebits) - 1)
+    v = m ? NAN : INFINITY;
+  else if (e == 0)
+    v = ldexp((double)m, 1 - bias - mbits);
+  else
+    v = ldexp((double)((1 << mbits) + m), e - bias - mbits);
+  return sign ? -v : v;
+}
+
+void qtSet(void* buf, zppDataType_t dtype, size_t i, float v) {
+  if (dtype == zppFloat32) {
+    memcpy((uint8_t*)buf + 4 * i, &v, 4);
+    return;
+  }
+  uint16_t h = dtype == zppFloat16 ? zppFloatToHalf(v) : zppFloatToBf16(v);
+  memcpy((uint8_t*)buf + 2 * i, &h, 2);
+}
+
+qtHeader_t qtReadHeader(const uint8_t* seg) {
+  qtHeader_t h;
+  h.magic = (uint32_t)seg[0] | (uint32_t)seg[1] << 8 | (uint32_t)seg[2] << 16 | (uint32_t)seg[3] << 24;
+  h.bits = seg[4];
+  h.blockLog2 = seg[5];
+  h.reserved = seg[6] | seg[7] << 8;
+  h.count = 0;
+  for (int i = 7; i >= 0; i--) h.count = (h.count << 8) | seg[8 + i];
+  return h;
+}
+
+float qtScale(const uint8_t* seg, size_t count, int block, size_t b) {
+  (void)count;
+  const uint8_t* p = seg + 16 + 4 * b;
+  uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+  float f;
+  memcpy(&f, &u, 4);
+  (void)block;
+  return f;
+}
+
+int qtQ(const uint8_t* seg, size_t count, int bits, int block, size_t i) {
+  size_t nblocks = (count + (size_t)block - 1) / (size_t)block;
+  const uint8_t* data = seg + 16 + 4 * nblocks;
+  if (bits == 8) return (int8_t)data[i];
+  int nib = (i % 2 == 0) ? (data[i / 2] & 0x0f) : (data[i / 2] >> 4);
+  return nib >= 8 ? nib - 16 : nib;
+}
+
+float qtDecoded(const uint8_t* seg, size_t count, int bits, int block, size_t i) {
+  return (float)qtQ(seg, count, bits, block, i) * qtScale(seg, count, block, i / (size_t)block);
+}
+
+double qtBound(double x, double s, int bits, zppDataType_t outType) {
+  double Q = bits == 8 ? 127.0 : 7.0;
+  double u = outType == zppFloat32 ? 0.0 : outType == zppFloat16 ? 0x1p-11 : 0x1p-8;
+  double m = outType == zppFloat32 ? 0.0 : outType == zppFloat16 ? 0x1p-25 : 0x1p-134;
+  return s / 2 + 0x1p-21 * Q * s + u * (fabs(x) + s) + m + (Q + 1) * 0x1p-150;
+}
+
+const char* qtDistName(qtDist_t d) {
+  static const char* names[] = {"normal", "uniform", "wide", "tiny"};
+  return d < QT_NDIST ? names[d] : "?";
+}
+
+/* log2 magnitude ranges of the wide and tiny distributions per type: wide
+ * spans most of the type's normal range, tiny sits where scales become
+ * subnormal (fp32, bf16) or inputs are subnormal (fp16). */
+static void distRange(qtDist_t dist, zppDataType_t dtype, double* lo, double* hi) {
+  if (dist == QT_WIDE) {
+    *lo = dtype == zppFloat16 ? -22 : -100;
+    *hi = dtype == zppFloat16 ? 15 : 100;
+  } else {
+    *lo = dtype == zppFloat16 ? -24 : -149;
+    *hi = dtype == zppFloat16 ? -14 : -112;
+  }
+}
+
+void qtFill(void* buf, zppDataType_t dtype, size_t count, qtDist_t dist, zppTestRng_t* rng) {
+  double lo = 0, hi = 0;
+  if (dist == QT_WIDE || dist == QT_TINY) distRange(dist, dtype, &lo, &hi);
+  for (size_t i = 0; i < count; i++) {
+    double v;
+    switch (dist) {
+      case QT_NORMAL: v = zppTestRngNormal(rng) * 0.02; break;
+      case QT_UNIFORM: v = zppTestRngUniform(rng, -3.0, 3.0); break;
+      default: {
+        double sign = (zppTestRngNext(rng) & 1) ? -1.0 : 1.0;
+        v = sign * exp2(zppTestRngUniform(rng, lo, hi));
+        break;
+      }
+    }
+    qtSet(buf, dtype, i, (float)v);
+  }
+}
+
+size_t qtFirstDiff(const void* a, const void* b, zppDataType_t dtype, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    uint32_t x = qtBits(a, dtype, i), y = qtBits(b, dtype, i);
+    if (x == y) continue;
+    if (isnan(qtGet(a, dtype, i)) && isnan(qtGet(b, dtype, i))) continue;
+    return i;
+  }
+  return (size_t)-1;
+}

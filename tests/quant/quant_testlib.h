@@ -1,0 +1,64 @@
+/*
+ * Helpers shared by the codec tests: an independent reader of the packed
+ * format (written from the spec, not from the codec's code), the documented
+ * error bound in double precision, test data, and the list of CPU
+ * implementations to run everything on.
+ */
+#ifndef ZPP_QUANT_TESTLIB_H_
+#define ZPP_QUANT_TESTLIB_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant_kernels/quant_impl.h"
+#include "quant_kernels/zpp_quant.h"
+#include "testutil.h"
+
+/* Implementations this machine runs: "scalar" always, "avx2" when built
+ * and supported (a printed note otherwise). Returns how many. */
+int qtImpls(const char* names[2]);
+
+/* Makes `name` the implementation behind the public functions (REQUIREs). */
+void qtUse(const char* name);
+
+size_t qtTypeSize(zppDataType_t dtype);
+const char* qtTypeName(zppDataType_t dtype);
+
+/* Element i of a dtype buffer, exactly, as a double (via ldexp, not through
+ * the codec's conversion code). NaN stays NaN. */
+double qtGet(const void* buf, zppDataType_t dtype, size_t i);
+/* Writes v (exactly representable in fp32) into element i of a dtype buffer,
+ * rounding with the conversion under test only for fp16/bf16. */
+void qtSet(void* buf, zppDataType_t dtype, size_t i, float v);
+
+/* Raw bits of element i (fp32: 32 bits; fp16/bf16: 16 bits). */
+uint32_t qtBits(const void* buf, zppDataType_t dtype, size_t i);
+
+/* The spec's reading of a segment, from the bytes. */
+typedef struct {
+  uint32_t magic;
+  int bits;
+  int blockLog2;
+  int reserved;
+  uint64_t count;
+} qtHeader_t;
+qtHeader_t qtReadHeader(const uint8_t* seg);
+float qtScale(const uint8_t* seg, size_t count, int block, size_t b);
+int qtQ(const uint8_t* seg, size_t count, int bits, int block, size_t i);
+/* y_i = (float)q_i * scale, the fp32 decoded value. */
+float qtDecoded(const uint8_t* seg, size_t count, int bits, int block, size_t i);
+
+/* The documented bound for a finite input x, block scale s, decoded to T. */
+double qtBound(double x, double s, int bits, zppDataType_t outType);
+
+/* Test data. */
+typedef enum { QT_NORMAL, QT_UNIFORM, QT_WIDE, QT_TINY, QT_NDIST } qtDist_t;
+const char* qtDistName(qtDist_t d);
+/* count values of a distribution, representable in dtype, as dtype. */
+void qtFill(void* buf, zppDataType_t dtype, size_t count, qtDist_t dist, zppTestRng_t* rng);
+
+/* NaN-aware equality of two dtype buffers (every NaN equals every NaN);
+ * returns the first differing index or (size_t)-1. */
+size_t qtFirstDiff(const void* a, const void* b, zppDataType_t dtype, size_t count);
+
+#endif /* ZPP_QUANT_TESTLIB_H_ */

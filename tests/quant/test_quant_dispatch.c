@@ -1,0 +1,83 @@
+/*
+ * The choice of CPU implementation: ZPP_QUANT_IMPL is read once, on first
+ * use, so each setting runs in a fresh child process. auto (or unset) picks
+ * AVX2 when the CPU has it; scalar always works; avx2 on a CPU without it,
+ * or a value we do not know, is a warning naming what is used instead.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "quant_testlib.h"
+
+/* Runs zppQuantImplName() in a child with ZPP_QUANT_IMPL = value (NULL:
+ * unset); returns the name, and stderr in err. */
+static void runChild(const char* value, char* name, size_t nameLen, char* err, size_t errLen) {
+  int outPipe[2], errPipe[2];
+  REQUIRE(pipe(outPipe) == 0 && pipe(errPipe) == 0);
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    dup2(outPipe[1], 1);
+    dup2(errPipe[1], 2);
+    setenv("ZPP_DEBUG", "WARN", 1);
+    if (value) setenv("ZPP_QUANT_IMPL", value, 1);
+    else unsetenv("ZPP_QUANT_IMPL");
+    /* A codec call works whatever the setting. */
+    float x[40], y[40];
+    uint8_t seg[128];
+    for (int i = 0; i < 40; i++) x[i] = (float)i;
+    int ok = zppQuantize(x, zppFloat32, 40, 8, 32, seg) == zppSuccess &&
+             zppDequantize(seg, 40, 8, 32, y, zppFloat32) == zppSuccess && y[39] == 39.0f;
+    printf("%s%s", zppQuantImplName(), ok ? "" : " (codec failed)");
+    fflush(stdout);
+    _exit(0);
+  }
+  close(outPipe[1]);
+  close(errPipe[1]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  ssize_t n = read(outPipe[0], name, nameLen - 1);
+  name[n > 0 ? n : 0] = '\0';
+  n = read(errPipe[0], err, errLen - 1);
+  err[n > 0 ? n : 0] = '\0';
+  close(outPipe[0]);
+  close(errPipe[0]);
+}
+
+int main(void) {
+  int haveAvx2 = zppQuantImplGet("avx2") != NULL; /* does not choose anything yet */
+  const char* best = haveAvx2 ? "avx2" : "scalar";
+  if (!haveAvx2) printf("note: no AVX2+F16C here: avx2 requests must fall back to scalar with a warning\n");
+  struct {
+    const char* value;
+    const char* want;
+    int warns;
+  } cases[] = {
+      {NULL, best, 0},       {"auto", best, 0},    {"AUTO", best, 0},   {"", best, 0},
+      {"scalar", "scalar", 0}, {"Scalar", "scalar", 0}, {"avx2", best, !haveAvx2},
+      {"avx512", best, 1},   {"sclar", best, 1},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    char name[64], err[4096];
+    runChild(cases[c].value, name, sizeof name, err, sizeof err);
+    const char* shown = cases[c].value ? cases[c].value : "(unset)";
+    CHECK_MSG(strcmp(name, cases[c].want) == 0, "ZPP_QUANT_IMPL=%s chose '%s', want '%s'", shown, name,
+              cases[c].want);
+    int warned = strstr(err, "ZPP_QUANT_IMPL") != NULL && strstr(err, "WARN") != NULL;
+    CHECK_MSG(warned == cases[c].warns, "ZPP_QUANT_IMPL=%s: warning %s expected; stderr: %s", shown,
+              cases[c].warns ? "" : "not", err);
+  }
+  /* Selection by name for tests and benchmarks. */
+  CHECK(zppQuantImplSelect("scalar") == zppSuccess);
+  CHECK(strcmp(zppQuantImplName(), "scalar") == 0);
+  CHECK(zppQuantImplSelect("avx2") == (haveAvx2 ? zppSuccess : zppInvalidUsage));
+  CHECK(strcmp(zppQuantImplName(), best) == 0);
+  CHECK(zppQuantImplSelect("fast") == zppInvalidArgument);
+  CHECK(strcmp(zppQuantImplName(), best) == 0); /* a refused request changes nothing */
+  return zppTestExit("test_quant_dispatch");
+}

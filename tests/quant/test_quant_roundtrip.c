@@ -1,0 +1,356 @@
+/*
+ * Round trips over every dtype, int8 and int4, every block size, the sizes
+ * 0, 1, block-1, block, block+1, odd multi-block counts and 2^20+3, and data
+ * that is normal, uniform, wide in dynamic range, and tiny (subnormal
+ * scales). For each segment:
+ *   - the header, and every scale and q recomputed from the spec's formulas
+ *     (the test's own arithmetic, rounding with nearbyintf) must match;
+ *   - every decoded element must equal the spec decoding (q * scale rounded
+ *     to the output type) and lie within the documented bound of its input;
+ *   - every implementation must produce the same bytes and outputs.
+ * Then zero and non-finite blocks among normal ones, and the extremes: the
+ * largest values of each type, tiny blocks (the 2^64 prescale), and the
+ * subnormal-scale case that the bound's last term exists for.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant_kernels/zpp_half.h"
+#include "quant_testlib.h"
+
+static const char* gImpls[2];
+static int gNimpl;
+static const zppDataType_t kTypes[3] = {zppFloat32, zppFloat16, zppBfloat16};
+
+/* Max |x| of a block in double; sets *nonfinite. */
+static double blockAmax(const void* in, zppDataType_t dtype, size_t lo, size_t hi, int* nonfinite) {
+  double a = 0;
+  *nonfinite = 0;
+  for (size_t i = lo; i < hi; i++) {
+    double x = qtGet(in, dtype, i);
+    if (!isfinite(x)) *nonfinite = 1;
+    else if (fabs(x) > a) a = fabs(x);
+  }
+  return a;
+}
+
+/* Checks one segment against its input: header, scales and q from the
+ * spec, padding. Returns the number of problems (reported once). */
+static long checkEncoding(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                          const uint8_t* seg, const char* what) {
+  long bad = 0;
+  int Q = bits == 8 ? 127 : 7;
+  qtHeader_t h = qtReadHeader(seg);
+  if (h.magic != ZPP_QUANT_MAGIC || h.bits != bits || (1 << h.blockLog2) != block || h.reserved != 0 ||
+      h.count != count) {
+    CHECK_MSG(0, "%s: bad header", what);
+    return 1;
+  }
+  size_t nb = (count + block - 1) / block;
+  for (size_t b = 0; b < nb; b++) {
+    size_t lo = b * block, hi = lo + block < count ? lo + block : count;
+    int nonfinite;
+    float a = (float)blockAmax(in, dtype, lo, hi, &nonfinite); /* exact: a is an input value */
+    float s = qtScale(seg, count, block, b);
+    float want;
+    float p = 1.0f, inv = 0.0f;
+    if (nonfinite) {
+      want = zppF32FromBits(0x7fc00000u);
+    } else if (a == 0.0f) {
+      want = 0.0f;
+    } else {
+      p = a < 0x1p-64f ? 0x1p64f : 1.0f;
+      want = a / (float)Q;
+      inv = (float)Q / (a * p);
+    }
+    if (zppF32Bits(s) != zppF32Bits(want)) {
+      if (bad++ == 0)
+        fprintf(stderr, "%s: block %zu scale %a (0x%08x), want %a\n", what, b, s, zppF32Bits(s), want);
+      continue;
+    }
+    for (size_t i = lo; i < hi; i++) {
+      int q = qtQ(seg, count, bits, block, i);
+      int wq = 0;
+      if (!nonfinite && a != 0.0f) {
+        float x = (float)qtGet(in, dtype, i);
+        float t = (x * p) * inv;
+        wq = (int)nearbyintf(t);
+        wq = wq > Q ? Q : wq < -Q ? -Q : wq;
+      }
+      if (q != wq) {
+        if (bad++ == 0) fprintf(stderr, "%s: element %zu q %d, want %d\n", what, i, q, wq);
+        break;
+      }
+    }
+  }
+  /* An odd int4 count leaves the last high nibble 0; padding is zero. */
+  size_t used = 16 + 4 * nb + (bits == 8 ? count : (count + 1) / 2);
+  if (bits == 4 && count % 2 == 1 && (seg[used - 1] >> 4) != 0) {
+    if (bad++ == 0) fprintf(stderr, "%s: last high nibble not 0\n", what);
+  }
+  for (size_t i = used; i < zppQuantPackedSize(count, bits, block); i++)
+    if (seg[i] != 0) {
+      if (bad++ == 0) fprintf(stderr, "%s: padding byte %zu is 0x%02x\n", what, i, seg[i]);
+      break;
+    }
+  return bad;
+}
+
+/* Checks decoded output of type T against the segment and the input. */
+static long checkDecoding(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                          const uint8_t* seg, const void* out, zppDataType_t T, const char* what) {
+  long bad = 0;
+  for (size_t i = 0; i < count; i++) {
+    float s = qtScale(seg, count, block, i / block);
+    double x = qtGet(in, dtype, i);
+    double y = qtGet(out, T, i);
+    uint32_t ybits = qtBits(out, T, i);
+    int ok;
+    if (isnan(s)) {
+      /* The output type's canonical NaN. */
+      ok = ybits == (T == zppFloat32 ? 0x7fc00000u : T == zppFloat16 ? 0x7e00u : 0x7fc0u);
+    } else {
+      /* The spec's decoding, exactly... */
+      uint8_t ref[4];
+      qtSet(ref, T, 0, qtDecoded(seg, count, bits, block, i));
+      ok = ybits == qtBits(ref, T, 0);
+      /* ...within the documented bound of the input, and a zero block
+       * decodes to +0 exactly. */
+      if (ok) ok = isfinite(y) && fabs(y - x) <= qtBound(x, s, bits, T);
+      if (ok && s == 0.0f && x == 0.0) ok = ybits == 0;
+    }
+    if (!ok) {
+      if (bad++ < 3)
+        fprintf(stderr, "%s -> %s: element %zu x %a y %a (scale %a, bound %a)\n", what, qtTypeName(T), i, x,
+                y, s, qtBound(x, s, bits, T));
+    }
+  }
+  return bad;
+}
+
+/* Output types to decode to, besides fp32 and the input's own type (the
+ * others only when the data fits their range). */
+#define OUT_FP16 2
+#define OUT_BF16 4
+#define OUT_ALL (OUT_FP16 | OUT_BF16)
+
+static int wantOut(int o, zppDataType_t dtype, int outs) {
+  if (kTypes[o] == zppFloat32 || kTypes[o] == dtype) return 1;
+  return kTypes[o] == zppFloat16 ? (outs & OUT_FP16) != 0 : (outs & OUT_BF16) != 0;
+}
+
+/* Quantizes `in` with every implementation, checks each result, checks
+ * that all implementations agree bit for bit. */
+static void checkCase(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                      int outs, const char* label) {
+  char what[160];
+  size_t size = zppQuantPackedSize(count, bits, block);
+  uint8_t* seg[2];
+  void* out[2][3];
+  for (int k = 0; k < gNimpl; k++) {
+    seg[k] = malloc(size + 16);
+    REQUIRE(seg[k] != NULL);
+    memset(seg[k], 0xa5, size + 16);
+    qtUse(gImpls[k]);
+    snprintf(what, sizeof what, "%s %s %s int%d block %d count %zu", gImpls[k], label, qtTypeName(dtype), bits,
+             block, count);
+    CHECK_MSG(zppQuantize(in, dtype, count, bits, block, seg[k]) == zppSuccess, "%s", what);
+    CHECK_MSG(seg[k][size] == 0xa5, "%s: wrote past the segment", what);
+    CHECK_MSG(checkEncoding(in, dtype, count, bits, block, seg[k], what) == 0, "%s: encoding", what);
+    for (int o = 0; o < 3; o++) {
+      out[k][o] = malloc(count * 4 + 8);
+      REQUIRE(out[k][o] != NULL);
+      if (!wantOut(o, dtype, outs)) continue;
+      memset(out[k][o], 0xee, count * 4 + 8);
+      CHECK_MSG(zppDequantize(seg[k], count, bits, block, out[k][o], kTypes[o]) == zppSuccess, "%s", what);
+      CHECK_MSG(((uint8_t*)out[k][o])[count * qtTypeSize(kTypes[o])] == 0xee, "%s: decode wrote past the end",
+                what);
+      CHECK_MSG(checkDecoding(in, dtype, count, bits, block, seg[k], out[k][o], kTypes[o], what) == 0,
+                "%s: decoding to %s", what, qtTypeName(kTypes[o]));
+    }
+  }
+  for (int k = 1; k < gNimpl; k++) {
+    CHECK_MSG(memcmp(seg[0], seg[k], size) == 0, "%s: %s and %s packed bytes differ", what, gImpls[0],
+              gImpls[k]);
+    for (int o = 0; o < 3; o++) {
+      if (!wantOut(o, dtype, outs)) continue;
+      size_t d = qtFirstDiff(out[0][o], out[k][o], kTypes[o], count);
+      CHECK_MSG(d == (size_t)-1, "%s: %s and %s decode to %s differently at %zu", what, gImpls[0], gImpls[k],
+                qtTypeName(kTypes[o]), d);
+    }
+  }
+  for (int k = 0; k < gNimpl; k++) {
+    free(seg[k]);
+    for (int o = 0; o < 3; o++) free(out[k][o]);
+  }
+}
+
+static void checkRandom(zppTestRng_t* rng) {
+  for (int t = 0; t < 3; t++)
+    for (int bits = 8; bits >= 4; bits -= 4)
+      for (int block = 32; block <= 4096; block *= 2) {
+        size_t sizes[] = {0, 1, 2, (size_t)block - 1, (size_t)block, (size_t)block + 1, 3 * (size_t)block + 7};
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
+          for (int d = 0; d < QT_NDIST; d++) {
+            size_t count = sizes[si];
+            void* in = malloc(count * 4 + 4);
+            REQUIRE(in != NULL);
+            qtFill(in, kTypes[t], count, (qtDist_t)d, rng);
+            checkCase(in, kTypes[t], count, bits, block, d == QT_WIDE ? OUT_BF16 : OUT_ALL,
+                      qtDistName((qtDist_t)d));
+            free(in);
+          }
+      }
+}
+
+static void checkLarge(zppTestRng_t* rng) {
+  size_t count = ((size_t)1 << 20) + 3;
+  void* in = malloc(count * 4);
+  REQUIRE(in != NULL);
+  const int blocks[] = {32, 256, 4096};
+  for (int t = 0; t < 3; t++)
+    for (int d = 0; d < 3; d += 2) { /* normal and wide */
+      qtFill(in, kTypes[t], count, (qtDist_t)d, rng);
+      for (int bits = 8; bits >= 4; bits -= 4)
+        for (int b = 0; b < 3; b++) checkCase(in, kTypes[t], count, bits, blocks[b], d == QT_WIDE ? OUT_BF16 : OUT_ALL, "large");
+    }
+  free(in);
+}
+
+/* Zero blocks (+0 and -0) and blocks with Inf or NaN among normal blocks. */
+static void checkSpecialBlocks(zppTestRng_t* rng) {
+  const int blocks[] = {32, 64, 256, 4096};
+  for (int t = 0; t < 3; t++)
+    for (int bits = 8; bits >= 4; bits -= 4)
+      for (int bi = 0; bi < 4; bi++) {
+        int block = blocks[bi];
+        size_t count = 6 * (size_t)block + 5;
+        zppDataType_t dt = kTypes[t];
+        void* in = malloc(count * 4);
+        REQUIRE(in != NULL);
+        qtFill(in, dt, count, QT_NORMAL, rng);
+        for (int i = 0; i < block; i++) qtSet(in, dt, block + i, (i & 1) ? -0.0f : 0.0f); /* block 1 */
+        size_t pos = (size_t)(zppTestRngNext(rng) % (uint64_t)block);
+        qtSet(in, dt, 2 * block + pos, INFINITY);            /* block 2 */
+        qtSet(in, dt, 3 * block + block - 1 - pos, NAN);     /* block 3 */
+        qtSet(in, dt, 4 * block, -INFINITY);                 /* block 4, first element */
+        qtSet(in, dt, 4 * block + block - 1, NAN);
+        qtSet(in, dt, count - 1, -NAN);                      /* tail block, last element */
+        checkCase(in, dt, count, bits, block, OUT_ALL, "special");
+        /* The expectations checkCase verifies, spelled out once more. */
+        uint8_t* seg = malloc(zppQuantPackedSize(count, bits, block));
+        float* y = malloc(count * 4);
+        REQUIRE(seg && y);
+        CHECK(zppQuantize(in, dt, count, bits, block, seg) == zppSuccess);
+        CHECK(zppDequantize(seg, count, bits, block, y, zppFloat32) == zppSuccess);
+        CHECK(zppF32Bits(qtScale(seg, count, block, 1)) == 0);
+        for (int b = 2; b <= 4; b++) CHECK(zppF32Bits(qtScale(seg, count, block, b)) == 0x7fc00000u);
+        CHECK(zppF32Bits(qtScale(seg, count, block, 6)) == 0x7fc00000u);
+        for (int i = 0; i < block; i++) {
+          CHECK(zppF32Bits(y[block + i]) == 0); /* exact +0, even for -0 inputs */
+          CHECK(isnan(y[2 * block + i]) && isnan(y[3 * block + i]) && isnan(y[4 * block + i]));
+          CHECK(isfinite(y[i]) && isfinite(y[5 * block + i]));
+        }
+        for (size_t i = 6 * (size_t)block; i < count; i++) CHECK(isnan(y[i]));
+        free(seg);
+        free(y);
+        free(in);
+      }
+}
+
+/* One fp32 block given explicitly, int8 and int4, every implementation. */
+static void checkBlock(const float* x, size_t n, int outs, const char* label) {
+  for (int bits = 8; bits >= 4; bits -= 4) checkCase(x, zppFloat32, n, bits, 32, outs, label);
+}
+
+static void checkExtremes(void) {
+  float x[40];
+  /* The largest value of each type with values down to its smallest. */
+  for (int i = 0; i < 40; i++) x[i] = (float)(i - 20) * 1e36f;
+  x[7] = 0x1p-149f;
+  /* FLT_MAX is the one finite input the bound does not cover in int8:
+   * 127 * fl(FLT_MAX / 127) rounds past FLT_MAX to Inf (zpp_quant.h). */
+  x[3] = FLT_MAX;
+  x[5] = -FLT_MAX;
+  for (int bits = 8; bits >= 4; bits -= 4) {
+    uint8_t seg[128];
+    float y[40];
+    qtUse("scalar");
+    CHECK(zppQuantize(x, zppFloat32, 40, bits, 32, seg) == zppSuccess);
+    CHECK(zppDequantize(seg, 40, bits, 32, y, zppFloat32) == zppSuccess);
+    if (bits == 8) {
+      CHECK(y[3] == INFINITY && y[5] == -INFINITY);
+    } else {
+      CHECK(isfinite(y[3]) && fabs((double)y[3] - FLT_MAX) <= qtBound(FLT_MAX, qtScale(seg, 40, 32, 0), 4, zppFloat32));
+    }
+    for (int k = 1; k < gNimpl; k++) {
+      uint8_t seg2[128];
+      qtUse(gImpls[k]);
+      CHECK(zppQuantize(x, zppFloat32, 40, bits, 32, seg2) == zppSuccess);
+      CHECK(memcmp(seg, seg2, zppQuantPackedSize(40, bits, 32)) == 0);
+    }
+  }
+  x[3] = nextafterf(FLT_MAX, 0.0f);
+  x[5] = -x[3];
+  checkBlock(x, 40, 0, "near FLT_MAX");
+  /* fp16 and bf16 extremes in their own type. */
+  {
+    uint16_t h[70], b[70];
+    for (int i = 0; i < 70; i++) {
+      h[i] = (uint16_t)(i * 937);            /* spans subnormals to 65504 and beyond */
+      if ((h[i] & 0x7c00) == 0x7c00) h[i] = 0x7bff; /* keep them finite */
+      b[i] = (uint16_t)(i * 937);
+      if ((b[i] & 0x7f80) == 0x7f80) b[i] = 0xff7f;
+    }
+    h[33] = 0x7bff;
+    b[33] = 0x7f7f;
+    for (int bits = 8; bits >= 4; bits -= 4) {
+      checkCase(h, zppFloat16, 70, bits, 32, OUT_ALL, "fp16 extremes");
+      checkCase(b, zppBfloat16, 70, bits, 32, 0, "bf16 extremes");
+    }
+  }
+  /* Tiny blocks: max |x| just above, at and just below 2^-64 (the 2^64
+   * prescale starts below it), and far below. */
+  const float tops[] = {0x1.000002p-64f, 0x1p-64f, 0x1.fffffep-65f, 0x1p-100f, 0x1p-126f, 0x1.8p-140f};
+  for (size_t k = 0; k < sizeof tops / sizeof tops[0]; k++) {
+    for (int i = 0; i < 40; i++) x[i] = tops[k] * ((float)(i % 23) - 11.0f) / 11.0f;
+    x[11] = tops[k];
+    checkBlock(x, 40, OUT_ALL, "tiny");
+  }
+  /* The subnormal-scale case: max |x| = 571 * 2^-149 gives scale
+   * fl(571/127) = 4 units of 2^-149 (4.496 rounded down), so the element at
+   * the max decodes to 127 * 4 = 508 units: off by 63 units, far more than
+   * s/2 + 2^-148 = 4 units, within the documented (Q+1) * 2^-150 term. */
+  for (int i = 0; i < 32; i++) x[i] = 0.0f;
+  x[0] = 571 * 0x1p-149f;
+  {
+    uint8_t seg[64];
+    float y[32];
+    qtUse("scalar");
+    CHECK(zppQuantize(x, zppFloat32, 32, 8, 32, seg) == zppSuccess);
+    CHECK(zppDequantize(seg, 32, 8, 32, y, zppFloat32) == zppSuccess);
+    CHECK(qtScale(seg, 32, 32, 0) == 4 * 0x1p-149f);
+    CHECK(y[0] == 508 * 0x1p-149f);
+    double s = 4 * 0x1p-149, err = 63 * 0x1p-149;
+    CHECK(err > s / 2 + 0x1p-21 * 127 * s + 0x1p-148); /* the earlier constant was too small */
+    CHECK(err <= qtBound(x[0], s, 8, zppFloat32));
+  }
+  checkBlock(x, 32, OUT_ALL, "subnormal scale");
+  /* A whole block of the smallest subnormal: scale rounds to 0, yet q is
+   * +-127 (the prescaled reciprocal is finite): decodes to +-0. */
+  for (int i = 0; i < 32; i++) x[i] = (i & 1) ? -0x1p-149f : 0x1p-149f;
+  checkBlock(x, 32, OUT_ALL, "smallest subnormals");
+}
+
+int main(void) {
+  gNimpl = qtImpls(gImpls);
+  zppTestRng_t rng;
+  zppTestRngSeed(&rng, 0x5eed0002);
+  checkRandom(&rng);
+  checkSpecialBlocks(&rng);
+  checkExtremes();
+  checkLarge(&rng);
+  return zppTestExit("test_quant_roundtrip");
+}
