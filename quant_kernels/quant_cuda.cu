@@ -533,8 +533,8 @@ bool gridFor(size_t count, size_t perCta, unsigned* grid) {
 zppResult_t checkDecodeArgs(const char* fn, const void* packed, size_t stride, int n,
                             size_t count, int bits, int block) {
   QC_ARG(validParams(bits, block), "%s: invalid bits %d / block %d", fn, bits, block);
-  QC_ARG(n >= 0, "%s: n = %d", fn, n);
-  QC_ARG(n == 0 || packed != NULL, "%s: packed is NULL", fn);
+  QC_ARG(n >= 1, "%s: n = %d inputs, need at least 1", fn, n);
+  QC_ARG(packed != NULL, "%s: packed is NULL", fn);
   QC_ARG(aligned(packed, 4) && stride % 4 == 0,
          "%s: packed %p / stride %zu not 4-byte aligned", fn, packed, stride);
   QC_ARG(n <= 1 || stride >= geom(count, bits, blockLog2Of(block)).segBytes,
@@ -683,6 +683,8 @@ extern "C" zppResult_t zppDequantizeSumCuda(const void* packed, size_t stride, i
   ZPPCHECK(checkDecodeArgs("zppDequantizeSumCuda", packed, stride, n, count, bits, block));
   QC_ARG(count == 0 || out != NULL, "zppDequantizeSumCuda: out is NULL");
   QC_ARG(aligned(out, elemSize(dt)), "zppDequantizeSumCuda: out %p misaligned", out);
+  QC_ARG(isfinite(divisor) && divisor != 0.0f,
+         "zppDequantizeSumCuda: divisor %g must be finite and non-zero", (double)divisor);
   ZPPCHECK(decodeDispatch<kModeSum>(packed, stride, n, count, bits, block, out, dt, 0, divisor,
                                     stream));
   return zppSuccess;
@@ -700,6 +702,15 @@ extern "C" zppResult_t zppQuantReduceRequantCuda(const void* packed, size_t stri
   QC_ARG(aligned(packed_out, 4), "zppQuantReduceRequantCuda: packed_out %p not 4-byte aligned",
          packed_out);
   const int blIn = blockLog2Of(block_in), blOut = blockLog2Of(block_out);
+  {
+    // CTAs write output blocks while others still read inputs: overlap would
+    // make the result depend on scheduling.
+    const uintptr_t inLo = reinterpret_cast<uintptr_t>(packed);
+    const uintptr_t inHi = inLo + (size_t)(n - 1) * stride + geom(count, bits_in, blIn).segBytes;
+    const uintptr_t outLo = reinterpret_cast<uintptr_t>(packed_out);
+    const uintptr_t outHi = outLo + geom(count, bits_out, blOut).segBytes;
+    QC_ARG(!(outLo < inHi && inLo < outHi), "zppQuantReduceRequantCuda: packed_out overlaps the inputs");
+  }
   const int threads = block_out / 8 > kThreads ? block_out / 8 : kThreads;
   unsigned gx;
   QC_ARG(gridFor(count, (size_t)threads * 8, &gx), "zppQuantReduceRequantCuda: count too large");

@@ -1,0 +1,193 @@
+/*
+ * A tiny CUDA execution emulator, for tests only: it runs the codec kernels
+ * of quant_kernels/quant_cuda.cu on the CPU so that machines without a GPU
+ * (CI, the development machines) still execute the kernels' index math,
+ * packing, tail handling, header writing and in-CTA reductions, and compare
+ * the result with the CPU codecs byte for byte.
+ *
+ * Model: a launch runs its CTAs one after another; the threads of a CTA are
+ * fibers (ucontext) on one OS thread, resumed round-robin. __syncthreads
+ * parks a fiber until every live fiber of the CTA has parked; a warp shuffle
+ * is a value exchange between two such barriers (stronger than a warp-level
+ * sync, which is fine for kernels that shuffle in CTA-uniform control flow,
+ * as ours do; the emulator aborts if some fibers wait at a barrier while
+ * others have exited, which on a GPU would be a divergence bug).
+ *
+ * What it cannot show: the device's own numerics (the fp32 intrinsics are
+ * IEEE by definition and map to the same host operations here), timing,
+ * memory-model races between CTAs, or real addresses' alignment effects on
+ * speed. compute-sanitizer on a real GPU covers the rest (ctest -L gpu).
+ *
+ * Include this before quant_cuda.cu, with ZPP_CUDA_EMU defined.
+ */
+#ifndef ZPP_CUDA_EMU_H_
+#define ZPP_CUDA_EMU_H_
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include <functional>
+#include <vector>
+
+/* Keywords, defined before the CUDA headers so that theirs are not used. */
+#define __host__
+#define __device__
+#define __global__
+#define __shared__ static /* one copy shared by all fibers of the running CTA */
+#define __launch_bounds__(...)
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+#include <vector_functions.h>
+#include <vector_types.h>
+
+/* No device: launch errors cannot happen, and cudart must not be asked. */
+#define cudaGetLastError() cudaSuccess
+
+namespace zppemu {
+
+struct Idx {
+  unsigned x, y, z;
+};
+
+struct Fiber {
+  ucontext_t ctx;
+  std::vector<char> stack;
+  bool done;
+  bool parked;
+};
+
+inline Idx g_threadIdx, g_blockIdx, g_blockDim, g_gridDim;
+inline ucontext_t g_sched;
+inline std::vector<Fiber> g_fibers;
+inline Fiber* g_cur;
+inline const std::function<void()>* g_body;
+inline std::vector<uint32_t> g_slots; /* shuffle exchange, one per thread */
+
+inline void fiberEntry() {
+  (*g_body)();
+  g_cur->done = true;
+  /* returning switches to uc_link, the scheduler */
+}
+
+inline void park() {
+  g_cur->parked = true;
+  swapcontext(&g_cur->ctx, &g_sched);
+}
+
+inline void launch(unsigned gx, unsigned gy, unsigned threads,
+                   const std::function<void()>& body) {
+  constexpr size_t kStack = 64 * 1024;
+  if (g_fibers.size() < threads) g_fibers.resize(threads);
+  g_slots.assign(threads, 0);
+  g_body = &body;
+  g_blockDim = {threads, 1, 1};
+  g_gridDim = {gx, gy, 1};
+  for (unsigned by = 0; by < gy; by++) {
+    for (unsigned bx = 0; bx < gx; bx++) {
+      g_blockIdx = {bx, by, 0};
+      for (unsigned t = 0; t < threads; t++) {
+        Fiber& f = g_fibers[t];
+        if (f.stack.size() < kStack) f.stack.resize(kStack);
+        getcontext(&f.ctx);
+        f.ctx.uc_stack.ss_sp = f.stack.data();
+        f.ctx.uc_stack.ss_size = f.stack.size();
+        f.ctx.uc_link = &g_sched;
+        makecontext(&f.ctx, fiberEntry, 0);
+        f.done = false;
+        f.parked = false;
+      }
+      for (;;) {
+        unsigned live = 0, parked = 0;
+        for (unsigned t = 0; t < threads; t++) {
+          Fiber& f = g_fibers[t];
+          if (f.done) continue;
+          f.parked = false;
+          g_cur = &f;
+          g_threadIdx = {t, 0, 0};
+          swapcontext(&g_sched, &f.ctx);
+          if (!f.done) {
+            live++;
+            if (f.parked) parked++;
+          }
+        }
+        if (live == 0) break;
+        if (parked != threads) {
+          fprintf(stderr, "cuda_emu: barrier reached by %u of %u threads (block %u,%u)\n", parked,
+                  threads, bx, by);
+          abort();
+        }
+      }
+    }
+  }
+}
+
+}  // namespace zppemu
+
+#define threadIdx (zppemu::g_threadIdx)
+#define blockIdx (zppemu::g_blockIdx)
+#define blockDim (zppemu::g_blockDim)
+#define gridDim (zppemu::g_gridDim)
+
+#define ZPP_CUDA_UNPAREN(...) __VA_ARGS__
+#define ZPP_CUDA_LAUNCH(kernel, grid, block, stream, ...)                          \
+  do {                                                                               \
+    dim3 zppEmuGrid_(grid);                                                          \
+    std::function<void()> zppEmuBody_ = [&]() { ZPP_CUDA_UNPAREN kernel(__VA_ARGS__); }; \
+    zppemu::launch(zppEmuGrid_.x, zppEmuGrid_.y, (unsigned)(block), zppEmuBody_);  \
+  } while (0)
+
+static inline void __syncthreads() { zppemu::park(); }
+
+static inline unsigned __shfl_xor_sync(unsigned mask, unsigned v, int laneMask) {
+  if (mask != 0xffffffffu) {
+    fprintf(stderr, "cuda_emu: only full-warp shuffles are emulated\n");
+    abort();
+  }
+  const unsigned t = threadIdx.x;
+  zppemu::g_slots[t] = v;
+  zppemu::park();
+  const unsigned r = zppemu::g_slots[(t & ~31u) | ((t & 31u) ^ (unsigned)laneMask)];
+  zppemu::park(); /* nobody overwrites a slot before its reader has read it */
+  return r;
+}
+
+/* The fp32 intrinsics: IEEE round-to-nearest-even on the device; the host's
+ * SSE arithmetic is the same (the tests are built with -ffp-contract=off). */
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
+static inline float __int2float_rn(int i) { return (float)i; }
+static inline float __uint_as_float(unsigned u) {
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  memcpy(&u, &f, sizeof u);
+  return u;
+}
+template <class T>
+static inline T __ldcs(const T* p) {
+  return *p;
+}
+template <class T>
+static inline T __ldg(const T* p) {
+  return *p;
+}
+template <class T>
+static inline T max(T a, T b) {
+  return a > b ? a : b;
+}
+template <class T>
+static inline T min(T a, T b) {
+  return a < b ? a : b;
+}
+
+#endif /* ZPP_CUDA_EMU_H_ */

@@ -1,0 +1,39 @@
+/*
+ * The emulated side of gpu_dev.h: quant_kernels/quant_cuda.cu compiled as
+ * host C++ over tests/gpu/cuda_emu.h, "device" memory being host memory.
+ */
+#define ZPP_CUDA_EMU 1
+
+#include "cuda_emu.h"
+#include "gpu_dev.h"
+
+#include "quant_kernels/quant_cuda.cu"
+
+extern "C" {
+
+int tdevInit(char* reason, size_t len) {
+  (void)reason;
+  (void)len;
+  return 1;
+}
+const char* tdevName(void) { return "emulated on the CPU (tests/gpu/cuda_emu.h)"; }
+int tdevIsEmulated(void) { return 1; }
+cudaStream_t tdevStream(void) { return nullptr; }
+
+void* tdevMalloc(size_t bytes) {
+  /* 256-byte aligned like cudaMalloc, so the vector paths are taken. */
+  void* p = aligned_alloc(256, ((bytes ? bytes : 1) + 255) & ~(size_t)255);
+  if (!p) {
+    fprintf(stderr, "test device: out of memory (%zu bytes)\n", bytes);
+    exit(1);
+  }
+  return p;
+}
+void tdevFree(void* p) { free(p); }
+void tdevMemset(void* d, int byte, size_t bytes) { memset(d, byte, bytes); }
+void tdevToDevice(void* d, const void* h, size_t bytes) { memcpy(d, h, bytes); }
+void tdevToHost(void* h, const void* d, size_t bytes) { memcpy(h, d, bytes); }
+void tdevSync(void) {}
+void tdevShutdown(void) {}
+
+}  // extern "C"

@@ -1,0 +1,696 @@
+/*
+ * The CUDA codecs against the CPU codecs, byte for byte (zpp_quant.h: every
+ * implementation performs the same fp32 operations, so packed segments are
+ * identical and decoded values equal bit for bit, NaN payloads excepted).
+ *
+ * Built twice from this one source (see gpu_dev.h):
+ *   test_quant_cuda      on a real GPU (label gpu; exit 77 without one);
+ *   test_quant_cuda_emu  the same kernels emulated on the CPU (label quant),
+ *                        so CI without a GPU runs every check below.
+ *
+ * Options: --quick (fewer and smaller cases: the compute-sanitizer run),
+ * --probe (exit 0 if a device is usable, 77 otherwise; checks nothing).
+ *
+ * Every device output buffer is pre-filled with 0xA5 and surrounded by guard
+ * bytes, and every CPU output with 0x5A: a byte either side forgets to write
+ * (padding, a tail) differs, and a write out of bounds shows in the guards.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_dev.h"
+#include "log.h"
+#include "quant_kernels/zpp_half.h"
+#include "quant_kernels/zpp_quant.h"
+#include "testutil.h"
+
+#define GUARD 64
+#define DEV_FILL 0xA5
+#define CPU_FILL 0x5A
+
+static const zppDataType_t kTypes[] = {zppFloat32, zppFloat16, zppBfloat16};
+static const int kBits[] = {8, 4};
+static const int kBlocks[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
+
+static int quick;
+static zppTestRng_t rng;
+
+static const char* typeName(zppDataType_t t) {
+  return t == zppFloat32 ? "fp32" : t == zppFloat16 ? "fp16" : "bf16";
+}
+
+static uint64_t rnd(void) { return zppTestRngNext(&rng); }
+static size_t rndBelow(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
+
+/* ---- element access ----------------------------------------------------------- */
+
+static uint32_t bitsAt(const void* buf, zppDataType_t dt, size_t i) {
+  if (dt == zppFloat32) {
+    uint32_t u;
+    memcpy(&u, (const uint8_t*)buf + 4 * i, 4);
+    return u;
+  }
+  uint16_t h;
+  memcpy(&h, (const uint8_t*)buf + 2 * i, 2);
+  return h;
+}
+
+static void putBits(void* buf, zppDataType_t dt, size_t i, uint32_t bits) {
+  if (dt == zppFloat32) {
+    memcpy((uint8_t*)buf + 4 * i, &bits, 4);
+  } else {
+    uint16_t h = (uint16_t)bits;
+    memcpy((uint8_t*)buf + 2 * i, &h, 2);
+  }
+}
+
+/* Stores v rounded to nearest even in dt (the reference conversions). */
+static void putF(void* buf, zppDataType_t dt, size_t i, float v) {
+  uint32_t b = dt == zppFloat32   ? zppF32Bits(v)
+               : dt == zppFloat16 ? zppFloatToHalf(v)
+                                  : zppFloatToBf16(v);
+  putBits(buf, dt, i, b);
+}
+
+static int isNaNBits(zppDataType_t dt, uint32_t b) {
+  if (dt == zppFloat32) return (b & 0x7fffffffu) > 0x7f800000u;
+  if (dt == zppFloat16) return (b & 0x7fffu) > 0x7c00u;
+  return (b & 0x7fffu) > 0x7f80u;
+}
+
+/* ---- inputs ---------------------------------------------------------------------- */
+
+enum {
+  PAT_NORMAL,
+  PAT_ZERO,
+  PAT_NEGZERO,
+  PAT_INF,
+  PAT_NAN,
+  PAT_TINY,
+  PAT_DENORMAL,
+  PAT_TIES,
+  PAT_HUGE,
+  PAT_SPARSE,
+  PAT_COUNT
+};
+
+static float normalScaled(zppDataType_t dt) {
+  /* Exponents across most of each format's range (fp16 results may round to
+   * subnormals or zero, which is wanted). */
+  int lo = dt == zppFloat32 ? -60 : dt == zppFloat16 ? -22 : -120;
+  int hi = dt == zppFloat32 ? 60 : dt == zppFloat16 ? 12 : 120;
+  int e = lo + (int)rndBelow((size_t)(hi - lo + 1));
+  return (float)ldexp(zppTestRngNormal(&rng), e);
+}
+
+static void fillBlock(void* buf, zppDataType_t dt, size_t b0, size_t len, int pat, int bits) {
+  const int Q = bits == 8 ? 127 : 7;
+  for (size_t i = 0; i < len; i++) {
+    size_t at = b0 + i;
+    switch (pat) {
+      case PAT_ZERO:
+        putF(buf, dt, at, 0.0f);
+        break;
+      case PAT_NEGZERO:
+        putF(buf, dt, at, -0.0f);
+        break;
+      case PAT_TINY: {
+        /* Below 2^-64 (the 2^64 prescale), subnormals included; fp16 cannot
+         * go there, so it gets its own subnormals. */
+        uint32_t sign = (uint32_t)(rnd() & 1);
+        if (dt == zppFloat16) {
+          putBits(buf, dt, at, (sign << 15) | (uint32_t)(rnd() & 0x3ffu));
+        } else {
+          uint32_t f = (sign << 31) | ((uint32_t)rndBelow(63) << 23) | (uint32_t)(rnd() & 0x7fffffu);
+          putBits(buf, dt, at, dt == zppFloat32 ? f : f >> 16);
+        }
+        break;
+      }
+      case PAT_DENORMAL: {
+        /* Below 2^-121 the reciprocal Q / a overflows without the 2^64
+         * prescale: fp32 / bf16 subnormals and the smallest normals. */
+        uint32_t sign = (uint32_t)(rnd() & 1);
+        if (dt == zppFloat16) {
+          putBits(buf, dt, at, (sign << 15) | (uint32_t)(rnd() & 0x3fu));
+        } else {
+          uint32_t f = (sign << 31) | ((uint32_t)rndBelow(3) << 23) | (uint32_t)(rnd() & 0x7fffffu);
+          putBits(buf, dt, at, dt == zppFloat32 ? f : f >> 16);
+        }
+        break;
+      }
+      case PAT_TIES: {
+        /* scale and its reciprocal are powers of two, so x * inv = k + 0.5
+         * exactly: round-half-even is what decides q. */
+        int k = -Q + (int)rndBelow((size_t)(2 * Q));
+        putF(buf, dt, at, (float)ldexp(k + 0.5, (int)rndBelow(3)));
+        break;
+      }
+      case PAT_HUGE: {
+        uint32_t sign = (uint32_t)(rnd() & 1);
+        if (dt == zppFloat16) {
+          putBits(buf, dt, at, (sign << 15) | (30u << 10) | (uint32_t)(rnd() & 0x3ffu));
+        } else {
+          uint32_t f = (sign << 31) | ((253u + (uint32_t)(rnd() & 1)) << 23) |
+                       (uint32_t)(rnd() & 0x7fffffu);
+          putBits(buf, dt, at, dt == zppFloat32 ? f : f >> 16);
+        }
+        break;
+      }
+      case PAT_SPARSE:
+        putF(buf, dt, at, 0.0f);
+        break;
+      default:
+        putF(buf, dt, at, normalScaled(dt));
+        break;
+    }
+  }
+  size_t pos = rndBelow(len);
+  if (pat == PAT_INF) {
+    putF(buf, dt, b0 + pos, (rnd() & 1) ? INFINITY : -INFINITY);
+  } else if (pat == PAT_NAN) {
+    /* Assorted NaNs: quiet and signalling, either sign, various payloads. */
+    uint32_t payload = (uint32_t)rnd();
+    uint32_t b = dt == zppFloat32   ? 0x7f800000u | ((payload & 0x7fffffu) | 1u)
+                 : dt == zppFloat16 ? 0x7c00u | ((payload & 0x3ffu) | 1u)
+                                    : 0x7f80u | ((payload & 0x7fu) | 1u);
+    if (rnd() & 1) b |= dt == zppFloat32 ? 0x80000000u : 0x8000u;
+    putBits(buf, dt, b0 + pos, b);
+  } else if (pat == PAT_TIES) {
+    putF(buf, dt, b0 + pos, (float)((rnd() & 1) ? Q : -Q)); /* the block max: scale 1 */
+  } else if (pat == PAT_SPARSE) {
+    putF(buf, dt, b0 + pos, normalScaled(dt));
+  } else if (pat == PAT_NEGZERO && (rnd() & 1)) {
+    putF(buf, dt, b0 + pos, -ldexpf(1.0f, -10));
+  }
+}
+
+/* Fills count elements; with mix, about one block in three gets a special
+ * pattern (zeros, Inf, NaN, tiny, ties, huge, sparse). */
+static void fill(void* buf, zppDataType_t dt, size_t count, int block, int bits, int mix) {
+  for (size_t b0 = 0; b0 < count; b0 += (size_t)block) {
+    size_t len = count - b0 < (size_t)block ? count - b0 : (size_t)block;
+    int pat = mix && rndBelow(3) == 0 ? (int)rndBelow(PAT_COUNT) : PAT_NORMAL;
+    fillBlock(buf, dt, b0, len, pat, bits);
+  }
+}
+
+/* ---- device buffers with guards ------------------------------------------------ */
+
+typedef struct {
+  uint8_t* base; /* allocation: GUARD + off + bytes + GUARD */
+  uint8_t* p;    /* the region under test, `off` bytes past a 256-aligned start */
+  size_t off, bytes;
+} devbuf_t;
+
+static devbuf_t dbAlloc(size_t bytes, size_t off) {
+  devbuf_t b;
+  b.off = off;
+  b.bytes = bytes;
+  b.base = tdevMalloc(256 + off + bytes + GUARD);
+  b.p = b.base + 256 + off;
+  tdevMemset(b.base, DEV_FILL, 256 + off + bytes + GUARD);
+  return b;
+}
+
+static void dbFree(devbuf_t* b) { tdevFree(b->base); }
+
+static void dbUpload(devbuf_t* b, const void* h) { tdevToDevice(b->p, h, b->bytes); }
+
+/* Copies the region back and checks that the guards on both sides held. */
+static void dbDownload(const devbuf_t* b, void* h, const char* what) {
+  size_t total = 256 + b->off + b->bytes + GUARD;
+  uint8_t* all = malloc(total);
+  REQUIRE(all != NULL);
+  tdevToHost(all, b->base, total);
+  memcpy(h, all + 256 + b->off, b->bytes);
+  size_t bad = 0;
+  for (size_t i = 0; i < 256 + b->off; i++) bad += all[i] != DEV_FILL;
+  for (size_t i = 256 + b->off + b->bytes; i < total; i++) bad += all[i] != DEV_FILL;
+  CHECK_MSG(bad == 0, "%s: %zu guard bytes around the output were overwritten", what, bad);
+  free(all);
+}
+
+static void* hAlloc(size_t bytes, int fillByte) {
+  void* p = malloc(bytes ? bytes : 1);
+  REQUIRE(p != NULL);
+  memset(p, fillByte, bytes ? bytes : 1);
+  return p;
+}
+
+/* ---- comparisons ----------------------------------------------------------------- */
+
+static void comparePacked(const char* what, const uint8_t* cpu, const uint8_t* gpu, size_t count,
+                          int bits, int block) {
+  size_t size = zppQuantPackedSize(count, bits, block);
+  size_t i = 0;
+  while (i < size && cpu[i] == gpu[i]) i++;
+  if (i == size) {
+    CHECK(1);
+    return;
+  }
+  size_t nb = (count + (size_t)block - 1) / (size_t)block;
+  size_t dataOff = ZPP_QUANT_HEADER_BYTES + 4 * nb;
+  size_t dataEnd = dataOff + (bits == 8 ? count : (count + 1) / 2);
+  const char* region = i < ZPP_QUANT_HEADER_BYTES ? "header"
+                       : i < dataOff              ? "scales"
+                       : i < dataEnd              ? "data"
+                                                  : "padding";
+  size_t diffs = 0;
+  for (size_t k = 0; k < size; k++) diffs += cpu[k] != gpu[k];
+  CHECK_MSG(0,
+            "%s: packed differs in %zu of %zu bytes, first at byte %zu (%s): cpu 0x%02x gpu 0x%02x",
+            what, diffs, size, i, region, cpu[i], gpu[i]);
+  if (i >= ZPP_QUANT_HEADER_BYTES && i < dataOff) {
+    size_t b = (i - ZPP_QUANT_HEADER_BYTES) / 4;
+    uint32_t sc, sg;
+    memcpy(&sc, cpu + ZPP_QUANT_HEADER_BYTES + 4 * b, 4);
+    memcpy(&sg, gpu + ZPP_QUANT_HEADER_BYTES + 4 * b, 4);
+    fprintf(stderr, "  block %zu scale: cpu 0x%08x gpu 0x%08x\n", b, sc, sg);
+  }
+}
+
+/* Equal bit patterns, or both NaN (payloads may differ). */
+static void compareValues(const char* what, const void* cpu, const void* gpu, zppDataType_t dt,
+                          size_t count) {
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < count; i++) {
+    uint32_t a = bitsAt(cpu, dt, i), b = bitsAt(gpu, dt, i);
+    if (a == b || (isNaNBits(dt, a) && isNaNBits(dt, b))) continue;
+    if (bad++ == 0) first = i;
+  }
+  CHECK_MSG(bad == 0, "%s: %zu of %zu %s values differ, first at %zu: cpu 0x%08x gpu 0x%08x", what,
+            bad, count, typeName(dt), first, bad ? bitsAt(cpu, dt, first) : 0,
+            bad ? bitsAt(gpu, dt, first) : 0);
+}
+
+/* ---- quantize and dequantize ------------------------------------------------------ */
+
+/* inOff in elements, pkOff in bytes (a multiple of 4): misaligned starts take
+ * the kernels' scalar and 4-byte paths. */
+static void testCodec(zppDataType_t dt, int bits, int block, size_t count, size_t inOff,
+                      size_t pkOff) {
+  char what[160];
+  snprintf(what, sizeof what, "quantize %s int%d block %d count %zu (offsets %zu, %zu)",
+           typeName(dt), bits, block, count, inOff, pkOff);
+  size_t es = zppTypeSize(dt);
+  size_t P = zppQuantPackedSize(count, bits, block);
+
+  void* hin = hAlloc(count * es, 0);
+  fill(hin, dt, count, block, bits, 1);
+  uint8_t* cpuPk = hAlloc(P, CPU_FILL);
+  CHECK_EQ_INT(zppQuantize(hin, dt, count, bits, block, cpuPk), zppSuccess);
+
+  devbuf_t din = dbAlloc(count * es, inOff * es);
+  dbUpload(&din, hin);
+  devbuf_t dpk = dbAlloc(P, pkOff);
+  CHECK_EQ_INT(zppQuantizeCuda(din.p, dt, count, bits, block, dpk.p, tdevStream()), zppSuccess);
+  uint8_t* gpuPk = hAlloc(P, 0);
+  dbDownload(&dpk, gpuPk, what);
+  comparePacked(what, cpuPk, gpuPk, count, bits, block);
+
+  /* Decode the CPU's bytes on both sides, so a quantize mismatch above is
+   * not reported again here. */
+  dbUpload(&dpk, cpuPk);
+  for (size_t t = 0; t < sizeof kTypes / sizeof kTypes[0]; t++) {
+    zppDataType_t odt = kTypes[t];
+    size_t oes = zppTypeSize(odt);
+    snprintf(what, sizeof what, "dequantize int%d block %d count %zu -> %s (offset %zu)", bits,
+             block, count, typeName(odt), inOff);
+    void* cpuOut = hAlloc(count * oes, CPU_FILL);
+    CHECK_EQ_INT(zppDequantize(cpuPk, count, bits, block, cpuOut, odt), zppSuccess);
+    devbuf_t dout = dbAlloc(count * oes, inOff * oes);
+    CHECK_EQ_INT(zppDequantizeCuda(dpk.p, count, bits, block, dout.p, odt, tdevStream()),
+                 zppSuccess);
+    void* gpuOut = hAlloc(count * oes, 0);
+    dbDownload(&dout, gpuOut, what);
+    compareValues(what, cpuOut, gpuOut, odt, count);
+    free(cpuOut);
+    free(gpuOut);
+    dbFree(&dout);
+  }
+  free(hin);
+  free(cpuPk);
+  free(gpuPk);
+  dbFree(&din);
+  dbFree(&dpk);
+}
+
+/* ---- reductions ------------------------------------------------------------------- */
+
+static void testReduce(int bits, int block, size_t count, int n, size_t extra) {
+  char what[200];
+  size_t P = zppQuantPackedSize(count, bits, block);
+  size_t stride = P + extra;
+  uint8_t* hpk = hAlloc((size_t)n * stride, 0x77); /* gaps between segments: junk */
+  float* x = hAlloc(count * 4, 0);
+  for (int k = 0; k < n; k++) {
+    fill(x, zppFloat32, count, block, bits, 1);
+    CHECK_EQ_INT(zppQuantize(x, zppFloat32, count, bits, block, hpk + (size_t)k * stride),
+                 zppSuccess);
+  }
+  devbuf_t dpk = dbAlloc((size_t)n * stride, 0);
+  dbUpload(&dpk, hpk);
+
+  /* accumulate into fp32, from scratch and onto existing values */
+  for (int accumulate = 0; accumulate <= 1; accumulate++) {
+    snprintf(what, sizeof what, "accumulate(%d) int%d block %d count %zu n %d stride +%zu",
+             accumulate, bits, block, count, n, extra);
+    float* acc0 = hAlloc(count * 4, 0);
+    for (size_t i = 0; i < count; i++) acc0[i] = (float)zppTestRngNormal(&rng);
+    float* cpuAcc = hAlloc(count * 4, 0);
+    memcpy(cpuAcc, acc0, count * 4);
+    CHECK_EQ_INT(zppDequantizeAccumulate(hpk, stride, n, count, bits, block, cpuAcc, accumulate),
+                 zppSuccess);
+    devbuf_t dacc = dbAlloc(count * 4, 0);
+    dbUpload(&dacc, acc0);
+    CHECK_EQ_INT(zppDequantizeAccumulateCuda(dpk.p, stride, n, count, bits, block,
+                                             (float*)dacc.p, accumulate, tdevStream()),
+                 zppSuccess);
+    float* gpuAcc = hAlloc(count * 4, 0);
+    dbDownload(&dacc, gpuAcc, what);
+    compareValues(what, cpuAcc, gpuAcc, zppFloat32, count);
+    free(acc0);
+    free(cpuAcc);
+    free(gpuAcc);
+    dbFree(&dacc);
+  }
+
+  /* sum / divisor into every dtype */
+  const float divisors[] = {1.0f, (float)n, 3.0f};
+  for (size_t d = 0; d < 3; d++) {
+    for (size_t t = 0; t < sizeof kTypes / sizeof kTypes[0]; t++) {
+      zppDataType_t odt = kTypes[t];
+      size_t oes = zppTypeSize(odt);
+      snprintf(what, sizeof what, "sum/%g int%d block %d count %zu n %d -> %s",
+               (double)divisors[d], bits, block, count, n, typeName(odt));
+      void* cpuOut = hAlloc(count * oes, CPU_FILL);
+      CHECK_EQ_INT(zppDequantizeSum(hpk, stride, n, count, bits, block, divisors[d], cpuOut, odt),
+                   zppSuccess);
+      devbuf_t dout = dbAlloc(count * oes, 0);
+      CHECK_EQ_INT(zppDequantizeSumCuda(dpk.p, stride, n, count, bits, block, divisors[d], dout.p,
+                                        odt, tdevStream()),
+                   zppSuccess);
+      void* gpuOut = hAlloc(count * oes, 0);
+      dbDownload(&dout, gpuOut, what);
+      compareValues(what, cpuOut, gpuOut, odt, count);
+      free(cpuOut);
+      free(gpuOut);
+      dbFree(&dout);
+    }
+  }
+
+  /* fused reduce-requantize, into both widths and several block sizes */
+  const int blocksOut[] = {32, block, 512, 4096};
+  for (int bo = 0; bo < 2; bo++) {
+    for (size_t b = 0; b < 4; b++) {
+      int bitsOut = kBits[bo], blockOut = blocksOut[b];
+      if (b > 0 && blockOut == blocksOut[0]) continue;
+      if (quick && b >= 2) continue;
+      snprintf(what, sizeof what, "reduce-requant int%d/%d -> int%d/%d count %zu n %d", bits,
+               block, bitsOut, blockOut, count, n);
+      size_t PO = zppQuantPackedSize(count, bitsOut, blockOut);
+      uint8_t* cpuOut = hAlloc(PO, CPU_FILL);
+      CHECK_EQ_INT(
+          zppQuantReduceRequant(hpk, stride, n, count, bits, block, bitsOut, blockOut, cpuOut),
+          zppSuccess);
+      devbuf_t dout = dbAlloc(PO, 4 * (size_t)b);
+      CHECK_EQ_INT(zppQuantReduceRequantCuda(dpk.p, stride, n, count, bits, block, bitsOut,
+                                             blockOut, dout.p, tdevStream()),
+                   zppSuccess);
+      uint8_t* gpuOut = hAlloc(PO, 0);
+      dbDownload(&dout, gpuOut, what);
+      comparePacked(what, cpuOut, gpuOut, count, bitsOut, blockOut);
+      free(cpuOut);
+      free(gpuOut);
+      dbFree(&dout);
+    }
+  }
+  free(hpk);
+  free(x);
+  dbFree(&dpk);
+}
+
+/* ---- tensor-slice reordering ------------------------------------------------------ */
+
+static void testReordered(zppDataType_t dt, int bits, int block, int W, int L, size_t partCount,
+                          size_t strideExtra) {
+  char what[200];
+  snprintf(what, sizeof what, "reordered %s int%d block %d W %d L %d part %zu stride +%zu",
+           typeName(dt), bits, block, W, L, partCount, strideExtra);
+  size_t es = zppTypeSize(dt);
+  size_t partStride = partCount + strideExtra;
+  size_t nin = (size_t)W * partStride;
+  size_t P = zppQuantPackedSize(partCount, bits, block);
+  void* hin = hAlloc(nin * es, 0);
+  fill(hin, dt, nin, block, bits, 1);
+  uint8_t* cpuOut = hAlloc((size_t)W * P, CPU_FILL);
+  CHECK_EQ_INT(zppQuantizeReordered(hin, dt, partCount, partStride, W, L, bits, block, cpuOut),
+               zppSuccess);
+  devbuf_t din = dbAlloc(nin * es, 0);
+  dbUpload(&din, hin);
+  devbuf_t dout = dbAlloc((size_t)W * P, 0);
+  CHECK_EQ_INT(zppQuantizeReorderedCuda(din.p, dt, partCount, partStride, W, L, bits, block,
+                                        dout.p, tdevStream()),
+               zppSuccess);
+  uint8_t* gpuOut = hAlloc((size_t)W * P, 0);
+  dbDownload(&dout, gpuOut, what);
+  for (int k = 0; k < W; k++) {
+    char seg[240];
+    snprintf(seg, sizeof seg, "%s segment %d", what, k);
+    comparePacked(seg, cpuOut + (size_t)k * P, gpuOut + (size_t)k * P, partCount, bits, block);
+  }
+  /* And the order itself, independently of the CPU's reordering: segment
+   * k = j * N + n is partition p = n * L + j quantized alone. */
+  int N = W / L;
+  uint8_t* one = hAlloc(P, CPU_FILL);
+  for (int k = 0; k < W; k++) {
+    int j = k / N, node = k % N;
+    size_t p = (size_t)node * (size_t)L + (size_t)j;
+    CHECK_EQ_INT(zppQuantize((const uint8_t*)hin + p * partStride * es, dt, partCount, bits, block,
+                             one),
+                 zppSuccess);
+    CHECK_MSG(memcmp(one, gpuOut + (size_t)k * P, P) == 0,
+              "%s: segment %d is not partition %zu", what, k, p);
+  }
+  free(one);
+  free(hin);
+  free(cpuOut);
+  free(gpuOut);
+  dbFree(&din);
+  dbFree(&dout);
+}
+
+/* ---- header checks on the device ---------------------------------------------------- */
+
+static int allNaN(const void* buf, zppDataType_t dt, size_t count) {
+  for (size_t i = 0; i < count; i++)
+    if (!isNaNBits(dt, bitsAt(buf, dt, i))) return 0;
+  return 1;
+}
+
+/* A segment decoded with settings other than its header's decodes to NaN
+ * (the device cannot refuse it the way the CPU path does). */
+static void testHeaderMismatch(void) {
+  const size_t count = 1000;
+  const int bits = 8, block = 128;
+  size_t P = zppQuantPackedSize(count, bits, block);
+  float* x = hAlloc(count * 4, 0);
+  fill(x, zppFloat32, count, block, bits, 0);
+  uint8_t* hpk = hAlloc(P, 0);
+  CHECK_EQ_INT(zppQuantize(x, zppFloat32, count, bits, block, hpk), zppSuccess);
+  devbuf_t dpk = dbAlloc(P, 0);
+  dbUpload(&dpk, hpk);
+  float* out = hAlloc(count * 4, 0);
+  devbuf_t dout = dbAlloc(count * 4, 0);
+
+  /* count one short: the header says 1000 */
+  CHECK_EQ_INT(zppDequantizeCuda(dpk.p, count - 1, bits, block, dout.p, zppFloat32, tdevStream()),
+               zppSuccess);
+  tdevToHost(out, dout.p, (count - 1) * 4);
+  CHECK_MSG(allNaN(out, zppFloat32, count - 1), "count mismatch must decode to NaN");
+
+  /* block 64 instead of 128: the same byte size of data, other scales */
+  CHECK_EQ_INT(zppDequantizeCuda(dpk.p, count, bits, 64, dout.p, zppFloat32, tdevStream()),
+               zppSuccess);
+  tdevToHost(out, dout.p, count * 4);
+  CHECK_MSG(allNaN(out, zppFloat32, count), "block mismatch must decode to NaN");
+
+  /* int4 reading an int8 segment, through the fused path: NaN sums, i.e. NaN
+   * scales everywhere in the output segment */
+  size_t PO = zppQuantPackedSize(count, 8, 128);
+  devbuf_t dreq = dbAlloc(PO, 0);
+  CHECK_EQ_INT(zppQuantReduceRequantCuda(dpk.p, P, 1, count, 4, block, 8, 128, dreq.p,
+                                         tdevStream()),
+               zppSuccess);
+  uint8_t* req = hAlloc(PO, 0);
+  tdevToHost(req, dreq.p, PO);
+  size_t nb = (count + 127) / 128, nanScales = 0;
+  for (size_t b = 0; b < nb; b++) {
+    uint32_t s;
+    memcpy(&s, req + ZPP_QUANT_HEADER_BYTES + 4 * b, 4);
+    nanScales += s == 0x7fc00000u;
+  }
+  CHECK_EQ_INT(nanScales, nb);
+  CHECK_EQ_INT(zppQuantCheckHeader(req, count, 8, 128), zppSuccess);
+
+  /* and the correct settings decode finite values again */
+  CHECK_EQ_INT(zppDequantizeCuda(dpk.p, count, bits, block, dout.p, zppFloat32, tdevStream()),
+               zppSuccess);
+  tdevToHost(out, dout.p, count * 4);
+  size_t nan = 0;
+  for (size_t i = 0; i < count; i++) nan += isnan(out[i]);
+  CHECK_EQ_INT(nan, 0);
+
+  free(x);
+  free(hpk);
+  free(out);
+  free(req);
+  dbFree(&dpk);
+  dbFree(&dout);
+  dbFree(&dreq);
+}
+
+/* ---- argument checks ----------------------------------------------------------------- */
+
+static void testArguments(void) {
+  cudaStream_t s = tdevStream();
+  devbuf_t din = dbAlloc(4096 * 4, 0);
+  devbuf_t dpk = dbAlloc(zppQuantPackedSize(4096, 8, 32) * 4, 0);
+  uint8_t* in = din.p;
+  uint8_t* pk = dpk.p;
+  size_t P = zppQuantPackedSize(100, 8, 32);
+  zppLogLevel_t level = zppLogLevel();
+  zppLogSetLevel(ZPP_LOG_NONE); /* the expected failures would log errors */
+  CHECK_EQ_INT(zppQuantizeCuda(in, zppFloat32, 100, 5, 32, pk, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantizeCuda(in, zppFloat32, 100, 8, 48, pk, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantizeCuda(in, zppFloat32, 100, 8, 16, pk, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantizeCuda(in, zppFloat32, 100, 8, 8192, pk, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantizeCuda(in, zppInt32, 100, 8, 32, pk, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantizeCuda(NULL, zppFloat32, 100, 8, 32, pk, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantizeCuda(in, zppFloat32, 100, 8, 32, NULL, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantizeCuda(in + 2, zppFloat32, 100, 8, 32, pk, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantizeCuda(in + 1, zppFloat16, 100, 8, 32, pk, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantizeCuda(in, zppFloat32, 100, 8, 32, pk + 2, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeCuda(pk, 100, 8, 32, in, zppFloat64, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeCuda(pk + 1, 100, 8, 32, in, zppFloat32, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeCuda(pk, 100, 8, 32, NULL, zppFloat32, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeAccumulateCuda(pk, P, 0, 100, 8, 32, (float*)in, 0, s),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeAccumulateCuda(pk, P - 16, 2, 100, 8, 32, (float*)in, 0, s),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeAccumulateCuda(pk, P + 2, 2, 100, 8, 32, (float*)in, 0, s),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeSumCuda(pk, P, 1, 100, 8, 32, 0.0f, in, zppFloat32, s),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeSumCuda(pk, P, 1, 100, 8, 32, NAN, in, zppFloat32, s),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantReduceRequantCuda(pk, P, 2, 100, 8, 32, 4, 64, pk + P, s),
+               zppInvalidArgument); /* output overlaps the second input */
+  CHECK_EQ_INT(zppQuantReduceRequantCuda(pk, P, 1, 100, 8, 32, 3, 64, pk + 2 * P, s),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantizeReorderedCuda(in, zppFloat32, 10, 10, 6, 4, 8, 32, pk, s),
+               zppInvalidArgument); /* 6 partitions, nodes of 4 */
+  CHECK_EQ_INT(zppQuantizeReorderedCuda(in, zppFloat32, 10, 9, 4, 2, 8, 32, pk, s),
+               zppInvalidArgument); /* stride < count */
+  CHECK_EQ_INT(zppQuantizeReorderedCuda(in, zppFloat32, 10, 10, 0, 1, 8, 32, pk, s),
+               zppInvalidArgument);
+  zppLogSetLevel(level);
+  tdevSync();
+  dbFree(&din);
+  dbFree(&dpk);
+}
+
+/* ---- driver ------------------------------------------------------------------------------ */
+
+static void runCodecSweep(size_t large) {
+  for (size_t t = 0; t < sizeof kTypes / sizeof kTypes[0]; t++) {
+    for (int b = 0; b < 2; b++) {
+      for (size_t k = 0; k < sizeof kBlocks / sizeof kBlocks[0]; k++) {
+        int B = kBlocks[k];
+        if (quick && k % 3 != 0) continue;
+        size_t counts[] = {0, 1, 2, (size_t)B - 1, (size_t)B, (size_t)B + 1, 2 * (size_t)B + 3,
+                           5 * (size_t)B + (size_t)B / 2 + 1};
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+          if (quick && c % 2) continue;
+          /* alternate aligned and misaligned placements */
+          size_t inOff = c % 3 == 1 ? 1 : c % 3 == 2 ? 3 : 0;
+          size_t pkOff = 4 * (c % 4);
+          testCodec(kTypes[t], kBits[b], B, counts[c], inOff, pkOff);
+        }
+      }
+      /* large: many CTAs, the vector paths, both extreme block sizes */
+      testCodec(kTypes[t], kBits[b], 32, large, 0, 0);
+      testCodec(kTypes[t], kBits[b], 4096, large + 3, 1, 4);
+      if (!quick) testCodec(kTypes[t], kBits[b], 256, large, 0, 8);
+    }
+  }
+}
+
+static void runReduceSweep(size_t large) {
+  for (int b = 0; b < 2; b++) {
+    for (size_t k = 0; k < sizeof kBlocks / sizeof kBlocks[0]; k++) {
+      int B = kBlocks[k];
+      if (quick && k % 3 != 0) continue;
+      size_t counts[] = {1, (size_t)B - 1, (size_t)B + 1, 3 * (size_t)B + 7};
+      for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        if (quick && c % 2) continue;
+        int n = c == 0 ? 1 : c == 1 ? 2 : c == 2 ? 3 : 5;
+        testReduce(kBits[b], B, counts[c], n, c % 2 ? 16 : 0);
+      }
+    }
+    testReduce(kBits[b], 256, large, 4, 32);
+  }
+}
+
+static void runReorderSweep(void) {
+  static const int shapes[][2] = {{1, 1}, {2, 1}, {2, 2}, {4, 2}, {6, 3}, {8, 4}, {8, 8}, {12, 4}};
+  int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+  for (int s = 0; s < nshapes; s++) {
+    if (quick && s % 2) continue;
+    int W = shapes[s][0], L = shapes[s][1];
+    zppDataType_t dt = kTypes[s % 3];
+    int bits = kBits[s % 2];
+    int block = kBlocks[(s * 3) % 8];
+    testReordered(dt, bits, block, W, L, 0, 0);
+    testReordered(dt, bits, block, W, L, 1, 3);
+    testReordered(dt, bits, block, W, L, (size_t)block * 3 + 17, 0);
+    testReordered(dt, bits, block, W, L, (size_t)block * 2 + 1, 5);
+  }
+}
+
+int main(int argc, char** argv) {
+  int probe = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) quick = 1;
+    else if (!strcmp(argv[i], "--probe")) probe = 1;
+    else {
+      fprintf(stderr, "usage: %s [--quick] [--probe]\n", argv[0]);
+      return 2;
+    }
+  }
+  char reason[256] = "";
+  if (!tdevInit(reason, sizeof reason)) {
+    printf("SKIP: %s\n", reason);
+    return ZPP_TEST_SKIP;
+  }
+  if (probe) {
+    tdevShutdown();
+    return 0;
+  }
+  printf("device: %s; CPU codec: %s%s\n", tdevName(), zppQuantImplName(), quick ? "; quick" : "");
+  zppTestRngSeed(&rng, 0x7a707031ull);
+
+  /* The emulator runs every thread as a fiber: keep its large cases modest. */
+  size_t large = tdevIsEmulated() ? 20011 : quick ? 100003 : (size_t)3 << 20 | 5;
+  testArguments();
+  testHeaderMismatch();
+  runCodecSweep(large);
+  runReduceSweep(large);
+  runReorderSweep();
+  tdevSync();
+  tdevShutdown();
+  return zppTestExit(argv[0]);
+}
