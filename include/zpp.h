@@ -98,6 +98,7 @@ typedef void* zppStream_t;
 
 #define ZPP_CONFIG_UNDEF_INT (-2147483647 - 1)
 #define ZPP_CONFIG_UNDEF_PTR NULL
+#define ZPP_CONFIG_UNDEF_SIZE ((size_t)-1)
 #define ZPP_CONFIG_MAGIC 0x7a707063u /* "zppc" */
 
 /* Per-communicator configuration. Initialize with ZPP_CONFIG_INITIALIZER and
@@ -111,6 +112,14 @@ typedef struct {
   int timeoutSec;      /* every wait (bootstrap, collectives); env ZPP_TIMEOUT */
   const char* hostId;  /* node identity of this rank; env ZPP_HOSTID, else host name */
   const char* commName;/* shown in logs */
+  /* ZeRO++ compression applied to the plain calls (explicit calls below
+   * choose per call). 0 = off (the default: a renamed NCCL call stays exact
+   * until compression is asked for), 8 or 4 = bits per element. */
+  int qwzBits;         /* zppAllGather of fp32/fp16/bf16; env ZPP_QWZ_BITS */
+  int qgzBits;         /* zppReduceScatter sum/avg of fp32/fp16/bf16; env ZPP_QGZ_BITS */
+  int quantBlock;      /* elements per scale; env ZPP_QUANT_BLOCK (0: codec default) */
+  size_t compressMinBytes; /* smaller calls stay plain (latency); env ZPP_COMPRESS_MIN_BYTES */
+  int hpzGroupSize;    /* ranks sharing a secondary partition; env ZPP_HPZ_GROUP (0: the node) */
 } zppConfig_t;
 
 #define ZPP_CONFIG_INITIALIZER                                          \
@@ -120,7 +129,12 @@ typedef struct {
     ZPP_VERSION_CODE,    /* version */                                  \
     ZPP_CONFIG_UNDEF_INT, /* timeoutSec */                              \
     ZPP_CONFIG_UNDEF_PTR, /* hostId */                                  \
-    ZPP_CONFIG_UNDEF_PTR  /* commName */                                \
+    ZPP_CONFIG_UNDEF_PTR, /* commName */                                \
+    ZPP_CONFIG_UNDEF_INT, /* qwzBits */                                 \
+    ZPP_CONFIG_UNDEF_INT, /* qgzBits */                                 \
+    ZPP_CONFIG_UNDEF_INT, /* quantBlock */                              \
+    ZPP_CONFIG_UNDEF_SIZE, /* compressMinBytes */                       \
+    ZPP_CONFIG_UNDEF_INT  /* hpzGroupSize */                            \
   }
 
 /* Creates a unique id on the rendezvous root (call on one rank only). The
@@ -229,6 +243,56 @@ ZPP_API zppResult_t zppCommGetStats(const zppComm_t comm, zppCommStats_t* stats)
 ZPP_API zppResult_t zppCommResetStats(zppComm_t comm);
 /* A short name for an operation kind ("allgather", "qwz", ...). */
 ZPP_API const char* zppOpKindName(zppOpKind_t kind);
+
+
+/* ---------------------------------------------------------------------------
+ * ZeRO++ collectives, explicit form. bits: 8 or 4 (0: the communicator's
+ * setting, else the default: 8 for qwZ, 4 for qgZ). Types fp32, fp16, bf16.
+ * Results are lossy within the codec's documented bound (docs/codecs.md);
+ * ranks that call with other settings get an error, never garbage.
+ * ------------------------------------------------------------------------- */
+
+/* qwZ: every rank quantizes its shard blockwise; the packed shards (data and
+ * scales in one message) are gathered; every rank dequantizes into recvbuff
+ * (sendcount * nranks elements of datatype). */
+ZPP_API zppResult_t zppQwzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    zppDataType_t datatype, int bits, zppComm_t comm,
+                                    zppStream_t stream);
+
+/* qgZ: quantized reduce-scatter through a hierarchical all-to-all (inside the
+ * node, then across nodes among ranks of the same local rank). op: zppSum or
+ * zppAvg (divides by the world size). Needs nodes of equal size. */
+ZPP_API zppResult_t zppQgzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        zppDataType_t datatype, zppRedOp_t op, int bits,
+                                        zppComm_t comm, zppStream_t stream);
+
+/* qgZ over a bucket of tensors in one call: tensor t has recvcounts[t]
+ * elements per rank, sendbuffs[t] holds recvcounts[t] * nranks. */
+ZPP_API zppResult_t zppQgzReduceScatterCoalesced(int ntensors, const void* const* sendbuffs,
+                                                 void* const* recvbuffs, const size_t* recvcounts,
+                                                 zppDataType_t datatype, zppRedOp_t op, int bits,
+                                                 zppComm_t comm, zppStream_t stream);
+
+/* hpZ: a partitioned parameter that owns its secondary partition. The
+ * forward gather goes across all ranks (qwZ when bits != 0) and keeps, with
+ * no extra traffic, this rank's slice of the gathered weights for its hpZ
+ * group (the node, or hpzGroupSize ranks); the backward gather assembles
+ * the weights from the secondaries inside the group only. Any weight write
+ * must be followed by zppParamInvalidate on every rank; a backward gather
+ * with an invalid secondary falls back to the global gather. */
+typedef struct zppParam* zppParam_t;
+ZPP_API zppResult_t zppParamCreate(zppComm_t comm, size_t shardcount, zppDataType_t datatype,
+                                   int bits, zppParam_t* param);
+ZPP_API zppResult_t zppParamGatherForward(zppParam_t param, const void* shard, void* full,
+                                          zppStream_t stream);
+ZPP_API zppResult_t zppParamGatherBackward(zppParam_t param, const void* shard, void* full,
+                                           zppStream_t stream);
+ZPP_API zppResult_t zppParamInvalidate(zppParam_t param);
+/* 1 while the secondary partition is valid. */
+ZPP_API zppResult_t zppParamIsValid(zppParam_t param, int* valid);
+/* Bytes of secondary partition the object holds. */
+ZPP_API zppResult_t zppParamSecondaryBytes(zppParam_t param, size_t* bytes);
+ZPP_API zppResult_t zppParamDestroy(zppParam_t param);
 
 #ifdef __cplusplus
 }
