@@ -150,12 +150,20 @@ __device__ __forceinline__ void writeHeaderAndPadding(uint8_t* seg, size_t count
   }
 }
 
+/* Every decoding thread checks the header of each input it reads (a cache
+ * hit after the first warp): one 16-byte load where the segment is 16-byte
+ * aligned, as segments laid end to end in a cudaMalloc buffer are. */
 __device__ __forceinline__ bool headerOk(const uint8_t* seg, size_t count, int bits,
                                          int blockLog2) {
-  const uint32_t* h = reinterpret_cast<const uint32_t*>(seg);
-  return __ldg(h) == ZPP_QUANT_MAGIC && __ldg(h + 1) == headerWord1(bits, blockLog2) &&
-         __ldg(h + 2) == (uint32_t)(uint64_t)count &&
-         __ldg(h + 3) == (uint32_t)((uint64_t)count >> 32);
+  uint4 h;
+  if ((reinterpret_cast<uintptr_t>(seg) & 15) == 0) {
+    h = __ldg(reinterpret_cast<const uint4*>(seg));
+  } else {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(seg);
+    h = make_uint4(__ldg(w), __ldg(w + 1), __ldg(w + 2), __ldg(w + 3));
+  }
+  return h.x == ZPP_QUANT_MAGIC && h.y == headerWord1(bits, blockLog2) &&
+         h.z == (uint32_t)(uint64_t)count && h.w == (uint32_t)((uint64_t)count >> 32);
 }
 
 /* ---- packed words: widest access the address allows --------------------- */
