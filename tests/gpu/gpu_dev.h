@@ -51,6 +51,19 @@ void tdevToHost(void* h, const void* d, size_t bytes);
 void tdevSync(void);
 void tdevShutdown(void);
 
+/* Asynchrony checks (real GPU only; 0 = not available, e.g. emulated).
+ * tdevHoldStream parks the stream behind a host function that waits for
+ * tdevReleaseStream (at most 20 s): a call made in between that waited for
+ * the stream, or for the device, would stall until then.
+ * tdevReleaseStream returns 1 when the gate was still closed (nothing waited
+ * for it) and the stream has drained, 0 if it timed out. */
+int tdevHoldStream(void);
+int tdevReleaseStream(void);
+/* Stream capture into a CUDA graph: begin, then end + instantiate + launch
+ * + wait. 1 on success. Calls that allocate or synchronize fail capture. */
+int tdevCaptureBegin(void);
+int tdevCaptureEndAndRun(void);
+
 #ifdef __cplusplus
 }
 #endif

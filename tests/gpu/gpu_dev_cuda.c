@@ -1,8 +1,10 @@
 /* The real-GPU side of gpu_dev.h: the CUDA runtime on device 0. */
 #include "gpu_dev.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include <cuda_runtime_api.h>
 
@@ -80,4 +82,54 @@ void tdevSync(void) { TDEV(cudaStreamSynchronize(stream_)); }
 void tdevShutdown(void) {
   if (stream_) TDEV(cudaStreamDestroy(stream_));
   stream_ = NULL;
+}
+
+static atomic_int gateOpen_;
+static atomic_int gateTimedOut_;
+
+static void CUDART_CB gateFn(void* arg) {
+  (void)arg;
+  struct timespec ms = {0, 1000000};
+  for (int i = 0; i < 20000 && !atomic_load(&gateOpen_); i++) nanosleep(&ms, NULL);
+  if (!atomic_load(&gateOpen_)) atomic_store(&gateTimedOut_, 1);
+}
+
+int tdevHoldStream(void) {
+  atomic_store(&gateOpen_, 0);
+  atomic_store(&gateTimedOut_, 0);
+  TDEV(cudaLaunchHostFunc(stream_, gateFn, NULL));
+  return 1;
+}
+
+int tdevReleaseStream(void) {
+  int early = !atomic_load(&gateTimedOut_);
+  atomic_store(&gateOpen_, 1);
+  TDEV(cudaStreamSynchronize(stream_));
+  return early && !atomic_load(&gateTimedOut_);
+}
+
+static cudaGraph_t graph_;
+
+int tdevCaptureBegin(void) {
+  return cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+}
+
+int tdevCaptureEndAndRun(void) {
+  cudaError_t e = cudaStreamEndCapture(stream_, &graph_);
+  if (e != cudaSuccess) {
+    fprintf(stderr, "test device: stream capture failed: %s\n", cudaGetErrorString(e));
+    (void)cudaGetLastError();
+    return 0;
+  }
+  cudaGraphExec_t exec = NULL;
+  e = cudaGraphInstantiate(&exec, graph_, 0);
+  if (e == cudaSuccess) e = cudaGraphLaunch(exec, stream_);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+  if (exec) cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph_);
+  if (e != cudaSuccess) {
+    fprintf(stderr, "test device: graph run failed: %s\n", cudaGetErrorString(e));
+    return 0;
+  }
+  return 1;
 }

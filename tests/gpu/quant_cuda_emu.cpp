@@ -35,5 +35,10 @@ void tdevToDevice(void* d, const void* h, size_t bytes) { memcpy(d, h, bytes); }
 void tdevToHost(void* h, const void* d, size_t bytes) { memcpy(h, d, bytes); }
 void tdevSync(void) {}
 void tdevShutdown(void) {}
+/* No streams here: the emulated calls run to completion before returning. */
+int tdevHoldStream(void) { return 0; }
+int tdevReleaseStream(void) { return 0; }
+int tdevCaptureBegin(void) { return 0; }
+int tdevCaptureEndAndRun(void) { return 0; }
 
 }  // extern "C"
