@@ -141,7 +141,6 @@ ns_node() { echo "$PREFIX-n$1"; }
 ns_hub() { echo "$PREFIX-hub"; }
 node_ip() { echo "$SUBNET.$(($1 + 1))"; }
 HUB_HOST=254
-NAME_RE='^(zpp[0-9]+|[A-Za-z0-9_.]+)-(hub|n[0-9]+)$'
 
 # Clusters on this machine, one line per prefix: "prefix owner_pid alive|dead".
 # The owner is the pid in a default prefix (zpp<pid>); a custom prefix has no
@@ -439,6 +438,7 @@ tick() { read -rt "${1:-0.1}" -u "$TICK_FD" || true; }
 # Background commands of a non-interactive shell start with SIGINT and
 # SIGQUIT ignored; ranks should see the defaults, as under any launcher.
 DEFSIG=()
+# shellcheck disable=SC2054 # the comma belongs to env's option
 if env --default-signal=INT,QUIT true 2>/dev/null; then DEFSIG=(--default-signal=INT,QUIT); fi
 
 stop_ranks() { # signal every rank's process group; KILL what outlives the grace
@@ -599,7 +599,7 @@ print_cluster() {
 
 # iperf3 between each node and the hub, in its own file to keep this one
 # readable; it uses this script's variables and helpers.
-# shellcheck source=emucluster-rate.sh
+# shellcheck source-path=SCRIPTDIR source=emucluster-rate.sh
 source "$HERE/emucluster-rate.sh"
 
 # --- link faults --------------------------------------------------------------------------------------
@@ -665,7 +665,7 @@ launch_plain() {
       elif ((PREFIX_OUT)); then
         open_prefixer "[r$r node$k] " o 1
         open_prefixer "[r$r node$k] " e 2
-        "${launcher[@]}" "${CMD[@]}" </dev/null >&"$o" 2>&"$e" &
+        "${launcher[@]}" "${CMD[@]}" </dev/null 1>&"$o" 2>&"$e" &
         local pid=$!
         exec {o}>&- {e}>&-
         RANK_PIDS+=("$pid")
@@ -688,6 +688,7 @@ launch_mpi() {
   # memory across the namespaces and bypass the shaped links. Shared memory
   # (vader) is only ever used between ranks of one OpenMPI node, i.e. inside
   # one namespace, because OpenMPI decides locality per daemon.
+  # shellcheck disable=SC2054 # commas inside MCA values
   args+=(--mca pml ob1 --mca btl self,vader,tcp --mca osc '^ucx')
   args+=(-x MASTER_ADDR -x MASTER_PORT -x EMUCLUSTER_SUBNET -x EMUCLUSTER_RANKS_PER_NODE)
   ((PREFIX_OUT == 0)) || [[ -n $LOG_DIR ]] || args+=(--tag-output)
@@ -763,7 +764,11 @@ report_ranks() {
   local r bad=() killed=()
   if ((MPI)); then
     local st=${STATUS[mpirun]}
-    ((st == 0)) || bad+=("mpirun exited with code $st")
+    if ((st != 0)) && ((TIMED_OUT)); then
+      killed+=(all)
+    elif ((st != 0)); then
+      bad+=("mpirun exited with code $st (its message above names the rank)")
+    fi
   else
     for ((r = 0; r < WORLD; r++)); do
       local st=${STATUS[$r]} k=$((r / RPN))
