@@ -153,7 +153,9 @@ zppResult_t zppBootstrapCreateRoot(zppUniqueId* id, const char* bindAddr, int po
   ZPPCHECK(zppSockListen(&bindTo, port != 0, &fd, &bound));
   struct sockaddr_in idAddr = bound;
   if (bound.sin_addr.s_addr == htonl(INADDR_ANY)) idAddr.sin_addr = ifAddr.sin_addr;
-  zppResult_t res = zppBootRootStart(fd, &idAddr, s, nranks, timeoutSec);
+  /* The root names itself in messages as bound ("0.0.0.0:port" when on
+   * every interface): the ranks may know it by another address. */
+  zppResult_t res = zppBootRootStart(fd, &bound, s, nranks, timeoutSec);
   if (res != zppSuccess) {
     close(fd);
     return res;

@@ -1,0 +1,219 @@
+/*
+ * zppCommInitFromEnv in forked ranks: torchrun's variables (rank 0 opening
+ * the root at MASTER_PORT + 1, started last), ZPP_ROOT, OpenMPI's
+ * variables, ZPP_SECRET; and missing or garbled variables, each an error
+ * that names the variable.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lib/comm.h"
+#include "lib/core/log.h"
+#include "testutil.h"
+#include "tools/launch.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sleepSec(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+static int envInt(const char* name) {
+  const char* v = getenv(name);
+  return v ? atoi(v) : -1;
+}
+
+/* Checks a communicator against the launcher's own numbers. */
+static void checkComm(zppComm_t comm, int rank, int nranks, int localRank, int localSize) {
+  int n = -1, r = -1;
+  CHECK(zppCommCount(comm, &n) == zppSuccess && n == nranks);
+  CHECK(zppCommUserRank(comm, &r) == zppSuccess && r == rank);
+  zppTopology_t t;
+  REQUIRE(zppCommTopology(comm, &t) == zppSuccess);
+  CHECK_MSG(t.localRank == localRank && t.localSize == localSize,
+            "rank %d: local %d/%d, want %d/%d", rank, t.localRank, t.localSize, localRank, localSize);
+  int* all = calloc((size_t)nranks, sizeof(int));
+  all[rank] = 1000 + rank;
+  CHECK(zppBootstrapAllGather(comm->bootstrap, all, sizeof(int)) == zppSuccess);
+  for (int q = 0; q < nranks; q++) CHECK_EQ_INT(all[q], 1000 + q);
+  free(all);
+}
+
+/* ---- torchrun: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR/PORT ---------- */
+
+static void rank0Late(int rank, int nranks, void* arg) {
+  /* The others start first and must retry until rank 0 opens the root. */
+  if (rank == 0) sleepSec(0.5);
+}
+
+static int torchrunBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppComm_t comm = NULL;
+  REQUIRE(zppCommInitFromEnv(&comm, NULL) == zppSuccess);
+  checkComm(comm, rank, nranks, envInt("LOCAL_RANK"), envInt("LOCAL_WORLD_SIZE"));
+  CHECK(comm->timeoutSec == 30.0);
+  zppCommDestroy(comm);
+  return zppTestRankResult();
+}
+
+static void testTorchrun(void) {
+  static const char* const env[] = {"ZPP_TIMEOUT=30", NULL};
+  const char* layouts[] = {"2x2", "3", "1,2"};
+  for (size_t i = 0; i < sizeof(layouts) / sizeof(layouts[0]); i++) {
+    zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+    o.layout = layouts[i];
+    o.idMode = ZPP_LAUNCH_ID_NONE;
+    o.torchrunEnv = 1;
+    o.env = env;
+    o.setupRank = rank0Late;
+    o.timeoutSec = 60;
+    double t0 = now();
+    CHECK_MSG(zppLaunch(&o, torchrunBody, NULL) == 0, "layout %s", layouts[i]);
+    printf("torchrun env, layout %s: %.2f s\n", layouts[i], now() - t0);
+  }
+}
+
+/* ---- OpenMPI's variables with ZPP_ROOT, and a config ------------------ */
+
+static int rootPort;
+
+static void ompiEnv(int rank, int nranks, void* arg) {
+  char v[64];
+  snprintf(v, sizeof(v), "%d", rank);
+  setenv("OMPI_COMM_WORLD_RANK", v, 1);
+  setenv("OMPI_COMM_WORLD_LOCAL_RANK", v, 1);
+  snprintf(v, sizeof(v), "%d", nranks);
+  setenv("OMPI_COMM_WORLD_SIZE", v, 1);
+  snprintf(v, sizeof(v), "127.0.0.1:%d", rootPort);
+  setenv("ZPP_ROOT", v, 1);
+  unsetenv("RANK");
+  unsetenv("MASTER_ADDR");
+  unsetenv("MASTER_PORT");
+}
+
+static int ompiBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppConfig_t c = ZPP_CONFIG_INITIALIZER;
+  c.timeoutSec = 25;
+  c.hostId = "samehost";
+  zppComm_t comm = NULL;
+  REQUIRE(zppCommInitFromEnv(&comm, &c) == zppSuccess);
+  checkComm(comm, rank, nranks, rank, nranks);
+  CHECK(comm->timeoutSec == 25.0);
+  zppCommDestroy(comm);
+  return zppTestRankResult();
+}
+
+static void testOmpi(void) {
+  rootPort = zppLaunchFreePort();
+  REQUIRE(rootPort > 0);
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 3;
+  o.idMode = ZPP_LAUNCH_ID_NONE;
+  o.setupRank = ompiEnv;
+  o.timeoutSec = 60;
+  CHECK(zppLaunch(&o, ompiBody, NULL) == 0);
+}
+
+/* ---- ZPP_SECRET: a rank with another secret is refused --------------- */
+
+static void secretEnv(int rank, int nranks, void* arg) {
+  setenv("ZPP_SECRET", rank == 2 ? "not-the-password" : "the-password", 1);
+}
+
+static int secretBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppComm_t comm = NULL;
+  double t0 = now();
+  zppResult_t res = zppCommInitFromEnv(&comm, NULL);
+  double dt = now() - t0;
+  CHECK(res != zppSuccess);
+  if (rank == 2) {
+    CHECK_EQ_INT(res, zppInvalidUsage);
+    CHECK_MSG(strstr(zppGetLastError(NULL), "wrong secret") != NULL, "%s", zppGetLastError(NULL));
+    CHECK_MSG(dt < 2.0, "refused after %.2f s", dt);
+  } else {
+    /* The others wait for rank 2 until the timeout (3 s), then fail. */
+    CHECK_MSG(dt >= 2.5 && dt < 10.0, "rank %d failed after %.2f s", rank, dt);
+  }
+  return zppTestRankResult();
+}
+
+static void testSecret(void) {
+  static const char* const env[] = {"ZPP_TIMEOUT=3", NULL};
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 4;
+  o.idMode = ZPP_LAUNCH_ID_NONE;
+  o.torchrunEnv = 1;
+  o.env = env;
+  o.setupRank = secretEnv;
+  o.timeoutSec = 60;
+  CHECK(zppLaunch(&o, secretBody, NULL) == 0);
+}
+
+/* ---- missing or garbled variables: an error naming the variable ------- */
+
+static const char* allVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                                "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "ZPP_ROOT",
+                                "ZPP_SECRET", "ZPP_MASTER_PORT_OFFSET", NULL};
+
+static void expectEnvError(const char* settings, const char* named) {
+  for (const char** v = allVars; *v; v++) unsetenv(*v);
+  char buf[256];
+  snprintf(buf, sizeof(buf), "%s", settings);
+  char* save = NULL;
+  for (char* kv = strtok_r(buf, " ", &save); kv; kv = strtok_r(NULL, " ", &save)) {
+    char* eq = strchr(kv, '=');
+    *eq = '\0';
+    setenv(kv, eq + 1, 1);
+  }
+  zppComm_t comm = (zppComm_t)0x1;
+  zppResult_t res = zppCommInitFromEnv(&comm, NULL);
+  CHECK_MSG(res == zppInvalidArgument, "[%s]: %d", settings, (int)res);
+  CHECK_MSG(comm == (zppComm_t)0x1, "[%s]: output written", settings);
+  CHECK_MSG(strstr(zppGetLastError(NULL), named) != NULL, "[%s]: the error does not name %s: %s",
+            settings, named, zppGetLastError(NULL));
+}
+
+static void testBadEnv(void) {
+  expectEnvError("", "RANK");
+  expectEnvError("RANK=abc WORLD_SIZE=2", "RANK='abc'");
+  expectEnvError("RANK=0", "WORLD_SIZE");
+  expectEnvError("RANK=0 WORLD_SIZE=two", "WORLD_SIZE='two'");
+  expectEnvError("RANK=2 WORLD_SIZE=2", "RANK=2");
+  expectEnvError("RANK=0 WORLD_SIZE=0", "WORLD_SIZE=0");
+  expectEnvError("RANK=0 WORLD_SIZE=2 LOCAL_RANK=x", "LOCAL_RANK");
+  expectEnvError("RANK=0 WORLD_SIZE=2", "MASTER_ADDR");
+  expectEnvError("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1", "MASTER_PORT");
+  expectEnvError("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=99999", "MASTER_PORT");
+  expectEnvError("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=65535", "MASTER_PORT");
+  expectEnvError("RANK=1 WORLD_SIZE=2 ZPP_ROOT=127.0.0.1", "ZPP_ROOT");
+  expectEnvError("RANK=1 WORLD_SIZE=2 ZPP_ROOT=:80", "ZPP_ROOT");
+  expectEnvError("RANK=1 WORLD_SIZE=2 ZPP_ROOT=127.0.0.1:http", "ZPP_ROOT");
+  expectEnvError("OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE");
+  expectEnvError("OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=1", "OMPI_COMM_WORLD_RANK=1");
+  for (const char** v = allVars; *v; v++) unsetenv(*v);
+  CHECK_EQ_INT(zppCommInitFromEnv(NULL, NULL), zppInvalidArgument);
+}
+
+int main(int argc, char** argv) {
+  const char* only = argc > 1 ? argv[1] : NULL;
+#define RUN(name, fn)                                   \
+  do {                                                  \
+    if (!only || strcmp(only, name) == 0) {             \
+      double t0_ = now();                               \
+      fn();                                             \
+      printf("[%s] %.2f s\n", name, now() - t0_);       \
+    }                                                   \
+  } while (0)
+  RUN("badenv", testBadEnv);
+  RUN("torchrun", testTorchrun);
+  RUN("ompi", testOmpi);
+  RUN("secret", testSecret);
+  return zppTestExit("test_comm_env");
+}
