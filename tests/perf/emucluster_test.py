@@ -293,7 +293,8 @@ def case_node_rate(script, _):
 
 def case_env(script, _):
     """2 nodes x 2 ranks: each rank runs in its node's namespace with the right
-    environment, and MASTER_ADDR:MASTER_PORT reaches rank 0 from other nodes."""
+    environment, and MASTER_ADDR:MASTER_PORT reaches rank 0 from other nodes.
+    Then 8 x 4, the largest shape we promise."""
     need_netns()
     # Rank 0 listens on MASTER_PORT; every other rank connects to it, which is
     # what a rendezvous does first.
@@ -323,6 +324,13 @@ def case_env(script, _):
     check(len(rank_lines(run.out, "RDV")) == 4, "not every rank joined the rendezvous")
     # Output is prefixed with the rank and node.
     check(re.search(r"^\[r3 node1\] ENV rank=3 ", run.out, re.M), "rank output is not prefixed")
+    run.assert_clean([int(r["pid"]) for r in rows])
+    # The largest shape we promise: 8 nodes of 4 ranks.
+    run = Run(script, ["-n", "8", "-l", "4", "--no-check-rate", "--no-prefix", "--timeout", "60"],
+              ["sh", "-c", ENV_PRINT])
+    check(run.rc == 0, "8 x 4: exit %d" % run.rc)
+    rows = rank_lines(run.out, "ENV")
+    check_env(rows, 8, 4, run.prefix, "10.213.0.1")
     run.assert_clean([int(r["pid"]) for r in rows])
 
 
