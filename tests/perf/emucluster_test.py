@@ -503,10 +503,15 @@ def case_cleanup(script, _):
     r = subprocess.run([script, "--list"], capture_output=True, text=True)
     log(r.stdout)
     check(re.search(r"^%s owner=\d+ dead" % run.prefix, r.stdout, re.M), "--list does not report the dead run")
-    r = subprocess.run([script, "--cleanup"], capture_output=True, text=True)
+    # With --prefix: a bare --cleanup would also remove other people's
+    # --keep clusters on this machine; the dead-owner detection is what
+    # --list showed above.
+    r = subprocess.run([script, "--cleanup", "--prefix", run.prefix], capture_output=True, text=True)
     log(r.stdout + r.stderr)
     check(r.returncode == 0, "--cleanup exit %d" % r.returncode)
     check("removed %s" % run.prefix in r.stdout, "--cleanup did not remove it")
+    r = subprocess.run([script, "--list"], capture_output=True, text=True)
+    check(run.prefix not in r.stdout, "--list still shows %s" % run.prefix)
     run.assert_clean(pids)
 
 
