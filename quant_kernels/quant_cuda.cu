@@ -11,15 +11,17 @@
  * that nothing else slips through. Conversions: fp16 <-> fp32 through the
  * cvt.rn instructions (IEEE, subnormals kept); bf16 in integer arithmetic
  * (widening is a shift, narrowing is the usual RNE bias-and-truncate), which
- * is exact by construction on every architecture. NaN outputs are written as
- * the canonical NaN of their type, as the CPU writes them.
+ * is exact by construction on every architecture. Every NaN output is written
+ * as the canonical NaN of its type: what the spec asks for a NaN scale; for
+ * other NaNs (a sum of Inf and -Inf) only the class is specified, and the
+ * GPU's own default NaN (0x7fffffff) would differ from the CPU's needlessly.
  *
  * Launch shape (all kernels are memory-bound streaming passes).
  * - One thread owns E consecutive elements, E = 32 bytes of the unpacked
  *   type (8 fp32 or 16 fp16/bf16): two independent 16-byte loads in flight
- *   per thread before any use, which with full occupancy keeps ~8 MB in
- *   flight on an H100 (132 SMs x 2048 threads x 32 B), well above what its
- *   memory latency times bandwidth needs.
+ *   per thread before any use. At the 30-56 registers these kernels take
+ *   (ptxas -v), 1024+ threads fit on an SM: >= 4 MB in flight on an H100
+ *   (132 SMs x 1024 x 32 B), above its bandwidth x latency (~2.5 MB).
  * - Quantization needs max |x| over a block, so one block of B elements is
  *   owned by T = B / E consecutive threads (2..512). For T <= 32 those
  *   threads are aligned lanes of one warp and the max is a butterfly of
@@ -31,7 +33,7 @@
  *   are larger than every finite one, so one integer max also answers "is
  *   this block finite?".
  * - A CTA is 256 threads (512 when one fp32 block of 4096 needs 512 threads),
- *   always a whole number of blocks; one tile of 256*E elements per CTA, the
+ *   always a whole number of blocks; one tile of blockDim*E elements per CTA, the
  *   grid covers the count, and gridDim.y walks the W segments of a
  *   reordered quantization (or the single segment of a plain one).
  * - Decoding needs no reduction: one thread per E elements, 256-thread CTAs,
