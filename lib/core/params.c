@@ -36,6 +36,36 @@ static const zppParamInfo_t paramTable[] = {
     {"ZPP_SECRET", ZPP_PARAM_STRING, "",
      "shared secret of zppCommInitFromEnv's rendezvous (same on every rank); unset: derived from "
      "the root address and the launcher's job id, which keeps other jobs out but is no secret"},
+    /* host transport (UCX) */
+    {"ZPP_UCX_NET_DEVICES", ZPP_PARAM_STRING, "",
+     "network devices UCX may use (its UCX_NET_DEVICES syntax, e.g. eth0 or mlx5_0:1) for this "
+     "library's context; default: UCX's choice"},
+    {"ZPP_UCX_SHM", ZPP_PARAM_BOOL, "1",
+     "shared memory between ranks of one node; 0 sends intra-node traffic over the network too. "
+     "Between nodes it is always network only"},
+    {"ZPP_UCX_SPIN_US", ZPP_PARAM_INT, "50",
+     "microseconds an idle wait polls (yielding the core each time) before it sleeps on the "
+     "worker's event fd"},
+    /* plain collectives on host buffers */
+    {"ZPP_ALGO_ALLGATHER", ZPP_PARAM_STRING, "auto", "all-gather algorithm: auto, ring or bruck"},
+    {"ZPP_ALGO_REDUCESCATTER", ZPP_PARAM_STRING, "auto",
+     "reduce-scatter algorithm: auto, ring (pipelined) or direct"},
+    {"ZPP_ALGO_ALLREDUCE", ZPP_PARAM_STRING, "auto",
+     "all-reduce algorithm: auto, ring (reduce-scatter + all-gather) or rd (recursive doubling)"},
+    {"ZPP_ALGO_BROADCAST", ZPP_PARAM_STRING, "auto",
+     "broadcast algorithm: auto, pipeline (chain) or binomial"},
+    {"ZPP_ALLGATHER_SMALL_BYTES", ZPP_PARAM_INT, "65536",
+     "all-gathers of fewer bytes (all ranks' data) use Bruck instead of the ring"},
+    {"ZPP_REDUCESCATTER_SMALL_BYTES", ZPP_PARAM_INT, "65536",
+     "reduce-scatters of fewer input bytes send directly instead of around the ring"},
+    {"ZPP_ALLREDUCE_SMALL_BYTES", ZPP_PARAM_INT, "65536",
+     "all-reduces of fewer bytes use recursive doubling instead of the ring"},
+    {"ZPP_BROADCAST_SMALL_BYTES", ZPP_PARAM_INT, "65536",
+     "broadcasts of fewer bytes use a binomial tree instead of the pipelined chain"},
+    {"ZPP_PIPELINE_CHUNK_BYTES", ZPP_PARAM_INT, "262144",
+     "chunk size of the pipelined algorithms (ring reduce-scatter, chain broadcast); must match "
+     "on every rank"},
+    {"ZPP_PIPELINE_DEPTH", ZPP_PARAM_INT, "4", "chunks (or all-to-all steps) in flight at once"},
     /* codecs */
     {"ZPP_QUANT_IMPL", ZPP_PARAM_STRING, "auto",
      "CPU codec implementation: auto (AVX2+F16C when the CPU has them), avx2 or scalar"},

@@ -1,0 +1,44 @@
+/* All-to-all, pairwise exchange: in step s a rank sends to rank + s and
+ * receives from rank - s, so every step is a permutation and no rank is
+ * flooded. `depth` steps run at once to hide latency. In place (in == out)
+ * the input is copied aside first. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll.h"
+
+#include "check.h"
+
+zppResult_t zppAllToAllPairwise(zppCollCtx_t* c, const void* in, void* out, size_t blockBytes) {
+  const int n = c->nranks, r = c->rank;
+  const int depth = c->depth > 0 ? c->depth : 1;
+  const char* src = in;
+  char* dst = out;
+  zppResult_t res = zppSuccess;
+  if (in == out) {
+    char* copy = zppCollScratch(c, 0, (size_t)n * blockBytes);
+    if (copy == NULL) ZPP_FAIL(zppSystemError, COLL, "out of memory for in-place all-to-all");
+    memcpy(copy, in, (size_t)n * blockBytes);
+    src = copy;
+  } else {
+    memcpy(dst + (size_t)r * blockBytes, src + (size_t)r * blockBytes, blockBytes);
+  }
+  zppUcxReq_t** reqs = calloc(2 * (size_t)depth, sizeof(*reqs));
+  if (reqs == NULL) ZPP_FAIL(zppSystemError, COLL, "out of memory");
+  for (int s = 1; s < n; s++) {
+    int slot = s % depth;
+    ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &reqs[2 * slot], 2), res, out);
+    int to = (r + s) % n, from = (r - s + n) % n;
+    zppMsgId_t id = zppCollMsg(c, (uint32_t)s);
+    ZPPCHECKGOTO(zppUcxIrecv(c->ucx, from, dst + (size_t)from * blockBytes, blockBytes, &id,
+                             &reqs[2 * slot]),
+                 res, out);
+    ZPPCHECKGOTO(zppUcxIsend(c->ucx, to, src + (size_t)to * blockBytes, blockBytes, &id,
+                             &reqs[2 * slot + 1]),
+                 res, out);
+  }
+  ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, reqs, 2 * depth), res, out);
+out:
+  free(reqs);
+  return res;
+}

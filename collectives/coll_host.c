@@ -1,0 +1,251 @@
+/* Host-buffer collectives: algorithm choice and the executor jobs; see
+ * coll_host.h. */
+#include "coll_host.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "coll.h"
+#include "reduce_ops.h"
+
+#include "check.h"
+#include "params.h"
+#include "lib/comm.h"
+#include "lib/transport/transports.h"
+
+enum { ALGO_AUTO = 0, ALGO_RING = 1, ALGO_SMALL = 2 }; /* SMALL: bruck, direct, rd, binomial */
+
+/* Scratch bigger than this is given back after the call that needed it. */
+#define SCRATCH_KEEP_BYTES (64u << 20)
+
+typedef struct {
+  uint32_t seq;
+  int* ring;
+  int* ringPos;
+  void* scratch[ZPP_COLL_SCRATCH_SLOTS];
+  size_t scratchBytes[ZPP_COLL_SCRATCH_SLOTS];
+  size_t chunkBytes;
+  int depth;
+  int64_t small[zppNumOpKinds]; /* below: the latency algorithm */
+  int algo[zppNumOpKinds];
+} hostState_t;
+
+static const char* kindNames[] = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll",
+                                  "Broadcast", "QwZ",           "HpZ",       "QgZ"};
+static const char* typeNames[] = {"int8",    "uint8",   "int32",   "uint32", "int64",
+                                  "uint64",  "float16", "float32", "float64", "bfloat16"};
+static const char* opNames[] = {"sum", "prod", "max", "min", "avg"};
+
+#define SIG_NO_OP 7u
+
+void zppHostCollDescribeSig(uint32_t sig, char* buf, size_t len) {
+  unsigned kind = (sig >> 17) & 7u, type = (sig >> 13) & 15u, op = (sig >> 10) & 7u;
+  unsigned hash = sig & 0x3ffu;
+  const char* tn = type < sizeof(typeNames) / sizeof(typeNames[0]) ? typeNames[type] : "?";
+  if (op < sizeof(opNames) / sizeof(opNames[0]))
+    snprintf(buf, len, "%s(%s, %s; count/root/algorithm #%03x)", kindNames[kind], tn, opNames[op], hash);
+  else
+    snprintf(buf, len, "%s(%s; count/root/algorithm #%03x)", kindNames[kind], tn, hash);
+}
+
+static uint32_t makeSig(const zppHostColl_t* a, int algo, size_t chunkBytes) {
+  /* FNV-1a over what must agree across ranks beyond kind, type and op. */
+  uint64_t vals[4] = {(uint64_t)a->count, (uint64_t)(a->kind == zppOpBroadcast ? a->root : 0),
+                      (uint64_t)algo, (uint64_t)chunkBytes};
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char* p = (const unsigned char*)vals;
+  for (size_t i = 0; i < sizeof(vals); i++) h = (h ^ p[i]) * 1099511628211ull;
+  h ^= h >> 32;
+  h ^= h >> 16;
+  int reduction = a->kind == zppOpReduceScatter || a->kind == zppOpAllReduce;
+  uint32_t op = reduction ? (uint32_t)a->op : SIG_NO_OP;
+  return ((uint32_t)a->kind << 17) | ((uint32_t)a->type << 13) | (op << 10) | (uint32_t)(h & 0x3ffu);
+}
+
+/* ---- per-communicator state (executor thread only) ---------------------- */
+
+static void stateFree(void* p) {
+  hostState_t* st = p;
+  if (st == NULL) return;
+  for (int i = 0; i < ZPP_COLL_SCRATCH_SLOTS; i++) free(st->scratch[i]);
+  free(st->ring);
+  free(st->ringPos);
+  free(st);
+}
+
+static void* scratchGet(void* owner, int slot, size_t bytes) {
+  hostState_t* st = owner;
+  if (slot < 0 || slot >= ZPP_COLL_SCRATCH_SLOTS) return NULL;
+  if (bytes <= st->scratchBytes[slot] && st->scratch[slot]) return st->scratch[slot];
+  free(st->scratch[slot]);
+  st->scratch[slot] = malloc(bytes ? bytes : 1);
+  st->scratchBytes[slot] = st->scratch[slot] ? bytes : 0;
+  return st->scratch[slot];
+}
+
+static zppResult_t readAlgo(const char* name, const char* smallName, int* algo) {
+  const char* v = zppParamGetString(name);
+  if (v[0] == '\0' || strcasecmp(v, "auto") == 0)
+    *algo = ALGO_AUTO;
+  else if (strcasecmp(v, "ring") == 0 || strcasecmp(v, "pipeline") == 0)
+    *algo = ALGO_RING;
+  else if (strcasecmp(v, smallName) == 0)
+    *algo = ALGO_SMALL;
+  else
+    ZPP_FAIL(zppInvalidArgument, ENV, "%s='%s': expected auto, %s or %s", name, v,
+             strcmp(name, "ZPP_ALGO_BROADCAST") == 0 ? "pipeline" : "ring", smallName);
+  return zppSuccess;
+}
+
+static zppResult_t stateCreate(struct zppComm* comm, hostState_t** out) {
+  zppResult_t res = zppSuccess;
+  hostState_t* st = NULL;
+  ZPP_CALLOCGOTO(st, 1, res, fail);
+  ZPP_CALLOCGOTO(st->ring, (size_t)comm->nranks, res, fail);
+  ZPP_CALLOCGOTO(st->ringPos, (size_t)comm->nranks, res, fail);
+  /* Node by node: a ring visits each node once, so each node's link
+   * carries a single flow in each direction. */
+  int pos = 0;
+  for (int node = 0; node < comm->topo->nNodes; node++)
+    for (int i = 0; i < comm->topo->nodeSize[node]; i++) st->ring[pos++] = comm->topo->nodeRanks[node][i];
+  if (pos != comm->nranks)
+    ZPP_FAILGOTO(zppInternalError, res, fail, COLL, "topology covers %d of %d ranks", pos, comm->nranks);
+  for (int p = 0; p < comm->nranks; p++) st->ringPos[st->ring[p]] = p;
+
+  int64_t chunk = 0, depth = 0;
+  ZPPCHECKGOTO(zppParamGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunk), res, fail);
+  ZPPCHECKGOTO(zppParamGetInt("ZPP_PIPELINE_DEPTH", &depth), res, fail);
+  if (chunk < 1024 || depth < 1 || depth > 64)
+    ZPP_FAILGOTO(zppInvalidArgument, res, fail, ENV,
+                 "ZPP_PIPELINE_CHUNK_BYTES=%lld (>= 1024) or ZPP_PIPELINE_DEPTH=%lld (1..64) out of range",
+                 (long long)chunk, (long long)depth);
+  st->chunkBytes = (size_t)chunk;
+  st->depth = (int)depth;
+  ZPPCHECKGOTO(zppParamGetInt("ZPP_ALLGATHER_SMALL_BYTES", &st->small[zppOpAllGather]), res, fail);
+  ZPPCHECKGOTO(zppParamGetInt("ZPP_REDUCESCATTER_SMALL_BYTES", &st->small[zppOpReduceScatter]), res,
+               fail);
+  ZPPCHECKGOTO(zppParamGetInt("ZPP_ALLREDUCE_SMALL_BYTES", &st->small[zppOpAllReduce]), res, fail);
+  ZPPCHECKGOTO(zppParamGetInt("ZPP_BROADCAST_SMALL_BYTES", &st->small[zppOpBroadcast]), res, fail);
+  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_ALLGATHER", "bruck", &st->algo[zppOpAllGather]), res, fail);
+  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_REDUCESCATTER", "direct", &st->algo[zppOpReduceScatter]), res, fail);
+  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_ALLREDUCE", "rd", &st->algo[zppOpAllReduce]), res, fail);
+  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_BROADCAST", "binomial", &st->algo[zppOpBroadcast]), res, fail);
+  *out = st;
+  return zppSuccess;
+fail:
+  stateFree(st);
+  return res;
+}
+
+static int chooseAlgo(const hostState_t* st, const zppHostColl_t* a, int nranks) {
+  if (a->kind == zppOpAllToAll) return ALGO_RING; /* pairwise, the only one */
+  if (st->algo[a->kind] != ALGO_AUTO) return st->algo[a->kind];
+  size_t ts = zppTypeSize(a->type);
+  size_t bytes = a->count * ts;
+  if (a->kind == zppOpAllGather || a->kind == zppOpReduceScatter) bytes *= (size_t)nranks;
+  /* Fewer elements than ranks leaves ring blocks empty: doubling does better. */
+  if (a->kind == zppOpAllReduce && a->count < (size_t)nranks) return ALGO_SMALL;
+  return bytes < (size_t)st->small[a->kind] ? ALGO_SMALL : ALGO_RING;
+}
+
+/* ---- running one collective --------------------------------------------- */
+
+static zppResult_t runLocal(const zppHostColl_t* a) {
+  /* One rank: every collective is a copy (and avg divides by one). */
+  size_t bytes = a->count * zppTypeSize(a->type);
+  if (a->sendbuff != a->recvbuff && bytes) memcpy(a->recvbuff, a->sendbuff, bytes);
+  return zppSuccess;
+}
+
+static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, int algo) {
+  const int n = c->nranks;
+  const size_t ts = zppTypeSize(a->type);
+  const size_t bytes = a->count * ts;
+  char* recv = a->recvbuff;
+  switch (a->kind) {
+    case zppOpAllGather: {
+      char* own = recv + (size_t)c->rank * bytes;
+      if ((const char*)a->sendbuff != own) memcpy(own, a->sendbuff, bytes);
+      if (algo == ALGO_SMALL) return zppAllGatherBruck(c, recv, bytes);
+      return zppAllGatherRing(c, recv, a->count * (size_t)n, ts, 0);
+    }
+    case zppOpReduceScatter: {
+      size_t total = a->count * (size_t)n;
+      if (algo == ALGO_SMALL)
+        ZPPCHECK(zppReduceScatterDirect(c, a->sendbuff, recv, total, a->type, a->op));
+      else
+        ZPPCHECK(zppReduceScatterRing(c, a->sendbuff, recv, total, a->type, a->op));
+      if (a->op == zppAvg) zppReduceFinishAvg(recv, a->count, a->type, n);
+      return zppSuccess;
+    }
+    case zppOpAllReduce:
+      if (algo == ALGO_SMALL)
+        return zppAllReduceRecDoubling(c, a->sendbuff, recv, a->count, a->type, a->op);
+      return zppAllReduceRing(c, a->sendbuff, recv, a->count, a->type, a->op);
+    case zppOpAllToAll:
+      return zppAllToAllPairwise(c, a->sendbuff, recv, bytes);
+    case zppOpBroadcast:
+      if (c->rank == a->root && a->sendbuff != recv) memcpy(recv, a->sendbuff, bytes);
+      if (algo == ALGO_SMALL) return zppBroadcastBinomial(c, recv, bytes, a->root);
+      return zppBroadcastPipeline(c, recv, bytes, a->root);
+    default:
+      ZPP_FAIL(zppInternalError, COLL, "host collective of unknown kind %d", (int)a->kind);
+  }
+}
+
+static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
+  const zppHostColl_t* a = arg;
+  zppResult_t res = (zppResult_t)atomic_load(&comm->asyncError);
+  if (res != zppSuccess) return res; /* reported when it happened */
+  if (comm->nranks == 1) return runLocal(a);
+
+  struct zppTransports* t = comm->transports;
+  if (t->ucx == NULL)
+    ZPP_FAIL(zppInvalidUsage, COLL, "%s: no host transport (built without UCX)", comm->name);
+  hostState_t* st = zppExecutorGetState(t->exec);
+  if (st == NULL) {
+    ZPPCHECK(stateCreate(comm, &st));
+    zppExecutorSetState(t->exec, st, stateFree);
+    zppUcxSetSigFormatter(t->ucx, zppHostCollDescribeSig);
+  }
+  int algo = chooseAlgo(st, a, comm->nranks);
+  zppCollCtx_t c = {
+      .comm = comm,
+      .ucx = t->ucx,
+      .rank = comm->rank,
+      .nranks = comm->nranks,
+      .ring = st->ring,
+      .ringPos = st->ringPos,
+      .id = {.seq = st->seq++, .step = 0, .sig = makeSig(a, algo, st->chunkBytes), .opKind = a->kind},
+      .chunkBytes = st->chunkBytes,
+      .depth = st->depth,
+      .scratch = scratchGet,
+      .scratchOwner = st,
+  };
+  ZPP_DBG(COLL, "%s: rank %d: %s seq %u count %zu algorithm %s", comm->name, comm->rank,
+          kindNames[a->kind], c.id.seq, a->count, algo == ALGO_SMALL ? "latency" : "bandwidth");
+  res = runAlgo(&c, a, algo);
+  for (int i = 0; i < ZPP_COLL_SCRATCH_SLOTS; i++) {
+    if (st->scratchBytes[i] > SCRATCH_KEEP_BYTES) {
+      free(st->scratch[i]);
+      st->scratch[i] = NULL;
+      st->scratchBytes[i] = 0;
+    }
+  }
+  if (res != zppSuccess) {
+    /* The ranks no longer agree on where they are: the communicator is
+     * broken (the transport recorded why, unless the failure was local). */
+    if (atomic_load(&comm->asyncError) == zppSuccess)
+      zppCommSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
+                      kindNames[a->kind], zppGetErrorString(res));
+    zppUcxQuiesce(t->ucx);
+  }
+  return res;
+}
+
+zppResult_t zppHostCollIssue(struct zppComm* comm, const zppHostColl_t* coll, zppHostStream_t stream) {
+  return zppExecutorSubmit(comm->transports->exec, hostCollJob, coll, sizeof(*coll), stream);
+}

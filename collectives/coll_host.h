@@ -1,0 +1,32 @@
+/*
+ * Host-buffer collectives as the API layer issues them: one call becomes a
+ * job on the communicator's host executor, which picks the algorithm
+ * (size thresholds from the environment, see params.c) and runs it.
+ */
+#ifndef ZPP_COLL_HOST_H_
+#define ZPP_COLL_HOST_H_
+
+#include <stddef.h>
+
+#include "zpp.h"
+
+struct zppComm;
+
+typedef struct {
+  zppOpKind_t kind; /* zppOpAllGather ... zppOpBroadcast */
+  const void* sendbuff;
+  void* recvbuff;
+  size_t count; /* as the API call's count argument */
+  zppDataType_t type;
+  zppRedOp_t op; /* reductions only */
+  int root;      /* broadcast only */
+} zppHostColl_t;
+
+/* Arguments already validated. stream: NULL (blocks) or a host stream. */
+zppResult_t zppHostCollIssue(struct zppComm* comm, const zppHostColl_t* coll, zppHostStream_t stream);
+
+/* "AllReduce(float32, sum; #1a3)": what a message signature says, for the
+ * transport's mismatch errors. */
+void zppHostCollDescribeSig(uint32_t sig, char* buf, size_t len);
+
+#endif /* ZPP_COLL_HOST_H_ */

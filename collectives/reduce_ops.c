@@ -1,0 +1,198 @@
+/* Element-wise reductions; see reduce_ops.h. */
+#include "reduce_ops.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* ---- 16-bit float formats ------------------------------------------------ */
+
+float zppHalfToFloat(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (man << 13); /* Inf, NaN (payload kept) */
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112u) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {
+    /* Subnormal: exactly man * 2^-24. */
+    float v = (float)man * 0x1p-24f;
+    memcpy(&bits, &v, sizeof(bits));
+    bits |= sign;
+  }
+  float f;
+  memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+uint16_t zppFloatToHalf(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof(x));
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((absx >> 13) & 0x3ffu)); /* NaN */
+  if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: Inf */
+  if (absx < 0x38800000u) {
+    /* Below the smallest normal half (2^-14) the step is 2^-24. Scaling by
+     * 2^24 is exact and the integer conversion truncates, so round to
+     * nearest even by hand. */
+    float a;
+    memcpy(&a, &absx, sizeof(a));
+    float scaled = a * 0x1p24f; /* exact: a power-of-two scale */
+    uint32_t q = (uint32_t)scaled;
+    float rest = scaled - (float)q;
+    if (rest > 0.5f || (rest == 0.5f && (q & 1u))) q++;
+    return (uint16_t)(sign | q);
+  }
+  /* Normal: re-bias the exponent, round the 13 dropped mantissa bits to
+   * nearest even; a carry into the exponent is the right result. */
+  uint32_t bits = absx - 0x38000000u; /* exponent -112 */
+  uint32_t lsb = (bits >> 13) & 1u;
+  bits += 0xfffu + lsb;
+  return (uint16_t)(sign | (bits >> 13));
+}
+
+float zppBf16ToFloat(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+uint16_t zppFloatToBf16(float f) {
+  uint32_t x;
+  memcpy(&x, &f, sizeof(x));
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+
+/* ---- loops ----------------------------------------------------------------- */
+
+#define OP_SUM(a, b) ((a) + (b))
+#define OP_PROD(a, b) ((a) * (b))
+/* NaN wins: an a that is NaN is kept, and a NaN b fails both tests. */
+#define OP_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
+#define OP_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
+
+/* Integers: arithmetic on the unsigned type, so overflow wraps instead of
+ * being undefined. */
+#define INT_LOOPS(T, U)                                                                      \
+  static void reduce_##T(T* dst, const T* a, const T* b, size_t n, zppRedOp_t op) {          \
+    switch (op) {                                                                            \
+      case zppSum:                                                                           \
+      case zppAvg:                                                                           \
+        for (size_t i = 0; i < n; i++) dst[i] = (T)((U)a[i] + (U)b[i]);                      \
+        break;                                                                               \
+      case zppProd:                                                                          \
+        for (size_t i = 0; i < n; i++) dst[i] = (T)((U)a[i] * (U)b[i]);                      \
+        break;                                                                               \
+      case zppMax:                                                                           \
+        for (size_t i = 0; i < n; i++) dst[i] = a[i] > b[i] ? a[i] : b[i];                   \
+        break;                                                                               \
+      default:                                                                               \
+        for (size_t i = 0; i < n; i++) dst[i] = a[i] < b[i] ? a[i] : b[i];                   \
+        break;                                                                               \
+    }                                                                                        \
+  }
+
+INT_LOOPS(int8_t, uint8_t)
+INT_LOOPS(uint8_t, uint8_t)
+INT_LOOPS(int32_t, uint32_t)
+INT_LOOPS(uint32_t, uint32_t)
+INT_LOOPS(int64_t, uint64_t)
+INT_LOOPS(uint64_t, uint64_t)
+
+#define FLOAT_LOOPS(T)                                                                     \
+  static void reduce_##T(T* dst, const T* a, const T* b, size_t n, zppRedOp_t op) {        \
+    switch (op) {                                                                          \
+      case zppSum:                                                                         \
+      case zppAvg:                                                                         \
+        for (size_t i = 0; i < n; i++) dst[i] = OP_SUM(a[i], b[i]);                        \
+        break;                                                                             \
+      case zppProd:                                                                        \
+        for (size_t i = 0; i < n; i++) dst[i] = OP_PROD(a[i], b[i]);                       \
+        break;                                                                             \
+      case zppMax:                                                                         \
+        for (size_t i = 0; i < n; i++) dst[i] = OP_MAX(a[i], b[i]);                        \
+        break;                                                                             \
+      default:                                                                             \
+        for (size_t i = 0; i < n; i++) dst[i] = OP_MIN(a[i], b[i]);                        \
+        break;                                                                             \
+    }                                                                                      \
+  }
+
+FLOAT_LOOPS(float)
+FLOAT_LOOPS(double)
+
+/* 16-bit formats: through fp32, one rounding per element and step. */
+#define HALF_LOOPS(NAME, TO_F, FROM_F)                                                         \
+  static void reduce_##NAME(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n,     \
+                            zppRedOp_t op) {                                                   \
+    for (size_t i = 0; i < n; i++) {                                                           \
+      float x = TO_F(a[i]), y = TO_F(b[i]), r;                                                 \
+      switch (op) {                                                                            \
+        case zppSum:                                                                           \
+        case zppAvg: r = OP_SUM(x, y); break;                                                  \
+        case zppProd: r = OP_PROD(x, y); break;                                                \
+        case zppMax: r = OP_MAX(x, y); break;                                                  \
+        default: r = OP_MIN(x, y); break;                                                      \
+      }                                                                                        \
+      dst[i] = FROM_F(r);                                                                      \
+    }                                                                                          \
+  }
+
+HALF_LOOPS(fp16, zppHalfToFloat, zppFloatToHalf)
+HALF_LOOPS(bf16, zppBf16ToFloat, zppFloatToBf16)
+
+void zppReduce(void* dst, const void* a, const void* b, size_t n, zppDataType_t type,
+               zppRedOp_t op) {
+  switch (type) {
+    case zppInt8: reduce_int8_t(dst, a, b, n, op); break;
+    case zppUint8: reduce_uint8_t(dst, a, b, n, op); break;
+    case zppInt32: reduce_int32_t(dst, a, b, n, op); break;
+    case zppUint32: reduce_uint32_t(dst, a, b, n, op); break;
+    case zppInt64: reduce_int64_t(dst, a, b, n, op); break;
+    case zppUint64: reduce_uint64_t(dst, a, b, n, op); break;
+    case zppFloat16: reduce_fp16(dst, a, b, n, op); break;
+    case zppFloat32: reduce_float(dst, a, b, n, op); break;
+    case zppFloat64: reduce_double(dst, a, b, n, op); break;
+    case zppBfloat16: reduce_bf16(dst, a, b, n, op); break;
+    default: break; /* validated by the API layer */
+  }
+}
+
+/* W: a type wide enough for nranks (an int8 cannot hold 200 ranks). */
+#define DIV_LOOP(T, W)                                                    \
+  do {                                                                    \
+    T* p = buf;                                                           \
+    for (size_t i = 0; i < n; i++) p[i] = (T)((W)p[i] / (W)nranks);       \
+  } while (0)
+
+void zppReduceFinishAvg(void* buf, size_t n, zppDataType_t type, int nranks) {
+  if (nranks <= 1) return;
+  switch (type) {
+    case zppInt8: DIV_LOOP(int8_t, int64_t); break;
+    case zppUint8: DIV_LOOP(uint8_t, uint64_t); break;
+    case zppInt32: DIV_LOOP(int32_t, int64_t); break;
+    case zppUint32: DIV_LOOP(uint32_t, uint64_t); break;
+    case zppInt64: DIV_LOOP(int64_t, int64_t); break;
+    case zppUint64: DIV_LOOP(uint64_t, uint64_t); break;
+    case zppFloat32: DIV_LOOP(float, float); break;
+    case zppFloat64: DIV_LOOP(double, double); break;
+    case zppFloat16: {
+      uint16_t* p = buf;
+      for (size_t i = 0; i < n; i++) p[i] = zppFloatToHalf(zppHalfToFloat(p[i]) / (float)nranks);
+      break;
+    }
+    case zppBfloat16: {
+      uint16_t* p = buf;
+      for (size_t i = 0; i < n; i++) p[i] = zppFloatToBf16(zppBf16ToFloat(p[i]) / (float)nranks);
+      break;
+    }
+    default: break;
+  }
+}

@@ -1,0 +1,271 @@
+/* Host executor and host streams; see executor.h. */
+#include "executor.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "lib/comm.h"
+
+#define STREAM_MAGIC 0x7a706873u /* "zphs" */
+
+struct zppHostStream {
+  unsigned magic;
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int pending;        /* jobs queued or running */
+  zppResult_t error;  /* first error since the last synchronize */
+};
+
+typedef struct job {
+  struct job* next;
+  zppJobFn_t fn;
+  zppHostStream_t stream;
+  struct waiter* waiter; /* blocking caller, or NULL */
+  _Alignas(16) unsigned char arg[ZPP_JOB_ARG_MAX];
+} job_t;
+
+typedef struct waiter {
+  int done;
+  zppResult_t result;
+} waiter_t;
+
+struct zppExecutor {
+  struct zppComm* comm;
+  pthread_t thread;
+  int threadStarted;
+  pthread_mutex_t lock;
+  pthread_cond_t workCond; /* the thread waits for jobs */
+  pthread_cond_t doneCond; /* blocking callers wait for their job */
+  job_t* head;
+  job_t* tail;
+  int stopping;
+  int callers; /* threads inside a blocking submit */
+  _Atomic int aborted;
+  void* state;
+  void (*stateFree)(void*);
+};
+
+/* ---- the registry of live host streams --------------------------------- */
+
+static pthread_mutex_t registryLock = PTHREAD_MUTEX_INITIALIZER;
+static zppHostStream_t* registry = NULL;
+static int registryCount = 0, registryCap = 0;
+
+static int registryFind(const void* s) {
+  for (int i = 0; i < registryCount; i++)
+    if ((const void*)registry[i] == s) return i;
+  return -1;
+}
+
+int zppHostStreamIsValid(const void* stream) {
+  if (stream == NULL) return 0;
+  pthread_mutex_lock(&registryLock);
+  int found = registryFind(stream) >= 0;
+  pthread_mutex_unlock(&registryLock);
+  return found;
+}
+
+zppResult_t zppHostStreamCreate(zppHostStream_t* out) {
+  ZPP_ARGCHECK(out != NULL, "zppHostStreamCreate: stream pointer is NULL");
+  zppHostStream_t s = NULL;
+  ZPP_CALLOC(s, 1);
+  s->magic = STREAM_MAGIC;
+  pthread_mutex_init(&s->lock, NULL);
+  pthread_cond_init(&s->cond, NULL);
+  s->error = zppSuccess;
+  pthread_mutex_lock(&registryLock);
+  if (registryCount == registryCap) {
+    int cap = registryCap ? 2 * registryCap : 16;
+    zppHostStream_t* grown = realloc(registry, (size_t)cap * sizeof(*grown));
+    if (grown == NULL) {
+      pthread_mutex_unlock(&registryLock);
+      free(s);
+      ZPP_FAIL(zppSystemError, ALL, "out of memory registering a host stream");
+    }
+    registry = grown;
+    registryCap = cap;
+  }
+  registry[registryCount++] = s;
+  pthread_mutex_unlock(&registryLock);
+  *out = s;
+  return zppSuccess;
+}
+
+zppResult_t zppHostStreamSynchronize(zppHostStream_t s) {
+  ZPP_ARGCHECK(zppHostStreamIsValid(s), "zppHostStreamSynchronize: %p is not a live host stream",
+               (void*)s);
+  pthread_mutex_lock(&s->lock);
+  while (s->pending > 0) pthread_cond_wait(&s->cond, &s->lock);
+  zppResult_t res = s->error;
+  s->error = zppSuccess;
+  pthread_mutex_unlock(&s->lock);
+  return res;
+}
+
+zppResult_t zppHostStreamQuery(zppHostStream_t s) {
+  ZPP_ARGCHECK(zppHostStreamIsValid(s), "zppHostStreamQuery: %p is not a live host stream", (void*)s);
+  pthread_mutex_lock(&s->lock);
+  zppResult_t res = s->pending > 0 ? zppInProgress : s->error;
+  pthread_mutex_unlock(&s->lock);
+  return res;
+}
+
+zppResult_t zppHostStreamDestroy(zppHostStream_t s) {
+  if (s == NULL) return zppSuccess;
+  ZPP_ARGCHECK(zppHostStreamIsValid(s), "zppHostStreamDestroy: %p is not a live host stream",
+               (void*)s);
+  pthread_mutex_lock(&s->lock);
+  while (s->pending > 0) pthread_cond_wait(&s->cond, &s->lock);
+  pthread_mutex_unlock(&s->lock);
+  pthread_mutex_lock(&registryLock);
+  int i = registryFind(s);
+  if (i >= 0) registry[i] = registry[--registryCount];
+  pthread_mutex_unlock(&registryLock);
+  s->magic = 0;
+  pthread_cond_destroy(&s->cond);
+  pthread_mutex_destroy(&s->lock);
+  free(s);
+  return zppSuccess;
+}
+
+/* ---- the executor thread ------------------------------------------------ */
+
+static void finishJob(zppExecutor_t* e, job_t* j, zppResult_t res) {
+  if (j->stream) {
+    zppHostStream_t s = j->stream;
+    pthread_mutex_lock(&s->lock);
+    if (res != zppSuccess && s->error == zppSuccess) s->error = res;
+    s->pending--;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+  }
+  pthread_mutex_lock(&e->lock);
+  if (j->waiter) {
+    j->waiter->result = res;
+    j->waiter->done = 1;
+    pthread_cond_broadcast(&e->doneCond);
+  }
+  pthread_mutex_unlock(&e->lock);
+  free(j);
+}
+
+static zppResult_t abortedResult(zppExecutor_t* e) {
+  int err = atomic_load(&e->comm->asyncError);
+  return err != zppSuccess ? (zppResult_t)err : zppInvalidUsage;
+}
+
+static void* executorMain(void* arg) {
+  zppExecutor_t* e = arg;
+  pthread_mutex_lock(&e->lock);
+  for (;;) {
+    while (e->head == NULL && !e->stopping) pthread_cond_wait(&e->workCond, &e->lock);
+    job_t* j = e->head;
+    if (j == NULL) break; /* stopping and drained */
+    e->head = j->next;
+    if (e->head == NULL) e->tail = NULL;
+    pthread_mutex_unlock(&e->lock);
+    zppResult_t res = atomic_load(&e->aborted) ? abortedResult(e) : j->fn(e->comm, j->arg);
+    finishJob(e, j, res);
+    pthread_mutex_lock(&e->lock);
+  }
+  pthread_mutex_unlock(&e->lock);
+  return NULL;
+}
+
+zppResult_t zppExecutorCreate(struct zppComm* comm, zppExecutor_t** out) {
+  zppResult_t res = zppSuccess;
+  zppExecutor_t* e = NULL;
+  ZPP_CALLOC(e, 1);
+  e->comm = comm;
+  pthread_mutex_init(&e->lock, NULL);
+  pthread_cond_init(&e->workCond, NULL);
+  pthread_cond_init(&e->doneCond, NULL);
+  int rc = pthread_create(&e->thread, NULL, executorMain, e);
+  if (rc != 0)
+    ZPP_FAILGOTO(zppSystemError, res, fail, ALL, "creating the host executor thread: %s",
+                 strerror(rc));
+  e->threadStarted = 1;
+  *out = e;
+  return zppSuccess;
+fail:
+  zppExecutorDestroy(e);
+  return res;
+}
+
+zppResult_t zppExecutorSubmit(zppExecutor_t* e, zppJobFn_t fn, const void* arg, size_t argBytes,
+                              zppHostStream_t stream) {
+  if (argBytes > ZPP_JOB_ARG_MAX)
+    ZPP_FAIL(zppInternalError, ALL, "job arguments of %zu bytes exceed %d", argBytes,
+             ZPP_JOB_ARG_MAX);
+  job_t* j = NULL;
+  ZPP_CALLOC(j, 1);
+  j->fn = fn;
+  if (argBytes) memcpy(j->arg, arg, argBytes);
+  waiter_t w = {0, zppSuccess};
+  if (stream) {
+    j->stream = stream;
+    pthread_mutex_lock(&stream->lock);
+    stream->pending++;
+    pthread_mutex_unlock(&stream->lock);
+  } else {
+    j->waiter = &w;
+  }
+  pthread_mutex_lock(&e->lock);
+  if (e->stopping) {
+    pthread_mutex_unlock(&e->lock);
+    j->waiter = NULL;
+    finishJob(e, j, zppInvalidUsage);
+    ZPP_FAIL(zppInvalidUsage, ALL, "operation issued on a communicator being destroyed");
+  }
+  if (e->tail)
+    e->tail->next = j;
+  else
+    e->head = j;
+  e->tail = j;
+  pthread_cond_signal(&e->workCond);
+  if (stream) {
+    pthread_mutex_unlock(&e->lock);
+    return zppSuccess;
+  }
+  e->callers++;
+  while (!w.done) pthread_cond_wait(&e->doneCond, &e->lock);
+  /* After this the executor may be freed: touch nothing of it. */
+  e->callers--;
+  if (e->callers == 0) pthread_cond_broadcast(&e->doneCond);
+  pthread_mutex_unlock(&e->lock);
+  return w.result;
+}
+
+void zppExecutorAbort(zppExecutor_t* e) {
+  if (e == NULL) return;
+  atomic_store(&e->aborted, 1);
+}
+
+void zppExecutorDestroy(zppExecutor_t* e) {
+  if (e == NULL) return;
+  if (e->threadStarted) {
+    pthread_mutex_lock(&e->lock);
+    e->stopping = 1;
+    pthread_cond_signal(&e->workCond);
+    pthread_mutex_unlock(&e->lock);
+    pthread_join(e->thread, NULL);
+  }
+  pthread_mutex_lock(&e->lock);
+  while (e->callers > 0) pthread_cond_wait(&e->doneCond, &e->lock);
+  pthread_mutex_unlock(&e->lock);
+  if (e->state && e->stateFree) e->stateFree(e->state);
+  pthread_cond_destroy(&e->workCond);
+  pthread_cond_destroy(&e->doneCond);
+  pthread_mutex_destroy(&e->lock);
+  free(e);
+}
+
+void* zppExecutorGetState(zppExecutor_t* e) { return e->state; }
+
+void zppExecutorSetState(zppExecutor_t* e, void* state, void (*freeFn)(void*)) {
+  e->state = state;
+  e->stateFree = freeFn;
+}

@@ -1,0 +1,51 @@
+/*
+ * Host executor: one thread per communicator runs the host-buffer
+ * operations in the order they were issued, and owns every UCX call of the
+ * communicator after its creation (so UCX needs no locks and a caller never
+ * progresses another caller's transfers).
+ *
+ * A job issued with stream NULL blocks its caller until it ran; with a
+ * zppHostStream_t it is queued and the caller goes on; the stream counts its
+ * jobs and keeps the first error (zppHostStreamSynchronize reports it).
+ * The host stream API itself (zppHostStream*) lives in executor.c.
+ */
+#ifndef ZPP_EXECUTOR_H_
+#define ZPP_EXECUTOR_H_
+
+#include <stddef.h>
+
+#include "zpp.h"
+
+struct zppComm;
+typedef struct zppExecutor zppExecutor_t;
+
+/* Runs on the executor thread; arg points to the job's copy of the
+ * arguments given to zppExecutorSubmit. */
+typedef zppResult_t (*zppJobFn_t)(struct zppComm* comm, void* arg);
+
+#define ZPP_JOB_ARG_MAX 128
+
+zppResult_t zppExecutorCreate(struct zppComm* comm, zppExecutor_t** out);
+/* Jobs after this fail at once (the one running is stopped by the transport
+ * abort); thread safe. */
+void zppExecutorAbort(zppExecutor_t* exec);
+/* Lets queued jobs finish (or fail, after an abort), joins the thread, waits
+ * for callers still returning from a blocking submit, frees. NULL ok. */
+void zppExecutorDestroy(zppExecutor_t* exec);
+
+/* Issues fn with a copy of argBytes bytes of arg (at most ZPP_JOB_ARG_MAX).
+ * stream NULL: returns fn's result once it ran. stream a host stream:
+ * returns zppSuccess once queued. */
+zppResult_t zppExecutorSubmit(zppExecutor_t* exec, zppJobFn_t fn, const void* arg, size_t argBytes,
+                              zppHostStream_t stream);
+
+/* 1 if stream is a live host stream made by zppHostStreamCreate. Looks the
+ * pointer up without touching it (it may be a cudaStream_t). */
+int zppHostStreamIsValid(const void* stream);
+
+/* A slot for the layer above: state only jobs touch (on the executor
+ * thread), freed at destroy by freeFn. */
+void* zppExecutorGetState(zppExecutor_t* exec);
+void zppExecutorSetState(zppExecutor_t* exec, void* state, void (*freeFn)(void*));
+
+#endif /* ZPP_EXECUTOR_H_ */

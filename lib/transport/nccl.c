@@ -1,0 +1,206 @@
+/* NCCL device transport; see nccl.h. */
+#include "nccl.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "check.h"
+#include "lib/comm.h"
+
+struct zppNccl {
+  struct zppComm* comm;
+  ncclComm_t nccl;
+  int device;
+};
+
+/* Our result codes and data types are NCCL's, value for value. */
+_Static_assert((int)zppRemoteError == (int)ncclRemoteError, "result codes differ from NCCL's");
+_Static_assert((int)zppBfloat16 == (int)ncclBfloat16, "data types differ from NCCL's");
+_Static_assert((int)zppAvg == (int)ncclAvg, "reduction ops differ from NCCL's");
+
+#define NCCLCHECK(call)                                                              \
+  do {                                                                               \
+    ncclResult_t nres_ = (call);                                                     \
+    if (nres_ != ncclSuccess && nres_ != ncclInProgress)                             \
+      ZPP_FAIL((zppResult_t)nres_, CUDA, "%s failed: %s (%s)", #call,                \
+               ncclGetErrorString(nres_), ncclGetLastError(NULL));                   \
+  } while (0)
+
+/* Without a usable device every pointer is host memory; asked once, since a
+ * machine without a GPU answers every CUDA call with an error. */
+static pthread_once_t probeOnce = PTHREAD_ONCE_INIT;
+static int haveDevice = 0;
+
+static void probeDevices(void) {
+  int n = 0; /* cudaGetDeviceCount leaves it unset on error */
+  cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    ZPP_INFO(CUDA, "no CUDA device (%s): every buffer is host memory", cudaGetErrorString(err));
+    n = 0;
+  }
+  haveDevice = n > 0;
+}
+
+int zppNcclIsDevicePtr(const void* ptr) {
+  pthread_once(&probeOnce, probeDevices);
+  if (!haveDevice || ptr == NULL) return 0;
+  struct cudaPointerAttributes attr;
+  memset(&attr, 0, sizeof(attr));
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    (void)cudaGetLastError(); /* an unregistered host pointer on old CUDA */
+    return 0;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+/* NCCL before 2.30 refuses two ranks on one GPU ("Duplicate GPU detected");
+ * say so in our words before NCCL fails with its own. */
+static zppResult_t checkSharedGpu(zppNccl_t* n, int ncclVersion) {
+  struct zppComm* comm = n->comm;
+  typedef struct {
+    char busId[32];
+    int node;
+  } gpu_t;
+  gpu_t* gpus = calloc((size_t)comm->nranks, sizeof(gpu_t));
+  if (gpus == NULL) ZPP_FAIL(zppSystemError, CUDA, "out of memory");
+  zppResult_t res = zppSuccess;
+  if (cudaDeviceGetPCIBusId(gpus[comm->rank].busId, sizeof(gpus[0].busId), n->device) != cudaSuccess)
+    (void)cudaGetLastError();
+  gpus[comm->rank].node = comm->topo->nodeOf[comm->rank];
+  ZPPCHECKGOTO(zppBootstrapAllGather(comm->bootstrap, gpus, sizeof(gpu_t)), res, out);
+  for (int r = 0; r < comm->nranks; r++) {
+    if (r == comm->rank || gpus[r].node != gpus[comm->rank].node) continue;
+    if (strcmp(gpus[r].busId, gpus[comm->rank].busId) != 0 || gpus[r].busId[0] == '\0') continue;
+    const char* enable = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
+    if (ncclVersion < 23000)
+      ZPP_FAILGOTO(zppInvalidUsage, res, out, CUDA,
+                   "ranks %d and %d use the same GPU (%s); NCCL %d.%d refuses two ranks on one GPU "
+                   "(NCCL 2.30+ allows it with NCCL_MULTI_RANK_GPU_ENABLE=1): give each rank its own "
+                   "device with cudaSetDevice before the first device-buffer call",
+                   comm->rank, r, gpus[r].busId, ncclVersion / 10000, (ncclVersion / 100) % 100);
+    if (enable == NULL || strcmp(enable, "1") != 0)
+      ZPP_WARN(CUDA, "ranks %d and %d share GPU %s: NCCL needs NCCL_MULTI_RANK_GPU_ENABLE=1 for that",
+               comm->rank, r, gpus[r].busId);
+    break;
+  }
+out:
+  free(gpus);
+  return res;
+}
+
+zppResult_t zppNcclCreate(struct zppComm* comm, zppNccl_t** out) {
+  zppResult_t res = zppSuccess;
+  zppNccl_t* n = calloc(1, sizeof(*n));
+  if (n == NULL) ZPP_FAIL(zppSystemError, CUDA, "out of memory");
+  n->comm = comm;
+  cudaError_t cerr = cudaGetDevice(&n->device);
+  if (cerr != cudaSuccess) {
+    (void)cudaGetLastError();
+    ZPP_FAILGOTO(zppUnhandledCudaError, res, fail, CUDA, "cudaGetDevice: %s",
+                 cudaGetErrorString(cerr));
+  }
+  int version = 0;
+  if (ncclGetVersion(&version) != ncclSuccess) version = 0;
+  ZPPCHECKGOTO(checkSharedGpu(n, version), res, fail);
+
+  ncclUniqueId id;
+  memset(&id, 0, sizeof(id));
+  if (comm->rank == 0) {
+    ncclResult_t nres = ncclGetUniqueId(&id);
+    if (nres != ncclSuccess)
+      ZPP_FAILGOTO((zppResult_t)nres, res, fail, CUDA, "ncclGetUniqueId: %s",
+                   ncclGetErrorString(nres));
+  }
+  ZPPCHECKGOTO(zppBootstrapBroadcast(comm->bootstrap, &id, sizeof(id), 0), res, fail);
+  ncclResult_t nres = ncclCommInitRank(&n->nccl, comm->nranks, id, comm->rank);
+  if (nres != ncclSuccess) {
+    n->nccl = NULL;
+    ZPP_FAILGOTO((zppResult_t)nres, res, fail, CUDA,
+                 "ncclCommInitRank(rank %d of %d, device %d): %s (%s)", comm->rank, comm->nranks,
+                 n->device, ncclGetErrorString(nres), ncclGetLastError(NULL));
+  }
+  ZPP_INFO(CUDA, "%s: NCCL %d communicator on device %d", comm->name, version, n->device);
+  *out = n;
+  return zppSuccess;
+fail:
+  zppNcclDestroy(n);
+  return res;
+}
+
+void zppNcclAbort(zppNccl_t* n) {
+  if (n == NULL || n->nccl == NULL) return;
+  (void)ncclCommAbort(n->nccl);
+  n->nccl = NULL;
+}
+
+void zppNcclDestroy(zppNccl_t* n) {
+  if (n == NULL) return;
+  if (n->nccl) (void)ncclCommDestroy(n->nccl);
+  free(n);
+}
+
+static zppResult_t usable(const zppNccl_t* n) {
+  if (n->nccl == NULL) ZPP_FAIL(zppInvalidUsage, CUDA, "the NCCL communicator was aborted");
+  return zppSuccess;
+}
+
+zppResult_t zppNcclAllGather(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t sendcount,
+                             zppDataType_t type, void* stream) {
+  ZPPCHECK(usable(n));
+  NCCLCHECK(ncclAllGather(sendbuff, recvbuff, sendcount, (ncclDataType_t)type, n->nccl,
+                          (cudaStream_t)stream));
+  return zppSuccess;
+}
+
+zppResult_t zppNcclReduceScatter(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t recvcount,
+                                 zppDataType_t type, zppRedOp_t op, void* stream) {
+  ZPPCHECK(usable(n));
+  NCCLCHECK(ncclReduceScatter(sendbuff, recvbuff, recvcount, (ncclDataType_t)type, (ncclRedOp_t)op,
+                              n->nccl, (cudaStream_t)stream));
+  return zppSuccess;
+}
+
+zppResult_t zppNcclAllReduce(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t count,
+                             zppDataType_t type, zppRedOp_t op, void* stream) {
+  ZPPCHECK(usable(n));
+  NCCLCHECK(ncclAllReduce(sendbuff, recvbuff, count, (ncclDataType_t)type, (ncclRedOp_t)op, n->nccl,
+                          (cudaStream_t)stream));
+  return zppSuccess;
+}
+
+/* Grouped point-to-point rather than ncclAlltoAll, which NCCL only has
+ * since 2.28. */
+zppResult_t zppNcclAllToAll(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t count,
+                            zppDataType_t type, void* stream) {
+  ZPPCHECK(usable(n));
+  size_t bytes = count * zppTypeSize(type);
+  int nranks = n->comm->nranks;
+  NCCLCHECK(ncclGroupStart());
+  for (int p = 0; p < nranks; p++) {
+    ncclResult_t r1 = ncclSend((const char*)sendbuff + (size_t)p * bytes, count, (ncclDataType_t)type,
+                               p, n->nccl, (cudaStream_t)stream);
+    ncclResult_t r2 = ncclRecv((char*)recvbuff + (size_t)p * bytes, count, (ncclDataType_t)type, p,
+                               n->nccl, (cudaStream_t)stream);
+    if (r1 != ncclSuccess || r2 != ncclSuccess) {
+      (void)ncclGroupEnd();
+      ncclResult_t bad = r1 != ncclSuccess ? r1 : r2;
+      ZPP_FAIL((zppResult_t)bad, CUDA, "ncclSend/ncclRecv with rank %d: %s", p,
+               ncclGetErrorString(bad));
+    }
+  }
+  NCCLCHECK(ncclGroupEnd());
+  return zppSuccess;
+}
+
+zppResult_t zppNcclBroadcast(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t count,
+                             zppDataType_t type, int root, void* stream) {
+  ZPPCHECK(usable(n));
+  NCCLCHECK(ncclBroadcast(sendbuff, recvbuff, count, (ncclDataType_t)type, root, n->nccl,
+                          (cudaStream_t)stream));
+  return zppSuccess;
+}

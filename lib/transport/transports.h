@@ -1,0 +1,41 @@
+/*
+ * The communicator's transports, as the layers above (collectives, API)
+ * reach them: the UCX host transport with the host executor that owns it,
+ * and the NCCL device transport, made on the first device-buffer call.
+ */
+#ifndef ZPP_TRANSPORTS_H_
+#define ZPP_TRANSPORTS_H_
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "zpp.h"
+#include "lib/executor.h"
+#include "lib/transport/transport.h"
+#include "lib/transport/ucx.h"
+
+struct zppNccl;
+
+struct zppTransports {
+  zppUcx_t* ucx;        /* NULL with one rank or without UCX */
+  zppExecutor_t* exec;  /* runs host-buffer operations; owns ucx */
+  pthread_mutex_t ncclLock;
+  struct zppNccl* nccl; /* made lazily, under ncclLock */
+  int ncclFailed;       /* creation failed once: do not retry */
+  _Atomic uint64_t calls[zppNumOpKinds]; /* collectives issued, by kind */
+};
+
+/* 1 when ptr is device (or managed) memory that NCCL can use; host memory,
+ * pinned host memory, and any CUDA error (no device, no driver) mean 0. */
+int zppTransportsIsDevicePtr(const void* ptr);
+
+/* The device transport, created on first use (collective: every rank's first
+ * device-buffer operation makes it). zppInvalidUsage without NCCL. */
+zppResult_t zppTransportsGetNccl(struct zppComm* comm, struct zppNccl** out);
+
+/* Transport names of the UCX endpoint to peer (for tests): runs on the
+ * executor after the operations issued before it. */
+zppResult_t zppTransportsPeerTransports(struct zppComm* comm, int peer, char* buf, size_t len);
+
+#endif /* ZPP_TRANSPORTS_H_ */

@@ -1,0 +1,869 @@
+/* UCX host transport; see ucx.h for the design. */
+#include "ucx.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <ucp/api/ucp.h>
+
+#include "check.h"
+#include "params.h"
+#include "lib/comm.h"
+
+#define TAG_CONTROL (1ull << 63)
+#define TAG_SRC_SHIFT 44
+#define TAG_SRC_BITS 19
+#define TAG_SEQ_SHIFT 28
+#define TAG_STEP_SHIFT 20
+/* A receive matches control bit, source, sequence and step; not the
+ * signature, which is compared after the match (see ucx.h). */
+#define TAG_MATCH_MASK (~(uint64_t)ZPP_UCX_SIG_MASK)
+
+/* How often a wait checks that the local peers it waits on still run. */
+#define LIVENESS_PERIOD_SEC 0.2
+/* Longest single sleep on the event fd: bounds how late a timeout or an
+ * abort that did not come through the wake fd is seen. */
+#define MAX_SLEEP_MS 100
+/* Bound on telling the other ranks about an error and on closing endpoints. */
+#define NOTICE_WAIT_SEC 0.5
+#define CLOSE_WAIT_SEC 2.0
+
+typedef struct {
+  uint32_t fullLen;  /* worker address, every transport */
+  uint32_t netLen;   /* worker address, network transports only */
+  int32_t pid;
+  int32_t pad;
+  uint64_t startTime; /* /proc/<pid>/stat field 22: tells a reused pid apart */
+  uint64_t pidNs;     /* inode of /proc/self/ns/pid */
+  char bootId[40];
+} rankInfo_t;
+
+typedef enum { EP_NONE = 0, EP_OK, EP_FAILED, EP_CLOSED } epState_t;
+
+typedef struct {
+  struct zppUcx* ucx;
+  int rank;
+  int sameNode;  /* same topology node: shared-memory endpoint */
+  int watchPid;  /* same machine and pid namespace: liveness by pid */
+  epState_t state;
+  ucs_status_t failStatus;
+  ucp_ep_h ep;
+  rankInfo_t info;
+  const ucp_address_t* addr; /* the address this rank connects with */
+} peer_t;
+
+struct zppUcxReq {
+  struct zppUcxReq* next;
+  struct zppUcxReq* prev;
+  void* ucpReq; /* UCX's request while in flight */
+  int peer;
+  int isRecv;
+  int done;
+  ucs_status_t status;
+  size_t bytes;
+  size_t gotBytes;
+  uint64_t gotTag;
+  uint32_t wantSig;
+};
+
+typedef struct {
+  int32_t rank;
+  int32_t code;
+  char reason[248];
+} notice_t;
+
+struct zppUcx {
+  struct zppComm* comm;
+  int rank;
+  int nranks;
+  int useShm;
+  double spinSec;
+  ucp_context_h ctx;
+  ucp_worker_h worker;
+  int efd;    /* the worker's event fd */
+  int wakeFd; /* eventfd written by zppUcxAbort */
+  _Atomic int aborted;
+  int closing;
+  char* addrBlob; /* every rank's addresses */
+  peer_t* peers;
+  zppUcxReq_t live;    /* list head of requests in flight */
+  zppUcxReq_t* freeList;
+  void** chunks;       /* request pool allocations */
+  int nChunks;
+  zppUcxReq_t* noticeRecv;
+  notice_t noticeIn;
+  notice_t noticeOut;
+  int noticeGot;
+  int noticeSent;
+  zppSigFormatter_t sigFormatter;
+  _Atomic uint64_t bytes[zppNumOpKinds][2]; /* read by other threads */
+};
+
+static double nowSec(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Records the cause on the communicator, which logs it if it is the first
+ * error; a consequence of an earlier error is only traced. */
+static zppResult_t failWith(zppUcx_t* u, zppResult_t code, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static zppResult_t failWith(zppUcx_t* u, zppResult_t code, const char* fmt, ...) {
+  char reason[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(reason, sizeof(reason), fmt, ap);
+  va_end(ap);
+  if (atomic_load(&u->comm->asyncError) != zppSuccess)
+    ZPP_INFO(NET, "%s", reason);
+  else
+    zppCommSetError(u->comm, code, "%s", reason);
+  return code;
+}
+
+static const char* hostOf(const zppUcx_t* u, int rank) {
+  const char* h = zppBootstrapHostId(u->comm->bootstrap, rank);
+  return h ? h : "?";
+}
+
+/* ---- process identity, for the liveness of local peers ------------------ */
+
+/* State letter and start time of a process, from /proc/<pid>/stat. Returns 0
+ * when the process does not exist. */
+static int procStat(int pid, char* state, uint64_t* startTime) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  FILE* f = fopen(path, "r");
+  if (f == NULL) return 0;
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  /* The command name may hold spaces and parentheses: fields start after the
+   * last ')'. Field 3 is the state, field 22 the start time. */
+  char* p = strrchr(buf, ')');
+  if (p == NULL) return 0;
+  p += 2;
+  *state = *p;
+  for (int field = 3; field < 22 && p; field++) {
+    p = strchr(p, ' ');
+    if (p) p++;
+  }
+  *startTime = p ? strtoull(p, NULL, 10) : 0;
+  return 1;
+}
+
+static void fillRankInfo(rankInfo_t* info) {
+  char state;
+  info->pid = (int32_t)getpid();
+  if (!procStat(info->pid, &state, &info->startTime)) info->startTime = 0;
+  struct stat st;
+  info->pidNs = stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
+  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (fgets(info->bootId, sizeof(info->bootId), f) == NULL) info->bootId[0] = '\0';
+    fclose(f);
+  }
+}
+
+/* 1 while the peer's process runs (or cannot be watched). */
+static int peerAlive(const peer_t* p) {
+  if (!p->watchPid) return 1;
+  char state = '?';
+  uint64_t start = 0;
+  if (!procStat(p->info.pid, &state, &start)) return 0;
+  if (state == 'Z' || state == 'X') return 0;
+  return start == p->info.startTime;
+}
+
+/* ---- request pool ------------------------------------------------------- */
+
+static zppResult_t reqAlloc(zppUcx_t* u, zppUcxReq_t** out) {
+  if (u->freeList == NULL) {
+    /* Requests never move: UCX callbacks hold pointers to them. */
+    enum { PER_CHUNK = 64 };
+    void** chunks = realloc(u->chunks, (size_t)(u->nChunks + 1) * sizeof(void*));
+    if (chunks == NULL) ZPP_FAIL(zppSystemError, NET, "out of memory for request pool");
+    u->chunks = chunks;
+    zppUcxReq_t* block = calloc(PER_CHUNK, sizeof(zppUcxReq_t));
+    if (block == NULL) ZPP_FAIL(zppSystemError, NET, "out of memory for request pool");
+    u->chunks[u->nChunks++] = block;
+    for (int i = 0; i < PER_CHUNK; i++) {
+      block[i].next = u->freeList;
+      u->freeList = &block[i];
+    }
+  }
+  zppUcxReq_t* r = u->freeList;
+  u->freeList = r->next;
+  memset(r, 0, sizeof(*r));
+  /* Into the live list. */
+  r->next = u->live.next;
+  r->prev = &u->live;
+  u->live.next->prev = r;
+  u->live.next = r;
+  *out = r;
+  return zppSuccess;
+}
+
+static void reqRelease(zppUcx_t* u, zppUcxReq_t* r) {
+  r->prev->next = r->next;
+  r->next->prev = r->prev;
+  r->next = u->freeList;
+  r->prev = NULL;
+  u->freeList = r;
+}
+
+static void sendDone(void* request, ucs_status_t status, void* userData) {
+  zppUcxReq_t* r = userData;
+  r->status = status;
+  r->done = 1;
+  r->ucpReq = NULL;
+  ucp_request_free(request);
+}
+
+static void recvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
+                     void* userData) {
+  zppUcxReq_t* r = userData;
+  r->status = status;
+  if (status == UCS_OK) {
+    r->gotTag = info->sender_tag;
+    r->gotBytes = info->length;
+  }
+  r->done = 1;
+  r->ucpReq = NULL;
+  ucp_request_free(request);
+}
+
+/* ---- endpoints ---------------------------------------------------------- */
+
+static void epError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  peer_t* p = arg;
+  zppUcx_t* u = p->ucx;
+  if (p->state == EP_FAILED || p->state == EP_CLOSED) return;
+  p->state = EP_FAILED;
+  p->failStatus = status;
+  if (u->closing) return; /* peers closing their side at destroy */
+  failWith(u, zppRemoteError, "%s: rank %d lost rank %d (host %s): %s", u->comm->name, u->rank,
+           p->rank, hostOf(u, p->rank), ucs_status_string(status));
+}
+
+static zppResult_t getEp(zppUcx_t* u, int peer, ucp_ep_h* out) {
+  peer_t* p = &u->peers[peer];
+  if (p->state == EP_OK) {
+    *out = p->ep;
+    return zppSuccess;
+  }
+  if (p->state != EP_NONE)
+    return failWith(u, zppRemoteError, "%s: rank %d cannot reach rank %d (host %s): %s",
+                    u->comm->name, u->rank, peer, hostOf(u, peer),
+                    p->state == EP_FAILED ? ucs_status_string(p->failStatus) : "endpoint closed");
+  ucp_ep_params_t params;
+  memset(&params, 0, sizeof(params));
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.address = p->addr;
+  if (p->sameNode) {
+    /* Shared memory has no peer-failure handler in UCX 1.13: asking for one
+     * would silently move local traffic to tcp over loopback. */
+    params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  } else {
+    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = epError;
+    params.err_handler.arg = p;
+  }
+  ucs_status_t st = ucp_ep_create(u->worker, &params, &p->ep);
+  if (st != UCS_OK) {
+    p->state = EP_FAILED;
+    p->failStatus = st;
+    return failWith(u, zppRemoteError, "%s: rank %d cannot create an endpoint to rank %d (host %s): %s",
+                    u->comm->name, u->rank, peer, hostOf(u, peer), ucs_status_string(st));
+  }
+  p->state = EP_OK;
+  ZPP_DBG(NET, "rank %d: endpoint to rank %d (%s address)", u->rank, peer,
+          p->sameNode ? "full" : "network-only");
+  *out = p->ep;
+  return zppSuccess;
+}
+
+/* ---- creation ----------------------------------------------------------- */
+
+static zppResult_t readParams(zppUcx_t* u) {
+  int64_t spinUs = 0;
+  ZPPCHECK(zppParamGetInt("ZPP_UCX_SPIN_US", &spinUs));
+  ZPPCHECK(zppParamGetBool("ZPP_UCX_SHM", &u->useShm));
+  u->spinSec = spinUs < 0 ? 0 : (double)spinUs * 1e-6;
+  return zppSuccess;
+}
+
+static zppResult_t openWorker(zppUcx_t* u) {
+  zppResult_t res = zppSuccess;
+  ucp_config_t* config = NULL;
+  ucs_status_t st = ucp_config_read(NULL, NULL, &config);
+  if (st != UCS_OK) ZPP_FAIL(zppSystemError, NET, "ucp_config_read: %s", ucs_status_string(st));
+  const char* devices = zppParamGetString("ZPP_UCX_NET_DEVICES");
+  if (devices[0] != '\0') {
+    st = ucp_config_modify(config, "NET_DEVICES", devices);
+    if (st != UCS_OK)
+      ZPP_FAILGOTO(zppInvalidArgument, res, out, NET, "ZPP_UCX_NET_DEVICES='%s': %s", devices,
+                   ucs_status_string(st));
+  }
+  ucp_params_t params;
+  memset(&params, 0, sizeof(params));
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.estimated_num_eps = (size_t)u->nranks;
+  st = ucp_init(&params, config, &u->ctx);
+  if (st != UCS_OK)
+    ZPP_FAILGOTO(zppSystemError, res, out, NET, "ucp_init: %s", ucs_status_string(st));
+
+  ucp_worker_params_t wparams;
+  memset(&wparams, 0, sizeof(wparams));
+  wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  /* One thread at a time (the executor), but not always the same one:
+   * creation and destruction happen on the caller's thread. */
+  wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  st = ucp_worker_create(u->ctx, &wparams, &u->worker);
+  if (st != UCS_OK)
+    ZPP_FAILGOTO(zppSystemError, res, out, NET, "ucp_worker_create: %s", ucs_status_string(st));
+  st = ucp_worker_get_efd(u->worker, &u->efd);
+  if (st != UCS_OK)
+    ZPP_FAILGOTO(zppSystemError, res, out, NET, "ucp_worker_get_efd: %s", ucs_status_string(st));
+out:
+  ucp_config_release(config);
+  return res;
+}
+
+static zppResult_t queryAddress(zppUcx_t* u, unsigned flags, ucp_address_t** addr, size_t* len) {
+  ucp_worker_attr_t attr;
+  memset(&attr, 0, sizeof(attr));
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS | UCP_WORKER_ATTR_FIELD_ADDRESS_FLAGS;
+  attr.address_flags = flags;
+  ucs_status_t st = ucp_worker_query(u->worker, &attr);
+  if (st != UCS_OK)
+    ZPP_FAIL(zppSystemError, NET, "ucp_worker_query(address flags %u): %s", flags,
+             ucs_status_string(st));
+  *addr = attr.address;
+  *len = attr.address_length;
+  return zppSuccess;
+}
+
+/* Two bootstrap all-gathers: the fixed-size identity records, then the
+ * addresses in slots as large as the largest. */
+static zppResult_t exchangeAddresses(zppUcx_t* u) {
+  zppResult_t res = zppSuccess;
+  ucp_address_t *full = NULL, *net = NULL;
+  size_t fullLen = 0, netLen = 0;
+  rankInfo_t* infos = NULL;
+  ZPPCHECKGOTO(queryAddress(u, 0, &full, &fullLen), res, out);
+  ZPPCHECKGOTO(queryAddress(u, UCP_WORKER_ADDRESS_FLAG_NET_ONLY, &net, &netLen), res, out);
+
+  ZPP_CALLOCGOTO(infos, (size_t)u->nranks, res, out);
+  rankInfo_t* mine = &infos[u->rank];
+  fillRankInfo(mine);
+  mine->fullLen = (uint32_t)fullLen;
+  mine->netLen = (uint32_t)netLen;
+  ZPPCHECKGOTO(zppBootstrapAllGather(u->comm->bootstrap, infos, sizeof(rankInfo_t)), res, out);
+
+  size_t slot = 0;
+  for (int r = 0; r < u->nranks; r++) {
+    size_t need = (size_t)infos[r].fullLen + infos[r].netLen;
+    if (need > slot) slot = need;
+  }
+  ZPP_CALLOCGOTO(u->addrBlob, slot * (size_t)u->nranks, res, out);
+  memcpy(u->addrBlob + slot * (size_t)u->rank, full, fullLen);
+  memcpy(u->addrBlob + slot * (size_t)u->rank + fullLen, net, netLen);
+  ZPPCHECKGOTO(zppBootstrapAllGather(u->comm->bootstrap, u->addrBlob, slot), res, out);
+
+  const zppTopo_t* topo = u->comm->topo;
+  for (int r = 0; r < u->nranks; r++) {
+    peer_t* p = &u->peers[r];
+    p->ucx = u;
+    p->rank = r;
+    p->info = infos[r];
+    p->sameNode = u->useShm && topo->nodeOf[r] == topo->nodeOf[u->rank];
+    char* base = u->addrBlob + slot * (size_t)r;
+    p->addr = (const ucp_address_t*)(p->sameNode ? base : base + infos[r].fullLen);
+    p->watchPid = r != u->rank && infos[r].pidNs == mine->pidNs && mine->pidNs != 0 &&
+                  strcmp(infos[r].bootId, mine->bootId) == 0 && mine->bootId[0] != '\0';
+  }
+out:
+  if (full) ucp_worker_release_address(u->worker, full);
+  if (net) ucp_worker_release_address(u->worker, net);
+  free(infos);
+  return res;
+}
+
+static zppResult_t postNoticeRecv(zppUcx_t* u) {
+  ZPPCHECK(reqAlloc(u, &u->noticeRecv));
+  zppUcxReq_t* r = u->noticeRecv;
+  r->isRecv = 1;
+  r->peer = -1;
+  r->bytes = sizeof(notice_t);
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof(prm));
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  prm.cb.recv = recvDone;
+  prm.user_data = r;
+  void* h = ucp_tag_recv_nbx(u->worker, &u->noticeIn, sizeof(notice_t), TAG_CONTROL, TAG_CONTROL,
+                             &prm);
+  if (UCS_PTR_IS_ERR(h))
+    ZPP_FAIL(zppSystemError, NET, "posting the control receive: %s",
+             ucs_status_string(UCS_PTR_STATUS(h)));
+  r->ucpReq = h;
+  return zppSuccess;
+}
+
+zppResult_t zppUcxCreate(struct zppComm* comm, zppUcx_t** out) {
+  zppResult_t res = zppSuccess;
+  zppUcx_t* u = NULL;
+  ZPP_CALLOCGOTO(u, 1, res, fail);
+  u->comm = comm;
+  u->rank = comm->rank;
+  u->nranks = comm->nranks;
+  u->efd = -1;
+  u->live.next = u->live.prev = &u->live;
+  if (u->nranks > (1 << TAG_SRC_BITS))
+    ZPP_FAILGOTO(zppInvalidArgument, res, fail, NET, "the UCX transport supports at most %d ranks",
+                 1 << TAG_SRC_BITS);
+  u->wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (u->wakeFd < 0)
+    ZPP_FAILGOTO(zppSystemError, res, fail, NET, "eventfd: %s", strerror(errno));
+  ZPPCHECKGOTO(readParams(u), res, fail);
+  ZPP_CALLOCGOTO(u->peers, (size_t)u->nranks, res, fail);
+  ZPPCHECKGOTO(openWorker(u), res, fail);
+  ZPPCHECKGOTO(exchangeAddresses(u), res, fail);
+  ZPPCHECKGOTO(postNoticeRecv(u), res, fail);
+  ZPP_INFO(NET, "%s: UCX %s ready, rank %d of %d, shared memory inside the node %s",
+           comm->name, ucp_get_version_string(), u->rank, u->nranks, u->useShm ? "on" : "off");
+  *out = u;
+  return zppSuccess;
+fail:
+  zppUcxDestroy(u);
+  return res;
+}
+
+/* ---- sends, receives, waits -------------------------------------------- */
+
+static uint64_t makeTag(int src, const zppMsgId_t* id) {
+  return ((uint64_t)(uint32_t)src << TAG_SRC_SHIFT) | ((uint64_t)(id->seq & 0xffffu) << TAG_SEQ_SHIFT) |
+         ((uint64_t)(id->step & 0xffu) << TAG_STEP_SHIFT) | (uint64_t)(id->sig & ZPP_UCX_SIG_MASK);
+}
+
+zppResult_t zppUcxIsend(zppUcx_t* u, int peer, const void* buf, size_t bytes, const zppMsgId_t* id,
+                        zppUcxReq_t** req) {
+  ucp_ep_h ep;
+  ZPPCHECK(getEp(u, peer, &ep));
+  zppUcxReq_t* r;
+  ZPPCHECK(reqAlloc(u, &r));
+  r->peer = peer;
+  r->bytes = bytes;
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof(prm));
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  prm.cb.send = sendDone;
+  prm.user_data = r;
+  void* h = ucp_tag_send_nbx(ep, buf, bytes, makeTag(u->rank, id), &prm);
+  if (h == NULL) {
+    r->done = 1;
+    r->status = UCS_OK;
+  } else if (UCS_PTR_IS_ERR(h)) {
+    reqRelease(u, r);
+    return failWith(u, zppRemoteError, "%s: rank %d: send of %zu bytes to rank %d (host %s) failed: %s",
+                    u->comm->name, u->rank, bytes, peer, hostOf(u, peer),
+                    ucs_status_string(UCS_PTR_STATUS(h)));
+  } else {
+    r->ucpReq = h;
+  }
+  int kind = (id->opKind >= 0 && id->opKind < zppNumOpKinds) ? id->opKind : 0;
+  int inter = u->comm->topo->nodeOf[peer] != u->comm->topo->nodeOf[u->rank];
+  atomic_fetch_add_explicit(&u->bytes[kind][inter], bytes, memory_order_relaxed);
+  *req = r;
+  return zppSuccess;
+}
+
+zppResult_t zppUcxIrecv(zppUcx_t* u, int peer, void* buf, size_t bytes, const zppMsgId_t* id,
+                        zppUcxReq_t** req) {
+  /* An endpoint to the sender too: it is how a failed peer is noticed. */
+  ucp_ep_h ep;
+  ZPPCHECK(getEp(u, peer, &ep));
+  zppUcxReq_t* r;
+  ZPPCHECK(reqAlloc(u, &r));
+  r->peer = peer;
+  r->isRecv = 1;
+  r->bytes = bytes;
+  r->wantSig = id->sig & ZPP_UCX_SIG_MASK;
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof(prm));
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  prm.cb.recv = recvDone;
+  prm.user_data = r;
+  void* h = ucp_tag_recv_nbx(u->worker, buf, bytes, makeTag(peer, id), TAG_MATCH_MASK, &prm);
+  if (UCS_PTR_IS_ERR(h)) {
+    reqRelease(u, r);
+    return failWith(u, zppSystemError, "%s: rank %d: posting a receive from rank %d failed: %s",
+                    u->comm->name, u->rank, peer, ucs_status_string(UCS_PTR_STATUS(h)));
+  }
+  r->ucpReq = h;
+  *req = r;
+  return zppSuccess;
+}
+
+static void describeSig(const zppUcx_t* u, uint32_t sig, char* buf, size_t len) {
+  if (u->sigFormatter)
+    u->sigFormatter(sig, buf, len);
+  else
+    snprintf(buf, len, "signature 0x%05x", sig);
+}
+
+/* Checks a completed request and releases it. */
+static zppResult_t finishReq(zppUcx_t* u, zppUcxReq_t* r) {
+  int peer = r->peer;
+  zppResult_t res = zppSuccess;
+  const char* name = u->comm->name;
+  if (r->status == UCS_ERR_MESSAGE_TRUNCATED) {
+    res = failWith(u, zppInvalidUsage,
+                   "%s: rank %d received more than the %zu bytes it expected from rank %d (host %s): "
+                   "the ranks called collectives with different counts",
+                   name, u->rank, r->bytes, peer, hostOf(u, peer));
+  } else if (r->status != UCS_OK) {
+    res = failWith(u, zppRemoteError, "%s: rank %d: %s of %zu bytes %s rank %d (host %s) failed: %s",
+                   name, u->rank, r->isRecv ? "receive" : "send", r->bytes,
+                   r->isRecv ? "from" : "to", peer, hostOf(u, peer), ucs_status_string(r->status));
+  } else if (r->isRecv && (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK) != r->wantSig) {
+    char got[160], want[160];
+    describeSig(u, (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK), got, sizeof(got));
+    describeSig(u, r->wantSig, want, sizeof(want));
+    res = failWith(u, zppInvalidUsage,
+                   "%s: mismatched collectives: rank %d (host %s) called %s while rank %d called %s",
+                   name, peer, hostOf(u, peer), got, u->rank, want);
+  } else if (r->isRecv && r->gotBytes != r->bytes) {
+    res = failWith(u, zppInvalidUsage,
+                   "%s: rank %d received %zu bytes from rank %d (host %s) where it expected %zu: "
+                   "the ranks called collectives with different counts",
+                   name, u->rank, r->gotBytes, peer, hostOf(u, peer), r->bytes);
+  }
+  reqRelease(u, r);
+  return res;
+}
+
+static zppResult_t checkNotice(zppUcx_t* u) {
+  zppUcxReq_t* r = u->noticeRecv;
+  if (r == NULL || !r->done) return zppSuccess;
+  u->noticeRecv = NULL;
+  u->noticeGot = 1;
+  ucs_status_t st = r->status;
+  reqRelease(u, r);
+  if (st != UCS_OK) return zppSuccess; /* cancelled at destroy */
+  u->noticeIn.reason[sizeof(u->noticeIn.reason) - 1] = '\0';
+  zppResult_t code = u->noticeIn.code == zppInvalidUsage ? zppInvalidUsage : zppRemoteError;
+  return failWith(u, code, "%s: rank %d (host %s) failed: %s", u->comm->name, u->noticeIn.rank,
+                  hostOf(u, u->noticeIn.rank), u->noticeIn.reason);
+}
+
+static zppResult_t checkAborted(zppUcx_t* u) {
+  if (!atomic_load(&u->aborted)) return zppSuccess;
+  /* Not logged as an error: the user asked for it. */
+  ZPP_INFO(NET, "%s: rank %d: operation stopped by zppCommAbort", u->comm->name, u->rank);
+  int err = atomic_load(&u->comm->asyncError);
+  return err != zppSuccess ? (zppResult_t)err : zppInvalidUsage;
+}
+
+/* Nothing to do: yield the core for a while (other ranks may need it), then
+ * sleep on the worker's event fd until something arrives. */
+static void idleWait(zppUcx_t* u, double idleSince, double now, double deadline) {
+  if (now - idleSince < u->spinSec) {
+    sched_yield();
+    return;
+  }
+  ucs_status_t st = ucp_worker_arm(u->worker);
+  if (st == UCS_ERR_BUSY) return; /* events arrived meanwhile: progress again */
+  if (st != UCS_OK) {
+    sched_yield();
+    return;
+  }
+  int ms = (int)((deadline - now) * 1000.0) + 1;
+  if (ms > MAX_SLEEP_MS) ms = MAX_SLEEP_MS;
+  if (ms < 1) ms = 1;
+  struct pollfd fds[2] = {{.fd = u->efd, .events = POLLIN}, {.fd = u->wakeFd, .events = POLLIN}};
+  (void)poll(fds, 2, ms);
+}
+
+zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
+  const double timeout = u->comm->timeoutSec > 0 ? u->comm->timeoutSec : 1e9;
+  double lastDone = nowSec(), idleSince = lastDone, lastLiveness = lastDone;
+  for (;;) {
+    int progressed = 0;
+    for (int k = 0; k < 64 && ucp_worker_progress(u->worker); k++) progressed = 1;
+
+    int pending = 0, completed = 0, firstPending = -1;
+    for (int i = 0; i < n; i++) {
+      zppUcxReq_t* r = reqs[i];
+      if (r == NULL) continue;
+      if (r->done) {
+        reqs[i] = NULL;
+        completed = 1;
+        ZPPCHECK(finishReq(u, r));
+        continue;
+      }
+      if (u->peers[r->peer].state == EP_FAILED)
+        return failWith(u, zppRemoteError, "%s: rank %d: rank %d (host %s) failed: %s",
+                        u->comm->name, u->rank, r->peer, hostOf(u, r->peer),
+                        ucs_status_string(u->peers[r->peer].failStatus));
+      if (firstPending < 0) firstPending = i;
+      pending++;
+    }
+    if (pending == 0) return zppSuccess;
+    ZPPCHECK(checkNotice(u));
+    ZPPCHECK(checkAborted(u));
+    int err = atomic_load(&u->comm->asyncError);
+    if (err != zppSuccess) return (zppResult_t)err; /* logged where it was found */
+
+    double now = nowSec();
+    if (completed || progressed) idleSince = now;
+    if (completed) lastDone = now;
+    if (now - lastDone > timeout) {
+      zppUcxReq_t* r = reqs[firstPending];
+      return failWith(u, zppRemoteError,
+                      "%s: rank %d timed out after %.1f s waiting for rank %d (host %s) to %s %zu "
+                      "bytes (ZPP_TIMEOUT): that rank stopped calling, hangs, or its link is down",
+                      u->comm->name, u->rank, now - lastDone, r->peer, hostOf(u, r->peer),
+                      r->isRecv ? "send" : "receive", r->bytes);
+    }
+    if (now - lastLiveness > LIVENESS_PERIOD_SEC) {
+      lastLiveness = now;
+      for (int i = 0; i < n; i++) {
+        if (reqs[i] == NULL) continue;
+        peer_t* p = &u->peers[reqs[i]->peer];
+        if (!peerAlive(p)) {
+          p->state = EP_FAILED;
+          p->failStatus = UCS_ERR_CONNECTION_RESET;
+          return failWith(u, zppRemoteError, "%s: rank %d: rank %d (pid %d on this node, host %s) exited",
+                          u->comm->name, u->rank, p->rank, (int)p->info.pid, hostOf(u, p->rank));
+        }
+      }
+    }
+    if (!progressed) idleWait(u, idleSince, now, lastDone + timeout);
+  }
+}
+
+zppResult_t zppUcxSendRecv(zppUcx_t* u, int sendPeer, const void* sendBuf, size_t sendBytes,
+                           int recvPeer, void* recvBuf, size_t recvBytes, const zppMsgId_t* id) {
+  zppUcxReq_t* reqs[2] = {NULL, NULL};
+  if (recvPeer >= 0) ZPPCHECK(zppUcxIrecv(u, recvPeer, recvBuf, recvBytes, id, &reqs[0]));
+  if (sendPeer >= 0) ZPPCHECK(zppUcxIsend(u, sendPeer, sendBuf, sendBytes, id, &reqs[1]));
+  return zppUcxWaitAll(u, reqs, 2);
+}
+
+void zppUcxSetSigFormatter(zppUcx_t* u, zppSigFormatter_t fn) { u->sigFormatter = fn; }
+
+/* ---- errors, abort, teardown ------------------------------------------- */
+
+/* Progresses until no request but the control receive is live, or the time
+ * is up. */
+static int drain(zppUcx_t* u, double limitSec) {
+  double end = nowSec() + limitSec;
+  for (;;) {
+    while (ucp_worker_progress(u->worker)) {
+    }
+    int live = 0;
+    for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
+      if (r != u->noticeRecv && !r->done) live++;
+    if (live == 0 || nowSec() > end) return live;
+    sched_yield();
+  }
+}
+
+static void sendNotices(zppUcx_t* u) {
+  u->noticeOut.rank = u->rank;
+  u->noticeOut.code = atomic_load(&u->comm->asyncError);
+  snprintf(u->noticeOut.reason, sizeof(u->noticeOut.reason), "%s", zppGetLastError(u->comm));
+  for (int p = 0; p < u->nranks; p++) {
+    if (p == u->rank || u->peers[p].state == EP_FAILED || u->peers[p].state == EP_CLOSED) continue;
+    ucp_ep_h ep;
+    if (getEp(u, p, &ep) != zppSuccess) continue;
+    zppUcxReq_t* r;
+    if (reqAlloc(u, &r) != zppSuccess) return;
+    r->peer = p;
+    ucp_request_param_t prm;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.send = sendDone;
+    prm.user_data = r;
+    void* h = ucp_tag_send_nbx(ep, &u->noticeOut, sizeof(notice_t),
+                               TAG_CONTROL | ((uint64_t)u->rank << TAG_SRC_SHIFT), &prm);
+    if (UCS_PTR_IS_PTR(h)) {
+      r->ucpReq = h;
+    } else {
+      r->done = 1;
+    }
+  }
+}
+
+static void closeEps(zppUcx_t* u, unsigned mode, double limitSec) {
+  void** closing = calloc((size_t)u->nranks, sizeof(void*));
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof(prm));
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  prm.flags = mode;
+  for (int p = 0; p < u->nranks; p++) {
+    peer_t* pe = &u->peers[p];
+    if (pe->ep == NULL || pe->state == EP_CLOSED) continue;
+    void* h = ucp_ep_close_nbx(pe->ep, &prm);
+    pe->state = EP_CLOSED;
+    pe->ep = NULL;
+    if (UCS_PTR_IS_PTR(h)) {
+      if (closing)
+        closing[p] = h;
+      else
+        ucp_request_free(h);
+    }
+  }
+  if (closing == NULL) return;
+  double end = nowSec() + limitSec;
+  for (;;) {
+    ucp_worker_progress(u->worker);
+    int left = 0;
+    for (int p = 0; p < u->nranks; p++) {
+      if (closing[p] == NULL) continue;
+      if (ucp_request_check_status(closing[p]) == UCS_INPROGRESS) {
+        left++;
+      } else {
+        ucp_request_free(closing[p]);
+        closing[p] = NULL;
+      }
+    }
+    if (left == 0) break;
+    if (nowSec() > end) {
+      /* A flush that does not finish (peer gone): fall back to dropping. */
+      if (mode == UCP_EP_CLOSE_FLAG_FORCE) break;
+      for (int p = 0; p < u->nranks; p++)
+        if (closing[p]) ucp_request_cancel(u->worker, closing[p]);
+      mode = UCP_EP_CLOSE_FLAG_FORCE;
+      end = nowSec() + limitSec;
+    }
+    sched_yield();
+  }
+  free(closing);
+}
+
+void zppUcxQuiesce(zppUcx_t* u) {
+  if (u == NULL) return;
+  /* Tell the others unless they told us: they may be waiting on a rank
+   * that waits on us, and would only see a timeout. */
+  if (!u->noticeSent && !u->noticeGot && !atomic_load(&u->aborted)) {
+    u->noticeSent = 1;
+    sendNotices(u);
+    drain(u, NOTICE_WAIT_SEC);
+  }
+  for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
+    if (r->isRecv && !r->done && r->ucpReq && r != u->noticeRecv)
+      ucp_request_cancel(u->worker, r->ucpReq);
+  /* Sends cannot be cancelled: drop the endpoints that still carry some. */
+  int sendsLeft = 0;
+  for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
+    if (!r->isRecv && !r->done) sendsLeft = 1;
+  if (sendsLeft) {
+    u->closing = 1;
+    closeEps(u, UCP_EP_CLOSE_FLAG_FORCE, CLOSE_WAIT_SEC);
+  }
+  if (drain(u, CLOSE_WAIT_SEC) != 0)
+    ZPP_WARN(NET, "%s: rank %d: some transfers did not stop after an error", u->comm->name, u->rank);
+  /* Completed but never waited for: release. */
+  zppUcxReq_t* r = u->live.next;
+  while (r != &u->live) {
+    zppUcxReq_t* next = r->next;
+    if (r->done && r != u->noticeRecv) reqRelease(u, r);
+    r = next;
+  }
+}
+
+void zppUcxAbort(zppUcx_t* u) {
+  if (u == NULL) return;
+  atomic_store(&u->aborted, 1);
+  uint64_t one = 1;
+  if (u->wakeFd >= 0) (void)!write(u->wakeFd, &one, sizeof(one));
+}
+
+void zppUcxDestroy(zppUcx_t* u) {
+  if (u == NULL) return;
+  if (u->worker) {
+    u->closing = 1;
+    if (u->noticeRecv && u->noticeRecv->ucpReq && !u->noticeRecv->done)
+      ucp_request_cancel(u->worker, u->noticeRecv->ucpReq);
+    /* Flush what is still queued so the last messages reach their peers,
+     * unless the communicator is already broken. */
+    int healthy = !atomic_load(&u->aborted) && atomic_load(&u->comm->asyncError) == zppSuccess;
+    closeEps(u, healthy ? 0 : UCP_EP_CLOSE_FLAG_FORCE, healthy ? CLOSE_WAIT_SEC : 0.2);
+    drain(u, 0.2);
+    ucp_worker_destroy(u->worker);
+  }
+  if (u->ctx) ucp_cleanup(u->ctx);
+  if (u->wakeFd >= 0) close(u->wakeFd);
+  for (int i = 0; i < u->nChunks; i++) free(u->chunks[i]);
+  free(u->chunks);
+  free(u->peers);
+  free(u->addrBlob);
+  free(u);
+}
+
+/* ---- diagnostics -------------------------------------------------------- */
+
+zppResult_t zppUcxPeerTransports(zppUcx_t* u, int peer, char* buf, size_t len) {
+  ZPP_ARGCHECK(peer >= 0 && peer < u->nranks && peer != u->rank && buf && len > 0,
+               "zppUcxPeerTransports: bad peer %d", peer);
+  peer_t* p = &u->peers[peer];
+  ZPP_USAGECHECK(p->state == EP_OK, "no live endpoint to rank %d yet: exchange a message first", peer);
+  char* text = NULL;
+  size_t textLen = 0;
+  FILE* f = open_memstream(&text, &textLen);
+  if (f == NULL) ZPP_FAIL(zppSystemError, NET, "open_memstream: %s", strerror(errno));
+  ucp_ep_print_info(p->ep, f);
+  fclose(f);
+  /* Lane lines read "lane[0]:  3:sysv/memory.0 md[2] -> ...": keep the
+   * transport names, once each. */
+  buf[0] = '\0';
+  for (char* line = strstr(text, "lane["); line; line = strstr(line + 1, "lane[")) {
+    char* colon = strchr(line, ':');
+    if (colon == NULL) break;
+    char* name = strchr(colon + 1, ':');
+    char* slash = name ? strchr(name, '/') : NULL;
+    char* eol = strchr(line, '\n');
+    if (name == NULL || slash == NULL || (eol && slash > eol)) continue;
+    char tl[32];
+    size_t n = (size_t)(slash - name - 1);
+    if (n >= sizeof(tl)) n = sizeof(tl) - 1;
+    memcpy(tl, name + 1, n);
+    tl[n] = '\0';
+    if (strstr(buf, tl)) continue;
+    size_t used = strlen(buf);
+    snprintf(buf + used, len - used, "%s%s", used ? "," : "", tl);
+  }
+  ZPP_DBG(NET, "rank %d -> rank %d endpoint:\n%s", u->rank, peer, text);
+  free(text);
+  return zppSuccess;
+}
+
+void zppUcxGetBytes(const zppUcx_t* u, uint64_t* intra, uint64_t* inter, int nKinds) {
+  for (int k = 0; k < nKinds && k < zppNumOpKinds; k++) {
+    intra[k] = atomic_load_explicit(&u->bytes[k][0], memory_order_relaxed);
+    inter[k] = atomic_load_explicit(&u->bytes[k][1], memory_order_relaxed);
+  }
+}
+
+void zppUcxResetBytes(zppUcx_t* u) {
+  for (int k = 0; k < zppNumOpKinds; k++)
+    for (int i = 0; i < 2; i++) atomic_store_explicit(&u->bytes[k][i], 0, memory_order_relaxed);
+}

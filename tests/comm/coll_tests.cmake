@@ -1,0 +1,32 @@
+# Transports, host executor and plain collectives (communicator issue, part
+# B); included from CMakeLists.txt next to this file. Multi-rank tests fork
+# their ranks with tools/launch.h.
+add_library(zpp_coll_testlib STATIC coll_testlib.c)
+target_link_libraries(zpp_coll_testlib PUBLIC zpp_static zpp_testutil)
+
+# test_coll NRANKS [LAYOUT]: every collective, type and op, checked exactly.
+function(zpp_coll_test name)
+  cmake_parse_arguments(C "" "TIMEOUT" "ARGS;ENV" ${ARGN})
+  if(NOT C_TIMEOUT)
+    set(C_TIMEOUT 300)
+  endif()
+  add_test(NAME ${name} COMMAND test_coll ${C_ARGS})
+  set_tests_properties(${name} PROPERTIES LABELS "comm" TIMEOUT ${C_TIMEOUT} SKIP_RETURN_CODE 77
+                                          ENVIRONMENT "${C_ENV}")
+endfunction()
+
+add_executable(test_coll test_coll.c)
+target_link_libraries(test_coll PRIVATE zpp_static zpp_testutil zpp_coll_testlib zpp_launch)
+zpp_coll_test(test_coll_1 ARGS 1)
+zpp_coll_test(test_coll_2 ARGS 2)
+zpp_coll_test(test_coll_3_nodes_2_1 ARGS 3 2,1)
+zpp_coll_test(test_coll_4_nodes_2x2 ARGS 4 2x2)
+zpp_coll_test(test_coll_5 ARGS 5)
+zpp_coll_test(test_coll_6_nodes_3x2 ARGS 6 3x2)
+zpp_coll_test(test_coll_8 ARGS 8)
+# Each algorithm forced, with tiny pipeline chunks (many messages, the tag's
+# step field wraps) and the opposite ones.
+zpp_coll_test(test_coll_5_ring_chunks ARGS 5 3,2
+  ENV "ZPP_ALGO_ALLGATHER=ring;ZPP_ALGO_REDUCESCATTER=ring;ZPP_ALGO_ALLREDUCE=ring;ZPP_ALGO_BROADCAST=pipeline;ZPP_PIPELINE_CHUNK_BYTES=1024;ZPP_PIPELINE_DEPTH=3")
+zpp_coll_test(test_coll_7_small_algos ARGS 7
+  ENV "ZPP_ALGO_ALLGATHER=bruck;ZPP_ALGO_REDUCESCATTER=direct;ZPP_ALGO_ALLREDUCE=rd;ZPP_ALGO_BROADCAST=binomial")

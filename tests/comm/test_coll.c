@@ -1,0 +1,201 @@
+/*
+ * Every plain collective x every data type x every reduction, on host
+ * buffers, in place and out of place, small and large sizes, odd counts,
+ * for the rank count and node layout given on the command line:
+ *
+ *   test_coll NRANKS [LAYOUT]     LAYOUT as zpp_launch's ("2x2", "2,1")
+ *
+ * Results are compared bit for bit with values computed here (see
+ * coll_testlib.h). The algorithm thresholds and ZPP_ALGO_* come from the
+ * environment (ctest runs variants that force each algorithm).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_testlib.h"
+#include "testutil.h"
+#include "tools/launch.h"
+
+static const zppDataType_t allTypes[] = {zppInt8,    zppUint8,   zppInt32,   zppUint32, zppInt64,
+                                         zppUint64,  zppFloat16, zppFloat32, zppFloat64, zppBfloat16};
+#define NTYPES (sizeof(allTypes) / sizeof(allTypes[0]))
+
+static int seedCounter = 1;
+
+/* Compares count elements at got with the expectation for indices
+ * first.. ; reports the first mismatch. */
+static void expectRange(const char* what, zppDataType_t t, const void* got, size_t count,
+                        const void* want) {
+  size_t ts = zppTypeSize(t);
+  for (size_t k = 0; k < count; k++) {
+    if (memcmp((const char*)got + k * ts, (const char*)want + k * ts, ts) != 0) {
+      CHECK_MSG(0, "%s %s: element %zu of %zu differs", what, collTestTypeName(t), k, count);
+      return;
+    }
+  }
+  CHECK(1);
+}
+
+static void testAllGather(zppComm_t comm, int rank, int n, zppDataType_t t, size_t count, int inPlace) {
+  size_t ts = zppTypeSize(t), bytes = count * ts;
+  int seed = seedCounter++;
+  char* recv = malloc(bytes * (size_t)n + 1);
+  char* send = inPlace ? recv + (size_t)rank * bytes : malloc(bytes + 1);
+  char* want = malloc(bytes * (size_t)n + 1);
+  REQUIRE(recv && send && want);
+  memset(recv, 0x5a, bytes * (size_t)n);
+  collTestFill(t, zppSum, rank, 0, count, seed, send);
+  for (int r = 0; r < n; r++) collTestFill(t, zppSum, r, 0, count, seed, want + (size_t)r * bytes);
+  zppResult_t res = zppAllGather(send, recv, count, t, comm, NULL);
+  CHECK_MSG(res == zppSuccess, "allgather %s count %zu: %s", collTestTypeName(t), count,
+            zppGetErrorString(res));
+  expectRange(inPlace ? "allgather in place" : "allgather", t, recv, count * (size_t)n, want);
+  if (!inPlace) free(send);
+  free(recv);
+  free(want);
+}
+
+static void testReduceScatter(zppComm_t comm, int rank, int n, zppDataType_t t, zppRedOp_t op,
+                              size_t count, int inPlace) {
+  size_t ts = zppTypeSize(t), bytes = count * ts;
+  int seed = seedCounter++;
+  char* send = malloc(bytes * (size_t)n + 1);
+  char* recv = inPlace ? send + (size_t)rank * bytes : malloc(bytes + 1);
+  char* want = malloc(bytes + 1);
+  REQUIRE(send && recv && want);
+  collTestFill(t, op, rank, 0, count * (size_t)n, seed, send);
+  if (!inPlace) memset(recv, 0x5a, bytes);
+  for (size_t i = 0; i < count; i++)
+    collTestExpect(t, op, n, (size_t)rank * count + i, seed, want + i * ts);
+  zppResult_t res = zppReduceScatter(send, recv, count, t, op, comm, NULL);
+  CHECK_MSG(res == zppSuccess, "reducescatter %s %s count %zu: %s", collTestTypeName(t),
+            collTestOpName(op), count, zppGetErrorString(res));
+  char what[64];
+  snprintf(what, sizeof(what), "reducescatter %s%s", collTestOpName(op), inPlace ? " in place" : "");
+  expectRange(what, t, recv, count, want);
+  if (!inPlace) free(recv);
+  free(send);
+  free(want);
+}
+
+static void testAllReduce(zppComm_t comm, int rank, int n, zppDataType_t t, zppRedOp_t op,
+                          size_t count, int inPlace) {
+  size_t ts = zppTypeSize(t), bytes = count * ts;
+  int seed = seedCounter++;
+  char* send = malloc(bytes + 1);
+  char* recv = inPlace ? send : malloc(bytes + 1);
+  char* want = malloc(bytes + 1);
+  REQUIRE(send && recv && want);
+  collTestFill(t, op, rank, 0, count, seed, send);
+  if (!inPlace) memset(recv, 0x5a, bytes);
+  for (size_t i = 0; i < count; i++) collTestExpect(t, op, n, i, seed, want + i * ts);
+  zppResult_t res = zppAllReduce(send, recv, count, t, op, comm, NULL);
+  CHECK_MSG(res == zppSuccess, "allreduce %s %s count %zu: %s", collTestTypeName(t),
+            collTestOpName(op), count, zppGetErrorString(res));
+  char what[64];
+  snprintf(what, sizeof(what), "allreduce %s%s", collTestOpName(op), inPlace ? " in place" : "");
+  expectRange(what, t, recv, count, want);
+  if (!inPlace) free(recv);
+  free(send);
+  free(want);
+}
+
+static void testAllToAll(zppComm_t comm, int rank, int n, zppDataType_t t, size_t count, int inPlace) {
+  size_t ts = zppTypeSize(t), bytes = count * ts;
+  int seed = seedCounter++;
+  char* send = malloc(bytes * (size_t)n + 1);
+  char* recv = inPlace ? send : malloc(bytes * (size_t)n + 1);
+  char* want = malloc(bytes * (size_t)n + 1);
+  REQUIRE(send && recv && want);
+  /* Rank r's block for p holds r's values at indices p*count.. */
+  collTestFill(t, zppSum, rank, 0, count * (size_t)n, seed, send);
+  if (!inPlace) memset(recv, 0x5a, bytes * (size_t)n);
+  for (int p = 0; p < n; p++)
+    collTestFill(t, zppSum, p, (size_t)rank * count, count, seed, want + (size_t)p * bytes);
+  zppResult_t res = zppAllToAll(send, recv, count, t, comm, NULL);
+  CHECK_MSG(res == zppSuccess, "alltoall %s count %zu: %s", collTestTypeName(t), count,
+            zppGetErrorString(res));
+  expectRange(inPlace ? "alltoall in place" : "alltoall", t, recv, count * (size_t)n, want);
+  if (!inPlace) free(recv);
+  free(send);
+  free(want);
+}
+
+static void testBroadcast(zppComm_t comm, int rank, int n, zppDataType_t t, size_t count, int root,
+                          int inPlace) {
+  size_t ts = zppTypeSize(t), bytes = count * ts;
+  int seed = seedCounter++;
+  char* recv = malloc(bytes + 1);
+  char* send = NULL;
+  char* want = malloc(bytes + 1);
+  REQUIRE(recv && want);
+  memset(recv, 0x5a, bytes);
+  if (rank == root) {
+    send = inPlace ? recv : malloc(bytes + 1);
+    REQUIRE(send);
+    collTestFill(t, zppSum, root, 0, count, seed, send);
+  }
+  collTestFill(t, zppSum, root, 0, count, seed, want);
+  /* Non-roots pass NULL or their recvbuff, as NCCL allows. */
+  const void* sb = rank == root ? send : (inPlace ? recv : NULL);
+  zppResult_t res = zppBroadcast(sb, recv, count, t, root, comm, NULL);
+  CHECK_MSG(res == zppSuccess, "broadcast %s count %zu root %d: %s", collTestTypeName(t), count, root,
+            zppGetErrorString(res));
+  expectRange(inPlace ? "broadcast in place" : "broadcast", t, recv, count, want);
+  if (rank == root && !inPlace) free(send);
+  free(recv);
+  free(want);
+}
+
+static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  (void)arg;
+  zppComm_t comm = NULL;
+  REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
+  /* Small (latency algorithms), odd, around the thresholds, and large. */
+  const size_t counts[] = {1, 7, 1001, 40000};
+  for (size_t ti = 0; ti < NTYPES; ti++) {
+    zppDataType_t t = allTypes[ti];
+    for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+      size_t count = counts[ci];
+      for (int inPlace = 0; inPlace < 2; inPlace++) {
+        testAllGather(comm, rank, nranks, t, count, inPlace);
+        testAllToAll(comm, rank, nranks, t, count, inPlace);
+        testBroadcast(comm, rank, nranks, t, count, (int)(ci + ti) % nranks, inPlace);
+        for (int op = 0; op < zppNumOps; op++) {
+          /* Every op on small and odd counts; the large ones with sum and avg. */
+          if (count > 1001 && op != zppSum && op != zppAvg) continue;
+          testReduceScatter(comm, rank, nranks, t, (zppRedOp_t)op, count, inPlace);
+          testAllReduce(comm, rank, nranks, t, (zppRedOp_t)op, count, inPlace);
+        }
+      }
+    }
+  }
+  /* A few MiB: the pipelined paths with many chunks. */
+  size_t big = (size_t)3 << 18; /* 768 Ki elements: 3 MiB of float32 */
+  testAllReduce(comm, rank, nranks, zppFloat32, zppSum, big, 0);
+  testAllReduce(comm, rank, nranks, zppBfloat16, zppAvg, big + 3, 1);
+  testReduceScatter(comm, rank, nranks, zppFloat32, zppSum, big / (size_t)nranks, 1);
+  testAllGather(comm, rank, nranks, zppBfloat16, big / (size_t)nranks + 1, 0);
+  testBroadcast(comm, rank, nranks, zppUint8, big * 4 + 5, nranks - 1, 0);
+  testAllToAll(comm, rank, nranks, zppFloat32, big / (size_t)nranks / 2, 0);
+  CHECK(zppCommDestroy(comm) == zppSuccess);
+  if (rank == 0) printf("rank 0: %ld checks, %d failed\n", zppTestChecks, zppTestFailures);
+  return zppTestFailures ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    fprintf(stderr, "usage: %s NRANKS [LAYOUT]\n", argv[0]);
+    return 2;
+  }
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = atoi(argv[1]);
+  o.layout = argc > 2 ? argv[2] : NULL;
+  o.timeoutSec = 240;
+  double t0 = collTestNow();
+  int rc = zppLaunch(&o, body, NULL);
+  printf("test_coll %d ranks%s%s: %s in %.1f s\n", o.nranks, o.layout ? " layout " : "",
+         o.layout ? o.layout : "", rc == 0 ? "passed" : "FAILED", collTestNow() - t0);
+  return rc;
+}
