@@ -91,7 +91,8 @@ void zppPerfUsage(FILE* f) {
       "  -r, --root N            broadcast root (default 0)\n"
       "\n"
       "what to measure:\n"
-      "  -t, --coll LIST         allgather reducescatter allreduce alltoall broadcast,\n"
+      "  -t, --coll LIST         (also --operation) allgather reducescatter allreduce\n"
+      "                          alltoall broadcast,\n"
       "                          'all', a compressed mode name (qwz hpz qgz), or\n"
       "                          COLL:MODE (default allgather,reducescatter)\n"
       "  -m, --mode LIST         modes for the collectives named in -t (default plain)\n"
@@ -331,7 +332,8 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
       {"iters", required_argument, 0, 'n'},      {"warmup_iters", required_argument, 0, 'w'},
       {"check", required_argument, 0, 'c'},      {"datatype", required_argument, 0, 'd'},
       {"op", required_argument, 0, 'o'},         {"root", required_argument, 0, 'r'},
-      {"coll", required_argument, 0, 't'},       {"mode", required_argument, 0, 'm'},
+      {"coll", required_argument, 0, 't'},       {"collective", required_argument, 0, 't'},
+      {"operation", required_argument, 0, 't'},  {"mode", required_argument, 0, 'm'},
       {"json", required_argument, 0, 'J'},       {"ranks", required_argument, 0, 'N'},
       {"quiet", no_argument, 0, 'q'},            {"help", no_argument, 0, 'h'},
       {"version", no_argument, 0, 'V'},          {"baseline", required_argument, 0, OPT_BASELINE},
