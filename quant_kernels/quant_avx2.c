@@ -133,50 +133,96 @@ ZPP_AVX2_INLINE uint32_t avx2AbsMaxBits(const void* x, zppDataType_t dtype, size
   return dtype == zppFloat16 ? zppF32Bits(zppHalfToFloat((uint16_t)amax)) : amax << 16;
 }
 
-/* 32 elements quantized to int8 in [-Q, Q], in element order. */
-ZPP_AVX2_INLINE __m256i avx2Quant32(const void* x, zppDataType_t dtype, size_t i, __m256 vinv,
-                                    __m256i vq, __m256i vnq) {
+
+/* A vector whose lanes' max is the block's max |x| as integer bits: fp32
+ * magnitude bits, or fp16/bf16 magnitude bits in 32-bit lanes. Integer max
+ * works because magnitude bits order like the values, NaN above Inf above
+ * every finite value. len: a multiple of 16. */
+ZPP_AVX2_INLINE __m256i avx2BlockMaxVec(const void* x, zppDataType_t dtype, size_t len) {
+  size_t i = 0;
+  if (dtype == zppFloat32) {
+    const __m256i mask = _mm256_set1_epi32(0x7fffffff);
+    const float* f = (const float*)x;
+    __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+    for (; i + 16 <= len; i += 16) {
+      m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i)), mask));
+      m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i + 8)), mask));
+    }
+    return _mm256_max_epu32(m0, m1);
+  }
+  const __m256i mask = _mm256_set1_epi16(0x7fff);
+  const uint16_t* h = (const uint16_t*)x;
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+  for (; i + 32 <= len; i += 32) {
+    m0 = _mm256_max_epu16(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(h + i)), mask));
+    m1 = _mm256_max_epu16(m1, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(h + i + 16)), mask));
+  }
+  if (i < len)
+    m0 = _mm256_max_epu16(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(h + i)), mask));
+  __m256i m = _mm256_max_epu16(m0, m1);
+  return _mm256_max_epu32(_mm256_and_si256(m, _mm256_set1_epi32(0xffff)), _mm256_srli_epi32(m, 16));
+}
+
+/* Lane k of the result = max over the lanes of m[k]: eight blocks' maxima
+ * in one vector, by a transpose-and-max network (no scalar horizontal max
+ * per block, and no dependency chain from one block to the next). */
+ZPP_AVX2_INLINE __m256i avx2TransposeMax8(const __m256i m[8]) {
+  __m256i t0 = _mm256_max_epu32(_mm256_unpacklo_epi32(m[0], m[1]), _mm256_unpackhi_epi32(m[0], m[1]));
+  __m256i t1 = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2], m[3]), _mm256_unpackhi_epi32(m[2], m[3]));
+  __m256i t2 = _mm256_max_epu32(_mm256_unpacklo_epi32(m[4], m[5]), _mm256_unpackhi_epi32(m[4], m[5]));
+  __m256i t3 = _mm256_max_epu32(_mm256_unpacklo_epi32(m[6], m[7]), _mm256_unpackhi_epi32(m[6], m[7]));
+  /* per 128-bit half: [m0, m1, m2, m3] reduced over that half's lanes */
+  __m256i u = _mm256_max_epu32(_mm256_unpacklo_epi64(t0, t1), _mm256_unpackhi_epi64(t0, t1));
+  __m256i w = _mm256_max_epu32(_mm256_unpacklo_epi64(t2, t3), _mm256_unpackhi_epi64(t2, t3));
+  return _mm256_max_epu32(_mm256_permute2x128_si256(u, w, 0x20), _mm256_permute2x128_si256(u, w, 0x31));
+}
+
+/* Eight blocks' max |x| as fp32 bits. */
+ZPP_AVX2_INLINE __m256i avx2MaxBitsF32(__m256i a, zppDataType_t dtype) {
+  if (dtype == zppFloat32) return a;
+  if (dtype == zppBfloat16) return _mm256_slli_epi32(a, 16);
+  /* fp16: widen exactly with F16C (magnitudes: Inf stays Inf, NaN stays NaN). */
+  __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, a), 0x08);
+  return _mm256_castps_si256(_mm256_cvtph_ps(_mm256_castsi256_si128(p)));
+}
+
+/* 32 elements quantized to int8, in element order. No clamp: |q| <= Q holds
+ * without it (|x| <= a, so |x * inv| <= Q(1 + 2^-24), which rounds to at
+ * most Q + 2^-17 < Q + 1/2), so the reference's clamp never changes a value. */
+ZPP_AVX2_INLINE __m256i avx2Quant32(const void* x, zppDataType_t dtype, size_t i, __m256 vinv) {
   __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(avx2Load8(x, dtype, i), vinv));
   __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(avx2Load8(x, dtype, i + 8), vinv));
   __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(avx2Load8(x, dtype, i + 16), vinv));
   __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(avx2Load8(x, dtype, i + 24), vinv));
   /* packs work per 128-bit lane: the dwords come out as a0 b0 c0 d0 | a1 b1
    * c1 d1 (4 bytes each) and one permute puts them in order. */
-  __m256i ab = _mm256_packs_epi32(a, b);
-  __m256i cd = _mm256_packs_epi32(c, d);
-  __m256i v = _mm256_packs_epi16(ab, cd);
-  v = _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-  return _mm256_min_epi8(_mm256_max_epi8(v, vnq), vq);
+  __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+  return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* int8 values in [-7, 7] of elements 2i, 2i+1 -> byte (lo nibble, hi nibble),
- * one per 16-bit lane. */
+/* int8 values of elements 2i, 2i+1 -> the byte (lo nibble, hi nibble), one
+ * per 16-bit lane: lo + 16 * hi of the masked bytes. */
 ZPP_AVX2_INLINE __m256i avx2Nibbles(__m256i v) {
-  return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi16(0x000f)),
-                         _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi16(0x00f0)));
+  return _mm256_maddubs_epi16(_mm256_and_si256(v, _mm256_set1_epi8(0x0f)), _mm256_set1_epi16(0x1001));
 }
 
-/* Encodes x[0..len) (block start = element `base` of the segment) with the
- * block's parameters. */
+/* Encodes x[0..len) (a block starting at element `base`) with 1/step inv. */
 ZPP_AVX2_INLINE void avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
                                      const zppQuantBlockParams_t* bp, uint8_t* data, size_t base) {
-  const int Q = zppQuantQmax(bits);
   const __m256 vinv = _mm256_set1_ps(bp->inv);
-  const __m256i vq = _mm256_set1_epi8((char)Q), vnq = _mm256_set1_epi8((char)-Q);
   size_t i = 0;
   if (bits == 8) {
     for (; i + 32 <= len; i += 32)
-      _mm256_storeu_si256((__m256i*)(data + base + i), avx2Quant32(x, dtype, i, vinv, vq, vnq));
+      _mm256_storeu_si256((__m256i*)(data + base + i), avx2Quant32(x, dtype, i, vinv));
   } else {
     uint8_t* d = data + base / 2;
     for (; i + 64 <= len; i += 64) {
-      __m256i n0 = avx2Nibbles(avx2Quant32(x, dtype, i, vinv, vq, vnq));
-      __m256i n1 = avx2Nibbles(avx2Quant32(x, dtype, i + 32, vinv, vq, vnq));
-      __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n1), 0xd8);
-      _mm256_storeu_si256((__m256i*)(d + i / 2), p);
+      __m256i n0 = avx2Nibbles(avx2Quant32(x, dtype, i, vinv));
+      __m256i n1 = avx2Nibbles(avx2Quant32(x, dtype, i + 32, vinv));
+      _mm256_storeu_si256((__m256i*)(d + i / 2), _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n1), 0xd8));
     }
     for (; i + 32 <= len; i += 32) {
-      __m256i n0 = avx2Nibbles(avx2Quant32(x, dtype, i, vinv, vq, vnq));
+      __m256i n0 = avx2Nibbles(avx2Quant32(x, dtype, i, vinv));
       __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n0), 0xd8);
       _mm_storeu_si128((__m128i*)(d + i / 2), _mm256_castsi256_si128(p));
     }
@@ -189,21 +235,73 @@ ZPP_AVX2_INLINE void avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t 
   }
 }
 
-/* One block x[0..len) of dtype into scale b and data at element `base`. */
-ZPP_AVX2_INLINE void avx2QuantizeBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
-                                       uint8_t* scales, size_t b, uint8_t* data, size_t base) {
-  zppQuantBlockParams_t bp = zppQuantBlockSetup(avx2AbsMaxBits(x, dtype, len), zppQuantQmax(bits));
-  zppQuantStoreScale(scales, b, bp.scale);
-  if (bp.kind != ZPP_QBLOCK_NORMAL) {
+/* Scales and data of a block whose parameters are known. */
+ZPP_AVX2_INLINE void avx2EncodeWithParams(const void* x, zppDataType_t dtype, size_t len, int bits,
+                                          const zppQuantBlockParams_t* bp, uint8_t* data, size_t base) {
+  if (bp->kind != ZPP_QBLOCK_NORMAL) {
     memset(data + (bits == 8 ? base : base / 2), 0, zppQuantDataBytes(len, bits));
-  } else if (bp.p != 1.0f) {
+  } else if (bp->p != 1.0f) {
     /* max |x| < 2^-64: the x * 2^64 step of the reference. Such blocks are
      * rare enough to take the scalar path. */
     float tmp[ZPP_QUANT_MAX_BLOCK];
     for (size_t k = 0; k < len; k++) tmp[k] = avx2LoadOne(x, dtype, k);
-    zppQuantEncodeSpanRef(tmp, 0, len, &bp, bits, data, base);
+    zppQuantEncodeSpanRef(tmp, 0, len, bp, bits, data, base);
   } else {
-    avx2EncodeBlock(x, dtype, len, bits, &bp, data, base);
+    avx2EncodeBlock(x, dtype, len, bits, bp, data, base);
+  }
+}
+
+/* One block of any length, on its own: the last, short block of a segment. */
+ZPP_AVX2_INLINE void avx2QuantizeOneBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
+                                          uint8_t* scales, size_t b, uint8_t* data, size_t base) {
+  zppQuantBlockParams_t bp = zppQuantBlockSetup(avx2AbsMaxBits(x, dtype, len), zppQuantQmax(bits));
+  zppQuantStoreScale(scales, b, bp.scale);
+  avx2EncodeWithParams(x, dtype, len, bits, &bp, data, base);
+}
+
+/* Whole blocks [b0, b0 + nb) in groups of up to eight: pass 1 over the group
+ * (from memory), all eight scales and reciprocals with one vector division
+ * each (the same IEEE operations as zppQuantBlockSetup), then pass 2 (from
+ * L1: a group is at most 16 KiB of input). */
+ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, size_t b0, size_t nb,
+                                        int bits, int block, uint8_t* scales, uint8_t* data) {
+  const size_t esize = dtype == zppFloat32 ? 4 : 2;
+  const size_t bs = (size_t)block;
+  size_t group = 16384 / (bs * esize);
+  group = group < 1 ? 1 : group > 8 ? 8 : group;
+  const float qf = (float)zppQuantQmax(bits);
+  for (size_t g0 = b0; g0 < b0 + nb; g0 += group) {
+    size_t g = b0 + nb - g0 < group ? b0 + nb - g0 : group;
+    const uint8_t* x = (const uint8_t*)in + g0 * bs * esize;
+    __m256i m[8];
+    for (size_t k = 0; k < 8; k++)
+      m[k] = k < g ? avx2BlockMaxVec(x + k * bs * esize, dtype, bs) : _mm256_setzero_si256();
+    __m256i abits = avx2MaxBitsF32(avx2TransposeMax8(m), dtype);
+    __m256 a = _mm256_castsi256_ps(abits);
+    __m256i nonfinite = _mm256_cmpgt_epi32(abits, _mm256_set1_epi32(0x7f7fffff));
+    __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)ZPP_QUANT_TINY_BITS), abits);
+    __m256i zero = _mm256_cmpeq_epi32(abits, _mm256_setzero_si256());
+    __m256 p = _mm256_blendv_ps(_mm256_set1_ps(1.0f), _mm256_set1_ps(0x1p64f), _mm256_castsi256_ps(tiny));
+    __m256 vq = _mm256_set1_ps(qf);
+    __m256 scale = _mm256_div_ps(a, vq);
+    __m256 inv = _mm256_div_ps(vq, _mm256_mul_ps(a, p));
+    scale = _mm256_blendv_ps(scale, _mm256_castsi256_ps(_mm256_set1_epi32((int)ZPP_QUANT_NAN_BITS)),
+                             _mm256_castsi256_ps(nonfinite));
+    float sc[8], iv[8], pv[8];
+    _mm256_storeu_ps(sc, scale);
+    _mm256_storeu_ps(iv, inv);
+    _mm256_storeu_ps(pv, p);
+    memcpy(scales + 4 * g0, sc, 4 * g);
+    int nfMask = _mm256_movemask_ps(_mm256_castsi256_ps(nonfinite));
+    int zeroMask = _mm256_movemask_ps(_mm256_castsi256_ps(zero));
+    for (size_t k = 0; k < g; k++) {
+      zppQuantBlockParams_t bp;
+      bp.kind = (nfMask >> k) & 1 ? ZPP_QBLOCK_NONFINITE : (zeroMask >> k) & 1 ? ZPP_QBLOCK_ZERO : ZPP_QBLOCK_NORMAL;
+      bp.scale = sc[k];
+      bp.inv = iv[k];
+      bp.p = pv[k];
+      avx2EncodeWithParams(x + k * bs * esize, dtype, bs, bits, &bp, data, (g0 + k) * bs);
+    }
   }
 }
 
@@ -212,12 +310,11 @@ ZPP_AVX2_INLINE void avx2QuantizeT(const void* in, zppDataType_t dtype, size_t c
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
   size_t esize = dtype == zppFloat32 ? 4 : 2;
-  size_t nb = zppQuantNumBlocks(count, block);
-  for (size_t b = 0; b < nb; b++) {
-    size_t lo = b * (size_t)block;
-    size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
-    avx2QuantizeBlock((const uint8_t*)in + lo * esize, dtype, len, bits, scales, b, data, lo);
-  }
+  size_t full = count / (size_t)block;
+  avx2QuantizeBlocks(in, dtype, 0, full, bits, block, scales, data);
+  size_t lo = full * (size_t)block;
+  if (lo < count)
+    avx2QuantizeOneBlock((const uint8_t*)in + lo * esize, dtype, count - lo, bits, scales, full, data, lo);
 }
 
 static void avx2Quantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
@@ -302,6 +399,67 @@ static void avx2DecodeRangeAny(const uint8_t* seg, size_t count, int bits, int b
   }
 }
 
+/* fp32 -> bf16 for values known not to be NaN (decoded q * scale with a
+ * non-NaN scale): zppFloatToBf16 without its NaN case. */
+ZPP_AVX2_INLINE __m256i avx2Bf16RoundNotNan(__m256 y) {
+  __m256i u = _mm256_castps_si256(y);
+  __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  return _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+}
+
+/* Sixteen decoded (non-NaN) values stored as dtype at element i. */
+ZPP_AVX2_INLINE void avx2StoreDecoded16(void* out, zppDataType_t dtype, size_t i, __m256 y0, __m256 y1) {
+  if (dtype == zppBfloat16) {
+    __m256i r = _mm256_packus_epi32(avx2Bf16RoundNotNan(y0), avx2Bf16RoundNotNan(y1));
+    _mm256_storeu_si256((__m256i*)((uint16_t*)out + i), _mm256_permute4x64_epi64(r, 0xd8));
+  } else {
+    avx2Store8(out, dtype, i, y0);
+    avx2Store8(out, dtype, i + 8, y1);
+  }
+}
+
+/* int4 -> fp16/bf16 by table: a block has 16 possible q, so its 16 possible
+ * outputs (q * scale rounded to dtype, the very same operations as the
+ * arithmetic path) go in two byte tables, low and high bytes, and vpshufb
+ * looks 32 elements up at once. */
+typedef struct {
+  __m256i lo, hi;
+} avx2Table16_t;
+
+ZPP_AVX2_INLINE avx2Table16_t avx2MakeTable(float s, zppDataType_t dtype) {
+  /* nibble n holds q = n for n < 8, n - 16 otherwise */
+  const __m256 vs = _mm256_set1_ps(s);
+  __m256 y0 = _mm256_mul_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), vs);
+  __m256 y1 = _mm256_mul_ps(_mm256_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1), vs);
+  __m256i t; /* the 16 outputs as 16-bit values, in nibble order */
+  if (dtype == zppFloat16) {
+    t = _mm256_set_m128i(_mm256_cvtps_ph(y1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                         _mm256_cvtps_ph(y0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {
+    t = _mm256_permute4x64_epi64(_mm256_packus_epi32(avx2Bf16RoundNotNan(y0), avx2Bf16RoundNotNan(y1)), 0xd8);
+  }
+  /* per 128-bit half: low bytes of its 8 entries, then their high bytes */
+  t = _mm256_shuffle_epi8(t, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8,
+                                              10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  __m128i h0 = _mm256_castsi256_si128(t), h1 = _mm256_extracti128_si256(t, 1);
+  avx2Table16_t tab;
+  tab.lo = _mm256_broadcastsi128_si256(_mm_unpacklo_epi64(h0, h1));
+  tab.hi = _mm256_broadcastsi128_si256(_mm_unpackhi_epi64(h0, h1));
+  return tab;
+}
+
+/* Elements i..i+31 (i even) through the table, stored as 16-bit values. */
+ZPP_AVX2_INLINE void avx2TableDecode32(const uint8_t* data, size_t i, const avx2Table16_t* tab, uint16_t* out) {
+  __m128i d = _mm_loadu_si128((const __m128i*)(data + i / 2));
+  __m128i lo = _mm_and_si128(d, _mm_set1_epi8(0x0f));
+  __m128i hi = _mm_and_si128(_mm_srli_epi16(d, 4), _mm_set1_epi8(0x0f));
+  __m256i idx = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  __m256i l = _mm256_shuffle_epi8(tab->lo, idx), h = _mm256_shuffle_epi8(tab->hi, idx);
+  __m256i w0 = _mm256_unpacklo_epi8(l, h), w1 = _mm256_unpackhi_epi8(l, h);
+  _mm256_storeu_si256((__m256i*)(out + i), _mm256_permute2x128_si256(w0, w1, 0x20));
+  _mm256_storeu_si256((__m256i*)(out + i + 16), _mm256_permute2x128_si256(w0, w1, 0x31));
+}
+
 ZPP_AVX2_INLINE void avx2DequantizeT(const uint8_t* packed, size_t count, int bits, int block,
                                      void* out, zppDataType_t dtype) {
   const uint8_t* scales = zppQuantScalesPtr(packed);
@@ -319,15 +477,18 @@ ZPP_AVX2_INLINE void avx2DequantizeT(const uint8_t* packed, size_t count, int bi
       for (; i < hi; i++) avx2StoreOne(out, dtype, i, zppF32FromBits(ZPP_QUANT_NAN_BITS));
       continue;
     }
-    const __m256 vs = _mm256_set1_ps(s);
-    for (; i + 32 <= hi; i += 32) {
-      avx2Store8(out, dtype, i, _mm256_mul_ps(avx2DecodeQ8(data, bits, i), vs));
-      avx2Store8(out, dtype, i + 8, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 8), vs));
-      avx2Store8(out, dtype, i + 16, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 16), vs));
-      avx2Store8(out, dtype, i + 24, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 24), vs));
+    if (bits == 4 && dtype != zppFloat32) {
+      avx2Table16_t tab = avx2MakeTable(s, dtype);
+      for (; i + 32 <= hi; i += 32) avx2TableDecode32(data, i, &tab, (uint16_t*)out);
+    } else {
+      const __m256 vs = _mm256_set1_ps(s);
+      for (; i + 32 <= hi; i += 32) {
+        avx2StoreDecoded16(out, dtype, i, _mm256_mul_ps(avx2DecodeQ8(data, bits, i), vs),
+                           _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 8), vs));
+        avx2StoreDecoded16(out, dtype, i + 16, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 16), vs),
+                           _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 24), vs));
+      }
     }
-    for (; i + 8 <= hi; i += 8)
-      avx2Store8(out, dtype, i, _mm256_mul_ps(avx2DecodeQ8(data, bits, i), vs));
     for (; i < hi; i++) avx2StoreOne(out, dtype, i, (float)zppQuantGetQ(data, bits, i) * s);
   }
 }
@@ -405,8 +566,8 @@ static void avx2ReduceRequant(const uint8_t* packed, size_t stride, int n, size_
     for (int k = 0; k < n; k++)
       avx2DecodeRangeAny(packed + (size_t)k * stride, count, bits_in, block_in, lo, hi, buf,
                          k == 0 ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD);
-    if (bits_out == 8) avx2QuantizeBlock(buf, zppFloat32, hi - lo, 8, scales, b, data, lo);
-    else avx2QuantizeBlock(buf, zppFloat32, hi - lo, 4, scales, b, data, lo);
+    if (bits_out == 8) avx2QuantizeOneBlock(buf, zppFloat32, hi - lo, 8, scales, b, data, lo);
+    else avx2QuantizeOneBlock(buf, zppFloat32, hi - lo, 4, scales, b, data, lo);
   }
 }
 

@@ -102,6 +102,12 @@ extern "C" {
 #define ZPP_QUANT_MIN_BLOCK 32
 #define ZPP_QUANT_MAX_BLOCK 4096
 
+/* Default block sizes: picked from measured error against wire overhead,
+ * see the table in docs/codecs.md ("Choosing the block size"), printed by
+ * build/bin/zpp-quant-error-table. */
+#define ZPP_QUANT_DEFAULT_BLOCK_INT8 256
+#define ZPP_QUANT_DEFAULT_BLOCK_INT4 64
+
 typedef struct {
   uint32_t magic;
   uint8_t bits;

@@ -1,0 +1,307 @@
+// zpp-bench-kernels: the codecs beside a memcpy of the same bytes, in one run.
+//
+// A thin C++ shim over the C functions of quant_kernels/zpp_quant.h. Every
+// benchmark reports bytes_per_second; what "bytes" means:
+//   quantize/<impl>/<dtype>/<int8|int4>/<size>    the tensor: count * sizeof(dtype)
+//                                                 (the kernel's input)
+//   dequantize/<impl>/<dtype>/<int8|int4>/<size>  the same tensor bytes (the
+//                                                 kernel's output; its packed input is
+//                                                 packed_bytes_per_second)
+//   reduce_requant/<impl>/int4x<n>/<size>         the n packed inputs it reads
+//   memcpy/<bytes>                                memcpy of exactly that many bytes
+// so that quantize and dequantize of one tensor compare with a memcpy of that
+// tensor, and the fused reduce with a memcpy of what it receives.
+//
+// At the end a summary pairs each kernel with its memcpy (median over
+// --benchmark_repetitions when given) and prints the ratio; the target for
+// quantize and dequantize is >= 0.8. Pairing is by label: a benchmark whose
+// label is "vs=<name>" is compared with the benchmark called <name>, so the
+// GPU benchmarks (bench_kernels_gpu.cu, same binary) can join the summary
+// with their own baseline (a device-to-device copy).
+//
+// Both CPU implementations run (avx2 where the CPU has it, and scalar):
+// filter with --benchmark_filter, e.g. '/avx2/|memcpy'.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "quant_kernels/quant_impl.h"
+#include "quant_kernels/zpp_half.h"
+#include "quant_kernels/zpp_quant.h"
+
+namespace {
+
+// Buffers live for the whole run (benchmark functions are called several
+// times while Google Benchmark sizes its iteration counts): filled once,
+// pages already touched when timing starts.
+struct Buffer {
+  explicit Buffer(size_t n) : bytes(n), data(static_cast<unsigned char*>(std::aligned_alloc(64, Round(n)))) {
+    if (!data) {
+      std::fprintf(stderr, "zpp-bench-kernels: out of memory (%zu bytes)\n", n);
+      std::exit(1);
+    }
+    std::memset(data, 0, Round(n));
+  }
+  ~Buffer() { std::free(data); }
+  static size_t Round(size_t n) { return (n + 63) / 64 * 64; }
+  size_t bytes;
+  unsigned char* data;
+};
+
+std::map<std::string, std::unique_ptr<Buffer>> gBuffers;
+
+Buffer* GetBuffer(const std::string& key, size_t bytes) {
+  auto& slot = gBuffers[key];
+  if (!slot) slot.reset(new Buffer(bytes));
+  return slot.get();
+}
+
+size_t TypeSize(zppDataType_t t) { return t == zppFloat32 ? 4 : 2; }
+const char* TypeName(zppDataType_t t) { return t == zppFloat32 ? "fp32" : t == zppFloat16 ? "fp16" : "bf16"; }
+int DefaultBlock(int bits) { return bits == 8 ? ZPP_QUANT_DEFAULT_BLOCK_INT8 : ZPP_QUANT_DEFAULT_BLOCK_INT4; }
+
+std::string SizeName(size_t bytes) {
+  char buf[32];
+  if (bytes % (1 << 20) == 0) std::snprintf(buf, sizeof buf, "%zuMiB", bytes >> 20);
+  else if (bytes % 1024 == 0) std::snprintf(buf, sizeof buf, "%zuKiB", bytes >> 10);
+  else std::snprintf(buf, sizeof buf, "%zuB", bytes);
+  return buf;
+}
+
+// A tensor of count elements of dtype, weight-like (normal, std 0.02).
+Buffer* Tensor(zppDataType_t dtype, size_t count) {
+  std::string key = std::string("tensor/") + TypeName(dtype) + "/" + std::to_string(count);
+  bool fresh = gBuffers.find(key) == gBuffers.end();
+  Buffer* b = GetBuffer(key, count * TypeSize(dtype));
+  if (fresh) {
+    std::mt19937_64 rng(count * 31 + dtype);
+    std::normal_distribution<float> normal(0.0f, 0.02f);
+    for (size_t i = 0; i < count; i++) {
+      float v = normal(rng);
+      if (dtype == zppFloat32) std::memcpy(b->data + 4 * i, &v, 4);
+      else {
+        uint16_t h = dtype == zppFloat16 ? zppFloatToHalf(v) : zppFloatToBf16(v);
+        std::memcpy(b->data + 2 * i, &h, 2);
+      }
+    }
+  }
+  return b;
+}
+
+// The packed form of Tensor(dtype, count).
+Buffer* Packed(zppDataType_t dtype, size_t count, int bits, int block) {
+  std::string key = std::string("packed/") + TypeName(dtype) + "/" + std::to_string(count) + "/" +
+                    std::to_string(bits) + "/" + std::to_string(block);
+  bool fresh = gBuffers.find(key) == gBuffers.end();
+  Buffer* b = GetBuffer(key, zppQuantPackedSize(count, bits, block));
+  if (fresh && zppQuantize(Tensor(dtype, count)->data, dtype, count, bits, block, b->data) != zppSuccess) {
+    std::fprintf(stderr, "zpp-bench-kernels: quantize failed while preparing inputs\n");
+    std::exit(1);
+  }
+  return b;
+}
+
+bool Select(benchmark::State& state, const char* impl) {
+  if (zppQuantImplSelect(impl) != zppSuccess) {
+    state.SkipWithError("implementation not available");
+    return false;
+  }
+  return true;
+}
+
+void SetRates(benchmark::State& state, size_t bytes, size_t packedBytes, const std::string& baseline) {
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+  if (packedBytes)
+    state.counters["packed_bytes_per_second"] = benchmark::Counter(
+        static_cast<double>(state.iterations()) * static_cast<double>(packedBytes), benchmark::Counter::kIsRate,
+        benchmark::Counter::kIs1024);
+  if (!baseline.empty()) state.SetLabel("vs=" + baseline);
+}
+
+std::string MemcpyName(size_t bytes) { return "memcpy/" + SizeName(bytes); }
+
+std::map<size_t, bool> gMemcpyRegistered;
+
+void RegisterMemcpy(size_t bytes) {
+  if (gMemcpyRegistered[bytes]) return;
+  gMemcpyRegistered[bytes] = true;
+  benchmark::RegisterBenchmark(MemcpyName(bytes).c_str(), [bytes](benchmark::State& state) {
+    Buffer* src = GetBuffer("memcpy/src/" + std::to_string(bytes), bytes);
+    Buffer* dst = GetBuffer("memcpy/dst/" + std::to_string(bytes), bytes);
+    std::memset(src->data, 0x3c, bytes);
+    for (auto _ : state) {
+      std::memcpy(dst->data, src->data, bytes);
+      benchmark::DoNotOptimize(dst->data);
+      benchmark::ClobberMemory();
+    }
+    SetRates(state, bytes, 0, "");
+  })->UseRealTime();
+}
+
+void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes) {
+  size_t count = bytes / TypeSize(dtype);
+  int block = DefaultBlock(bits);
+  size_t packedBytes = zppQuantPackedSize(count, bits, block);
+  std::string tail = std::string(impl) + "/" + TypeName(dtype) + "/int" + std::to_string(bits) + "/" + SizeName(bytes);
+  std::string baseline = MemcpyName(bytes);
+  RegisterMemcpy(bytes);
+  benchmark::RegisterBenchmark(("quantize/" + tail).c_str(), [=](benchmark::State& state) {
+    if (!Select(state, impl)) return;
+    Buffer* in = Tensor(dtype, count);
+    Buffer* out = GetBuffer("qout/" + std::to_string(packedBytes), packedBytes);
+    for (auto _ : state) {
+      if (zppQuantize(in->data, dtype, count, bits, block, out->data) != zppSuccess) {
+        state.SkipWithError("zppQuantize failed");
+        break;
+      }
+      benchmark::ClobberMemory();
+    }
+    SetRates(state, bytes, packedBytes, baseline);
+  })->UseRealTime();
+  benchmark::RegisterBenchmark(("dequantize/" + tail).c_str(), [=](benchmark::State& state) {
+    if (!Select(state, impl)) return;
+    Buffer* in = Packed(dtype, count, bits, block);
+    Buffer* out = GetBuffer("dqout/" + std::to_string(bytes), bytes);
+    for (auto _ : state) {
+      if (zppDequantize(in->data, count, bits, block, out->data, dtype) != zppSuccess) {
+        state.SkipWithError("zppDequantize failed");
+        break;
+      }
+      benchmark::ClobberMemory();
+    }
+    SetRates(state, bytes, packedBytes, baseline);
+  })->UseRealTime();
+}
+
+// qgZ's fused step between the hops: n int4 inputs of count elements (a bf16
+// gradient of `bytes` per input) summed and requantized to int4.
+void RegisterReduce(const char* impl, int n, size_t bytes) {
+  size_t count = bytes / 2;
+  int block = DefaultBlock(4);
+  size_t seg = zppQuantPackedSize(count, 4, block);
+  size_t inBytes = seg * static_cast<size_t>(n);
+  RegisterMemcpy(inBytes);
+  std::string baseline = MemcpyName(inBytes);
+  std::string name = std::string("reduce_requant/") + impl + "/int4x" + std::to_string(n) + "/" + SizeName(bytes);
+  benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+    if (!Select(state, impl)) return;
+    std::string key = "reduce_in/" + std::to_string(count) + "/" + std::to_string(n);
+    bool fresh = gBuffers.find(key) == gBuffers.end();
+    Buffer* in = GetBuffer(key, inBytes);
+    if (fresh) {
+      Buffer* one = Packed(zppBfloat16, count, 4, block);
+      for (int k = 0; k < n; k++) std::memcpy(in->data + static_cast<size_t>(k) * seg, one->data, seg);
+    }
+    Buffer* out = GetBuffer("reduce_out/" + std::to_string(seg), seg);
+    for (auto _ : state) {
+      if (zppQuantReduceRequant(in->data, seg, n, count, 4, block, 4, block, out->data) != zppSuccess) {
+        state.SkipWithError("zppQuantReduceRequant failed");
+        break;
+      }
+      benchmark::ClobberMemory();
+    }
+    SetRates(state, inBytes, 0, baseline);
+  })->UseRealTime();
+}
+
+// Console output as usual, plus the kernel / baseline summary at the end.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& run : runs) {
+      if (run.error_occurred) continue;
+      auto it = run.counters.find("bytes_per_second");
+      if (it == run.counters.end()) continue;
+      std::string name = run.run_name.function_name;
+      Entry& e = entries_[name];
+      if (e.order < 0) e.order = static_cast<int>(entries_.size());
+      if (run.report_label.rfind("vs=", 0) == 0) e.baseline = run.report_label.substr(3);
+      if (run.run_type == Run::RT_Aggregate) {
+        if (run.aggregate_name == "median") e.median = it->second.value;
+      } else {
+        e.samples.push_back(it->second.value);
+      }
+    }
+  }
+
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    std::vector<std::pair<int, std::string>> order;
+    for (const auto& kv : entries_)
+      if (!kv.second.baseline.empty()) order.emplace_back(kv.second.order, kv.first);
+    if (order.empty()) return;
+    std::sort(order.begin(), order.end());
+    std::printf("\nkernel / baseline (bytes_per_second, median of %s; GB = 1e9 B):\n",
+                Samples() > 1 ? "repetitions" : "one run: use --benchmark_repetitions for medians");
+    std::printf("%-44s %10s %10s %7s\n", "kernel", "GB/s", "base GB/s", "ratio");
+    for (const auto& o : order) {
+      const Entry& e = entries_[o.second];
+      auto b = entries_.find(e.baseline);
+      if (b == entries_.end()) {
+        std::printf("%-44s %10.2f %10s %7s\n", o.second.c_str(), Value(e) / 1e9, "n/a", "-");
+        continue;
+      }
+      double ratio = Value(e) / Value(b->second);
+      bool targeted = o.second.rfind("quantize/", 0) == 0 || o.second.rfind("dequantize/", 0) == 0;
+      std::printf("%-44s %10.2f %10.2f %7.2f%s\n", o.second.c_str(), Value(e) / 1e9, Value(b->second) / 1e9, ratio,
+                  targeted ? (ratio >= 0.8 ? "" : "  < 0.8") : "");
+    }
+  }
+
+ private:
+  struct Entry {
+    int order = -1;
+    std::string baseline;
+    double median = std::nan("");
+    std::vector<double> samples;
+  };
+  static double Value(const Entry& e) {
+    if (!std::isnan(e.median)) return e.median;
+    std::vector<double> s = e.samples;
+    if (s.empty()) return std::nan("");
+    std::sort(s.begin(), s.end());
+    size_t n = s.size();
+    return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+  }
+  size_t Samples() const {
+    size_t m = 0;
+    for (const auto& kv : entries_) m = std::max(m, kv.second.samples.size() + (std::isnan(kv.second.median) ? 0 : 2));
+    return m;
+  }
+  std::map<std::string, Entry> entries_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const size_t sizes[] = {256u << 10, 4u << 20, 64u << 20};
+  const zppDataType_t types[] = {zppFloat32, zppFloat16, zppBfloat16};
+  std::vector<const char*> impls;
+  if (zppQuantImplGet("avx2")) impls.push_back("avx2");
+  impls.push_back("scalar");
+  for (size_t bytes : sizes)
+    for (const char* impl : impls) {
+      for (zppDataType_t t : types)
+        for (int bits : {8, 4}) RegisterCodec(impl, t, bits, bytes);
+      RegisterReduce(impl, 4, bytes);
+    }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  std::printf("zpp-bench-kernels: CPU codecs %s (default %s), blocks int8 %d / int4 %d\n",
+              zppQuantImplGet("avx2") ? "avx2 + scalar" : "scalar only", zppQuantImplName(),
+              ZPP_QUANT_DEFAULT_BLOCK_INT8, ZPP_QUANT_DEFAULT_BLOCK_INT4);
+  RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,148 @@
+/*
+ * zpp-quant-error-table: measured quantization error against wire overhead
+ * for every block size, int8 and int4, on data shaped like what the codecs
+ * carry: weights (normal, std 0.02, as initialised) for qwZ's int8, and
+ * gradients (heavy-tailed Student-t with 3 degrees of freedom, and normal
+ * with rare 50x outliers) for qgZ's int4. Prints a Markdown table
+ * (docs/codecs.md holds its output and the defaults chosen from it).
+ *
+ * The score ranks block sizes by rate and distortion together: wire bits
+ * per element + log2(relative RMS error). One more bit per element halves a
+ * uniform quantizer's error, so a smaller block is worth its scales exactly
+ * when it cuts the error by more than its scales cost in bits. Lowest wins.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant_kernels/zpp_quant.h"
+
+/* splitmix64 and Box-Muller: deterministic, so the table reproduces. */
+static uint64_t rngState = 0x7a7070717565ull;
+static uint64_t rngNext(void) {
+  uint64_t z = (rngState += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+static double rngUniform(void) { return ((double)(rngNext() >> 11) + 0.5) * 0x1.0p-53; }
+static double rngNormal(void) {
+  return sqrt(-2.0 * log(rngUniform())) * cos(6.283185307179586 * rngUniform());
+}
+
+typedef enum { DATA_WEIGHTS, DATA_GRAD_T3, DATA_GRAD_OUTLIERS, DATA_COUNT } dataKind_t;
+static const char* kDataNames[DATA_COUNT] = {"weights N(0,0.02)", "gradients t(3)",
+                                             "gradients N + 0.1% x50"};
+
+static void fill(float* x, size_t n, dataKind_t kind) {
+  for (size_t i = 0; i < n; i++) {
+    double v;
+    if (kind == DATA_WEIGHTS) {
+      v = 0.02 * rngNormal();
+    } else if (kind == DATA_GRAD_T3) {
+      double z = rngNormal(), c = 0;
+      for (int k = 0; k < 3; k++) {
+        double g = rngNormal();
+        c += g * g;
+      }
+      v = 1e-3 * z / sqrt(c / 3.0);
+    } else {
+      v = 1e-3 * rngNormal();
+      if (rngNext() % 1000 == 0) v *= 50.0;
+    }
+    x[i] = (float)v;
+  }
+}
+
+typedef struct {
+  double relRms;   /* ||y - x|| / ||x|| */
+  double meanRel;  /* mean |y - x| / mean |x| */
+  double maxRel;   /* max |y - x| / max |x| */
+  double wireBpe;  /* wire bytes per element */
+  double score;    /* wire bits per element + log2(relRms) */
+} stats_t;
+
+static int measure(const float* x, size_t n, int bits, int block, float* y, void* packed, stats_t* st) {
+  if (zppQuantize(x, zppFloat32, n, bits, block, packed) != zppSuccess) return -1;
+  if (zppDequantize(packed, n, bits, block, y, zppFloat32) != zppSuccess) return -1;
+  double se = 0, sx = 0, ae = 0, ax = 0, me = 0, mx = 0;
+  for (size_t i = 0; i < n; i++) {
+    double e = fabs((double)y[i] - (double)x[i]), a = fabs((double)x[i]);
+    se += e * e;
+    sx += a * a;
+    ae += e;
+    ax += a;
+    if (e > me) me = e;
+    if (a > mx) mx = a;
+  }
+  st->relRms = sqrt(se / sx);
+  st->meanRel = ae / ax;
+  st->maxRel = me / mx;
+  st->wireBpe = (double)zppQuantPackedSize(n, bits, block) / (double)n;
+  st->score = 8.0 * st->wireBpe + log2(st->relRms);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  size_t n = (size_t)1 << 22;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--count") == 0 && i + 1 < argc) {
+      n = (size_t)strtoull(argv[++i], NULL, 0);
+    } else {
+      fprintf(stderr,
+              "usage: zpp-quant-error-table [--count N]\n"
+              "  quantization error and wire bytes per element for every block size, int8 and int4,\n"
+              "  on weight-like and gradient-like data (N elements each, default 2^22)\n");
+      return strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ? 0 : 2;
+    }
+  }
+  if (n < 4096) n = 4096;
+  float* x = malloc(n * sizeof(float));
+  float* y = malloc(n * sizeof(float));
+  void* packed = malloc(zppQuantPackedSize(n, 8, 32));
+  if (!x || !y || !packed) {
+    fprintf(stderr, "zpp-quant-error-table: out of memory\n");
+    return 1;
+  }
+  printf("%zu elements per data set, fp32 in and out (quantization error only), codecs: %s\n\n", n,
+         zppQuantImplName());
+  int best[2][DATA_COUNT];
+  double bestScore[2][DATA_COUNT];
+  for (int bi = 0; bi < 2; bi++)
+    for (int d = 0; d < DATA_COUNT; d++) bestScore[bi][d] = INFINITY;
+  printf("| bits | block | wire B/elem | data | rel. RMS error | mean rel. error | max err / max |x| | "
+         "score |\n");
+  printf("|---|---|---|---|---|---|---|---|\n");
+  for (int d = 0; d < DATA_COUNT; d++) {
+    rngState = 0x7a7070717565ull + (uint64_t)d;
+    fill(x, n, (dataKind_t)d);
+    for (int bi = 0; bi < 2; bi++) {
+      int bits = bi ? 4 : 8;
+      for (int block = ZPP_QUANT_MIN_BLOCK; block <= ZPP_QUANT_MAX_BLOCK; block *= 2) {
+        stats_t st;
+        if (measure(x, n, bits, block, y, packed, &st) != 0) {
+          fprintf(stderr, "zpp-quant-error-table: codec call failed\n");
+          return 1;
+        }
+        printf("| int%d | %d | %.4f | %s | %.3e | %.3e | %.3e | %.3f |\n", bits, block, st.wireBpe,
+               kDataNames[d], st.relRms, st.meanRel, st.maxRel, st.score);
+        if (st.score < bestScore[bi][d]) {
+          bestScore[bi][d] = st.score;
+          best[bi][d] = block;
+        }
+      }
+    }
+  }
+  printf("\nlowest score (wire bits/elem + log2 rel. RMS error):\n");
+  for (int bi = 0; bi < 2; bi++)
+    for (int d = 0; d < DATA_COUNT; d++)
+      printf("  int%d %-24s block %d (score %.3f)\n", bi ? 4 : 8, kDataNames[d], best[bi][d],
+             bestScore[bi][d]);
+  printf("compiled-in defaults: int8 block %d, int4 block %d\n", ZPP_QUANT_DEFAULT_BLOCK_INT8,
+         ZPP_QUANT_DEFAULT_BLOCK_INT4);
+  free(x);
+  free(y);
+  free(packed);
+  return 0;
+}
