@@ -109,7 +109,7 @@ typedef struct {
   size_t size;
   unsigned int magic;
   unsigned int version;
-  int timeoutSec;      /* every wait (bootstrap, collectives); env ZPP_TIMEOUT */
+  int timeoutSec;      /* every wait (bootstrap, collectives); env ZPP_TIMEOUT; default 300 s */
   const char* hostId;  /* node identity of this rank; env ZPP_HOSTID, else host name */
   const char* commName;/* shown in logs */
   /* ZeRO++ compression applied to the plain calls (explicit calls below
@@ -142,7 +142,12 @@ typedef struct {
  * ZPP_TIMEOUT passes. */
 ZPP_API zppResult_t zppGetUniqueId(zppUniqueId* uniqueId);
 
-/* Collective over nranks processes: every rank calls it with the same id. */
+/* Collective over nranks processes: every rank calls it with the same id;
+ * no rank returns before all have joined, or the timeout. config may be
+ * NULL (defaults, as with NCCL); a config without ZPP_CONFIG_MAGIC, or whose
+ * size does not match its version, is zppInvalidArgument; one from a newer
+ * zpp.h than this library is zppInvalidUsage. The reason is logged and
+ * zppGetLastError(NULL) returns it. */
 ZPP_API zppResult_t zppCommInitRank(zppComm_t* comm, int nranks, zppUniqueId commId, int rank);
 ZPP_API zppResult_t zppCommInitRankConfig(zppComm_t* comm, int nranks, zppUniqueId commId, int rank,
                                           zppConfig_t* config);
@@ -150,7 +155,13 @@ ZPP_API zppResult_t zppCommInitRankConfig(zppComm_t* comm, int nranks, zppUnique
 /* Builds a communicator from the launcher's environment: torchrun's RANK,
  * WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, or OpenMPI's
  * OMPI_COMM_WORLD_RANK/SIZE with MASTER_ADDR/MASTER_PORT (or ZPP_ROOT) naming
- * the rendezvous root, which rank 0 opens. config may be NULL. */
+ * the rendezvous root, which rank 0 opens. config may be NULL.
+ * The root listens on ZPP_ROOT=host:port, else on MASTER_PORT + 1 (torch's
+ * own store holds MASTER_PORT under torchrun; ZPP_MASTER_PORT_OFFSET changes
+ * the 1). Its secret is ZPP_SECRET (same on every rank); without it the
+ * secret is derived from the root address and the launcher's job id, which
+ * keeps other jobs out but does not stop anyone who can guess them. A
+ * missing or garbled variable is zppInvalidArgument naming it. */
 ZPP_API zppResult_t zppCommInitFromEnv(zppComm_t* comm, zppConfig_t* config);
 
 /* Frees the communicator after all its operations are done. NULL is a no-op. */
@@ -165,7 +176,9 @@ ZPP_API zppResult_t zppCommUserRank(const zppComm_t comm, int* rank);
 /* zppSuccess, or the error that broke the communicator (a peer died, a
  * timeout, an abort). */
 ZPP_API zppResult_t zppCommGetAsyncError(zppComm_t comm, zppResult_t* asyncError);
-/* The last error's reason, for messages (like ncclGetLastError). */
+/* The last error's reason, for messages (like ncclGetLastError): the error
+ * that broke comm, or with comm NULL (or healthy) the last error this
+ * thread logged, e.g. why zppCommInitRank failed. Never NULL. */
 ZPP_API const char* zppGetLastError(zppComm_t comm);
 
 /* Where this rank sits: nodes are numbered in order of their lowest rank. */

@@ -1,6 +1,7 @@
 #include "log.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +17,8 @@ static zppLogLevel_t logLevel = ZPP_LOG_WARN;
 static int logLevelForced = 0;
 static unsigned logSubsysMask = ZPP_SUBSYS_ALL;
 static FILE* logFile = NULL;
-static int logRank = -1;
+/* Set by the communicator's thread while a bootstrap root thread logs. */
+static _Atomic int logRank = -1;
 static char logHost[64] = "?";
 static struct timespec logEpoch;
 static pthread_mutex_t logWriteLock = PTHREAD_MUTEX_INITIALIZER;
@@ -119,7 +121,7 @@ int zppLogEnabled(zppLogLevel_t level, zppLogSubsys_t subsys) {
   return level <= logLevel && (subsys & logSubsysMask) != 0;
 }
 
-void zppLogSetRank(int rank) { logRank = rank; }
+void zppLogSetRank(int rank) { atomic_store_explicit(&logRank, rank, memory_order_relaxed); }
 
 void zppLogSetLevel(zppLogLevel_t level) {
   pthread_once(&logOnce, logInit);
@@ -149,9 +151,10 @@ void zppLogWrite(zppLogLevel_t level, zppLogSubsys_t subsys, const char* file, i
 
   char msg[1024];
   int n;
-  if (logRank >= 0) {
+  int rank = atomic_load_explicit(&logRank, memory_order_relaxed);
+  if (rank >= 0) {
     n = snprintf(msg, sizeof(msg), "%s:%d:%ld [%d] %.6f ZPP %s %s %s:%d ", logHost, (int)getpid(),
-                 (long)syscall(SYS_gettid), logRank, t, levelNames[level], subsysName(subsys), base, line);
+                 (long)syscall(SYS_gettid), rank, t, levelNames[level], subsysName(subsys), base, line);
   } else {
     n = snprintf(msg, sizeof(msg), "%s:%d:%ld %.6f ZPP %s %s %s:%d ", logHost, (int)getpid(),
                  (long)syscall(SYS_gettid), t, levelNames[level], subsysName(subsys), base, line);
