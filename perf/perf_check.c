@@ -2,6 +2,7 @@
 #include "perf_check.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "quant_kernels/zpp_half.h"
@@ -218,4 +219,104 @@ void zppPerfCorrupt(zppDataType_t dtype, void* buf, size_t i) {
   /* 17 and 19 are exact in every type; whichever the element is not. */
   double v = zppPerfLoad(dtype, buf, i);
   zppPerfStore(dtype, buf, i, v == 17.0 ? 19.0 : 17.0);
+}
+
+/* ---------------------------------------------------------------------------
+ * Codec bounds (see perf_check.h for the derivation).
+ * ------------------------------------------------------------------------- */
+static double zppPerfHalfSubnormal(zppDataType_t dtype) {
+  switch (dtype) {
+    case zppFloat16: return 0x1p-25;
+    case zppBfloat16: return 0x1p-134;
+    default: return 0.0;
+  }
+}
+
+static int zppPerfLevels(int bits) { return bits == 4 ? 7 : bits == 8 ? 127 : 0; }
+
+/* The codec's one-round-trip bound for scale s and input x, decoded to T. */
+static double zppPerfRoundTrip(zppDataType_t dtype, int q, double s, double x) {
+  double u = dtype == zppFloat32 ? 0.0 : zppPerfTypeUnitRoundoff(dtype);
+  return s / 2 + 0x1p-21 * q * s + u * (fabs(x) + s) + zppPerfHalfSubnormal(dtype) +
+         (q + 1) * 0x1p-150;
+}
+
+void zppPerfCodecBoundFree(zppPerfCodecBound_t* b) {
+  free(b->amax);
+  free(b->e1);
+  b->amax = b->e1 = NULL;
+}
+
+int zppPerfQwzBoundPrepare(const zppPerfCheckSpec_t* s, int bits, int block, zppPerfCodecBound_t* b) {
+  memset(b, 0, sizeof *b);
+  if (zppPerfLevels(bits) == 0 || block < 1) return -1;
+  size_t c = s->apiCount;
+  b->bits = bits;
+  b->block = block;
+  b->nblocks = (c + (size_t)block - 1) / (size_t)block;
+  b->amax = calloc((size_t)s->nranks * (b->nblocks ? b->nblocks : 1), sizeof *b->amax);
+  if (b->amax == NULL) return -1;
+  for (int p = 0; p < s->nranks; p++)
+    for (size_t j = 0; j < c; j++) {
+      double* a = &b->amax[(size_t)p * b->nblocks + j / (size_t)block];
+      double v = fabs(zppPerfInputValue(s, p, j));
+      if (v > *a) *a = v;
+    }
+  return 0;
+}
+
+double zppPerfQwzBound(const zppPerfCheckSpec_t* s, size_t i, double exact, void* arg) {
+  const zppPerfCodecBound_t* b = arg;
+  size_t c = s->apiCount;
+  size_t p = i / c, j = i % c;
+  int q = zppPerfLevels(b->bits);
+  /* The scale exactly as the codec computes it: fp32 amax / Q. */
+  float scale = (float)b->amax[p * b->nblocks + j / (size_t)b->block] / (float)q;
+  return zppPerfRoundTrip(s->dtype, q, scale, exact);
+}
+
+int zppPerfQgzBoundPrepare(const zppPerfCheckSpec_t* s, int bits, zppPerfCodecBound_t* b) {
+  memset(b, 0, sizeof *b);
+  int q = zppPerfLevels(bits);
+  if (q == 0) return -1;
+  b->bits = bits;
+  b->amax = calloc((size_t)s->nranks, sizeof *b->amax);
+  b->e1 = calloc((size_t)s->nranks, sizeof *b->e1);
+  if (b->amax == NULL || b->e1 == NULL) {
+    zppPerfCodecBoundFree(b);
+    return -1;
+  }
+  size_t c = s->apiCount, off = (size_t)s->rank * c;
+  const double scaleRound = 1.0 + 0x1p-23;
+  double s2 = 0.0;
+  for (int k = 0; k < s->nranks; k++) {
+    double a = 0.0;
+    for (size_t j = 0; j < c; j++) {
+      double v = fabs(zppPerfInputValue(s, k, off + j));
+      if (v > a) a = v;
+    }
+    b->amax[k] = a;
+    /* fp32 stages: the first round trip decodes into fp32 accumulators */
+    b->e1[k] = zppPerfRoundTrip(zppFloat32, q, a / q * scaleRound, 0.0);
+    b->sumE1 += b->e1[k];
+    s2 += (a + b->e1[k]) / q * scaleRound;
+  }
+  b->e2 = s2 * (0.5 + 0x1p-21 * q) + s->nranks * (q + 1) * 0x1p-150;
+  return 0;
+}
+
+double zppPerfQgzBound(const zppPerfCheckSpec_t* s, size_t i, double exact, void* arg) {
+  const zppPerfCodecBound_t* b = arg;
+  size_t idx = (size_t)s->rank * s->apiCount + i;
+  double y = 0.0, sum = 0.0;
+  for (int k = 0; k < s->nranks; k++) {
+    double x = zppPerfInputValue(s, k, idx);
+    y += fabs(x) + b->e1[k];
+    sum += x;
+  }
+  double bsum = b->sumE1 + b->e2 + 2.0 * (s->nranks - 1) * 0x1p-24 * (y + b->e2);
+  double d = s->redop == zppAvg ? s->nranks : 1.0;
+  double u = zppPerfTypeUnitRoundoff(s->dtype);
+  (void)exact;
+  return bsum / d + (0x1p-24 + u) * (fabs(sum) + bsum) / d + zppPerfHalfSubnormal(s->dtype);
 }

@@ -83,4 +83,51 @@ void zppPerfCheckRecv(const zppPerfCheckSpec_t* spec, const void* recv, size_t r
  * by a value that differs from what it held. */
 void zppPerfCorrupt(zppDataType_t dtype, void* buf, size_t i);
 
+/* ---------------------------------------------------------------------------
+ * Codec bounds of the compressed modes, from the error bound that
+ * quant_kernels/zpp_quant.h documents for one quantize-decode round trip of a
+ * finite input x in a block of scale s (fp32 scale = amax / Q), decoded to T:
+ *   |y - x| <= s/2 + 2^-21*Q*s + u_T*(|x| + s) + m_T + (Q+1)*2^-150
+ * (u_T: T's unit roundoff, 0 for fp32; m_T: half T's smallest subnormal).
+ *
+ * qwZ (and hpZ's gathers when quantized): element j of rank p's shard comes
+ * back from one round trip; its block is the one of `block` elements,
+ * counted from the start of rank p's shard, that holds j. The bound is that
+ * formula with the block's own scale: exact for the codec, nothing added.
+ *
+ * qgZ: two round trips with an fp32 reduction after each (quantize every
+ * rank's partition; intra-node sum and requantize; inter-node sum; divide
+ * for avg; round to T). The bound must not depend on how the algorithm
+ * chunks or blocks the partition, nor on which rank sits on which node, so
+ * each scale is bounded by the amax of the whole partition it belongs to
+ * (a block's amax never exceeds it) and the sum of the nodes' second-stage
+ * scales by the sum over ranks (a maximum of sums never exceeds the sum of
+ * maxima). With A_k = max |x_k| over rank k's slice of the partition, Q the
+ * levels of `bits`, e1_k = (A_k/Q)(1/2 + 2^-21 Q) and S2 = sum_k (A_k + e1_k)/Q,
+ * for an element with exact sum S and Y = sum_k (|x_k| + e1_k):
+ *   B = sum_k e1_k + E2 + 2(n-1) 2^-24 (Y + E2),   E2 = S2 (1/2 + 2^-21 Q)
+ *   bound = B/d + (2^-24 + u_T) (|S| + B)/d + m_T   (d = n for avg, else 1)
+ * (scales carry a factor 1 + 2^-23 for their own fp32 rounding). It assumes
+ * every hop quantizes with `bits` or finer, which makes it an upper bound
+ * for an int8 second hop too.
+ * ------------------------------------------------------------------------- */
+typedef struct {
+  int bits;        /* 8 or 4 */
+  int block;       /* elements per scale (qwZ, hpZ) */
+  double* amax;    /* qwZ: [nranks][nblocks] block amax; qgZ: [nranks] partition amax */
+  size_t nblocks;
+  double sumE1, e2; /* qgZ: sum_k e1_k and E2 (the per-element parts come later) */
+  double* e1;      /* qgZ: [nranks] */
+} zppPerfCodecBound_t;
+
+/* Prepare for spec (an allgather for qwZ/hpZ, a reducescatter for qgZ);
+ * return 0, or -1 for bad bits/block or no memory. */
+int zppPerfQwzBoundPrepare(const zppPerfCheckSpec_t* spec, int bits, int block,
+                           zppPerfCodecBound_t* b);
+int zppPerfQgzBoundPrepare(const zppPerfCheckSpec_t* spec, int bits, zppPerfCodecBound_t* b);
+void zppPerfCodecBoundFree(zppPerfCodecBound_t* b);
+/* zppPerfBoundFn's with arg = the prepared zppPerfCodecBound_t. */
+double zppPerfQwzBound(const zppPerfCheckSpec_t* spec, size_t i, double exact, void* arg);
+double zppPerfQgzBound(const zppPerfCheckSpec_t* spec, size_t i, double exact, void* arg);
+
 #endif /* ZPP_PERF_CHECK_H_ */

@@ -96,6 +96,13 @@ int main(int argc, char** argv) {
     snprintf(t, sizeof t, "%d", args.timeoutSec);
     setenv("ZPP_TIMEOUT", t, 1);
   }
+  if (args.quantBlock > 0) {
+    /* The library reads the block from here too, so that its scales and
+     * the bound the checker computes are about the same blocks. */
+    char b[16];
+    snprintf(b, sizeof b, "%d", args.quantBlock);
+    setenv("ZPP_QUANT_BLOCK", b, 1);
+  }
   if (args.forkRanks > 0) {
     if (mpi || zppPerfTorchrunEnv() || zppPerfOmpiEnv()) {
       if (envRank <= 0)

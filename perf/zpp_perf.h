@@ -60,7 +60,8 @@ typedef struct {
   size_t apiCount;
   const void* send;
   void* recv;
-  void* modeState; /* from the mode's setup (e.g. hpZ's partitioned parameter) */
+  int bits, block;  /* compressed modes: codec bits (0: exact) and elements per scale */
+  void* modeState;  /* from the mode's setup (e.g. hpZ's partitioned parameter) */
 } zppPerfCall_t;
 
 typedef struct zppPerfMode {
@@ -77,8 +78,14 @@ typedef struct zppPerfMode {
    * secondary shards before the backward gathers are timed). */
   zppResult_t (*setup)(zppPerfCall_t* call);
   void (*teardown)(zppPerfCall_t* call);
-  /* Allowed error per element beyond the exact result (NULL: exact). */
+  /* Allowed error per element beyond the exact result (NULL: exact), with
+   * its preparation for one row: 0 ready, 1 exact after all (e.g. hpZ with
+   * an unquantized forward gather), -1 failed. */
   zppPerfBoundFn bound;
+  int (*boundPrepare)(const zppPerfCheckSpec_t* spec, const zppPerfCall_t* call,
+                      zppPerfCodecBound_t* b);
+  int floatOnly;          /* fp32, fp16, bf16 only */
+  int sumAvgOnly;         /* reductions: sum and avg only */
 } zppPerfMode_t;
 
 int zppPerfModeCount(void);
@@ -87,6 +94,13 @@ const zppPerfMode_t* zppPerfModeAt(int index);
 const zppPerfMode_t* zppPerfModeFind(const char* name, zppPerfColl_t coll);
 /* 1 if any collective has a mode of that name (known, maybe unavailable). */
 int zppPerfModeNameKnown(const char* name);
+/* 1 if the mode measures this type and reduction (else the section is
+ * skipped with a note). */
+int zppPerfModeApplies(const zppPerfMode_t* mode, zppDataType_t dtype, zppRedOp_t redop);
+struct zppPerfArgs;
+/* The codec bits and block the mode runs with under these arguments. */
+void zppPerfModeParams(const zppPerfMode_t* mode, const struct zppPerfArgs* args, int* bits,
+                       int* block);
 
 /* ---------------------------------------------------------------------------
  * Arguments
@@ -96,7 +110,7 @@ typedef struct {
   const zppPerfMode_t* mode;
 } zppPerfTask_t;
 
-typedef struct {
+typedef struct zppPerfArgs {
   size_t minBytes, maxBytes, stepBytes;
   double stepFactor;
   int iters, warmup, check;
@@ -114,6 +128,8 @@ typedef struct {
   int layoutNodes, layoutPerNode; /* --layout NxL, 0 when not given */
   int quiet;
   int timeoutSec;           /* --timeout: sets ZPP_TIMEOUT for the library */
+  int qwzBits, qgzBits, hpzBits; /* --qwz-bits (8), --qgz-bits (4), --hpz-bits (8; 0: exact forward) */
+  int quantBlock;           /* --block, else ZPP_QUANT_BLOCK, else 0: the codec's default per bits */
   const char* injectSpec;   /* ZPP_PERF_INJECT_ERROR, "rank:elem" */
   int injectRank;
   long injectElem;
@@ -168,6 +184,7 @@ typedef struct {
   int checked;
   uint64_t wrong;
   double maxError, bound;
+  int bits, block;      /* compressed modes */
   zppPerfBaseResult_t base;
 } zppPerfRecord_t;
 

@@ -96,6 +96,10 @@ void zppPerfUsage(FILE* f) {
       "                          'all', a compressed mode name (qwz hpz qgz), or\n"
       "                          COLL:MODE (default allgather,reducescatter)\n"
       "  -m, --mode LIST         modes for the collectives named in -t (default plain)\n"
+      "      --qwz-bits 8|4      codec bits of qwz (default 8), --qgz-bits (default 4),\n"
+      "      --hpz-bits 8|4|0    --hpz-bits of hpz's forward gather (default 8, 0 exact)\n"
+      "      --block N           elements per scale (sets ZPP_QUANT_BLOCK; default the\n"
+      "                          codec's: 256 for 8 bits, 64 for 4)\n"
       "      --baseline mpi|nccl the same operation through MPI (under mpirun) or NCCL\n"
       "                          (device buffers, needs a GPU), beside our rows\n"
       "\n"
@@ -325,7 +329,14 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
   for (int i = 0; i < argc && pos + 1 < sizeof a->cmdline; i++)
     pos += (size_t)snprintf(a->cmdline + pos, sizeof a->cmdline - pos, "%s%s", i ? " " : "", argv[i]);
 
-  enum { OPT_BASELINE = 1000, OPT_LAYOUT, OPT_SVG, OPT_TIMEOUT };
+  a->qwzBits = 8;
+  a->qgzBits = 4;
+  a->hpzBits = 8;
+  const char* envBlock = getenv("ZPP_QUANT_BLOCK");
+  a->quantBlock = envBlock != NULL ? atoi(envBlock) : 0;
+
+  enum { OPT_BASELINE = 1000, OPT_LAYOUT, OPT_SVG, OPT_TIMEOUT, OPT_QWZ_BITS, OPT_QGZ_BITS,
+         OPT_HPZ_BITS, OPT_BLOCK };
   static const struct option longOpts[] = {
       {"minbytes", required_argument, 0, 'b'},   {"maxbytes", required_argument, 0, 'e'},
       {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
@@ -338,7 +349,9 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
       {"quiet", no_argument, 0, 'q'},            {"help", no_argument, 0, 'h'},
       {"version", no_argument, 0, 'V'},          {"baseline", required_argument, 0, OPT_BASELINE},
       {"layout", required_argument, 0, OPT_LAYOUT}, {"svg", required_argument, 0, OPT_SVG},
-      {"timeout", required_argument, 0, OPT_TIMEOUT}, {0, 0, 0, 0}};
+      {"timeout", required_argument, 0, OPT_TIMEOUT}, {"qwz-bits", required_argument, 0, OPT_QWZ_BITS},
+      {"qgz-bits", required_argument, 0, OPT_QGZ_BITS}, {"hpz-bits", required_argument, 0, OPT_HPZ_BITS},
+      {"block", required_argument, 0, OPT_BLOCK},    {0, 0, 0, 0}};
   int bSet = 0, eSet = 0, fSet = 0;
   long v;
   int opt, rc;
@@ -422,6 +435,20 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
       case OPT_TIMEOUT:
         if (zppPerfParseInt(optarg, 1, 86400, &v) != 0) return zppPerfUsageError("bad timeout --timeout %s", optarg);
         a->timeoutSec = (int)v;
+        break;
+      case OPT_QWZ_BITS:
+      case OPT_QGZ_BITS:
+      case OPT_HPZ_BITS:
+        if (zppPerfParseInt(optarg, 0, 8, &v) != 0 || !(v == 4 || v == 8 || (v == 0 && opt == OPT_HPZ_BITS)))
+          return zppPerfUsageError("bits must be 4 or 8 (--hpz-bits also 0), not %s", optarg);
+        if (opt == OPT_QWZ_BITS) a->qwzBits = (int)v;
+        else if (opt == OPT_QGZ_BITS) a->qgzBits = (int)v;
+        else a->hpzBits = (int)v;
+        break;
+      case OPT_BLOCK:
+        if (zppPerfParseInt(optarg, 32, 4096, &v) != 0 || (v & (v - 1)) != 0)
+          return zppPerfUsageError("--block must be a power of two from 32 to 4096, not %s", optarg);
+        a->quantBlock = (int)v;
         break;
       case 'q': a->quiet = 1; break;
       case 'h': zppPerfUsage(stdout); return -1;

@@ -1,26 +1,26 @@
 /*
- * The mode table. Adding a ZeRO++ mode is adding its run function (and, if
- * it needs one, setup/teardown) and its codec bound to its row below; the
- * timing, checking, JSON, picture and exit code need no change.
+ * The mode table. Adding a mode is adding its run function (and, if it needs
+ * them, setup/teardown outside the timed loop) and its codec bound to its
+ * row below; the timing, checking, JSON, picture and exit code need no
+ * change.
  *
- * For the compressed rows, when their calls land in zpp.h:
- *   qwz  run: the explicit quantized all-gather on call->send/recv (the
- *        result has allgather's layout). bound: the codec bound of
- *        quant_kernels/zpp_quant.h for the block of the source rank's shard
- *        the element came from: the block's scale s = amax/Q, amax recomputed
- *        from zppPerfInputValue(spec, srcRank, j) over that block (every
- *        rank's input is a pure function, so no communication is needed).
- *   hpz  setup: create the partitioned parameter from call->send and run the
- *        forward gather once (it fills the secondary shards); run: the
- *        backward gather from the secondaries; teardown: destroy. bound: 0
- *        (or qwz's if the forward gather was quantized): the backward gather
+ * The ZeRO++ rows call the explicit entry points of zpp.h with the bits the
+ * command line asks for (so the bound knows them) and are compiled in when
+ * the library has them (ZPP_PERF_HAVE_ZEROPP, set by CMake); before that they
+ * stay in the table, known but unavailable, so that asking for them says so.
+ *   qwz  zppQwzAllGather: allgather layout; bound: the codec's round trip for
+ *        the block of the source rank's shard (perf_check.h).
+ *   hpz  setup: zppParamCreate and the forward gather, which fills the
+ *        secondary partitions; timed: zppParamGatherBackward (inside the
+ *        node only); teardown: zppParamDestroy. Bound: qwz's when the forward
+ *        gather is quantized (--hpz-bits), else exact: the backward gather
  *        must return exactly what the forward one did.
- *   qgz  run: the quantized reduce-scatter (sum/avg). bound: the documented
- *        two-stage bound (quantize, intra-node reduce and requantize,
- *        inter-node reduce) from the exact inputs of every rank.
+ *   qgz  zppQgzReduceScatter, sum and avg; bound: the two-stage bound.
  */
+#include <stdlib.h>
 #include <strings.h>
 
+#include "quant_kernels/zpp_quant.h"
 #include "zpp_perf.h"
 
 static zppResult_t zppPerfRunAllGather(const zppPerfCall_t* c) {
@@ -43,23 +43,73 @@ static zppResult_t zppPerfRunBroadcast(const zppPerfCall_t* c) {
   return zppBroadcast(c->send, c->recv, c->apiCount, c->dtype, c->root, c->comm, NULL);
 }
 
+#if ZPP_PERF_HAVE_ZEROPP
+static zppResult_t zppPerfRunQwz(const zppPerfCall_t* c) {
+  return zppQwzAllGather(c->send, c->recv, c->apiCount, c->dtype, c->bits, c->comm, NULL);
+}
+
+static zppResult_t zppPerfRunQgz(const zppPerfCall_t* c) {
+  return zppQgzReduceScatter(c->send, c->recv, c->apiCount, c->dtype, c->redop, c->bits, c->comm,
+                             NULL);
+}
+
+static zppResult_t zppPerfSetupHpz(zppPerfCall_t* c) {
+  zppParam_t param = NULL;
+  zppResult_t res = zppParamCreate(c->comm, c->apiCount, c->dtype, c->bits, &param);
+  if (res != zppSuccess) return res;
+  res = zppParamGatherForward(param, c->send, c->recv, NULL);
+  if (res != zppSuccess) {
+    zppParamDestroy(param);
+    return res;
+  }
+  c->modeState = param;
+  return zppSuccess;
+}
+
+static zppResult_t zppPerfRunHpz(const zppPerfCall_t* c) {
+  return zppParamGatherBackward((zppParam_t)c->modeState, c->send, c->recv, NULL);
+}
+
+static void zppPerfTeardownHpz(zppPerfCall_t* c) {
+  zppParamDestroy((zppParam_t)c->modeState);
+  c->modeState = NULL;
+}
+#define ZPP_PERF_ZEROPP(fn) fn
+#else
+#define ZPP_PERF_ZEROPP(fn) NULL
+#endif
+
+static int zppPerfPrepareQwz(const zppPerfCheckSpec_t* s, const zppPerfCall_t* c,
+                             zppPerfCodecBound_t* b) {
+  if (c->bits == 0) return 1; /* hpZ with an exact forward gather */
+  return zppPerfQwzBoundPrepare(s, c->bits, c->block, b);
+}
+
+static int zppPerfPrepareQgz(const zppPerfCheckSpec_t* s, const zppPerfCall_t* c,
+                             zppPerfCodecBound_t* b) {
+  return zppPerfQgzBoundPrepare(s, c->bits, b);
+}
+
 static const zppPerfMode_t zppPerfModes[] = {
-    {"plain", ZPP_PERF_ALLGATHER, 0, zppOpAllGather, "zppAllGather", zppPerfRunAllGather,
-     NULL, NULL, NULL},
+    /* name, collective, compressed, stats kind, summary, run, setup, teardown,
+     * bound, boundPrepare, floatOnly, sumAvgOnly */
+    {"plain", ZPP_PERF_ALLGATHER, 0, zppOpAllGather, "zppAllGather", zppPerfRunAllGather, NULL,
+     NULL, NULL, NULL, 0, 0},
     {"plain", ZPP_PERF_REDUCESCATTER, 0, zppOpReduceScatter, "zppReduceScatter",
-     zppPerfRunReduceScatter, NULL, NULL, NULL},
+     zppPerfRunReduceScatter, NULL, NULL, NULL, NULL, 0, 0},
     {"plain", ZPP_PERF_ALLREDUCE, 0, zppOpAllReduce, "zppAllReduce", zppPerfRunAllReduce, NULL,
-     NULL, NULL},
+     NULL, NULL, NULL, 0, 0},
     {"plain", ZPP_PERF_ALLTOALL, 0, zppOpAllToAll, "zppAllToAll", zppPerfRunAllToAll, NULL, NULL,
-     NULL},
+     NULL, NULL, 0, 0},
     {"plain", ZPP_PERF_BROADCAST, 0, zppOpBroadcast, "zppBroadcast", zppPerfRunBroadcast, NULL,
-     NULL, NULL},
-    {"qwz", ZPP_PERF_ALLGATHER, 1, zppOpQwZ, "quantized weight all-gather (ZeRO++ qwZ)", NULL,
-     NULL, NULL, NULL},
-    {"hpz", ZPP_PERF_ALLGATHER, 1, zppOpHpZ, "backward gather from secondary shards (hpZ)", NULL,
-     NULL, NULL, NULL},
-    {"qgz", ZPP_PERF_REDUCESCATTER, 1, zppOpQgZ, "quantized gradient reduce-scatter (qgZ)", NULL,
-     NULL, NULL, NULL},
+     NULL, NULL, NULL, 0, 0},
+    {"qwz", ZPP_PERF_ALLGATHER, 1, zppOpQwZ, "quantized weight all-gather (ZeRO++ qwZ)",
+     ZPP_PERF_ZEROPP(zppPerfRunQwz), NULL, NULL, zppPerfQwzBound, zppPerfPrepareQwz, 1, 0},
+    {"hpz", ZPP_PERF_ALLGATHER, 1, zppOpHpZ, "backward gather from secondary shards (hpZ)",
+     ZPP_PERF_ZEROPP(zppPerfRunHpz), ZPP_PERF_ZEROPP(zppPerfSetupHpz),
+     ZPP_PERF_ZEROPP(zppPerfTeardownHpz), zppPerfQwzBound, zppPerfPrepareQwz, 1, 0},
+    {"qgz", ZPP_PERF_REDUCESCATTER, 1, zppOpQgZ, "quantized gradient reduce-scatter (qgZ)",
+     ZPP_PERF_ZEROPP(zppPerfRunQgz), NULL, NULL, zppPerfQgzBound, zppPerfPrepareQgz, 1, 1},
 };
 
 int zppPerfModeCount(void) { return (int)(sizeof zppPerfModes / sizeof zppPerfModes[0]); }
@@ -79,4 +129,23 @@ int zppPerfModeNameKnown(const char* name) {
   for (int i = 0; i < zppPerfModeCount(); i++)
     if (strcasecmp(zppPerfModes[i].name, name) == 0) return 1;
   return 0;
+}
+
+int zppPerfModeApplies(const zppPerfMode_t* m, zppDataType_t dtype, zppRedOp_t redop) {
+  if (m->floatOnly && dtype != zppFloat32 && dtype != zppFloat16 && dtype != zppBfloat16) return 0;
+  if (m->sumAvgOnly && zppPerfCollReduces(m->coll) && redop != zppSum && redop != zppAvg) return 0;
+  return 1;
+}
+
+void zppPerfModeParams(const zppPerfMode_t* m, const zppPerfArgs_t* a, int* bits, int* block) {
+  *bits = 0;
+  *block = 0;
+  if (!m->compressed) return;
+  if (strcasecmp(m->name, "qgz") == 0) *bits = a->qgzBits;
+  else if (strcasecmp(m->name, "hpz") == 0) *bits = a->hpzBits;
+  else *bits = a->qwzBits;
+  /* The library's rule: ZPP_QUANT_BLOCK (which --block sets), else the
+   * codec's default for the bit width. */
+  *block = a->quantBlock > 0 ? a->quantBlock
+                             : (*bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8);
 }

@@ -40,6 +40,10 @@ static int zppPerfRootLabel(const zppPerfRecord_t* r) {
 void zppPerfPrintSectionHeader(FILE* f, const zppPerfRecord_t* r, int baseline) {
   fprintf(f, "#\n# %s %s, %s", zppPerfCollName(r->coll), r->mode, zppPerfTypeName(r->dtype));
   if (zppPerfCollReduces(r->coll)) fprintf(f, ", %s", zppPerfRedOpName(r->redop));
+  if (r->compressed) {
+    if (r->bits) fprintf(f, ", int%d, block %d", r->bits, r->block);
+    else fprintf(f, ", unquantized");
+  }
   fprintf(f, "\n");
   fprintf(f, "#%11s  %12s  %8s  %6s  %5s  %10s  %8s  %8s  %7s  %13s", "size", "count", "type",
           "redop", "root", "time", "algbw", "busbw", "#wrong", "inter");
@@ -201,6 +205,12 @@ static void zppPerfJsonRecord(FILE* f, const zppPerfRecord_t* r, const zppPerfRu
   zppPerfJsonNumber(f, r->bound);
   zppPerfJsonKey(f, "wrong", &first);
   fprintf(f, "%llu", (unsigned long long)r->wrong);
+  if (r->compressed) {
+    zppPerfJsonKey(f, "bits", &first);
+    fprintf(f, "%d", r->bits);
+    zppPerfJsonKey(f, "block", &first);
+    fprintf(f, "%d", r->block);
+  }
   if (r->base.present) {
     zppPerfJsonKey(f, "baseline", &first);
     zppPerfJsonString(f, r->base.name);

@@ -10,6 +10,7 @@
   zpp_perf_test.py env      BIN SCHEMA DIR  two ranks started torchrun-style (RANK, WORLD_SIZE,
                                             MASTER_ADDR, MASTER_PORT), --layout 2x1
   zpp_perf_test.py mpi      BIN SCHEMA DIR  --baseline mpi under mpirun
+  zpp_perf_test.py zeropp   BIN SCHEMA DIR  qwz, hpz, qgz beside plain: bounds, volumes, injection
 
 Python's standard library only: the JSON schema is checked by the small
 validator below (the keywords the schema uses, and an error for any other),
@@ -228,6 +229,10 @@ def test_args(bin_):
         (["-b"], "needs a value"),
         (["stray"], "unexpected argument"),
         (["-N", "2", "-r", "2", "-t", "broadcast"], "-r is not a rank"),
+        (["--qwz-bits", "6"], "bits must be 4 or 8"),
+        (["--qgz-bits", "0"], "bits must be 4 or 8"),
+        (["--block", "100"], "--block must be a power of two"),
+        (["--block", "8192"], "--block must be a power of two"),
     ]
     if modes_unavailable:
         bad.append((["-t", "qwz"], "not available yet"))
@@ -377,6 +382,66 @@ def test_e2e(bin_, schema_path, outdir):
     check_arithmetic(doc)
 
 
+def test_zeropp(bin_, schema_path, outdir):
+    """The compressed modes beside the plain ones: within their bounds, the
+    volumes ZeRO++ promises across nodes, and an injected error past a lossy
+    bound still caught."""
+    rc, out, err = run([bin_, "-h"])
+    if "(not available yet)" in out:
+        print("skip: this zpp-perf has no ZeRO++ modes yet")
+        return SKIP
+    schema = load_json(schema_path)
+    common = ["-N", "4", "--layout", "2x2", "-t", "allgather,reducescatter", "-m", "plain,qwz,hpz,qgz",
+              "-d", "bfloat16,float", "-o", "sum,avg,max", "-b", "4K", "-e", "1M", "-f", "16",
+              "-n", "2", "-w", "1"]
+    rc, out, err, doc, path = run_json(bin_, common, outdir, "zeropp", timeout=400)
+    check(rc == 0, "run exited %d" % rc)
+    if doc is None:
+        check(False, "no JSON written")
+        return 0
+    check(schema_errors(doc, schema) == [], "JSON does not match the schema")
+    check("qgz, bfloat16, max: skipped" in out, "qgz with max was not skipped with a note")
+    modes = {(r["op"], r["mode"]) for r in doc["records"]}
+    check(modes == {("allgather", "plain"), ("allgather", "qwz"), ("allgather", "hpz"),
+                    ("reducescatter", "plain"), ("reducescatter", "qgz")}, "modes run: %s" % modes)
+    for r in doc["records"]:
+        tag = "%s %s %s %s %d B" % (r["op"], r["mode"], r["dtype"], r["redop"], r["bytes"])
+        check(r["wrong"] == 0, tag + ": %d wrong (max error %r, bound %r)" % (r["wrong"], r["max_error"], r["bound"]))
+        if r["compressed"]:
+            check(r["bits"] in (4, 8) and r["block"] >= 32, tag + ": bits/block missing")
+            check(r["max_error"] <= r["bound"], tag + ": error past the bound but not counted")
+    check_arithmetic(doc)
+
+    def inter(op, mode, dtype, redop, size):
+        for r in doc["records"]:
+            if (r["op"], r["mode"], r["dtype"], r["redop"], r["bytes"]) == (op, mode, dtype, redop, size):
+                return r["wire_bytes_inter"]
+        return None
+
+    big = max(r["bytes"] for r in doc["records"])
+    ag = inter("allgather", "plain", "bfloat16", None, big)
+    rs = inter("reducescatter", "plain", "bfloat16", "sum", big)
+    q = inter("allgather", "qwz", "bfloat16", None, big)
+    h = inter("allgather", "hpz", "bfloat16", None, big)
+    g = inter("reducescatter", "qgz", "bfloat16", "sum", big)
+    if None not in (ag, rs, q, h, g) and ag > 0 and rs > 0:
+        check(q < 0.55 * ag, "qwz sends %.3f of plain all-gather's bytes across nodes" % (q / ag))
+        check(h == 0, "hpz backward gather sent %r bytes across nodes" % h)
+        check(g < 0.3 * rs, "qgz sends %.3f of plain reduce-scatter's bytes across nodes" % (g / rs))
+    else:
+        check(False, "missing rows or counters: %r" % [ag, rs, q, h, g])
+
+    rc, out, err, doc, path = run_json(
+        bin_, ["-N", "4", "--layout", "2x2", "-t", "qwz,hpz,qgz", "-d", "bfloat16", "-b", "64K",
+               "-e", "64K", "-n", "1", "-w", "0"], outdir, "zeropp-inject",
+        env={"ZPP_PERF_INJECT_ERROR": "3:5"})
+    check(rc == 3, "injected error in a lossy mode: exit %d, want 3" % rc)
+    if doc is not None:
+        check(len(doc["records"]) == 3 and all(r["wrong"] == 1 for r in doc["records"]),
+              "injected error not counted once per lossy row: %s" % [r["wrong"] for r in doc["records"]])
+    return 0
+
+
 def free_port():
     import socket
     with socket.socket() as s:
@@ -461,9 +526,9 @@ def main():
             test_args(sys.argv[2])
         elif what == "validator":
             test_validator(sys.argv[2])
-        elif what in ("schema", "inject", "e2e", "env", "mpi"):
+        elif what in ("schema", "inject", "e2e", "env", "mpi", "zeropp"):
             fn = {"schema": test_schema, "inject": test_inject, "e2e": test_e2e, "env": test_env,
-                  "mpi": test_mpi}[what]
+                  "mpi": test_mpi, "zeropp": test_zeropp}[what]
             if fn(sys.argv[2], sys.argv[3], sys.argv[4]) == SKIP:
                 return SKIP
         else:
