@@ -10,6 +10,7 @@
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
 #include "collectives/coll_host.h"
+#include "lib/zeropp_api.h"
 #if ZPP_HAVE_NCCL
 #include "lib/transport/nccl.h"
 #endif
@@ -122,6 +123,12 @@ static zppResult_t dispatch(struct zppComm* comm, call_t* k, zppStream_t stream)
                  "%s: host buffers need stream NULL or a zppHostStream_t (got %p: a cudaStream_t, or a "
                  "destroyed host stream?)",
                  k->name, stream);
+  }
+  if (!devRecv && c->count != 0) {
+    /* Compression settings may make this a ZeRO++ call (it counts itself). */
+    int taken = 0;
+    zppResult_t res = zppZeroppTryPlain(comm, c, stream, &taken);
+    if (taken) return res;
   }
   atomic_fetch_add_explicit(&comm->transports->calls[c->kind], 1, memory_order_relaxed);
   if (c->count == 0) return zppSuccess; /* like NCCL: nothing moves */

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "lib/comm_internal.h"
 #include "lib/transport/transport.h"
+#include "collectives/zeropp.h"
 #include "params.h"
 
 /* Layouts of zppConfig_t so far: the size each version's header declared.
@@ -101,6 +102,7 @@ zppResult_t zppCommResolveSettings(const zppConfig_t* config, zppCommSettings_t*
   }
 
   snprintf(t.name, sizeof(t.name), "%s", config && config->commName ? config->commName : "zpp");
+  ZPPCHECK(zppCompressResolve(config, &t.compress));
   *s = t;
   return zppSuccess;
 }
@@ -160,6 +162,7 @@ out:
 static void commFree(struct zppComm* comm) {
   if (comm == NULL) return;
   zppTransportsDestroy(comm);
+  zppZeroppFree(comm); /* after the executor (in the transports) stopped */
   zppTopoDestroy(comm->topo);
   zppBootstrapDestroy(comm->bootstrap);
   pthread_mutex_destroy(&comm->errorLock);
@@ -185,6 +188,7 @@ zppResult_t zppCommInitWithSettings(zppComm_t* out, int nranks, const zppUniqueI
   zppLogSetRank(rank);
   ZPP_INFO(INIT, "comm %s rank %d/%d: timeout %.0f s (%s), host id '%s' (%s)", comm->name, rank,
            nranks, s->timeoutSec, s->timeoutFrom, s->hostId, s->hostIdFrom);
+  zppCompressApply(comm, &s->compress);
   ZPPCHECKGOTO(zppBootstrapInit(id, rank, nranks, s->hostId, s->timeoutSec, &comm->bootstrap), res,
                err_free);
   ZPPCHECKGOTO(buildTopology(comm), res, err_free);

@@ -12,8 +12,10 @@
 #include "zpp.h"
 #include "lib/bootstrap/bootstrap.h"
 #include "topology/topo.h"
+#include "lib/compress_settings.h"
 
 struct zppTransports; /* lib/transport/: UCX host transport, NCCL device transport */
+struct zppZeropp;     /* collectives/zeropp_host.c: ZeRO++ state, made by the first ZeRO++ job */
 
 struct zppComm {
   unsigned magic;            /* ZPP_COMM_MAGIC while alive: catches use after destroy */
@@ -29,6 +31,8 @@ struct zppComm {
   _Atomic int aborted;       /* set by zppCommAbort from any thread */
   pthread_mutex_t errorLock;
   char lastError[512];       /* reason for asyncError, for zppGetLastError */
+  zppCompressSettings_t compress; /* ZeRO++ settings (lib/compress_settings.c) */
+  struct zppZeropp* zeropp;  /* touched by executor jobs only; freed at destroy */
 };
 
 #define ZPP_COMM_MAGIC 0x7a70636du /* "zpcm" */

@@ -7,6 +7,7 @@
 
 #include "zpp.h"
 #include "lib/bootstrap/bootstrap.h"
+#include "lib/compress_settings.h"
 
 /* What a communicator runs with, and where each value came from (for the
  * INFO line that says what was applied). */
@@ -16,6 +17,7 @@ typedef struct {
   char name[64];
   const char* timeoutFrom; /* "config", "ZPP_TIMEOUT" or "default" */
   const char* hostIdFrom;  /* "config", "ZPP_HOSTID" or "host name" */
+  zppCompressSettings_t compress; /* ZeRO++ compression, with where each value came from */
 } zppCommSettings_t;
 
 /* Validates config (NULL: defaults) and resolves every setting: explicit

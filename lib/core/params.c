@@ -69,6 +69,22 @@ static const zppParamInfo_t paramTable[] = {
     /* codecs */
     {"ZPP_QUANT_IMPL", ZPP_PARAM_STRING, "auto",
      "CPU codec implementation: auto (AVX2+F16C when the CPU has them), avx2 or scalar"},
+    /* ZeRO++ compression (lib/compress_settings.c; zppConfig_t fields override) */
+    {"ZPP_QWZ_BITS", ZPP_PARAM_INT, "0",
+     "zppAllGather of fp32/fp16/bf16 runs as qwZ with 8 or 4 bits; 0 keeps it plain; "
+     "zppConfig_t.qwzBits overrides"},
+    {"ZPP_QGZ_BITS", ZPP_PARAM_INT, "0",
+     "zppReduceScatter (sum, avg) of fp32/fp16/bf16 runs as qgZ with 4 or 8 bits; 0 keeps it "
+     "plain; zppConfig_t.qgzBits overrides"},
+    {"ZPP_QUANT_BLOCK", ZPP_PARAM_INT, "0",
+     "elements per quantization scale, a power of two in [32, 4096]; 0: 256 for int8, 64 for int4; "
+     "zppConfig_t.quantBlock overrides"},
+    {"ZPP_COMPRESS_MIN_BYTES", ZPP_PARAM_INT, "1048576",
+     "plain calls moving fewer bytes (all ranks' data) stay uncompressed, where latency beats "
+     "bandwidth; zppConfig_t.compressMinBytes overrides"},
+    {"ZPP_HPZ_GROUP", ZPP_PARAM_INT, "0",
+     "ranks of an hpZ group (sharing one copy of the secondary partition); 0: the node; must "
+     "divide every node's rank count; zppConfig_t.hpzGroupSize overrides"},
 };
 
 static const int paramCount = (int)(sizeof(paramTable) / sizeof(paramTable[0]));

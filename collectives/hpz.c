@@ -1,0 +1,381 @@
+/* hpZ: partitioned parameters with a secondary partition inside a group of
+ * ranks (the node, or hpzGroupSize ranks of it), on host buffers.
+ *
+ * Forward gather: the global gather (qwZ when bits != 0, else the plain ring)
+ * of every rank's shard. With no extra traffic it keeps this rank's share of
+ * what it received: the packed shards (qwZ) or raw shards (plain) of ranks
+ * [shardLo, shardLo + shardCnt), its group position's share of the W shards.
+ * Keeping the packed form rather than the decoded weights halves (int8) or
+ * quarters (int4) the secondary memory and the backward traffic, and the
+ * backward result is still bit for bit the forward one: decoding is
+ * deterministic, and the forward decodes the very same bytes.
+ *
+ * Backward gather: the group members exchange their shares (intra-node only)
+ * and every member decodes all W shards.
+ *
+ * Validity. zppParamInvalidate bumps a version on the caller's thread; each
+ * gather captures the version when issued. The secondary is valid for a
+ * backward gather issued at version v iff it was gathered by a forward issued
+ * at v. The decision thus follows the caller's program order, identically on
+ * every rank that invalidates at the same point. Before exchanging data the
+ * group members exchange (validity, version, shard-changed) in a small
+ * handshake:
+ *   - all valid, same version: the intra-group gather;
+ *   - all invalid, same version: every member falls back to the global
+ *     gather (which refreshes the secondary) - never stale data;
+ *   - members disagree: zppInvalidUsage on every member of the group, no data
+ *     moved (someone missed a zppParamInvalidate);
+ *   - a member's shard changed since its forward gather although the version
+ *     did not (a weight write nobody reported): zppInvalidUsage on the group.
+ * The shard check is a 64-bit fingerprint of the local shard's bytes, taken at
+ * the forward gather and again at the backward gather (one pass over 1/W of
+ * the weights each). An error rather than a fallback: a fallback taken by
+ * some groups and not by others would leave ranks waiting on each other.
+ *
+ * Groups that do not divide every node (hpzGroupSize given and not a
+ * divisor of some node's rank count) cannot hold a secondary: the parameter
+ * then always gathers globally, said once at WARN when it is created.
+ *
+ * Bytes: the forward gather counts as zppOpQwZ (or zppOpAllGather when plain),
+ * the backward one as zppOpHpZ, fallbacks included, so zppOpHpZ's inter-node
+ * bytes are zero exactly when every backward gather stayed inside its group.
+ */
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "zeropp_host.h"
+
+#include "check.h"
+#include "params.h"
+#include "lib/comm.h"
+#include "lib/transport/transports.h"
+
+#define HANDSHAKE_MAGIC 0x7a70687au /* "zphz" */
+
+typedef struct {
+  uint32_t magic;
+  uint32_t valid;
+  uint32_t changed; /* shard fingerprint differs from the forward's */
+  uint32_t pad;
+  uint64_t version;
+} handshake_t;
+
+typedef struct {
+  struct zppParam* p;
+  const void* shard;
+  void* full;
+  uint64_t version; /* at issue */
+  int backward;
+} gatherArgs_t;
+
+/* 64-bit fingerprint of a byte range: four independent multiply-xor lanes
+ * over 8-byte words (memory bound, unlike a byte-wise hash). */
+static uint64_t fingerprint(const void* data, size_t bytes) {
+  const unsigned char* p = data;
+  uint64_t h[4] = {0x9e3779b97f4a7c15ull, 0xbf58476d1ce4e5b9ull, 0x94d049bb133111ebull,
+                   0x2545f4914f6cdd1dull};
+  size_t i = 0;
+  for (; i + 32 <= bytes; i += 32) {
+    for (int l = 0; l < 4; l++) {
+      uint64_t w;
+      memcpy(&w, p + i + 8 * (size_t)l, 8);
+      h[l] = (h[l] ^ w) * 0x100000001b3ull;
+      h[l] ^= h[l] >> 29;
+    }
+  }
+  uint64_t r = (uint64_t)bytes;
+  for (; i < bytes; i++) r = (r ^ p[i]) * 0x100000001b3ull;
+  for (int l = 0; l < 4; l++) r = (r ^ h[l]) * 0x9e3779b97f4a7c15ull + (uint64_t)l;
+  return r ^ (r >> 31);
+}
+
+/* ---- object --------------------------------------------------------------- */
+
+/* The hpZ group of this rank: consecutive local ranks of its node. 0 when
+ * the configured size does not divide every node. */
+static int pickGroup(struct zppParam* p, int* groupIndex) {
+  const struct zppComm* comm = p->comm;
+  const zppTopo_t* topo = comm->topo;
+  int node = topo->nodeOf[comm->rank], lr = topo->localRankOf[comm->rank];
+  int g = comm->compress.hpzGroupSize;
+  if (g > 0) {
+    for (int n = 0; n < topo->nNodes; n++)
+      if (topo->nodeSize[n] % g != 0) return 0;
+  } else {
+    g = topo->nodeSize[node];
+  }
+  *groupIndex = lr / g;
+  p->groupPos = lr % g;
+  return g;
+}
+
+zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type, int bits,
+                         struct zppParam** out) {
+  zppResult_t res = zppSuccess;
+  struct zppParam* p = NULL;
+  ZPP_CALLOCGOTO(p, 1, res, fail);
+  p->magic = ZPP_PARAM_MAGIC;
+  p->comm = comm;
+  p->count = count;
+  p->type = type;
+  p->bits = bits;
+  atomic_store(&p->version, 0);
+  atomic_store(&p->secVersion, ZPP_PARAM_NO_VERSION);
+  if (bits) {
+    p->block = zppCompressBlock(&comm->compress, bits);
+    /* The chunking the forward gather will use (fixed per communicator). */
+    int64_t chunkBytes = 0;
+    ZPPCHECKGOTO(zppParamGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunkBytes), res, fail);
+    zppCollCtx_t probe = {.chunkBytes = chunkBytes > 0 ? (size_t)chunkBytes : 1};
+    ZPPCHECKGOTO(zppQwzLayout(count, type, bits, p->block,
+                              zppZeroppChunkElems(&probe, type, p->block), &p->layout),
+                 res, fail);
+    p->shardBytes = p->layout.shardPacked;
+  } else {
+    p->shardBytes = count * zppTypeSize(type);
+  }
+  int groupIndex = 0;
+  p->groupSize = pickGroup(p, &groupIndex);
+  if (p->groupSize == 0) {
+    if (comm->rank == 0)
+      ZPP_WARN(COLL,
+               "%s: hpZ group size %d does not divide every node's rank count: this parameter "
+               "keeps no secondary partition, its backward gathers are global",
+               comm->name, comm->compress.hpzGroupSize);
+  } else {
+    const zppTopo_t* topo = comm->topo;
+    const int* nodeRanks = topo->nodeRanks[topo->nodeOf[comm->rank]];
+    ZPP_CALLOCGOTO(p->members, (size_t)p->groupSize, res, fail);
+    for (int i = 0; i < p->groupSize; i++) p->members[i] = nodeRanks[groupIndex * p->groupSize + i];
+    p->shardLo = (int)zppBlockOffset((size_t)comm->nranks, p->groupSize, p->groupPos);
+    p->shardCnt = (int)zppBlockCount((size_t)comm->nranks, p->groupSize, p->groupPos);
+    p->secondaryBytes = (size_t)p->shardCnt * p->shardBytes;
+    if (p->secondaryBytes) {
+      p->secondary = malloc(p->secondaryBytes);
+      if (p->secondary == NULL)
+        ZPP_FAILGOTO(zppSystemError, res, fail, COLL, "hpZ: out of memory for a %zu-byte secondary",
+                     p->secondaryBytes);
+    }
+  }
+  ZPP_INFO(COLL, "%s: rank %d: hpZ parameter of %zu elements per shard, %d bits, group of %d, "
+           "secondary holds shards %d..%d (%zu bytes)",
+           comm->name, comm->rank, count, bits, p->groupSize, p->shardLo,
+           p->shardLo + p->shardCnt - 1, p->secondaryBytes);
+  *out = p;
+  return zppSuccess;
+fail:
+  if (p) {
+    free(p->members);
+    free(p);
+  }
+  return res;
+}
+
+static zppResult_t barrierJob(struct zppComm* comm, void* arg) { return zppSuccess; }
+
+void zppHpzDestroy(struct zppParam* p) {
+  /* Jobs run in issue order: once this one ran, none of the parameter's
+   * gathers is queued or running. */
+  if (p->comm && p->comm->magic == ZPP_COMM_MAGIC && p->comm->transports)
+    (void)zppExecutorSubmit(p->comm->transports->exec, barrierJob, NULL, 0, NULL);
+  p->magic = 0;
+  free(p->secondary);
+  free(p->members);
+  free(p);
+}
+
+/* ---- gathers (executor thread) -------------------------------------------- */
+
+/* The global gather; refreshes the secondary. */
+static zppResult_t globalGather(zppCollCtx_t* c, struct zppParam* p, const void* shard, void* full) {
+  const size_t ts = zppTypeSize(p->type);
+  const char* src = NULL;
+  if (p->bits) {
+    char* packed = zppCollScratch(c, ZPP_ZSCRATCH_PACKED, (size_t)c->nranks * p->shardBytes);
+    if (packed == NULL) ZPP_FAIL(zppSystemError, COLL, "hpZ: out of memory for packed shards");
+    ZPPCHECK(zppQwzRun(c, &p->layout, shard, full, packed));
+    src = packed;
+  } else {
+    char* own = (char*)full + (size_t)c->rank * p->count * ts;
+    memcpy(own, shard, p->count * ts);
+    if (c->nranks > 1) ZPPCHECK(zppAllGatherRing(c, full, p->count * (size_t)c->nranks, ts, 0));
+    src = full;
+  }
+  if (p->secondaryBytes)
+    memcpy(p->secondary, src + (size_t)p->shardLo * p->shardBytes, p->secondaryBytes);
+  return zppSuccess;
+}
+
+typedef struct {
+  struct zppParam* p;
+  void* full;
+  void* packed; /* bits: where the members' packed shards land */
+  int* lo;      /* [groupSize] first shard of each member */
+  int* cnt;
+} groupRecv_t;
+
+/* A member's shares arrived: decode them (packed) into the full weights. */
+static zppResult_t decodeMember(void* arg, int member) {
+  groupRecv_t* r = arg;
+  struct zppParam* p = r->p;
+  if (!p->bits) return zppSuccess; /* raw shards landed in place */
+  size_t ts = zppTypeSize(p->type);
+  for (int b = r->lo[member]; b < r->lo[member] + r->cnt[member]; b++)
+    ZPPCHECK(zppQwzDecodeShard(&p->layout, (char*)r->packed + (size_t)b * p->shardBytes,
+                               (char*)r->full + (size_t)b * p->count * ts));
+  return zppSuccess;
+}
+
+/* Every member's share, from the group only; own share from memory. */
+static zppResult_t groupGather(zppCollCtx_t* c, struct zppParam* p, void* full) {
+  const int g = p->groupSize;
+  const size_t ts = zppTypeSize(p->type);
+  zppResult_t res = zppSuccess;
+  groupRecv_t r = {.p = p, .full = full};
+  void** recvs = NULL;
+  size_t* recvBytes = NULL;
+  ZPP_CALLOCGOTO(r.lo, (size_t)g, res, out);
+  ZPP_CALLOCGOTO(r.cnt, (size_t)g, res, out);
+  ZPP_CALLOCGOTO(recvs, (size_t)g, res, out);
+  ZPP_CALLOCGOTO(recvBytes, (size_t)g, res, out);
+  if (p->bits) {
+    r.packed = zppCollScratch(c, ZPP_ZSCRATCH_PACKED, (size_t)c->nranks * p->shardBytes);
+    if (r.packed == NULL) ZPP_FAILGOTO(zppSystemError, res, out, COLL, "hpZ: out of memory");
+  }
+  char* land = p->bits ? r.packed : full;
+  for (int i = 0; i < g; i++) {
+    r.lo[i] = (int)zppBlockOffset((size_t)c->nranks, g, i);
+    r.cnt[i] = (int)zppBlockCount((size_t)c->nranks, g, i);
+    recvs[i] = land + (size_t)r.lo[i] * p->shardBytes;
+    recvBytes[i] = (size_t)r.cnt[i] * p->shardBytes;
+  }
+  ZPPCHECKGOTO(zppGroupAllGatherV(c, p->members, g, p->groupPos, p->secondary, p->secondaryBytes,
+                                  recvs, recvBytes, 1, decodeMember, &r),
+               res, out);
+  /* Own share last: the peers' messages were already on their way. */
+  if (p->bits) {
+    for (int b = p->shardLo; b < p->shardLo + p->shardCnt; b++)
+      ZPPCHECKGOTO(zppQwzDecodeShard(&p->layout,
+                                     (char*)p->secondary + (size_t)(b - p->shardLo) * p->shardBytes,
+                                     (char*)full + (size_t)b * p->count * ts),
+                   res, out);
+  } else if (p->secondaryBytes) {
+    memcpy((char*)full + (size_t)p->shardLo * p->shardBytes, p->secondary, p->secondaryBytes);
+  }
+out:
+  free(r.lo);
+  free(r.cnt);
+  free(recvs);
+  free(recvBytes);
+  return res;
+}
+
+/* Exchanges (valid, version, changed) in the group; *useGroup = 1 when all
+ * are valid, 0 when all invalid. Disagreement is an error that every member
+ * sees alike, with no data moved (*agreed = 1). */
+static zppResult_t handshake(zppCollCtx_t* c, struct zppParam* p, const handshake_t* mine,
+                             int* useGroup, int* agreed) {
+  const int g = p->groupSize;
+  zppResult_t res = zppSuccess;
+  handshake_t* all = calloc((size_t)g, sizeof(*all));
+  void** recvs = calloc((size_t)g, sizeof(*recvs));
+  size_t* bytes = calloc((size_t)g, sizeof(*bytes));
+  if (all == NULL || recvs == NULL || bytes == NULL)
+    ZPP_FAILGOTO(zppSystemError, res, out, COLL, "hpZ: out of memory");
+  for (int i = 0; i < g; i++) {
+    recvs[i] = &all[i];
+    bytes[i] = sizeof(handshake_t);
+  }
+  all[p->groupPos] = *mine;
+  ZPPCHECKGOTO(zppGroupAllGatherV(c, p->members, g, p->groupPos, mine, sizeof(*mine), recvs, bytes,
+                                  0, NULL, NULL),
+               res, out);
+  *agreed = 1;
+  for (int i = 0; i < g; i++) {
+    if (all[i].magic != HANDSHAKE_MAGIC)
+      ZPP_FAILGOTO(zppInvalidUsage, res, out, COLL, "%s: hpZ: rank %d sent a malformed handshake",
+                   c->comm->name, p->members[i]);
+    if (all[i].changed)
+      ZPP_FAILGOTO(zppInvalidUsage, res, out, COLL,
+                   "%s: hpZ backward gather: rank %d's shard changed since its forward gather but "
+                   "zppParamInvalidate was not called: call it on every rank after every weight "
+                   "write (optimizer step, checkpoint load, ...)",
+                   c->comm->name, p->members[i]);
+  }
+  for (int i = 0; i < g; i++) {
+    if (all[i].valid != all[0].valid || all[i].version != all[0].version)
+      ZPP_FAILGOTO(zppInvalidUsage, res, out, COLL,
+                   "%s: hpZ backward gather: the group disagrees on the secondary partition: rank "
+                   "%d has it %s at version %llu, rank %d %s at version %llu (zppParamInvalidate "
+                   "must be called on every rank, the same number of times)",
+                   c->comm->name, p->members[0], all[0].valid ? "valid" : "invalid",
+                   (unsigned long long)all[0].version, p->members[i],
+                   all[i].valid ? "valid" : "invalid", (unsigned long long)all[i].version);
+  }
+  *useGroup = all[0].valid != 0;
+out:
+  free(all);
+  free(recvs);
+  free(bytes);
+  return res;
+}
+
+static zppResult_t gatherJob(struct zppComm* comm, void* arg) {
+  const gatherArgs_t* a = arg;
+  struct zppParam* p = a->p;
+  const size_t shardBytes = p->count * zppTypeSize(p->type);
+  zppOpKind_t kind = a->backward ? zppOpHpZ : (p->bits ? zppOpQwZ : zppOpAllGather);
+  uint64_t vals[4] = {p->count, (uint64_t)p->bits, (uint64_t)p->block, (uint64_t)a->backward};
+  zppCollCtx_t c;
+  ZPPCHECK(zppZeroppBegin(comm, kind, p->type, -1, vals, 4, &c));
+  zppResult_t res = zppSuccess;
+  int agreed = 0;
+  if (!a->backward) {
+    uint64_t fp = fingerprint(a->shard, shardBytes);
+    res = globalGather(&c, p, a->shard, a->full);
+    if (res == zppSuccess) {
+      p->fingerprint = fp;
+      atomic_store(&p->secVersion, p->groupSize ? a->version : ZPP_PARAM_NO_VERSION);
+    }
+    return zppZeroppEnd(&c, res, 0);
+  }
+  int valid = p->groupSize > 0 && atomic_load(&p->secVersion) == a->version;
+  int useGroup = valid;
+  if (p->groupSize > 1) {
+    handshake_t mine = {.magic = HANDSHAKE_MAGIC, .valid = (uint32_t)valid, .version = a->version};
+    mine.changed = valid && fingerprint(a->shard, shardBytes) != p->fingerprint;
+    res = handshake(&c, p, &mine, &useGroup, &agreed);
+  } else if (valid && fingerprint(a->shard, shardBytes) != p->fingerprint) {
+    res = zppInvalidUsage;
+    agreed = 1;
+    ZPP_ERR(COLL,
+            "%s: hpZ backward gather: rank %d's shard changed since its forward gather but "
+            "zppParamInvalidate was not called",
+            comm->name, comm->rank);
+  }
+  if (res == zppSuccess && useGroup) {
+    /* The data messages carry the version too: a member on another version
+     * can never be mixed in. */
+    uint64_t v2[5] = {p->count, (uint64_t)p->bits, (uint64_t)p->block, 2, a->version};
+    c.id.sig = (c.id.sig & ~0x3ffu) | (zppZeroppSigHash(v2, 5) & 0x3ffu);
+    res = groupGather(&c, p, a->full);
+  } else if (res == zppSuccess) {
+    ZPP_INFO(COLL, "%s: rank %d: hpZ backward gather from an invalid secondary: global gather",
+             comm->name, comm->rank);
+    uint64_t fp = fingerprint(a->shard, shardBytes);
+    res = globalGather(&c, p, a->shard, a->full);
+    if (res == zppSuccess) {
+      p->fingerprint = fp;
+      atomic_store(&p->secVersion, p->groupSize ? a->version : ZPP_PARAM_NO_VERSION);
+    }
+  }
+  return zppZeroppEnd(&c, res, agreed);
+}
+
+zppResult_t zppHpzIssueGather(struct zppParam* p, const void* shard, void* full, int backward,
+                              zppHostStream_t stream) {
+  gatherArgs_t a = {.p = p, .shard = shard, .full = full, .backward = backward};
+  a.version = atomic_load(&p->version);
+  return zppExecutorSubmit(p->comm->transports->exec, gatherJob, &a, sizeof(a), stream);
+}

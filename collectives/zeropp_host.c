@@ -1,0 +1,294 @@
+/* ZeRO++ on host buffers: the per-communicator state (sequence numbers,
+ * ring, scratch), message signatures, and the executor jobs of qwZ and qgZ.
+ * hpZ's jobs live with its object in hpz.c. See zeropp.h, zeropp_host.h. */
+#include "zeropp_host.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll_host.h"
+#include "zeropp.h"
+
+#include "check.h"
+#include "params.h"
+#include "lib/comm.h"
+#include "lib/transport/transports.h"
+
+/* Scratch bigger than this is given back after the call that needed it, so a
+ * one-off huge call does not pin its buffers for the communicator's life. */
+#define SCRATCH_KEEP_BYTES ((size_t)64 << 20)
+
+struct zppZeropp {
+  uint32_t seq; /* own sequence space; see zppZeroppBegin */
+  int* ring;
+  int* ringPos;
+  void* scratch[ZPP_ZSCRATCH_SLOTS];
+  size_t scratchBytes[ZPP_ZSCRATCH_SLOTS];
+  size_t chunkBytes;
+  int depth;
+};
+
+static const char* kindNames[zppNumOpKinds] = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll",
+                                               "Broadcast", "QwZ",           "HpZ",       "QgZ"};
+static const char* typeNames[] = {"int8",    "uint8",   "int32",   "uint32", "int64",
+                                  "uint64",  "float16", "float32", "float64", "bfloat16"};
+static const char* opNames[] = {"sum", "prod", "max", "min", "avg"};
+
+#define SIG_NO_OP 7u
+
+/* ---- state ------------------------------------------------------------------ */
+
+void zppZeroppFree(struct zppComm* comm) {
+  if (comm == NULL || comm->zeropp == NULL) return;
+  struct zppZeropp* st = comm->zeropp;
+  for (int i = 0; i < ZPP_ZSCRATCH_SLOTS; i++) free(st->scratch[i]);
+  free(st->ring);
+  free(st->ringPos);
+  free(st);
+  comm->zeropp = NULL;
+}
+
+static void* scratchGet(void* owner, int slot, size_t bytes) {
+  struct zppZeropp* st = owner;
+  if (slot < 0 || slot >= ZPP_ZSCRATCH_SLOTS) return NULL;
+  if (bytes <= st->scratchBytes[slot] && st->scratch[slot]) return st->scratch[slot];
+  free(st->scratch[slot]);
+  /* 64-byte aligned: packed segments are 16-byte multiples, and the codecs'
+   * vector loads like aligned starts. */
+  size_t sz = (bytes + 63) & ~(size_t)63;
+  st->scratch[slot] = aligned_alloc(64, sz ? sz : 64);
+  st->scratchBytes[slot] = st->scratch[slot] ? bytes : 0;
+  return st->scratch[slot];
+}
+
+static zppResult_t stateGet(struct zppComm* comm, struct zppZeropp** out) {
+  if (comm->zeropp) {
+    *out = comm->zeropp;
+    return zppSuccess;
+  }
+  zppResult_t res = zppSuccess;
+  struct zppZeropp* st = NULL;
+  ZPP_CALLOCGOTO(st, 1, res, fail);
+  ZPP_CALLOCGOTO(st->ring, (size_t)comm->nranks, res, fail);
+  ZPP_CALLOCGOTO(st->ringPos, (size_t)comm->nranks, res, fail);
+  /* Node by node, as the plain ring: each node's links carry one flow. */
+  int pos = 0;
+  for (int node = 0; node < comm->topo->nNodes; node++)
+    for (int i = 0; i < comm->topo->nodeSize[node]; i++) st->ring[pos++] = comm->topo->nodeRanks[node][i];
+  if (pos != comm->nranks)
+    ZPP_FAILGOTO(zppInternalError, res, fail, COLL, "topology covers %d of %d ranks", pos, comm->nranks);
+  for (int p = 0; p < comm->nranks; p++) st->ringPos[st->ring[p]] = p;
+  int64_t chunk = 0, depth = 0;
+  ZPPCHECKGOTO(zppParamGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunk), res, fail);
+  ZPPCHECKGOTO(zppParamGetInt("ZPP_PIPELINE_DEPTH", &depth), res, fail);
+  if (chunk < 1024 || depth < 1 || depth > 64)
+    ZPP_FAILGOTO(zppInvalidArgument, res, fail, ENV,
+                 "ZPP_PIPELINE_CHUNK_BYTES=%lld (>= 1024) or ZPP_PIPELINE_DEPTH=%lld (1..64) out of range",
+                 (long long)chunk, (long long)depth);
+  st->chunkBytes = (size_t)chunk;
+  st->depth = (int)depth;
+  if (comm->transports->ucx) zppUcxSetSigFormatter(comm->transports->ucx, zppZeroppDescribeMismatch);
+  comm->zeropp = st;
+  *out = st;
+  return zppSuccess;
+fail:
+  if (st) {
+    free(st->ring);
+    free(st->ringPos);
+    free(st);
+  }
+  return res;
+}
+
+/* ---- signatures ------------------------------------------------------------- */
+
+/* Same layout as the plain collectives' (coll_host.c): kind, type, op, then
+ * a 10-bit hash of what else must agree, so one formatter reads both. */
+uint32_t zppZeroppSigHash(const uint64_t* vals, int nvals) {
+  /* FNV-1a over the values' bytes, folded. */
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char* p = (const unsigned char*)vals;
+  for (size_t i = 0; i < (size_t)nvals * sizeof(uint64_t); i++) h = (h ^ p[i]) * 1099511628211ull;
+  h ^= h >> 32;
+  h ^= h >> 16;
+  return (uint32_t)(h & 0x3ffu);
+}
+
+static uint32_t makeSig(zppOpKind_t kind, zppDataType_t type, int op, const uint64_t* vals,
+                        int nvals, size_t chunkBytes) {
+  uint64_t all[12];
+  int n = 0;
+  for (int i = 0; i < nvals && n < 11; i++) all[n++] = vals[i];
+  all[n++] = (uint64_t)chunkBytes;
+  uint32_t o = (op >= 0 && op < zppNumOps) ? (uint32_t)op : SIG_NO_OP;
+  return ((uint32_t)kind << 17) | ((uint32_t)type << 13) | (o << 10) | zppZeroppSigHash(all, n);
+}
+
+static void describeSig(uint32_t sig, char* buf, size_t len) {
+  unsigned kind = (sig >> 17) & 7u, type = (sig >> 13) & 15u, op = (sig >> 10) & 7u;
+  const char* tn = type < sizeof(typeNames) / sizeof(typeNames[0]) ? typeNames[type] : "?";
+  if (op < sizeof(opNames) / sizeof(opNames[0]))
+    snprintf(buf, len, "%s(%s, %s; #%03x)", kindNames[kind], tn, opNames[op], sig & 0x3ffu);
+  else
+    snprintf(buf, len, "%s(%s; #%03x)", kindNames[kind], tn, sig & 0x3ffu);
+}
+
+void zppZeroppDescribeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t len) {
+  unsigned k1 = (theirs >> 17) & 7u, k2 = (mine >> 17) & 7u;
+  if (k1 < zppOpQwZ && k2 < zppOpQwZ) {
+    zppHostCollDescribeMismatch(theirs, mine, buf, len);
+    return;
+  }
+  char a[96], b[96];
+  describeSig(theirs, a, sizeof(a));
+  describeSig(mine, b, sizeof(b));
+  int sameCall = (theirs >> 10) == (mine >> 10);
+  snprintf(buf, len, "%s while this rank called %s%s", a, b,
+           sameCall ? " (#: a hash of count, bits, block, pipeline chunk and, for hpZ, the "
+                      "secondary's version: these differ)"
+                    : "");
+}
+
+/* ---- one operation ------------------------------------------------------------ */
+
+zppResult_t zppZeroppBegin(struct zppComm* comm, zppOpKind_t kind, zppDataType_t type, int op,
+                           const uint64_t* vals, int nvals, zppCollCtx_t* c) {
+  int err = atomic_load(&comm->asyncError);
+  if (err != zppSuccess) return (zppResult_t)err; /* logged when it happened */
+  struct zppZeropp* st = NULL;
+  ZPPCHECK(stateGet(comm, &st));
+  zppUcx_t* ucx = comm->transports->ucx;
+  if (comm->nranks > 1 && ucx == NULL)
+    ZPP_FAIL(zppInvalidUsage, COLL, "%s: no host transport (built without UCX)", comm->name);
+  /* Another rank may have given up already: say why rather than fail on a
+   * consequence. */
+  if (ucx) ZPPCHECK(zppUcxPoll(ucx));
+  memset(c, 0, sizeof(*c));
+  c->comm = comm;
+  c->ucx = ucx;
+  c->rank = comm->rank;
+  c->nranks = comm->nranks;
+  c->ring = st->ring;
+  c->ringPos = st->ringPos;
+  /* A sequence space of its own: every rank runs its jobs in issue order and
+   * each job completes all its messages, so between two ranks the messages
+   * of consecutive jobs arrive, and are matched, in order even where tags of
+   * a plain job and of a ZeRO++ job coincide. */
+  c->id.seq = st->seq++;
+  c->id.step = 0;
+  c->id.sig = makeSig(kind, type, op, vals, nvals, st->chunkBytes);
+  c->id.opKind = kind;
+  c->chunkBytes = st->chunkBytes;
+  c->depth = st->depth;
+  c->scratch = scratchGet;
+  c->scratchOwner = st;
+  ZPP_DBG(COLL, "%s: rank %d: %s seq %u sig 0x%05x", comm->name, comm->rank, kindNames[kind], c->id.seq,
+          c->id.sig);
+  return zppSuccess;
+}
+
+zppResult_t zppZeroppEnd(zppCollCtx_t* c, zppResult_t res, int agreed) {
+  struct zppComm* comm = c->comm;
+  struct zppZeropp* st = comm->zeropp;
+  for (int i = 0; st && i < ZPP_ZSCRATCH_SLOTS; i++) {
+    if (st->scratchBytes[i] > SCRATCH_KEEP_BYTES) {
+      free(st->scratch[i]);
+      st->scratch[i] = NULL;
+      st->scratchBytes[i] = 0;
+    }
+  }
+  if (res != zppSuccess && !agreed) {
+    /* The ranks no longer agree on where they are: the communicator is
+     * broken (the transport recorded why, unless the failure was local). */
+    if (atomic_load(&comm->asyncError) == zppSuccess)
+      zppCommSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
+                      kindNames[c->id.opKind], zppGetErrorString(res));
+    if (c->ucx) zppUcxQuiesce(c->ucx);
+  }
+  return res;
+}
+
+void zppZeroppProgress(const zppCollCtx_t* c) {
+  /* An error found here is found again by the next wait. */
+  if (c->ucx) (void)zppUcxPoll(c->ucx);
+}
+
+size_t zppZeroppChunkElems(const zppCollCtx_t* c, zppDataType_t type, int block) {
+  size_t e = c->chunkBytes / zppTypeSize(type);
+  e -= e % (size_t)block;
+  return e < (size_t)block ? (size_t)block : e;
+}
+
+/* ---- qwZ job ------------------------------------------------------------------ */
+
+static zppResult_t qwzJob(struct zppComm* comm, void* arg) {
+  const zppQwzCall_t* a = arg;
+  zppCollCtx_t c;
+  uint64_t vals[3] = {a->count, (uint64_t)a->bits, (uint64_t)a->block};
+  ZPPCHECK(zppZeroppBegin(comm, a->kind, a->type, -1, vals, 3, &c));
+  zppQwzLayout_t l;
+  zppResult_t res =
+      zppQwzLayout(a->count, a->type, a->bits, a->block, zppZeroppChunkElems(&c, a->type, a->block), &l);
+  if (res == zppSuccess) {
+    void* packed = zppCollScratch(&c, ZPP_ZSCRATCH_PACKED, (size_t)c.nranks * l.shardPacked);
+    if (packed == NULL) {
+      ZPP_ERR(COLL, "qwZ: out of memory for %zu bytes of packed shards",
+              (size_t)c.nranks * l.shardPacked);
+      res = zppSystemError;
+    } else {
+      res = zppQwzRun(&c, &l, a->send, a->recv, packed);
+    }
+  }
+  return zppZeroppEnd(&c, res, 0);
+}
+
+zppResult_t zppZeroppIssueQwz(struct zppComm* comm, const zppQwzCall_t* call, zppHostStream_t stream) {
+  return zppExecutorSubmit(comm->transports->exec, qwzJob, call, sizeof(*call), stream);
+}
+
+/* ---- qgZ job ------------------------------------------------------------------ */
+
+/* The arguments with their own copy of the caller's arrays (the call may
+ * return before the job runs). Freed by the job; a job the executor drops
+ * unrun (communicator aborted or being destroyed) leaks it. */
+typedef struct {
+  zppQgzArgs_t a;
+  const void** send;
+  void** recv;
+  size_t* counts;
+} qgzBlock_t;
+
+static zppResult_t qgzJob(struct zppComm* comm, void* arg) {
+  qgzBlock_t* b = *(qgzBlock_t**)arg;
+  const zppQgzArgs_t* a = &b->a;
+  /* Every tensor's count must agree: fold them into the signature. */
+  uint64_t h = 1469598103934665603ull;
+  for (int t = 0; t < a->ntensors; t++) h = (h ^ (uint64_t)a->counts[t]) * 1099511628211ull;
+  uint64_t vals[4] = {(uint64_t)a->ntensors, h, (uint64_t)a->bits, (uint64_t)a->block};
+  zppCollCtx_t c;
+  zppResult_t res = zppZeroppBegin(comm, zppOpQgZ, a->type, (int)a->op, vals, 4, &c);
+  if (res == zppSuccess) res = zppZeroppEnd(&c, zppQgzRun(&c, a), 0);
+  free(b);
+  return res;
+}
+
+zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args, zppHostStream_t stream) {
+  size_t n = (size_t)args->ntensors;
+  qgzBlock_t* b = calloc(1, sizeof(*b) + n * (2 * sizeof(void*) + sizeof(size_t)));
+  if (b == NULL) ZPP_FAIL(zppSystemError, COLL, "qgZ: out of memory for %zu tensors", n);
+  b->send = (const void**)(b + 1);
+  b->recv = (void**)(b->send + n);
+  b->counts = (size_t*)(b->recv + n);
+  for (size_t t = 0; t < n; t++) {
+    b->send[t] = args->send[t];
+    b->recv[t] = args->recv[t];
+    b->counts[t] = args->counts[t];
+  }
+  b->a = *args;
+  b->a.send = b->send;
+  b->a.recv = b->recv;
+  b->a.counts = b->counts;
+  return zppExecutorSubmit(comm->transports->exec, qgzJob, &b, sizeof(b), stream);
+}

@@ -1,0 +1,69 @@
+/*
+ * ZeRO++ operations on host buffers as the API layer issues them: each call
+ * becomes one job on the communicator's host executor (in issue order with
+ * the plain collectives; blocking with stream NULL, queued with a
+ * zppHostStream_t). Arguments are validated by the caller (lib/zeropp_api.c).
+ */
+#ifndef ZPP_ZEROPP_HOST_H_
+#define ZPP_ZEROPP_HOST_H_
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zpp.h"
+#include "zeropp.h"
+
+struct zppComm;
+
+typedef struct {
+  const void* send;
+  void* recv;
+  size_t count; /* per rank */
+  zppDataType_t type;
+  int bits;
+  int block;
+  zppOpKind_t kind; /* what the bytes count as (zppOpQwZ) */
+} zppQwzCall_t;
+
+zppResult_t zppZeroppIssueQwz(struct zppComm* comm, const zppQwzCall_t* call, zppHostStream_t stream);
+
+/* The arrays are copied: the caller's may go away once this returns. */
+zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args, zppHostStream_t stream);
+
+/* ---- hpZ partitioned parameters (hpz.c) ---------------------------------- */
+
+#define ZPP_PARAM_MAGIC 0x7a707061u /* "zppa" */
+#define ZPP_PARAM_NO_VERSION UINT64_MAX
+
+struct zppParam {
+  unsigned magic;
+  struct zppComm* comm;
+  size_t count;       /* shard elements */
+  zppDataType_t type;
+  int bits;           /* 0: plain gathers, the secondary holds raw shards */
+  int block;
+  zppQwzLayout_t layout; /* bits != 0 */
+  size_t shardBytes;  /* one shard as the secondary holds it (packed or raw) */
+  int groupSize;      /* ranks of the hpZ group; 0: no usable group (global fallback) */
+  int groupPos;       /* this rank's position in it */
+  int* members;       /* [groupSize] ranks of the group */
+  int shardLo;        /* first shard this rank's secondary holds */
+  int shardCnt;
+  void* secondary;
+  size_t secondaryBytes;
+  _Atomic uint64_t version;    /* bumped by zppParamInvalidate (caller's thread) */
+  _Atomic uint64_t secVersion; /* version the secondary was gathered at, or NO_VERSION */
+  uint64_t fingerprint;        /* of the local shard at the forward gather (executor thread) */
+};
+
+zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type, int bits,
+                         struct zppParam** out);
+/* backward 0: the global gather that refreshes the secondary; 1: from the
+ * secondaries inside the group (or the global fallback when invalid). */
+zppResult_t zppHpzIssueGather(struct zppParam* p, const void* shard, void* full, int backward,
+                              zppHostStream_t stream);
+/* Waits for the operations issued before (on the executor), then frees. */
+void zppHpzDestroy(struct zppParam* p);
+
+#endif /* ZPP_ZEROPP_HOST_H_ */

@@ -1,0 +1,112 @@
+/* ZeRO++ compression settings of a communicator; see compress_settings.h. */
+#include "lib/compress_settings.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "params.h"
+#include "lib/comm.h"
+#include "quant_kernels/zpp_quant.h"
+
+static const char* envNames[ZPP_COMPRESS_NFIELDS] = {"ZPP_QWZ_BITS", "ZPP_QGZ_BITS",
+                                                     "ZPP_QUANT_BLOCK", "ZPP_COMPRESS_MIN_BYTES",
+                                                     "ZPP_HPZ_GROUP"};
+
+static zppResult_t checkBits(int v, const char* from, const char* what) {
+  ZPP_ARGCHECK(v == 0 || v == 4 || v == 8, "%s: %s=%d: expected 0 (off), 4 or 8", from, what, v);
+  return zppSuccess;
+}
+
+static zppResult_t checkBlock(int v, const char* from) {
+  ZPP_ARGCHECK(v == 0 || zppQuantValidParams(8, v),
+               "%s: quantBlock=%d: expected 0 (codec default) or a power of two in [%d, %d]", from,
+               v, ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
+  return zppSuccess;
+}
+
+/* An int field: the config's value when set, else the environment's, else
+ * the default; `from` says which. */
+static zppResult_t resolveInt(int configValue, int field, int64_t lo, int64_t hi, int* out,
+                              const char** from) {
+  if (configValue != ZPP_CONFIG_UNDEF_INT) {
+    *out = configValue;
+    *from = "config";
+    return zppSuccess;
+  }
+  const char* name = envNames[field];
+  int64_t v = 0;
+  if (zppParamIsSet(name)) {
+    ZPPCHECK(zppParamGetInt(name, &v));
+    *from = name;
+  } else {
+    ZPPCHECK(zppParamGetInt(name, &v)); /* the table's default */
+    *from = "default";
+  }
+  ZPP_ARGCHECK(v >= lo && v <= hi, "%s=%lld out of range [%lld, %lld]", name, (long long)v,
+               (long long)lo, (long long)hi);
+  *out = (int)v;
+  return zppSuccess;
+}
+
+zppResult_t zppCompressResolve(const zppConfig_t* config, zppCompressSettings_t* out) {
+  zppCompressSettings_t s;
+  memset(&s, 0, sizeof(s));
+  const int undef = ZPP_CONFIG_UNDEF_INT;
+  ZPPCHECK(resolveInt(config ? config->qwzBits : undef, ZPP_COMPRESS_QWZ_BITS, 0, 8, &s.qwzBits,
+                      &s.from[ZPP_COMPRESS_QWZ_BITS]));
+  ZPPCHECK(checkBits(s.qwzBits, s.from[ZPP_COMPRESS_QWZ_BITS], "qwzBits"));
+  ZPPCHECK(resolveInt(config ? config->qgzBits : undef, ZPP_COMPRESS_QGZ_BITS, 0, 8, &s.qgzBits,
+                      &s.from[ZPP_COMPRESS_QGZ_BITS]));
+  ZPPCHECK(checkBits(s.qgzBits, s.from[ZPP_COMPRESS_QGZ_BITS], "qgzBits"));
+  ZPPCHECK(resolveInt(config ? config->quantBlock : undef, ZPP_COMPRESS_BLOCK, 0,
+                      ZPP_QUANT_MAX_BLOCK, &s.quantBlock, &s.from[ZPP_COMPRESS_BLOCK]));
+  ZPPCHECK(checkBlock(s.quantBlock, s.from[ZPP_COMPRESS_BLOCK]));
+  ZPPCHECK(resolveInt(config ? config->hpzGroupSize : undef, ZPP_COMPRESS_HPZ_GROUP, 0, 1 << 20,
+                      &s.hpzGroupSize, &s.from[ZPP_COMPRESS_HPZ_GROUP]));
+  ZPP_ARGCHECK(s.hpzGroupSize >= 0, "%s: hpzGroupSize=%d must be 0 (the node) or positive",
+               s.from[ZPP_COMPRESS_HPZ_GROUP], s.hpzGroupSize);
+
+  if (config && config->compressMinBytes != ZPP_CONFIG_UNDEF_SIZE) {
+    s.compressMinBytes = config->compressMinBytes;
+    s.from[ZPP_COMPRESS_MIN_BYTES] = "config";
+  } else {
+    const char* name = envNames[ZPP_COMPRESS_MIN_BYTES];
+    int64_t v = 0;
+    ZPPCHECK(zppParamGetInt(name, &v));
+    ZPP_ARGCHECK(v >= 0, "%s=%lld must not be negative", name, (long long)v);
+    s.compressMinBytes = (size_t)v;
+    s.from[ZPP_COMPRESS_MIN_BYTES] = zppParamIsSet(name) ? name : "default";
+  }
+  *out = s;
+  return zppSuccess;
+}
+
+int zppCompressBlock(const zppCompressSettings_t* s, int bits) {
+  if (s->quantBlock > 0) return s->quantBlock;
+  return bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8;
+}
+
+void zppCompressApply(struct zppComm* comm, const zppCompressSettings_t* s) {
+  comm->compress = *s;
+  char block[32];
+  if (s->quantBlock > 0)
+    snprintf(block, sizeof(block), "%d", s->quantBlock);
+  else
+    snprintf(block, sizeof(block), "int8 %d / int4 %d", ZPP_QUANT_DEFAULT_BLOCK_INT8,
+             ZPP_QUANT_DEFAULT_BLOCK_INT4);
+  char group[32];
+  if (s->hpzGroupSize > 0)
+    snprintf(group, sizeof(group), "%d", s->hpzGroupSize);
+  else
+    snprintf(group, sizeof(group), "node");
+  ZPP_INFO(INIT,
+           "comm %s rank %d: compression: all-gather %s (%s), reduce-scatter %s (%s), block %s "
+           "(%s), plain below %zu bytes (%s), hpZ group %s (%s)",
+           comm->name, comm->rank, s->qwzBits ? (s->qwzBits == 8 ? "qwZ int8" : "qwZ int4") : "plain",
+           s->from[ZPP_COMPRESS_QWZ_BITS],
+           s->qgzBits ? (s->qgzBits == 8 ? "qgZ int8" : "qgZ int4") : "plain",
+           s->from[ZPP_COMPRESS_QGZ_BITS], block, s->from[ZPP_COMPRESS_BLOCK], s->compressMinBytes,
+           s->from[ZPP_COMPRESS_MIN_BYTES], group, s->from[ZPP_COMPRESS_HPZ_GROUP]);
+}

@@ -1,0 +1,23 @@
+/*
+ * The hook by which the plain entry points (lib/coll_api.c) hand a call to
+ * ZeRO++ when the communicator's compression settings ask for it.
+ */
+#ifndef ZPP_ZEROPP_API_H_
+#define ZPP_ZEROPP_API_H_
+
+#include "zpp.h"
+#include "collectives/coll_host.h"
+
+struct zppComm;
+
+/* For a validated plain call on host buffers with count > 0: runs it as qwZ
+ * (zppAllGather, comm qwzBits != 0) or qgZ (zppReduceScatter sum/avg, comm
+ * qgzBits != 0) when the type is fp32/fp16/bf16, more than one rank takes
+ * part and the call moves at least compressMinBytes (count * typesize *
+ * nranks). Then *taken = 1, the call counts under zppOpQwZ/zppOpQgZ, and the
+ * result is the call's. Otherwise *taken = 0 and the caller runs it plain.
+ * qgZ on nodes of different sizes stays plain, said once at WARN. */
+zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, zppStream_t stream,
+                              int* taken);
+
+#endif /* ZPP_ZEROPP_API_H_ */

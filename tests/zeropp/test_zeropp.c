@@ -1,0 +1,444 @@
+/*
+ * qwZ, qgZ and hpZ on host buffers, multi-rank:
+ *
+ *   test_zeropp LAYOUT SUITE     LAYOUT as zpp_launch's ("2x2", "3x2", "1x4")
+ *
+ * SUITE core: qwZ equals the codec's decoded shards byte for byte and is
+ *   within the codec bound of the exact gather (fp32/fp16/bf16, int8/int4,
+ *   odd counts, several pipeline chunks, in place, on a host stream); qgZ
+ *   equals the two-stage computation done here with the codecs byte for byte
+ *   and is within its documented bound of the exact sum/average; avg is
+ *   exactly sum / world size in fp32; coalesced equals per-tensor; Inf/NaN in
+ *   one rank's data shows up as non-finite in the owner's shard.
+ * SUITE hpz: the backward gather equals the forward gather and moves no
+ *   inter-node byte; invalidation falls back to the global gather and never
+ *   returns stale weights; a missed invalidation (disagreeing group, or a
+ *   shard written behind our back) is an error, not data.
+ * SUITE counters: the bytes qwZ and qgZ send, intra and inter node, exactly
+ *   as the packed sizes say, and their ratio to plain 16-bit collectives.
+ * Runs with ZPP_PIPELINE_CHUNK_BYTES=ZT_CHUNK_BYTES (set by ctest).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "tools/launch.h"
+#include "zeropp_testlib.h"
+
+typedef struct {
+  zppComm_t comm;
+  int rank, W, N, L, node, lr;
+  const char* suite;
+} ctx_t;
+
+static const zppDataType_t floatTypes[] = {zppFloat32, zppFloat16, zppBfloat16};
+
+static void* xmalloc(size_t n) {
+  void* p = malloc(n ? n : 1);
+  REQUIRE(p != NULL);
+  return p;
+}
+
+/* ---- qwZ ------------------------------------------------------------------- */
+
+/* Every rank's shard and the decoded gather every rank must hold. */
+static void qwzExpectAll(const ctx_t* c, zppDataType_t t, size_t count, int bits, int seed,
+                         void* want) {
+  size_t ts = zppTypeSize(t);
+  char* shard = xmalloc(count * ts);
+  for (int r = 0; r < c->W; r++) {
+    ztFill(shard, t, count, seed, r);
+    int bad = ztQwzExpect(shard, t, count, bits, ztBlock(bits), (char*)want + (size_t)r * count * ts);
+    CHECK_MSG(bad == 0, "qwZ %s int%d: %d elements outside the codec bound", ztTypeName(t), bits, bad);
+  }
+  free(shard);
+}
+
+static void testQwz(const ctx_t* c, zppDataType_t t, int bits, size_t count, int inPlace,
+                    int async, int seed) {
+  size_t ts = zppTypeSize(t), all = count * ts * (size_t)c->W;
+  char* recv = xmalloc(all);
+  char* want = xmalloc(all);
+  char* send = inPlace ? recv + (size_t)c->rank * count * ts : xmalloc(count * ts);
+  memset(recv, 0x7b, all);
+  ztFill(send, t, count, seed, c->rank);
+  qwzExpectAll(c, t, count, bits, seed, want);
+  zppResult_t res;
+  if (async) {
+    zppHostStream_t s;
+    REQUIRE(zppHostStreamCreate(&s) == zppSuccess);
+    res = zppQwzAllGather(send, recv, count, t, bits, c->comm, s);
+    /* "Compute" while the gather runs; then wait. */
+    volatile double acc = 0;
+    for (int i = 0; i < 100000; i++) acc += sqrt((double)i);
+    if (res == zppSuccess) res = zppHostStreamSynchronize(s);
+    REQUIRE(zppHostStreamDestroy(s) == zppSuccess);
+  } else {
+    res = zppQwzAllGather(send, recv, count, t, bits, c->comm, NULL);
+  }
+  CHECK_MSG(res == zppSuccess, "qwZ %s int%d count %zu: %s", ztTypeName(t), bits, count,
+            zppGetErrorString(res));
+  long d = ztFirstDiff(recv, want, t, count * (size_t)c->W);
+  CHECK_MSG(d < 0, "qwZ %s int%d count %zu%s: element %ld (shard %ld) differs from the decoded shards",
+            ztTypeName(t), bits, count, inPlace ? " in place" : "", d, d / (long)(count ? count : 1));
+  if (!inPlace) free(send);
+  free(recv);
+  free(want);
+}
+
+/* ---- qgZ ------------------------------------------------------------------- */
+
+static void** qgzInputs(const ctx_t* c, zppDataType_t t, size_t rc, int seed) {
+  void** in = xmalloc((size_t)c->W * sizeof(void*));
+  for (int r = 0; r < c->W; r++) {
+    in[r] = xmalloc(rc * (size_t)c->W * zppTypeSize(t));
+    ztFill(in[r], t, rc * (size_t)c->W, seed, r);
+  }
+  return in;
+}
+
+static void freeInputs(const ctx_t* c, void** in) {
+  for (int r = 0; r < c->W; r++) free(in[r]);
+  free(in);
+}
+
+/* Checks got (this rank's shard) against the expectation and the bound. */
+static void checkQgz(const ctx_t* c, void* const* in, zppDataType_t t, size_t rc, int bits,
+                     zppRedOp_t op, const void* got, const char* what) {
+  char* want = xmalloc(rc * zppTypeSize(t));
+  double* bound = xmalloc(rc * sizeof(double));
+  double* target = xmalloc(rc * sizeof(double));
+  ztQgzExpect((const void* const*)in, t, rc, c->rank, c->N, c->L, bits, ztBlock(bits), op, want,
+              bound, target);
+  long d = ztFirstDiff(got, want, t, rc);
+  CHECK_MSG(d < 0, "%s %s int%d %s rc %zu: element %ld is %g, the codec computation gives %g", what,
+            ztTypeName(t), bits, op == zppAvg ? "avg" : "sum", rc, d, d >= 0 ? ztGet(got, t, (size_t)d) : 0.0,
+            d >= 0 ? ztGet(want, t, (size_t)d) : 0.0);
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < rc; i++) {
+    double y = ztGet(got, t, i);
+    if (!isfinite(y) && !isfinite(target[i])) continue;
+    if (!(fabs(y - target[i]) <= bound[i]) && bad++ == 0) first = i;
+  }
+  CHECK_MSG(bad == 0, "%s %s int%d: %zu elements outside the two-stage bound, first %zu: got %g exact %g bound %g",
+            what, ztTypeName(t), bits, bad, first, ztGet(got, t, first), target[first], bound[first]);
+  free(want);
+  free(bound);
+  free(target);
+}
+
+static void testQgz(const ctx_t* c, zppDataType_t t, int bits, zppRedOp_t op, size_t rc, int inPlace,
+                    int seed) {
+  size_t ts = zppTypeSize(t);
+  void** in = qgzInputs(c, t, rc, seed);
+  char* send = xmalloc(rc * ts * (size_t)c->W);
+  memcpy(send, in[c->rank], rc * ts * (size_t)c->W);
+  char* recv = inPlace ? send + (size_t)c->rank * rc * ts : xmalloc(rc * ts);
+  zppResult_t res = zppQgzReduceScatter(send, recv, rc, t, op, bits, c->comm, NULL);
+  CHECK_MSG(res == zppSuccess, "qgZ %s int%d rc %zu: %s", ztTypeName(t), bits, rc, zppGetErrorString(res));
+  if (res == zppSuccess) checkQgz(c, in, t, rc, bits, op, recv, inPlace ? "qgZ in place" : "qgZ");
+  if (!inPlace) free(recv);
+  free(send);
+  freeInputs(c, in);
+}
+
+/* avg is sum / world size exactly (fp32), not sum / node count. */
+static void testAvgIsSumOverWorld(const ctx_t* c, size_t rc) {
+  void** in = qgzInputs(c, zppFloat32, rc, 91);
+  float* sum = xmalloc(rc * sizeof(float));
+  float* avg = xmalloc(rc * sizeof(float));
+  CHECK(zppQgzReduceScatter(in[c->rank], sum, rc, zppFloat32, zppSum, 4, c->comm, NULL) == zppSuccess);
+  CHECK(zppQgzReduceScatter(in[c->rank], avg, rc, zppFloat32, zppAvg, 4, c->comm, NULL) == zppSuccess);
+  size_t bad = 0;
+  for (size_t i = 0; i < rc; i++) {
+    float q = sum[i] / (float)c->W;
+    if (memcmp(&q, &avg[i], sizeof(float)) != 0) bad++;
+  }
+  CHECK_MSG(bad == 0, "qgZ avg != sum / %d (world size) at %zu of %zu elements", c->W, bad, rc);
+  free(sum);
+  free(avg);
+  freeInputs(c, in);
+}
+
+static void testCoalesced(const ctx_t* c, zppDataType_t t, int bits) {
+  enum { T = 4 };
+  const size_t counts[T] = {300, 0, 1, 2100};
+  size_t ts = zppTypeSize(t);
+  const void* sends[T];
+  void* recvs[T];
+  void* singles[T];
+  for (int k = 0; k < T; k++) {
+    void* s = xmalloc(counts[k] * ts * (size_t)c->W);
+    ztFill(s, t, counts[k] * (size_t)c->W, 200 + k, c->rank);
+    sends[k] = s;
+    recvs[k] = xmalloc(counts[k] * ts);
+    singles[k] = xmalloc(counts[k] * ts);
+    CHECK(zppQgzReduceScatter(sends[k], singles[k], counts[k], t, zppSum, bits, c->comm, NULL) ==
+          zppSuccess);
+  }
+  CHECK(zppQgzReduceScatterCoalesced(T, sends, recvs, counts, t, zppSum, bits, c->comm, NULL) ==
+        zppSuccess);
+  for (int k = 0; k < T; k++) {
+    CHECK_MSG(memcmp(recvs[k], singles[k], counts[k] * ts) == 0,
+              "coalesced tensor %d (%zu elements) differs from its own qgZ call", k, counts[k]);
+    free((void*)sends[k]);
+    free(recvs[k]);
+    free(singles[k]);
+  }
+}
+
+/* An overflow in one rank's data must reach the owner as non-finite. */
+static void testNonFinite(const ctx_t* c, zppDataType_t t) {
+  const size_t rc = 700;
+  size_t ts = zppTypeSize(t);
+  char* send = xmalloc(rc * ts * (size_t)c->W);
+  char* recv = xmalloc(rc * ts);
+  ztFill(send, t, rc * (size_t)c->W, 31, c->rank);
+  /* The last rank: +Inf in rank 0's partition; rank 0: NaN in the last
+   * rank's partition. */
+  if (c->rank == c->W - 1) ztSet(send, t, 5, INFINITY);
+  if (c->rank == 0) ztSet(send, t, (size_t)(c->W - 1) * rc + 7, NAN);
+  CHECK(zppQgzReduceScatter(send, recv, rc, t, zppSum, 4, c->comm, NULL) == zppSuccess);
+  if (c->rank == 0) CHECK_MSG(!isfinite(ztGet(recv, t, 5)), "qgZ hid rank %d's Inf from its owner", c->W - 1);
+  if (c->rank == c->W - 1) CHECK_MSG(!isfinite(ztGet(recv, t, 7)), "qgZ hid rank 0's NaN from its owner");
+  free(recv);
+  /* qwZ: every rank sees rank 0's Inf. */
+  char* all = xmalloc(rc * ts * (size_t)c->W);
+  ztFill(send, t, rc, 32, c->rank);
+  if (c->rank == 0) ztSet(send, t, 3, -INFINITY);
+  CHECK(zppQwzAllGather(send, all, rc, t, 8, c->comm, NULL) == zppSuccess);
+  CHECK_MSG(!isfinite(ztGet(all, t, 3)), "qwZ hid rank 0's -Inf");
+  free(all);
+  free(send);
+}
+
+static void suiteCore(const ctx_t* c) {
+  static const size_t qwzCounts[] = {1, 333, 2500};
+  int seed = 1;
+  for (size_t ti = 0; ti < 3; ti++)
+    for (int bits = 8; bits >= 4; bits -= 4)
+      for (size_t k = 0; k < sizeof(qwzCounts) / sizeof(qwzCounts[0]); k++)
+        testQwz(c, floatTypes[ti], bits, qwzCounts[k], 0, 0, seed++);
+  testQwz(c, zppBfloat16, 8, 2500, 1, 0, seed++);
+  testQwz(c, zppBfloat16, 8, 1000, 0, 1, seed++);
+
+  static const size_t rcs[] = {1, 77, 1100};
+  for (size_t ti = 0; ti < 3; ti++)
+    for (int bits = 4; bits <= 8; bits += 4)
+      for (size_t k = 0; k < sizeof(rcs) / sizeof(rcs[0]); k++)
+        testQgz(c, floatTypes[ti], bits, (k + ti) % 2 ? zppAvg : zppSum, rcs[k], 0, seed++);
+  testQgz(c, zppBfloat16, 4, zppAvg, 1500, 0, seed++);
+  testQgz(c, zppBfloat16, 4, zppSum, 500, 1, seed++);
+  testAvgIsSumOverWorld(c, 1300);
+  testCoalesced(c, zppBfloat16, 4);
+  testCoalesced(c, zppFloat32, 8);
+  testNonFinite(c, zppBfloat16);
+  testNonFinite(c, zppFloat16);
+}
+
+/* ---- hpZ ------------------------------------------------------------------- */
+
+static void statsDelta(const ctx_t* c, zppCommStats_t* s) {
+  REQUIRE(zppCommGetStats(c->comm, s) == zppSuccess);
+  REQUIRE(zppCommResetStats(c->comm) == zppSuccess);
+}
+
+static void hpzCase(const ctx_t* c, zppDataType_t t, int bits, size_t count) {
+  size_t ts = zppTypeSize(t), all = count * ts * (size_t)c->W;
+  char* shard = xmalloc(count * ts);
+  char* fwd = xmalloc(all);
+  char* bwd = xmalloc(all);
+  char* want = xmalloc(all);
+  zppParam_t p = NULL;
+  REQUIRE(zppParamCreate(c->comm, count, t, bits, &p) == zppSuccess);
+  int g = c->L, pos = c->lr;
+  size_t per = bits ? ztQwzShardPacked(count, t, bits, ztBlock(bits)) : count * ts;
+  size_t held = (size_t)(c->W / g + (pos < c->W % g ? 1 : 0));
+  size_t secBytes = 0;
+  CHECK(zppParamSecondaryBytes(p, &secBytes) == zppSuccess);
+  CHECK_EQ_INT(secBytes, held * per);
+
+  ztFill(shard, t, count, 41, c->rank);
+  if (bits) {
+    qwzExpectAll(c, t, count, bits, 41, want);
+  } else {
+    for (int r = 0; r < c->W; r++) ztFill(want + (size_t)r * count * ts, t, count, 41, r);
+  }
+  zppCommStats_t st;
+  statsDelta(c, &st);
+  int valid = -1;
+  CHECK(zppParamIsValid(p, &valid) == zppSuccess && valid == 0);
+  CHECK(zppParamGatherForward(p, shard, fwd, NULL) == zppSuccess);
+  CHECK(zppParamIsValid(p, &valid) == zppSuccess && valid == 1);
+  CHECK_MSG(ztFirstDiff(fwd, want, t, count * (size_t)c->W) < 0, "hpZ forward != the gathered weights");
+  statsDelta(c, &st);
+  CHECK(zppParamGatherBackward(p, shard, bwd, NULL) == zppSuccess);
+  statsDelta(c, &st);
+  CHECK_MSG(memcmp(bwd, fwd, all) == 0, "hpZ backward %s int%d != forward", ztTypeName(t), bits);
+  CHECK_EQ_INT(st.interNodeBytes[zppOpHpZ], 0);
+  CHECK_EQ_INT(st.calls[zppOpHpZ], 1);
+  if (g > 1) CHECK(st.intraNodeBytes[zppOpHpZ] >= (uint64_t)(g - 1) * secBytes);
+
+  /* Weights change (optimizer step): invalidate, then the backward gather
+   * must return the new weights, through the global fallback. */
+  ztFill(shard, t, count, 42, c->rank);
+  if (bits) {
+    qwzExpectAll(c, t, count, bits, 42, want);
+  } else {
+    for (int r = 0; r < c->W; r++) ztFill(want + (size_t)r * count * ts, t, count, 42, r);
+  }
+  CHECK(zppParamInvalidate(p) == zppSuccess);
+  CHECK(zppParamIsValid(p, &valid) == zppSuccess && valid == 0);
+  CHECK(zppParamGatherBackward(p, shard, bwd, NULL) == zppSuccess);
+  statsDelta(c, &st);
+  CHECK_MSG(ztFirstDiff(bwd, want, t, count * (size_t)c->W) < 0,
+            "hpZ backward after invalidation returned stale weights");
+  /* It was the global gather: the ring crosses nodes after the last local rank. */
+  int nextInter = (c->rank + 1) % c->W / c->L != c->node;
+  CHECK_EQ_INT(st.interNodeBytes[zppOpHpZ] > 0, nextInter);
+  CHECK(zppParamIsValid(p, &valid) == zppSuccess && valid == 1);
+  memset(bwd, 0, all);
+  CHECK(zppParamGatherBackward(p, shard, bwd, NULL) == zppSuccess);
+  statsDelta(c, &st);
+  CHECK_MSG(ztFirstDiff(bwd, want, t, count * (size_t)c->W) < 0, "hpZ backward (refreshed) wrong");
+  CHECK_EQ_INT(st.interNodeBytes[zppOpHpZ], 0);
+
+  /* A weight write without zppParamInvalidate: detected, an error. */
+  ztFill(shard, t, count, 43, c->rank);
+  zppResult_t res = zppParamGatherBackward(p, shard, bwd, NULL);
+  CHECK_MSG(res == zppInvalidUsage, "hpZ backward after an unreported write: %s", zppGetErrorString(res));
+  /* The communicator is still in step: a forward gather works. */
+  CHECK(zppParamGatherForward(p, shard, fwd, NULL) == zppSuccess);
+
+  if (g > 1) {
+    /* Rank 0 alone invalidates: its group disagrees and errs, no data. */
+    if (c->rank == 0) CHECK(zppParamInvalidate(p) == zppSuccess);
+    res = zppParamGatherBackward(p, shard, bwd, NULL);
+    if (c->node == 0 && c->lr < g)
+      CHECK_MSG(res == zppInvalidUsage, "hpZ group disagreeing on validity: %s", zppGetErrorString(res));
+    else
+      CHECK(res == zppSuccess);
+    /* The others catch up: all invalid, one version: global fallback. */
+    if (c->rank != 0) CHECK(zppParamInvalidate(p) == zppSuccess);
+    CHECK(zppParamGatherBackward(p, shard, bwd, NULL) == zppSuccess);
+    if (bits) qwzExpectAll(c, t, count, bits, 43, want);
+    else for (int r = 0; r < c->W; r++) ztFill(want + (size_t)r * count * ts, t, count, 43, r);
+    CHECK(ztFirstDiff(bwd, want, t, count * (size_t)c->W) < 0);
+  }
+  /* Overlapping shard and output: refused. */
+  CHECK(zppParamGatherForward(p, fwd, fwd, NULL) == zppInvalidUsage);
+  CHECK(zppParamDestroy(p) == zppSuccess);
+  free(shard);
+  free(fwd);
+  free(bwd);
+  free(want);
+}
+
+static void suiteHpz(const ctx_t* c) {
+  hpzCase(c, zppBfloat16, 8, 1500);
+  hpzCase(c, zppFloat16, 4, 333);
+  hpzCase(c, zppFloat32, 0, 257); /* plain gathers, raw secondary */
+}
+
+/* ---- counters -------------------------------------------------------------- */
+
+static uint64_t sumAll(const ctx_t* c, uint64_t v) {
+  uint64_t out = 0;
+  REQUIRE(zppAllReduce(&v, &out, 1, zppUint64, zppSum, c->comm, NULL) == zppSuccess);
+  return out;
+}
+
+static void suiteCounters(const ctx_t* c) {
+  const zppDataType_t t = zppBfloat16;
+  const size_t count = 6000, ts = 2;
+  const int next = (c->rank + 1) % c->W, nextInter = next / c->L != c->node;
+  char* send = xmalloc(count * ts * (size_t)c->W);
+  char* recv = xmalloc(count * ts * (size_t)c->W);
+  ztFill(send, t, count * (size_t)c->W, 5, c->rank);
+  zppCommStats_t s;
+  statsDelta(c, &s);
+
+  /* qwZ int8 against the plain ring all-gather (ZPP_ALGO_ALLGATHER=ring). */
+  CHECK(zppAllGather(send, recv, count, t, c->comm, NULL) == zppSuccess);
+  statsDelta(c, &s);
+  uint64_t plainInter = s.interNodeBytes[zppOpAllGather];
+  CHECK_EQ_INT(plainInter, nextInter ? (uint64_t)(c->W - 1) * count * ts : 0);
+  CHECK(zppQwzAllGather(send, recv, count, t, 8, c->comm, NULL) == zppSuccess);
+  statsDelta(c, &s);
+  uint64_t packed = ztQwzShardPacked(count, t, 8, ztBlock(8));
+  CHECK_EQ_INT(s.interNodeBytes[zppOpQwZ], nextInter ? (uint64_t)(c->W - 1) * packed : 0);
+  CHECK_EQ_INT(s.intraNodeBytes[zppOpQwZ], nextInter ? 0 : (uint64_t)(c->W - 1) * packed);
+  CHECK_EQ_INT(s.calls[zppOpQwZ], 1);
+  uint64_t qInterAll = sumAll(c, s.interNodeBytes[zppOpQwZ]), pInterAll = sumAll(c, plainInter);
+  statsDelta(c, &s);
+  if (c->N > 1) {
+    double ratio = (double)qInterAll / (double)pInterAll;
+    /* Half the bytes, plus one fp32 scale per 256 elements and a 16-byte
+     * header (with padding) per chunk: exactly the packed size's ratio. */
+    double want = (double)packed / (double)(count * ts);
+    CHECK_MSG(fabs(ratio - want) < 1e-12 && ratio > 0.5 && ratio < 0.5 * (1 + 4.0 / 256) + 0.01,
+              "qwZ/plain inter-node bytes %.4f, packed ratio %.4f", ratio, want);
+    if (c->rank == 0) printf("qwZ int8 inter-node bytes / plain bf16 all-gather: %.4f\n", ratio);
+  }
+
+  /* qgZ int4 against the plain ring reduce-scatter (ZPP_ALGO_REDUCESCATTER=ring). */
+  CHECK(zppReduceScatter(send, recv, count, t, zppSum, c->comm, NULL) == zppSuccess);
+  statsDelta(c, &s);
+  plainInter = s.interNodeBytes[zppOpReduceScatter];
+  CHECK(zppQgzReduceScatter(send, recv, count, t, zppSum, 4, c->comm, NULL) == zppSuccess);
+  statsDelta(c, &s);
+  uint64_t run = ztQgzRunBytes(count, t, 4, ztBlock(4));
+  CHECK_EQ_INT(s.interNodeBytes[zppOpQgZ], (uint64_t)(c->N - 1) * run);
+  CHECK_EQ_INT(s.intraNodeBytes[zppOpQgZ], (uint64_t)(c->L - 1) * (uint64_t)c->N * run);
+  qInterAll = sumAll(c, s.interNodeBytes[zppOpQgZ]);
+  pInterAll = sumAll(c, plainInter);
+  statsDelta(c, &s);
+  if (c->N > 1) {
+    double ratio = (double)qInterAll / (double)pInterAll;
+    /* A quarter (4 bits of 16), plus one scale per 64 elements and headers,
+     * times W(N-1) / (N(W-1)) <= 1: the hierarchical all-to-all sends each
+     * partition across once per remote node, the ring (W-1)/W of all. */
+    double packedRatio = (double)run / (double)(count * ts);
+    double want = packedRatio * (double)(c->W * (c->N - 1)) / (double)(c->N * (c->W - 1));
+    CHECK_MSG(fabs(ratio - want) < 1e-9 && ratio <= packedRatio && packedRatio < 0.25 * (1 + 8.0 / 64) + 0.01,
+              "qgZ/plain inter-node bytes %.4f, expected %.4f", ratio, want);
+    if (c->rank == 0) printf("qgZ int4 inter-node bytes / plain bf16 reduce-scatter: %.4f\n", ratio);
+  }
+  free(send);
+  free(recv);
+}
+
+/* ---- launch ---------------------------------------------------------------- */
+
+static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  ctx_t c = {.rank = rank, .W = nranks, .suite = arg};
+  if (zppCommInitRank(&c.comm, nranks, *id, rank) != zppSuccess) return 1;
+  zppTopology_t topo;
+  REQUIRE(zppCommTopology(c.comm, &topo) == zppSuccess);
+  c.N = topo.nNodes;
+  c.L = topo.localSize;
+  c.node = topo.node;
+  c.lr = topo.localRank;
+  if (strcmp(c.suite, "core") == 0) suiteCore(&c);
+  else if (strcmp(c.suite, "hpz") == 0) suiteHpz(&c);
+  else if (strcmp(c.suite, "counters") == 0) suiteCounters(&c);
+  else REQUIRE(!"unknown suite");
+  CHECK(zppCommDestroy(c.comm) == zppSuccess);
+  if (rank == 0) printf("rank 0: %ld checks, %d failed\n", zppTestChecks, zppTestFailures);
+  return zppTestRankResult();
+}
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s LAYOUT core|hpz|counters\n", argv[0]);
+    return 2;
+  }
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.layout = argv[1];
+  o.timeoutSec = 240;
+  int rc = zppLaunch(&o, body, argv[2]);
+  CHECK_MSG(rc == 0, "ranks failed (launcher result %d)", rc);
+  return zppTestExit(argv[0]);
+}

@@ -1,0 +1,145 @@
+/* ZeRO++ test helpers; see zeropp_testlib.h. */
+#include "zeropp_testlib.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant_kernels/zpp_quant.h"
+#include "../quant/quant_testlib.h"
+#include "testutil.h"
+
+double ztGet(const void* buf, zppDataType_t t, size_t i) { return qtGet(buf, t, i); }
+void ztSet(void* buf, zppDataType_t t, size_t i, float v) { qtSet(buf, t, i, v); }
+const char* ztTypeName(zppDataType_t t) { return qtTypeName(t); }
+
+long ztFirstDiff(const void* a, const void* b, zppDataType_t t, size_t count) {
+  size_t i = qtFirstDiff(a, b, t, count);
+  return i == (size_t)-1 ? -1 : (long)i;
+}
+
+void ztFill(void* buf, zppDataType_t t, size_t count, int seed, int rank) {
+  zppTestRng_t rng;
+  zppTestRngSeed(&rng, (uint64_t)seed * 1000003u + (uint64_t)rank * 7919u + 17u);
+  float scale = 1.0f;
+  for (size_t i = 0; i < count; i++) {
+    if (i % 32 == 0) scale = ldexpf(1.0f, (int)(zppTestRngNext(&rng) % 13) - 8);
+    double v = (zppTestRngNext(&rng) & 1) ? zppTestRngNormal(&rng) : zppTestRngUniform(&rng, -2, 2);
+    qtSet(buf, t, i, (float)(v * scale));
+  }
+}
+
+int ztBlock(int bits) { return bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8; }
+
+size_t ztChunkElems(zppDataType_t t, int block) {
+  size_t e = ZT_CHUNK_BYTES / zppTypeSize(t);
+  e -= e % (size_t)block;
+  return e < (size_t)block ? (size_t)block : e;
+}
+
+size_t ztQwzShardPacked(size_t count, zppDataType_t t, int bits, int block) {
+  size_t ce = ztChunkElems(t, block), total = 0;
+  for (size_t off = 0; off < count; off += ce)
+    total += zppQuantPackedSize(count - off < ce ? count - off : ce, bits, block);
+  return total;
+}
+
+size_t ztQgzRunBytes(size_t rc, zppDataType_t t, int bits, int block) {
+  /* Pieces of a tensor are its chunks: the same cut as a qwZ shard. */
+  return ztQwzShardPacked(rc, t, bits, block);
+}
+
+int ztQwzExpect(const void* shard, zppDataType_t t, size_t count, int bits, int block, void* out) {
+  size_t size = zppQuantPackedSize(count, bits, block);
+  uint8_t* seg = malloc(size);
+  REQUIRE(seg != NULL);
+  REQUIRE(zppQuantize(shard, t, count, bits, block, seg) == zppSuccess);
+  REQUIRE(zppDequantize(seg, count, bits, block, out, t) == zppSuccess);
+  int bad = 0;
+  for (size_t i = 0; i < count; i++) {
+    double x = qtGet(shard, t, i), y = qtGet(out, t, i);
+    if (!isfinite(x)) continue;
+    double s = qtScale(seg, count, block, i / (size_t)block);
+    if (!(fabs(y - x) <= qtBound(x, s, bits, t))) bad++;
+  }
+  free(seg);
+  return bad;
+}
+
+/* fp32 summation of k terms: the relative factor of the standard bound. */
+static double gammaK(int k) {
+  double u = 0x1p-24;
+  return (double)k * u / (1.0 - (double)k * u);
+}
+
+/* One quantization's error for a finite input in a block with scale s,
+ * decoded in fp32 (docs/codecs.md; no output-type term). */
+static double stageErr(double s, int bits) {
+  double Q = bits == 8 ? 127.0 : 7.0;
+  return s / 2 + 0x1p-21 * Q * s + (Q + 1) * 0x1p-150;
+}
+
+void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int N, int L,
+                 int bits, int block, zppRedOp_t op, void* out, double* bound, double* target) {
+  const int W = N * L;
+  const size_t ts = zppTypeSize(t), ce = ztChunkElems(t, block);
+  const float d = op == zppAvg ? (float)W : 1.0f;
+  const double uT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-11 : 0x1p-8;
+  const double mT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-25 : 0x1p-134;
+  const int twoStage = N > 1 && L > 1;
+  for (size_t off = 0; off < rc; off += ce) {
+    size_t len = rc - off < ce ? rc - off : ce;
+    size_t P = zppQuantPackedSize(len, bits, block);
+    uint8_t* segs = malloc((size_t)W * P);
+    uint8_t* rr = malloc((size_t)N * P);
+    float* v32 = malloc(len * sizeof(float));
+    REQUIRE(segs && rr && v32);
+    for (int r = 0; r < W; r++) {
+      const char* in = (const char*)inputs[r] + ((size_t)p * rc + off) * ts;
+      REQUIRE(zppQuantize(in, t, len, bits, block, segs + (size_t)r * P) == zppSuccess);
+    }
+    const uint8_t* last = segs;
+    int nLast = W;
+    if (twoStage) {
+      for (int n = 0; n < N; n++)
+        REQUIRE(zppQuantReduceRequant(segs + (size_t)n * L * P, P, L, len, bits, block, bits, block,
+                                      rr + (size_t)n * P) == zppSuccess);
+      last = rr;
+      nLast = N;
+    }
+    REQUIRE(zppDequantizeSum(last, P, nLast, len, bits, block, d, (char*)out + off * ts, t) ==
+            zppSuccess);
+    REQUIRE(zppDequantizeSum(last, P, nLast, len, bits, block, d, v32, zppFloat32) == zppSuccess);
+    for (size_t i = 0; i < len; i++) {
+      size_t b = i / (size_t)block;
+      double x = 0, e = 0, sumAbsY = 0;
+      for (int r = 0; r < W; r++) {
+        const uint8_t* seg = segs + (size_t)r * P;
+        x += qtGet(inputs[r], t, (size_t)p * rc + off + i);
+        e += stageErr(qtScale(seg, len, block, b), bits);
+        sumAbsY += fabs((double)qtDecoded(seg, len, bits, block, i));
+      }
+      if (twoStage) {
+        double sumAbsR = 0;
+        for (int n = 0; n < N; n++) {
+          const uint8_t* seg = rr + (size_t)n * P;
+          double nodeAbsY = 0;
+          for (int j = 0; j < L; j++)
+            nodeAbsY += fabs((double)qtDecoded(segs + (size_t)(n * L + j) * P, len, bits, block, i));
+          e += stageErr(qtScale(seg, len, block, b), bits) + gammaK(L - 1) * nodeAbsY;
+          sumAbsR += fabs((double)qtDecoded(seg, len, bits, block, i));
+        }
+        e += gammaK(N - 1) * sumAbsR;
+      } else {
+        e += gammaK(W - 1) * sumAbsY;
+      }
+      double v = fabs((double)v32[i]);
+      double div = d != 1.0f ? 0x1p-24 * v * (1 + 0x1p-23) + 0x1p-150 : 0.0;
+      bound[off + i] = e / (double)d + div + uT * v + mT;
+      target[off + i] = x / (double)d;
+    }
+    free(segs);
+    free(rr);
+    free(v32);
+  }
+}

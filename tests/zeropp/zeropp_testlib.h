@@ -1,0 +1,52 @@
+/*
+ * Helpers of the ZeRO++ tests: deterministic test data for every rank, and
+ * the expected results computed here with the codec functions, so that the
+ * collectives can be compared byte for byte, plus the documented error
+ * bounds (docs/zeropp.md) against the exact results in double precision.
+ */
+#ifndef ZPP_ZEROPP_TESTLIB_H_
+#define ZPP_ZEROPP_TESTLIB_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zpp.h"
+
+/* ZPP_PIPELINE_CHUNK_BYTES the tests run with (set in their environment):
+ * small, so that modest counts make several pipeline chunks. */
+#define ZT_CHUNK_BYTES 4096
+
+/* Rank `rank`'s count values for `seed` in type t: normal and uniform
+ * values with magnitudes that vary from block to block. */
+void ztFill(void* buf, zppDataType_t t, size_t count, int seed, int rank);
+
+/* Elements per pipeline chunk, as the library computes it. */
+size_t ztChunkElems(zppDataType_t t, int block);
+/* Default block for bits (the codec's). */
+int ztBlock(int bits);
+
+/* qwZ: bytes of one packed shard (chunks of ztChunkElems laid end to end). */
+size_t ztQwzShardPacked(size_t count, zppDataType_t t, int bits, int block);
+/* The decoded shard every rank must hold: quantize the whole shard, decode.
+ * Returns the number of elements outside the codec's bound against the
+ * input (0 expected). */
+int ztQwzExpect(const void* shard, zppDataType_t t, size_t count, int bits, int block, void* out);
+
+/* qgZ: expected result of partition p, given every rank's input (inputs[r]
+ * holds W * rc elements), for N nodes of L ranks laid out in blocks (rank =
+ * node * L + local rank), as the library computes it: out (rc elements of t)
+ * byte for byte; bound[i] the documented two-stage bound and target[i] the
+ * exact sum (or average) in double, for each element. */
+void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int N, int L,
+                 int bits, int block, zppRedOp_t op, void* out, double* bound, double* target);
+/* Bytes one rank's qgZ sends for a tensor of rc elements per rank: one
+ * packed segment run (sum over pipeline pieces of their packed size). */
+size_t ztQgzRunBytes(size_t rc, zppDataType_t t, int bits, int block);
+
+/* Index of the first element where a and b differ (NaN equals NaN), or -1. */
+long ztFirstDiff(const void* a, const void* b, zppDataType_t t, size_t count);
+double ztGet(const void* buf, zppDataType_t t, size_t i);
+void ztSet(void* buf, zppDataType_t t, size_t i, float v);
+const char* ztTypeName(zppDataType_t t);
+
+#endif /* ZPP_ZEROPP_TESTLIB_H_ */
