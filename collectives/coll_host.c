@@ -31,6 +31,9 @@ typedef struct {
   int depth;
   int64_t small[zppNumOpKinds]; /* below: the latency algorithm */
   int algo[zppNumOpKinds];
+  int haveLast;     /* a collective ran: lastSeq and lastSig are set */
+  uint32_t lastSeq;
+  uint32_t lastSig;
 } hostState_t;
 
 static const char* kindNames[] = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll",
@@ -46,9 +49,19 @@ void zppHostCollDescribeSig(uint32_t sig, char* buf, size_t len) {
   unsigned hash = sig & 0x3ffu;
   const char* tn = type < sizeof(typeNames) / sizeof(typeNames[0]) ? typeNames[type] : "?";
   if (op < sizeof(opNames) / sizeof(opNames[0]))
-    snprintf(buf, len, "%s(%s, %s; count/root/algorithm #%03x)", kindNames[kind], tn, opNames[op], hash);
+    snprintf(buf, len, "%s(%s, %s; #%03x)", kindNames[kind], tn, opNames[op], hash);
   else
-    snprintf(buf, len, "%s(%s; count/root/algorithm #%03x)", kindNames[kind], tn, hash);
+    snprintf(buf, len, "%s(%s; #%03x)", kindNames[kind], tn, hash);
+}
+
+void zppHostCollDescribeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t len) {
+  char a[96], b[96];
+  zppHostCollDescribeSig(theirs, a, sizeof(a));
+  zppHostCollDescribeSig(mine, b, sizeof(b));
+  /* Same collective, type and op: the low bits hash the rest. */
+  int sameCall = (theirs >> 10) == (mine >> 10);
+  snprintf(buf, len, "%s while this rank called %s%s", a, b,
+           sameCall ? " (#: a hash of count, root and algorithm settings: these differ)" : "");
 }
 
 static uint32_t makeSig(const zppHostColl_t* a, int algo, size_t chunkBytes) {
@@ -209,7 +222,15 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
   if (st == NULL) {
     ZPPCHECK(stateCreate(comm, &st));
     zppExecutorSetState(t->exec, st, stateFree);
-    zppUcxSetSigFormatter(t->ucx, zppHostCollDescribeSig);
+    zppUcxSetSigFormatter(t->ucx, zppHostCollDescribeMismatch);
+  }
+  /* Another rank may have given up already: say why rather than fail on a
+   * consequence. */
+  res = zppUcxPoll(t->ucx);
+  if (res == zppSuccess && st->haveLast) res = zppUcxCheckLeftovers(t->ucx, st->lastSeq, st->lastSig);
+  if (res != zppSuccess) {
+    zppUcxQuiesce(t->ucx);
+    return res;
   }
   int algo = chooseAlgo(st, a, comm->nranks);
   zppCollCtx_t c = {
@@ -228,6 +249,9 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
   ZPP_DBG(COLL, "%s: rank %d: %s seq %u count %zu algorithm %s", comm->name, comm->rank,
           kindNames[a->kind], c.id.seq, a->count, algo == ALGO_SMALL ? "latency" : "bandwidth");
   res = runAlgo(&c, a, algo);
+  st->haveLast = 1;
+  st->lastSeq = c.id.seq;
+  st->lastSig = c.id.sig;
   for (int i = 0; i < ZPP_COLL_SCRATCH_SLOTS; i++) {
     if (st->scratchBytes[i] > SCRATCH_KEEP_BYTES) {
       free(st->scratch[i]);

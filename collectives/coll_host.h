@@ -7,6 +7,7 @@
 #define ZPP_COLL_HOST_H_
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "zpp.h"
 
@@ -25,8 +26,11 @@ typedef struct {
 /* Arguments already validated. stream: NULL (blocks) or a host stream. */
 zppResult_t zppHostCollIssue(struct zppComm* comm, const zppHostColl_t* coll, zppHostStream_t stream);
 
-/* "AllReduce(float32, sum; #1a3)": what a message signature says, for the
- * transport's mismatch errors. */
+/* "AllReduce(float32, sum; #1a3)": what one signature says. */
 void zppHostCollDescribeSig(uint32_t sig, char* buf, size_t len);
+/* "AllReduce(float32, max; #1a3) while this rank called AllReduce(float32,
+ * sum; #1a3)": what two message signatures say, for the transport's
+ * mismatch errors (a zppSigFormatter_t). */
+void zppHostCollDescribeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t len);
 
 #endif /* ZPP_COLL_HOST_H_ */

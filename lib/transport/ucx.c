@@ -26,6 +26,8 @@
 #define TAG_SRC_BITS 19
 #define TAG_SEQ_SHIFT 28
 #define TAG_STEP_SHIFT 20
+#define TAG_SRC_MASK (((1ull << TAG_SRC_BITS) - 1) << TAG_SRC_SHIFT)
+#define TAG_SEQ_MASK (0xffffull << TAG_SEQ_SHIFT)
 /* A receive matches control bit, source, sequence and step; not the
  * signature, which is compared after the match (see ucx.h). */
 #define TAG_MATCH_MASK (~(uint64_t)ZPP_UCX_SIG_MASK)
@@ -38,6 +40,10 @@
 /* Bound on telling the other ranks about an error and on closing endpoints. */
 #define NOTICE_WAIT_SEC 0.5
 #define CLOSE_WAIT_SEC 2.0
+/* After an error, how long to wait for cancelled transfers to let go. A send
+ * to a dead peer over shared memory never does (no error handling there);
+ * its request stays with the worker until destroy, harmlessly. */
+#define QUIESCE_WAIT_SEC 0.3
 
 typedef struct {
   uint32_t fullLen;  /* worker address, every transport */
@@ -74,7 +80,9 @@ struct zppUcxReq {
   size_t bytes;
   size_t gotBytes;
   uint64_t gotTag;
+  uint32_t seq;
   uint32_t wantSig;
+  int haveTag; /* gotTag is valid */
 };
 
 typedef struct {
@@ -236,9 +244,10 @@ static void recvDone(void* request, ucs_status_t status, const ucp_tag_recv_info
                      void* userData) {
   zppUcxReq_t* r = userData;
   r->status = status;
-  if (status == UCS_OK) {
+  if (status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED) {
     r->gotTag = info->sender_tag;
     r->gotBytes = info->length;
+    r->haveTag = 1;
   }
   r->done = 1;
   r->ucpReq = NULL;
@@ -469,6 +478,8 @@ zppResult_t zppUcxIsend(zppUcx_t* u, int peer, const void* buf, size_t bytes, co
   ZPPCHECK(reqAlloc(u, &r));
   r->peer = peer;
   r->bytes = bytes;
+  r->seq = id->seq;
+  r->wantSig = id->sig & ZPP_UCX_SIG_MASK;
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof(prm));
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -503,6 +514,7 @@ zppResult_t zppUcxIrecv(zppUcx_t* u, int peer, void* buf, size_t bytes, const zp
   r->peer = peer;
   r->isRecv = 1;
   r->bytes = bytes;
+  r->seq = id->seq;
   r->wantSig = id->sig & ZPP_UCX_SIG_MASK;
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof(prm));
@@ -521,11 +533,14 @@ zppResult_t zppUcxIrecv(zppUcx_t* u, int peer, void* buf, size_t bytes, const zp
   return zppSuccess;
 }
 
-static void describeSig(const zppUcx_t* u, uint32_t sig, char* buf, size_t len) {
+static zppResult_t mismatchError(zppUcx_t* u, int peer, uint32_t got, uint32_t want) {
+  char what[400];
   if (u->sigFormatter)
-    u->sigFormatter(sig, buf, len);
+    u->sigFormatter(got, want, what, sizeof(what));
   else
-    snprintf(buf, len, "signature 0x%05x", sig);
+    snprintf(what, sizeof(what), "signature 0x%05x while this rank called 0x%05x", got, want);
+  return failWith(u, zppInvalidUsage, "%s: rank %d: mismatched collectives: rank %d (host %s) called %s",
+                  u->comm->name, u->rank, peer, hostOf(u, peer), what);
 }
 
 /* Checks a completed request and releases it. */
@@ -533,7 +548,10 @@ static zppResult_t finishReq(zppUcx_t* u, zppUcxReq_t* r) {
   int peer = r->peer;
   zppResult_t res = zppSuccess;
   const char* name = u->comm->name;
-  if (r->status == UCS_ERR_MESSAGE_TRUNCATED) {
+  /* The signature first: it says what differs, a length only that something does. */
+  if (r->isRecv && r->haveTag && (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK) != r->wantSig) {
+    res = mismatchError(u, peer, (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK), r->wantSig);
+  } else if (r->status == UCS_ERR_MESSAGE_TRUNCATED) {
     res = failWith(u, zppInvalidUsage,
                    "%s: rank %d received more than the %zu bytes it expected from rank %d (host %s): "
                    "the ranks called collectives with different counts",
@@ -542,13 +560,6 @@ static zppResult_t finishReq(zppUcx_t* u, zppUcxReq_t* r) {
     res = failWith(u, zppRemoteError, "%s: rank %d: %s of %zu bytes %s rank %d (host %s) failed: %s",
                    name, u->rank, r->isRecv ? "receive" : "send", r->bytes,
                    r->isRecv ? "from" : "to", peer, hostOf(u, peer), ucs_status_string(r->status));
-  } else if (r->isRecv && (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK) != r->wantSig) {
-    char got[160], want[160];
-    describeSig(u, (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK), got, sizeof(got));
-    describeSig(u, r->wantSig, want, sizeof(want));
-    res = failWith(u, zppInvalidUsage,
-                   "%s: mismatched collectives: rank %d (host %s) called %s while rank %d called %s",
-                   name, peer, hostOf(u, peer), got, u->rank, want);
   } else if (r->isRecv && r->gotBytes != r->bytes) {
     res = failWith(u, zppInvalidUsage,
                    "%s: rank %d received %zu bytes from rank %d (host %s) where it expected %zu: "
@@ -601,9 +612,55 @@ static void idleWait(zppUcx_t* u, double idleSince, double now, double deadline)
   (void)poll(fds, 2, ms);
 }
 
+/* Ranks in different collectives may never exchange a message this rank
+ * waits for (each waits on a third rank): look at what arrived unasked
+ * for. A message of this collective (same sequence number) with another
+ * signature is proof of a mismatch. */
+static zppResult_t probeMismatch(zppUcx_t* u, const zppUcxReq_t* r) {
+  zppMsgId_t id = {r->seq, 0, 0, 0};
+  for (int src = 0; src < u->nranks; src++) {
+    if (src == u->rank) continue;
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h m = ucp_tag_probe_nb(u->worker, makeTag(src, &id),
+                                           TAG_CONTROL | TAG_SRC_MASK | TAG_SEQ_MASK, 0, &info);
+    uint32_t got = (uint32_t)(info.sender_tag & ZPP_UCX_SIG_MASK);
+    if (m == NULL || got == r->wantSig) continue;
+    return mismatchError(u, src, got, r->wantSig);
+  }
+  return zppSuccess;
+}
+
+/* Every message of a collective goes to a receive of the same collective
+ * when all ranks made the same call; one still waiting after it completed
+ * means they did not (e.g. two broadcast roots: the data paths need not
+ * cross, and each side may finish "successfully"). */
+zppResult_t zppUcxCheckLeftovers(zppUcx_t* u, uint32_t seq, uint32_t sig) {
+  zppMsgId_t id = {seq, 0, 0, 0};
+  ucp_tag_recv_info_t info;
+  ucp_tag_message_h m =
+      ucp_tag_probe_nb(u->worker, makeTag(0, &id), TAG_CONTROL | TAG_SEQ_MASK, 0, &info);
+  if (m == NULL) return zppSuccess;
+  int src = (int)((info.sender_tag & TAG_SRC_MASK) >> TAG_SRC_SHIFT);
+  uint32_t got = (uint32_t)(info.sender_tag & ZPP_UCX_SIG_MASK);
+  if (got != (sig & ZPP_UCX_SIG_MASK)) return mismatchError(u, src, got, sig & ZPP_UCX_SIG_MASK);
+  return failWith(u, zppInvalidUsage,
+                  "%s: rank %d: mismatched collectives: rank %d (host %s) sent a message in the last "
+                  "collective that this rank did not expect (different broadcast roots?)",
+                  u->comm->name, u->rank, src, hostOf(u, src));
+}
+
+zppResult_t zppUcxPoll(zppUcx_t* u) {
+  for (int k = 0; k < 64 && ucp_worker_progress(u->worker); k++) {
+  }
+  ZPPCHECK(checkNotice(u));
+  return zppSuccess;
+}
+
 zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
   const double timeout = u->comm->timeoutSec > 0 ? u->comm->timeoutSec : 1e9;
-  double lastDone = nowSec(), idleSince = lastDone, lastLiveness = lastDone;
+  double lastDone = nowSec(), idleSince = lastDone;
+  /* The first health check comes early: a mismatch is best found fast. */
+  double lastLiveness = lastDone - LIVENESS_PERIOD_SEC + 0.02;
   for (;;) {
     int progressed = 0;
     for (int k = 0; k < 64 && ucp_worker_progress(u->worker); k++) progressed = 1;
@@ -644,6 +701,7 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
     }
     if (now - lastLiveness > LIVENESS_PERIOD_SEC) {
       lastLiveness = now;
+      ZPPCHECK(probeMismatch(u, reqs[firstPending]));
       for (int i = 0; i < n; i++) {
         if (reqs[i] == NULL) continue;
         peer_t* p = &u->peers[reqs[i]->peer];
@@ -777,10 +835,12 @@ void zppUcxQuiesce(zppUcx_t* u) {
     if (!r->isRecv && !r->done) sendsLeft = 1;
   if (sendsLeft) {
     u->closing = 1;
-    closeEps(u, UCP_EP_CLOSE_FLAG_FORCE, CLOSE_WAIT_SEC);
+    closeEps(u, UCP_EP_CLOSE_FLAG_FORCE, QUIESCE_WAIT_SEC);
   }
-  if (drain(u, CLOSE_WAIT_SEC) != 0)
-    ZPP_WARN(NET, "%s: rank %d: some transfers did not stop after an error", u->comm->name, u->rank);
+  int left = drain(u, QUIESCE_WAIT_SEC);
+  if (left != 0)
+    ZPP_INFO(NET, "%s: rank %d: %d transfers to failed peers left to the worker", u->comm->name,
+             u->rank, left);
   /* Completed but never waited for: release. */
   zppUcxReq_t* r = u->live.next;
   while (r != &u->live) {

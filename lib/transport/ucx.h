@@ -52,9 +52,10 @@ typedef struct {
 #define ZPP_UCX_SIG_BITS 20
 #define ZPP_UCX_SIG_MASK ((1u << ZPP_UCX_SIG_BITS) - 1u)
 
-/* Describes a signature for error messages (set by the layer that makes
- * them); writes at most len bytes into buf. */
-typedef void (*zppSigFormatter_t)(uint32_t sig, char* buf, size_t len);
+/* Describes a mismatch for error messages, as "<theirs> while this rank
+ * called <mine>" (set by the layer that makes the signatures); writes at
+ * most len bytes into buf. */
+typedef void (*zppSigFormatter_t)(uint32_t theirs, uint32_t mine, char* buf, size_t len);
 
 /* Collective over the communicator (uses its bootstrap and topology). */
 zppResult_t zppUcxCreate(struct zppComm* comm, zppUcx_t** out);
@@ -76,6 +77,12 @@ zppResult_t zppUcxIrecv(zppUcx_t* ucx, int peer, void* buf, size_t bytes, const 
  * recorded on the communicator, and the remaining requests stay live until
  * zppUcxQuiesce. */
 zppResult_t zppUcxWaitAll(zppUcx_t* ucx, zppUcxReq_t** reqs, int n);
+/* Progresses and reports an error another rank announced, if any: a cheap
+ * check before starting a collective. */
+zppResult_t zppUcxPoll(zppUcx_t* ucx);
+/* Errors if a message of the completed collective (seq, sig) was left
+ * unreceived: a sign that the ranks made different calls. */
+zppResult_t zppUcxCheckLeftovers(zppUcx_t* ucx, uint32_t seq, uint32_t sig);
 /* Posted sends and receives become a result of one blocking exchange. */
 zppResult_t zppUcxSendRecv(zppUcx_t* ucx, int sendPeer, const void* sendBuf, size_t sendBytes,
                            int recvPeer, void* recvBuf, size_t recvBytes, const zppMsgId_t* id);

@@ -30,3 +30,12 @@ zpp_coll_test(test_coll_5_ring_chunks ARGS 5 3,2
   ENV "ZPP_ALGO_ALLGATHER=ring;ZPP_ALGO_REDUCESCATTER=ring;ZPP_ALGO_ALLREDUCE=ring;ZPP_ALGO_BROADCAST=pipeline;ZPP_PIPELINE_CHUNK_BYTES=1024;ZPP_PIPELINE_DEPTH=3")
 zpp_coll_test(test_coll_7_small_algos ARGS 7
   ENV "ZPP_ALGO_ALLGATHER=bruck;ZPP_ALGO_REDUCESCATTER=direct;ZPP_ALGO_ALLREDUCE=rd;ZPP_ALGO_BROADCAST=binomial")
+
+# Faults and bad input: each case its own process, the times asserted inside.
+add_executable(test_coll_faults test_coll_faults.c)
+target_link_libraries(test_coll_faults PRIVATE zpp_static zpp_testutil zpp_coll_testlib zpp_launch)
+foreach(case kill stall mismatch abort args)
+  add_test(NAME test_coll_faults_${case} COMMAND test_coll_faults ${case})
+  set_tests_properties(test_coll_faults_${case} PROPERTIES LABELS "comm" TIMEOUT 120
+                                                          SKIP_RETURN_CODE 77)
+endforeach()

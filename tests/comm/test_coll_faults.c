@@ -1,0 +1,342 @@
+/*
+ * Faults and bad input on host collectives. Each case is its own ctest:
+ *
+ *   test_coll_faults kill      a rank dies in the middle of a collective
+ *   test_coll_faults stall     a rank stops calling: the others time out
+ *   test_coll_faults mismatch  other count / op / type / collective on one rank
+ *   test_coll_faults abort     zppCommAbort from another thread unblocks a rank
+ *   test_coll_faults args      bad arguments and streams, comm still usable after
+ *
+ * Every failure must reach every surviving rank as an error (never success
+ * with wrong data) within the bound the test asserts.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll_testlib.h"
+#include "testutil.h"
+#include "tools/launch.h"
+
+/* Shared with the forked ranks: what each saw. */
+typedef struct {
+  int result[16];
+  double elapsed[16];
+  char reason[16][256];
+} outcome_t;
+static outcome_t* shared;
+
+static void sleepSec(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+static void record(int rank, zppComm_t comm, zppResult_t res, double t0) {
+  shared->result[rank] = (int)res;
+  shared->elapsed[rank] = collTestNow() - t0;
+  snprintf(shared->reason[rank], sizeof(shared->reason[rank]), "%s",
+           res == zppSuccess ? "" : zppGetLastError(comm));
+}
+
+static int launch(int nranks, const char* layout, zppLaunchFn fn, void* arg, int* status) {
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = nranks;
+  o.layout = layout;
+  o.timeoutSec = 60;
+  o.statusOut = status;
+  o.quiet = status != NULL;
+  memset(shared, 0, sizeof(*shared));
+  for (int r = 0; r < 16; r++) shared->result[r] = -1;
+  return zppLaunch(&o, fn, arg);
+}
+
+/* ---- a rank dies mid-collective ----------------------------------------- */
+
+#define KILL_TIMEOUT 20.0
+static const int victim = 3;
+
+static int killBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppComm_t comm;
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  cfg.timeoutSec = (int)KILL_TIMEOUT;
+  REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
+  size_t count = (size_t)4 << 20; /* 16 MiB of float: long enough to die inside */
+  float* buf = calloc(count, sizeof(float));
+  REQUIRE(buf);
+  REQUIRE(zppAllReduce(buf, buf, 1024, zppFloat32, zppSum, comm, NULL) == zppSuccess);
+  if (rank == victim) {
+    zppHostStream_t s;
+    REQUIRE(zppHostStreamCreate(&s) == zppSuccess);
+    REQUIRE(zppAllReduce(buf, buf, count, zppFloat32, zppSum, comm, s) == zppSuccess);
+    sleepSec(0.05);
+    raise(SIGKILL);
+  }
+  double t0 = collTestNow();
+  zppResult_t res = zppAllReduce(buf, buf, count, zppFloat32, zppSum, comm, NULL);
+  record(rank, comm, res, t0);
+  zppCommDestroy(comm);
+  free(buf);
+  return 0;
+}
+
+static int testKill(void) {
+  int status[4];
+  /* 2x2: the victim has a peer on its node (shared memory, watched by pid)
+   * and two on the other node (tcp, UCX's peer failure handling). */
+  launch(4, "2x2", killBody, NULL, status);
+  CHECK_EQ_INT(status[victim], 128 + SIGKILL);
+  for (int r = 0; r < 4; r++) {
+    if (r == victim) continue;
+    CHECK_EQ_INT(status[r], 0);
+    CHECK_MSG(shared->result[r] == zppRemoteError, "rank %d: result %d", r, shared->result[r]);
+    CHECK_MSG(shared->elapsed[r] < KILL_TIMEOUT, "rank %d took %.1f s", r, shared->elapsed[r]);
+    printf("kill: rank %d saw the error after %.2f s: %s\n", r, shared->elapsed[r], shared->reason[r]);
+  }
+  return 0;
+}
+
+/* ---- a rank stops calling ------------------------------------------------- */
+
+#define STALL_TIMEOUT 3
+static const int staller = 2;
+
+static int stallBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppComm_t comm;
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  cfg.timeoutSec = STALL_TIMEOUT;
+  REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
+  int32_t v[300];
+  for (int i = 0; i < 300; i++) v[i] = rank;
+  REQUIRE(zppAllReduce(v, v, 300, zppInt32, zppSum, comm, NULL) == zppSuccess);
+  if (rank == staller) sleepSec(STALL_TIMEOUT + 2.0);
+  double t0 = collTestNow();
+  zppResult_t res = zppAllGather(v + rank * 100, v, 100, zppInt32, comm, NULL);
+  record(rank, comm, res, t0);
+  zppCommDestroy(comm);
+  return 0;
+}
+
+static int testStall(void) {
+  int status[3];
+  launch(3, NULL, stallBody, NULL, status);
+  int named = 0;
+  for (int r = 0; r < 3; r++) {
+    CHECK_EQ_INT(status[r], 0);
+    CHECK_MSG(shared->result[r] == zppRemoteError, "rank %d: result %d", r, shared->result[r]);
+    printf("stall: rank %d: %d after %.2f s: %s\n", r, shared->result[r], shared->elapsed[r],
+           shared->reason[r]);
+    if (r == staller) {
+      /* It comes back late and learns at once that the others gave up. */
+      CHECK_MSG(shared->elapsed[r] < 1.0, "late rank took %.2f s", shared->elapsed[r]);
+      continue;
+    }
+    CHECK_MSG(shared->elapsed[r] >= STALL_TIMEOUT - 0.5 && shared->elapsed[r] < STALL_TIMEOUT + 2.0,
+              "rank %d gave up after %.2f s (timeout %d s)", r, shared->elapsed[r], STALL_TIMEOUT);
+    /* A rank names the one it waited for, which may itself be waiting for
+     * the staller; one of them names the staller. */
+    CHECK_MSG(strstr(shared->reason[r], "timed out") != NULL, "rank %d's reason: %s", r,
+              shared->reason[r]);
+    named += strstr(shared->reason[r], "rank 2 ") != NULL;
+  }
+  CHECK_MSG(named > 0, "no rank named the rank that stopped calling");
+  return 0;
+}
+
+/* ---- mismatched calls --------------------------------------------------- */
+
+typedef enum { MIS_COUNT, MIS_OP, MIS_TYPE, MIS_COLL, MIS_ROOT, MIS_COUNT_LARGE } mismatch_t;
+static const char* misNames[] = {"count", "op", "type", "collective", "root", "count (large)"};
+
+static int mismatchBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  mismatch_t m = *(const mismatch_t*)arg;
+  zppComm_t comm;
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  cfg.timeoutSec = 20;
+  REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
+  const int odd = 1; /* the rank that calls something else */
+  size_t count = m == MIS_COUNT_LARGE ? 300000 : 100;
+  int32_t* buf = calloc(count * (size_t)nranks + 8, sizeof(int32_t));
+  REQUIRE(buf);
+  double t0 = collTestNow();
+  zppResult_t res;
+  switch (m) {
+    case MIS_COUNT:
+    case MIS_COUNT_LARGE:
+      res = zppAllReduce(buf, buf, rank == odd ? count + 1 : count, zppInt32, zppSum, comm, NULL);
+      break;
+    case MIS_OP:
+      res = zppAllReduce(buf, buf, count, zppInt32, rank == odd ? zppMax : zppSum, comm, NULL);
+      break;
+    case MIS_TYPE: /* same element size: only the signature tells them apart */
+      res = zppAllReduce(buf, buf, count, rank == odd ? zppFloat32 : zppInt32, zppSum, comm, NULL);
+      break;
+    case MIS_COLL:
+      res = rank == odd ? zppBroadcast(buf, buf, count, zppInt32, 0, comm, NULL)
+                        : zppAllGather(buf + (size_t)rank * count, buf, count, zppInt32, comm, NULL);
+      break;
+    default: {
+      int root = rank == odd ? 1 : 0;
+      for (size_t i = 0; i < count; i++) buf[i] = rank == root ? 1000 + root : -1;
+      res = zppBroadcast(buf, buf, count, zppInt32, root, comm, NULL);
+      /* Success is acceptable only with the right data for this rank's call,
+       * and the mismatch must come out by the next call. */
+      for (size_t i = 0; res == zppSuccess && i < count; i++)
+        if (buf[i] != 1000 + root) res = (zppResult_t)100;
+      if (res == zppSuccess) res = zppAllReduce(buf, buf, count, zppInt32, zppSum, comm, NULL);
+      break;
+    }
+  }
+  record(rank, comm, res, t0);
+  zppCommDestroy(comm);
+  free(buf);
+  return 0;
+}
+
+static int testMismatch(void) {
+  for (mismatch_t m = MIS_COUNT; m <= MIS_COUNT_LARGE; m++) {
+    int status[4];
+    launch(4, "2x2", mismatchBody, &m, status);
+    int named = 0, failed = 0;
+    for (int r = 0; r < 4; r++) {
+      CHECK_EQ_INT(status[r], 0);
+      int ok = shared->result[r] == zppInvalidUsage || shared->result[r] == zppRemoteError;
+      failed += shared->result[r] != zppSuccess;
+      CHECK_MSG(ok, "mismatched %s: rank %d returned %d", misNames[m], r, shared->result[r]);
+      CHECK_MSG(shared->elapsed[r] < 10.0, "mismatched %s: rank %d took %.1f s", misNames[m], r,
+                shared->elapsed[r]);
+      named += strstr(shared->reason[r], "mismatched") != NULL ||
+               strstr(shared->reason[r], "different counts") != NULL;
+    }
+    CHECK_MSG(named > 0, "mismatched %s: no rank said why", misNames[m]);
+    CHECK_MSG(failed > 0, "mismatched %s: every rank succeeded", misNames[m]);
+    printf("mismatched %s: rank 0 after %.2f s: %s\n", misNames[m], shared->elapsed[0],
+           shared->reason[0]);
+  }
+  return 0;
+}
+
+/* ---- abort from another thread -------------------------------------------- */
+
+static void* aborter(void* arg) {
+  sleepSec(0.5);
+  zppCommAbort((zppComm_t)arg);
+  return NULL;
+}
+
+static int abortBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppComm_t comm;
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  cfg.timeoutSec = 30;
+  REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
+  float v[64] = {0};
+  if (rank == 1) {
+    sleepSec(3.0); /* never joins while rank 0 waits */
+    zppCommAbort(comm);
+    return 0;
+  }
+  zppHostStream_t s;
+  REQUIRE(zppHostStreamCreate(&s) == zppSuccess);
+  float w[64] = {0};
+  REQUIRE(zppAllReduce(w, w, 64, zppFloat32, zppSum, comm, s) == zppSuccess); /* queued */
+  pthread_t th;
+  REQUIRE(pthread_create(&th, NULL, aborter, comm) == 0);
+  double t0 = collTestNow();
+  /* Blocks behind the queued operation until the abort. */
+  zppResult_t res = zppAllReduce(v, v, 64, zppFloat32, zppSum, comm, NULL);
+  shared->result[0] = (int)res;
+  shared->elapsed[0] = collTestNow() - t0;
+  pthread_join(th, NULL);
+  /* The queued operation failed too, and the stream says so. */
+  shared->result[1] = (int)zppHostStreamSynchronize(s);
+  zppHostStreamDestroy(s);
+  return 0;
+}
+
+static int testAbort(void) {
+  int status[2];
+  launch(2, NULL, abortBody, NULL, status);
+  CHECK_EQ_INT(status[0], 0);
+  CHECK_EQ_INT(status[1], 0);
+  CHECK_MSG(shared->result[0] != zppSuccess && shared->result[0] >= 0, "blocked call returned %d",
+            shared->result[0]);
+  CHECK_MSG(shared->elapsed[0] > 0.4 && shared->elapsed[0] < 2.0, "abort took %.2f s to unblock",
+            shared->elapsed[0]);
+  CHECK_MSG(shared->result[1] != zppSuccess && shared->result[1] >= 0, "stream returned %d",
+            shared->result[1]);
+  printf("abort: the blocked call returned %d after %.2f s\n", shared->result[0], shared->elapsed[0]);
+  return 0;
+}
+
+/* ---- bad arguments -------------------------------------------------------- */
+
+static int argsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppComm_t comm;
+  REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
+  int32_t a[64] = {0}, b[64] = {0};
+  CHECK_EQ_INT(zppAllReduce(NULL, b, 4, zppInt32, zppSum, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppAllReduce(a, NULL, 4, zppInt32, zppSum, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppAllReduce(a, b, 4, (zppDataType_t)42, zppSum, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppAllReduce(a, b, 4, zppInt32, (zppRedOp_t)9, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppAllGather(a, b, SIZE_MAX / 4, zppInt32, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppAllToAll(a, b, ((size_t)1 << 62) / 2, zppInt64, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppBroadcast(a, b, 4, zppInt32, nranks, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppBroadcast(a, b, 4, zppInt32, -1, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppAllReduce(a, b, 4, zppInt32, zppSum, NULL, NULL), zppInvalidArgument);
+  /* Overlapping, but not NCCL's in-place form. */
+  CHECK_EQ_INT(zppAllReduce(a, a + 1, 4, zppInt32, zppSum, comm, NULL), zppInvalidUsage);
+  CHECK_EQ_INT(zppAllGather(a + (rank == 0 ? 1 : 0), a, 4, zppInt32, comm, NULL), zppInvalidUsage);
+  /* A stream that is not a host stream, and a destroyed one. */
+  int notAStream = 0;
+  CHECK_EQ_INT(zppAllReduce(a, b, 4, zppInt32, zppSum, comm, &notAStream), zppInvalidArgument);
+  zppHostStream_t s;
+  REQUIRE(zppHostStreamCreate(&s) == zppSuccess);
+  REQUIRE(zppHostStreamDestroy(s) == zppSuccess);
+  CHECK_EQ_INT(zppAllReduce(a, b, 4, zppInt32, zppSum, comm, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppHostStreamSynchronize(NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppHostStreamDestroy(NULL), zppSuccess);
+  /* Nothing to move: fine, even with NULL buffers (as NCCL). */
+  CHECK_EQ_INT(zppAllReduce(NULL, NULL, 0, zppInt32, zppSum, comm, NULL), zppSuccess);
+  /* Rejected calls left the communicator healthy. */
+  for (int i = 0; i < 64; i++) a[i] = rank + i;
+  CHECK_EQ_INT(zppAllReduce(a, b, 64, zppInt32, zppSum, comm, NULL), zppSuccess);
+  int bad = 0;
+  for (int i = 0; i < 64; i++) bad += b[i] != nranks * (nranks - 1) / 2 + nranks * i;
+  CHECK_EQ_INT(bad, 0);
+  zppResult_t async;
+  CHECK(zppCommGetAsyncError(comm, &async) == zppSuccess && async == zppSuccess);
+  CHECK(zppCommDestroy(comm) == zppSuccess);
+  return zppTestFailures ? 1 : 0;
+}
+
+static int testArgs(void) {
+  CHECK_EQ_INT(launch(3, NULL, argsBody, NULL, NULL), 0);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  shared = mmap(NULL, sizeof(outcome_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(shared != MAP_FAILED);
+  const char* which = argc > 1 ? argv[1] : "";
+  double t0 = collTestNow();
+  if (strcmp(which, "kill") == 0)
+    testKill();
+  else if (strcmp(which, "stall") == 0)
+    testStall();
+  else if (strcmp(which, "mismatch") == 0)
+    testMismatch();
+  else if (strcmp(which, "abort") == 0)
+    testAbort();
+  else if (strcmp(which, "args") == 0)
+    testArgs();
+  else {
+    fprintf(stderr, "usage: %s kill|stall|mismatch|abort|args\n", argv[0]);
+    return 2;
+  }
+  printf("%s: %.1f s\n", which, collTestNow() - t0);
+  return zppTestExit(which);
+}
