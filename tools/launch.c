@@ -48,19 +48,43 @@ int zppLaunchParseLayout(const char* layout, int* nodeOf, int maxRanks) {
   return n;
 }
 
-int zppLaunchFreePort(void) {
+/* 1 if port (0: any) can be bound on 127.0.0.1 now; *got receives it. */
+static int tryBind(int port, int* got) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
   if (s < 0) return 0;
   struct sockaddr_in a;
   memset(&a, 0, sizeof(a));
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons((uint16_t)port);
   socklen_t len = sizeof(a);
-  int port = 0;
-  if (bind(s, (struct sockaddr*)&a, sizeof(a)) == 0 && getsockname(s, (struct sockaddr*)&a, &len) == 0)
-    port = ntohs(a.sin_port);
+  int ok = bind(s, (struct sockaddr*)&a, sizeof(a)) == 0 &&
+           getsockname(s, (struct sockaddr*)&a, &len) == 0;
   close(s);
-  return port;
+  if (ok) *got = ntohs(a.sin_port);
+  return ok;
+}
+
+int zppLaunchFreePort(void) {
+  /* Below the kernel's ephemeral range when it leaves room: a port there is
+   * never handed to a client socket, which could otherwise take it between
+   * this call and the listen. */
+  int lo = 32768, hi = 60999;
+  FILE* f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+  if (f) {
+    if (fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768;
+    fclose(f);
+  }
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)ts.tv_nsec;
+  int port = 0;
+  for (int i = 0; i < 64 && lo > 12000; i++) {
+    seed = seed * 1103515245u + 12345u;
+    int p = 10000 + (int)((seed >> 8) % (unsigned)(lo - 1 - 10000)); /* p - 1 is usable too */
+    if (tryBind(p, &port)) return port;
+  }
+  return tryBind(0, &port) ? port : 0;
 }
 
 static void setEnvInt(const char* name, int v) {

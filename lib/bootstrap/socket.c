@@ -50,11 +50,21 @@ zppResult_t zppSockResolve(const char* host, int port, struct sockaddr_in* out) 
   return zppSuccess;
 }
 
+/* Without ZPP_SOCKET_IFNAME: a running non-loopback interface that is not a
+ * local bridge (containers and VMs add docker0 / virbr0, up but reaching
+ * nothing beyond this host), else any up non-loopback one, else loopback. */
+static int interfaceScore(const struct ifaddrs* i) {
+  if (i->ifa_flags & IFF_LOOPBACK) return 1;
+  int bridge = strncmp(i->ifa_name, "docker", 6) == 0 || strncmp(i->ifa_name, "virbr", 5) == 0;
+  return (i->ifa_flags & IFF_RUNNING) && !bridge ? 3 : 2;
+}
+
 zppResult_t zppSockFindInterface(struct sockaddr_in* out, char* ifName, size_t ifNameLen) {
   const char* want = zppParamGetString("ZPP_SOCKET_IFNAME");
   struct ifaddrs* list = NULL;
   SYSCHECK(getifaddrs(&list), "getifaddrs");
-  const struct ifaddrs *exact = NULL, *prefix = NULL, *firstUp = NULL, *loop = NULL;
+  const struct ifaddrs *exact = NULL, *prefix = NULL, *best = NULL;
+  int bestScore = 0;
   char seen[256] = "";
   for (const struct ifaddrs* i = list; i; i = i->ifa_next) {
     if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP))
@@ -66,13 +76,12 @@ zppResult_t zppSockFindInterface(struct sockaddr_in* out, char* ifName, size_t i
     if (want[0]) {
       if (!exact && strcmp(i->ifa_name, want) == 0) exact = i;
       if (!prefix && strncmp(i->ifa_name, want, strlen(want)) == 0) prefix = i;
-    } else if (i->ifa_flags & IFF_LOOPBACK) {
-      if (!loop) loop = i;
-    } else if (!firstUp) {
-      firstUp = i;
+    } else if (interfaceScore(i) > bestScore) {
+      best = i;
+      bestScore = interfaceScore(i);
     }
   }
-  const struct ifaddrs* pick = want[0] ? (exact ? exact : prefix) : (firstUp ? firstUp : loop);
+  const struct ifaddrs* pick = want[0] ? (exact ? exact : prefix) : best;
   if (pick == NULL) {
     freeifaddrs(list);
     if (want[0])
@@ -95,8 +104,19 @@ zppResult_t zppSockListen(const struct sockaddr_in* addr, int reuseAddr, int* fd
   SYSCHECK(s, "socket");
   int one = 1;
   if (reuseAddr) setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (bind(s, (const struct sockaddr*)addr, sizeof(*addr)) != 0) {
+  /* A well-known port can be held for a moment by a client socket that
+   * happens to have it as its ephemeral port (e.g. a rank retrying its
+   * connection to this very port before we listen): retry a little before
+   * calling the port taken. */
+  double until = zppSockNow() + (addr->sin_port ? 5.0 : 0.0), nap = 0.005;
+  while (bind(s, (const struct sockaddr*)addr, sizeof(*addr)) != 0) {
     int e = errno;
+    if (e == EADDRINUSE && zppSockNow() < until) {
+      struct timespec ts = {0, (long)(nap * 1e9)};
+      nanosleep(&ts, NULL);
+      nap = nap * 2 > 0.2 ? 0.2 : nap * 2;
+      continue;
+    }
     close(s);
     ZPP_FAIL(zppSystemError, BOOT, "bootstrap: cannot listen on %s: %s", zppSockAddrStr(addr, as),
              strerror(e));
@@ -192,6 +212,19 @@ zppResult_t zppSockConnect(const struct sockaddr_in* to, const zppSockWait_t* w,
         if (getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
       } else {
         err = ETIMEDOUT;
+      }
+    }
+    if (err == 0) {
+      /* Connecting to a port on this host that nobody listens on can pick
+       * that very port as our own and connect to ourselves (TCP
+       * simultaneous open): not a peer, and it keeps the port from the
+       * process that is about to listen there. */
+      struct sockaddr_in mine, theirs;
+      socklen_t l1 = sizeof(mine), l2 = sizeof(theirs);
+      if (getsockname(s, (struct sockaddr*)&mine, &l1) == 0 &&
+          getpeername(s, (struct sockaddr*)&theirs, &l2) == 0 &&
+          mine.sin_port == theirs.sin_port && mine.sin_addr.s_addr == theirs.sin_addr.s_addr) {
+        err = ECONNREFUSED;
       }
     }
     if (err == 0) {

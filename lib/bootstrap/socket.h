@@ -34,7 +34,8 @@ zppResult_t zppSockResolve(const char* host, int port, struct sockaddr_in* out);
 
 /* The address other hosts reach us on: the interface ZPP_SOCKET_IFNAME names
  * (exact name, else the first whose name starts with it), else the first
- * IPv4 interface that is up and not loopback, else loopback. Port 0.
+ * IPv4 interface that is up and not loopback (preferring running ones that
+ * are not docker / virbr bridges), else loopback. Port 0.
  * ifName (may be NULL) receives the interface name. */
 zppResult_t zppSockFindInterface(struct sockaddr_in* out, char* ifName, size_t ifNameLen);
 

@@ -316,6 +316,70 @@ static void testAbort(void) {
   CHECK(zppLaunch(&o, abortBody, NULL) == 0);
 }
 
+/* ---- ZPP_SOCKET_IFNAME picks the interface ----------------------------- */
+
+static int ifnameBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  struct sockaddr_in root;
+  zppGetAddr((const unsigned char*)id->internal + ZPP_ID_OFF_IP, &root);
+  CHECK_MSG(root.sin_addr.s_addr == htonl(INADDR_LOOPBACK), "root on %s, not loopback",
+            inet_ntoa(root.sin_addr));
+  zppBootstrap_t* bs = NULL;
+  REQUIRE(zppBootstrapInit(id, rank, nranks, "h", 20.0, &bs) == zppSuccess);
+  CHECK(zppBootstrapBarrier(bs) == zppSuccess);
+  zppBootstrapDestroy(bs);
+  return zppTestRankResult();
+}
+
+static void testIfname(void) {
+  static const char* const env[] = {"ZPP_SOCKET_IFNAME=lo", NULL};
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 3;
+  o.env = env;
+  o.timeoutSec = 60;
+  CHECK(zppLaunch(&o, ifnameBody, NULL) == 0);
+
+  setenv("ZPP_SOCKET_IFNAME", "nosuchif", 1);
+  zppUniqueId id;
+  CHECK_EQ_INT(zppBootstrapCreateRoot(&id, NULL, 0, -1, NULL, 0, 5.0), zppInvalidArgument);
+  CHECK_MSG(strstr(zppLogLastError(), "ZPP_SOCKET_IFNAME=nosuchif") != NULL, "%s", zppLogLastError());
+  unsetenv("ZPP_SOCKET_IFNAME");
+}
+
+/* ---- a root port held for a moment is waited for ----------------------- */
+
+static void* releaseLater(void* arg) {
+  sleepSec(0.5);
+  close(*(int*)arg);
+  return NULL;
+}
+
+static void testBindRetry(void) {
+  /* Another socket has the port (as a rank's connecting socket may, for a
+   * moment, when the port is in the ephemeral range). */
+  int port = zppLaunchFreePort();
+  REQUIRE(port > 0);
+  int holder = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  REQUIRE(bind(holder, (struct sockaddr*)&a, sizeof(a)) == 0);
+  pthread_t t;
+  pthread_create(&t, NULL, releaseLater, &holder);
+  zppUniqueId id;
+  double t0 = now();
+  CHECK_EQ_INT(zppBootstrapCreateRoot(&id, "0.0.0.0", port, 1, NULL, 0, 10.0), zppSuccess);
+  double dt = now() - t0;
+  pthread_join(t, NULL);
+  CHECK_MSG(dt >= 0.4 && dt < 3.0, "root listening after %.2f s", dt);
+  zppBootstrap_t* bs = NULL;
+  zppUniqueId viaName;
+  CHECK(zppBootstrapMakeId(&viaName, "127.0.0.1", port, NULL, 0) == zppSuccess);
+  memcpy(viaName.internal + ZPP_ID_OFF_SECRET, id.internal + ZPP_ID_OFF_SECRET, ZPP_SECRET_BYTES);
+  CHECK(zppBootstrapInit(&viaName, 0, 1, "h", 10.0, &bs) == zppSuccess);
+  zppBootstrapDestroy(bs);
+}
+
 /* ---- arguments -------------------------------------------------------- */
 
 static void testArgs(void) {
@@ -364,5 +428,7 @@ int main(int argc, char** argv) {
   RUN("dies", testRankDies);
   RUN("calls", testCallMismatch);
   RUN("abort", testAbort);
+  RUN("ifname", testIfname);
+  RUN("bindretry", testBindRetry);
   return zppTestExit("test_bootstrap");
 }
