@@ -259,10 +259,11 @@ ZPP_AVX2_INLINE void avx2QuantizeOneBlock(const void* x, zppDataType_t dtype, si
   avx2EncodeWithParams(x, dtype, len, bits, &bp, data, base);
 }
 
-/* Whole blocks [b0, b0 + nb) in groups of up to eight: pass 1 over the group
- * (from memory), all eight scales and reciprocals with one vector division
- * each (the same IEEE operations as zppQuantBlockSetup), then pass 2 (from
- * L1: a group is at most 16 KiB of input). */
+/* Whole blocks [b0, b0 + nb) of a segment, `in` pointing at block b0's first
+ * element, in groups of up to eight: pass 1 over the group (from memory), all
+ * eight scales and reciprocals with one vector division each (the same IEEE
+ * operations as zppQuantBlockSetup), then pass 2 (from L1: a group is at most
+ * 16 KiB of input). */
 ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, size_t b0, size_t nb,
                                         int bits, int block, uint8_t* scales, uint8_t* data) {
   const size_t esize = dtype == zppFloat32 ? 4 : 2;
@@ -272,7 +273,7 @@ ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, siz
   const float qf = (float)zppQuantQmax(bits);
   for (size_t g0 = b0; g0 < b0 + nb; g0 += group) {
     size_t g = b0 + nb - g0 < group ? b0 + nb - g0 : group;
-    const uint8_t* x = (const uint8_t*)in + g0 * bs * esize;
+    const uint8_t* x = (const uint8_t*)in + (g0 - b0) * bs * esize;
     __m256i m[8];
     for (size_t k = 0; k < 8; k++)
       m[k] = k < g ? avx2BlockMaxVec(x + k * bs * esize, dtype, bs) : _mm256_setzero_si256();
@@ -345,6 +346,36 @@ ZPP_AVX2_INLINE __m256 avx2DecodeQ8(const uint8_t* data, int bits, size_t i) {
   return _mm256_cvtepi32_ps(_mm256_srai_epi32(v, 28));
 }
 
+/* q of elements i..i+31 (i even) as four fp32 vectors. int4 splits all 32
+ * nibbles with byte operations first, so that per eight elements only the
+ * widening (a shuffle) and the conversion remain: fewer operations on the
+ * two ports that also do the multiplies and adds. */
+typedef struct {
+  __m256 v0, v1, v2, v3;
+} avx2Q32_t;
+
+ZPP_AVX2_INLINE avx2Q32_t avx2DecodeQ32(const uint8_t* data, int bits, size_t i) {
+  avx2Q32_t q;
+  if (bits == 8) {
+    q.v0 = avx2DecodeQ8(data, 8, i);
+    q.v1 = avx2DecodeQ8(data, 8, i + 8);
+    q.v2 = avx2DecodeQ8(data, 8, i + 16);
+    q.v3 = avx2DecodeQ8(data, 8, i + 24);
+    return q;
+  }
+  const __m128i m = _mm_set1_epi8(0x0f), e = _mm_set1_epi8(8);
+  __m128i d = _mm_loadu_si128((const __m128i*)(data + i / 2));
+  /* (n ^ 8) - 8: nibble n as a signed byte */
+  __m128i lo = _mm_sub_epi8(_mm_xor_si128(_mm_and_si128(d, m), e), e);
+  __m128i hi = _mm_sub_epi8(_mm_xor_si128(_mm_and_si128(_mm_srli_epi16(d, 4), m), e), e);
+  __m128i b0 = _mm_unpacklo_epi8(lo, hi), b1 = _mm_unpackhi_epi8(lo, hi);
+  q.v0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b0));
+  q.v1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b0, b0)));
+  q.v2 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b1));
+  q.v3 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b1, b1)));
+  return q;
+}
+
 ZPP_AVX2_INLINE void avx2Apply8(float* dst, __m256 y, zppQuantDecodeMode_t mode) {
   if (mode == ZPP_DECODE_STORE)
     _mm256_storeu_ps(dst, y);
@@ -360,10 +391,11 @@ ZPP_AVX2_INLINE void avx2DecodeSpan(const uint8_t* data, int bits, size_t lo, si
   const __m256 vs = _mm256_set1_ps(s);
   size_t i = lo;
   for (; i + 32 <= hi; i += 32) {
-    avx2Apply8(dst + (i - lo), _mm256_mul_ps(avx2DecodeQ8(data, bits, i), vs), mode);
-    avx2Apply8(dst + (i - lo) + 8, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 8), vs), mode);
-    avx2Apply8(dst + (i - lo) + 16, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 16), vs), mode);
-    avx2Apply8(dst + (i - lo) + 24, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 24), vs), mode);
+    avx2Q32_t q = avx2DecodeQ32(data, bits, i);
+    avx2Apply8(dst + (i - lo), _mm256_mul_ps(q.v0, vs), mode);
+    avx2Apply8(dst + (i - lo) + 8, _mm256_mul_ps(q.v1, vs), mode);
+    avx2Apply8(dst + (i - lo) + 16, _mm256_mul_ps(q.v2, vs), mode);
+    avx2Apply8(dst + (i - lo) + 24, _mm256_mul_ps(q.v3, vs), mode);
   }
   for (; i + 8 <= hi; i += 8)
     avx2Apply8(dst + (i - lo), _mm256_mul_ps(avx2DecodeQ8(data, bits, i), vs), mode);
@@ -375,10 +407,11 @@ ZPP_AVX2_INLINE void avx2DecodeRange(const uint8_t* seg, size_t count, int bits,
                                      size_t c0, size_t c1, float* dst, zppQuantDecodeMode_t mode) {
   const uint8_t* scales = zppQuantScalesPtr(seg);
   const uint8_t* data = seg + zppQuantDataOffset(count, block);
+  const int lg = zppQuantLog2(block); /* shifts, not a 64-bit division per block */
   size_t i = c0;
   while (i < c1) {
-    size_t b = i / (size_t)block;
-    size_t end = (b + 1) * (size_t)block;
+    size_t b = i >> lg;
+    size_t end = (b + 1) << lg;
     if (end > c1) end = c1;
     avx2DecodeSpan(data, bits, i, end, zppQuantLoadScale(scales, b), dst + (i - c0), mode);
     i = end;
@@ -483,10 +516,9 @@ ZPP_AVX2_INLINE void avx2DequantizeT(const uint8_t* packed, size_t count, int bi
     } else {
       const __m256 vs = _mm256_set1_ps(s);
       for (; i + 32 <= hi; i += 32) {
-        avx2StoreDecoded16(out, dtype, i, _mm256_mul_ps(avx2DecodeQ8(data, bits, i), vs),
-                           _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 8), vs));
-        avx2StoreDecoded16(out, dtype, i + 16, _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 16), vs),
-                           _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 24), vs));
+        avx2Q32_t q = avx2DecodeQ32(data, bits, i);
+        avx2StoreDecoded16(out, dtype, i, _mm256_mul_ps(q.v0, vs), _mm256_mul_ps(q.v1, vs));
+        avx2StoreDecoded16(out, dtype, i + 16, _mm256_mul_ps(q.v2, vs), _mm256_mul_ps(q.v3, vs));
       }
     }
     for (; i < hi; i++) avx2StoreOne(out, dtype, i, (float)zppQuantGetQ(data, bits, i) * s);
@@ -528,10 +560,18 @@ ZPP_AVX2_INLINE void avx2Finish(const float* buf, size_t len, float divisor, voi
                                 zppDataType_t dtype, size_t c0) {
   const __m256 vd = _mm256_set1_ps(divisor);
   size_t i = 0;
+  uint32_t db = zppF32Bits(divisor);
   if (divisor == 1.0f) {
     /* x / 1 == x exactly: skip the division. */
     for (; i + 8 <= len; i += 8) avx2Store8(out, dtype, c0 + i, _mm256_loadu_ps(buf + i));
     for (; i < len; i++) avx2StoreOne(out, dtype, c0 + i, buf[i]);
+  } else if ((db & 0x007fffffu) == 0 && (db & 0x7f800000u) != 0) {
+    /* A power of two (a world size of 8, 64, ...): 1 / divisor is exact, so
+     * x * (1 / divisor) is the same real number as x / divisor, rounded
+     * once the same way: identical, and far cheaper than a division. */
+    const __m256 vr = _mm256_set1_ps(1.0f / divisor);
+    for (; i + 8 <= len; i += 8) avx2Store8(out, dtype, c0 + i, _mm256_mul_ps(_mm256_loadu_ps(buf + i), vr));
+    for (; i < len; i++) avx2StoreOne(out, dtype, c0 + i, buf[i] / divisor);
   } else {
     for (; i + 8 <= len; i += 8)
       avx2Store8(out, dtype, c0 + i, _mm256_div_ps(_mm256_loadu_ps(buf + i), vd));
@@ -556,18 +596,26 @@ static void avx2Sum(const uint8_t* packed, size_t stride, int n, size_t count, i
 static void avx2ReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count,
                               int bits_in, int block_in, int bits_out, int block_out,
                               uint8_t* packed_out) {
+  /* Sum a chunk of whole output blocks into an L1 buffer, then quantize the
+   * chunk with the grouped block setup: small output blocks then cost no
+   * more per element than large ones. */
   uint8_t* scales = packed_out + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed_out + zppQuantDataOffset(count, block_out);
-  float buf[ZPP_QUANT_MAX_BLOCK];
-  size_t nb = zppQuantNumBlocks(count, block_out);
-  for (size_t b = 0; b < nb; b++) {
-    size_t lo = b * (size_t)block_out;
-    size_t hi = count - lo < (size_t)block_out ? count : lo + (size_t)block_out;
+  size_t chunk = (size_t)block_out > ZPP_QUANT_CHUNK ? (size_t)block_out : ZPP_QUANT_CHUNK;
+  float buf[ZPP_QUANT_CHUNK > ZPP_QUANT_MAX_BLOCK ? ZPP_QUANT_CHUNK : ZPP_QUANT_MAX_BLOCK];
+  for (size_t c0 = 0; c0 < count; c0 += chunk) {
+    size_t c1 = count - c0 < chunk ? count : c0 + chunk;
     for (int k = 0; k < n; k++)
-      avx2DecodeRangeAny(packed + (size_t)k * stride, count, bits_in, block_in, lo, hi, buf,
+      avx2DecodeRangeAny(packed + (size_t)k * stride, count, bits_in, block_in, c0, c1, buf,
                          k == 0 ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD);
-    if (bits_out == 8) avx2QuantizeOneBlock(buf, zppFloat32, hi - lo, 8, scales, b, data, lo);
-    else avx2QuantizeOneBlock(buf, zppFloat32, hi - lo, 4, scales, b, data, lo);
+    size_t b0 = c0 / (size_t)block_out, full = (c1 - c0) / (size_t)block_out;
+    if (bits_out == 8) avx2QuantizeBlocks(buf, zppFloat32, b0, full, 8, block_out, scales, data);
+    else avx2QuantizeBlocks(buf, zppFloat32, b0, full, 4, block_out, scales, data);
+    size_t lo = c0 + full * (size_t)block_out;
+    if (lo < c1) {
+      if (bits_out == 8) avx2QuantizeOneBlock(buf + (lo - c0), zppFloat32, c1 - lo, 8, scales, b0 + full, data, lo);
+      else avx2QuantizeOneBlock(buf + (lo - c0), zppFloat32, c1 - lo, 4, scales, b0 + full, data, lo);
+    }
   }
 }
 
