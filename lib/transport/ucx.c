@@ -21,104 +21,9 @@
 #include "params.h"
 #include "lib/comm.h"
 
-#define TAG_CONTROL (1ull << 63)
-#define TAG_SRC_SHIFT 44
-#define TAG_SRC_BITS 19
-#define TAG_SEQ_SHIFT 28
-#define TAG_STEP_SHIFT 20
-#define TAG_SRC_MASK (((1ull << TAG_SRC_BITS) - 1) << TAG_SRC_SHIFT)
-#define TAG_SEQ_MASK (0xffffull << TAG_SEQ_SHIFT)
-/* A receive matches control bit, source, sequence and step; not the
- * signature, which is compared after the match (see ucx.h). */
-#define TAG_MATCH_MASK (~(uint64_t)ZPP_UCX_SIG_MASK)
+#include "ucx_internal.h"
 
-/* How often a wait checks that the local peers it waits on still run. */
-#define LIVENESS_PERIOD_SEC 0.2
-/* Longest single sleep on the event fd: bounds how late a timeout or an
- * abort that did not come through the wake fd is seen. */
-#define MAX_SLEEP_MS 100
-/* Bound on telling the other ranks about an error and on closing endpoints. */
-#define NOTICE_WAIT_SEC 0.5
-#define CLOSE_WAIT_SEC 2.0
-/* After an error, how long to wait for cancelled transfers to let go. A send
- * to a dead peer over shared memory never does (no error handling there);
- * its request stays with the worker until destroy, harmlessly. */
-#define QUIESCE_WAIT_SEC 0.3
-
-typedef struct {
-  uint32_t fullLen;  /* worker address, every transport */
-  uint32_t netLen;   /* worker address, network transports only */
-  int32_t pid;
-  int32_t pad;
-  uint64_t startTime; /* /proc/<pid>/stat field 22: tells a reused pid apart */
-  uint64_t pidNs;     /* inode of /proc/self/ns/pid */
-  char bootId[40];
-} rankInfo_t;
-
-typedef enum { EP_NONE = 0, EP_OK, EP_FAILED, EP_CLOSED } epState_t;
-
-typedef struct {
-  struct zppUcx* ucx;
-  int rank;
-  int sameNode;  /* same topology node: shared-memory endpoint */
-  int watchPid;  /* same machine and pid namespace: liveness by pid */
-  epState_t state;
-  ucs_status_t failStatus;
-  ucp_ep_h ep;
-  rankInfo_t info;
-  const ucp_address_t* addr; /* the address this rank connects with */
-} peer_t;
-
-struct zppUcxReq {
-  struct zppUcxReq* next;
-  struct zppUcxReq* prev;
-  void* ucpReq; /* UCX's request while in flight */
-  int peer;
-  int isRecv;
-  int done;
-  ucs_status_t status;
-  size_t bytes;
-  size_t gotBytes;
-  uint64_t gotTag;
-  uint32_t seq;
-  uint32_t wantSig;
-  int haveTag; /* gotTag is valid */
-};
-
-typedef struct {
-  int32_t rank;
-  int32_t code;
-  char reason[248];
-} notice_t;
-
-struct zppUcx {
-  struct zppComm* comm;
-  int rank;
-  int nranks;
-  int useShm;
-  double spinSec;
-  ucp_context_h ctx;
-  ucp_worker_h worker;
-  int efd;    /* the worker's event fd */
-  int wakeFd; /* eventfd written by zppUcxAbort */
-  _Atomic int aborted;
-  int closing;
-  char* addrBlob; /* every rank's addresses */
-  peer_t* peers;
-  zppUcxReq_t live;    /* list head of requests in flight */
-  zppUcxReq_t* freeList;
-  void** chunks;       /* request pool allocations */
-  int nChunks;
-  zppUcxReq_t* noticeRecv;
-  notice_t noticeIn;
-  notice_t noticeOut;
-  int noticeGot;
-  int noticeSent;
-  zppSigFormatter_t sigFormatter;
-  _Atomic uint64_t bytes[zppNumOpKinds][2]; /* read by other threads */
-};
-
-static double nowSec(void) {
+double zppUcxNow(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
@@ -126,9 +31,7 @@ static double nowSec(void) {
 
 /* Records the cause on the communicator, which logs it if it is the first
  * error; a consequence of an earlier error is only traced. */
-static zppResult_t failWith(zppUcx_t* u, zppResult_t code, const char* fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static zppResult_t failWith(zppUcx_t* u, zppResult_t code, const char* fmt, ...) {
+zppResult_t zppUcxFail(zppUcx_t* u, zppResult_t code, const char* fmt, ...) {
   char reason[400];
   va_list ap;
   va_start(ap, fmt);
@@ -141,7 +44,7 @@ static zppResult_t failWith(zppUcx_t* u, zppResult_t code, const char* fmt, ...)
   return code;
 }
 
-static const char* hostOf(const zppUcx_t* u, int rank) {
+const char* zppUcxHostOf(const zppUcx_t* u, int rank) {
   const char* h = zppBootstrapHostId(u->comm->bootstrap, rank);
   return h ? h : "?";
 }
@@ -197,7 +100,7 @@ static int peerAlive(const peer_t* p) {
 
 /* ---- request pool ------------------------------------------------------- */
 
-static zppResult_t reqAlloc(zppUcx_t* u, zppUcxReq_t** out) {
+zppResult_t zppUcxReqAlloc(zppUcx_t* u, zppUcxReq_t** out) {
   if (u->freeList == NULL) {
     /* Requests never move: UCX callbacks hold pointers to them. */
     enum { PER_CHUNK = 64 };
@@ -224,7 +127,7 @@ static zppResult_t reqAlloc(zppUcx_t* u, zppUcxReq_t** out) {
   return zppSuccess;
 }
 
-static void reqRelease(zppUcx_t* u, zppUcxReq_t* r) {
+void zppUcxReqRelease(zppUcx_t* u, zppUcxReq_t* r) {
   r->prev->next = r->next;
   r->next->prev = r->prev;
   r->next = u->freeList;
@@ -232,7 +135,7 @@ static void reqRelease(zppUcx_t* u, zppUcxReq_t* r) {
   u->freeList = r;
 }
 
-static void sendDone(void* request, ucs_status_t status, void* userData) {
+void zppUcxSendDone(void* request, ucs_status_t status, void* userData) {
   zppUcxReq_t* r = userData;
   r->status = status;
   r->done = 1;
@@ -263,19 +166,19 @@ static void epError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   p->state = EP_FAILED;
   p->failStatus = status;
   if (u->closing) return; /* peers closing their side at destroy */
-  failWith(u, zppRemoteError, "%s: rank %d lost rank %d (host %s): %s", u->comm->name, u->rank,
-           p->rank, hostOf(u, p->rank), ucs_status_string(status));
+  zppUcxFail(u, zppRemoteError, "%s: rank %d lost rank %d (host %s): %s", u->comm->name, u->rank,
+           p->rank, zppUcxHostOf(u, p->rank), ucs_status_string(status));
 }
 
-static zppResult_t getEp(zppUcx_t* u, int peer, ucp_ep_h* out) {
+zppResult_t zppUcxGetEp(zppUcx_t* u, int peer, ucp_ep_h* out) {
   peer_t* p = &u->peers[peer];
   if (p->state == EP_OK) {
     *out = p->ep;
     return zppSuccess;
   }
   if (p->state != EP_NONE)
-    return failWith(u, zppRemoteError, "%s: rank %d cannot reach rank %d (host %s): %s",
-                    u->comm->name, u->rank, peer, hostOf(u, peer),
+    return zppUcxFail(u, zppRemoteError, "%s: rank %d cannot reach rank %d (host %s): %s",
+                    u->comm->name, u->rank, peer, zppUcxHostOf(u, peer),
                     p->state == EP_FAILED ? ucs_status_string(p->failStatus) : "endpoint closed");
   ucp_ep_params_t params;
   memset(&params, 0, sizeof(params));
@@ -295,8 +198,8 @@ static zppResult_t getEp(zppUcx_t* u, int peer, ucp_ep_h* out) {
   if (st != UCS_OK) {
     p->state = EP_FAILED;
     p->failStatus = st;
-    return failWith(u, zppRemoteError, "%s: rank %d cannot create an endpoint to rank %d (host %s): %s",
-                    u->comm->name, u->rank, peer, hostOf(u, peer), ucs_status_string(st));
+    return zppUcxFail(u, zppRemoteError, "%s: rank %d cannot create an endpoint to rank %d (host %s): %s",
+                    u->comm->name, u->rank, peer, zppUcxHostOf(u, peer), ucs_status_string(st));
   }
   p->state = EP_OK;
   ZPP_DBG(NET, "rank %d: endpoint to rank %d (%s address)", u->rank, peer,
@@ -414,7 +317,7 @@ out:
 }
 
 static zppResult_t postNoticeRecv(zppUcx_t* u) {
-  ZPPCHECK(reqAlloc(u, &u->noticeRecv));
+  ZPPCHECK(zppUcxReqAlloc(u, &u->noticeRecv));
   zppUcxReq_t* r = u->noticeRecv;
   r->isRecv = 1;
   r->peer = -1;
@@ -473,9 +376,9 @@ static uint64_t makeTag(int src, const zppMsgId_t* id) {
 zppResult_t zppUcxIsend(zppUcx_t* u, int peer, const void* buf, size_t bytes, const zppMsgId_t* id,
                         zppUcxReq_t** req) {
   ucp_ep_h ep;
-  ZPPCHECK(getEp(u, peer, &ep));
+  ZPPCHECK(zppUcxGetEp(u, peer, &ep));
   zppUcxReq_t* r;
-  ZPPCHECK(reqAlloc(u, &r));
+  ZPPCHECK(zppUcxReqAlloc(u, &r));
   r->peer = peer;
   r->bytes = bytes;
   r->seq = id->seq;
@@ -483,16 +386,16 @@ zppResult_t zppUcxIsend(zppUcx_t* u, int peer, const void* buf, size_t bytes, co
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof(prm));
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  prm.cb.send = sendDone;
+  prm.cb.send = zppUcxSendDone;
   prm.user_data = r;
   void* h = ucp_tag_send_nbx(ep, buf, bytes, makeTag(u->rank, id), &prm);
   if (h == NULL) {
     r->done = 1;
     r->status = UCS_OK;
   } else if (UCS_PTR_IS_ERR(h)) {
-    reqRelease(u, r);
-    return failWith(u, zppRemoteError, "%s: rank %d: send of %zu bytes to rank %d (host %s) failed: %s",
-                    u->comm->name, u->rank, bytes, peer, hostOf(u, peer),
+    zppUcxReqRelease(u, r);
+    return zppUcxFail(u, zppRemoteError, "%s: rank %d: send of %zu bytes to rank %d (host %s) failed: %s",
+                    u->comm->name, u->rank, bytes, peer, zppUcxHostOf(u, peer),
                     ucs_status_string(UCS_PTR_STATUS(h)));
   } else {
     r->ucpReq = h;
@@ -508,9 +411,9 @@ zppResult_t zppUcxIrecv(zppUcx_t* u, int peer, void* buf, size_t bytes, const zp
                         zppUcxReq_t** req) {
   /* An endpoint to the sender too: it is how a failed peer is noticed. */
   ucp_ep_h ep;
-  ZPPCHECK(getEp(u, peer, &ep));
+  ZPPCHECK(zppUcxGetEp(u, peer, &ep));
   zppUcxReq_t* r;
-  ZPPCHECK(reqAlloc(u, &r));
+  ZPPCHECK(zppUcxReqAlloc(u, &r));
   r->peer = peer;
   r->isRecv = 1;
   r->bytes = bytes;
@@ -524,8 +427,8 @@ zppResult_t zppUcxIrecv(zppUcx_t* u, int peer, void* buf, size_t bytes, const zp
   prm.user_data = r;
   void* h = ucp_tag_recv_nbx(u->worker, buf, bytes, makeTag(peer, id), TAG_MATCH_MASK, &prm);
   if (UCS_PTR_IS_ERR(h)) {
-    reqRelease(u, r);
-    return failWith(u, zppSystemError, "%s: rank %d: posting a receive from rank %d failed: %s",
+    zppUcxReqRelease(u, r);
+    return zppUcxFail(u, zppSystemError, "%s: rank %d: posting a receive from rank %d failed: %s",
                     u->comm->name, u->rank, peer, ucs_status_string(UCS_PTR_STATUS(h)));
   }
   r->ucpReq = h;
@@ -539,8 +442,8 @@ static zppResult_t mismatchError(zppUcx_t* u, int peer, uint32_t got, uint32_t w
     u->sigFormatter(got, want, what, sizeof(what));
   else
     snprintf(what, sizeof(what), "signature 0x%05x while this rank called 0x%05x", got, want);
-  return failWith(u, zppInvalidUsage, "%s: rank %d: mismatched collectives: rank %d (host %s) called %s",
-                  u->comm->name, u->rank, peer, hostOf(u, peer), what);
+  return zppUcxFail(u, zppInvalidUsage, "%s: rank %d: mismatched collectives: rank %d (host %s) called %s",
+                  u->comm->name, u->rank, peer, zppUcxHostOf(u, peer), what);
 }
 
 /* Checks a completed request and releases it. */
@@ -552,21 +455,21 @@ static zppResult_t finishReq(zppUcx_t* u, zppUcxReq_t* r) {
   if (r->isRecv && r->haveTag && (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK) != r->wantSig) {
     res = mismatchError(u, peer, (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK), r->wantSig);
   } else if (r->status == UCS_ERR_MESSAGE_TRUNCATED) {
-    res = failWith(u, zppInvalidUsage,
+    res = zppUcxFail(u, zppInvalidUsage,
                    "%s: rank %d received more than the %zu bytes it expected from rank %d (host %s): "
                    "the ranks called collectives with different counts",
-                   name, u->rank, r->bytes, peer, hostOf(u, peer));
+                   name, u->rank, r->bytes, peer, zppUcxHostOf(u, peer));
   } else if (r->status != UCS_OK) {
-    res = failWith(u, zppRemoteError, "%s: rank %d: %s of %zu bytes %s rank %d (host %s) failed: %s",
+    res = zppUcxFail(u, zppRemoteError, "%s: rank %d: %s of %zu bytes %s rank %d (host %s) failed: %s",
                    name, u->rank, r->isRecv ? "receive" : "send", r->bytes,
-                   r->isRecv ? "from" : "to", peer, hostOf(u, peer), ucs_status_string(r->status));
+                   r->isRecv ? "from" : "to", peer, zppUcxHostOf(u, peer), ucs_status_string(r->status));
   } else if (r->isRecv && r->gotBytes != r->bytes) {
-    res = failWith(u, zppInvalidUsage,
+    res = zppUcxFail(u, zppInvalidUsage,
                    "%s: rank %d received %zu bytes from rank %d (host %s) where it expected %zu: "
                    "the ranks called collectives with different counts",
-                   name, u->rank, r->gotBytes, peer, hostOf(u, peer), r->bytes);
+                   name, u->rank, r->gotBytes, peer, zppUcxHostOf(u, peer), r->bytes);
   }
-  reqRelease(u, r);
+  zppUcxReqRelease(u, r);
   return res;
 }
 
@@ -576,12 +479,12 @@ static zppResult_t checkNotice(zppUcx_t* u) {
   u->noticeRecv = NULL;
   u->noticeGot = 1;
   ucs_status_t st = r->status;
-  reqRelease(u, r);
+  zppUcxReqRelease(u, r);
   if (st != UCS_OK) return zppSuccess; /* cancelled at destroy */
   u->noticeIn.reason[sizeof(u->noticeIn.reason) - 1] = '\0';
   zppResult_t code = u->noticeIn.code == zppInvalidUsage ? zppInvalidUsage : zppRemoteError;
-  return failWith(u, code, "%s: rank %d (host %s) failed: %s", u->comm->name, u->noticeIn.rank,
-                  hostOf(u, u->noticeIn.rank), u->noticeIn.reason);
+  return zppUcxFail(u, code, "%s: rank %d (host %s) failed: %s", u->comm->name, u->noticeIn.rank,
+                  zppUcxHostOf(u, u->noticeIn.rank), u->noticeIn.reason);
 }
 
 static zppResult_t checkAborted(zppUcx_t* u) {
@@ -643,10 +546,10 @@ zppResult_t zppUcxCheckLeftovers(zppUcx_t* u, uint32_t seq, uint32_t sig) {
   int src = (int)((info.sender_tag & TAG_SRC_MASK) >> TAG_SRC_SHIFT);
   uint32_t got = (uint32_t)(info.sender_tag & ZPP_UCX_SIG_MASK);
   if (got != (sig & ZPP_UCX_SIG_MASK)) return mismatchError(u, src, got, sig & ZPP_UCX_SIG_MASK);
-  return failWith(u, zppInvalidUsage,
+  return zppUcxFail(u, zppInvalidUsage,
                   "%s: rank %d: mismatched collectives: rank %d (host %s) sent a message in the last "
                   "collective that this rank did not expect (different broadcast roots?)",
-                  u->comm->name, u->rank, src, hostOf(u, src));
+                  u->comm->name, u->rank, src, zppUcxHostOf(u, src));
 }
 
 zppResult_t zppUcxPoll(zppUcx_t* u) {
@@ -658,7 +561,7 @@ zppResult_t zppUcxPoll(zppUcx_t* u) {
 
 zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
   const double timeout = u->comm->timeoutSec > 0 ? u->comm->timeoutSec : 1e9;
-  double lastDone = nowSec(), idleSince = lastDone;
+  double lastDone = zppUcxNow(), idleSince = lastDone;
   /* The first health check comes early: a mismatch is best found fast. */
   double lastLiveness = lastDone - LIVENESS_PERIOD_SEC + 0.02;
   for (;;) {
@@ -676,8 +579,8 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
         continue;
       }
       if (u->peers[r->peer].state == EP_FAILED)
-        return failWith(u, zppRemoteError, "%s: rank %d: rank %d (host %s) failed: %s",
-                        u->comm->name, u->rank, r->peer, hostOf(u, r->peer),
+        return zppUcxFail(u, zppRemoteError, "%s: rank %d: rank %d (host %s) failed: %s",
+                        u->comm->name, u->rank, r->peer, zppUcxHostOf(u, r->peer),
                         ucs_status_string(u->peers[r->peer].failStatus));
       if (firstPending < 0) firstPending = i;
       pending++;
@@ -688,15 +591,15 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
     int err = atomic_load(&u->comm->asyncError);
     if (err != zppSuccess) return (zppResult_t)err; /* logged where it was found */
 
-    double now = nowSec();
+    double now = zppUcxNow();
     if (completed || progressed) idleSince = now;
     if (completed) lastDone = now;
     if (now - lastDone > timeout) {
       zppUcxReq_t* r = reqs[firstPending];
-      return failWith(u, zppRemoteError,
+      return zppUcxFail(u, zppRemoteError,
                       "%s: rank %d timed out after %.1f s waiting for rank %d (host %s) to %s %zu "
                       "bytes (ZPP_TIMEOUT): that rank stopped calling, hangs, or its link is down",
-                      u->comm->name, u->rank, now - lastDone, r->peer, hostOf(u, r->peer),
+                      u->comm->name, u->rank, now - lastDone, r->peer, zppUcxHostOf(u, r->peer),
                       r->isRecv ? "send" : "receive", r->bytes);
     }
     if (now - lastLiveness > LIVENESS_PERIOD_SEC) {
@@ -708,8 +611,8 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
         if (!peerAlive(p)) {
           p->state = EP_FAILED;
           p->failStatus = UCS_ERR_CONNECTION_RESET;
-          return failWith(u, zppRemoteError, "%s: rank %d: rank %d (pid %d on this node, host %s) exited",
-                          u->comm->name, u->rank, p->rank, (int)p->info.pid, hostOf(u, p->rank));
+          return zppUcxFail(u, zppRemoteError, "%s: rank %d: rank %d (pid %d on this node, host %s) exited",
+                          u->comm->name, u->rank, p->rank, (int)p->info.pid, zppUcxHostOf(u, p->rank));
         }
       }
     }
@@ -727,203 +630,3 @@ zppResult_t zppUcxSendRecv(zppUcx_t* u, int sendPeer, const void* sendBuf, size_
 
 void zppUcxSetSigFormatter(zppUcx_t* u, zppSigFormatter_t fn) { u->sigFormatter = fn; }
 
-/* ---- errors, abort, teardown ------------------------------------------- */
-
-/* Progresses until no request but the control receive is live, or the time
- * is up. */
-static int drain(zppUcx_t* u, double limitSec) {
-  double end = nowSec() + limitSec;
-  for (;;) {
-    while (ucp_worker_progress(u->worker)) {
-    }
-    int live = 0;
-    for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
-      if (r != u->noticeRecv && !r->done) live++;
-    if (live == 0 || nowSec() > end) return live;
-    sched_yield();
-  }
-}
-
-static void sendNotices(zppUcx_t* u) {
-  u->noticeOut.rank = u->rank;
-  u->noticeOut.code = atomic_load(&u->comm->asyncError);
-  snprintf(u->noticeOut.reason, sizeof(u->noticeOut.reason), "%s", zppGetLastError(u->comm));
-  for (int p = 0; p < u->nranks; p++) {
-    if (p == u->rank || u->peers[p].state == EP_FAILED || u->peers[p].state == EP_CLOSED) continue;
-    ucp_ep_h ep;
-    if (getEp(u, p, &ep) != zppSuccess) continue;
-    zppUcxReq_t* r;
-    if (reqAlloc(u, &r) != zppSuccess) return;
-    r->peer = p;
-    ucp_request_param_t prm;
-    memset(&prm, 0, sizeof(prm));
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    prm.cb.send = sendDone;
-    prm.user_data = r;
-    void* h = ucp_tag_send_nbx(ep, &u->noticeOut, sizeof(notice_t),
-                               TAG_CONTROL | ((uint64_t)u->rank << TAG_SRC_SHIFT), &prm);
-    if (UCS_PTR_IS_PTR(h)) {
-      r->ucpReq = h;
-    } else {
-      r->done = 1;
-    }
-  }
-}
-
-static void closeEps(zppUcx_t* u, unsigned mode, double limitSec) {
-  void** closing = calloc((size_t)u->nranks, sizeof(void*));
-  ucp_request_param_t prm;
-  memset(&prm, 0, sizeof(prm));
-  prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  prm.flags = mode;
-  for (int p = 0; p < u->nranks; p++) {
-    peer_t* pe = &u->peers[p];
-    if (pe->ep == NULL || pe->state == EP_CLOSED) continue;
-    void* h = ucp_ep_close_nbx(pe->ep, &prm);
-    pe->state = EP_CLOSED;
-    pe->ep = NULL;
-    if (UCS_PTR_IS_PTR(h)) {
-      if (closing)
-        closing[p] = h;
-      else
-        ucp_request_free(h);
-    }
-  }
-  if (closing == NULL) return;
-  double end = nowSec() + limitSec;
-  for (;;) {
-    ucp_worker_progress(u->worker);
-    int left = 0;
-    for (int p = 0; p < u->nranks; p++) {
-      if (closing[p] == NULL) continue;
-      if (ucp_request_check_status(closing[p]) == UCS_INPROGRESS) {
-        left++;
-      } else {
-        ucp_request_free(closing[p]);
-        closing[p] = NULL;
-      }
-    }
-    if (left == 0) break;
-    if (nowSec() > end) {
-      /* A flush that does not finish (peer gone): fall back to dropping. */
-      if (mode == UCP_EP_CLOSE_FLAG_FORCE) break;
-      for (int p = 0; p < u->nranks; p++)
-        if (closing[p]) ucp_request_cancel(u->worker, closing[p]);
-      mode = UCP_EP_CLOSE_FLAG_FORCE;
-      end = nowSec() + limitSec;
-    }
-    sched_yield();
-  }
-  free(closing);
-}
-
-void zppUcxQuiesce(zppUcx_t* u) {
-  if (u == NULL) return;
-  /* Tell the others unless they told us: they may be waiting on a rank
-   * that waits on us, and would only see a timeout. */
-  if (!u->noticeSent && !u->noticeGot && !atomic_load(&u->aborted)) {
-    u->noticeSent = 1;
-    sendNotices(u);
-    drain(u, NOTICE_WAIT_SEC);
-  }
-  for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
-    if (r->isRecv && !r->done && r->ucpReq && r != u->noticeRecv)
-      ucp_request_cancel(u->worker, r->ucpReq);
-  /* Sends cannot be cancelled: drop the endpoints that still carry some. */
-  int sendsLeft = 0;
-  for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
-    if (!r->isRecv && !r->done) sendsLeft = 1;
-  if (sendsLeft) {
-    u->closing = 1;
-    closeEps(u, UCP_EP_CLOSE_FLAG_FORCE, QUIESCE_WAIT_SEC);
-  }
-  int left = drain(u, QUIESCE_WAIT_SEC);
-  if (left != 0)
-    ZPP_INFO(NET, "%s: rank %d: %d transfers to failed peers left to the worker", u->comm->name,
-             u->rank, left);
-  /* Completed but never waited for: release. */
-  zppUcxReq_t* r = u->live.next;
-  while (r != &u->live) {
-    zppUcxReq_t* next = r->next;
-    if (r->done && r != u->noticeRecv) reqRelease(u, r);
-    r = next;
-  }
-}
-
-void zppUcxAbort(zppUcx_t* u) {
-  if (u == NULL) return;
-  atomic_store(&u->aborted, 1);
-  uint64_t one = 1;
-  if (u->wakeFd >= 0) (void)!write(u->wakeFd, &one, sizeof(one));
-}
-
-void zppUcxDestroy(zppUcx_t* u) {
-  if (u == NULL) return;
-  if (u->worker) {
-    u->closing = 1;
-    if (u->noticeRecv && u->noticeRecv->ucpReq && !u->noticeRecv->done)
-      ucp_request_cancel(u->worker, u->noticeRecv->ucpReq);
-    /* Flush what is still queued so the last messages reach their peers,
-     * unless the communicator is already broken. */
-    int healthy = !atomic_load(&u->aborted) && atomic_load(&u->comm->asyncError) == zppSuccess;
-    closeEps(u, healthy ? 0 : UCP_EP_CLOSE_FLAG_FORCE, healthy ? CLOSE_WAIT_SEC : 0.2);
-    drain(u, 0.2);
-    ucp_worker_destroy(u->worker);
-  }
-  if (u->ctx) ucp_cleanup(u->ctx);
-  if (u->wakeFd >= 0) close(u->wakeFd);
-  for (int i = 0; i < u->nChunks; i++) free(u->chunks[i]);
-  free(u->chunks);
-  free(u->peers);
-  free(u->addrBlob);
-  free(u);
-}
-
-/* ---- diagnostics -------------------------------------------------------- */
-
-zppResult_t zppUcxPeerTransports(zppUcx_t* u, int peer, char* buf, size_t len) {
-  ZPP_ARGCHECK(peer >= 0 && peer < u->nranks && peer != u->rank && buf && len > 0,
-               "zppUcxPeerTransports: bad peer %d", peer);
-  peer_t* p = &u->peers[peer];
-  ZPP_USAGECHECK(p->state == EP_OK, "no live endpoint to rank %d yet: exchange a message first", peer);
-  char* text = NULL;
-  size_t textLen = 0;
-  FILE* f = open_memstream(&text, &textLen);
-  if (f == NULL) ZPP_FAIL(zppSystemError, NET, "open_memstream: %s", strerror(errno));
-  ucp_ep_print_info(p->ep, f);
-  fclose(f);
-  /* Lane lines read "lane[0]:  3:sysv/memory.0 md[2] -> ...": keep the
-   * transport names, once each. */
-  buf[0] = '\0';
-  for (char* line = strstr(text, "lane["); line; line = strstr(line + 1, "lane[")) {
-    char* colon = strchr(line, ':');
-    if (colon == NULL) break;
-    char* name = strchr(colon + 1, ':');
-    char* slash = name ? strchr(name, '/') : NULL;
-    char* eol = strchr(line, '\n');
-    if (name == NULL || slash == NULL || (eol && slash > eol)) continue;
-    char tl[32];
-    size_t n = (size_t)(slash - name - 1);
-    if (n >= sizeof(tl)) n = sizeof(tl) - 1;
-    memcpy(tl, name + 1, n);
-    tl[n] = '\0';
-    if (strstr(buf, tl)) continue;
-    size_t used = strlen(buf);
-    snprintf(buf + used, len - used, "%s%s", used ? "," : "", tl);
-  }
-  ZPP_DBG(NET, "rank %d -> rank %d endpoint:\n%s", u->rank, peer, text);
-  free(text);
-  return zppSuccess;
-}
-
-void zppUcxGetBytes(const zppUcx_t* u, uint64_t* intra, uint64_t* inter, int nKinds) {
-  for (int k = 0; k < nKinds && k < zppNumOpKinds; k++) {
-    intra[k] = atomic_load_explicit(&u->bytes[k][0], memory_order_relaxed);
-    inter[k] = atomic_load_explicit(&u->bytes[k][1], memory_order_relaxed);
-  }
-}
-
-void zppUcxResetBytes(zppUcx_t* u) {
-  for (int k = 0; k < zppNumOpKinds; k++)
-    for (int i = 0; i < 2; i++) atomic_store_explicit(&u->bytes[k][i], 0, memory_order_relaxed);
-}

@@ -39,3 +39,14 @@ foreach(case kill stall mismatch abort args)
   set_tests_properties(test_coll_faults_${case} PROPERTIES LABELS "comm" TIMEOUT 120
                                                           SKIP_RETURN_CODE 77)
 endforeach()
+
+# Transport and executor: inter-node endpoints are network only, host streams.
+add_executable(test_coll_transport test_coll_transport.c)
+target_link_libraries(test_coll_transport PRIVATE zpp_static zpp_testutil zpp_coll_testlib zpp_launch)
+foreach(case net noshm stream)
+  add_test(NAME test_coll_transport_${case} COMMAND test_coll_transport ${case})
+  set_tests_properties(test_coll_transport_${case} PROPERTIES LABELS "comm" TIMEOUT 120
+                                                              SKIP_RETURN_CODE 77)
+endforeach()
+
+zpp_add_test(test_reduce_ops SOURCES test_reduce_ops.c LABELS "comm" TIMEOUT 60)

@@ -1,0 +1,213 @@
+/* UCX host transport: errors, abort, teardown and diagnostics; see ucx.h. */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ucx_internal.h"
+
+#include "check.h"
+#include "lib/comm.h"
+
+/* ---- errors, abort, teardown ------------------------------------------- */
+
+/* Progresses until no request but the control receive is live, or the time
+ * is up. */
+int zppUcxDrain(zppUcx_t* u, double limitSec) {
+  double end = zppUcxNow() + limitSec;
+  for (;;) {
+    while (ucp_worker_progress(u->worker)) {
+    }
+    int live = 0;
+    for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
+      if (r != u->noticeRecv && !r->done) live++;
+    if (live == 0 || zppUcxNow() > end) return live;
+    sched_yield();
+  }
+}
+
+static void sendNotices(zppUcx_t* u) {
+  u->noticeOut.rank = u->rank;
+  u->noticeOut.code = atomic_load(&u->comm->asyncError);
+  snprintf(u->noticeOut.reason, sizeof(u->noticeOut.reason), "%s", zppGetLastError(u->comm));
+  for (int p = 0; p < u->nranks; p++) {
+    if (p == u->rank || u->peers[p].state == EP_FAILED || u->peers[p].state == EP_CLOSED) continue;
+    ucp_ep_h ep;
+    if (zppUcxGetEp(u, p, &ep) != zppSuccess) continue;
+    zppUcxReq_t* r;
+    if (zppUcxReqAlloc(u, &r) != zppSuccess) return;
+    r->peer = p;
+    ucp_request_param_t prm;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.send = zppUcxSendDone;
+    prm.user_data = r;
+    void* h = ucp_tag_send_nbx(ep, &u->noticeOut, sizeof(notice_t),
+                               TAG_CONTROL | ((uint64_t)u->rank << TAG_SRC_SHIFT), &prm);
+    if (UCS_PTR_IS_PTR(h)) {
+      r->ucpReq = h;
+    } else {
+      r->done = 1;
+    }
+  }
+}
+
+static void closeEps(zppUcx_t* u, unsigned mode, double limitSec) {
+  void** closing = calloc((size_t)u->nranks, sizeof(void*));
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof(prm));
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  prm.flags = mode;
+  for (int p = 0; p < u->nranks; p++) {
+    peer_t* pe = &u->peers[p];
+    if (pe->ep == NULL || pe->state == EP_CLOSED) continue;
+    void* h = ucp_ep_close_nbx(pe->ep, &prm);
+    pe->state = EP_CLOSED;
+    pe->ep = NULL;
+    if (UCS_PTR_IS_PTR(h)) {
+      if (closing)
+        closing[p] = h;
+      else
+        ucp_request_free(h);
+    }
+  }
+  if (closing == NULL) return;
+  double end = zppUcxNow() + limitSec;
+  for (;;) {
+    ucp_worker_progress(u->worker);
+    int left = 0;
+    for (int p = 0; p < u->nranks; p++) {
+      if (closing[p] == NULL) continue;
+      if (ucp_request_check_status(closing[p]) == UCS_INPROGRESS) {
+        left++;
+      } else {
+        ucp_request_free(closing[p]);
+        closing[p] = NULL;
+      }
+    }
+    if (left == 0) break;
+    if (zppUcxNow() > end) {
+      /* A flush that does not finish (peer gone): fall back to dropping. */
+      if (mode == UCP_EP_CLOSE_FLAG_FORCE) break;
+      for (int p = 0; p < u->nranks; p++)
+        if (closing[p]) ucp_request_cancel(u->worker, closing[p]);
+      mode = UCP_EP_CLOSE_FLAG_FORCE;
+      end = zppUcxNow() + limitSec;
+    }
+    sched_yield();
+  }
+  free(closing);
+}
+
+void zppUcxQuiesce(zppUcx_t* u) {
+  if (u == NULL) return;
+  /* Tell the others unless they told us: they may be waiting on a rank
+   * that waits on us, and would only see a timeout. */
+  if (!u->noticeSent && !u->noticeGot && !atomic_load(&u->aborted)) {
+    u->noticeSent = 1;
+    sendNotices(u);
+    zppUcxDrain(u, NOTICE_WAIT_SEC);
+  }
+  for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
+    if (r->isRecv && !r->done && r->ucpReq && r != u->noticeRecv)
+      ucp_request_cancel(u->worker, r->ucpReq);
+  /* Sends cannot be cancelled: drop the endpoints that still carry some. */
+  int sendsLeft = 0;
+  for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
+    if (!r->isRecv && !r->done) sendsLeft = 1;
+  if (sendsLeft) {
+    u->closing = 1;
+    closeEps(u, UCP_EP_CLOSE_FLAG_FORCE, QUIESCE_WAIT_SEC);
+  }
+  int left = zppUcxDrain(u, QUIESCE_WAIT_SEC);
+  if (left != 0)
+    ZPP_INFO(NET, "%s: rank %d: %d transfers to failed peers left to the worker", u->comm->name,
+             u->rank, left);
+  /* Completed but never waited for: release. */
+  zppUcxReq_t* r = u->live.next;
+  while (r != &u->live) {
+    zppUcxReq_t* next = r->next;
+    if (r->done && r != u->noticeRecv) zppUcxReqRelease(u, r);
+    r = next;
+  }
+}
+
+void zppUcxAbort(zppUcx_t* u) {
+  if (u == NULL) return;
+  atomic_store(&u->aborted, 1);
+  uint64_t one = 1;
+  if (u->wakeFd >= 0) (void)!write(u->wakeFd, &one, sizeof(one));
+}
+
+void zppUcxDestroy(zppUcx_t* u) {
+  if (u == NULL) return;
+  if (u->worker) {
+    u->closing = 1;
+    if (u->noticeRecv && u->noticeRecv->ucpReq && !u->noticeRecv->done)
+      ucp_request_cancel(u->worker, u->noticeRecv->ucpReq);
+    /* Flush what is still queued so the last messages reach their peers,
+     * unless the communicator is already broken. */
+    int healthy = !atomic_load(&u->aborted) && atomic_load(&u->comm->asyncError) == zppSuccess;
+    closeEps(u, healthy ? 0 : UCP_EP_CLOSE_FLAG_FORCE, healthy ? CLOSE_WAIT_SEC : 0.2);
+    zppUcxDrain(u, 0.2);
+    ucp_worker_destroy(u->worker);
+  }
+  if (u->ctx) ucp_cleanup(u->ctx);
+  if (u->wakeFd >= 0) close(u->wakeFd);
+  for (int i = 0; i < u->nChunks; i++) free(u->chunks[i]);
+  free(u->chunks);
+  free(u->peers);
+  free(u->addrBlob);
+  free(u);
+}
+
+/* ---- diagnostics -------------------------------------------------------- */
+
+zppResult_t zppUcxPeerTransports(zppUcx_t* u, int peer, char* buf, size_t len) {
+  ZPP_ARGCHECK(peer >= 0 && peer < u->nranks && peer != u->rank && buf && len > 0,
+               "zppUcxPeerTransports: bad peer %d", peer);
+  peer_t* p = &u->peers[peer];
+  ZPP_USAGECHECK(p->state == EP_OK, "no live endpoint to rank %d yet: exchange a message first", peer);
+  char* text = NULL;
+  size_t textLen = 0;
+  FILE* f = open_memstream(&text, &textLen);
+  if (f == NULL) ZPP_FAIL(zppSystemError, NET, "open_memstream: %s", strerror(errno));
+  ucp_ep_print_info(p->ep, f);
+  fclose(f);
+  /* Lane lines read "lane[0]:  3:sysv/memory.0 md[2] -> ...": keep the
+   * transport names, once each. */
+  buf[0] = '\0';
+  for (char* line = strstr(text, "lane["); line; line = strstr(line + 1, "lane[")) {
+    char* colon = strchr(line, ':');
+    if (colon == NULL) break;
+    char* name = strchr(colon + 1, ':');
+    char* slash = name ? strchr(name, '/') : NULL;
+    char* eol = strchr(line, '\n');
+    if (name == NULL || slash == NULL || (eol && slash > eol)) continue;
+    char tl[32];
+    size_t n = (size_t)(slash - name - 1);
+    if (n >= sizeof(tl)) n = sizeof(tl) - 1;
+    memcpy(tl, name + 1, n);
+    tl[n] = '\0';
+    if (strstr(buf, tl)) continue;
+    size_t used = strlen(buf);
+    snprintf(buf + used, len - used, "%s%s", used ? "," : "", tl);
+  }
+  ZPP_DBG(NET, "rank %d -> rank %d endpoint:\n%s", u->rank, peer, text);
+  free(text);
+  return zppSuccess;
+}
+
+void zppUcxGetBytes(const zppUcx_t* u, uint64_t* intra, uint64_t* inter, int nKinds) {
+  for (int k = 0; k < nKinds && k < zppNumOpKinds; k++) {
+    intra[k] = atomic_load_explicit(&u->bytes[k][0], memory_order_relaxed);
+    inter[k] = atomic_load_explicit(&u->bytes[k][1], memory_order_relaxed);
+  }
+}
+
+void zppUcxResetBytes(zppUcx_t* u) {
+  for (int k = 0; k < zppNumOpKinds; k++)
+    for (int i = 0; i < 2; i++) atomic_store_explicit(&u->bytes[k][i], 0, memory_order_relaxed);
+}
