@@ -209,6 +209,42 @@ static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, int algo) {
   }
 }
 
+/* The state, and the checks every operation starts with. */
+static zppResult_t beginOp(struct zppComm* comm, hostState_t** out) {
+  struct zppTransports* t = comm->transports;
+  hostState_t* st = zppExecutorGetState(t->exec);
+  if (st == NULL) {
+    ZPPCHECK(stateCreate(comm, &st));
+    zppExecutorSetState(t->exec, st, stateFree);
+    zppUcxSetSigFormatter(t->ucx, zppHostCollDescribeMismatch);
+  }
+  /* Another rank may have given up already: say why rather than fail on a
+   * consequence. */
+  zppResult_t res = zppUcxPoll(t->ucx);
+  if (res == zppSuccess && st->haveLast) res = zppUcxCheckLeftovers(t->ucx, st->lastSeq, st->lastSig);
+  if (res != zppSuccess) {
+    zppUcxQuiesce(t->ucx);
+    return res;
+  }
+  *out = st;
+  return zppSuccess;
+}
+
+zppResult_t zppHostCollBeginOp(struct zppComm* comm, uint32_t* seq) {
+  hostState_t* st = NULL;
+  ZPPCHECK(beginOp(comm, &st));
+  *seq = st->seq++;
+  return zppSuccess;
+}
+
+void zppHostCollEndOp(struct zppComm* comm, uint32_t seq, uint32_t sig) {
+  hostState_t* st = zppExecutorGetState(comm->transports->exec);
+  if (st == NULL) return;
+  st->haveLast = 1;
+  st->lastSeq = seq;
+  st->lastSig = sig;
+}
+
 static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
   const zppHostColl_t* a = arg;
   zppResult_t res = (zppResult_t)atomic_load(&comm->asyncError);
@@ -218,20 +254,8 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
   struct zppTransports* t = comm->transports;
   if (t->ucx == NULL)
     ZPP_FAIL(zppInvalidUsage, COLL, "%s: no host transport (built without UCX)", comm->name);
-  hostState_t* st = zppExecutorGetState(t->exec);
-  if (st == NULL) {
-    ZPPCHECK(stateCreate(comm, &st));
-    zppExecutorSetState(t->exec, st, stateFree);
-    zppUcxSetSigFormatter(t->ucx, zppHostCollDescribeMismatch);
-  }
-  /* Another rank may have given up already: say why rather than fail on a
-   * consequence. */
-  res = zppUcxPoll(t->ucx);
-  if (res == zppSuccess && st->haveLast) res = zppUcxCheckLeftovers(t->ucx, st->lastSeq, st->lastSig);
-  if (res != zppSuccess) {
-    zppUcxQuiesce(t->ucx);
-    return res;
-  }
+  hostState_t* st = NULL;
+  ZPPCHECK(beginOp(comm, &st));
   int algo = chooseAlgo(st, a, comm->nranks);
   zppCollCtx_t c = {
       .comm = comm,

@@ -26,6 +26,15 @@ typedef struct {
 /* Arguments already validated. stream: NULL (blocks) or a host stream. */
 zppResult_t zppHostCollIssue(struct zppComm* comm, const zppHostColl_t* coll, zppHostStream_t stream);
 
+/* For the ZeRO++ jobs (collectives/zeropp_host.c), which run on the same
+ * executor: one sequence space for every operation (the transport finds
+ * mismatches by comparing the signatures of messages with one sequence
+ * number), and the same checks before and after. Begin: the health and
+ * leftover checks, then the next sequence number. End: remembered as the
+ * last operation, whose leftovers the next one checks. Host transport only. */
+zppResult_t zppHostCollBeginOp(struct zppComm* comm, uint32_t* seq);
+void zppHostCollEndOp(struct zppComm* comm, uint32_t seq, uint32_t sig);
+
 /* "AllReduce(float32, sum; #1a3)": what one signature says. */
 void zppHostCollDescribeSig(uint32_t sig, char* buf, size_t len);
 /* "AllReduce(float32, max; #1a3) while this rank called AllReduce(float32,

@@ -355,10 +355,9 @@ static zppResult_t gatherJob(struct zppComm* comm, void* arg) {
             comm->name, comm->rank);
   }
   if (res == zppSuccess && useGroup) {
-    /* The data messages carry the version too: a member on another version
-     * can never be mixed in. */
-    uint64_t v2[5] = {p->count, (uint64_t)p->bits, (uint64_t)p->block, 2, a->version};
-    c.id.sig = (c.id.sig & ~0x3ffu) | (zppZeroppSigHash(v2, 5) & 0x3ffu);
+    /* One signature for every message of the call (the transport reads a
+     * message of this call with another signature as a mismatch); the
+     * handshake already proved that the group agrees on the version. */
     res = groupGather(&c, p, a->full);
   } else if (res == zppSuccess) {
     ZPP_INFO(COLL, "%s: rank %d: hpZ backward gather from an invalid secondary: global gather",

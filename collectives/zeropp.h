@@ -42,8 +42,6 @@ void zppZeroppProgress(const zppCollCtx_t* c);
  * of input, rounded down to whole blocks (at least one block), so that
  * chunked quantization is the same as quantizing the whole buffer. */
 size_t zppZeroppChunkElems(const zppCollCtx_t* c, zppDataType_t type, int block);
-/* The 10-bit hash part of a signature (the low bits of zppCollCtx_t.id.sig). */
-uint32_t zppZeroppSigHash(const uint64_t* vals, int nvals);
 /* The transport's mismatch formatter (a zppSigFormatter_t) for plain and
  * ZeRO++ signatures alike. */
 void zppZeroppDescribeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t len);

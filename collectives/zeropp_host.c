@@ -21,7 +21,7 @@
 #define SCRATCH_KEEP_BYTES ((size_t)64 << 20)
 
 struct zppZeropp {
-  uint32_t seq; /* own sequence space; see zppZeroppBegin */
+  int formatterSet; /* ours describes plain and ZeRO++ signatures */
   int* ring;
   int* ringPos;
   void* scratch[ZPP_ZSCRATCH_SLOTS];
@@ -89,7 +89,6 @@ static zppResult_t stateGet(struct zppComm* comm, struct zppZeropp** out) {
                  (long long)chunk, (long long)depth);
   st->chunkBytes = (size_t)chunk;
   st->depth = (int)depth;
-  if (comm->transports->ucx) zppUcxSetSigFormatter(comm->transports->ucx, zppZeroppDescribeMismatch);
   comm->zeropp = st;
   *out = st;
   return zppSuccess;
@@ -106,7 +105,7 @@ fail:
 
 /* Same layout as the plain collectives' (coll_host.c): kind, type, op, then
  * a 10-bit hash of what else must agree, so one formatter reads both. */
-uint32_t zppZeroppSigHash(const uint64_t* vals, int nvals) {
+static uint32_t sigHash(const uint64_t* vals, int nvals) {
   /* FNV-1a over the values' bytes, folded. */
   uint64_t h = 1469598103934665603ull;
   const unsigned char* p = (const unsigned char*)vals;
@@ -123,7 +122,7 @@ static uint32_t makeSig(zppOpKind_t kind, zppDataType_t type, int op, const uint
   for (int i = 0; i < nvals && n < 11; i++) all[n++] = vals[i];
   all[n++] = (uint64_t)chunkBytes;
   uint32_t o = (op >= 0 && op < zppNumOps) ? (uint32_t)op : SIG_NO_OP;
-  return ((uint32_t)kind << 17) | ((uint32_t)type << 13) | (o << 10) | zppZeroppSigHash(all, n);
+  return ((uint32_t)kind << 17) | ((uint32_t)type << 13) | (o << 10) | sigHash(all, n);
 }
 
 static void describeSig(uint32_t sig, char* buf, size_t len) {
@@ -146,8 +145,8 @@ void zppZeroppDescribeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t
   describeSig(mine, b, sizeof(b));
   int sameCall = (theirs >> 10) == (mine >> 10);
   snprintf(buf, len, "%s while this rank called %s%s", a, b,
-           sameCall ? " (#: a hash of count, bits, block, pipeline chunk and, for hpZ, the "
-                      "secondary's version: these differ)"
+           sameCall ? " (#: a hash of count, bits, block, pipeline chunk and forward or "
+                      "backward: these differ)"
                     : "");
 }
 
@@ -162,9 +161,17 @@ zppResult_t zppZeroppBegin(struct zppComm* comm, zppOpKind_t kind, zppDataType_t
   zppUcx_t* ucx = comm->transports->ucx;
   if (comm->nranks > 1 && ucx == NULL)
     ZPP_FAIL(zppInvalidUsage, COLL, "%s: no host transport (built without UCX)", comm->name);
-  /* Another rank may have given up already: say why rather than fail on a
-   * consequence. */
-  if (ucx) ZPPCHECK(zppUcxPoll(ucx));
+  uint32_t seq = 0;
+  if (ucx) {
+    /* The plain collectives' sequence space and checks (health, leftovers
+     * of the last operation): the transport tells calls apart by sequence
+     * number, so every operation on the communicator needs its own. */
+    ZPPCHECK(zppHostCollBeginOp(comm, &seq));
+    if (!st->formatterSet) {
+      zppUcxSetSigFormatter(ucx, zppZeroppDescribeMismatch);
+      st->formatterSet = 1;
+    }
+  }
   memset(c, 0, sizeof(*c));
   c->comm = comm;
   c->ucx = ucx;
@@ -172,11 +179,7 @@ zppResult_t zppZeroppBegin(struct zppComm* comm, zppOpKind_t kind, zppDataType_t
   c->nranks = comm->nranks;
   c->ring = st->ring;
   c->ringPos = st->ringPos;
-  /* A sequence space of its own: every rank runs its jobs in issue order and
-   * each job completes all its messages, so between two ranks the messages
-   * of consecutive jobs arrive, and are matched, in order even where tags of
-   * a plain job and of a ZeRO++ job coincide. */
-  c->id.seq = st->seq++;
+  c->id.seq = seq;
   c->id.step = 0;
   c->id.sig = makeSig(kind, type, op, vals, nvals, st->chunkBytes);
   c->id.opKind = kind;
@@ -199,6 +202,7 @@ zppResult_t zppZeroppEnd(zppCollCtx_t* c, zppResult_t res, int agreed) {
       st->scratchBytes[i] = 0;
     }
   }
+  if (c->ucx) zppHostCollEndOp(comm, c->id.seq, c->id.sig);
   if (res != zppSuccess && !agreed) {
     /* The ranks no longer agree on where they are: the communicator is
      * broken (the transport recorded why, unless the failure was local). */
