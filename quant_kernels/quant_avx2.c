@@ -242,10 +242,13 @@ ZPP_AVX2_INLINE void avx2EncodeWithParams(const void* x, zppDataType_t dtype, si
     memset(data + (bits == 8 ? base : base / 2), 0, zppQuantDataBytes(len, bits));
   } else if (bp->p != 1.0f) {
     /* max |x| < 2^-64: the x * 2^64 step of the reference. Such blocks are
-     * rare enough to take the scalar path. */
-    float tmp[ZPP_QUANT_MAX_BLOCK];
-    for (size_t k = 0; k < len; k++) tmp[k] = avx2LoadOne(x, dtype, k);
-    zppQuantEncodeSpanRef(tmp, 0, len, bp, bits, data, base);
+     * rare enough to take the scalar path, 32 elements at a time. */
+    for (size_t i = 0; i < len; i += 32) {
+      float tmp[32];
+      size_t n = len - i < 32 ? len - i : 32;
+      for (size_t k = 0; k < n; k++) tmp[k] = avx2LoadOne(x, dtype, i + k);
+      zppQuantEncodeSpanRef(tmp, 0, n, bp, bits, data, base + i);
+    }
   } else {
     avx2EncodeBlock(x, dtype, len, bits, bp, data, base);
   }

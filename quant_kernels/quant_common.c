@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -152,32 +153,35 @@ static zppResult_t checkCount(const char* fn, size_t count, int bits, int block)
   return zppSuccess;
 }
 
+/* Why a header does not match (count, bits, block), or NULL when it does.
+ * The usual cause of a mismatch is ranks configured with different
+ * compression settings, or a segment read at the wrong offset. */
+static const char* headerMismatch(const uint8_t* p, size_t count, int bits, int block, char* why,
+                                  size_t len) {
+  zppQuantHeader_t h = readHeader(p);
+  if (h.magic != ZPP_QUANT_MAGIC)
+    snprintf(why, len, "magic 0x%08x, expected 0x%08x (not a zpp segment, or read at the wrong offset)",
+             h.magic, ZPP_QUANT_MAGIC);
+  else if (h.bits != bits)
+    snprintf(why, len, "%d bits, expected %d (compression settings differ across ranks?)", h.bits, bits);
+  else if (h.blockLog2 != zppQuantLog2(block))
+    snprintf(why, len, "block 2^%d, expected %d = 2^%d (compression settings differ across ranks?)",
+             h.blockLog2, block, zppQuantLog2(block));
+  else if (h.reserved != 0)
+    snprintf(why, len, "reserved field 0x%04x, expected 0", h.reserved);
+  else if (h.count != (uint64_t)count)
+    snprintf(why, len, "%llu elements, expected %zu", (unsigned long long)h.count, count);
+  else
+    return NULL;
+  return why;
+}
+
 zppResult_t zppQuantCheckHeader(const void* packed, size_t count, int bits, int block) {
   if (packed == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "zppQuantCheckHeader: packed is NULL");
   ZPPCHECK(checkParams("zppQuantCheckHeader", bits, block));
-  zppQuantHeader_t h = readHeader((const uint8_t*)packed);
-  /* The usual cause of a mismatch is ranks configured with different
-   * compression settings, or a segment read at the wrong offset. */
-  if (h.magic != ZPP_QUANT_MAGIC)
-    ZPP_FAIL(zppInvalidUsage, QUANT,
-             "packed segment has magic 0x%08x, expected 0x%08x (not a zpp segment, or read at the "
-             "wrong offset)",
-             h.magic, ZPP_QUANT_MAGIC);
-  if (h.bits != bits)
-    ZPP_FAIL(zppInvalidUsage, QUANT,
-             "packed segment has %d bits, expected %d (compression settings differ across ranks?)",
-             h.bits, bits);
-  if (h.blockLog2 != zppQuantLog2(block))
-    ZPP_FAIL(zppInvalidUsage, QUANT,
-             "packed segment has block 2^%d, expected %d (compression settings differ across "
-             "ranks?)",
-             h.blockLog2, block);
-  if (h.reserved != 0)
-    ZPP_FAIL(zppInvalidUsage, QUANT, "packed segment header reserved field is 0x%04x, expected 0",
-             h.reserved);
-  if (h.count != (uint64_t)count)
-    ZPP_FAIL(zppInvalidUsage, QUANT, "packed segment holds %llu elements, expected %zu",
-             (unsigned long long)h.count, count);
+  char why[160];
+  if (headerMismatch((const uint8_t*)packed, count, bits, block, why, sizeof why))
+    ZPP_FAIL(zppInvalidUsage, QUANT, "packed segment header: %s", why);
   return zppSuccess;
 }
 
@@ -195,12 +199,9 @@ static zppResult_t checkInputs(const char* fn, const void* packed, size_t stride
   if (n > 1 && stride > (SIZE_MAX - size) / (size_t)(n - 1))
     ZPP_FAIL(zppInvalidArgument, QUANT, "%s: stride %zu times %d inputs overflows", fn, stride, n);
   for (int k = 0; k < n; k++) {
-    zppResult_t res =
-        zppQuantCheckHeader((const uint8_t*)packed + (size_t)k * stride, count, bits, block);
-    if (res != zppSuccess) {
-      ZPP_ERR(QUANT, "%s: input %d of %d has a bad header", fn, k, n);
-      return res;
-    }
+    char why[160];
+    if (headerMismatch((const uint8_t*)packed + (size_t)k * stride, count, bits, block, why, sizeof why))
+      ZPP_FAIL(zppInvalidUsage, QUANT, "%s: input %d of %d: packed segment header: %s", fn, k, n, why);
   }
   return zppSuccess;
 }
