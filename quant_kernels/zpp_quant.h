@@ -81,7 +81,8 @@
  * those for local rank 1, and so on. Local rank j's send region is thus the
  * contiguous segments [j*N, (j+1)*N).
  *
- * Packed pointers are host pointers for the CPU functions. Strided inputs
+ * Packed pointers are host pointers for the CPU functions, at any alignment;
+ * element buffers (in, out, acc) need their type's alignment. Strided inputs
  * (`packed + k * stride` for k < n) match the receive buffers of an
  * all-to-all, where each peer's segments land at a fixed stride.
  */
