@@ -41,6 +41,7 @@ struct zppExecutor {
   pthread_cond_t doneCond; /* blocking callers wait for their job */
   job_t* head;
   job_t* tail;
+  int busy;     /* a job runs (on the thread, or inline on a blocking caller) */
   int stopping;
   int callers; /* threads inside a blocking submit */
   _Atomic int aborted;
@@ -161,15 +162,17 @@ static void* executorMain(void* arg) {
   zppExecutor_t* e = arg;
   pthread_mutex_lock(&e->lock);
   for (;;) {
-    while (e->head == NULL && !e->stopping) pthread_cond_wait(&e->workCond, &e->lock);
+    while ((e->head == NULL && !e->stopping) || e->busy) pthread_cond_wait(&e->workCond, &e->lock);
     job_t* j = e->head;
     if (j == NULL) break; /* stopping and drained */
     e->head = j->next;
     if (e->head == NULL) e->tail = NULL;
+    e->busy = 1;
     pthread_mutex_unlock(&e->lock);
     zppResult_t res = atomic_load(&e->aborted) ? abortedResult(e) : j->fn(e->comm, j->arg);
     finishJob(e, j, res);
     pthread_mutex_lock(&e->lock);
+    e->busy = 0;
   }
   pthread_mutex_unlock(&e->lock);
   return NULL;
@@ -200,6 +203,28 @@ zppResult_t zppExecutorSubmit(zppExecutor_t* e, zppJobFn_t fn, const void* arg, 
   if (argBytes > ZPP_JOB_ARG_MAX)
     ZPP_FAIL(zppInternalError, ALL, "job arguments of %zu bytes exceed %d", argBytes,
              ZPP_JOB_ARG_MAX);
+  if (stream == NULL) {
+    /* Nothing queued or running: run it right here. Handing it to the
+     * thread would cost two thread switches, a good part of a small
+     * collective's latency when ranks outnumber cores. */
+    pthread_mutex_lock(&e->lock);
+    if (e->head == NULL && !e->busy && !e->stopping) {
+      e->busy = 1;
+      e->callers++;
+      pthread_mutex_unlock(&e->lock);
+      zppResult_t res = atomic_load(&e->aborted) ? abortedResult(e) : fn(e->comm, (void*)arg);
+      pthread_mutex_lock(&e->lock);
+      e->busy = 0;
+      /* Wake the thread only for jobs queued meanwhile, and the destroyer
+       * only if there is one: a wake-up is a thread switch. */
+      if (e->head) pthread_cond_signal(&e->workCond);
+      e->callers--;
+      if (e->callers == 0 && e->stopping) pthread_cond_broadcast(&e->doneCond);
+      pthread_mutex_unlock(&e->lock);
+      return res;
+    }
+    pthread_mutex_unlock(&e->lock);
+  }
   job_t* j = NULL;
   ZPP_CALLOC(j, 1);
   j->fn = fn;
@@ -234,7 +259,7 @@ zppResult_t zppExecutorSubmit(zppExecutor_t* e, zppJobFn_t fn, const void* arg, 
   while (!w.done) pthread_cond_wait(&e->doneCond, &e->lock);
   /* After this the executor may be freed: touch nothing of it. */
   e->callers--;
-  if (e->callers == 0) pthread_cond_broadcast(&e->doneCond);
+  if (e->callers == 0 && e->stopping) pthread_cond_broadcast(&e->doneCond);
   pthread_mutex_unlock(&e->lock);
   return w.result;
 }

@@ -1,10 +1,11 @@
 /*
  * Host executor: one thread per communicator runs the host-buffer
- * operations in the order they were issued, and owns every UCX call of the
- * communicator after its creation (so UCX needs no locks and a caller never
- * progresses another caller's transfers).
+ * operations in the order they were issued, one at a time; whoever runs the
+ * current job owns every UCX call of the communicator (so UCX needs no
+ * locks and two callers never progress each other's transfers).
  *
- * A job issued with stream NULL blocks its caller until it ran; with a
+ * A job issued with stream NULL blocks its caller until it ran (on the
+ * caller's own thread when nothing else is queued or running); with a
  * zppHostStream_t it is queued and the caller goes on; the stream counts its
  * jobs and keeps the first error (zppHostStreamSynchronize reports it).
  * The host stream API itself (zppHostStream*) lives in executor.c.
@@ -19,8 +20,9 @@
 struct zppComm;
 typedef struct zppExecutor zppExecutor_t;
 
-/* Runs on the executor thread; arg points to the job's copy of the
- * arguments given to zppExecutorSubmit. */
+/* Runs on the executor thread, or inline on a blocking caller's thread,
+ * never two at a time; arg points to the job's copy of the arguments given to
+ * zppExecutorSubmit (or to them, inline). */
 typedef zppResult_t (*zppJobFn_t)(struct zppComm* comm, void* arg);
 
 #define ZPP_JOB_ARG_MAX 128
