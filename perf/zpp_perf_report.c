@@ -95,6 +95,40 @@ static int zppPerfSameSection(const zppPerfRecord_t* a, const zppPerfRecord_t* b
          (!zppPerfCollReduces(a->coll) || a->redop == b->redop);
 }
 
+/* The speed-ups at a section's largest size, where a bandwidth test means
+ * most: against the plain mode of the same collective, type and reduction
+ * (compressed sections only) and against the baseline, both in effective
+ * busbw. NAN when there is nothing to compare with. */
+typedef struct {
+  size_t at;        /* index of the section's largest row */
+  double vsPlain, vsBase;
+} zppPerfSpeedup_t;
+
+static zppPerfSpeedup_t zppPerfSectionSpeedup(const zppPerfRecord_t* recs, size_t n, size_t i,
+                                              size_t j) {
+  zppPerfSpeedup_t sp = {i, NAN, NAN};
+  for (size_t k = i; k < j; k++)
+    if (recs[k].counts.bytes > recs[sp.at].counts.bytes) sp.at = k;
+  const zppPerfRecord_t* r = &recs[sp.at];
+  if (r->base.present) sp.vsBase = r->base.ratio;
+  if (r->compressed) {
+    for (size_t k = 0; k < n; k++) {
+      const zppPerfRecord_t* p = &recs[k];
+      if (!p->compressed && p->coll == r->coll && p->dtype == r->dtype &&
+          (!zppPerfCollReduces(r->coll) || p->redop == r->redop) &&
+          p->counts.bytes == r->counts.bytes && p->effBusbw > 0)
+        sp.vsPlain = r->effBusbw / p->effBusbw;
+    }
+  }
+  return sp;
+}
+
+static size_t zppPerfSectionEnd(const zppPerfRecord_t* recs, size_t n, size_t i) {
+  size_t j = i;
+  while (j < n && zppPerfSameSection(&recs[i], &recs[j])) j++;
+  return j;
+}
+
 void zppPerfPrintSummary(FILE* f, const zppPerfRecord_t* recs, size_t n) {
   uint64_t wrong = 0;
   double sum = 0.0;
@@ -120,6 +154,22 @@ void zppPerfPrintSummary(FILE* f, const zppPerfRecord_t* recs, size_t n) {
     if (haveBase)
       fprintf(f, "   %s %8.3f GB/s, ratio %.2f", recs[i].base.name, sb / k, sb > 0 ? s / sb : NAN);
     fprintf(f, "\n");
+    i = j;
+  }
+  for (size_t i = 0; i < n;) {
+    size_t j = zppPerfSectionEnd(recs, n, i);
+    zppPerfSpeedup_t sp = zppPerfSectionSpeedup(recs, n, i, j);
+    if (!isnan(sp.vsPlain) || !isnan(sp.vsBase)) {
+      char sz[32];
+      zppPerfFormatSize(recs[sp.at].counts.bytes, sz, sizeof sz);
+      fprintf(f, "# at %s: %s %s %s%s%s:", sz, zppPerfCollName(recs[i].coll), recs[i].mode,
+              zppPerfTypeName(recs[i].dtype), zppPerfCollReduces(recs[i].coll) ? " " : "",
+              zppPerfCollReduces(recs[i].coll) ? zppPerfRedOpName(recs[i].redop) : "");
+      if (!isnan(sp.vsPlain)) fprintf(f, " %.2fx plain", sp.vsPlain);
+      if (!isnan(sp.vsBase))
+        fprintf(f, "%s %.2fx %s", isnan(sp.vsPlain) ? "" : ",", sp.vsBase, recs[sp.at].base.name);
+      fprintf(f, " (effective busbw)\n");
+    }
     i = j;
   }
   fprintf(f, "# Out of bounds values : %llu %s\n", (unsigned long long)wrong, wrong ? "ERROR" : "OK");
@@ -272,10 +322,35 @@ int zppPerfWriteJson(const char* path, const zppPerfRunInfo_t* info, const zppPe
     fputs(i ? ", " : "\n  ", f);
     zppPerfJsonRecord(f, &recs[i], info);
   }
-  fprintf(f, "\n  ],\n  \"summary\": {\"rows\": %zu, \"wrong\": %llu, \"avg_busbw\": ", n,
+  fprintf(f, "\n  ],\n  \"summary\": {\n    \"rows\": %zu,\n    \"wrong\": %llu,\n    \"avg_busbw\": ", n,
           (unsigned long long)wrong);
   zppPerfJsonNumber(f, n ? sum / (double)n : 0.0);
-  fprintf(f, "}\n}\n");
+  fprintf(f, ",\n    \"speedups\": [");
+  int firstSp = 1;
+  for (size_t i = 0; i < n;) {
+    size_t j = zppPerfSectionEnd(recs, n, i);
+    zppPerfSpeedup_t sp = zppPerfSectionSpeedup(recs, n, i, j);
+    if (!isnan(sp.vsPlain) || !isnan(sp.vsBase)) {
+      const zppPerfRecord_t* r = &recs[sp.at];
+      fprintf(f, "%s\n      {\"op\": ", firstSp ? "" : ",");
+      firstSp = 0;
+      zppPerfJsonString(f, zppPerfCollName(r->coll));
+      fprintf(f, ", \"mode\": ");
+      zppPerfJsonString(f, r->mode);
+      fprintf(f, ", \"dtype\": ");
+      zppPerfJsonString(f, zppPerfTypeName(r->dtype));
+      fprintf(f, ", \"redop\": ");
+      if (zppPerfCollReduces(r->coll)) zppPerfJsonString(f, zppPerfRedOpName(r->redop));
+      else fputs("null", f);
+      fprintf(f, ", \"bytes\": %zu, \"vs_plain\": ", r->counts.bytes);
+      zppPerfJsonNumber(f, sp.vsPlain);
+      fprintf(f, ", \"vs_baseline\": ");
+      zppPerfJsonNumber(f, sp.vsBase);
+      fputs("}", f);
+    }
+    i = j;
+  }
+  fprintf(f, "%s]\n  }\n}\n", firstSp ? "" : "\n    ");
   int bad = ferror(f);
   if (fclose(f) != 0 || bad) {
     fprintf(stderr, "zpp-perf: writing %s failed: %s\n", path, strerror(errno));

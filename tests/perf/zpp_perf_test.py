@@ -266,7 +266,10 @@ def test_validator(schema_path):
               "layout": "2x2", "date": "2026-01-02T03:04:05Z", "host": "h", "launcher": "fork",
               "iters": 5, "warmup": 1, "check": True, "time_statistic": "median",
               "units": {"time": "us", "bandwidth": "GB/s", "wire_bytes": "B"}, "command": "zpp-perf"}
-    good = {"header": header, "records": [rec], "summary": {"rows": 1, "wrong": 0, "avg_busbw": 0.0768}}
+    good = {"header": header, "records": [rec],
+            "summary": {"rows": 1, "wrong": 0, "avg_busbw": 0.0768,
+                        "speedups": [{"op": "allgather", "mode": "qwz", "dtype": "bfloat16", "redop": None,
+                                      "bytes": 1024, "vs_plain": 1.9, "vs_baseline": None}]}}
     check(schema_errors(good, schema) == [], "a good document is rejected: %s" % schema_errors(good, schema))
     with_base = json.loads(json.dumps(good))
     with_base["records"][0].update({"baseline": "mpi", "baseline_time_us": 12.0,
@@ -292,6 +295,7 @@ def test_validator(schema_path):
     broken(lambda d: d["header"].update(date="yesterday"), "a bad date")
     broken(lambda d: d["header"].pop("ranks"), "a header without ranks")
     broken(lambda d: d.pop("summary"), "a document without summary")
+    broken(lambda d: d["summary"]["speedups"][0].pop("vs_plain"), "a speed-up without vs_plain")
     try:
         validate({}, {"oneOf": []})
         check(False, "validator ignores keywords it does not implement")
@@ -418,6 +422,12 @@ def test_zeropp(bin_, schema_path, outdir):
                 return r["wire_bytes_inter"]
         return None
 
+    sp = {(x["op"], x["mode"], x["dtype"], x["redop"]): x for x in doc["summary"]["speedups"]}
+    for key in (("allgather", "qwz", "bfloat16", None), ("reducescatter", "qgz", "bfloat16", "sum")):
+        x = sp.get(key)
+        check(x is not None and x["vs_plain"] is not None and x["vs_plain"] > 0,
+              "summary lacks the speed-up of %s over plain: %r" % (key, x))
+    check("x plain (effective busbw)" in out, "table summary lacks the speed-up lines")
     big = max(r["bytes"] for r in doc["records"])
     ag = inter("allgather", "plain", "bfloat16", None, big)
     rs = inter("reducescatter", "plain", "bfloat16", "sum", big)
