@@ -54,6 +54,16 @@ static int zppPerfSameSeries(const zppPerfRecord_t* a, const zppPerfRecord_t* b)
          (!zppPerfCollReduces(a->coll) || a->redop == b->redop);
 }
 
+/* The compressed modes of a collective share its baseline: draw that line
+ * once, with the first section of the same collective, type and reduction. */
+static int zppPerfFirstBaseline(const zppPerfRecord_t* recs, size_t i) {
+  for (size_t k = 0; k < i; k++)
+    if (recs[k].base.present && recs[k].coll == recs[i].coll && recs[k].dtype == recs[i].dtype &&
+        (!zppPerfCollReduces(recs[i].coll) || recs[k].redop == recs[i].redop))
+      return 0;
+  return 1;
+}
+
 typedef struct {
   double x0, x1; /* log2 bytes at the left and right edges */
   double yMax;
@@ -112,7 +122,8 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
   if (n == 0) lo = hi = 1;
   int entries = 0;
   for (size_t i = 0; i < n; i++) {
-    if (i == 0 || !zppPerfSameSeries(&recs[i - 1], &recs[i])) entries += 1 + (recs[i].base.present ? 1 : 0);
+    if (i == 0 || !zppPerfSameSeries(&recs[i - 1], &recs[i]))
+      entries += 1 + (recs[i].base.present && zppPerfFirstBaseline(recs, i) ? 1 : 0);
   }
   /* Names must not run off the bottom: the picture grows instead. */
   if (SVG_TOP + 8 + entries * SVG_LEGEND_STEP + SVG_BOTTOM > ax.h)
@@ -181,7 +192,7 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
     zppPerfXml(f, name);
     fprintf(f, "</text>\n");
     ly += SVG_LEGEND_STEP;
-    if (recs[i].base.present) {
+    if (recs[i].base.present && zppPerfFirstBaseline(recs, i)) {
       zppPerfSvgSeries(f, &ax, &recs[i], j - i, 1, colour);
       fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\" "
                  "stroke-dasharray=\"6,4\"/>\n", lx, ly, lx + 24, ly, colour);
@@ -189,6 +200,12 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
       zppPerfXml(f, recs[i].base.name);
       fputc(' ', f);
       zppPerfXml(f, zppPerfCollName(recs[i].coll));
+      fputc(' ', f);
+      zppPerfXml(f, zppPerfTypeName(recs[i].dtype));
+      if (zppPerfCollReduces(recs[i].coll)) {
+        fputc(' ', f);
+        zppPerfXml(f, zppPerfRedOpName(recs[i].redop));
+      }
       fprintf(f, " (baseline)</text>\n");
       ly += SVG_LEGEND_STEP;
     }
