@@ -50,3 +50,11 @@ foreach(case net noshm stream)
 endforeach()
 
 zpp_add_test(test_reduce_ops SOURCES test_reduce_ops.c LABELS "comm" TIMEOUT 60)
+
+# Device buffers through NCCL: label gpu, exits 77 without a CUDA device.
+if(ZPP_HAVE_NCCL)
+  add_executable(test_coll_gpu test_coll_gpu.c)
+  target_link_libraries(test_coll_gpu PRIVATE zpp_static zpp_testutil zpp_coll_testlib zpp_launch)
+  add_test(NAME test_coll_gpu COMMAND test_coll_gpu)
+  set_tests_properties(test_coll_gpu PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
+endif()

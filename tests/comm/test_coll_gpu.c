@@ -1,0 +1,146 @@
+/*
+ * Collectives on device buffers through NCCL (label gpu; exit 77 without a
+ * CUDA device). Every rank checks for a device itself: the parent never
+ * touches CUDA, which must not be initialised before fork.
+ *
+ *   1 rank on device 0, then one rank per device when there are several:
+ *   every collective checked exactly, on the caller's cudaStream_t.
+ *   With one device, two ranks on it: NCCL before 2.30 refuses that, and
+ *   zpp says so (zppInvalidUsage) instead of hanging.
+ *   Stream arguments: host buffers with a cudaStream_t, device buffers with a
+ *   host stream, and mixed host/device buffers are refused.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "coll_testlib.h"
+#include "testutil.h"
+#include "tools/launch.h"
+
+static int* sharedDevices; /* device count seen by rank 0 of the first run */
+
+#define CU(call) REQUIRE((call) == cudaSuccess)
+
+static int checkDevice(const void* dev, zppDataType_t t, size_t count, const void* want, const char* what) {
+  size_t bytes = count * zppTypeSize(t);
+  char* host = malloc(bytes + 1);
+  REQUIRE(host);
+  CU(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
+  int ok = memcmp(host, want, bytes) == 0;
+  CHECK_MSG(ok, "%s %s: wrong result", what, collTestTypeName(t));
+  free(host);
+  return ok;
+}
+
+static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) return ZPP_TEST_SKIP;
+  if (rank == 0 && sharedDevices) *sharedDevices = ndev;
+  int shareGpu = *(const int*)arg;
+  CU(cudaSetDevice(shareGpu ? 0 : rank % ndev));
+  zppComm_t comm;
+  REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
+  cudaStream_t stream;
+  CU(cudaStreamCreate(&stream));
+  const size_t count = 100003;
+  size_t maxBytes = count * 8 * (size_t)nranks;
+  void *dsend, *drecv;
+  CU(cudaMalloc(&dsend, maxBytes));
+  CU(cudaMalloc(&drecv, maxBytes));
+  char* hsend = malloc(maxBytes);
+  char* want = malloc(maxBytes);
+  REQUIRE(hsend && want);
+
+  if (shareGpu) {
+    /* Two ranks, one GPU: refused with a reason before NCCL (< 2.30) could hang. */
+    int v = 0;
+    ncclGetVersion(&v);
+    zppResult_t res = zppAllReduce(dsend, drecv, 16, zppFloat32, zppSum, comm, stream);
+    if (v < 23000) CHECK_EQ_INT(res, zppInvalidUsage);
+    printf("rank %d: two ranks on one GPU with NCCL %d: %s\n", rank, v, zppGetErrorString(res));
+    zppCommAbort(comm);
+    return zppTestFailures ? 1 : 0;
+  }
+
+  const zppDataType_t types[] = {zppInt8, zppInt32, zppFloat16, zppFloat32, zppFloat64, zppBfloat16};
+  for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+    zppDataType_t t = types[ti];
+    size_t ts = zppTypeSize(t), bytes = count * ts;
+    for (int op = 0; op < zppNumOps; op++) {
+      collTestFill(t, (zppRedOp_t)op, rank, 0, count * (size_t)nranks, op + 1, hsend);
+      CU(cudaMemcpy(dsend, hsend, bytes * (size_t)nranks, cudaMemcpyHostToDevice));
+      for (size_t i = 0; i < count; i++) collTestExpect(t, (zppRedOp_t)op, nranks, i, op + 1, want + i * ts);
+      CHECK(zppAllReduce(dsend, drecv, count, t, (zppRedOp_t)op, comm, stream) == zppSuccess);
+      CU(cudaStreamSynchronize(stream));
+      checkDevice(drecv, t, count, want, "allreduce");
+      for (size_t i = 0; i < count; i++)
+        collTestExpect(t, (zppRedOp_t)op, nranks, (size_t)rank * count + i, op + 1, want + i * ts);
+      CHECK(zppReduceScatter(dsend, drecv, count, t, (zppRedOp_t)op, comm, stream) == zppSuccess);
+      CU(cudaStreamSynchronize(stream));
+      checkDevice(drecv, t, count, want, "reducescatter");
+    }
+    collTestFill(t, zppSum, rank, 0, count, 9, hsend);
+    CU(cudaMemcpy(dsend, hsend, bytes, cudaMemcpyHostToDevice));
+    for (int r = 0; r < nranks; r++) collTestFill(t, zppSum, r, 0, count, 9, want + (size_t)r * bytes);
+    CHECK(zppAllGather(dsend, drecv, count, t, comm, stream) == zppSuccess);
+    CU(cudaStreamSynchronize(stream));
+    checkDevice(drecv, t, count * (size_t)nranks, want, "allgather");
+    CHECK(zppBroadcast(dsend, drecv, count, t, nranks - 1, comm, stream) == zppSuccess);
+    CU(cudaStreamSynchronize(stream));
+    collTestFill(t, zppSum, nranks - 1, 0, count, 9, want);
+    checkDevice(drecv, t, count, want, "broadcast");
+    collTestFill(t, zppSum, rank, 0, count * (size_t)nranks, 11, hsend);
+    CU(cudaMemcpy(dsend, hsend, bytes * (size_t)nranks, cudaMemcpyHostToDevice));
+    for (int p = 0; p < nranks; p++) collTestFill(t, zppSum, p, (size_t)rank * count, count, 11, want + (size_t)p * bytes);
+    CHECK(zppAllToAll(dsend, drecv, count, t, comm, stream) == zppSuccess);
+    CU(cudaStreamSynchronize(stream));
+    checkDevice(drecv, t, count * (size_t)nranks, want, "alltoall");
+  }
+
+  /* Stream arguments. */
+  float hbuf[16] = {0};
+  zppHostStream_t hs;
+  REQUIRE(zppHostStreamCreate(&hs) == zppSuccess);
+  CHECK_EQ_INT(zppAllReduce(hbuf, hbuf, 16, zppFloat32, zppSum, comm, stream), zppInvalidArgument);
+  CHECK_EQ_INT(zppAllReduce(dsend, drecv, 16, zppFloat32, zppSum, comm, hs), zppInvalidUsage);
+  CHECK_EQ_INT(zppAllReduce(hbuf, drecv, 16, zppFloat32, zppSum, comm, stream), zppInvalidUsage);
+  /* Host buffers still go over UCX in the same process. */
+  for (int i = 0; i < 16; i++) hbuf[i] = 1.0f;
+  CHECK(zppAllReduce(hbuf, hbuf, 16, zppFloat32, zppSum, comm, NULL) == zppSuccess);
+  CHECK(hbuf[0] == (float)nranks);
+  zppHostStreamDestroy(hs);
+  CHECK(zppCommDestroy(comm) == zppSuccess);
+  cudaFree(dsend);
+  cudaFree(drecv);
+  cudaStreamDestroy(stream);
+  free(hsend);
+  free(want);
+  return zppTestFailures ? 1 : 0;
+}
+
+static int run(int nranks, int shareGpu) {
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = nranks;
+  o.timeoutSec = 300;
+  int rc = zppLaunch(&o, body, &shareGpu);
+  printf("%d rank(s)%s: %s\n", nranks, shareGpu ? " on one GPU" : "",
+         rc == 0 ? "passed" : rc == ZPP_TEST_SKIP ? "skipped (no CUDA device)" : "FAILED");
+  return rc;
+}
+
+int main(void) {
+  sharedDevices = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(sharedDevices != MAP_FAILED);
+  *sharedDevices = 0;
+  int rc = run(1, 0);
+  if (rc != 0) return rc;
+  int ndev = *sharedDevices;
+  if (ndev >= 2) rc |= run(ndev < 4 ? ndev : 4, 0);
+  else rc |= run(2, 1);
+  return rc;
+}
