@@ -5,9 +5,9 @@
  * change.
  *
  * The ZeRO++ rows call the explicit entry points of zpp.h with the bits the
- * command line asks for (so the bound knows them) and are compiled in when
- * the library has them (ZPP_PERF_HAVE_ZEROPP, set by CMake); before that they
- * stay in the table, known but unavailable, so that asking for them says so.
+ * command line asks for, so that the bound knows them. A row whose run is
+ * NULL is known but unavailable: asking for it says so (for modes whose
+ * library call has not landed yet).
  *   qwz  zppQwzAllGather: allgather layout; bound: the codec's round trip for
  *        the block of the source rank's shard (perf_check.h).
  *   hpz  setup: zppParamCreate and the forward gather, which fills the
@@ -43,7 +43,6 @@ static zppResult_t zppPerfRunBroadcast(const zppPerfCall_t* c) {
   return zppBroadcast(c->send, c->recv, c->apiCount, c->dtype, c->root, c->comm, NULL);
 }
 
-#if ZPP_PERF_HAVE_ZEROPP
 static zppResult_t zppPerfRunQwz(const zppPerfCall_t* c) {
   return zppQwzAllGather(c->send, c->recv, c->apiCount, c->dtype, c->bits, c->comm, NULL);
 }
@@ -74,10 +73,6 @@ static void zppPerfTeardownHpz(zppPerfCall_t* c) {
   zppParamDestroy((zppParam_t)c->modeState);
   c->modeState = NULL;
 }
-#define ZPP_PERF_ZEROPP(fn) fn
-#else
-#define ZPP_PERF_ZEROPP(fn) NULL
-#endif
 
 static int zppPerfPrepareQwz(const zppPerfCheckSpec_t* s, const zppPerfCall_t* c,
                              zppPerfCodecBound_t* b) {
@@ -104,12 +99,11 @@ static const zppPerfMode_t zppPerfModes[] = {
     {"plain", ZPP_PERF_BROADCAST, 0, zppOpBroadcast, "zppBroadcast", zppPerfRunBroadcast, NULL,
      NULL, NULL, NULL, 0, 0},
     {"qwz", ZPP_PERF_ALLGATHER, 1, zppOpQwZ, "quantized weight all-gather (ZeRO++ qwZ)",
-     ZPP_PERF_ZEROPP(zppPerfRunQwz), NULL, NULL, zppPerfQwzBound, zppPerfPrepareQwz, 1, 0},
+     zppPerfRunQwz, NULL, NULL, zppPerfQwzBound, zppPerfPrepareQwz, 1, 0},
     {"hpz", ZPP_PERF_ALLGATHER, 1, zppOpHpZ, "backward gather from secondary shards (hpZ)",
-     ZPP_PERF_ZEROPP(zppPerfRunHpz), ZPP_PERF_ZEROPP(zppPerfSetupHpz),
-     ZPP_PERF_ZEROPP(zppPerfTeardownHpz), zppPerfQwzBound, zppPerfPrepareQwz, 1, 0},
+     zppPerfRunHpz, zppPerfSetupHpz, zppPerfTeardownHpz, zppPerfQwzBound, zppPerfPrepareQwz, 1, 0},
     {"qgz", ZPP_PERF_REDUCESCATTER, 1, zppOpQgZ, "quantized gradient reduce-scatter (qgZ)",
-     ZPP_PERF_ZEROPP(zppPerfRunQgz), NULL, NULL, zppPerfQgzBound, zppPerfPrepareQgz, 1, 1},
+     zppPerfRunQgz, NULL, NULL, zppPerfQgzBound, zppPerfPrepareQgz, 1, 1},
 };
 
 int zppPerfModeCount(void) { return (int)(sizeof zppPerfModes / sizeof zppPerfModes[0]); }
