@@ -3,9 +3,10 @@
  * validate, then dispatch to the host executor (collectives/zeropp_host.h).
  * Nothing else happens here.
  *
- * Device buffers: not yet supported by the explicit ZeRO++ calls (they
- * return zppInvalidUsage saying so); plain calls on device buffers stay
- * plain NCCL collectives whatever the compression settings. */
+ * Device buffers: qwZ and qgZ go to the stream-ordered CUDA + NCCL path
+ * (collectives/zeropp_device.c, not yet run on a GPU); hpZ parameters take
+ * host buffers only; plain calls on device buffers stay plain NCCL
+ * collectives whatever the compression settings. */
 #include "lib/zeropp_api.h"
 
 #include <stdatomic.h>
@@ -18,6 +19,10 @@
 #include "lib/compress_settings.h"
 #include "lib/transport/transports.h"
 #include "collectives/zeropp_host.h"
+#include "zpp_build_config.h"
+#if ZPP_HAVE_NCCL
+#include "collectives/zeropp_device.h"
+#endif
 
 static int isFloating(zppDataType_t t) {
   return t == zppFloat32 || t == zppFloat16 || t == zppBfloat16;
@@ -49,18 +54,47 @@ static zppResult_t checkSize(const char* name, size_t count, zppDataType_t t, in
   return zppSuccess;
 }
 
-/* Host buffers with stream NULL or a host stream. */
-static zppResult_t checkHost(const char* name, const void* a, const void* b, zppStream_t stream) {
-  if ((a && zppTransportsIsDevicePtr(a)) || (b && zppTransportsIsDevicePtr(b)))
-    ZPP_FAIL(zppInvalidUsage, ALL,
-             "%s: device buffers are not supported by the ZeRO++ calls in this version (host "
-             "buffers only); plain zpp calls on device buffers run as NCCL collectives",
-             name);
-  ZPP_ARGCHECK(stream == NULL || zppHostStreamIsValid(stream),
-               "%s: host buffers need stream NULL or a zppHostStream_t (got %p: a cudaStream_t, or a "
-               "destroyed host stream?)",
-               name, stream);
+/* Where the buffers live (*device: 1 device memory, 0 host), with the
+ * stream that fits: a cudaStream_t for device buffers, NULL or a host stream
+ * for host buffers. NULL pointers say nothing (count 0). */
+static zppResult_t checkWhere(const char* name, const void* a, const void* b, zppStream_t stream,
+                              int* device) {
+  int da = a ? zppTransportsIsDevicePtr(a) : -1, db = b ? zppTransportsIsDevicePtr(b) : -1;
+  if (da < 0 && db < 0 && *device < 0) {
+    /* Nothing to move and nothing known: any stream will do (NCCL's count 0). */
+    *device = 0;
+    return zppSuccess;
+  }
+  if (da >= 0 && db >= 0 && da != db)
+    ZPP_FAIL(zppInvalidUsage, ALL, "%s: one buffer is device memory and the other host memory", name);
+  int dev = da >= 0 ? da : (db >= 0 ? db : (*device > 0));
+  if (*device >= 0 && dev != *device)
+    ZPP_FAIL(zppInvalidUsage, ALL, "%s: some tensors are in device memory, others in host memory", name);
+  int isHostStream = zppHostStreamIsValid(stream);
+  if (dev) {
+    ZPP_USAGECHECK(!isHostStream, "%s: device buffers need a cudaStream_t, not a zppHostStream_t", name);
+  } else {
+    ZPP_ARGCHECK(stream == NULL || isHostStream,
+                 "%s: host buffers need stream NULL or a zppHostStream_t (got %p: a cudaStream_t, or "
+                 "a destroyed host stream?)",
+                 name, stream);
+  }
+  *device = dev;
   return zppSuccess;
+}
+
+/* The explicit calls on device memory need the NCCL transport. */
+static zppResult_t checkDevicePath(const char* name, int device) {
+#if ZPP_HAVE_NCCL
+  (void)name;
+  (void)device;
+  return zppSuccess;
+#else
+  if (device)
+    ZPP_FAIL(zppInvalidUsage, ALL, "%s: device buffers need NCCL, and this zpp was built without it",
+             name);
+  return zppSuccess;
+#endif
 }
 
 static void countCall(struct zppComm* comm, zppOpKind_t kind) {
@@ -70,12 +104,14 @@ static void countCall(struct zppComm* comm, zppOpKind_t kind) {
 /* ---- qwZ -------------------------------------------------------------------- */
 
 static zppResult_t qwzValidate(const char* name, const void* sendbuff, void* recvbuff, size_t count,
-                               zppDataType_t type, int bits, zppComm_t comm, zppStream_t stream) {
+                               zppDataType_t type, int bits, zppComm_t comm, zppStream_t stream,
+                               int* device) {
   ZPPCHECK(zppCommCheckUsable(comm));
   ZPPCHECK(checkType(name, type));
   ZPPCHECK(checkBits(name, bits));
   ZPPCHECK(checkSize(name, count, type, comm->nranks));
-  if (count == 0) return checkHost(name, NULL, NULL, stream);
+  *device = -1;
+  if (count == 0) return checkWhere(name, NULL, NULL, stream, device);
   size_t bytes = count * zppTypeSize(type);
   ZPP_ARGCHECK(sendbuff != NULL && recvbuff != NULL, "%s: NULL buffer with count %zu", name, count);
   int inPlace = (const char*)sendbuff == (const char*)recvbuff + (size_t)comm->rank * bytes;
@@ -84,31 +120,41 @@ static zppResult_t qwzValidate(const char* name, const void* sendbuff, void* rec
              "%s: sendbuff and recvbuff overlap but are not the in-place form (sendbuff = "
              "recvbuff + rank * sendcount)",
              name);
-  return checkHost(name, sendbuff, recvbuff, stream);
+  ZPPCHECK(checkWhere(name, sendbuff, recvbuff, stream, device));
+  return checkDevicePath(name, *device);
 }
 
 static zppResult_t qwzIssue(zppComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
-                            zppDataType_t type, int bits, zppStream_t stream) {
+                            zppDataType_t type, int bits, zppStream_t stream, int device) {
   countCall(comm, zppOpQwZ);
   if (count == 0) return zppSuccess;
-  zppQwzCall_t call = {sendbuff, recvbuff, count, type, bits, zppCompressBlock(&comm->compress, bits),
-                       zppOpQwZ};
+  int block = zppCompressBlock(&comm->compress, bits);
+#if ZPP_HAVE_NCCL
+  if (device) return zppZeroppDeviceQwz(comm, sendbuff, recvbuff, count, type, bits, block, stream);
+#else
+  (void)device;
+#endif
+  zppQwzCall_t call = {sendbuff, recvbuff, count, type, bits, block, zppOpQwZ};
   return zppZeroppIssueQwz(comm, &call, (zppHostStream_t)stream);
 }
 
 zppResult_t zppQwzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                             zppDataType_t datatype, int bits, zppComm_t comm, zppStream_t stream) {
-  ZPPCHECK(qwzValidate("zppQwzAllGather", sendbuff, recvbuff, sendcount, datatype, bits, comm, stream));
+  int device = 0;
+  ZPPCHECK(qwzValidate("zppQwzAllGather", sendbuff, recvbuff, sendcount, datatype, bits, comm, stream,
+                       &device));
   if (bits == 0) bits = comm->compress.qwzBits ? comm->compress.qwzBits : 8;
-  return qwzIssue(comm, sendbuff, recvbuff, sendcount, datatype, bits, stream);
+  return qwzIssue(comm, sendbuff, recvbuff, sendcount, datatype, bits, stream, device);
 }
 
 /* ---- qgZ -------------------------------------------------------------------- */
 
 static zppResult_t qgzValidate(const char* name, int ntensors, const void* const* sendbuffs,
                                void* const* recvbuffs, const size_t* counts, zppDataType_t type,
-                               zppRedOp_t op, int bits, zppComm_t comm, zppStream_t stream) {
+                               zppRedOp_t op, int bits, zppComm_t comm, zppStream_t stream,
+                               int* device) {
   ZPPCHECK(zppCommCheckUsable(comm));
+  *device = -1;
   ZPPCHECK(checkType(name, type));
   ZPPCHECK(checkBits(name, bits));
   ZPP_ARGCHECK(op == zppSum || op == zppAvg, "%s: reduction op %d: qgZ supports zppSum and zppAvg",
@@ -137,20 +183,26 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
                "%s: tensor %d: sendbuff and recvbuff overlap but are not the in-place form "
                "(recvbuff = sendbuff + rank * recvcount)",
                name, t);
-    ZPPCHECK(checkHost(name, sendbuffs[t], recvbuffs[t], stream));
+    ZPPCHECK(checkWhere(name, sendbuffs[t], recvbuffs[t], stream, device));
   }
-  return checkHost(name, NULL, NULL, stream);
+  ZPPCHECK(checkWhere(name, NULL, NULL, stream, device));
+  return checkDevicePath(name, *device);
 }
 
 static zppResult_t qgzIssue(zppComm_t comm, int ntensors, const void* const* sendbuffs,
                             void* const* recvbuffs, const size_t* counts, zppDataType_t type,
-                            zppRedOp_t op, int bits, zppStream_t stream) {
+                            zppRedOp_t op, int bits, zppStream_t stream, int device) {
   countCall(comm, zppOpQgZ);
   size_t total = 0;
   for (int t = 0; t < ntensors; t++) total += counts[t];
   if (total == 0) return zppSuccess;
   zppQgzArgs_t a = {ntensors, sendbuffs, recvbuffs, counts, type, op, bits,
                     zppCompressBlock(&comm->compress, bits)};
+#if ZPP_HAVE_NCCL
+  if (device) return zppZeroppDeviceQgz(comm, &a, stream);
+#else
+  (void)device;
+#endif
   return zppZeroppIssueQgz(comm, &a, (zppHostStream_t)stream);
 }
 
@@ -164,19 +216,21 @@ zppResult_t zppQgzReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
   const void* sends[1] = {sendbuff};
   void* recvs[1] = {recvbuff};
   size_t counts[1] = {recvcount};
+  int device = 0;
   ZPPCHECK(qgzValidate("zppQgzReduceScatter", 1, sends, recvs, counts, datatype, op, bits, comm,
-                       stream));
-  return qgzIssue(comm, 1, sends, recvs, counts, datatype, op, qgzBits(comm, bits), stream);
+                       stream, &device));
+  return qgzIssue(comm, 1, sends, recvs, counts, datatype, op, qgzBits(comm, bits), stream, device);
 }
 
 zppResult_t zppQgzReduceScatterCoalesced(int ntensors, const void* const* sendbuffs,
                                          void* const* recvbuffs, const size_t* recvcounts,
                                          zppDataType_t datatype, zppRedOp_t op, int bits,
                                          zppComm_t comm, zppStream_t stream) {
+  int device = 0;
   ZPPCHECK(qgzValidate("zppQgzReduceScatterCoalesced", ntensors, sendbuffs, recvbuffs, recvcounts,
-                       datatype, op, bits, comm, stream));
+                       datatype, op, bits, comm, stream, &device));
   return qgzIssue(comm, ntensors, sendbuffs, recvbuffs, recvcounts, datatype, op,
-                  qgzBits(comm, bits), stream);
+                  qgzBits(comm, bits), stream, device);
 }
 
 /* ---- plain calls under compression settings ------------------------------ */
@@ -190,7 +244,7 @@ zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, z
   if (bytes < s->compressMinBytes) return zppSuccess;
   if (call->kind == zppOpAllGather && s->qwzBits) {
     *taken = 1;
-    return qwzIssue(comm, call->sendbuff, call->recvbuff, call->count, call->type, s->qwzBits, stream);
+    return qwzIssue(comm, call->sendbuff, call->recvbuff, call->count, call->type, s->qwzBits, stream, 0);
   }
   if (call->kind == zppOpReduceScatter && s->qgzBits && (call->op == zppSum || call->op == zppAvg)) {
     if (!comm->topo->uniform) {
@@ -206,7 +260,7 @@ zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, z
     void* recvs[1] = {call->recvbuff};
     size_t counts[1] = {call->count};
     *taken = 1;
-    return qgzIssue(comm, 1, sends, recvs, counts, call->type, call->op, s->qgzBits, stream);
+    return qgzIssue(comm, 1, sends, recvs, counts, call->type, call->op, s->qgzBits, stream, 0);
   }
   return zppSuccess;
 }
@@ -252,7 +306,13 @@ static zppResult_t paramGather(zppParam_t p, const void* shard, void* full, zppS
       ZPP_FAIL(zppInvalidUsage, ALL, "%s: shard and full overlap: the gather needs its own output",
                name);
   }
-  ZPPCHECK(checkHost(name, p->count ? shard : NULL, p->count ? full : NULL, stream));
+  int device = -1;
+  ZPPCHECK(checkWhere(name, p->count ? shard : NULL, p->count ? full : NULL, stream, &device));
+  if (device)
+    ZPP_FAIL(zppInvalidUsage, ALL,
+             "%s: hpZ parameters take host buffers in this version (device buffers: use "
+             "zppQwzAllGather for the forward gather)",
+             name);
   countCall(p->comm, backward ? zppOpHpZ : (p->bits ? zppOpQwZ : zppOpAllGather));
   if (p->count == 0) return zppSuccess;
   return zppHpzIssueGather(p, shard, full, backward, (zppHostStream_t)stream);

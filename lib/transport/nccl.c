@@ -144,6 +144,8 @@ void zppNcclDestroy(zppNccl_t* n) {
   free(n);
 }
 
+void* zppNcclHandle(zppNccl_t* n) { return n ? (void*)n->nccl : NULL; }
+
 static zppResult_t usable(const zppNccl_t* n) {
   if (n->nccl == NULL) ZPP_FAIL(zppInvalidUsage, CUDA, "the NCCL communicator was aborted");
   return zppSuccess;

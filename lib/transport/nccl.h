@@ -23,6 +23,11 @@ zppResult_t zppNcclCreate(struct zppComm* comm, zppNccl_t** out);
 void zppNcclAbort(zppNccl_t* nccl);
 void zppNcclDestroy(zppNccl_t* nccl);
 
+/* The ncclComm_t (NULL after an abort), for the ZeRO++ device path
+ * (collectives/zeropp_device.c), which composes grouped sends and receives
+ * with the CUDA codecs on the caller's stream. */
+void* zppNcclHandle(zppNccl_t* nccl);
+
 zppResult_t zppNcclAllGather(zppNccl_t* nccl, const void* sendbuff, void* recvbuff, size_t sendcount,
                              zppDataType_t type, void* stream);
 zppResult_t zppNcclReduceScatter(zppNccl_t* nccl, const void* sendbuff, void* recvbuff,

@@ -16,6 +16,8 @@
  *   shard written behind our back) is an error, not data.
  * SUITE counters: the bytes qwZ and qgZ send, intra and inter node, exactly
  *   as the packed sizes say, and their ratio to plain 16-bit collectives.
+ * SUITE wrap: hundreds of pipeline chunks (tag steps wrap around), and a
+ *   bucket of 60 small tensors sharing chunks equals 60 separate calls.
  * Runs with ZPP_PIPELINE_CHUNK_BYTES=ZT_CHUNK_BYTES (set by ctest).
  */
 #include <math.h>
@@ -238,6 +240,36 @@ static void suiteCore(const ctx_t* c) {
   testNonFinite(c, zppFloat16);
 }
 
+/* Many pipeline chunks: tag steps wrap (mod 256) many times over, and a
+ * bucket of many small tensors shares chunks. */
+static void suiteWrap(const ctx_t* c) {
+  testQwz(c, zppFloat32, 8, 300 * 1024 + 5, 0, 0, 501);
+  testQgz(c, zppFloat32, 4, zppSum, 140 * 1024 + 3, 0, 502);
+  enum { T = 60 };
+  size_t counts[T];
+  const void* sends[T];
+  void* recvs[T];
+  void* singles[T];
+  for (int k = 0; k < T; k++) {
+    counts[k] = (size_t)(k * 37 % 101);
+    void* s = xmalloc(counts[k] * 2 * (size_t)c->W);
+    ztFill(s, zppBfloat16, counts[k] * (size_t)c->W, 600 + k, c->rank);
+    sends[k] = s;
+    recvs[k] = xmalloc(counts[k] * 2);
+    singles[k] = xmalloc(counts[k] * 2);
+    CHECK(zppQgzReduceScatter(sends[k], singles[k], counts[k], zppBfloat16, zppAvg, 8, c->comm, NULL) ==
+          zppSuccess);
+  }
+  CHECK(zppQgzReduceScatterCoalesced(T, sends, recvs, counts, zppBfloat16, zppAvg, 8, c->comm, NULL) ==
+        zppSuccess);
+  for (int k = 0; k < T; k++) {
+    CHECK_MSG(memcmp(recvs[k], singles[k], counts[k] * 2) == 0, "bucket tensor %d differs", k);
+    free((void*)sends[k]);
+    free(recvs[k]);
+    free(singles[k]);
+  }
+}
+
 /* ---- hpZ ------------------------------------------------------------------- */
 
 static void statsDelta(const ctx_t* c, zppCommStats_t* s) {
@@ -424,6 +456,7 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
   if (strcmp(c.suite, "core") == 0) suiteCore(&c);
   else if (strcmp(c.suite, "hpz") == 0) suiteHpz(&c);
   else if (strcmp(c.suite, "counters") == 0) suiteCounters(&c);
+  else if (strcmp(c.suite, "wrap") == 0) suiteWrap(&c);
   else REQUIRE(!"unknown suite");
   CHECK(zppCommDestroy(c.comm) == zppSuccess);
   if (rank == 0) printf("rank 0: %ld checks, %d failed\n", zppTestChecks, zppTestFailures);
@@ -432,7 +465,7 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: %s LAYOUT core|hpz|counters\n", argv[0]);
+    fprintf(stderr, "usage: %s LAYOUT core|hpz|counters|wrap\n", argv[0]);
     return 2;
   }
   zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;

@@ -1,0 +1,292 @@
+/* ZeRO++ on device buffers; see zeropp_device.h. NOT YET RUN ON A GPU.
+ *
+ * Streams: the caller's stream S, and per call two internal streams, K
+ * (codec kernels) and C (NCCL). Both start after what S holds (an event),
+ * and S continues after both (events), so the call is one stream-ordered
+ * operation on S while its chunks overlap inside. Per-call streams and
+ * events cost some microseconds; they keep this path free of state shared
+ * between host threads. Scratch is stream-ordered (cudaMallocAsync on K,
+ * cudaFreeAsync on K once C is done too).
+ *
+ * Hazards: every buffer a chunk uses is written on one stream and read on
+ * the other only after an event recorded behind the write; a buffer slot
+ * is reused (qgZ, three slots) only after the chunk that used it was
+ * finished on K, which itself waited for C's last use of that slot.
+ */
+#include "zeropp_device.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "quant_kernels/cuda_check.h"
+#include "quant_kernels/zpp_quant_cuda.h"
+
+#include "check.h"
+#include "params.h"
+#include "lib/comm.h"
+#include "lib/transport/nccl.h"
+#include "lib/transport/transports.h"
+
+#define NCCLCHK(call)                                                                   \
+  do {                                                                                  \
+    ncclResult_t nres_ = (call);                                                        \
+    if (nres_ != ncclSuccess && nres_ != ncclInProgress)                                \
+      ZPP_FAIL((zppResult_t)nres_, CUDA, "%s failed: %s", #call, ncclGetErrorString(nres_)); \
+  } while (0)
+
+/* Device chunks: at least this much input, so that NCCL's per-call cost is
+ * amortized; whole blocks, so results equal the host path's. */
+#define DEVICE_MIN_CHUNK_BYTES ((size_t)4 << 20)
+#define NSLOTS 3
+
+typedef struct {
+  cudaStream_t caller, k, c;
+  cudaEvent_t start, kDone, cDone;
+  cudaEvent_t ev[2 * NSLOTS + 2];
+  int nEv;
+  void* scratch;
+} devCall_t;
+
+static size_t deviceChunkElems(zppDataType_t type, int block) {
+  int64_t chunk = 0;
+  if (zppParamGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunk) != zppSuccess || chunk < 1) chunk = 1;
+  size_t bytes = (size_t)chunk < DEVICE_MIN_CHUNK_BYTES ? DEVICE_MIN_CHUNK_BYTES : (size_t)chunk;
+  size_t e = bytes / zppTypeSize(type);
+  e -= e % (size_t)block;
+  return e < (size_t)block ? (size_t)block : e;
+}
+
+static zppResult_t callOpen(devCall_t* d, void* stream, size_t scratchBytes) {
+  memset(d, 0, sizeof(*d));
+  d->caller = (cudaStream_t)stream;
+  CUDACHECK(cudaStreamCreateWithFlags(&d->k, cudaStreamNonBlocking));
+  CUDACHECK(cudaStreamCreateWithFlags(&d->c, cudaStreamNonBlocking));
+  CUDACHECK(cudaEventCreateWithFlags(&d->start, cudaEventDisableTiming));
+  CUDACHECK(cudaEventCreateWithFlags(&d->kDone, cudaEventDisableTiming));
+  CUDACHECK(cudaEventCreateWithFlags(&d->cDone, cudaEventDisableTiming));
+  for (int i = 0; i < 2 * NSLOTS + 2; i++) {
+    CUDACHECK(cudaEventCreateWithFlags(&d->ev[i], cudaEventDisableTiming));
+    d->nEv++;
+  }
+  CUDACHECK(cudaEventRecord(d->start, d->caller));
+  CUDACHECK(cudaStreamWaitEvent(d->k, d->start, 0));
+  CUDACHECK(cudaStreamWaitEvent(d->c, d->start, 0));
+  CUDACHECK(cudaMallocAsync(&d->scratch, scratchBytes ? scratchBytes : 16, d->k));
+  /* C uses the scratch too: after the allocation on K. */
+  CUDACHECK(cudaEventRecord(d->ev[0], d->k));
+  CUDACHECK(cudaStreamWaitEvent(d->c, d->ev[0], 0));
+  return zppSuccess;
+}
+
+/* Joins both internal streams back into the caller's and releases
+ * everything (the driver frees streams and events once their work is done). */
+static zppResult_t callClose(devCall_t* d, zppResult_t res) {
+  if (d->k && d->c) {
+    if (cudaEventRecord(d->cDone, d->c) == cudaSuccess) (void)cudaStreamWaitEvent(d->k, d->cDone, 0);
+    if (d->scratch) (void)cudaFreeAsync(d->scratch, d->k);
+    if (cudaEventRecord(d->kDone, d->k) == cudaSuccess) (void)cudaStreamWaitEvent(d->caller, d->kDone, 0);
+  }
+  for (int i = 0; i < d->nEv; i++) (void)cudaEventDestroy(d->ev[i]);
+  if (d->start) (void)cudaEventDestroy(d->start);
+  if (d->kDone) (void)cudaEventDestroy(d->kDone);
+  if (d->cDone) (void)cudaEventDestroy(d->cDone);
+  if (d->k) (void)cudaStreamDestroy(d->k);
+  if (d->c) (void)cudaStreamDestroy(d->c);
+  return res;
+}
+
+/* `to` continues after what `from` holds now, through event e. */
+static zppResult_t after(cudaStream_t to, cudaStream_t from, cudaEvent_t e) {
+  CUDACHECK(cudaEventRecord(e, from));
+  CUDACHECK(cudaStreamWaitEvent(to, e, 0));
+  return zppSuccess;
+}
+
+static zppResult_t getNccl(struct zppComm* comm, ncclComm_t* out) {
+  struct zppNccl* n = NULL;
+  ZPPCHECK(zppTransportsGetNccl(comm, &n));
+  *out = (ncclComm_t)zppNcclHandle(n);
+  if (*out == NULL) ZPP_FAIL(zppInvalidUsage, CUDA, "%s: the NCCL communicator was aborted", comm->name);
+  return zppSuccess;
+}
+
+/* ---- qwZ ------------------------------------------------------------------- */
+
+static zppResult_t qwzIssue(devCall_t* d, ncclComm_t nc, int rank, int W, const char* send,
+                            char* recv, const zppQwzLayout_t* l) {
+  const size_t ts = zppTypeSize(l->type);
+  char* base = d->scratch;
+  for (int ch = 0; ch < l->nChunks; ch++) {
+    size_t off = (size_t)ch * l->chunkElems;
+    size_t cnt = l->count - off < l->chunkElems ? l->count - off : l->chunkElems;
+    size_t P = zppQuantPackedSize(cnt, l->bits, l->block);
+    /* Chunk ch of every shard side by side: one in-place all-gather. */
+    char* slab = base + (size_t)W * (size_t)ch * l->chunkPacked;
+    ZPPCHECK(zppQuantizeCuda(send + off * ts, l->type, cnt, l->bits, l->block, slab + (size_t)rank * P, d->k));
+    ZPPCHECK(after(d->c, d->k, d->ev[1 + ch % NSLOTS]));
+    NCCLCHK(ncclAllGather(slab + (size_t)rank * P, slab, P, ncclUint8, nc, d->c));
+    ZPPCHECK(after(d->k, d->c, d->ev[1 + NSLOTS + ch % NSLOTS]));
+    for (int r = 0; r < W; r++)
+      ZPPCHECK(zppDequantizeCuda(slab + (size_t)r * P, cnt, l->bits, l->block,
+                                 recv + ((size_t)r * l->count + off) * ts, l->type, d->k));
+  }
+  return zppSuccess;
+}
+
+zppResult_t zppZeroppDeviceQwz(struct zppComm* comm, const void* send, void* recv, size_t count,
+                               zppDataType_t type, int bits, int block, void* stream) {
+  ncclComm_t nc;
+  ZPPCHECK(getNccl(comm, &nc));
+  zppQwzLayout_t l;
+  ZPPCHECK(zppQwzLayout(count, type, bits, block, deviceChunkElems(type, block), &l));
+  devCall_t d;
+  zppResult_t res = callOpen(&d, stream, (size_t)comm->nranks * l.shardPacked);
+  if (res == zppSuccess) res = qwzIssue(&d, nc, comm->rank, comm->nranks, send, recv, &l);
+  return callClose(&d, res);
+}
+
+/* ---- qgZ ------------------------------------------------------------------- */
+
+typedef struct {
+  devCall_t* d;
+  ncclComm_t nc;
+  const zppQgzArgs_t* a;
+  int t; /* tensor */
+  int N, L, node, lr;
+  const int* intra;
+  const int* const* nodeRanks;
+  size_t ts, ce, rc;
+  int nChunks;
+  size_t P;      /* packed bytes of a full chunk (slot size unit) */
+  char* q[NSLOTS];
+  char* a1[NSLOTS];
+  char* r[NSLOTS];
+  char* a2[NSLOTS];
+} qgzDev_t;
+
+static size_t chunkLen(const qgzDev_t* g, int ch) {
+  size_t off = (size_t)ch * g->ce;
+  return g->rc - off < g->ce ? g->rc - off : g->ce;
+}
+
+/* Grouped exchange among `n` peers: region i of send to peer i, region i of
+ * recv from peer i; the own region is copied on the same stream. */
+static zppResult_t exchange(qgzDev_t* g, const int* peers, int n, int me, const char* send,
+                            char* recv, size_t bytes) {
+  CUDACHECK(cudaMemcpyAsync(recv + (size_t)me * bytes, send + (size_t)me * bytes, bytes,
+                            cudaMemcpyDeviceToDevice, g->d->c));
+  if (n == 1) return zppSuccess;
+  NCCLCHK(ncclGroupStart());
+  for (int i = 0; i < n; i++) {
+    if (i == me) continue;
+    ncclResult_t r1 = ncclSend(send + (size_t)i * bytes, bytes, ncclUint8, peers[i], g->nc, g->d->c);
+    ncclResult_t r2 = ncclRecv(recv + (size_t)i * bytes, bytes, ncclUint8, peers[i], g->nc, g->d->c);
+    if (r1 != ncclSuccess || r2 != ncclSuccess) {
+      (void)ncclGroupEnd();
+      ZPP_FAIL((zppResult_t)(r1 != ncclSuccess ? r1 : r2), CUDA, "qgZ: ncclSend/ncclRecv with rank %d failed",
+               peers[i]);
+    }
+  }
+  NCCLCHK(ncclGroupEnd());
+  return zppSuccess;
+}
+
+/* Chunk ch: quantize (K), intra hop (C), reduce (K), inter hop (C), sum (K). */
+static zppResult_t qgzStage1(qgzDev_t* g, int ch) {
+  const zppQgzArgs_t* a = g->a;
+  const int s = ch % NSLOTS;
+  size_t len = chunkLen(g, ch), P = zppQuantPackedSize(len, a->bits, a->block);
+  const char* in = (const char*)a->send[g->t] + (size_t)ch * g->ce * g->ts;
+  /* W reordered segments: local rank j's N partitions contiguous. */
+  ZPPCHECK(zppQuantizeReorderedCuda(in, a->type, len, g->rc, g->N * g->L, g->L, a->bits, a->block,
+                                    g->q[s], g->d->k));
+  ZPPCHECK(after(g->d->c, g->d->k, g->d->ev[1 + s]));
+  if (g->L == 1 && g->N > 1) return zppSuccess; /* no intra hop: stage 2 sends q across */
+  return exchange(g, g->intra, g->L, g->lr, g->q[s], g->a1[s], (size_t)g->N * P);
+}
+
+static zppResult_t qgzStage2(qgzDev_t* g, int ch) {
+  const zppQgzArgs_t* a = g->a;
+  const int s = ch % NSLOTS, N = g->N, L = g->L;
+  size_t len = chunkLen(g, ch), P = zppQuantPackedSize(len, a->bits, a->block);
+  float divisor = a->op == zppAvg ? (float)(N * L) : 1.0f;
+  char* out = (char*)a->recv[g->t] + (size_t)ch * g->ce * g->ts;
+  const char* across = g->q[s]; /* one rank per node: segment n is partition n */
+  if (L > 1 || N == 1) {
+    ZPPCHECK(after(g->d->k, g->d->c, g->d->ev[1 + NSLOTS + s]));
+    if (N == 1)
+      return zppDequantizeSumCuda(g->a1[s], P, L, len, a->bits, a->block, divisor, out, a->type, g->d->k);
+    for (int n = 0; n < N; n++)
+      ZPPCHECK(zppQuantReduceRequantCuda(g->a1[s] + (size_t)n * P, (size_t)N * P, L, len, a->bits,
+                                         a->block, a->bits, a->block, g->r[s] + (size_t)n * P, g->d->k));
+    ZPPCHECK(after(g->d->c, g->d->k, g->d->ev[1 + s]));
+    across = g->r[s];
+  }
+  int peers[64];
+  int* inter = N <= 64 ? peers : malloc((size_t)N * sizeof(int));
+  if (inter == NULL) ZPP_FAIL(zppSystemError, COLL, "out of memory");
+  for (int n = 0; n < N; n++) inter[n] = g->nodeRanks[n][g->lr];
+  zppResult_t res = exchange(g, inter, N, g->node, across, g->a2[s], P);
+  if (inter != peers) free(inter);
+  return res;
+}
+
+static zppResult_t qgzStage3(qgzDev_t* g, int ch) {
+  const zppQgzArgs_t* a = g->a;
+  if (g->N == 1) return zppSuccess;
+  const int s = ch % NSLOTS;
+  size_t len = chunkLen(g, ch), P = zppQuantPackedSize(len, a->bits, a->block);
+  ZPPCHECK(after(g->d->k, g->d->c, g->d->ev[1 + NSLOTS + s]));
+  float divisor = a->op == zppAvg ? (float)(g->N * g->L) : 1.0f;
+  char* out = (char*)a->recv[g->t] + (size_t)ch * g->ce * g->ts;
+  return zppDequantizeSumCuda(g->a2[s], P, g->N, len, a->bits, a->block, divisor, out, a->type, g->d->k);
+}
+
+zppResult_t zppZeroppDeviceQgz(struct zppComm* comm, const zppQgzArgs_t* a, void* stream) {
+  const zppTopo_t* topo = comm->topo;
+  if (!topo->uniform) ZPP_FAIL(zppInvalidUsage, COLL, "qgZ needs nodes of equal size");
+  ncclComm_t nc;
+  ZPPCHECK(getNccl(comm, &nc));
+  qgzDev_t g;
+  memset(&g, 0, sizeof(g));
+  g.nc = nc;
+  g.a = a;
+  g.N = topo->nNodes;
+  g.node = topo->nodeOf[comm->rank];
+  g.L = topo->nodeSize[g.node];
+  g.lr = topo->localRankOf[comm->rank];
+  g.intra = topo->nodeRanks[g.node];
+  g.nodeRanks = (const int* const*)topo->nodeRanks;
+  g.ts = zppTypeSize(a->type);
+  g.ce = deviceChunkElems(a->type, a->block);
+  g.P = zppQuantPackedSize(g.ce, a->bits, a->block);
+  const int W = g.N * g.L;
+  /* Slot: q and a1 hold W segments, r and a2 N. */
+  size_t slot = 2 * (size_t)W * g.P + 2 * (size_t)g.N * g.P;
+  devCall_t d;
+  zppResult_t res = callOpen(&d, stream, NSLOTS * slot);
+  g.d = &d;
+  for (int s = 0; res == zppSuccess && s < NSLOTS; s++) {
+    char* b = (char*)d.scratch + (size_t)s * slot;
+    g.q[s] = b;
+    g.a1[s] = b + (size_t)W * g.P;
+    g.r[s] = b + 2 * (size_t)W * g.P;
+    g.a2[s] = b + 2 * (size_t)W * g.P + (size_t)g.N * g.P;
+  }
+  /* Tensors one after the other, each pipelined; the slots rotate on. */
+  for (int t = 0; res == zppSuccess && t < a->ntensors; t++) {
+    g.t = t;
+    g.rc = a->counts[t];
+    g.nChunks = (int)((g.rc + g.ce - 1) / g.ce);
+    for (int ch = 0; res == zppSuccess && ch < g.nChunks + 2; ch++) {
+      if (ch < g.nChunks) res = qgzStage1(&g, ch);
+      if (res == zppSuccess && ch >= 1 && ch - 1 < g.nChunks) res = qgzStage2(&g, ch - 1);
+      if (res == zppSuccess && ch >= 2) res = qgzStage3(&g, ch - 2);
+    }
+  }
+  return callClose(&d, res);
+}
