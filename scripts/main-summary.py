@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Summary of the main job: speed-ups at the largest size and the targets.
+
+Reads zpp-perf's JSON (-J) and the emulated cluster's link measurement
+(--rate-json), prints one line per comparison and whether each target holds.
+Targets (issues 3, 4, 5): 4x1 plain all-gather busbw >= 0.85 x link rate and
+>= OpenMPI; 2x2 qwZ >= 1.8x plain all-gather, qgZ >= 3.4x plain
+reduce-scatter, in effective busbw.
+"""
+import argparse
+import json
+import re
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def largest(records, op, mode):
+    rows = [r for r in records if r["op"] == op and r["mode"] == mode]
+    return max(rows, key=lambda r: r["bytes"]) if rows else None
+
+
+def rate_bits(text):
+    m = re.fullmatch(r"([0-9.]+)\s*([kmg]?)(bit)?", text.strip().lower())
+    if not m:
+        raise ValueError(f"cannot read rate '{text}'")
+    return float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[m.group(2)]
+
+
+def verdict(ok):
+    return "PASS" if ok else "MISS"
+
+
+def gbit(gbytes_per_s):
+    return gbytes_per_s * 8.0
+
+
+def two_by_two(doc, results):
+    recs = doc["records"]
+    print(f"2x2 ({doc['header']['ranks']} ranks, {doc['header']['nodes']} nodes), largest size:")
+    for op, modes in (("allgather", ("qwz", "hpz")), ("reducescatter", ("qgz",))):
+        plain = largest(recs, op, "plain")
+        if plain is None:
+            continue
+        base = plain.get("baseline_busbw")
+        line = f"  {op:13s} plain    {plain['effective_busbw']:.4f} GB/s"
+        if base:
+            line += f"   OpenMPI {base:.4f} GB/s   plain/OpenMPI {plain['effective_busbw'] / base:.2f}x"
+        print(line)
+        for mode in modes:
+            row = largest(recs, op, mode)
+            if row is None:
+                continue
+            vs_plain = row["effective_busbw"] / plain["effective_busbw"]
+            line = (f"  {op:13s} {mode:8s} {row['effective_busbw']:.4f} GB/s effective   "
+                    f"vs plain {vs_plain:.2f}x")
+            if base:
+                line += f"   vs OpenMPI {row['effective_busbw'] / base:.2f}x"
+            line += f"   inter-node bytes/call {row['wire_bytes_inter']}"
+            print(line)
+            target = {"qwz": 1.8, "qgz": 3.4}.get(mode)
+            if target is not None:
+                results.append((f"2x2 {mode} >= {target}x plain {op}", vs_plain >= target,
+                                f"{vs_plain:.2f}x"))
+
+
+def four_by_one(doc, links, asked, results):
+    row = largest(doc["records"], "allgather", "plain")
+    if row is None:
+        print("4x1: no plain all-gather row", file=sys.stderr)
+        return
+    busbw = row["busbw"]
+    link = asked / 8e9
+    measured = None
+    if links:
+        rates = [min(n["egress_bps"], n["ingress_bps"]) for n in links.get("links", [])
+                 if n.get("egress_bps") and n.get("ingress_bps")]
+        if rates:
+            measured = min(rates) / 8e9
+    print(f"4x1 plain all-gather at {row['bytes']} bytes: busbw {busbw:.4f} GB/s "
+          f"({gbit(busbw):.3f} Gbit/s) against a {asked / 1e9:.3f} Gbit/s link: {busbw / link:.2f}x"
+          + (f" (link measured {gbit(measured):.3f} Gbit/s)" if measured else ""))
+    results.append(("4x1 plain all-gather >= 0.85x link rate", busbw / link >= 0.85,
+                    f"{busbw / link:.2f}x"))
+    base = row.get("baseline_busbw")
+    if base:
+        print(f"4x1 OpenMPI all-gather: busbw {base:.4f} GB/s; zpp/OpenMPI {busbw / base:.2f}x")
+        results.append(("4x1 plain all-gather >= OpenMPI", busbw >= base, f"{busbw / base:.2f}x"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--two-by-two", required=True)
+    ap.add_argument("--links")
+    ap.add_argument("--four-by-one")
+    ap.add_argument("--links-4x1")
+    ap.add_argument("--rate", default="1gbit")
+    args = ap.parse_args()
+    results = []
+    two_by_two(load(args.two_by_two), results)
+    if args.four_by_one:
+        links = load(args.links_4x1) if args.links_4x1 else None
+        four_by_one(load(args.four_by_one), links, rate_bits(args.rate), results)
+    if results:
+        print("targets:")
+        for name, ok, value in results:
+            print(f"  {verdict(ok)}  {name}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
