@@ -2,6 +2,8 @@
  * qwZ, qgZ and hpZ on host buffers, multi-rank:
  *
  *   test_zeropp LAYOUT SUITE     LAYOUT as zpp_launch's ("2x2", "3x2", "1x4")
+ *   test_zeropp env SUITE        one rank of a launcher's job (torchrun-style
+ *                                environment; emucluster.sh for label netns)
  *
  * SUITE core: qwZ equals the codec's decoded shards byte for byte and is
  *   within the codec bound of the exact gather (fp32/fp16/bf16, int8/int4,
@@ -444,29 +446,45 @@ static void suiteCounters(const ctx_t* c) {
 
 /* ---- launch ---------------------------------------------------------------- */
 
-static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
-  ctx_t c = {.rank = rank, .W = nranks, .suite = arg};
-  if (zppCommInitRank(&c.comm, nranks, *id, rank) != zppSuccess) return 1;
+static void runSuite(zppComm_t comm, const char* suite) {
+  ctx_t c = {.comm = comm, .suite = suite};
+  REQUIRE(zppCommUserRank(comm, &c.rank) == zppSuccess);
+  REQUIRE(zppCommCount(comm, &c.W) == zppSuccess);
   zppTopology_t topo;
-  REQUIRE(zppCommTopology(c.comm, &topo) == zppSuccess);
+  REQUIRE(zppCommTopology(comm, &topo) == zppSuccess);
   c.N = topo.nNodes;
   c.L = topo.localSize;
   c.node = topo.node;
   c.lr = topo.localRank;
-  if (strcmp(c.suite, "core") == 0) suiteCore(&c);
-  else if (strcmp(c.suite, "hpz") == 0) suiteHpz(&c);
-  else if (strcmp(c.suite, "counters") == 0) suiteCounters(&c);
-  else if (strcmp(c.suite, "wrap") == 0) suiteWrap(&c);
+  if (strcmp(suite, "core") == 0) suiteCore(&c);
+  else if (strcmp(suite, "hpz") == 0) suiteHpz(&c);
+  else if (strcmp(suite, "counters") == 0) suiteCounters(&c);
+  else if (strcmp(suite, "wrap") == 0) suiteWrap(&c);
   else REQUIRE(!"unknown suite");
-  CHECK(zppCommDestroy(c.comm) == zppSuccess);
-  if (rank == 0) printf("rank 0: %ld checks, %d failed\n", zppTestChecks, zppTestFailures);
+  if (c.rank == 0) printf("rank 0: %ld checks, %d failed\n", zppTestChecks, zppTestFailures);
+}
+
+static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppComm_t comm;
+  if (zppCommInitRank(&comm, nranks, *id, rank) != zppSuccess) return 1;
+  runSuite(comm, arg);
+  CHECK(zppCommDestroy(comm) == zppSuccess);
   return zppTestRankResult();
 }
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: %s LAYOUT core|hpz|counters|wrap\n", argv[0]);
+    fprintf(stderr, "usage: %s LAYOUT|env core|hpz|counters|wrap\n", argv[0]);
     return 2;
+  }
+  if (strcmp(argv[1], "env") == 0) {
+    /* One rank of a job started by a launcher (perf/emucluster.sh: every
+     * node its own network namespace, links shaped). */
+    zppComm_t comm;
+    REQUIRE(zppCommInitFromEnv(&comm, NULL) == zppSuccess);
+    runSuite(comm, argv[2]);
+    CHECK(zppCommDestroy(comm) == zppSuccess);
+    return zppTestExit(argv[0]);
   }
   zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
   o.layout = argv[1];
