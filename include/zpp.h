@@ -273,8 +273,9 @@ ZPP_API zppResult_t zppQwzAllGather(const void* sendbuff, void* recvbuff, size_t
                                     zppStream_t stream);
 
 /* qgZ: quantized reduce-scatter through a hierarchical all-to-all (inside the
- * node, then across nodes among ranks of the same local rank). op: zppSum or
- * zppAvg (divides by the world size). Needs nodes of equal size. */
+ * node, then across nodes among ranks of the same local rank), pipelined.
+ * op: zppSum or zppAvg (divides by the world size). Needs nodes of equal
+ * size (else zppInvalidUsage). */
 ZPP_API zppResult_t zppQgzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                         zppDataType_t datatype, zppRedOp_t op, int bits,
                                         zppComm_t comm, zppStream_t stream);
@@ -288,11 +289,19 @@ ZPP_API zppResult_t zppQgzReduceScatterCoalesced(int ntensors, const void* const
 
 /* hpZ: a partitioned parameter that owns its secondary partition. The
  * forward gather goes across all ranks (qwZ when bits != 0) and keeps, with
- * no extra traffic, this rank's slice of the gathered weights for its hpZ
- * group (the node, or hpzGroupSize ranks); the backward gather assembles
- * the weights from the secondaries inside the group only. Any weight write
- * must be followed by zppParamInvalidate on every rank; a backward gather
- * with an invalid secondary falls back to the global gather. */
+ * no extra traffic, this rank's share of the gathered shards for its hpZ
+ * group (the node, or hpzGroupSize ranks; kept packed when quantized, so the
+ * backward result is bit for bit the forward one); the backward gather
+ * assembles the weights from the secondaries inside the group only. Any
+ * weight write (optimizer step, checkpoint load, ...) must be followed by
+ * zppParamInvalidate on every rank; a backward gather with an invalid
+ * secondary falls back to the global gather, never to stale data. A group
+ * that disagrees on validity, or a shard that changed since the forward
+ * gather without an invalidation, makes the backward gather fail with
+ * zppInvalidUsage on that group (no data moved). Host buffers; shard and
+ * full must not overlap (the shard is the primary copy of the weights).
+ * bits: 8 or 4, or 0 for the communicator's qwzBits (0 there: plain gathers,
+ * any data type). Destroy parameters before their communicator. */
 typedef struct zppParam* zppParam_t;
 ZPP_API zppResult_t zppParamCreate(zppComm_t comm, size_t shardcount, zppDataType_t datatype,
                                    int bits, zppParam_t* param);
@@ -301,10 +310,13 @@ ZPP_API zppResult_t zppParamGatherForward(zppParam_t param, const void* shard, v
 ZPP_API zppResult_t zppParamGatherBackward(zppParam_t param, const void* shard, void* full,
                                            zppStream_t stream);
 ZPP_API zppResult_t zppParamInvalidate(zppParam_t param);
-/* 1 while the secondary partition is valid. */
+/* 1 while the secondary partition is valid: filled by a forward gather that
+ * completed, with no zppParamInvalidate since. */
 ZPP_API zppResult_t zppParamIsValid(zppParam_t param, int* valid);
-/* Bytes of secondary partition the object holds. */
+/* Bytes of secondary partition the object holds (0 when the group size does
+ * not divide every node: then every backward gather is global). */
 ZPP_API zppResult_t zppParamSecondaryBytes(zppParam_t param, size_t* bytes);
+/* Waits for the parameter's queued gathers, then frees. NULL is a no-op. */
 ZPP_API zppResult_t zppParamDestroy(zppParam_t param);
 
 #ifdef __cplusplus
