@@ -307,6 +307,16 @@ static void hpzCase(const ctx_t* c, zppDataType_t t, int bits, size_t count) {
   CHECK(zppParamGatherForward(p, shard, fwd, NULL) == zppSuccess);
   CHECK(zppParamIsValid(p, &valid) == zppSuccess && valid == 1);
   CHECK_MSG(ztFirstDiff(fwd, want, t, count * (size_t)c->W) < 0, "hpZ forward != the gathered weights");
+  /* The prefetch pattern: start the gather on a host stream, compute, wait. */
+  zppHostStream_t hs;
+  REQUIRE(zppHostStreamCreate(&hs) == zppSuccess);
+  memset(bwd, 0, all);
+  CHECK(zppParamGatherForward(p, shard, bwd, hs) == zppSuccess);
+  volatile double acc = 0;
+  for (int i = 0; i < 20000; i++) acc += sqrt((double)i);
+  CHECK(zppHostStreamSynchronize(hs) == zppSuccess);
+  CHECK(zppHostStreamDestroy(hs) == zppSuccess);
+  CHECK_MSG(memcmp(bwd, fwd, all) == 0, "hpZ forward on a host stream differs");
   statsDelta(c, &st);
   CHECK(zppParamGatherBackward(p, shard, bwd, NULL) == zppSuccess);
   statsDelta(c, &st);
