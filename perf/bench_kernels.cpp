@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -131,10 +132,19 @@ std::string MemcpyName(size_t bytes) { return "memcpy/" + SizeName(bytes); }
 
 std::map<size_t, bool> gMemcpyRegistered;
 
+// Registration order, so that the summary reads in a fixed order even when
+// --benchmark_enable_random_interleaving shuffles the runs.
+std::map<std::string, int> gRegOrder;
+
+benchmark::internal::Benchmark* Register(const std::string& name, std::function<void(benchmark::State&)> fn) {
+  gRegOrder.emplace(name, static_cast<int>(gRegOrder.size()));
+  return benchmark::RegisterBenchmark(name.c_str(), fn);
+}
+
 void RegisterMemcpy(size_t bytes) {
   if (gMemcpyRegistered[bytes]) return;
   gMemcpyRegistered[bytes] = true;
-  benchmark::RegisterBenchmark(MemcpyName(bytes).c_str(), [bytes](benchmark::State& state) {
+  Register(MemcpyName(bytes), [bytes](benchmark::State& state) {
     Buffer* src = GetBuffer("memcpy/src/" + std::to_string(bytes), bytes);
     Buffer* dst = GetBuffer("memcpy/dst/" + std::to_string(bytes), bytes);
     std::memset(src->data, 0x3c, bytes);
@@ -154,7 +164,7 @@ void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes
   std::string tail = std::string(impl) + "/" + TypeName(dtype) + "/int" + std::to_string(bits) + "/" + SizeName(bytes);
   std::string baseline = MemcpyName(bytes);
   RegisterMemcpy(bytes);
-  benchmark::RegisterBenchmark(("quantize/" + tail).c_str(), [=](benchmark::State& state) {
+  Register("quantize/" + tail, [=](benchmark::State& state) {
     if (!Select(state, impl)) return;
     Buffer* in = Tensor(dtype, count);
     Buffer* out = GetBuffer("qout/" + std::to_string(packedBytes), packedBytes);
@@ -167,7 +177,7 @@ void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes
     }
     SetRates(state, bytes, packedBytes, baseline);
   })->UseRealTime();
-  benchmark::RegisterBenchmark(("dequantize/" + tail).c_str(), [=](benchmark::State& state) {
+  Register("dequantize/" + tail, [=](benchmark::State& state) {
     if (!Select(state, impl)) return;
     Buffer* in = Packed(dtype, count, bits, block);
     Buffer* out = GetBuffer("dqout/" + std::to_string(bytes), bytes);
@@ -192,7 +202,7 @@ void RegisterReduce(const char* impl, int n, size_t bytes) {
   RegisterMemcpy(inBytes);
   std::string baseline = MemcpyName(inBytes);
   std::string name = std::string("reduce_requant/") + impl + "/int4x" + std::to_string(n) + "/" + SizeName(bytes);
-  benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State& state) {
+  Register(name, [=](benchmark::State& state) {
     if (!Select(state, impl)) return;
     std::string key = "reduce_in/" + std::to_string(count) + "/" + std::to_string(n);
     bool fresh = gBuffers.find(key) == gBuffers.end();
@@ -224,7 +234,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
       if (it == run.counters.end()) continue;
       std::string name = run.run_name.function_name;
       Entry& e = entries_[name];
-      if (e.order < 0) e.order = static_cast<int>(entries_.size());
+      if (e.order < 0) {
+        auto reg = gRegOrder.find(name);
+        e.order = reg != gRegOrder.end() ? reg->second : 1000000 + static_cast<int>(entries_.size());
+      }
       if (run.report_label.rfind("vs=", 0) == 0) e.baseline = run.report_label.substr(3);
       if (run.run_type == Run::RT_Aggregate) {
         if (run.aggregate_name == "median") e.median = it->second.value;

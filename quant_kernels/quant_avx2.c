@@ -206,17 +206,35 @@ ZPP_AVX2_INLINE __m256i avx2Nibbles(__m256i v) {
   return _mm256_maddubs_epi16(_mm256_and_si256(v, _mm256_set1_epi8(0x0f)), _mm256_set1_epi16(0x1001));
 }
 
-/* Encodes x[0..len) (a block starting at element `base`) with 1/step inv. */
+/* Prefetches the 32 elements at element i of pf (NULL: none). */
+ZPP_AVX2_INLINE void avx2Prefetch32(const uint8_t* pf, zppDataType_t dtype, size_t i) {
+  if (pf == NULL) return;
+  if (dtype == zppFloat32) {
+    _mm_prefetch((const char*)(pf + 4 * i), _MM_HINT_T0);
+    _mm_prefetch((const char*)(pf + 4 * i + 64), _MM_HINT_T0);
+  } else {
+    _mm_prefetch((const char*)(pf + 2 * i), _MM_HINT_T0);
+  }
+}
+
+/* Encodes x[0..len) (a block starting at element `base`) with 1/step inv,
+ * prefetching the same span of pf meanwhile: the next group's input, so
+ * that memory keeps streaming while this group is computed from L1. */
 ZPP_AVX2_INLINE void avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
-                                     const zppQuantBlockParams_t* bp, uint8_t* data, size_t base) {
+                                     const zppQuantBlockParams_t* bp, uint8_t* data, size_t base,
+                                     const uint8_t* pf) {
   const __m256 vinv = _mm256_set1_ps(bp->inv);
   size_t i = 0;
   if (bits == 8) {
-    for (; i + 32 <= len; i += 32)
+    for (; i + 32 <= len; i += 32) {
+      avx2Prefetch32(pf, dtype, i);
       _mm256_storeu_si256((__m256i*)(data + base + i), avx2Quant32(x, dtype, i, vinv));
+    }
   } else {
     uint8_t* d = data + base / 2;
     for (; i + 64 <= len; i += 64) {
+      avx2Prefetch32(pf, dtype, i);
+      avx2Prefetch32(pf, dtype, i + 32);
       __m256i n0 = avx2Nibbles(avx2Quant32(x, dtype, i, vinv));
       __m256i n1 = avx2Nibbles(avx2Quant32(x, dtype, i + 32, vinv));
       _mm256_storeu_si256((__m256i*)(d + i / 2), _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n1), 0xd8));
@@ -237,7 +255,8 @@ ZPP_AVX2_INLINE void avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t 
 
 /* Scales and data of a block whose parameters are known. */
 ZPP_AVX2_INLINE void avx2EncodeWithParams(const void* x, zppDataType_t dtype, size_t len, int bits,
-                                          const zppQuantBlockParams_t* bp, uint8_t* data, size_t base) {
+                                          const zppQuantBlockParams_t* bp, uint8_t* data, size_t base,
+                                          const uint8_t* pf) {
   if (bp->kind != ZPP_QBLOCK_NORMAL) {
     memset(data + (bits == 8 ? base : base / 2), 0, zppQuantDataBytes(len, bits));
   } else if (bp->p != 1.0f) {
@@ -250,7 +269,7 @@ ZPP_AVX2_INLINE void avx2EncodeWithParams(const void* x, zppDataType_t dtype, si
       zppQuantEncodeSpanRef(tmp, 0, n, bp, bits, data, base + i);
     }
   } else {
-    avx2EncodeBlock(x, dtype, len, bits, bp, data, base);
+    avx2EncodeBlock(x, dtype, len, bits, bp, data, base, pf);
   }
 }
 
@@ -259,7 +278,7 @@ ZPP_AVX2_INLINE void avx2QuantizeOneBlock(const void* x, zppDataType_t dtype, si
                                           uint8_t* scales, size_t b, uint8_t* data, size_t base) {
   zppQuantBlockParams_t bp = zppQuantBlockSetup(avx2AbsMaxBits(x, dtype, len), zppQuantQmax(bits));
   zppQuantStoreScale(scales, b, bp.scale);
-  avx2EncodeWithParams(x, dtype, len, bits, &bp, data, base);
+  avx2EncodeWithParams(x, dtype, len, bits, &bp, data, base, NULL);
 }
 
 /* Whole blocks [b0, b0 + nb) of a segment, `in` pointing at block b0's first
@@ -277,6 +296,8 @@ ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, siz
   for (size_t g0 = b0; g0 < b0 + nb; g0 += group) {
     size_t g = b0 + nb - g0 < group ? b0 + nb - g0 : group;
     const uint8_t* x = (const uint8_t*)in + (g0 - b0) * bs * esize;
+    /* the next group, when it is a full one */
+    int pfNext = g0 + 2 * group <= b0 + nb;
     __m256i m[8];
     for (size_t k = 0; k < 8; k++)
       m[k] = k < g ? avx2BlockMaxVec(x + k * bs * esize, dtype, bs) : _mm256_setzero_si256();
@@ -304,7 +325,8 @@ ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, siz
       bp.scale = sc[k];
       bp.inv = iv[k];
       bp.p = pv[k];
-      avx2EncodeWithParams(x + k * bs * esize, dtype, bs, bits, &bp, data, (g0 + k) * bs);
+      avx2EncodeWithParams(x + k * bs * esize, dtype, bs, bits, &bp, data, (g0 + k) * bs,
+                           pfNext ? x + (g + k) * bs * esize : NULL);
     }
   }
 }
