@@ -43,6 +43,10 @@ static const zppParamInfo_t paramTable[] = {
     {"ZPP_UCX_SHM", ZPP_PARAM_BOOL, "1",
      "shared memory between ranks of one node; 0 sends intra-node traffic over the network too. "
      "Between nodes it is always network only"},
+    {"ZPP_UCX_CONNECT_ALL", ZPP_PARAM_INT, "256",
+     "communicators of up to this many ranks make every endpoint at creation, while all nodes are "
+     "reachable (UCX 1.13 connects tcp blocking: a connection first made after a link went down "
+     "hangs for minutes); larger ones connect on first use"},
     {"ZPP_UCX_SPIN_US", ZPP_PARAM_INT, "50",
      "microseconds an idle wait polls (yielding the core each time) before it sleeps on the "
      "worker's event fd"},

@@ -213,6 +213,7 @@ zppResult_t zppUcxGetEp(zppUcx_t* u, int peer, ucp_ep_h* out) {
 static zppResult_t readParams(zppUcx_t* u) {
   int64_t spinUs = 0;
   ZPPCHECK(zppParamGetInt("ZPP_UCX_SPIN_US", &spinUs));
+  ZPPCHECK(zppParamGetInt("ZPP_UCX_CONNECT_ALL", &u->connectAllMax));
   ZPPCHECK(zppParamGetBool("ZPP_UCX_SHM", &u->useShm));
   u->spinSec = spinUs < 0 ? 0 : (double)spinUs * 1e-6;
   return zppSuccess;
@@ -357,6 +358,16 @@ zppResult_t zppUcxCreate(struct zppComm* comm, zppUcx_t** out) {
   ZPPCHECKGOTO(openWorker(u), res, fail);
   ZPPCHECKGOTO(exchangeAddresses(u), res, fail);
   ZPPCHECKGOTO(postNoticeRecv(u), res, fail);
+  /* Every endpoint now, while every node is known to be reachable: UCX
+   * 1.13 connects tcp endpoints with a blocking connect, so one made later
+   * to a node whose link went down would hang for the kernel's SYN retries
+   * (about two minutes), far past ZPP_TIMEOUT. */
+  if (u->nranks <= u->connectAllMax) {
+    for (int p = 0; p < u->nranks; p++) {
+      ucp_ep_h ep;
+      if (p != u->rank) ZPPCHECKGOTO(zppUcxGetEp(u, p, &ep), res, fail);
+    }
+  }
   ZPP_INFO(NET, "%s: UCX %s ready, rank %d of %d, shared memory inside the node %s",
            comm->name, ucp_get_version_string(), u->rank, u->nranks, u->useShm ? "on" : "off");
   *out = u;

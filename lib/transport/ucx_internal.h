@@ -89,6 +89,7 @@ struct zppUcx {
   int nranks;
   int useShm;
   double spinSec;
+  int64_t connectAllMax; /* ZPP_UCX_CONNECT_ALL */
   ucp_context_h ctx;
   ucp_worker_h worker;
   int efd;    /* the worker's event fd */

@@ -33,9 +33,11 @@ static void sendNotices(zppUcx_t* u) {
   u->noticeOut.code = atomic_load(&u->comm->asyncError);
   snprintf(u->noticeOut.reason, sizeof(u->noticeOut.reason), "%s", zppGetLastError(u->comm));
   for (int p = 0; p < u->nranks; p++) {
-    if (p == u->rank || u->peers[p].state == EP_FAILED || u->peers[p].state == EP_CLOSED) continue;
-    ucp_ep_h ep;
-    if (zppUcxGetEp(u, p, &ep) != zppSuccess) continue;
+    /* Existing endpoints only: making one now means a tcp connect, which
+     * UCX 1.13 does blocking: to a node whose link is down it would hang
+     * for the kernel's SYN retries (measured: 70 s). */
+    if (p == u->rank || u->peers[p].state != EP_OK) continue;
+    ucp_ep_h ep = u->peers[p].ep;
     zppUcxReq_t* r;
     if (zppUcxReqAlloc(u, &r) != zppSuccess) return;
     r->peer = p;

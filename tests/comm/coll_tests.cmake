@@ -58,3 +58,19 @@ if(ZPP_HAVE_NCCL)
   add_test(NAME test_coll_gpu COMMAND test_coll_gpu)
   set_tests_properties(test_coll_gpu PROPERTIES LABELS "gpu" TIMEOUT 600 SKIP_RETURN_CODE 77)
 endif()
+
+# Across network namespaces with shaped links (label netns: emucluster.sh
+# exits 77, skipped, without root). The rank program checks itself.
+add_executable(test_coll_netns test_coll_netns.c)
+target_link_libraries(test_coll_netns PRIVATE zpp_static zpp_testutil zpp_coll_testlib)
+set(ZPP_EMUCLUSTER ${CMAKE_SOURCE_DIR}/perf/emucluster.sh)
+add_test(NAME test_coll_netns_crossing
+         COMMAND bash ${ZPP_EMUCLUSTER} -q -n 2 -l 2 -r 200mbit --no-check-rate --timeout 90
+                 -- $<TARGET_FILE:test_coll_netns> crossing 200)
+add_test(NAME test_coll_netns_linkdown
+         COMMAND bash ${ZPP_EMUCLUSTER} -q -n 2 -l 2 --no-check-rate --no-fail-fast --timeout 90
+                 --link-down 1@4+60 -- $<TARGET_FILE:test_coll_netns> linkdown 4)
+set_tests_properties(test_coll_netns_crossing test_coll_netns_linkdown PROPERTIES
+                     LABELS "comm;netns" TIMEOUT 150 SKIP_RETURN_CODE 77 PROCESSORS 2
+                     RESOURCE_LOCK emucluster_rate)
+set_tests_properties(test_coll_netns_linkdown PROPERTIES ENVIRONMENT "ZPP_TIMEOUT=5")
