@@ -89,6 +89,13 @@ static const zppParamInfo_t paramTable[] = {
     {"ZPP_HPZ_GROUP", ZPP_PARAM_INT, "0",
      "ranks of an hpZ group (sharing one copy of the secondary partition); 0: the node; must "
      "divide every node's rank count; zppConfig_t.hpzGroupSize overrides"},
+    /* fault injection for tests and zpp-health (lib/fault.c; off by default) */
+    {"ZPP_FAULT", ZPP_PARAM_STRING, "",
+     "make a rank misbehave on purpose (empty: off): KIND[:OPT,...][;...], KIND slow "
+     "(rate=200mbit and/or delay_us=N per message), corrupt (flips a bit in every message sent), "
+     "hang (the sending thread stops for good) or die (SIGKILL); OPT rank=R (launcher rank: RANK, "
+     "OMPI_COMM_WORLD_RANK, PMI_RANK; omitted: every rank), after=N (from the N-th message), "
+     "prob=P (a fraction of the collectives). See docs/zpp-health.md"},
 };
 
 static const int paramCount = (int)(sizeof(paramTable) / sizeof(paramTable[0]));

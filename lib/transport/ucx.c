@@ -20,6 +20,7 @@
 #include "check.h"
 #include "params.h"
 #include "lib/comm.h"
+#include "lib/fault.h"
 
 #include "ucx_internal.h"
 
@@ -399,6 +400,9 @@ zppResult_t zppUcxIsend(zppUcx_t* u, int peer, const void* buf, size_t bytes, co
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   prm.cb.send = zppUcxSendDone;
   prm.user_data = r;
+  /* FAULT INJECTION (ZPP_FAULT, lib/fault.h; off by default): the one place
+   * where a rank is made slow, corrupt, hung or dead on purpose. */
+  zppFaultOnSend(u->rank, buf, bytes, id->seq);
   void* h = ucp_tag_send_nbx(ep, buf, bytes, makeTag(u->rank, id), &prm);
   if (h == NULL) {
     r->done = 1;
