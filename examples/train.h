@@ -1,0 +1,91 @@
+/*
+ * zpp-train: a ZeRO-3 trainer of a character-level language model on zpp.
+ * Files: train_main.c (arguments, how the ranks come to be), train_run.c
+ * (one training run in one mode), train_report.c (terminal, JSON, SVG),
+ * zero3.c (ZeRO-3), zero_comm.c (the NCCL-shaped layer), model.c (the
+ * MLP), train_data.c (the corpus). docs/trainer.md tells the story.
+ */
+#ifndef ZPP_EXAMPLE_TRAIN_H_
+#define ZPP_EXAMPLE_TRAIN_H_
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "model.h"
+#include "train_data.h"
+#include "zero_comm.h"
+#include "zpp.h"
+
+#define TR_EXIT_OK 0
+#define TR_EXIT_ERROR 1
+#define TR_EXIT_USAGE 2
+
+typedef struct {
+  int forkRanks;          /* -N: fork this many local ranks (0: launcher or one rank) */
+  int layoutNodes, layoutPerNode; /* --layout NxL (0: none) */
+  int plain, zeropp, compare;     /* which runs: plain, ZeRO++, or both */
+  int qwzBits, qgzBits, hpz;      /* ZeRO++ settings */
+  int overlap;
+  zppDataType_t type;
+  const char* data;
+  int steps, batch, context, embed, hidden;
+  double lr;
+  uint64_t seed;
+  double bucketMB;
+  int evalEvery, evalSamples;
+  const char* json;
+  const char* svg;
+  int sample;
+  int printEvery;
+  int quiet;
+  int timeoutSec;
+} trArgs_t;
+
+typedef struct {
+  const char* mode; /* "plain" or "zeropp" */
+  zcOptions_t opt;
+  int nsteps;
+  double* loss;     /* global mean loss of each step's batch */
+  double* time;     /* seconds per step, slowest rank */
+  double* busy;     /* rank 0's communication busy time per step */
+  double* waited;   /* rank 0's time blocked on communication per step */
+  double* compute;  /* rank 0's compute time per step */
+  int nevals;
+  int* evalStep;
+  double* evalLoss;
+  double medianStep, meanStep;
+  /* means over ranks and steps */
+  double busyMean, waitedMean, computeMean, hiddenShare;
+  double intraBytes[zppNumOpKinds], interBytes[zppNumOpKinds]; /* per step, summed over ranks */
+  size_t secondaryBytes; /* rank 0 */
+  char* sampleText;
+} trRun_t;
+
+typedef struct {
+  int rank, nranks;
+  zppComm_t comm;
+  zppTopology_t topo;
+  const char* launcher;
+  tdCorpus_t corpus;
+  mlpShape_t shape;
+} trEnv_t;
+
+/* train_run.c */
+int trRunMode(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, trRun_t* run);
+void trRunFree(trRun_t* run);
+
+/* train_report.c */
+void trPrintHeader(const trArgs_t* a, const trEnv_t* env, const trRun_t* run);
+void trPrintStep(const trArgs_t* a, const trRun_t* run, int step);
+void trPrintSummary(const trArgs_t* a, const trEnv_t* env, const trRun_t* runs, int nruns);
+int trWriteJson(const char* path, const trArgs_t* a, const trEnv_t* env, const trRun_t* runs,
+                int nruns);
+int trWriteSvg(const char* path, const trArgs_t* a, const trEnv_t* env, const trRun_t* runs,
+               int nruns);
+const char* trTypeName(zppDataType_t t);
+
+/* The rank's error, in one line with the library's reason. */
+void trLibError(const trEnv_t* env, const char* what, zppResult_t res);
+
+#endif /* ZPP_EXAMPLE_TRAIN_H_ */
