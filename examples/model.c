@@ -128,41 +128,46 @@ static inline float mlpDot(const float* restrict a, const float* restrict b, int
   return s;
 }
 
-/* Y[b] = bias + sum_i X[b][i] W[i], the sum over i in increasing order for
- * every element whatever the blocking, so a sample's output never depends
- * on the other samples of the slice. */
+/* W is stored [out][in], as torch.nn.Linear keeps it: a quantization block
+ * of a gradient then runs along one output's inputs, whose gradients have
+ * one scale (d_out[o] times activations of one kind), rather than across
+ * outputs of very different scales (the frequent and the rare characters of
+ * the output layer), which int4 blocks would flush to zero. */
+
+/* Y[b][o] = bias[o] + X[b] . W[o]: a sample's output depends on that sample
+ * and W only, whatever else is in the slice. */
 MLP_HOT static void mlpLinear(const float* X, int n, int in, const float* W, const float* bias,
                               int out, float* Y) {
-  for (int b = 0; b < n; b++) memcpy(Y + (size_t)b * out, bias, (size_t)out * sizeof(float));
-  for (int i0 = 0; i0 < in; i0 += MLP_ROW_BLOCK) {
-    int i1 = i0 + MLP_ROW_BLOCK < in ? i0 + MLP_ROW_BLOCK : in;
+  for (int o0 = 0; o0 < out; o0 += MLP_ROW_BLOCK) {
+    int o1 = o0 + MLP_ROW_BLOCK < out ? o0 + MLP_ROW_BLOCK : out;
     for (int b = 0; b < n; b++) {
       const float* x = X + (size_t)b * in;
       float* y = Y + (size_t)b * out;
-      for (int i = i0; i < i1; i++) mlpAxpy(x[i], W + (size_t)i * out, y, out);
+      for (int o = o0; o < o1; o++) y[o] = bias[o] + mlpDot(x, W + (size_t)o * in, in);
     }
   }
 }
 
-/* dX[b][i] = dY[b] . W[i]. */
+/* dX[b] = sum_o dY[b][o] W[o], the sum over o in increasing order. */
 MLP_HOT static void mlpLinearBackData(const float* dY, int n, int in, const float* W, int out,
                                       float* dX) {
-  for (int i0 = 0; i0 < in; i0 += MLP_ROW_BLOCK) {
-    int i1 = i0 + MLP_ROW_BLOCK < in ? i0 + MLP_ROW_BLOCK : in;
+  memset(dX, 0, (size_t)n * in * sizeof(float));
+  for (int o0 = 0; o0 < out; o0 += MLP_ROW_BLOCK) {
+    int o1 = o0 + MLP_ROW_BLOCK < out ? o0 + MLP_ROW_BLOCK : out;
     for (int b = 0; b < n; b++)
-      for (int i = i0; i < i1; i++)
-        dX[(size_t)b * in + i] = mlpDot(dY + (size_t)b * out, W + (size_t)i * out, out);
+      for (int o = o0; o < o1; o++)
+        mlpAxpy(dY[(size_t)b * out + o], W + (size_t)o * in, dX + (size_t)b * in, in);
   }
 }
 
-/* dW[i] = sum_b X[b][i] dY[b] and db = sum_b dY[b], samples in order: the
+/* dW[o] = sum_b dY[b][o] X[b] and db = sum_b dY[b], samples in order: the
  * one place where the split of the batch over ranks changes the rounding. */
 MLP_HOT static void mlpLinearBackWeights(const float* X, const float* dY, int n, int in, int out,
                                          float* dW, float* db) {
   memset(dW, 0, (size_t)in * out * sizeof(float));
-  for (int i = 0; i < in; i++) {
-    float* row = dW + (size_t)i * out;
-    for (int b = 0; b < n; b++) mlpAxpy(X[(size_t)b * in + i], dY + (size_t)b * out, row, out);
+  for (int o = 0; o < out; o++) {
+    float* row = dW + (size_t)o * in;
+    for (int b = 0; b < n; b++) mlpAxpy(dY[(size_t)b * out + o], X + (size_t)b * in, row, in);
   }
   memset(db, 0, (size_t)out * sizeof(float));
   for (int b = 0; b < n; b++) mlpAxpy(1.0f, dY + (size_t)b * out, db, out);
