@@ -628,7 +628,7 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
         if (!peerAlive(p)) {
           p->state = EP_FAILED;
           p->failStatus = UCS_ERR_CONNECTION_RESET;
-          return zppUcxFail(u, zppRemoteError, "%s: rank %d: rank %d (pid %d on this node, host %s) exited",
+          return zppUcxFail(u, zppRemoteError, "%s: rank %d: rank %d (pid %d on this machine, host %s) exited",
                           u->comm->name, u->rank, p->rank, (int)p->info.pid, zppUcxHostOf(u, p->rank));
         }
       }
