@@ -27,6 +27,7 @@ typedef struct {
   int plain, zeropp, compare;     /* which runs: plain, ZeRO++, or both */
   int qwzBits, qgzBits, hpz;      /* ZeRO++ settings */
   int overlap;
+  int prefetch;
   zppDataType_t type;
   const char* data;
   int steps, batch, context, embed, hidden;

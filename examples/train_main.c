@@ -17,6 +17,7 @@
 #include "tools/launch.h"
 #include "train.h"
 #include "train_mpi.h"
+#include "zero3.h"
 
 #ifndef ZPP_EXAMPLE_DATA
 #define ZPP_EXAMPLE_DATA "examples/data/corpus.txt"
@@ -49,6 +50,8 @@ static void trUsage(FILE* f) {
 "      --no-hpz          backward gathers go across nodes like the forward ones\n"
 "      --dtype T         weights and gradients on the wire: bf16 (default) or fp32\n"
 "      --bucket-mb MB    gradient bucket for one reduce-scatter call (default 4)\n"
+"      --prefetch N      weight gathers in flight ahead of the computing layer\n"
+"                        (default 2; each holds a buffer of the largest layer)\n"
 "      --no-overlap      wait for every collective right after issuing it\n"
 "Model and training:\n"
 "      --data FILE       text to train on (default %s)\n"
@@ -123,7 +126,7 @@ static int trBits(const char* opt, const char* v, int* out) {
 
 enum {
   O_LAYOUT = 256, O_TIMEOUT, O_ZEROPP, O_PLAIN, O_COMPARE, O_QWZ, O_QGZ, O_NOHPZ, O_DTYPE, O_BUCKET,
-  O_NOOVERLAP, O_DATA, O_STEPS, O_BATCH, O_CONTEXT, O_EMBED, O_HIDDEN, O_LR, O_SEED, O_EVALEVERY,
+  O_NOOVERLAP, O_PREFETCH, O_DATA, O_STEPS, O_BATCH, O_CONTEXT, O_EMBED, O_HIDDEN, O_LR, O_SEED, O_EVALEVERY,
   O_EVALN, O_SAMPLE, O_JSON, O_SVG, O_PRINTEVERY
 };
 
@@ -136,6 +139,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
       {"qwz-bits", required_argument, 0, O_QWZ}, {"qgz-bits", required_argument, 0, O_QGZ},
       {"no-hpz", no_argument, 0, O_NOHPZ}, {"dtype", required_argument, 0, O_DTYPE},
       {"bucket-mb", required_argument, 0, O_BUCKET}, {"no-overlap", no_argument, 0, O_NOOVERLAP},
+      {"prefetch", required_argument, 0, O_PREFETCH},
       {"data", required_argument, 0, O_DATA}, {"steps", required_argument, 0, O_STEPS},
       {"batch", required_argument, 0, O_BATCH}, {"context", required_argument, 0, O_CONTEXT},
       {"embed", required_argument, 0, O_EMBED}, {"hidden", required_argument, 0, O_HIDDEN},
@@ -150,6 +154,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
   a->qgzBits = 4;
   a->hpz = 1;
   a->overlap = 1;
+  a->prefetch = 2;
   a->type = zppBfloat16;
   a->data = ZPP_EXAMPLE_DATA;
   a->steps = 200;
@@ -194,6 +199,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
         break;
       case O_BUCKET: if (trDouble("--bucket-mb", v, 0, 1e6, &a->bucketMB)) return TR_EXIT_USAGE; break;
       case O_NOOVERLAP: a->overlap = 0; break;
+      case O_PREFETCH: if (trInt("--prefetch", v, 0, Z3_MAX_PREFETCH, &a->prefetch)) return TR_EXIT_USAGE; break;
       case O_DATA: a->data = v; break;
       case O_STEPS: if (trInt("--steps", v, 1, 10000000, &a->steps)) return TR_EXIT_USAGE; break;
       case O_BATCH: if (trInt("--batch", v, 1, 1 << 20, &a->batch)) return TR_EXIT_USAGE; break;

@@ -213,6 +213,7 @@ int trRunMode(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, trRun_t* 
   cfg.eps = 1e-8f;
   cfg.bucketBytes = (size_t)(a->bucketMB * 1048576.0);
   cfg.overlap = a->overlap;
+  cfg.prefetch = a->prefetch;
   cfg.seed = a->seed;
   cfg.evalCap = TR_EVAL_CHUNK;
   char err[256];

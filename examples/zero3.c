@@ -8,6 +8,8 @@
 #include <string.h>
 #include <time.h>
 
+#define Z3_MAX_SLOTS (Z3_MAX_PREFETCH + 1)
+
 typedef struct {
   size_t count;   /* parameters of the layer */
   size_t padded;  /* count rounded up to a multiple of the rank count */
@@ -28,10 +30,12 @@ struct z3Trainer {
   int rank, nranks, slice;
   size_t tsize;
   z3Layer_t layer[MLP_NLAYERS];
-  void* gathered[2]; /* two layers' gathered weights: the one computing, the one arriving */
-  float* work;       /* the gathered weights as fp32 (bf16 only) */
-  zcStream_t gatherStream[2];
-  zcStream_t rsStream;
+  int slots;                       /* prefetch + 1 */
+  void* gathered[Z3_MAX_SLOTS];    /* gathered weights: the layer computing, those arriving */
+  float* work;                     /* the gathered weights as fp32 (bf16 only) */
+  zcStream_t gatherStream[Z3_MAX_SLOTS];
+  zcStream_t rsStream[MLP_NLAYERS]; /* one per bucket: each bucket's optimizer step waits
+                                     * for that bucket only */
   mlpActs_t acts;
   mlpActs_t evalActs;
   long adamStep;
@@ -86,9 +90,11 @@ static void z3Err(char* err, size_t len, const char* fmt, ...) {
 
 void z3Destroy(z3Trainer_t* t) {
   if (t == NULL) return;
-  zcStreamDestroy(t->gatherStream[0]);
-  zcStreamDestroy(t->gatherStream[1]);
-  zcStreamDestroy(t->rsStream);
+  for (int i = 0; i < Z3_MAX_SLOTS; i++) {
+    zcStreamDestroy(t->gatherStream[i]);
+    free(t->gathered[i]);
+  }
+  for (int i = 0; i < MLP_NLAYERS; i++) zcStreamDestroy(t->rsStream[i]);
   for (int l = 0; l < MLP_NLAYERS; l++) {
     z3Layer_t* L = &t->layer[l];
     zcParamDestroy(L->param);
@@ -100,8 +106,6 @@ void z3Destroy(z3Trainer_t* t) {
     free(L->gshard);
     free(L->gfull);
   }
-  free(t->gathered[0]);
-  free(t->gathered[1]);
   free(t->work);
   mlpActsFree(&t->acts);
   mlpActsFree(&t->evalActs);
@@ -112,6 +116,10 @@ zppResult_t z3Create(z3Trainer_t** out, const z3Config_t* cfg, zcComm_t comm, in
                      int nranks, char* err, size_t errlen) {
   if (cfg->type != zppFloat32 && cfg->type != zppBfloat16) {
     z3Err(err, errlen, "communication type must be fp32 or bf16");
+    return zppInvalidArgument;
+  }
+  if (cfg->prefetch < 0 || cfg->prefetch > Z3_MAX_PREFETCH) {
+    z3Err(err, errlen, "prefetch %d: from 0 to %d layers ahead", cfg->prefetch, Z3_MAX_PREFETCH);
     return zppInvalidArgument;
   }
   if (cfg->batch % nranks != 0) {
@@ -160,14 +168,16 @@ zppResult_t z3Create(z3Trainer_t** out, const z3Config_t* cfg, zcComm_t comm, in
       return res;
     }
   }
-  t->gathered[0] = malloc(maxPadded * t->tsize);
-  t->gathered[1] = malloc(maxPadded * t->tsize);
-  if (!t->gathered[0] || !t->gathered[1]) goto oom;
+  /* Without overlap nothing is in flight while a layer computes: one slot. */
+  t->slots = cfg->overlap ? cfg->prefetch + 1 : 1;
+  for (int i = 0; i < t->slots; i++)
+    if ((t->gathered[i] = malloc(maxPadded * t->tsize)) == NULL) goto oom;
   if (cfg->type != zppFloat32 && (t->work = malloc(maxPadded * sizeof(float))) == NULL) goto oom;
   if (mlpActsAlloc(&t->acts, &cfg->shape, t->slice) != 0) goto oom;
-  if ((res = zcStreamCreate(comm, &t->gatherStream[0])) != zppSuccess ||
-      (res = zcStreamCreate(comm, &t->gatherStream[1])) != zppSuccess ||
-      (res = zcStreamCreate(comm, &t->rsStream)) != zppSuccess) {
+  res = zppSuccess;
+  for (int i = 0; i < t->slots && res == zppSuccess; i++) res = zcStreamCreate(comm, &t->gatherStream[i]);
+  for (int i = 0; i < MLP_NLAYERS && res == zppSuccess; i++) res = zcStreamCreate(comm, &t->rsStream[i]);
+  if (res != zppSuccess) {
     z3Err(err, errlen, "creating streams: %s", zppGetErrorString(res));
     z3Destroy(t);
     return res;
@@ -216,24 +226,26 @@ static const float* z3Weights(z3Trainer_t* t, int slot, int layer) {
   return t->work;
 }
 
-/* Runs uses [0, nuse) with the gather of use k+1 in flight while use k
- * computes (overlap), or each gather waited for before computing. */
+/* Runs uses [0, nuse): the gathers of uses k+1 .. k+prefetch are in flight
+ * while use k computes (each into its own slot), or, without overlap, each
+ * gather is waited for right after it is issued. zpp runs them one after
+ * the other in issue order, so prefetching deeper than one layer only
+ * helps when a layer's compute is shorter than the next layer's gather:
+ * the link keeps busy with the layer after. */
 typedef void (*z3ComputeFn)(z3Trainer_t* t, int k, int layer, const float* w, void* arg);
 typedef zppResult_t (*z3AfterFn)(z3Trainer_t* t, int k, int layer, void* arg);
 
 static zppResult_t z3RunUses(z3Trainer_t* t, int nuse, z3ComputeFn compute, z3AfterFn after,
                              void* arg, double* computeTime) {
   zppResult_t res = zppSuccess;
-  int overlap = t->cfg.overlap;
-  if (overlap && (res = z3IssueGather(t, 0, 0)) != zppSuccess) return res;
+  int ahead = t->slots - 1, issued = 0;
   for (int k = 0; k < nuse; k++) {
-    int slot = k & 1, layer, backward;
+    int slot = k % t->slots, layer, backward;
     z3Use(k, &layer, &backward);
-    if (!overlap && (res = z3IssueGather(t, k, slot)) != zppSuccess) return res;
+    /* Slot (k + ahead) % slots last held use k-1, which is done. */
+    for (; issued < nuse && issued <= k + ahead; issued++)
+      if ((res = z3IssueGather(t, issued, issued % t->slots)) != zppSuccess) return res;
     if ((res = zcStreamSynchronize(t->gatherStream[slot])) != zppSuccess) return res;
-    /* The next gather lands in the other slot, whose weights were last
-     * used by use k-1, which is done. */
-    if (overlap && k + 1 < nuse && (res = z3IssueGather(t, k + 1, slot ^ 1)) != zppSuccess) return res;
     double t0 = z3Now();
     compute(t, k, layer, z3Weights(t, slot, layer), arg);
     if (computeTime) *computeTime += z3Now() - t0;
@@ -254,6 +266,9 @@ typedef struct {
   const void* send[MLP_NLAYERS];
   void* recv[MLP_NLAYERS];
   size_t counts[MLP_NLAYERS];
+  /* buckets issued: bucketOf[layer], and how many */
+  int nbuckets;
+  int bucketOf[MLP_NLAYERS];
 } z3StepCtx_t;
 
 static void z3ComputeTrain(z3Trainer_t* t, int k, int layer, const float* w, void* arg) {
@@ -274,6 +289,7 @@ static zppResult_t z3AfterTrain(z3Trainer_t* t, int k, int layer, void* arg) {
   z3StepCtx_t* c = arg;
   if (k < MLP_NLAYERS) return zppSuccess;
   z3Layer_t* L = &t->layer[layer];
+  c->bucketOf[layer] = c->nbuckets;
   c->send[c->n] = L->gsend;
   c->recv[c->n] = L->gshard;
   c->counts[c->n] = L->shard;
@@ -282,11 +298,12 @@ static zppResult_t z3AfterTrain(z3Trainer_t* t, int k, int layer, void* arg) {
   if (c->bytes < t->cfg.bucketBytes && layer != 0) return zppSuccess;
   /* avg: the mean over ranks of the per-rank mean over their slices, i.e.
    * the gradient of the mean loss over the global batch. */
+  zcStream_t st = t->rsStream[c->nbuckets++];
   zppResult_t res = zcReduceScatterCoalesced(c->n, c->send, c->recv, c->counts, t->cfg.type, zppAvg,
-                                             t->comm, t->rsStream);
+                                             t->comm, st);
   c->n = 0;
   c->bytes = 0;
-  if (res == zppSuccess && !t->cfg.overlap) res = zcStreamSynchronize(t->rsStream);
+  if (res == zppSuccess && !t->cfg.overlap) res = zcStreamSynchronize(st);
   return res;
 }
 
@@ -317,16 +334,22 @@ zppResult_t z3Step(z3Trainer_t* t, const int* ctx, const int* tgt, z3StepInfo_t*
   c.scale = 1.0f / (float)t->slice;
   double compute = 0;
   zppResult_t res = z3RunUses(t, 2 * MLP_NLAYERS, z3ComputeTrain, z3AfterTrain, &c, &compute);
-  if (res == zppSuccess) res = zcStreamSynchronize(t->rsStream);
   if (res != zppSuccess) return res;
-  double t0 = z3Now();
   t->adamStep++;
-  for (int l = 0; l < MLP_NLAYERS; l++) {
-    z3Adam(t, &t->layer[l]);
-    /* Every rank wrote its shard: every rank's hpZ secondary is stale. */
-    if ((res = zcParamInvalidate(t->layer[l].param)) != zppSuccess) return res;
+  /* Bucket by bucket in the order they were issued (output layer first):
+   * the optimizer step of a finished bucket runs while the later ones are
+   * still being reduce-scattered. */
+  for (int b = 0; b < c.nbuckets; b++) {
+    if ((res = zcStreamSynchronize(t->rsStream[b])) != zppSuccess) return res;
+    double t0 = z3Now();
+    for (int l = MLP_NLAYERS - 1; l >= 0; l--) {
+      if (c.bucketOf[l] != b) continue;
+      z3Adam(t, &t->layer[l]);
+      /* Every rank wrote its shard: every rank's hpZ secondary is stale. */
+      if ((res = zcParamInvalidate(t->layer[l].param)) != zppSuccess) return res;
+    }
+    compute += z3Now() - t0;
   }
-  compute += z3Now() - t0;
   if (info) {
     info->lossSum = c.lossSum;
     info->compute = compute;

@@ -16,10 +16,11 @@
  *   step:                 Adam on the shard, new communication copy, and
  *                         zcParamInvalidate (the hpZ secondary is stale).
  *
- * Overlap: the eight gathers of a step are one sequence; the next one is
- * issued (on the other of two streams, into the other of two buffers)
- * before the current layer computes, and the reduce-scatters run behind
- * the backward computation on a third stream.
+ * Overlap: the eight gathers of a step are one sequence; the next ones
+ * (--prefetch of them, each on its own stream into its own buffer) are
+ * issued before the current layer computes; the reduce-scatters run behind
+ * the backward computation, one stream per bucket, and each bucket's
+ * optimizer step runs as soon as that bucket arrived.
  */
 #ifndef ZPP_EXAMPLE_ZERO3_H_
 #define ZPP_EXAMPLE_ZERO3_H_
@@ -30,6 +31,8 @@
 #include "model.h"
 #include "zero_comm.h"
 
+#define Z3_MAX_PREFETCH 7
+
 typedef struct {
   mlpShape_t shape;
   int batch;          /* global batch: samples per step over all ranks */
@@ -37,6 +40,7 @@ typedef struct {
   float lr, beta1, beta2, eps;
   size_t bucketBytes; /* gradients are reduce-scattered in buckets of at least this */
   int overlap;        /* 0: every collective is waited for right after it is issued */
+  int prefetch;       /* with overlap: gathers in flight ahead of the computing layer, 1..Z3_MAX_PREFETCH */
   uint64_t seed;
   int evalCap;        /* most evaluation samples one rank computes at once */
 } z3Config_t;
