@@ -39,6 +39,7 @@ typedef struct {
   const char* svg;
   int sample;
   int printEvery;
+  int interleave; /* --compare: steps per turn (0: one run after the other) */
   int quiet;
   int timeoutSec;
 } trArgs_t;
@@ -72,8 +73,16 @@ typedef struct {
   mlpShape_t shape;
 } trEnv_t;
 
-/* train_run.c */
-int trRunMode(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, trRun_t* run);
+/* train_run.c: a run is opened, stepped (in turns with another under
+ * --compare), and closed (final evaluation, sums over the ranks). On error
+ * the communicator is aborted (env->comm becomes NULL) and the sessions are
+ * left for the process's exit. */
+typedef struct trSession trSession_t;
+int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, trRun_t* run,
+                  trSession_t** out);
+/* Up to count more steps (fewer at the end). */
+int trSessionSteps(const trArgs_t* a, trEnv_t* env, trSession_t* s, int count);
+int trSessionClose(const trArgs_t* a, trEnv_t* env, trSession_t* s);
 void trRunFree(trRun_t* run);
 
 /* train_report.c */

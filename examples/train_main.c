@@ -44,7 +44,9 @@ static void trUsage(FILE* f) {
 "Communication:\n"
 "      --zeropp          qwZ + hpZ + qgZ (the default)\n"
 "      --plain           plain all-gather and reduce-scatter\n"
-"      --compare         plain, then ZeRO++, from the same seed, in one run\n"
+"      --compare         plain and ZeRO++ from the same seed, in one run, taking\n"
+"                        turns of --interleave steps (default 10; 0: one after\n"
+"                        the other)\n"
 "      --qwz-bits B      bits of the weight gathers: 8 (default), 4, or 0 (plain)\n"
 "      --qgz-bits B      bits of the gradient reduce-scatter: 4 (default), 8, or 0\n"
 "      --no-hpz          backward gathers go across nodes like the forward ones\n"
@@ -126,7 +128,7 @@ static int trBits(const char* opt, const char* v, int* out) {
 
 enum {
   O_LAYOUT = 256, O_TIMEOUT, O_ZEROPP, O_PLAIN, O_COMPARE, O_QWZ, O_QGZ, O_NOHPZ, O_DTYPE, O_BUCKET,
-  O_NOOVERLAP, O_PREFETCH, O_DATA, O_STEPS, O_BATCH, O_CONTEXT, O_EMBED, O_HIDDEN, O_LR, O_SEED, O_EVALEVERY,
+  O_NOOVERLAP, O_PREFETCH, O_INTERLEAVE, O_DATA, O_STEPS, O_BATCH, O_CONTEXT, O_EMBED, O_HIDDEN, O_LR, O_SEED, O_EVALEVERY,
   O_EVALN, O_SAMPLE, O_JSON, O_SVG, O_PRINTEVERY
 };
 
@@ -140,6 +142,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
       {"no-hpz", no_argument, 0, O_NOHPZ}, {"dtype", required_argument, 0, O_DTYPE},
       {"bucket-mb", required_argument, 0, O_BUCKET}, {"no-overlap", no_argument, 0, O_NOOVERLAP},
       {"prefetch", required_argument, 0, O_PREFETCH},
+      {"interleave", required_argument, 0, O_INTERLEAVE},
       {"data", required_argument, 0, O_DATA}, {"steps", required_argument, 0, O_STEPS},
       {"batch", required_argument, 0, O_BATCH}, {"context", required_argument, 0, O_CONTEXT},
       {"embed", required_argument, 0, O_EMBED}, {"hidden", required_argument, 0, O_HIDDEN},
@@ -155,6 +158,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
   a->hpz = 1;
   a->overlap = 1;
   a->prefetch = 2;
+  a->interleave = 10;
   a->type = zppBfloat16;
   a->data = ZPP_EXAMPLE_DATA;
   a->steps = 200;
@@ -199,6 +203,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
         break;
       case O_BUCKET: if (trDouble("--bucket-mb", v, 0, 1e6, &a->bucketMB)) return TR_EXIT_USAGE; break;
       case O_NOOVERLAP: a->overlap = 0; break;
+      case O_INTERLEAVE: if (trInt("--interleave", v, 0, INT_MAX, &a->interleave)) return TR_EXIT_USAGE; break;
       case O_PREFETCH: if (trInt("--prefetch", v, 0, Z3_MAX_PREFETCH, &a->prefetch)) return TR_EXIT_USAGE; break;
       case O_DATA: a->data = v; break;
       case O_STEPS: if (trInt("--steps", v, 1, 10000000, &a->steps)) return TR_EXIT_USAGE; break;
@@ -287,18 +292,32 @@ static int trRankMain(const trArgs_t* a, trEnv_t* env) {
     code = TR_EXIT_USAGE;
   }
   trRun_t runs[2];
+  trSession_t* sess[2] = {NULL, NULL};
   int nruns = 0;
   memset(runs, 0, sizeof runs);
   if (code == TR_EXIT_OK) {
     zcOptions_t modes[2];
-    int n = 0;
     zcOptions_t plain = ZC_OPTIONS_PLAIN, zpp = {zcModeZeroPP, a->qwzBits, a->qgzBits, a->hpz};
-    if (a->plain || a->compare) modes[n++] = plain;
-    if (a->zeropp || a->compare) modes[n++] = zpp;
-    for (int i = 0; i < n && code == TR_EXIT_OK; i++) {
-      code = trRunMode(a, env, &modes[i], &runs[i]);
-      if (code == TR_EXIT_OK) nruns++;
+    if (a->plain || a->compare) modes[nruns++] = plain;
+    if (a->zeropp || a->compare) modes[nruns++] = zpp;
+    /* Both runs start from the same seed. With --interleave K they take
+     * turns of K steps, so that a busy machine slows both alike and the
+     * ratio of their step times means something; the losses are the same
+     * as one after the other (each run only sees its own state). */
+    int turn = nruns == 2 && a->interleave > 0 ? a->interleave : a->steps;
+    for (int i = 0; i < nruns && code == TR_EXIT_OK; i++) {
+      if (turn == a->steps && i > 0) {
+        code = trSessionClose(a, env, sess[i - 1]); /* one after the other */
+        sess[i - 1] = NULL;
+        if (code != TR_EXIT_OK) break;
+      }
+      code = trSessionOpen(a, env, &modes[i], &runs[i], &sess[i]);
+      if (code == TR_EXIT_OK && turn == a->steps) code = trSessionSteps(a, env, sess[i], a->steps);
     }
+    for (int done = 0; code == TR_EXIT_OK && turn < a->steps && done < a->steps; done += turn)
+      for (int i = 0; i < nruns && code == TR_EXIT_OK; i++) code = trSessionSteps(a, env, sess[i], turn);
+    for (int i = 0; i < nruns && code == TR_EXIT_OK; i++)
+      if (sess[i] != NULL) code = trSessionClose(a, env, sess[i]);
   }
   if (code == TR_EXIT_OK && env->rank == 0) {
     trPrintSummary(a, env, runs, nruns);

@@ -43,15 +43,15 @@ void trPrintHeader(const trArgs_t* a, const trEnv_t* env, const trRun_t* run) {
          env->shape.vocab, env->shape.context, env->shape.embed, env->shape.hidden, params,
          (double)params * (double)zppTypeSize(a->type) / 1e6, trTypeName(a->type), a->batch,
          a->batch / env->nranks, a->steps, a->lr, (unsigned long long)a->seed);
-  printf("%6s %12s %10s %12s %12s %12s\n", "step", "loss", "ms/step", "comm busy ms", "waited ms",
-         "compute ms");
+  printf("%-7s %6s %12s %10s %12s %12s %12s\n", "run", "step", "loss", "ms/step", "comm busy ms",
+         "waited ms", "compute ms");
   fflush(stdout);
 }
 
 void trPrintStep(const trArgs_t* a, const trRun_t* r, int s) {
   int every = a->printEvery > 0 ? a->printEvery : 1;
   if ((s + 1) % every != 0 && s != 0 && s + 1 != a->steps) return;
-  printf("%6d %12.6f %10.1f %12.1f %12.1f %12.1f\n", s + 1, r->loss[s], 1e3 * r->time[s],
+  printf("%-7s %6d %12.6f %10.1f %12.1f %12.1f %12.1f\n", r->mode, s + 1, r->loss[s], 1e3 * r->time[s],
          1e3 * r->busy[s], 1e3 * r->waited[s], 1e3 * r->compute[s]);
   fflush(stdout);
 }

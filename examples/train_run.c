@@ -146,7 +146,7 @@ static int trAllocRun(trRun_t* run, int steps) {
 }
 
 /* Everything at the end of a run, reduced over the ranks in one call. */
-static zppResult_t trSummarize(trEnv_t* env, zcComm_t zc, trRun_t* run, const zppCommStats_t* st) {
+static zppResult_t trSummarize(trEnv_t* env, zcComm_t zc, trRun_t* run) {
   int n = run->nsteps;
   enum { F_BUSY, F_WAIT, F_COMP, F_BYTES };
   double sums[F_BYTES + 2 * zppNumOpKinds];
@@ -160,8 +160,8 @@ static zppResult_t trSummarize(trEnv_t* env, zcComm_t zc, trRun_t* run, const zp
   sums[F_WAIT] = waited;
   sums[F_COMP] = comp;
   for (int k = 0; k < zppNumOpKinds; k++) {
-    sums[F_BYTES + k] = (double)st->intraNodeBytes[k];
-    sums[F_BYTES + zppNumOpKinds + k] = (double)st->interNodeBytes[k];
+    sums[F_BYTES + k] = run->intraBytes[k];
+    sums[F_BYTES + zppNumOpKinds + k] = run->interBytes[k];
   }
   int nsum = F_BYTES + 2 * zppNumOpKinds;
   zppResult_t res = zcAllReduce(sums, sums, (size_t)nsum, zppFloat64, zppSum, zc, NULL);
@@ -186,22 +186,47 @@ static zppResult_t trSummarize(trEnv_t* env, zcComm_t zc, trRun_t* run, const zp
   return zppSuccess;
 }
 
-int trRunMode(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, trRun_t* run) {
+/* One training run in progress: its communication layer, its ZeRO-3
+ * state, its batch buffers. Two may be alive at once (--compare), taking
+ * turns every few steps so that both see the same machine. */
+struct trSession {
+  trRun_t* run;
+  zcComm_t zc;
+  z3Trainer_t* t;
+  int* ctx;
+  int* tgt;
+  int slice;
+};
+
+static void trSessionFree(trSession_t* s) {
+  if (s == NULL) return;
+  z3Destroy(s->t);
+  zcCommDestroy(s->zc);
+  free(s->ctx);
+  free(s->tgt);
+  free(s);
+}
+
+int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, trRun_t* run,
+                  trSession_t** out) {
   memset(run, 0, sizeof *run);
   run->mode = opt->mode == zcModePlain ? "plain" : "zeropp";
   run->opt = *opt;
-  if (trAllocRun(run, a->steps) != 0) {
+  trSession_t* s = calloc(1, sizeof *s);
+  if (s == NULL || trAllocRun(run, a->steps) != 0) {
+    free(s);
     fprintf(stderr, "zpp-train: rank %d: out of memory\n", env->rank);
     return TR_EXIT_ERROR;
   }
-  zcComm_t zc = NULL;
-  z3Trainer_t* t = NULL;
-  zppResult_t res = zcCommInit(&zc, env->comm, opt);
+  s->run = run;
+  s->slice = a->batch / env->nranks;
+  zppResult_t res = zcCommInit(&s->zc, env->comm, opt);
   if (res != zppSuccess) {
     trLibError(env, "creating the communication layer", res);
+    free(s);
     return TR_EXIT_ERROR;
   }
-  run->opt = *zcCommOptions(zc);
+  run->opt = *zcCommOptions(s->zc);
   z3Config_t cfg;
   memset(&cfg, 0, sizeof cfg);
   cfg.shape = env->shape;
@@ -217,93 +242,88 @@ int trRunMode(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, trRun_t* 
   cfg.seed = a->seed;
   cfg.evalCap = TR_EVAL_CHUNK;
   char err[256];
-  res = z3Create(&t, &cfg, zc, env->rank, env->nranks, err, sizeof err);
+  res = z3Create(&s->t, &cfg, s->zc, env->rank, env->nranks, err, sizeof err);
   if (res != zppSuccess) {
     fprintf(stderr, "zpp-train: rank %d: %s\n", env->rank, err);
-    zcCommDestroy(zc);
+    trSessionFree(s);
     return res == zppInvalidArgument ? TR_EXIT_USAGE : TR_EXIT_ERROR;
   }
-  run->secondaryBytes = 0;
-  if (env->rank == 0 && !a->quiet) trPrintHeader(a, env, run);
-
-  int slice = a->batch / env->nranks;
-  int* ctx = malloc((size_t)slice * (size_t)a->context * sizeof(int));
-  int* tgt = malloc((size_t)slice * sizeof(int));
-  int code = TR_EXIT_OK;
-  if (ctx == NULL || tgt == NULL) {
+  s->ctx = malloc((size_t)s->slice * (size_t)a->context * sizeof(int));
+  s->tgt = malloc((size_t)s->slice * sizeof(int));
+  if (s->ctx == NULL || s->tgt == NULL) {
     fprintf(stderr, "zpp-train: rank %d: out of memory\n", env->rank);
-    code = TR_EXIT_ERROR;
-    goto out;
+    trSessionFree(s);
+    return TR_EXIT_ERROR;
   }
-  zppCommResetStats(env->comm);
-  for (int s = 0; s < a->steps; s++) {
-    tdTrainBatch(&env->corpus, a->context, a->seed, s, env->rank * slice, slice, ctx, tgt);
+  if (env->rank == 0 && !a->quiet) trPrintHeader(a, env, run);
+  *out = s;
+  return TR_EXIT_OK;
+}
+
+/* Peers may be stuck in a collective this rank will never join: abort the
+ * communicator (it fails their operations) rather than wait in a destroy.
+ * The sessions are left to the process's exit: they refer to it. */
+static int trFail(trEnv_t* env, const char* what, zppResult_t res) {
+  if (what != NULL) trLibError(env, what, res);
+  zppCommAbort(env->comm);
+  env->comm = NULL;
+  return TR_EXIT_ERROR;
+}
+
+int trSessionSteps(const trArgs_t* a, trEnv_t* env, trSession_t* s, int count) {
+  trRun_t* run = s->run;
+  for (int i = 0; i < count && run->nsteps < a->steps; i++) {
+    int k = run->nsteps;
+    tdTrainBatch(&env->corpus, a->context, a->seed, k, env->rank * s->slice, s->slice, s->ctx, s->tgt);
     zcTimes_t before, after;
-    zcCommTimes(zc, &before);
+    zppCommStats_t st0, st1;
+    zcCommTimes(s->zc, &before);
+    zppCommGetStats(env->comm, &st0);
     double t0 = trNow();
     z3StepInfo_t info;
-    res = z3Step(t, ctx, tgt, &info);
+    zppResult_t res = z3Step(s->t, s->ctx, s->tgt, &info);
     double global = 0;
-    if (res == zppSuccess) res = zcAllReduce(&info.lossSum, &global, 1, zppFloat64, zppSum, zc, NULL);
-    if (res != zppSuccess) {
-      trLibError(env, "a training step", res);
-      code = TR_EXIT_ERROR;
-      goto out;
+    if (res == zppSuccess)
+      res = zcAllReduce(&info.lossSum, &global, 1, zppFloat64, zppSum, s->zc, NULL);
+    if (res != zppSuccess) return trFail(env, "a training step", res);
+    run->time[k] = trNow() - t0;
+    zcCommTimes(s->zc, &after);
+    zppCommGetStats(env->comm, &st1);
+    for (int o = 0; o < zppNumOpKinds; o++) {
+      run->intraBytes[o] += (double)(st1.intraNodeBytes[o] - st0.intraNodeBytes[o]);
+      run->interBytes[o] += (double)(st1.interNodeBytes[o] - st0.interNodeBytes[o]);
     }
-    run->time[s] = trNow() - t0;
-    zcCommTimes(zc, &after);
-    run->loss[s] = global / a->batch;
-    run->busy[s] = after.busy - before.busy;
-    run->waited[s] = after.waited - before.waited;
-    run->compute[s] = info.compute;
-    run->nsteps = s + 1;
-    if (!isfinite(run->loss[s])) {
+    run->loss[k] = global / a->batch;
+    run->busy[k] = after.busy - before.busy;
+    run->waited[k] = after.waited - before.waited;
+    run->compute[k] = info.compute;
+    run->nsteps = k + 1;
+    if (!isfinite(run->loss[k])) {
       if (env->rank == 0)
         fprintf(stderr, "zpp-train: %s: the loss is %g at step %d: training diverged\n", run->mode,
-                run->loss[s], s + 1);
-      code = TR_EXIT_ERROR;
-      goto out;
+                run->loss[k], k + 1);
+      return trFail(env, NULL, zppSuccess);
     }
-    if (env->rank == 0 && !a->quiet) trPrintStep(a, run, s);
-    if (a->evalEvery > 0 && (s + 1) % a->evalEvery == 0 && s + 1 < a->steps) {
-      if ((res = trEval(a, env, t, zc, &run->evalLoss[run->nevals])) != zppSuccess) {
-        trLibError(env, "an evaluation", res);
-        code = TR_EXIT_ERROR;
-        goto out;
-      }
-      run->evalStep[run->nevals++] = s + 1;
+    if (env->rank == 0 && !a->quiet) trPrintStep(a, run, k);
+    if (a->evalEvery > 0 && (k + 1) % a->evalEvery == 0 && k + 1 < a->steps) {
+      if ((res = trEval(a, env, s->t, s->zc, &run->evalLoss[run->nevals])) != zppSuccess)
+        return trFail(env, "an evaluation", res);
+      run->evalStep[run->nevals++] = k + 1;
     }
   }
-  zppCommStats_t st;
-  zppCommGetStats(env->comm, &st);
-  run->secondaryBytes = z3SecondaryBytes(t);
-  if ((res = trEval(a, env, t, zc, &run->evalLoss[run->nevals])) != zppSuccess) {
-    trLibError(env, "the final evaluation", res);
-    code = TR_EXIT_ERROR;
-    goto out;
-  }
-  run->evalStep[run->nevals++] = a->steps;
-  if ((res = trSummarize(env, zc, run, &st)) != zppSuccess) {
-    trLibError(env, "summing up the run", res);
-    code = TR_EXIT_ERROR;
-    goto out;
-  }
-  if (a->sample > 0 && (res = trSample(a, env, t, run)) != zppSuccess) {
-    trLibError(env, "gathering the weights for sampling", res);
-    code = TR_EXIT_ERROR;
-    goto out;
-  }
-out:
-  free(ctx);
-  free(tgt);
-  if (code != TR_EXIT_OK) {
-    /* Peers may be stuck in a collective this rank will never join: abort
-     * (it fails their operations) instead of waiting in a destroy. */
-    zppCommAbort(env->comm);
-    env->comm = NULL;
-    return code;
-  }
-  z3Destroy(t);
-  zcCommDestroy(zc);
-  return code;
+  return TR_EXIT_OK;
+}
+
+int trSessionClose(const trArgs_t* a, trEnv_t* env, trSession_t* s) {
+  trRun_t* run = s->run;
+  zppResult_t res;
+  run->secondaryBytes = z3SecondaryBytes(s->t);
+  if ((res = trEval(a, env, s->t, s->zc, &run->evalLoss[run->nevals])) != zppSuccess)
+    return trFail(env, "the final evaluation", res);
+  run->evalStep[run->nevals++] = run->nsteps;
+  if ((res = trSummarize(env, s->zc, run)) != zppSuccess) return trFail(env, "summing up the run", res);
+  if (a->sample > 0 && (res = trSample(a, env, s->t, run)) != zppSuccess)
+    return trFail(env, "gathering the weights for sampling", res);
+  trSessionFree(s);
+  return TR_EXIT_OK;
 }
