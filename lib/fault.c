@@ -232,9 +232,11 @@ static void announce(zppFaultKind_t kind, int rank) {
                                        : "dies now");
 }
 
-/* A token bucket without burst: a message may start when the bytes before
- * it have drained at the rate, so a rank never sends faster than `rate`
- * however its messages are spread over threads and communicators. */
+/* A link of `rate` without burst: a message occupies it for bytes/rate
+ * after the messages before it, and is handed on when it would have
+ * arrived, so a rank never sends faster than `rate` however its messages
+ * are spread over threads and communicators (the transport itself then
+ * adds its own, much shorter, time). */
 static void slowDown(const zppFaultSpec_t* s, size_t bytes) {
   double wait = s->delayUs * 1e-6;
   if (s->rateBps > 0) {
@@ -242,8 +244,9 @@ static void slowDown(const zppFaultSpec_t* s, size_t bytes) {
     double now = nowSec();
     double start = bucketFree > now ? bucketFree : now;
     bucketFree = start + (double)bytes * 8.0 / s->rateBps;
+    double until = bucketFree;
     pthread_mutex_unlock(&lock);
-    wait += start - now;
+    wait += until - now;
   }
   sleepSec(wait);
 }
