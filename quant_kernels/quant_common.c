@@ -22,15 +22,13 @@
 static _Atomic(const zppQuantImpl_t*) activeImpl = NULL;
 static pthread_once_t implOnce = PTHREAD_ONCE_INIT;
 
-static int cpuRunsAvx2(void) {
 #if defined(ZPP_QUANT_HAVE_AVX2)
+static int cpuRunsAvx2(void) {
   /* libgcc's check includes the OS saving YMM state (XGETBV). */
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-#else
-  return 0;
-#endif
 }
+#endif
 
 const zppQuantImpl_t* zppQuantImplGet(const char* name) {
   if (name == NULL) return NULL;
