@@ -51,14 +51,14 @@ typedef struct {
   double* loss;     /* global mean loss of each step's batch */
   double* time;     /* seconds per step, slowest rank */
   double* busy;     /* rank 0's communication busy time per step */
-  double* waited;   /* rank 0's time blocked on communication per step */
+  double* exposed;  /* rank 0's time inside communication calls per step */
   double* compute;  /* rank 0's compute time per step */
   int nevals;
   int* evalStep;
   double* evalLoss;
   double medianStep, meanStep;
   /* means over ranks and steps */
-  double busyMean, waitedMean, computeMean, hiddenShare;
+  double busyMean, exposedMean, computeMean, hiddenShare;
   double intraBytes[zppNumOpKinds], interBytes[zppNumOpKinds]; /* per step, summed over ranks */
   size_t secondaryBytes; /* rank 0 */
   char* sampleText;

@@ -44,7 +44,7 @@ void trPrintHeader(const trArgs_t* a, const trEnv_t* env, const trRun_t* run) {
          (double)params * (double)zppTypeSize(a->type) / 1e6, trTypeName(a->type), a->batch,
          a->batch / env->nranks, a->steps, a->lr, (unsigned long long)a->seed);
   printf("%-7s %6s %12s %10s %12s %12s %12s\n", "run", "step", "loss", "ms/step", "comm busy ms",
-         "waited ms", "compute ms");
+         "exposed ms", "compute ms");
   fflush(stdout);
 }
 
@@ -52,7 +52,7 @@ void trPrintStep(const trArgs_t* a, const trRun_t* r, int s) {
   int every = a->printEvery > 0 ? a->printEvery : 1;
   if ((s + 1) % every != 0 && s != 0 && s + 1 != a->steps) return;
   printf("%-7s %6d %12.6f %10.1f %12.1f %12.1f %12.1f\n", r->mode, s + 1, r->loss[s], 1e3 * r->time[s],
-         1e3 * r->busy[s], 1e3 * r->waited[s], 1e3 * r->compute[s]);
+         1e3 * r->busy[s], 1e3 * r->exposed[s], 1e3 * r->compute[s]);
   fflush(stdout);
 }
 
@@ -68,11 +68,11 @@ void trPrintSummary(const trArgs_t* a, const trEnv_t* env, const trRun_t* runs, 
     char mode[96];
     trModeLabel(r, mode, sizeof mode);
     printf("zpp-train: %s: final loss %.6f (step %d), held-out loss %.6f; step %.1f ms median "
-           "(%.1f mean); communication per step %.1f ms busy, %.1f ms waited: %.0f%% hidden; "
+           "(%.1f mean); communication per step %.1f ms busy, %.1f ms exposed: %.0f%% hidden; "
            "%.2f MB across nodes per step (all ranks)\n",
            mode, r->nsteps > 0 ? r->loss[r->nsteps - 1] : NAN, r->nsteps,
            r->nevals > 0 ? r->evalLoss[r->nevals - 1] : NAN, 1e3 * r->medianStep, 1e3 * r->meanStep,
-           1e3 * r->busyMean, 1e3 * r->waitedMean, 100.0 * r->hiddenShare, trInterTotal(r) / 1e6);
+           1e3 * r->busyMean, 1e3 * r->exposedMean, 100.0 * r->hiddenShare, trInterTotal(r) / 1e6);
     if (r->sampleText != NULL) printf("zpp-train: %s: sample: %s\n", r->mode, r->sampleText);
   }
   if (nruns == 2 && runs[1].medianStep > 0) {
@@ -118,8 +118,8 @@ static void trJsonRun(FILE* f, const trRun_t* r) {
   for (int s = 0; s < r->nsteps; s++) {
     fprintf(f, "       {\"step\": %d, \"loss\": ", s + 1);
     trJsonNum(f, r->loss[s]);
-    fprintf(f, ", \"time_s\": %.6f, \"comm_busy_s\": %.6f, \"comm_wait_s\": %.6f, \"compute_s\": %.6f}%s\n",
-            r->time[s], r->busy[s], r->waited[s], r->compute[s], s + 1 < r->nsteps ? "," : "");
+    fprintf(f, ", \"time_s\": %.6f, \"comm_busy_s\": %.6f, \"comm_exposed_s\": %.6f, \"compute_s\": %.6f}%s\n",
+            r->time[s], r->busy[s], r->exposed[s], r->compute[s], s + 1 < r->nsteps ? "," : "");
   }
   fprintf(f, "     ],\n     \"evals\": [");
   for (int e = 0; e < r->nevals; e++) {
@@ -132,9 +132,9 @@ static void trJsonRun(FILE* f, const trRun_t* r) {
   fprintf(f, ", \"final_val_loss\": ");
   trJsonNum(f, r->nevals > 0 ? r->evalLoss[r->nevals - 1] : NAN);
   fprintf(f, ",\n     \"median_step_s\": %.6f, \"mean_step_s\": %.6f,\n", r->medianStep, r->meanStep);
-  fprintf(f, "     \"comm_busy_s_per_step\": %.6f, \"comm_wait_s_per_step\": %.6f, "
+  fprintf(f, "     \"comm_busy_s_per_step\": %.6f, \"comm_exposed_s_per_step\": %.6f, "
              "\"compute_s_per_step\": %.6f, \"hidden_share\": %.4f,\n",
-          r->busyMean, r->waitedMean, r->computeMean, r->hiddenShare);
+          r->busyMean, r->exposedMean, r->computeMean, r->hiddenShare);
   fprintf(f, "     \"secondary_bytes\": %zu,\n     \"bytes_per_step\": {\"inter_node\": %.0f, \"by_op\": {",
           r->secondaryBytes, trInterTotal(r));
   int first = 1;

@@ -24,7 +24,7 @@ void trRunFree(trRun_t* run) {
   free(run->loss);
   free(run->time);
   free(run->busy);
-  free(run->waited);
+  free(run->exposed);
   free(run->compute);
   free(run->evalStep);
   free(run->evalLoss);
@@ -135,11 +135,11 @@ static int trAllocRun(trRun_t* run, int steps) {
   run->loss = calloc(n, sizeof(double));
   run->time = calloc(n, sizeof(double));
   run->busy = calloc(n, sizeof(double));
-  run->waited = calloc(n, sizeof(double));
+  run->exposed = calloc(n, sizeof(double));
   run->compute = calloc(n, sizeof(double));
   run->evalStep = calloc(n + 1, sizeof(int));
   run->evalLoss = calloc(n + 1, sizeof(double));
-  return run->loss && run->time && run->busy && run->waited && run->compute && run->evalStep &&
+  return run->loss && run->time && run->busy && run->exposed && run->compute && run->evalStep &&
                  run->evalLoss
              ? 0
              : -1;
@@ -148,16 +148,16 @@ static int trAllocRun(trRun_t* run, int steps) {
 /* Everything at the end of a run, reduced over the ranks in one call. */
 static zppResult_t trSummarize(trEnv_t* env, zcComm_t zc, trRun_t* run) {
   int n = run->nsteps;
-  enum { F_BUSY, F_WAIT, F_COMP, F_BYTES };
+  enum { F_BUSY, F_EXPOSED, F_COMP, F_BYTES };
   double sums[F_BYTES + 2 * zppNumOpKinds];
-  double busy = 0, waited = 0, comp = 0;
+  double busy = 0, exposed = 0, comp = 0;
   for (int i = 0; i < n; i++) {
     busy += run->busy[i];
-    waited += run->waited[i];
+    exposed += run->exposed[i];
     comp += run->compute[i];
   }
   sums[F_BUSY] = busy;
-  sums[F_WAIT] = waited;
+  sums[F_EXPOSED] = exposed;
   sums[F_COMP] = comp;
   for (int k = 0; k < zppNumOpKinds; k++) {
     sums[F_BYTES + k] = run->intraBytes[k];
@@ -171,9 +171,9 @@ static zppResult_t trSummarize(trEnv_t* env, zcComm_t zc, trRun_t* run) {
   if (res != zppSuccess) return res;
   double per = n > 0 ? 1.0 / ((double)n * env->nranks) : 0;
   run->busyMean = sums[F_BUSY] * per;
-  run->waitedMean = sums[F_WAIT] * per;
+  run->exposedMean = sums[F_EXPOSED] * per;
   run->computeMean = sums[F_COMP] * per;
-  run->hiddenShare = sums[F_BUSY] > 0 ? (sums[F_BUSY] - sums[F_WAIT]) / sums[F_BUSY] : 0;
+  run->hiddenShare = sums[F_BUSY] > 0 ? (sums[F_BUSY] - sums[F_EXPOSED]) / sums[F_BUSY] : 0;
   if (run->hiddenShare < 0) run->hiddenShare = 0;
   for (int k = 0; k < zppNumOpKinds; k++) {
     run->intraBytes[k] = n > 0 ? sums[F_BYTES + k] / n : 0;
@@ -295,7 +295,7 @@ int trSessionSteps(const trArgs_t* a, trEnv_t* env, trSession_t* s, int count) {
     }
     run->loss[k] = global / a->batch;
     run->busy[k] = after.busy - before.busy;
-    run->waited[k] = after.waited - before.waited;
+    run->exposed[k] = after.exposed - before.exposed;
     run->compute[k] = info.compute;
     run->nsteps = k + 1;
     if (!isfinite(run->loss[k])) {

@@ -158,7 +158,7 @@ zppResult_t zcStreamSynchronize(zcStream_t s) {
   while (s->pending > 0) pthread_cond_wait(&c->done, &c->lock);
   zppResult_t res = s->error;
   s->error = zppSuccess;
-  c->times.waited += zcNow() - t0;
+  c->times.exposed += zcNow() - t0;
   pthread_mutex_unlock(&c->lock);
   return res;
 }
@@ -219,6 +219,7 @@ static zppResult_t zcIssue(zcComm_t c, zcStream_t s, zcCallFn fn, const void* ar
   op->issued = zcNow();
   int queued = 0;
   res = fn(args, hs, &queued);
+  double issuedEnd = zcNow();
   op->issueError = res;
   if (res != zppSuccess && !queued) {
     /* Nothing reached zpp: no operation to watch. */
@@ -229,6 +230,7 @@ static zppResult_t zcIssue(zcComm_t c, zcStream_t s, zcCallFn fn, const void* ar
     return res;
   }
   pthread_mutex_lock(&c->lock);
+  c->times.exposed += issuedEnd - op->issued;
   if (c->tail != NULL) c->tail->next = op;
   else c->head = op;
   c->tail = op;

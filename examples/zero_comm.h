@@ -22,14 +22,17 @@
  * order, so that the layer knows when every operation finished. zpp runs a
  * communicator's operations one at a time in issue order (zpp.h), so:
  *
- *   busy   = sum over operations of (finish - max(issue, previous finish)):
- *            the time the communicator spent on this trainer's operations;
- *   waited = time the trainer's thread spent blocked in zcStreamSynchronize
- *            (blocking calls included): communication the compute did not
- *            cover;
- *   hidden = busy - waited: communication that ran while the trainer
- *            computed. hidden / busy is the share of communication hidden.
+ *   busy    = sum over operations of (finish - max(issue, previous finish)):
+ *             the time the communicator spent on this trainer's operations;
+ *   exposed = time the trainer's thread spent inside this layer's calls:
+ *             issuing (what zpp does on the caller's thread) and waiting in
+ *             zcStreamSynchronize (blocking calls included): communication
+ *             the computation did not cover;
+ *   hidden  = busy - exposed: communication that ran while the trainer
+ *             computed. hidden / busy is the share of communication hidden.
  *
+ * Without overlap (every call waited for at once) hidden is 0 up to the
+ * watcher's delay, which is how the definition was checked.
  * A finish is seen when the watcher wakes, a few microseconds late at most;
  * on an oversubscribed machine a little later, which makes busy err low.
  */
@@ -58,8 +61,8 @@ typedef struct zcStream* zcStream_t;
 typedef struct zcParam* zcParam_t;
 
 typedef struct {
-  double busy;   /* seconds (see above) */
-  double waited; /* seconds */
+  double busy;    /* seconds (see above) */
+  double exposed; /* seconds */
   uint64_t ops;
 } zcTimes_t;
 
@@ -78,7 +81,7 @@ zppResult_t zcStreamCreate(zcComm_t c, zcStream_t* out);
 zppResult_t zcStreamSynchronize(zcStream_t s);
 zppResult_t zcStreamDestroy(zcStream_t s);
 
-/* Stream NULL: the call returns when done (and its time counts as waited). */
+/* Stream NULL: the call returns when done (and its time counts as exposed). */
 zppResult_t zcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                         zppDataType_t datatype, zcComm_t comm, zcStream_t stream);
 zppResult_t zcAllReduce(const void* sendbuff, void* recvbuff, size_t count, zppDataType_t datatype,
