@@ -20,11 +20,13 @@
 #define TR_EXIT_OK 0
 #define TR_EXIT_ERROR 1
 #define TR_EXIT_USAGE 2
+#define TR_MAX_RUNS 4
 
 typedef struct {
   int forkRanks;          /* -N: fork this many local ranks (0: launcher or one rank) */
   int layoutNodes, layoutPerNode; /* --layout NxL (0: none) */
   int plain, zeropp, compare;     /* which runs: plain, ZeRO++, or both */
+  int compareOverlap;             /* both, each with and without overlap */
   int qwzBits, qgzBits, hpz;      /* ZeRO++ settings */
   int overlap;
   int prefetch;
@@ -47,6 +49,7 @@ typedef struct {
 typedef struct {
   const char* mode; /* "plain" or "zeropp" */
   zcOptions_t opt;
+  int overlap;
   int nsteps;
   double* loss;     /* global mean loss of each step's batch */
   double* time;     /* seconds per step, slowest rank */
@@ -78,8 +81,8 @@ typedef struct {
  * the communicator is aborted (env->comm becomes NULL) and the sessions are
  * left for the process's exit. */
 typedef struct trSession trSession_t;
-int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, trRun_t* run,
-                  trSession_t** out);
+int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, int overlap,
+                  trRun_t* run, trSession_t** out);
 /* Up to count more steps (fewer at the end). */
 int trSessionSteps(const trArgs_t* a, trEnv_t* env, trSession_t* s, int count);
 int trSessionClose(const trArgs_t* a, trEnv_t* env, trSession_t* s);

@@ -47,6 +47,7 @@ static void trUsage(FILE* f) {
 "      --compare         plain and ZeRO++ from the same seed, in one run, taking\n"
 "                        turns of --interleave steps (default 10; 0: one after\n"
 "                        the other)\n"
+"      --compare-overlap the same, each with and without overlap: four runs\n"
 "      --qwz-bits B      bits of the weight gathers: 8 (default), 4, or 0 (plain)\n"
 "      --qgz-bits B      bits of the gradient reduce-scatter: 4 (default), 8, or 0\n"
 "      --no-hpz          backward gathers go across nodes like the forward ones\n"
@@ -127,7 +128,7 @@ static int trBits(const char* opt, const char* v, int* out) {
 }
 
 enum {
-  O_LAYOUT = 256, O_TIMEOUT, O_ZEROPP, O_PLAIN, O_COMPARE, O_QWZ, O_QGZ, O_NOHPZ, O_DTYPE, O_BUCKET,
+  O_LAYOUT = 256, O_TIMEOUT, O_ZEROPP, O_PLAIN, O_COMPARE, O_COMPAREOV, O_QWZ, O_QGZ, O_NOHPZ, O_DTYPE, O_BUCKET,
   O_NOOVERLAP, O_PREFETCH, O_INTERLEAVE, O_DATA, O_STEPS, O_BATCH, O_CONTEXT, O_EMBED, O_HIDDEN, O_LR, O_SEED, O_EVALEVERY,
   O_EVALN, O_SAMPLE, O_JSON, O_SVG, O_PRINTEVERY
 };
@@ -138,6 +139,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
       {"ranks", required_argument, 0, 'N'}, {"layout", required_argument, 0, O_LAYOUT},
       {"timeout", required_argument, 0, O_TIMEOUT}, {"zeropp", no_argument, 0, O_ZEROPP},
       {"plain", no_argument, 0, O_PLAIN}, {"compare", no_argument, 0, O_COMPARE},
+      {"compare-overlap", no_argument, 0, O_COMPAREOV},
       {"qwz-bits", required_argument, 0, O_QWZ}, {"qgz-bits", required_argument, 0, O_QGZ},
       {"no-hpz", no_argument, 0, O_NOHPZ}, {"dtype", required_argument, 0, O_DTYPE},
       {"bucket-mb", required_argument, 0, O_BUCKET}, {"no-overlap", no_argument, 0, O_NOOVERLAP},
@@ -193,6 +195,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
       case O_ZEROPP: a->zeropp = 1; break;
       case O_PLAIN: a->plain = 1; break;
       case O_COMPARE: a->compare = 1; break;
+      case O_COMPAREOV: a->compare = a->compareOverlap = 1; break;
       case O_QWZ: if (trBits("--qwz-bits", v, &a->qwzBits)) return TR_EXIT_USAGE; zeroppKnobs = 1; break;
       case O_QGZ: if (trBits("--qgz-bits", v, &a->qgzBits)) return TR_EXIT_USAGE; zeroppKnobs = 1; break;
       case O_NOHPZ: a->hpz = 0; zeroppKnobs = 1; break;
@@ -232,6 +235,8 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
   if (optind < argc) return trBad("unexpected argument '%s'%s", argv[optind], "");
   if (a->plain + a->zeropp + a->compare > 1)
     return trBad("--plain, --zeropp and --compare exclude each other: choose one%s%s", "", "");
+  if (a->compareOverlap && !a->overlap)
+    return trBad("--compare-overlap runs both with and without overlap: drop --no-overlap%s%s", "", "");
   if (a->plain && zeroppKnobs)
     return trBad("--qwz-bits, --qgz-bits and --no-hpz set ZeRO++; they make no sense with --plain%s%s",
                  "", "");
@@ -291,31 +296,36 @@ static int trRankMain(const trArgs_t* a, trEnv_t* env) {
                       "use --qgz-bits 0 (plain reduce-scatter) or another layout\n");
     code = TR_EXIT_USAGE;
   }
-  trRun_t runs[2];
-  trSession_t* sess[2] = {NULL, NULL};
+  trRun_t runs[TR_MAX_RUNS];
+  trSession_t* sess[TR_MAX_RUNS] = {NULL};
   int nruns = 0;
   memset(runs, 0, sizeof runs);
   if (code == TR_EXIT_OK) {
-    zcOptions_t modes[2];
+    zcOptions_t modes[TR_MAX_RUNS];
+    int overlap[TR_MAX_RUNS];
     zcOptions_t plain = ZC_OPTIONS_PLAIN, zpp = {zcModeZeroPP, a->qwzBits, a->qgzBits, a->hpz};
-    if (a->plain || a->compare) modes[nruns++] = plain;
-    if (a->zeropp || a->compare) modes[nruns++] = zpp;
-    /* Both runs start from the same seed. With --interleave K they take
-     * turns of K steps, so that a busy machine slows both alike and the
-     * ratio of their step times means something; the losses are the same
+    for (int pass = 0; pass < (a->compareOverlap ? 2 : 1); pass++) {
+      int ov = a->compareOverlap ? !pass : a->overlap;
+      if (a->plain || a->compare) overlap[nruns] = ov, modes[nruns++] = plain;
+      if (a->zeropp || a->compare) overlap[nruns] = ov, modes[nruns++] = zpp;
+    }
+    /* All runs start from the same seed. With --interleave K they take
+     * turns of K steps, so that a busy machine slows them alike and the
+     * ratios of their step times mean something; the losses are the same
      * as one after the other (each run only sees its own state). */
-    int turn = nruns == 2 && a->interleave > 0 ? a->interleave : a->steps;
+    int sequential = nruns == 1 || a->interleave == 0;
     for (int i = 0; i < nruns && code == TR_EXIT_OK; i++) {
-      if (turn == a->steps && i > 0) {
+      if (sequential && i > 0) {
         code = trSessionClose(a, env, sess[i - 1]); /* one after the other */
         sess[i - 1] = NULL;
         if (code != TR_EXIT_OK) break;
       }
-      code = trSessionOpen(a, env, &modes[i], &runs[i], &sess[i]);
-      if (code == TR_EXIT_OK && turn == a->steps) code = trSessionSteps(a, env, sess[i], a->steps);
+      code = trSessionOpen(a, env, &modes[i], overlap[i], &runs[i], &sess[i]);
+      if (code == TR_EXIT_OK && sequential) code = trSessionSteps(a, env, sess[i], a->steps);
     }
-    for (int done = 0; code == TR_EXIT_OK && turn < a->steps && done < a->steps; done += turn)
-      for (int i = 0; i < nruns && code == TR_EXIT_OK; i++) code = trSessionSteps(a, env, sess[i], turn);
+    for (int done = 0; code == TR_EXIT_OK && !sequential && done < a->steps; done += a->interleave)
+      for (int i = 0; i < nruns && code == TR_EXIT_OK; i++)
+        code = trSessionSteps(a, env, sess[i], a->interleave);
     for (int i = 0; i < nruns && code == TR_EXIT_OK; i++)
       if (sess[i] != NULL) code = trSessionClose(a, env, sess[i]);
   }
@@ -334,7 +344,7 @@ static int trRankMain(const trArgs_t* a, trEnv_t* env) {
     }
     if (svgPath != NULL && trWriteSvg(svgPath, a, env, runs, nruns) != 0) code = TR_EXIT_ERROR;
   }
-  for (int i = 0; i < 2; i++) trRunFree(&runs[i]);
+  for (int i = 0; i < TR_MAX_RUNS; i++) trRunFree(&runs[i]);
   if (env->comm != NULL) { /* a failed run aborted it already */
     if (code == TR_EXIT_ERROR) zppCommAbort(env->comm);
     else zppCommDestroy(env->comm);

@@ -21,29 +21,37 @@ const char* trTypeName(zppDataType_t t) {
 }
 
 static void trModeLabel(const trRun_t* r, char* out, size_t len) {
+  const char* ov = r->overlap ? "" : ", no overlap";
   if (r->opt.mode == zcModePlain) {
-    snprintf(out, len, "plain");
+    snprintf(out, len, "plain%s", r->overlap ? "" : " (no overlap)");
     return;
   }
   char qw[16], qg[16];
   snprintf(qw, sizeof qw, r->opt.qwzBits ? "qwZ int%d" : "no qwZ", r->opt.qwzBits);
   snprintf(qg, sizeof qg, r->opt.qgzBits ? "qgZ int%d" : "no qgZ", r->opt.qgzBits);
-  snprintf(out, len, "ZeRO++ (%s, %s, %s)", qw, r->opt.hpz ? "hpZ" : "no hpZ", qg);
+  snprintf(out, len, "ZeRO++ (%s, %s, %s%s)", qw, r->opt.hpz ? "hpZ" : "no hpZ", qg, ov);
+}
+
+/* The short name of a run in the step lines. */
+static void trRunTag(const trRun_t* r, char* out, size_t len) {
+  snprintf(out, len, "%s%s", r->mode, r->overlap ? "" : "-seq");
 }
 
 void trPrintHeader(const trArgs_t* a, const trEnv_t* env, const trRun_t* run) {
   char mode[96];
-  trModeLabel(run, mode, sizeof mode);
+  trRun_t label = *run;
+  label.overlap = 1; /* said at the end of the line */
+  trModeLabel(&label, mode, sizeof mode);
   size_t params = mlpTotalParams(&env->shape);
   printf("zpp-train: %s, %d rank%s on %d node%s, %s weights and gradients, %s overlap\n", mode,
          env->nranks, env->nranks == 1 ? "" : "s", env->topo.nNodes, env->topo.nNodes == 1 ? "" : "s",
-         trTypeName(a->type), a->overlap ? "with" : "without");
+         trTypeName(a->type), run->overlap ? "with" : "without");
   printf("zpp-train: char MLP V=%d C=%d E=%d H=%d: %zu parameters (%.2f MB as %s), batch %d "
          "(%d per rank), %d steps, lr %g, seed %llu\n",
          env->shape.vocab, env->shape.context, env->shape.embed, env->shape.hidden, params,
          (double)params * (double)zppTypeSize(a->type) / 1e6, trTypeName(a->type), a->batch,
          a->batch / env->nranks, a->steps, a->lr, (unsigned long long)a->seed);
-  printf("%-7s %6s %12s %10s %12s %12s %12s\n", "run", "step", "loss", "ms/step", "comm busy ms",
+  printf("%-11s %6s %12s %10s %12s %12s %12s\n", "run", "step", "loss", "ms/step", "comm busy ms",
          "exposed ms", "compute ms");
   fflush(stdout);
 }
@@ -51,7 +59,9 @@ void trPrintHeader(const trArgs_t* a, const trEnv_t* env, const trRun_t* run) {
 void trPrintStep(const trArgs_t* a, const trRun_t* r, int s) {
   int every = a->printEvery > 0 ? a->printEvery : 1;
   if ((s + 1) % every != 0 && s != 0 && s + 1 != a->steps) return;
-  printf("%-7s %6d %12.6f %10.1f %12.1f %12.1f %12.1f\n", r->mode, s + 1, r->loss[s], 1e3 * r->time[s],
+  char tag[32];
+  trRunTag(r, tag, sizeof tag);
+  printf("%-11s %6d %12.6f %10.1f %12.1f %12.1f %12.1f\n", tag, s + 1, r->loss[s], 1e3 * r->time[s],
          1e3 * r->busy[s], 1e3 * r->exposed[s], 1e3 * r->compute[s]);
   fflush(stdout);
 }
@@ -75,15 +85,20 @@ void trPrintSummary(const trArgs_t* a, const trEnv_t* env, const trRun_t* runs, 
            1e3 * r->busyMean, 1e3 * r->exposedMean, 100.0 * r->hiddenShare, trInterTotal(r) / 1e6);
     if (r->sampleText != NULL) printf("zpp-train: %s: sample: %s\n", r->mode, r->sampleText);
   }
-  if (nruns == 2 && runs[1].medianStep > 0) {
-    double l0 = runs[0].loss[runs[0].nsteps - 1], l1 = runs[1].loss[runs[1].nsteps - 1];
-    printf("zpp-train: ZeRO++ against plain: step time %.2fx faster (median %.1f / %.1f ms); final "
-           "loss %+.2f%%, held-out loss %+.2f%%\n",
-           runs[0].medianStep / runs[1].medianStep, 1e3 * runs[0].medianStep,
-           1e3 * runs[1].medianStep, 100.0 * (l1 - l0) / l0,
-           100.0 * (runs[1].evalLoss[runs[1].nevals - 1] - runs[0].evalLoss[runs[0].nevals - 1]) /
-               runs[0].evalLoss[runs[0].nevals - 1]);
+  /* Runs come in pairs (plain, ZeRO++), with overlap first. */
+  for (int i = 0; i + 1 < nruns; i += 2) {
+    const trRun_t *p = &runs[i], *z = &runs[i + 1];
+    if (!(z->medianStep > 0) || p->nsteps == 0 || z->nsteps == 0) continue;
+    double l0 = p->loss[p->nsteps - 1], l1 = z->loss[z->nsteps - 1];
+    double v0 = p->evalLoss[p->nevals - 1], v1 = z->evalLoss[z->nevals - 1];
+    printf("zpp-train: ZeRO++ against plain%s: step time %.2fx faster (median %.1f / %.1f ms); "
+           "final loss %+.2f%%, held-out loss %+.2f%%\n", p->overlap ? "" : " without overlap",
+           p->medianStep / z->medianStep, 1e3 * p->medianStep, 1e3 * z->medianStep,
+           100.0 * (l1 - l0) / l0, 100.0 * (v1 - v0) / v0);
   }
+  if (nruns == 4 && runs[0].medianStep > 0 && runs[1].medianStep > 0)
+    printf("zpp-train: overlap against none: plain %.2fx, ZeRO++ %.2fx faster\n",
+           runs[2].medianStep / runs[0].medianStep, runs[3].medianStep / runs[1].medianStep);
   fflush(stdout);
 }
 
@@ -110,7 +125,8 @@ static void trJsonNum(FILE* f, double v) {
 static void trJsonRun(FILE* f, const trRun_t* r) {
   char mode[96];
   trModeLabel(r, mode, sizeof mode);
-  fprintf(f, "    {\"mode\": \"%s\", \"label\": ", r->mode);
+  fprintf(f, "    {\"mode\": \"%s\", \"overlap\": %s, \"label\": ", r->mode,
+          r->overlap ? "true" : "false");
   trJsonString(f, mode);
   fprintf(f, ", \"qwz_bits\": %d, \"qgz_bits\": %d, \"hpz\": %s,\n", r->opt.qwzBits, r->opt.qgzBits,
           r->opt.hpz ? "true" : "false");
@@ -182,15 +198,23 @@ int trWriteJson(const char* path, const trArgs_t* a, const trEnv_t* env, const t
     fprintf(f, "%s\n", i + 1 < nruns ? "," : "");
   }
   fprintf(f, "  ]");
-  if (nruns == 2 && runs[0].nsteps > 0 && runs[1].nsteps > 0) {
+  if (nruns >= 2 && runs[0].nsteps > 0 && runs[1].nsteps > 0) {
     double l0 = runs[0].loss[runs[0].nsteps - 1], l1 = runs[1].loss[runs[1].nsteps - 1];
+    double v0 = runs[0].evalLoss[runs[0].nevals - 1], v1 = runs[1].evalLoss[runs[1].nevals - 1];
     fprintf(f, ",\n  \"comparison\": {\"speedup\": ");
     trJsonNum(f, runs[1].medianStep > 0 ? runs[0].medianStep / runs[1].medianStep : NAN);
     fprintf(f, ", \"final_loss_rel_diff\": ");
     trJsonNum(f, (l1 - l0) / l0);
     fprintf(f, ", \"val_loss_rel_diff\": ");
-    trJsonNum(f, (runs[1].evalLoss[runs[1].nevals - 1] - runs[0].evalLoss[runs[0].nevals - 1]) /
-                     runs[0].evalLoss[runs[0].nevals - 1]);
+    trJsonNum(f, (v1 - v0) / v0);
+    if (nruns == 4) {
+      fprintf(f, ", \"speedup_no_overlap\": ");
+      trJsonNum(f, runs[3].medianStep > 0 ? runs[2].medianStep / runs[3].medianStep : NAN);
+      fprintf(f, ", \"overlap_gain_plain\": ");
+      trJsonNum(f, runs[0].medianStep > 0 ? runs[2].medianStep / runs[0].medianStep : NAN);
+      fprintf(f, ", \"overlap_gain_zeropp\": ");
+      trJsonNum(f, runs[1].medianStep > 0 ? runs[3].medianStep / runs[1].medianStep : NAN);
+    }
     fprintf(f, "}");
   }
   fprintf(f, "\n}\n");
@@ -275,8 +299,10 @@ static void trPanel(FILE* f, trPanel_t* p, const char* ylabel, const trRun_t* ru
   fprintf(f, "<text transform=\"translate(24,%d) rotate(-90)\" text-anchor=\"middle\">%s</text>\n",
           p->top + SVG_PANEL_H / 2, ylabel);
   for (int i = 0; i < nruns; i++) {
-    const char* colour = trColours[i % 4];
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\" points=\"", colour);
+    /* The runs without overlap: the colour of their pair, dashed. */
+    const char* colour = trColours[i % 2];
+    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s points=\"", colour,
+            runs[i].overlap ? "" : " stroke-dasharray=\"6,4\"");
     for (int s = 0; s < runs[i].nsteps; s++) {
       double v = which == 0 ? runs[i].loss[s] : 1e3 * runs[i].time[s];
       fprintf(f, "%.1f,%.1f ", trX(p, s + 1), trY(p, v));
@@ -310,10 +336,10 @@ int trWriteSvg(const char* path, const trArgs_t* a, const trEnv_t* env, const tr
              "%zu parameters, %d rank%s on %d node%s</text>\n",
           SVG_LEFT, mlpTotalParams(&env->shape), env->nranks, env->nranks == 1 ? "" : "s",
           env->topo.nNodes, env->topo.nNodes == 1 ? "" : "s");
-  fprintf(f, "<text x=\"%d\" y=\"44\" fill=\"#555\">batch %d, %s communication, %s overlap, seed %llu; "
-             "circles: held-out loss</text>\n",
-          SVG_LEFT, a->batch, trTypeName(a->type), a->overlap ? "with" : "without",
-          (unsigned long long)a->seed);
+  fprintf(f, "<text x=\"%d\" y=\"44\" fill=\"#555\">batch %d, %s communication, seed %llu; "
+             "circles: held-out loss%s</text>\n",
+          SVG_LEFT, a->batch, trTypeName(a->type), (unsigned long long)a->seed,
+          nruns == 4 ? "; dashed: without overlap (same losses)" : "");
   trPanel_t loss = {SVG_TOP, 0, 1, steps}, time = {SVG_TOP + SVG_PANEL_H + SVG_GAP, 0, 1, steps};
   trPanel(f, &loss, "training loss (nats)", runs, nruns, 0);
   trPanel(f, &time, "time per step (ms)", runs, nruns, 1);
@@ -324,8 +350,9 @@ int trWriteSvg(const char* path, const trArgs_t* a, const trEnv_t* env, const tr
     const trRun_t* r = &runs[i];
     char mode[96];
     trModeLabel(r, mode, sizeof mode);
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"/>\n",
-            SVG_LEFT, ly - 4, SVG_LEFT + 24, ly - 4, trColours[i % 4]);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
+            SVG_LEFT, ly - 4, SVG_LEFT + 24, ly - 4, trColours[i % 2],
+            r->overlap ? "" : " stroke-dasharray=\"6,4\"");
     fprintf(f, "<text x=\"%d\" y=\"%d\">%s: final loss %.4f, held-out %.4f, %.1f ms/step median, "
                "%.0f%% of communication hidden</text>\n",
             SVG_LEFT + 30, ly, mode, r->nsteps ? r->loss[r->nsteps - 1] : NAN,

@@ -207,11 +207,12 @@ static void trSessionFree(trSession_t* s) {
   free(s);
 }
 
-int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, trRun_t* run,
-                  trSession_t** out) {
+int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, int overlap,
+                  trRun_t* run, trSession_t** out) {
   memset(run, 0, sizeof *run);
   run->mode = opt->mode == zcModePlain ? "plain" : "zeropp";
   run->opt = *opt;
+  run->overlap = overlap;
   trSession_t* s = calloc(1, sizeof *s);
   if (s == NULL || trAllocRun(run, a->steps) != 0) {
     free(s);
@@ -237,7 +238,7 @@ int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, trRun
   cfg.beta2 = 0.999f;
   cfg.eps = 1e-8f;
   cfg.bucketBytes = (size_t)(a->bucketMB * 1048576.0);
-  cfg.overlap = a->overlap;
+  cfg.overlap = overlap;
   cfg.prefetch = a->prefetch;
   cfg.seed = a->seed;
   cfg.evalCap = TR_EVAL_CHUNK;

@@ -215,6 +215,20 @@ def case_outputs(exe, tmp):
             check(math.isfinite(x) and math.isfinite(y), "SVG point %s" % p)
     text = " ".join(t.text or "" for t in root.iter("%stext" % ns))
     check("plain" in text and "ZeRO++" in text, "SVG legend lacks the two runs: %s" % text[:300])
+    # Four runs: plain and ZeRO++, with and without overlap. Overlap changes
+    # when bytes move, never what is computed: the same losses bit for bit.
+    jpath4 = os.path.join(tmp, "four.json")
+    run([exe, "-N", "2", "--compare-overlap", "--steps", "6", "-q", "--json", jpath4] + SMALL)
+    four = json.load(open(jpath4))
+    check([(r["mode"], r["overlap"]) for r in four["runs"]] ==
+          [("plain", True), ("zeropp", True), ("plain", False), ("zeropp", False)],
+          "--compare-overlap runs: %r" % [(r["mode"], r["overlap"]) for r in four["runs"]])
+    check(losses(four, 2) == losses(four, 0) and losses(four, 3) == losses(four, 1),
+          "losses with and without overlap differ")
+    for k in ("speedup_no_overlap", "overlap_gain_plain", "overlap_gain_zeropp"):
+        check(four["comparison"].get(k, 0) > 0, "comparison without %s: %r" % (k, four["comparison"]))
+    check(len(ET.parse(os.path.join(tmp, "four.svg")).getroot().findall(".//%spolyline" % ns)) == 8,
+          "four runs: 8 curves")
     # An explicit --svg path, one run.
     other = os.path.join(tmp, "pic.svg")
     run([exe, "--plain", "--steps", "3", "-q", "--svg", other] + SMALL)
@@ -223,7 +237,8 @@ def case_outputs(exe, tmp):
     p = run([exe, "--plain", "--steps", "2", "-q", "--json", os.path.join(tmp, "no", "such", "dir.json")] + SMALL,
             expect=1)
     check("cannot write" in p.stderr, "unwritable JSON: %s" % p.stderr)
-    print("outputs: JSON and SVG parse, 2 runs x 12 steps, 4 curves")
+    print("outputs: JSON and SVG parse, 2 runs x 12 steps, 4 curves; 4 runs with and without "
+          "overlap, same losses")
 
 
 def case_args(exe, tmp):
@@ -237,6 +252,8 @@ def case_args(exe, tmp):
         (["--qwz-bits", "6"], "bits are 8, 4 or 0"),
         (["--plain", "--qgz-bits", "4"], "make no sense with --plain"),
         (["--plain", "--compare"], "exclude each other"),
+        (["--compare-overlap", "--no-overlap"], "drop --no-overlap"),
+        (["--interleave", "-1"], "--interleave '-1'"),
         (["--layout", "2x"], "--layout '2x'"),
         (["--layout", "0x2"], "--layout '0x2'"),
         (["-N", "3", "--layout", "2x2"], "does not match --layout"),
