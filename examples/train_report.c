@@ -237,6 +237,8 @@ int trWriteJson(const char* path, const trArgs_t* a, const trEnv_t* env, const t
 
 static const char* const trColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e"};
 
+#define TR_SMOOTH 10
+
 /* Round axis limits: a step of 1, 2 or 5 times a power of ten. */
 static double trNiceStep(double range) {
   if (!(range > 0)) return 1;
@@ -301,13 +303,28 @@ static void trPanel(FILE* f, trPanel_t* p, const char* ylabel, const trRun_t* ru
   for (int i = 0; i < nruns; i++) {
     /* The runs without overlap: the colour of their pair, dashed. */
     const char* colour = trColours[i % 2];
-    fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"1.5\"%s points=\"", colour,
-            runs[i].overlap ? "" : " stroke-dasharray=\"6,4\"");
+    const char* dash = runs[i].overlap ? "" : " stroke-dasharray=\"6,4\"";
+    fprintf(f, "<polyline class=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s%s points=\"",
+            which == 0 ? "loss" : "time", colour, which == 0 ? "1" : "1.5",
+            which == 0 ? " stroke-opacity=\"0.35\"" : "", dash);
     for (int s = 0; s < runs[i].nsteps; s++) {
       double v = which == 0 ? runs[i].loss[s] : 1e3 * runs[i].time[s];
       fprintf(f, "%.1f,%.1f ", trX(p, s + 1), trY(p, v));
     }
     fprintf(f, "\"/>\n");
+    if (which == 0) {
+      /* One batch's loss is noisy: the mean of the last TR_SMOOTH steps
+       * on top, where a difference between the runs shows. */
+      fprintf(f, "<polyline class=\"loss-mean\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"",
+              colour, dash);
+      double sum = 0;
+      for (int s = 0; s < runs[i].nsteps; s++) {
+        sum += runs[i].loss[s];
+        if (s >= TR_SMOOTH) sum -= runs[i].loss[s - TR_SMOOTH];
+        fprintf(f, "%.1f,%.1f ", trX(p, s + 1), trY(p, sum / (s < TR_SMOOTH ? s + 1 : TR_SMOOTH)));
+      }
+      fprintf(f, "\"/>\n");
+    }
     if (which == 0) /* held-out losses as dots on the same axis */
       for (int e = 0; e < runs[i].nevals; e++)
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"white\" stroke=\"%s\" "
@@ -337,8 +354,8 @@ int trWriteSvg(const char* path, const trArgs_t* a, const trEnv_t* env, const tr
           SVG_LEFT, mlpTotalParams(&env->shape), env->nranks, env->nranks == 1 ? "" : "s",
           env->topo.nNodes, env->topo.nNodes == 1 ? "" : "s");
   fprintf(f, "<text x=\"%d\" y=\"44\" fill=\"#555\">batch %d, %s communication, seed %llu; "
-             "circles: held-out loss%s</text>\n",
-          SVG_LEFT, a->batch, trTypeName(a->type), (unsigned long long)a->seed,
+             "thin: loss of each batch, thick: mean of the last %d; circles: held-out loss%s</text>\n",
+          SVG_LEFT, a->batch, trTypeName(a->type), (unsigned long long)a->seed, TR_SMOOTH,
           nruns == 4 ? "; dashed: without overlap (same losses)" : "");
   trPanel_t loss = {SVG_TOP, 0, 1, steps}, time = {SVG_TOP + SVG_PANEL_H + SVG_GAP, 0, 1, steps};
   trPanel(f, &loss, "training loss (nats)", runs, nruns, 0);

@@ -206,7 +206,9 @@ def case_outputs(exe, tmp):
     check(root.tag.endswith("svg"), "SVG root is %s" % root.tag)
     ns = "{http://www.w3.org/2000/svg}"
     lines = root.findall(".//%spolyline" % ns)
-    check(len(lines) == 4, "SVG: %d curves, expected 4 (loss and time, plain and ZeRO++)" % len(lines))
+    classes = sorted(pl.get("class") for pl in lines)
+    check(classes == ["loss"] * 2 + ["loss-mean"] * 2 + ["time"] * 2,
+          "SVG curves %r: expected loss, its running mean and time, for plain and ZeRO++" % classes)
     for pl in lines:
         pts = pl.get("points").split()
         check(len(pts) == 12, "SVG curve with %d points" % len(pts))
@@ -227,17 +229,17 @@ def case_outputs(exe, tmp):
           "losses with and without overlap differ")
     for k in ("speedup_no_overlap", "overlap_gain_plain", "overlap_gain_zeropp"):
         check(four["comparison"].get(k, 0) > 0, "comparison without %s: %r" % (k, four["comparison"]))
-    check(len(ET.parse(os.path.join(tmp, "four.svg")).getroot().findall(".//%spolyline" % ns)) == 8,
-          "four runs: 8 curves")
+    check(len(ET.parse(os.path.join(tmp, "four.svg")).getroot().findall(".//%spolyline" % ns)) == 12,
+          "four runs: 12 curves")
     # An explicit --svg path, one run.
     other = os.path.join(tmp, "pic.svg")
     run([exe, "--plain", "--steps", "3", "-q", "--svg", other] + SMALL)
-    check(len(ET.parse(other).getroot().findall(".//%spolyline" % ns)) == 2, "one run: 2 curves")
+    check(len(ET.parse(other).getroot().findall(".//%spolyline" % ns)) == 3, "one run: 3 curves")
     # An output that cannot be written: an error, after the training.
     p = run([exe, "--plain", "--steps", "2", "-q", "--json", os.path.join(tmp, "no", "such", "dir.json")] + SMALL,
             expect=1)
     check("cannot write" in p.stderr, "unwritable JSON: %s" % p.stderr)
-    print("outputs: JSON and SVG parse, 2 runs x 12 steps, 4 curves; 4 runs with and without "
+    print("outputs: JSON and SVG parse, 2 runs x 12 steps, 6 curves; 4 runs with and without "
           "overlap, same losses")
 
 
