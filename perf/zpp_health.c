@@ -84,7 +84,7 @@ static int zhBuildUnits(zhCoord_t* c, const zhHello_t* hellos) {
     zhUnit_t* un = &c->units[u];
     if (un->nRanks == 0) {
       if (c->unitsAreNodes) snprintf(un->name, sizeof un->name, "%s", c->ranks[r].hello.hostId);
-      else snprintf(un->name, sizeof un->name, "rank%d", r);
+      else snprintf(un->name, sizeof un->name, "rank %d", r);
     }
     un->ranks[un->nRanks++] = r;
     c->ranks[r].unit = u;

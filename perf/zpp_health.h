@@ -8,7 +8,8 @@
  *   zpp_health_ctl.c     the control plane: TCP star to rank 0, heartbeats, watchdog
  *   zpp_health_test.c    one test on one rank: communicator, data, timing, checking
  *   zpp_health_coord.c   rank 0: runs batches of tests, tells hung and dead ranks apart
- *   zpp_health_locate.c  rank 0: expectation, bisection, pair tests, corruption
+ *   zpp_health_locate.c  rank 0: expectation, bisection, pair tests
+ *   zpp_health_run.c     rank 0: the run from start to verdict, wrong-data search, baseline
  *   zpp_health_report.c  summary, JSON, progress line
  *
  * Data moves only through zpp communicators made for each test among the
@@ -218,7 +219,8 @@ void zhProgressEnd(zhProgress_t* p);
 /* ---- one test, on one rank ----------------------------------------------------- */
 
 /* Runs msg on this rank; fills res (and wrongFrom[nGroup]). Never blocks
- * longer than the communicator's timeout without progress. */
+ * longer than the communicator's timeout without progress. The caller ends
+ * the progress record (zhProgressEnd) once the result is on its way. */
 void zhRunTest(const zhTestMsg_t* msg, zhProgress_t* prog, zhResultMsg_t* res, uint32_t* wrongFrom);
 
 /* ---- rank 0 --------------------------------------------------------------------- */
@@ -230,6 +232,8 @@ typedef struct {
   int unit;
   zhRankState_t state;
   char why[400];           /* evidence for a hung or dead rank */
+  char seen[240];          /* what another rank saw of it */
+  int lostTest;            /* the test it hung or died in */
   double lastHeard;
   zhHbMsg_t hb;
   int haveHb;
@@ -255,6 +259,7 @@ typedef struct {
   double median[2], min[2];
   int judged, pass;        /* pass: every trial >= the required busbw (all-reduce) */
   int medianOk;            /* the median >= the required busbw */
+  int subject;             /* pair stage: the candidate node tested (-1: none) */
   int failed;              /* a rank reported an error or did not answer */
   char error[400];
   uint64_t wrong;          /* wrong elements over all ranks */
@@ -331,8 +336,13 @@ void zhJudge(zhCoord_t* c, zhTest_t* t);
 /* zpp_health_locate.c */
 void zhMeasureExpectation(zhCoord_t* c);
 void zhLocalizeSlow(zhCoord_t* c);
-void zhLocalizeWrong(zhCoord_t* c);
 const char* zhUnitName(const zhCoord_t* c, int unit);
+/* Runs the tests at once when parallel (their nodes are disjoint), else one
+ * by one; skips what the time limit no longer allows. */
+void zhRunAll(zhCoord_t* c, int n, zhTest_t** t);
+
+/* zpp_health_run.c */
+void zhLocalizeWrong(zhCoord_t* c);
 
 /* zpp_health_report.c */
 void zhProgressLine(zhCoord_t* c, const char* what);

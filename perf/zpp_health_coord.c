@@ -50,6 +50,7 @@ static zhTest_t* zhAllocTest(zhCoord_t* c) {
   if (t == NULL) return NULL;
   c->tests[c->nTests] = t;
   t->id = ++c->nTests;
+  t->subject = -1;
   return t;
 }
 
@@ -287,6 +288,25 @@ static void zhFinishTest(zhCoord_t* c, zhRun_t* run) {
     t->wrong += r->wrongAllreduce + r->wrongAllgather;
   }
   if (run->got[0] == 1) t->bytes = (size_t)run->res[0].bytes;
+  /* What the others saw is evidence for a rank that hung or died: the
+   * library's timeout names the peer a rank waited for. */
+  for (int s = 0; s < n; s++) {
+    zhRankInfo_t* ri = &c->ranks[t->ranks[s]];
+    if (run->got[s] == 2 && ri->lostTest == 0) ri->lostTest = t->id;
+    if (run->got[s] != 2 || ri->seen[0]) continue;
+    char needle[48];
+    snprintf(needle, sizeof needle, "waiting for rank %d ", t->ranks[s]);
+    for (int o = 0; o < n; o++) {
+      const char* at = run->got[o] == 1 && run->res[o].status ? strstr(run->res[o].error, needle) : NULL;
+      if (at == NULL) continue;
+      /* The sentence of the rank that timed out: errors of the others
+       * quote it after their own. */
+      const char *from = NULL, *p = run->res[o].error, *q;
+      while ((q = strstr(p, "rank ")) != NULL && q < at) from = q, p = q + 1;
+      snprintf(ri->seen, sizeof ri->seen, "seen by rank %d: %.*s", t->ranks[o], 200, from ? from : at);
+      break;
+    }
+  }
   if (t->failed) return;
   /* A trial's time is the slowest rank's (nccl-tests' convention). */
   static const zppPerfColl_t coll[2] = {ZPP_PERF_ALLREDUCE, ZPP_PERF_ALLGATHER};

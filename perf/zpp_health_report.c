@@ -85,7 +85,7 @@ void zhPrintSummary(const zhCoord_t* c, FILE* f) {
       char rate[48] = "";
       if (s->problem == ZH_PROB_SLOW && s->busbw > 0) zhFormatRate(s->busbw, rate, sizeof rate);
       if (s->kind == ZH_SUS_NODE) {
-        fprintf(f, "  %s %s %s%s%s: ", zhProblemName(s->problem), c->unitsAreNodes ? "node" : "rank",
+        fprintf(f, "  %s %s%s%s%s: ", zhProblemName(s->problem), c->unitsAreNodes ? "node " : "",
                 zhUnitName(c, s->a), rate[0] ? " at " : "", rate);
       } else if (s->kind == ZH_SUS_LINK) {
         fprintf(f, "  %-4s link %s-%s%s%s: ", zhProblemName(s->problem), zhUnitName(c, s->a),

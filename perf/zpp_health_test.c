@@ -191,7 +191,9 @@ void zhRunTest(const zhTestMsg_t* m, zhProgress_t* prog, zhResultMsg_t* res, uin
   double start = zhNow(), deadline = start + m->budgetSec;
   zhProgressBegin(prog, m->testId);
   zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
-  cfg.commName = "zpp-health";
+  char name[48];
+  snprintf(name, sizeof name, "zpp-health test %d", m->testId);
+  cfg.commName = name;
   /* Exact data: ZPP_QWZ_BITS / ZPP_QGZ_BITS in the environment must not
    * turn the all-gather into a lossy one. The timeout comes from
    * ZPP_TIMEOUT, which zpp-health sets from --timeout. */
