@@ -1,26 +1,31 @@
 /* Reduce-scatter, ring, pipelined in chunks.
  *
- * n-1 steps: in step s a rank sends the partial sum of block sendBlock(s)
- * to the next rank and receives the partial sum of block recvBlock(s) =
- * sendBlock(s+1) from the previous one; it adds its own input for that block
- * and sends it on in step s+1. After the last step it holds the full sum of
- * its own block. Bandwidth-optimal like the ring all-gather.
+ * n-1 steps: in step s a rank sends the partial sum of one block to the next
+ * rank and receives the partial sum of the following block from the
+ * previous one; it adds its own input for that block and sends it on in step
+ * s+1. After the last step it holds the full sum of its own block.
+ * Bandwidth-optimal like the ring all-gather.
  *
- * Every block is cut into the same number K of chunks, and the work runs
- * chunk by chunk, all steps of chunk 0, then of chunk 1...: message
- * (k, s) is number k*(n-1) + s on both ends. Receives are posted `depth`
- * messages ahead into scratch slots; a slot is reduced in place and sent on
- * from there, and reused once that send completed. Receiving, reducing and
- * sending of neighbouring chunks thus overlap.
+ * Step-major, chunk-pipelined: every block is cut into the same number K of
+ * chunks. A chunk of step s+1 goes out as soon as the same chunk of step s
+ * has arrived and been reduced, so while the chain of reductions walks
+ * around the ring, the link keeps carrying the other chunks of the step.
+ * (An earlier chunk-major order - all steps of chunk 0, then of chunk 1 -
+ * waited for each chunk's whole chain before starting the next one and left
+ * the link idle for most of a chain: 0.65x of a 1 Gbit/s link on 4 emulated
+ * nodes, and worse with larger chunks.)
  *
- * Why chunk-major and at least two slots: rank r reuses the slot of
- * message m for message m + depth once m's forward has left, that is once
- * rank r+1 posted its receive for message m + 1; rank r+1 posts that when
- * its slot is free, once rank r+2 posted message m + 2 - depth; and so on.
- * The index changes by 1 - depth per hop: with depth >= 2 it decreases
- * along the ring, so the waits cannot close a cycle. Step-major order (all
- * of step 0 first) shifts it by a whole block's chunks instead and
- * deadlocks once a block has more chunks than there are slots. */
+ * Receives land in two buffers of K chunk slots used in turn: step s
+ * receives into buffer s%2, reduces there and sends from there in step s+1.
+ * Slot k of buffer s%2 is posted for step s only once the send of step s-1 that
+ * used that chunk (from the same buffer, two steps back) completed. That
+ * send completes when the next rank posted its receive of step s-1, which
+ * depends only on steps before s-1 further along the ring: the waits never
+ * close a cycle, whatever K is.
+ *
+ * Messages between two neighbours go out in step-major, chunk-ascending
+ * order and receives are posted in the same order, so tags that wrap (the
+ * step field has 8 bits) still match the right message. */
 #include <stdlib.h>
 
 #include "coll.h"
@@ -35,72 +40,85 @@ zppResult_t zppReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, siz
   const int pos = c->ringPos[c->rank];
   const int next = c->ring[(pos + 1) % n];
   const int prev = c->ring[(pos + n - 1) % n];
-  const int depth = c->depth >= 2 ? c->depth : 2;
   const size_t chunkElems = c->chunkBytes / ts ? c->chunkBytes / ts : 1;
   /* Block 0 is the largest (blocks differ by at most one element). */
   const size_t maxBlock = zppBlockCount(total, n, 0);
-  const size_t nChunks = maxBlock ? (maxBlock + chunkElems - 1) / chunkElems : 1;
-  const size_t slotElems = (maxBlock + nChunks - 1) / nChunks;
+  const int nChunks = maxBlock ? (int)((maxBlock + chunkElems - 1) / chunkElems) : 1;
+  /* Chunk k of any block fits in a slot of slotElems: blocks differ by one
+   * element, so their chunk boundaries differ by one too, and a buffer laid
+   * out by one block's boundaries would let a receive of the next block
+   * spill into a neighbouring chunk that may still be on its way out. */
+  const size_t slotElems = maxBlock ? (maxBlock + (size_t)nChunks - 1) / (size_t)nChunks : 1;
   const int steps = n - 1;
-  const size_t nMsgs = nChunks * (size_t)steps;
   const char* inp = in;
   zppResult_t res = zppSuccess;
 
-  char* slots = zppCollScratch(c, 0, (size_t)depth * slotElems * ts);
-  zppUcxReq_t** reqs = calloc(2 * (size_t)depth, sizeof(*reqs)); /* [slot] recv, [depth+slot] send */
-  if (slots == NULL || reqs == NULL)
+  char* bufs = zppCollScratch(c, 0, 2 * (size_t)nChunks * slotElems * ts);
+  /* [parity][chunk]: receives and sends of the steps of that parity. */
+  zppUcxReq_t** reqs = calloc(4 * (size_t)nChunks, sizeof(*reqs));
+  if (bufs == NULL || reqs == NULL)
     ZPP_FAILGOTO(zppSystemError, res, out, COLL, "out of memory for reduce-scatter buffers");
+  zppUcxReq_t** recvReq[2] = {reqs, reqs + nChunks};
+  zppUcxReq_t** sendReq[2] = {reqs + 2 * (size_t)nChunks, reqs + 3 * (size_t)nChunks};
 
-  /* Message m is chunk m / steps of step m % steps. */
-#define BLOCK_OF_STEP(s) c->ring[(pos - (s) - 2 + 2 * n) % n] /* the block received in step s */
-#define CHUNK_OFF(b, k) (zppBlockOffset(total, n, (b)) + zppBlockOffset(zppBlockCount(total, n, (b)), (int)nChunks, (int)(k)))
-#define CHUNK_LEN(b, k) zppBlockCount(zppBlockCount(total, n, (b)), (int)nChunks, (int)(k))
+  /* Block sent in step s; the block received in step s is sent in s+1. */
+#define SEND_BLOCK(s) c->ring[(pos - (s) - 1 + 2 * n) % n]
+#define RECV_BLOCK(s) c->ring[(pos - (s) - 2 + 2 * n) % n]
+#define CHUNK_OFF(b, k) zppBlockOffset(zppBlockCount(total, n, (b)), nChunks, (k))
+#define CHUNK_LEN(b, k) zppBlockCount(zppBlockCount(total, n, (b)), nChunks, (k))
+#define BUF(s, k) (bufs + ((size_t)((s) % 2) * (size_t)nChunks + (size_t)(k)) * slotElems * ts)
 
-  size_t posted = 0;
-  for (size_t k = 0; k < nChunks; k++) {
-    /* Step 0 sends this rank's own input: no slot, no reduction. */
-    int b0 = c->ring[(pos - 1 + n) % n];
-    zppUcxReq_t* first = NULL;
-    zppMsgId_t id0 = zppCollMsg(c, (uint32_t)(k * (size_t)steps));
-    ZPPCHECKGOTO(zppUcxIsend(c->ucx, next, inp + CHUNK_OFF(b0, k) * ts, CHUNK_LEN(b0, k) * ts, &id0,
-                             &first),
+  /* Step 0: every receive posted, this rank's own input sent. */
+  for (int k = 0; k < nChunks; k++) {
+    int rb = RECV_BLOCK(0);
+    zppMsgId_t id = zppCollMsg(c, (uint32_t)k);
+    ZPPCHECKGOTO(zppUcxIrecv(c->ucx, prev, BUF(0, k), CHUNK_LEN(rb, k) * ts, &id,
+                             &recvReq[0][k]),
                  res, out);
-    for (int s = 0; s < steps; s++) {
-      size_t m = k * (size_t)steps + (size_t)s;
-      while (posted < nMsgs && posted < m + (size_t)depth) {
-        int slot = (int)(posted % (size_t)depth);
-        /* The slot's previous message must have been forwarded first. */
-        ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &reqs[depth + slot], 1), res, out);
-        int pb = BLOCK_OF_STEP((int)(posted % (size_t)steps));
-        size_t pk = posted / (size_t)steps;
-        zppMsgId_t id = zppCollMsg(c, (uint32_t)posted);
-        ZPPCHECKGOTO(zppUcxIrecv(c->ucx, prev, slots + (size_t)slot * slotElems * ts,
-                                 CHUNK_LEN(pb, pk) * ts, &id, &reqs[slot]),
-                     res, out);
-        posted++;
-      }
-      int slot = (int)(m % (size_t)depth);
-      ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &reqs[slot], 1), res, out);
-      int b = BLOCK_OF_STEP(s);
-      size_t len = CHUNK_LEN(b, k);
-      const char* mine = inp + CHUNK_OFF(b, k) * ts;
-      char* buf = slots + (size_t)slot * slotElems * ts;
+  }
+  for (int k = 0; k < nChunks; k++) {
+    int sb = SEND_BLOCK(0);
+    zppMsgId_t id = zppCollMsg(c, (uint32_t)k);
+    ZPPCHECKGOTO(zppUcxIsend(c->ucx, next, inp + (zppBlockOffset(total, n, sb) + CHUNK_OFF(sb, k)) * ts,
+                             CHUNK_LEN(sb, k) * ts, &id, &sendReq[0][k]),
+                 res, out);
+  }
+
+  for (int s = 0; s < steps; s++) {
+    const int p = s % 2, q = (s + 1) % 2;
+    const int b = RECV_BLOCK(s);
+    for (int k = 0; k < nChunks; k++) {
+      ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &recvReq[p][k], 1), res, out);
+      const size_t len = CHUNK_LEN(b, k);
+      const char* mine = inp + (zppBlockOffset(total, n, b) + CHUNK_OFF(b, k)) * ts;
+      char* buf = BUF(s, k);
       if (s == steps - 1) {
         /* The last step brings this rank's own block: sum into the output. */
-        zppReduce((char*)out + zppBlockOffset(zppBlockCount(total, n, b), (int)nChunks, (int)k) * ts,
-                  buf, mine, len, type, op);
-      } else {
-        zppReduce(buf, buf, mine, len, type, op);
-        zppMsgId_t id = zppCollMsg(c, (uint32_t)(m + 1));
-        ZPPCHECKGOTO(zppUcxIsend(c->ucx, next, buf, len * ts, &id, &reqs[depth + slot]), res, out);
+        zppReduce((char*)out + CHUNK_OFF(b, k) * ts, buf, mine, len, type, op);
+        continue;
       }
+      zppReduce(buf, buf, mine, len, type, op);
+      /* Step s+1 sends this chunk on, from where it was reduced. The slot's
+       * previous send (step s-1, same parity) finished before step s's
+       * receive into it was posted. */
+      zppMsgId_t sid = zppCollMsg(c, (uint32_t)((s + 1) * nChunks + k));
+      ZPPCHECKGOTO(zppUcxIsend(c->ucx, next, buf, len * ts, &sid, &sendReq[p][k]), res, out);
+      /* Step s+1 receives into the other buffer, whose chunk k was sent in
+       * step s: wait for that send, then post. */
+      ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &sendReq[q][k], 1), res, out);
+      const int nb = RECV_BLOCK(s + 1);
+      zppMsgId_t rid = zppCollMsg(c, (uint32_t)((s + 1) * nChunks + k));
+      ZPPCHECKGOTO(zppUcxIrecv(c->ucx, prev, BUF(s + 1, k), CHUNK_LEN(nb, k) * ts, &rid,
+                               &recvReq[q][k]),
+                   res, out);
     }
-    ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &first, 1), res, out);
   }
-  ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, reqs, 2 * depth), res, out);
-#undef BLOCK_OF_STEP
+  ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, reqs, 4 * nChunks), res, out);
+#undef SEND_BLOCK
+#undef RECV_BLOCK
 #undef CHUNK_OFF
 #undef CHUNK_LEN
+#undef BUF
 out:
   free(reqs);
   return res;
