@@ -8,9 +8,12 @@
  *   h2 = tanh(h1 W2 + b2)                       H
  *   p  = softmax(h2 W3 + b3)                    V, loss = -log p[next char]
  *
- * Four layers, each one flat parameter vector (weights then bias), which is
- * the unit ZeRO-3 shards and gathers. This file knows nothing of
- * communication: it computes one layer forward or backward on full weights.
+ * Four layers, each one flat parameter vector, which is the unit ZeRO-3
+ * shards and gathers: the embedding table [V][E]; for the others the
+ * weights [out][in] (as torch.nn.Linear keeps them, which matters for the
+ * quantization blocks of qgZ: see model.c) then the bias [out]. This file
+ * knows nothing of communication: it computes one layer forward or
+ * backward on full weights.
  *
  * Determinism: every per-sample quantity (activations, deltas) is computed
  * from that sample and the weights alone, in a fixed order, so it is bit for
