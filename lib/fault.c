@@ -101,6 +101,8 @@ static int parseSpec(const char* text, size_t len, zppFaultSpec_t* sp, char* err
     } else if (strcmp(opt, "after") == 0) {
       bad = parseUnsigned(val, &u) != 0 || u < 1;
       sp->after = u;
+    } else if (strcmp(opt, "seed") == 0) {
+      bad = parseUnsigned(val, &sp->seed) != 0 || sp->seed == 0;
     } else if (strcmp(opt, "prob") == 0) {
       bad = parseDouble(val, &sp->prob) != 0 || !(sp->prob > 0 && sp->prob <= 1);
     } else if (strcmp(opt, "rate") == 0 && sp->kind == ZPP_FAULT_SLOW) {
@@ -110,7 +112,7 @@ static int parseSpec(const char* text, size_t len, zppFaultSpec_t* sp, char* err
       bad = parseDouble(val, &sp->delayUs) != 0 || sp->delayUs < 0;
       haveDelay = 1;
     } else {
-      snprintf(err, errLen, "%s: unknown option '%s' (rank, after, prob%s)", kindNames[k], opt,
+      snprintf(err, errLen, "%s: unknown option '%s' (rank, after, prob, seed%s)", kindNames[k], opt,
                sp->kind == ZPP_FAULT_SLOW ? ", rate, delay_us" : "");
       return -1;
     }
@@ -175,6 +177,8 @@ static void readEnv(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   rng = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < faults.n; i++)
+    if (faults.spec[i].seed) rng = faults.spec[i].seed * 0x9e3779b97f4a7c15ull | 1;
   atomic_store(&enabled, faults.n > 0);
 }
 

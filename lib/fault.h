@@ -28,6 +28,8 @@
  *   after=N   start at the N-th message this process sends (default 1)
  *   prob=P    only a fraction P of the collectives (drawn per collective
  *             sequence number): a rank that is only sometimes slow or wrong
+ *   seed=S    the draws of prob= from seed S instead of the clock, so that a
+ *             test sees the same pattern every run
  *
  * For each kind the first SPEC that matches the process applies, so put the
  * specific ones first: "slow:rank=2,rate=40mbit;slow:rate=400mbit".
@@ -56,6 +58,7 @@ typedef struct {
   double delayUs;    /* slow: extra microseconds per message */
   double prob;       /* fraction of collectives affected, (0, 1] */
   uint64_t after;    /* first message (1-based) the fault applies to */
+  uint64_t seed;     /* prob= draws: 0 from the clock, else this */
 } zppFaultSpec_t;
 
 typedef struct {

@@ -352,6 +352,17 @@ static int zhEnvRun(zppHealthArgs_t* a) {
     fprintf(stderr, "zpp-health: rank %d of %d: needs at least 2 ranks\n", rank, nranks);
     return ZPP_HEALTH_EXIT_USAGE;
   }
+  if (a->layoutNodes > 0) {
+    /* One machine playing several nodes, as -N --layout does. */
+    if (a->layoutNodes * a->layoutPerNode != nranks) {
+      fprintf(stderr, "zpp-health: --layout %dx%d does not make the %d ranks of the launcher\n", a->layoutNodes,
+              a->layoutPerNode, nranks);
+      return ZPP_HEALTH_EXIT_USAGE;
+    }
+    char host[32];
+    snprintf(host, sizeof host, "node%d", rank / a->layoutPerNode);
+    setenv("ZPP_HOSTID", host, 1);
+  }
   /* Rank 0's control port: the rendezvous port zppCommInitFromEnv would
    * open. zpp-health never calls it, so the port is ours. */
   int port = 0;

@@ -27,7 +27,8 @@ static void zhUsage(FILE* f) {
 "\n"
 "Launch:\n"
 "  -N, --nranks N          fork N ranks on this machine (no launcher needed)\n"
-"      --layout NxL        with -N: emulate N nodes of L ranks (ZPP_HOSTID=node<k>)\n"
+"      --layout NxL        emulate N nodes of L ranks (ZPP_HOSTID=node<k> in rank k*L..);\n"
+"                          with -N or under a launcher on one machine\n"
 "      --ctl-port P        port of rank 0's control connection (default: the\n"
 "                          rendezvous port zppCommInitFromEnv would use:\n"
 "                          ZPP_ROOT's, else MASTER_PORT + ZPP_MASTER_PORT_OFFSET)\n"
@@ -243,8 +244,7 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
   if (optind < argc) return zhBad("unexpected argument '%s'", argv[optind]);
   if (a->expectGBps > 0 && a->baselinePath)
     return zhBad("%s--expect-busbw and --baseline both give the expectation: choose one", "");
-  if (a->layoutNodes > 0) {
-    if (a->forkRanks == 0) a->forkRanks = a->layoutNodes * a->layoutPerNode;
+  if (a->layoutNodes > 0 && a->forkRanks > 0) {
     if (a->forkRanks != a->layoutNodes * a->layoutPerNode) {
       char msg[64];
       snprintf(msg, sizeof msg, "%dx%d", a->layoutNodes, a->layoutPerNode);

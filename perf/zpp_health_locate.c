@@ -159,19 +159,30 @@ static int zhPasses(const zhCoord_t* c, int u) {
   return n;
 }
 
-/* The pair-stage record of a candidate: failures (and their distinct
- * references) and passes of the tests that had it as the subject, and
- * passes as somebody's reference. */
-static void zhStageStats(const zhCoord_t* c, int u, int* fails, int* refs, int* passes) {
-  *fails = *refs = *passes = 0;
+/* The record of a candidate: failures (and their distinct references) of
+ * the pair tests that had it as the subject, or of earlier pairs whose
+ * partner passed everything else; passes of pair-stage tests, as subject or
+ * as somebody's reference. */
+/* 1 when the failing pair t accuses u: u was its subject, or (an earlier
+ * pair) its partner passed every other test it took part in. */
+static int zhAccuses(const zhCoord_t* c, const zhTest_t* t, int u) {
+  int v = zhOther(t, u), others = 0;
+  if (v < 0 || !zhUsable(t) || t->pass) return 0;
+  if (t->subject >= 0) return t->subject == u;
+  return zhFailFrac(c, v, t, &others) == 0 && others > 0;
+}
+
+static void zhStageStats(const zhCoord_t* c, int u, int* fails, int* refs, int* passes, int* direct) {
+  *fails = *refs = *passes = *direct = 0;
   int seen[ZH_MAX_PAIR_TESTS * 4];
   for (int i = 0; i < c->nTests; i++) {
     const zhTest_t* t = c->tests[i];
     int v = zhOther(t, u);
-    if (v < 0 || !zhUsable(t) || t->subject < 0) continue;
+    if (v < 0 || !zhUsable(t)) continue;
     if (t->pass) {
-      (*passes)++;
-    } else if (t->subject == u) {
+      *passes += t->subject >= 0;
+    } else if (zhAccuses(c, t, u)) {
+      *direct += t->subject == u;
       int dup = 0;
       for (int k = 0; k < *refs && k < ZH_MAX_PAIR_TESTS * 4; k++) dup |= seen[k] == v;
       if (!dup && *refs < ZH_MAX_PAIR_TESTS * 4) seen[(*refs)++] = v;
@@ -206,7 +217,7 @@ static void zhNameSlowNode(zhCoord_t* c, int u, int stageOnly, const char* how) 
   for (int i = 0; i < c->nTests && nm < 64; i++) {
     const zhTest_t* t = c->tests[i];
     int v = zhOther(t, u);
-    if (v < 0 || !zhUsable(t) || t->pass || (stageOnly && t->subject != u)) continue;
+    if (v < 0 || !zhUsable(t) || t->pass || (stageOnly && !zhAccuses(c, t, u))) continue;
     mins[nm++] = t->min[0];
     if (s->nTests < 16) s->tests[s->nTests++] = t->id;
     if (o < sizeof s->evidence)
@@ -282,11 +293,12 @@ static void zhPairStage(zhCoord_t* c, const char* isCand, char* named) {
   for (int round = 1; round <= (ZH_MAX_PAIR_TESTS + 2) * (nc + 1) && !c->broken && !c->incomplete; round++) {
     int n = 0;
     for (int i = 0; i < nc; i++) {
-      int u = cand[i], fails, refs, passes;
+      int u = cand[i], fails, refs, passes, direct;
       if (named[u]) continue;
-      zhStageStats(c, u, &fails, &refs, &passes);
-      /* Two failures, against two references when there are two. */
-      if (fails >= ZH_CONFIRM && (refs >= 2 || nRefs < 3)) {
+      zhStageStats(c, u, &fails, &refs, &passes, &direct);
+      /* Two failures, against two references when there are two, one of
+       * them a test of its own here (earlier pairs only point). */
+      if (fails >= ZH_CONFIRM && direct >= 1 && (refs >= 2 || nRefs < 3)) {
         named[u] = 1;
         continue;
       }

@@ -95,7 +95,7 @@ static const zppParamInfo_t paramTable[] = {
      "(rate=200mbit and/or delay_us=N per message), corrupt (flips a bit in every message sent), "
      "hang (the sending thread stops for good) or die (SIGKILL); OPT rank=R (launcher rank: RANK, "
      "OMPI_COMM_WORLD_RANK, PMI_RANK; omitted: every rank), after=N (from the N-th message), "
-     "prob=P (a fraction of the collectives). See docs/zpp-health.md"},
+     "prob=P (a fraction of the collectives), seed=S (fixed draws). See docs/zpp-health.md"},
 };
 
 static const int paramCount = (int)(sizeof(paramTable) / sizeof(paramTable[0]));
