@@ -116,6 +116,7 @@ static int zhCoordinatorMain(const zppHealthArgs_t* a, zhCtl_t* ctl, double t0) 
     if (hellos[r].pid == 0) snprintf(hellos[r].hostId, sizeof hellos[r].hostId, "?");
   if (zhBuildUnits(&c, hellos) != 0) {
     free(hellos);
+    zhCoordFree(&c);
     return ZPP_HEALTH_EXIT_ERROR;
   }
   for (int r = 0; r < n; r++) {
@@ -157,6 +158,7 @@ static int zhCoordinatorMain(const zppHealthArgs_t* a, zhCtl_t* ctl, double t0) 
   snprintf(q.reason, sizeof q.reason, "%s", c.reason);
   for (int r = 1; r < n; r++)
     if (c.ranks[r].state == ZH_RANK_OK) zhCtlSend(&ctl->conns[r], ZH_MSG_QUIT, &q, sizeof q);
+  zhCoordFree(&c);
   return code;
 }
 

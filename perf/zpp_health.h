@@ -320,7 +320,7 @@ typedef struct {
 } zhCoord_t;
 
 /* zpp_health_coord.c */
-int zhCoordRun(zhCoord_t* c);
+void zhCoordFree(zhCoord_t* c);
 /* Runs tests at once (their rank sets must be disjoint); returns the number
  * that completed on every rank. */
 int zhRunBatch(zhCoord_t* c, int n, zhTest_t** tests);
@@ -341,7 +341,8 @@ const char* zhUnitName(const zhCoord_t* c, int unit);
  * by one; skips what the time limit no longer allows. */
 void zhRunAll(zhCoord_t* c, int n, zhTest_t** t);
 
-/* zpp_health_run.c */
+/* zpp_health_run.c: the whole run of rank 0; returns the exit code */
+int zhCoordRun(zhCoord_t* c);
 void zhLocalizeWrong(zhCoord_t* c);
 
 /* zpp_health_report.c */

@@ -88,6 +88,22 @@ zhTest_t* zhNewTest(zhCoord_t* c, const char* kind, int nUnits, const int* units
   return t;
 }
 
+void zhCoordFree(zhCoord_t* c) {
+  for (int i = 0; i < c->nTests; i++) {
+    free(c->tests[i]->units);
+    free(c->tests[i]->ranks);
+    free(c->tests[i]->wrongFrom);
+    free(c->tests[i]);
+  }
+  free(c->tests);
+  for (int i = 0; i < c->nSus; i++) free(c->sus[i].set);
+  free(c->sus);
+  for (int u = 0; c->units && u < c->nranks; u++) free(c->units[u].ranks);
+  free(c->units);
+  free(c->ranks);
+  memset(c, 0, sizeof *c);
+}
+
 zhSuspect_t* zhAddSuspect(zhCoord_t* c, zhSuspectKind_t kind, zhProblem_t problem, int a, int b) {
   for (int i = 0; i < c->nSus; i++) /* once per culprit */
     if (c->sus[i].kind == kind && c->sus[i].problem == problem && c->sus[i].a == a && c->sus[i].b == b)
