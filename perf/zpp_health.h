@@ -76,6 +76,7 @@ typedef struct {
   const char* baselinePath;
   const char* saveBaselinePath;
   double threshold;
+  double localizeThreshold;  /* sets and pairs: named below this x expectation */
   int p2pRounds;
   /* localization */
   int localize;
@@ -259,6 +260,7 @@ typedef struct {
   double median[2], min[2];
   int judged, pass;        /* pass: every trial >= the required busbw (all-reduce) */
   int medianOk;            /* the median >= the required busbw */
+  double required;         /* what it was judged against: the world's or the local one */
   int subject;             /* pair stage: the candidate node tested (-1: none) */
   int failed;              /* a rank reported an error or did not answer */
   char error[400];
@@ -300,6 +302,7 @@ typedef struct {
   zppHealthBaseline_t baseline;
   int haveBaseline;
   double expect, required;      /* GB/s: the expectation and threshold x expectation */
+  double requiredLocal;         /* GB/s: localize-threshold x expectation, for sets and pairs */
   const char* expectFrom;
   size_t bytes;
   zhTest_t** tests;        /* each allocated alone: pointers stay valid as tests are added */

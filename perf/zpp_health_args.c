@@ -53,6 +53,9 @@ static void zhUsage(FILE* f) {
 "                          pairs of nodes, the best pair being what every link\n"
 "                          should give)\n"
 "      --threshold F       healthy when busbw >= F x expectation (0.8)\n"
+"      --localize-threshold F  the search names a node or link whose tests fall\n"
+"                          below F x expectation (0.5): clearly slower than its\n"
+"                          peers, beyond what small sets vary by\n"
 "      --p2p-rounds R      rounds of pairs for the measured expectation (3)\n"
 "Localization:\n"
 "      --no-localize       stop at the verdict\n"
@@ -131,6 +134,7 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
   a->iters = 1;
   a->warmup = 1;
   a->threshold = 0.8;
+  a->localizeThreshold = 0.5;
   a->p2pRounds = 3;
   a->localize = 1;
   a->parallel = -1;
@@ -140,7 +144,7 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
   *exitNow = -1;
   enum {
     O_LAYOUT = 1000, O_CTLPORT, O_TARGET, O_MAXSIZE, O_TRIALS, O_EXPECT, O_BASELINE, O_SAVE,
-    O_THRESHOLD, O_P2P, O_NOLOC, O_PAR, O_SER, O_TIMEOUT, O_LIMIT, O_PROG, O_NOPROG
+    O_THRESHOLD, O_LTHRESHOLD, O_P2P, O_NOLOC, O_PAR, O_SER, O_TIMEOUT, O_LIMIT, O_PROG, O_NOPROG
   };
   static const struct option longOpts[] = {
       {"nranks", required_argument, 0, 'N'},        {"layout", required_argument, 0, O_LAYOUT},
@@ -150,6 +154,7 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
       {"warmup", required_argument, 0, 'w'},        {"expect-busbw", required_argument, 0, O_EXPECT},
       {"baseline", required_argument, 0, O_BASELINE}, {"save-baseline", required_argument, 0, O_SAVE},
       {"threshold", required_argument, 0, O_THRESHOLD}, {"p2p-rounds", required_argument, 0, O_P2P},
+      {"localize-threshold", required_argument, 0, O_LTHRESHOLD},
       {"no-localize", no_argument, 0, O_NOLOC},     {"parallel", no_argument, 0, O_PAR},
       {"serial", no_argument, 0, O_SER},            {"timeout", required_argument, 0, O_TIMEOUT},
       {"time-limit", required_argument, 0, O_LIMIT}, {"json", required_argument, 0, 'J'},
@@ -211,6 +216,10 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
       case O_THRESHOLD:
         if (zhParseSeconds(v, 0.0, &a->threshold) || !(a->threshold > 0 && a->threshold <= 1))
           return zhBad("--threshold '%s': a fraction in (0, 1], e.g. 0.8", v);
+        break;
+      case O_LTHRESHOLD:
+        if (zhParseSeconds(v, 0.0, &a->localizeThreshold) || !(a->localizeThreshold > 0 && a->localizeThreshold <= 1))
+          return zhBad("--localize-threshold '%s': a fraction in (0, 1], e.g. 0.5", v);
         break;
       case O_P2P:
         if (zhParseInt(v, 1, 1000, &a->p2pRounds)) return zhBad("--p2p-rounds '%s': at least 1", v);

@@ -149,12 +149,17 @@ void zhJudge(zhCoord_t* c, zhTest_t* t) {
     t->median[s] = zppPerfMedian(v, (size_t)n);
   }
   if (t->failed || t->trials[0] == 0 || !(c->required > 0)) return;
-  /* Any trial below fails the test: a node that is slow only now and then
-   * must not hide behind a median. Confirmation by a second test keeps one
-   * noisy trial from naming a healthy node. */
+  /* The verdict's test against --threshold; the search's sets and pairs
+   * against --localize-threshold: they name nodes, which needs a margin
+   * over how much a small set's rate varies from test to test (two-rank
+   * all-reduces measured 0.7 to 1.2 of the best pair on the emulated
+   * cluster). Any trial below fails a test: a node that is slow only now
+   * and then must not hide behind a median; confirmation by a second test
+   * keeps one low trial from naming a healthy node. */
+  t->required = t->id == c->worldTest ? c->required : c->requiredLocal;
   t->judged = 1;
-  t->pass = t->min[0] >= c->required;
-  t->medianOk = t->median[0] >= c->required;
+  t->pass = t->min[0] >= t->required;
+  t->medianOk = t->median[0] >= t->required;
 }
 
 /* ---- one batch ------------------------------------------------------------------- */

@@ -110,6 +110,7 @@ void zhMeasureExpectation(zhCoord_t* c) {
     c->expectFrom = best > 0 ? "point-to-point" : "all ranks (no pair could be measured)";
   }
   c->required = a->threshold * c->expect;
+  c->requiredLocal = a->localizeThreshold * c->expect;
   for (int i = 0; i < c->nTests; i++) zhJudge(c, c->tests[i]);
 }
 
@@ -448,7 +449,7 @@ void zhLocalizeSlow(zhCoord_t* c) {
     if (!lf->whole && lf->len >= 2) {
       c->phase = "links";
       zhTestLinks(c, order + lf->start, lf->len);
-    } else if (lf->whole && wholeRate[l] < c->required) {
+    } else if (lf->whole && wholeRate[l] < c->requiredLocal) {
       zhSuspect_t* s = zhAddSuspect(c, ZH_SUS_SET, ZH_PROB_SLOW, lf->start, lf->len);
       if (s && (s->set = malloc((size_t)lf->len * sizeof(int)))) {
         memcpy(s->set, order + lf->start, (size_t)lf->len * sizeof(int));

@@ -71,6 +71,8 @@ void zhPrintSummary(const zhCoord_t* c, FILE* f) {
       zhFormatRate(c->required, r2, sizeof r2);
       fprintf(f, "  expected busbw  %s from %s%s%s; healthy at >= %.2f x = %s\n", r1, c->expectFrom,
               c->haveBaseline ? " " : "", c->haveBaseline ? a->baselinePath : "", a->threshold, r2);
+      zhFormatRate(c->requiredLocal, r2, sizeof r2);
+      fprintf(f, "                  a node or link is named below %.2f x = %s\n", a->localizeThreshold, r2);
     }
     if (w && w->trials[0] > 0) {
       zhFormatRate(w->median[0], r1, sizeof r1);
@@ -159,6 +161,8 @@ static void zhJsonTest(FILE* f, const zhCoord_t* c, const zhTest_t* t) {
   zhJsonDoubles(f, t->busbw[0], t->trials[0]);
   fputs(", \"allgather_busbw_gbps\": ", f);
   zhJsonDoubles(f, t->busbw[1], t->trials[1]);
+  fputs(", \"required_gbps\": ", f);
+  zhJsonNum(f, t->judged ? t->required : NAN);
   fputs(", \"median_gbps\": ", f);
   zhJsonNum(f, t->trials[0] ? t->median[0] : NAN);
   fputs(", \"min_gbps\": ", f);
@@ -234,14 +238,16 @@ int zhWriteJson(const zhCoord_t* c, const char* path, char* err, size_t errLen) 
   zhJsonNum(f, zhNow() - c->t0);
   fprintf(f, ", \"time_limit_s\": %g, \"timeout_s\": %g, \"tests_run\": %d, \"trials_run\": %d,\n",
           a->timeLimitSec, a->timeoutSec, c->nTests, c->trialsRun);
-  fprintf(f, "  \"bytes\": %zu, \"trials_per_test\": %d, \"iters_per_trial\": %d, \"threshold\": %g,\n",
-          c->bytes, a->trials, a->iters, a->threshold);
+  fprintf(f, "  \"bytes\": %zu, \"trials_per_test\": %d, \"iters_per_trial\": %d, \"threshold\": %g, "
+          "\"localize_threshold\": %g,\n", c->bytes, a->trials, a->iters, a->threshold, a->localizeThreshold);
   fputs("  \"expected\": {\"source\": ", f);
   zhJsonStr(f, c->expectFrom);
   fputs(", \"busbw_gbps\": ", f);
   zhJsonNum(f, c->expect > 0 ? c->expect : NAN);
   fputs(", \"required_busbw_gbps\": ", f);
   zhJsonNum(f, c->required > 0 ? c->required : NAN);
+  fputs(", \"localize_busbw_gbps\": ", f);
+  zhJsonNum(f, c->requiredLocal > 0 ? c->requiredLocal : NAN);
   fputs("},\n  \"measured\": {", f);
   if (w) {
     fputs("\"allreduce_busbw_gbps\": ", f);

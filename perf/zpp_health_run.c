@@ -190,8 +190,10 @@ static void zhVerdict(zhCoord_t* c) {
         o += (size_t)snprintf(c->reason + o, sizeof c->reason - o, " %d nodes together (%s),", s->nSet,
                               "each half passes");
     }
+    char loc[48];
+    zhFormatRate(c->requiredLocal, loc, sizeof loc);
     if (o < sizeof c->reason)
-      snprintf(c->reason + o, sizeof c->reason - o, " expected >= %s busbw (all ranks: %s)", req, got);
+      snprintf(c->reason + o, sizeof c->reason - o, " below %s (all ranks: %s, healthy at >= %s)", loc, got, req);
     return;
   }
   if (w->median[0] < c->required) {
@@ -199,7 +201,7 @@ static void zhVerdict(zhCoord_t* c) {
     snprintf(c->reason, sizeof c->reason, "slow: all-reduce busbw %s is below %s; %s", got, req,
              !c->a->localize ? "not localized (--no-localize)"
              : c->incomplete ? "not localized before the time limit"
-                             : "no single node or link found to blame");
+                             : "no node or link is clearly slower than its peers (--localize-threshold)");
     return;
   }
   c->verdict = ZPP_HEALTH_EXIT_OK;
