@@ -272,6 +272,14 @@ def case_two_slow(h):
     check_slow_named(doc, ["node1", "node3"])
 
 
+def case_parallel(h):
+    """Disjoint node sets tested at the same time (the default on a real
+    cluster, forced here): the same two nodes named."""
+    rc, doc, out, err, dt = h.loop("parallel", ";".join([SLOW % 1, SLOW % 3]), ["--parallel"])
+    check_report(doc, rc, "slow")
+    check_slow_named(doc, ["node1", "node3"])
+
+
 def case_intermittent(h):
     """Rank 2 is slow in half of its collectives (fixed draws): still named."""
     rc, doc, out, err, dt = h.loop("intermittent", SLOW % 2 + ",prob=0.5,seed=11", ["--trials", "5"])
@@ -466,6 +474,13 @@ def case_netns_slow(h):
 
 def case_netns_two_slow(h):
     rc, doc, out, err, dt = h.netns("netns_two_slow", ["--node-rate", "1=200mbit", "--node-rate", "3=200mbit"])
+    check_report(doc, rc, "slow")
+    check_slow_named(doc, ["node1", "node3"])
+
+
+def case_netns_parallel(h):
+    rc, doc, out, err, dt = h.netns("netns_parallel", ["--node-rate", "1=200mbit", "--node-rate", "3=200mbit"],
+                                    ["--parallel"])
     check_report(doc, rc, "slow")
     check_slow_named(doc, ["node1", "node3"])
 
