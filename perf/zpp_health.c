@@ -254,7 +254,6 @@ static int zhRankMain(const zppHealthArgs_t* a, int rank, int nranks, const char
   ctl.rank = rank;
   ctl.nranks = nranks;
   ctl.listenFd = -1;
-  ctl.timeoutSec = a->timeoutSec;
   pthread_mutex_init(&ctl.progress.mu, NULL);
   ctl.progress.testId = -1;
   /* Past this, whatever happens, the process ends: nothing hangs. */

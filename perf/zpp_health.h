@@ -189,7 +189,7 @@ typedef struct {
   zhConn_t* conns;          /* rank 0: one per rank (conns[0] unused); others: conns[0] = rank 0 */
   int nConns;
   zhProgress_t progress;
-  double timeoutSec, hardDeadline;
+  double hardDeadline;
   atomic_int mainDone;      /* set when the rank finished normally */
   atomic_int exitCode;      /* what the watchdog exits with */
   pthread_t hbThread;
@@ -259,7 +259,6 @@ typedef struct {
   double busbw[2][ZH_MAX_TRIALS];
   double median[2], min[2];
   int judged, pass;        /* pass: every trial >= the required busbw (all-reduce) */
-  int medianOk;            /* the median >= the required busbw */
   double required;         /* what it was judged against: the world's or the local one */
   int subject;             /* pair stage: the candidate node tested (-1: none) */
   int failed;              /* a rank reported an error or did not answer */

@@ -159,7 +159,6 @@ void zhJudge(zhCoord_t* c, zhTest_t* t) {
   t->required = t->id == c->worldTest ? c->required : c->requiredLocal;
   t->judged = 1;
   t->pass = t->min[0] >= t->required;
-  t->medianOk = t->median[0] >= t->required;
 }
 
 /* ---- one batch ------------------------------------------------------------------- */
@@ -456,9 +455,13 @@ int zhRunBatch(zhCoord_t* c, int n, zhTest_t** tests) {
     if (c->a->verbose) {
       zhTest_t* t = runs[j].t;
       zhProgressClear(c);
-      fprintf(stderr, "zpp-health: test %d %s: %zu B, busbw median %.4f min %.4f GB/s%s%s%s\n", t->id,
-              zhDescribe(c, t, what, sizeof what), t->bytes, t->median[0], t->min[0],
-              t->judged ? (t->pass ? " pass" : " FAIL") : "", t->failed ? ": " : "", t->error);
+      if (t->failed)
+        fprintf(stderr, "zpp-health: test %d %s: failed: %s\n", t->id, zhDescribe(c, t, what, sizeof what),
+                t->error);
+      else
+        fprintf(stderr, "zpp-health: test %d %s: %zu B, busbw median %.4f min %.4f GB/s%s\n", t->id,
+                zhDescribe(c, t, what, sizeof what), t->bytes, t->median[0], t->min[0],
+                t->judged ? (t->pass ? " pass" : " FAIL") : "");
     }
     free(runs[j].res);
     free(runs[j].got);

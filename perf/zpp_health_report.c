@@ -69,8 +69,9 @@ void zhPrintSummary(const zhCoord_t* c, FILE* f) {
     if (c->expect > 0) {
       zhFormatRate(c->expect, r1, sizeof r1);
       zhFormatRate(c->required, r2, sizeof r2);
-      fprintf(f, "  expected busbw  %s from %s%s%s; healthy at >= %.2f x = %s\n", r1, c->expectFrom,
-              c->haveBaseline ? " " : "", c->haveBaseline ? a->baselinePath : "", a->threshold, r2);
+      const char* given = c->haveBaseline ? a->baselinePath : a->expectFrom == ZH_EXPECT_CMDLINE ? a->expectText : "";
+      fprintf(f, "  expected busbw  %s from %s%s%s%s; healthy at >= %.2f x = %s\n", r1, c->expectFrom,
+              given[0] ? " (" : "", given, given[0] ? ")" : "", a->threshold, r2);
       zhFormatRate(c->requiredLocal, r2, sizeof r2);
       fprintf(f, "                  a node or link is named below %.2f x = %s\n", a->localizeThreshold, r2);
     }
