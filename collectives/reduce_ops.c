@@ -6,7 +6,7 @@
 
 /* ---- 16-bit float formats ------------------------------------------------ */
 
-float zppHalfToFloat(uint16_t h) {
+static inline float halfToFloat(uint16_t h) {
   uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t man = h & 0x3ffu;
@@ -28,7 +28,7 @@ float zppHalfToFloat(uint16_t h) {
   return f;
 }
 
-uint16_t zppFloatToHalf(float f) {
+static inline uint16_t floatToHalf(float f) {
   uint32_t x;
   memcpy(&x, &f, sizeof(x));
   uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
@@ -55,20 +55,29 @@ uint16_t zppFloatToHalf(float f) {
   return (uint16_t)(sign | (bits >> 13));
 }
 
-float zppBf16ToFloat(uint16_t b) {
+static inline float bf16ToFloat(uint16_t b) {
   uint32_t bits = (uint32_t)b << 16;
   float f;
   memcpy(&f, &bits, sizeof(f));
   return f;
 }
 
-uint16_t zppFloatToBf16(float f) {
+static inline uint16_t floatToBf16(float f) {
   uint32_t x;
   memcpy(&x, &f, sizeof(x));
   if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
   x += 0x7fffu + ((x >> 16) & 1u);
   return (uint16_t)(x >> 16);
 }
+
+/* The exported conversions wrap the static ones: in the shared library (-fPIC)
+ * an exported function may be interposed, so the compiler would call it per
+ * element instead of inlining it, and the loops below would not vectorize
+ * (bf16 sum, -fPIC -O2: 51 ms of CPU per 16 MiB that way, 8 ms inlined). */
+float zppHalfToFloat(uint16_t h) { return halfToFloat(h); }
+uint16_t zppFloatToHalf(float f) { return floatToHalf(f); }
+float zppBf16ToFloat(uint16_t b) { return bf16ToFloat(b); }
+uint16_t zppFloatToBf16(float f) { return floatToBf16(f); }
 
 /* ---- loops ----------------------------------------------------------------- */
 
@@ -140,8 +149,13 @@ FLOAT_LOOPS(double)
     uint16_t ta[HALF_BLOCK] = {0}, tb[HALF_BLOCK] = {0}, td[HALF_BLOCK];                                \
     for (size_t i = 0; i < n; i += HALF_BLOCK) {                                              \
       size_t m = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;                                     \
-      memcpy(ta, a + i, m * sizeof(uint16_t));                                                \
-      memcpy(tb, b + i, m * sizeof(uint16_t));                                                \
+      if (m == HALF_BLOCK) { /* constant size: inlined copies */                             \
+        memcpy(ta, a + i, sizeof(ta));                                                        \
+        memcpy(tb, b + i, sizeof(tb));                                                        \
+      } else {                                                                                \
+        memcpy(ta, a + i, m * sizeof(uint16_t));                                              \
+        memcpy(tb, b + i, m * sizeof(uint16_t));                                              \
+      }                                                                                       \
       switch (op) {                                                                           \
         case zppSum:                                                                          \
         case zppAvg:                                                                          \
@@ -157,12 +171,15 @@ FLOAT_LOOPS(double)
           for (int j = 0; j < HALF_BLOCK; j++) td[j] = FROM_F(OP_MIN(TO_F(ta[j]), TO_F(tb[j]))); \
           break;                                                                              \
       }                                                                                       \
-      memcpy(dst + i, td, m * sizeof(uint16_t));                                              \
+      if (m == HALF_BLOCK)                                                                    \
+        memcpy(dst + i, td, sizeof(td));                                                      \
+      else                                                                                    \
+        memcpy(dst + i, td, m * sizeof(uint16_t));                                            \
     }                                                                                         \
   }
 
-HALF_LOOPS(fp16, zppHalfToFloat, zppFloatToHalf)
-HALF_LOOPS(bf16, zppBf16ToFloat, zppFloatToBf16)
+HALF_LOOPS(fp16, halfToFloat, floatToHalf)
+HALF_LOOPS(bf16, bf16ToFloat, floatToBf16)
 
 void zppReduce(void* dst, const void* a, const void* b, size_t n, zppDataType_t type,
                zppRedOp_t op) {
@@ -201,12 +218,12 @@ void zppReduceFinishAvg(void* buf, size_t n, zppDataType_t type, int nranks) {
     case zppFloat64: DIV_LOOP(double, double); break;
     case zppFloat16: {
       uint16_t* p = buf;
-      for (size_t i = 0; i < n; i++) p[i] = zppFloatToHalf(zppHalfToFloat(p[i]) / (float)nranks);
+      for (size_t i = 0; i < n; i++) p[i] = floatToHalf(halfToFloat(p[i]) / (float)nranks);
       break;
     }
     case zppBfloat16: {
       uint16_t* p = buf;
-      for (size_t i = 0; i < n; i++) p[i] = zppFloatToBf16(zppBf16ToFloat(p[i]) / (float)nranks);
+      for (size_t i = 0; i < n; i++) p[i] = floatToBf16(bf16ToFloat(p[i]) / (float)nranks);
       break;
     }
     default: break;
