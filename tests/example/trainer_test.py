@@ -25,6 +25,9 @@ import shutil
 import socket
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ports  # noqa: E402  (tests/ports.py)
 import tempfile
 import xml.etree.ElementTree as ET
 
@@ -282,17 +285,11 @@ def case_args(exe, tmp):
     print("args: %d bad invocations refused with exit 2 and a reason" % (len(bad) + 1))
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def case_launch(exe, tmp):
     # torchrun-style environment: two processes started here.
-    port = free_port()
+    port = ports.free_master_port()
     path = os.path.join(tmp, "env.json")
     procs = []
     for r in range(2):

@@ -27,6 +27,9 @@ import shutil
 import socket
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ports  # noqa: E402  (tests/ports.py)
 import time
 
 SKIP = 77
@@ -410,16 +413,12 @@ def case_progress(h):
     check("zpp-health [" not in out, "progress line on stdout")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def case_env(h):
     """torchrun-style environment, each rank started by the test."""
     path = h.json_path("env")
-    port = free_port() - 1
+    port = ports.free_master_port()
     procs = []
     for r in range(4):
         e = dict(os.environ)
@@ -444,7 +443,7 @@ def case_mpi(h):
         log("skip: no mpirun")
         return SKIP
     path = h.json_path("mpi")
-    port = free_port() - 1
+    port = ports.free_master_port()
     env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
            "ZPP_FAULT": ";".join([SLOW % 2, BASE])}

@@ -24,6 +24,9 @@ import re
 import shutil
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ports  # noqa: E402  (tests/ports.py)
 import xml.etree.ElementTree as ET
 
 SKIP = 77
@@ -452,11 +455,6 @@ def test_zeropp(bin_, schema_path, outdir):
     return 0
 
 
-def free_port():
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_env(bin_, schema_path, outdir):
@@ -467,7 +465,7 @@ def test_env(bin_, schema_path, outdir):
     path = os.path.join(outdir, "env.json")
     if os.path.exists(path):
         os.remove(path)
-    port = free_port() - 1
+    port = ports.free_master_port()
     procs = []
     for r in range(2):
         e = dict(os.environ)
