@@ -2,9 +2,24 @@
 # The README's test command: installs what is missing, builds, runs every
 # test. Tests that need a GPU (label gpu) or root (label netns) report as
 # skipped, not passed, where they cannot run.
+#
+# Two passes. First everything but the tests labelled `timing`, in parallel.
+# Then the `timing` tests, one at a time: they measure bandwidth (a shaped
+# link's rate, whether zpp-health calls a cluster healthy or names the slow
+# node) on what is often a shared 2-core VM, where another tenant can take the
+# CPU for seconds. A failed one is run again, up to three runs in all, with
+# its criterion unchanged: a real fault fails every run, a noisy neighbour
+# does not. Extra arguments go to both ctest passes (e.g. -L quant).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-deps.sh
 bash scripts/build.sh
 cd build
-ctest --output-on-failure -j"$(nproc 2>/dev/null || echo 2)" "$@"
+jobs=$(nproc 2>/dev/null || echo 2)
+status=0
+ctest --output-on-failure -j"$jobs" -LE timing "$@" || status=1
+ctest --output-on-failure -L timing --repeat until-pass:3 "$@" || status=1
+if ((status != 0)); then
+  echo "zpp tests: FAILED (see the output above)" >&2
+fi
+exit "$status"
