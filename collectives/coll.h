@@ -34,7 +34,6 @@ typedef struct {
   void* scratchOwner;
 } zppCollCtx_t;
 
-#define ZPP_COLL_SCRATCH_SLOTS 2
 
 static inline zppMsgId_t zppCollMsg(const zppCollCtx_t* c, uint32_t step) {
   zppMsgId_t id = c->id;

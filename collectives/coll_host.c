@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "coll.h"
+#include "coll_common.h"
 #include "reduce_ops.h"
 
 #include "check.h"
@@ -18,15 +19,11 @@
 
 enum { ALGO_AUTO = 0, ALGO_RING = 1, ALGO_SMALL = 2 }; /* SMALL: bruck, direct, rd, binomial */
 
-/* Scratch bigger than this is given back after the call that needed it. */
-#define SCRATCH_KEEP_BYTES (64u << 20)
-
 typedef struct {
   uint32_t seq;
   int* ring;
   int* ringPos;
-  void* scratch[ZPP_COLL_SCRATCH_SLOTS];
-  size_t scratchBytes[ZPP_COLL_SCRATCH_SLOTS];
+  zppScratchPool_t scratch;
   size_t chunkBytes;
   int depth;
   int64_t small[zppNumOpKinds]; /* below: the latency algorithm */
@@ -36,46 +33,15 @@ typedef struct {
   uint32_t lastSig;
 } hostState_t;
 
-static const char* kindNames[] = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll",
-                                  "Broadcast", "QwZ",           "HpZ",       "QgZ"};
-static const char* typeNames[] = {"int8",    "uint8",   "int32",   "uint32", "int64",
-                                  "uint64",  "float16", "float32", "float64", "bfloat16"};
-static const char* opNames[] = {"sum", "prod", "max", "min", "avg"};
-
-#define SIG_NO_OP 7u
-
-void zppHostCollDescribeSig(uint32_t sig, char* buf, size_t len) {
-  unsigned kind = (sig >> 17) & 7u, type = (sig >> 13) & 15u, op = (sig >> 10) & 7u;
-  unsigned hash = sig & 0x3ffu;
-  const char* tn = type < sizeof(typeNames) / sizeof(typeNames[0]) ? typeNames[type] : "?";
-  if (op < sizeof(opNames) / sizeof(opNames[0]))
-    snprintf(buf, len, "%s(%s, %s; #%03x)", kindNames[kind], tn, opNames[op], hash);
-  else
-    snprintf(buf, len, "%s(%s; #%03x)", kindNames[kind], tn, hash);
-}
-
 void zppHostCollDescribeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t len) {
-  char a[96], b[96];
-  zppHostCollDescribeSig(theirs, a, sizeof(a));
-  zppHostCollDescribeSig(mine, b, sizeof(b));
-  /* Same collective, type and op: the low bits hash the rest. */
-  int sameCall = (theirs >> 10) == (mine >> 10);
-  snprintf(buf, len, "%s while this rank called %s%s", a, b,
-           sameCall ? " (#: a hash of count, root and algorithm settings: these differ)" : "");
+  zppCollDescribeMismatch(theirs, mine, "count, root and algorithm settings", buf, len);
 }
 
 static uint32_t makeSig(const zppHostColl_t* a, int algo, size_t chunkBytes) {
-  /* FNV-1a over what must agree across ranks beyond kind, type and op. */
   uint64_t vals[4] = {(uint64_t)a->count, (uint64_t)(a->kind == zppOpBroadcast ? a->root : 0),
                       (uint64_t)algo, (uint64_t)chunkBytes};
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char* p = (const unsigned char*)vals;
-  for (size_t i = 0; i < sizeof(vals); i++) h = (h ^ p[i]) * 1099511628211ull;
-  h ^= h >> 32;
-  h ^= h >> 16;
   int reduction = a->kind == zppOpReduceScatter || a->kind == zppOpAllReduce;
-  uint32_t op = reduction ? (uint32_t)a->op : SIG_NO_OP;
-  return ((uint32_t)a->kind << 17) | ((uint32_t)a->type << 13) | (op << 10) | (uint32_t)(h & 0x3ffu);
+  return zppCollSig(a->kind, a->type, reduction ? (int)a->op : -1, vals, 4);
 }
 
 /* ---- per-communicator state (executor thread only) ---------------------- */
@@ -83,20 +49,10 @@ static uint32_t makeSig(const zppHostColl_t* a, int algo, size_t chunkBytes) {
 static void stateFree(void* p) {
   hostState_t* st = p;
   if (st == NULL) return;
-  for (int i = 0; i < ZPP_COLL_SCRATCH_SLOTS; i++) free(st->scratch[i]);
+  zppScratchPoolFree(&st->scratch);
   free(st->ring);
   free(st->ringPos);
   free(st);
-}
-
-static void* scratchGet(void* owner, int slot, size_t bytes) {
-  hostState_t* st = owner;
-  if (slot < 0 || slot >= ZPP_COLL_SCRATCH_SLOTS) return NULL;
-  if (bytes <= st->scratchBytes[slot] && st->scratch[slot]) return st->scratch[slot];
-  free(st->scratch[slot]);
-  st->scratch[slot] = malloc(bytes ? bytes : 1);
-  st->scratchBytes[slot] = st->scratch[slot] ? bytes : 0;
-  return st->scratch[slot];
 }
 
 static zppResult_t readAlgo(const char* name, const char* smallName, int* algo) {
@@ -117,26 +73,8 @@ static zppResult_t stateCreate(struct zppComm* comm, hostState_t** out) {
   zppResult_t res = zppSuccess;
   hostState_t* st = NULL;
   ZPP_CALLOCGOTO(st, 1, res, fail);
-  ZPP_CALLOCGOTO(st->ring, (size_t)comm->nranks, res, fail);
-  ZPP_CALLOCGOTO(st->ringPos, (size_t)comm->nranks, res, fail);
-  /* Node by node: a ring visits each node once, so each node's link
-   * carries a single flow in each direction. */
-  int pos = 0;
-  for (int node = 0; node < comm->topo->nNodes; node++)
-    for (int i = 0; i < comm->topo->nodeSize[node]; i++) st->ring[pos++] = comm->topo->nodeRanks[node][i];
-  if (pos != comm->nranks)
-    ZPP_FAILGOTO(zppInternalError, res, fail, COLL, "topology covers %d of %d ranks", pos, comm->nranks);
-  for (int p = 0; p < comm->nranks; p++) st->ringPos[st->ring[p]] = p;
-
-  int64_t chunk = 0, depth = 0;
-  ZPPCHECKGOTO(zppParamGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunk), res, fail);
-  ZPPCHECKGOTO(zppParamGetInt("ZPP_PIPELINE_DEPTH", &depth), res, fail);
-  if (chunk < 1024 || depth < 1 || depth > 64)
-    ZPP_FAILGOTO(zppInvalidArgument, res, fail, ENV,
-                 "ZPP_PIPELINE_CHUNK_BYTES=%lld (>= 1024) or ZPP_PIPELINE_DEPTH=%lld (1..64) out of range",
-                 (long long)chunk, (long long)depth);
-  st->chunkBytes = (size_t)chunk;
-  st->depth = (int)depth;
+  ZPPCHECKGOTO(zppCollRingCreate(comm->topo, comm->nranks, &st->ring, &st->ringPos), res, fail);
+  ZPPCHECKGOTO(zppCollPipelineParams(&st->chunkBytes, &st->depth), res, fail);
   ZPPCHECKGOTO(zppParamGetInt("ZPP_ALLGATHER_SMALL_BYTES", &st->small[zppOpAllGather]), res, fail);
   ZPPCHECKGOTO(zppParamGetInt("ZPP_REDUCESCATTER_SMALL_BYTES", &st->small[zppOpReduceScatter]), res,
                fail);
@@ -267,28 +205,22 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
       .id = {.seq = st->seq++, .step = 0, .sig = makeSig(a, algo, st->chunkBytes), .opKind = a->kind},
       .chunkBytes = st->chunkBytes,
       .depth = st->depth,
-      .scratch = scratchGet,
-      .scratchOwner = st,
+      .scratch = zppScratchPoolGet,
+      .scratchOwner = &st->scratch,
   };
   ZPP_DBG(COLL, "%s: rank %d: %s seq %u count %zu algorithm %s", comm->name, comm->rank,
-          kindNames[a->kind], c.id.seq, a->count, algo == ALGO_SMALL ? "latency" : "bandwidth");
+          zppOpKindName(a->kind), c.id.seq, a->count, algo == ALGO_SMALL ? "latency" : "bandwidth");
   res = runAlgo(&c, a, algo);
   st->haveLast = 1;
   st->lastSeq = c.id.seq;
   st->lastSig = c.id.sig;
-  for (int i = 0; i < ZPP_COLL_SCRATCH_SLOTS; i++) {
-    if (st->scratchBytes[i] > SCRATCH_KEEP_BYTES) {
-      free(st->scratch[i]);
-      st->scratch[i] = NULL;
-      st->scratchBytes[i] = 0;
-    }
-  }
+  zppScratchPoolTrim(&st->scratch);
   if (res != zppSuccess) {
     /* The ranks no longer agree on where they are: the communicator is
      * broken (the transport recorded why, unless the failure was local). */
     if (atomic_load(&comm->asyncError) == zppSuccess)
       zppCommSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
-                      kindNames[a->kind], zppGetErrorString(res));
+                      zppOpKindName(a->kind), zppGetErrorString(res));
     zppUcxQuiesce(t->ucx);
   }
   return res;

@@ -35,8 +35,6 @@ zppResult_t zppHostCollIssue(struct zppComm* comm, const zppHostColl_t* coll, zp
 zppResult_t zppHostCollBeginOp(struct zppComm* comm, uint32_t* seq);
 void zppHostCollEndOp(struct zppComm* comm, uint32_t seq, uint32_t sig);
 
-/* "AllReduce(float32, sum; #1a3)": what one signature says. */
-void zppHostCollDescribeSig(uint32_t sig, char* buf, size_t len);
 /* "AllReduce(float32, max; #1a3) while this rank called AllReduce(float32,
  * sum; #1a3)": what two message signatures say, for the transport's
  * mismatch errors (a zppSigFormatter_t). */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll_common.h"
 #include "coll_host.h"
 #include "zeropp.h"
 
@@ -16,51 +17,26 @@
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
 
-/* Scratch bigger than this is given back after the call that needed it, so a
- * one-off huge call does not pin its buffers for the communicator's life. */
-#define SCRATCH_KEEP_BYTES ((size_t)64 << 20)
 
 struct zppZeropp {
   int formatterSet; /* ours describes plain and ZeRO++ signatures */
   int* ring;
   int* ringPos;
-  void* scratch[ZPP_ZSCRATCH_SLOTS];
-  size_t scratchBytes[ZPP_ZSCRATCH_SLOTS];
+  zppScratchPool_t scratch;
   size_t chunkBytes;
   int depth;
 };
-
-static const char* kindNames[zppNumOpKinds] = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll",
-                                               "Broadcast", "QwZ",           "HpZ",       "QgZ"};
-static const char* typeNames[] = {"int8",    "uint8",   "int32",   "uint32", "int64",
-                                  "uint64",  "float16", "float32", "float64", "bfloat16"};
-static const char* opNames[] = {"sum", "prod", "max", "min", "avg"};
-
-#define SIG_NO_OP 7u
 
 /* ---- state ------------------------------------------------------------------ */
 
 void zppZeroppFree(struct zppComm* comm) {
   if (comm == NULL || comm->zeropp == NULL) return;
   struct zppZeropp* st = comm->zeropp;
-  for (int i = 0; i < ZPP_ZSCRATCH_SLOTS; i++) free(st->scratch[i]);
+  zppScratchPoolFree(&st->scratch);
   free(st->ring);
   free(st->ringPos);
   free(st);
   comm->zeropp = NULL;
-}
-
-static void* scratchGet(void* owner, int slot, size_t bytes) {
-  struct zppZeropp* st = owner;
-  if (slot < 0 || slot >= ZPP_ZSCRATCH_SLOTS) return NULL;
-  if (bytes <= st->scratchBytes[slot] && st->scratch[slot]) return st->scratch[slot];
-  free(st->scratch[slot]);
-  /* 64-byte aligned: packed segments are 16-byte multiples, and the codecs'
-   * vector loads like aligned starts. */
-  size_t sz = (bytes + 63) & ~(size_t)63;
-  st->scratch[slot] = aligned_alloc(64, sz ? sz : 64);
-  st->scratchBytes[slot] = st->scratch[slot] ? bytes : 0;
-  return st->scratch[slot];
 }
 
 static zppResult_t stateGet(struct zppComm* comm, struct zppZeropp** out) {
@@ -71,24 +47,9 @@ static zppResult_t stateGet(struct zppComm* comm, struct zppZeropp** out) {
   zppResult_t res = zppSuccess;
   struct zppZeropp* st = NULL;
   ZPP_CALLOCGOTO(st, 1, res, fail);
-  ZPP_CALLOCGOTO(st->ring, (size_t)comm->nranks, res, fail);
-  ZPP_CALLOCGOTO(st->ringPos, (size_t)comm->nranks, res, fail);
-  /* Node by node, as the plain ring: each node's links carry one flow. */
-  int pos = 0;
-  for (int node = 0; node < comm->topo->nNodes; node++)
-    for (int i = 0; i < comm->topo->nodeSize[node]; i++) st->ring[pos++] = comm->topo->nodeRanks[node][i];
-  if (pos != comm->nranks)
-    ZPP_FAILGOTO(zppInternalError, res, fail, COLL, "topology covers %d of %d ranks", pos, comm->nranks);
-  for (int p = 0; p < comm->nranks; p++) st->ringPos[st->ring[p]] = p;
-  int64_t chunk = 0, depth = 0;
-  ZPPCHECKGOTO(zppParamGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunk), res, fail);
-  ZPPCHECKGOTO(zppParamGetInt("ZPP_PIPELINE_DEPTH", &depth), res, fail);
-  if (chunk < 1024 || depth < 1 || depth > 64)
-    ZPP_FAILGOTO(zppInvalidArgument, res, fail, ENV,
-                 "ZPP_PIPELINE_CHUNK_BYTES=%lld (>= 1024) or ZPP_PIPELINE_DEPTH=%lld (1..64) out of range",
-                 (long long)chunk, (long long)depth);
-  st->chunkBytes = (size_t)chunk;
-  st->depth = (int)depth;
+  /* The plain collectives' ring (node by node) and pipeline settings. */
+  ZPPCHECKGOTO(zppCollRingCreate(comm->topo, comm->nranks, &st->ring, &st->ringPos), res, fail);
+  ZPPCHECKGOTO(zppCollPipelineParams(&st->chunkBytes, &st->depth), res, fail);
   comm->zeropp = st;
   *out = st;
   return zppSuccess;
@@ -105,33 +66,13 @@ fail:
 
 /* Same layout as the plain collectives' (coll_host.c): kind, type, op, then
  * a 10-bit hash of what else must agree, so one formatter reads both. */
-static uint32_t sigHash(const uint64_t* vals, int nvals) {
-  /* FNV-1a over the values' bytes, folded. */
-  uint64_t h = 1469598103934665603ull;
-  const unsigned char* p = (const unsigned char*)vals;
-  for (size_t i = 0; i < (size_t)nvals * sizeof(uint64_t); i++) h = (h ^ p[i]) * 1099511628211ull;
-  h ^= h >> 32;
-  h ^= h >> 16;
-  return (uint32_t)(h & 0x3ffu);
-}
-
 static uint32_t makeSig(zppOpKind_t kind, zppDataType_t type, int op, const uint64_t* vals,
                         int nvals, size_t chunkBytes) {
   uint64_t all[12];
   int n = 0;
   for (int i = 0; i < nvals && n < 11; i++) all[n++] = vals[i];
   all[n++] = (uint64_t)chunkBytes;
-  uint32_t o = (op >= 0 && op < zppNumOps) ? (uint32_t)op : SIG_NO_OP;
-  return ((uint32_t)kind << 17) | ((uint32_t)type << 13) | (o << 10) | sigHash(all, n);
-}
-
-static void describeSig(uint32_t sig, char* buf, size_t len) {
-  unsigned kind = (sig >> 17) & 7u, type = (sig >> 13) & 15u, op = (sig >> 10) & 7u;
-  const char* tn = type < sizeof(typeNames) / sizeof(typeNames[0]) ? typeNames[type] : "?";
-  if (op < sizeof(opNames) / sizeof(opNames[0]))
-    snprintf(buf, len, "%s(%s, %s; #%03x)", kindNames[kind], tn, opNames[op], sig & 0x3ffu);
-  else
-    snprintf(buf, len, "%s(%s; #%03x)", kindNames[kind], tn, sig & 0x3ffu);
+  return zppCollSig(kind, type, op, all, n);
 }
 
 void zppZeroppDescribeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t len) {
@@ -140,14 +81,8 @@ void zppZeroppDescribeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t
     zppHostCollDescribeMismatch(theirs, mine, buf, len);
     return;
   }
-  char a[96], b[96];
-  describeSig(theirs, a, sizeof(a));
-  describeSig(mine, b, sizeof(b));
-  int sameCall = (theirs >> 10) == (mine >> 10);
-  snprintf(buf, len, "%s while this rank called %s%s", a, b,
-           sameCall ? " (#: a hash of count, bits, block, pipeline chunk and forward or "
-                      "backward: these differ)"
-                    : "");
+  zppCollDescribeMismatch(theirs, mine, "count, bits, block, pipeline chunk and forward or backward",
+                          buf, len);
 }
 
 /* ---- one operation ------------------------------------------------------------ */
@@ -185,9 +120,9 @@ zppResult_t zppZeroppBegin(struct zppComm* comm, zppOpKind_t kind, zppDataType_t
   c->id.opKind = kind;
   c->chunkBytes = st->chunkBytes;
   c->depth = st->depth;
-  c->scratch = scratchGet;
-  c->scratchOwner = st;
-  ZPP_DBG(COLL, "%s: rank %d: %s seq %u sig 0x%05x", comm->name, comm->rank, kindNames[kind], c->id.seq,
+  c->scratch = zppScratchPoolGet;
+  c->scratchOwner = &st->scratch;
+  ZPP_DBG(COLL, "%s: rank %d: %s seq %u sig 0x%05x", comm->name, comm->rank, zppOpKindName(kind), c->id.seq,
           c->id.sig);
   return zppSuccess;
 }
@@ -195,20 +130,14 @@ zppResult_t zppZeroppBegin(struct zppComm* comm, zppOpKind_t kind, zppDataType_t
 zppResult_t zppZeroppEnd(zppCollCtx_t* c, zppResult_t res, int agreed) {
   struct zppComm* comm = c->comm;
   struct zppZeropp* st = comm->zeropp;
-  for (int i = 0; st && i < ZPP_ZSCRATCH_SLOTS; i++) {
-    if (st->scratchBytes[i] > SCRATCH_KEEP_BYTES) {
-      free(st->scratch[i]);
-      st->scratch[i] = NULL;
-      st->scratchBytes[i] = 0;
-    }
-  }
+  if (st) zppScratchPoolTrim(&st->scratch);
   if (c->ucx) zppHostCollEndOp(comm, c->id.seq, c->id.sig);
   if (res != zppSuccess && !agreed) {
     /* The ranks no longer agree on where they are: the communicator is
      * broken (the transport recorded why, unless the failure was local). */
     if (atomic_load(&comm->asyncError) == zppSuccess)
       zppCommSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
-                      kindNames[c->id.opKind], zppGetErrorString(res));
+                      zppOpKindName((zppOpKind_t)c->id.opKind), zppGetErrorString(res));
     if (c->ucx) zppUcxQuiesce(c->ucx);
   }
   return res;

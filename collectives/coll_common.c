@@ -1,0 +1,111 @@
+/* Shared host-collective plumbing; see coll_common.h. */
+#include "coll_common.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "params.h"
+
+zppResult_t zppCollRingCreate(const zppTopo_t* topo, int nranks, int** ringOut, int** posOut) {
+  zppResult_t res = zppSuccess;
+  int* ring = NULL;
+  int* pos = NULL;
+  ZPP_CALLOCGOTO(ring, (size_t)nranks, res, fail);
+  ZPP_CALLOCGOTO(pos, (size_t)nranks, res, fail);
+  int p = 0;
+  for (int node = 0; node < topo->nNodes; node++)
+    for (int i = 0; i < topo->nodeSize[node] && p < nranks; i++) ring[p++] = topo->nodeRanks[node][i];
+  if (p != nranks)
+    ZPP_FAILGOTO(zppInternalError, res, fail, COLL, "topology covers %d of %d ranks", p, nranks);
+  for (int i = 0; i < nranks; i++) pos[ring[i]] = i;
+  *ringOut = ring;
+  *posOut = pos;
+  return zppSuccess;
+fail:
+  free(ring);
+  free(pos);
+  return res;
+}
+
+zppResult_t zppCollPipelineParams(size_t* chunkBytes, int* depth) {
+  int64_t chunk = 0, d = 0;
+  ZPPCHECK(zppParamGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunk));
+  ZPPCHECK(zppParamGetInt("ZPP_PIPELINE_DEPTH", &d));
+  if (chunk < 1024 || d < 1 || d > 64)
+    ZPP_FAIL(zppInvalidArgument, ENV,
+             "ZPP_PIPELINE_CHUNK_BYTES=%lld (>= 1024) or ZPP_PIPELINE_DEPTH=%lld (1..64) out of range",
+             (long long)chunk, (long long)d);
+  *chunkBytes = (size_t)chunk;
+  *depth = (int)d;
+  return zppSuccess;
+}
+
+#define SCRATCH_KEEP_BYTES ((size_t)64 << 20)
+
+void* zppScratchPoolGet(void* owner, int slot, size_t bytes) {
+  zppScratchPool_t* pool = owner;
+  if (slot < 0 || slot >= ZPP_SCRATCH_POOL_SLOTS) return NULL;
+  if (pool->buf[slot] && bytes <= pool->bytes[slot]) return pool->buf[slot];
+  free(pool->buf[slot]);
+  size_t sz = (bytes + 63) & ~(size_t)63;
+  pool->buf[slot] = aligned_alloc(64, sz ? sz : 64);
+  pool->bytes[slot] = pool->buf[slot] ? bytes : 0;
+  return pool->buf[slot];
+}
+
+void zppScratchPoolTrim(zppScratchPool_t* pool) {
+  for (int i = 0; i < ZPP_SCRATCH_POOL_SLOTS; i++) {
+    if (pool->bytes[i] > SCRATCH_KEEP_BYTES) {
+      free(pool->buf[i]);
+      pool->buf[i] = NULL;
+      pool->bytes[i] = 0;
+    }
+  }
+}
+
+void zppScratchPoolFree(zppScratchPool_t* pool) {
+  for (int i = 0; i < ZPP_SCRATCH_POOL_SLOTS; i++) {
+    free(pool->buf[i]);
+    pool->buf[i] = NULL;
+    pool->bytes[i] = 0;
+  }
+}
+
+static const char* const kindNames[zppNumOpKinds] = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll",
+                                                     "Broadcast", "QwZ",           "HpZ",       "QgZ"};
+static const char* const typeNames[] = {"int8",   "uint8",   "int32",   "uint32", "int64",
+                                        "uint64", "float16", "float32", "float64", "bfloat16"};
+static const char* const opNames[] = {"sum", "prod", "max", "min", "avg"};
+#define SIG_NO_OP 7u
+
+uint32_t zppCollSig(zppOpKind_t kind, zppDataType_t type, int op, const uint64_t* vals, int nvals) {
+  /* FNV-1a over the values' bytes, folded to 10 bits. */
+  uint64_t h = 1469598103934665603ull;
+  const unsigned char* p = (const unsigned char*)vals;
+  for (size_t i = 0; i < (size_t)nvals * sizeof(uint64_t); i++) h = (h ^ p[i]) * 1099511628211ull;
+  h ^= h >> 32;
+  h ^= h >> 16;
+  uint32_t o = (op >= 0 && op < zppNumOps) ? (uint32_t)op : SIG_NO_OP;
+  return ((uint32_t)kind << 17) | ((uint32_t)type << 13) | (o << 10) | (uint32_t)(h & 0x3ffu);
+}
+
+void zppCollDescribeSig(uint32_t sig, char* buf, size_t len) {
+  unsigned kind = (sig >> 17) & 7u, type = (sig >> 13) & 15u, op = (sig >> 10) & 7u;
+  const char* tn = type < sizeof(typeNames) / sizeof(typeNames[0]) ? typeNames[type] : "?";
+  if (op < sizeof(opNames) / sizeof(opNames[0]))
+    snprintf(buf, len, "%s(%s, %s; #%03x)", kindNames[kind], tn, opNames[op], sig & 0x3ffu);
+  else
+    snprintf(buf, len, "%s(%s; #%03x)", kindNames[kind], tn, sig & 0x3ffu);
+}
+
+void zppCollDescribeMismatch(uint32_t theirs, uint32_t mine, const char* hashHint, char* buf,
+                             size_t len) {
+  char a[96], b[96];
+  zppCollDescribeSig(theirs, a, sizeof(a));
+  zppCollDescribeSig(mine, b, sizeof(b));
+  /* Same collective, type and op: only the hash of the rest differs. */
+  int sameCall = (theirs >> 10) == (mine >> 10);
+  snprintf(buf, len, "%s while this rank called %s%s%s%s", a, b, sameCall ? " (#: a hash of " : "",
+           sameCall ? hashHint : "", sameCall ? ": these differ)" : "");
+}

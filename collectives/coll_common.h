@@ -1,0 +1,53 @@
+/*
+ * What the plain collectives (coll_host.c) and the ZeRO++ ones
+ * (zeropp_host.c) share on the host: the node-ordered ring, the pipeline
+ * settings, the scratch pool and the message signatures. One definition, so
+ * the two families cannot drift apart (they share the transport's sequence
+ * space and one mismatch formatter reads both kinds of signature).
+ */
+#ifndef ZPP_COLL_COMMON_H_
+#define ZPP_COLL_COMMON_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zpp.h"
+#include "topology/topo.h"
+
+/* Ranks in ring order, node by node (a ring visits each node once, so each
+ * node's link carries one flow each way), and rank -> position. The caller
+ * frees both. */
+zppResult_t zppCollRingCreate(const zppTopo_t* topo, int nranks, int** ring, int** ringPos);
+
+/* ZPP_PIPELINE_CHUNK_BYTES and ZPP_PIPELINE_DEPTH, range-checked. */
+zppResult_t zppCollPipelineParams(size_t* chunkBytes, int* depth);
+
+/* Scratch memory kept between calls of one communicator (executor thread
+ * only). Slots grow on demand, 64-byte aligned (packed segments are 16-byte
+ * multiples and the codecs' vector loads like aligned starts). */
+#define ZPP_SCRATCH_POOL_SLOTS 4
+typedef struct {
+  void* buf[ZPP_SCRATCH_POOL_SLOTS];
+  size_t bytes[ZPP_SCRATCH_POOL_SLOTS];
+} zppScratchPool_t;
+
+/* Matches zppCollCtx_t's scratch callback (owner = the pool); NULL when out
+ * of memory or the slot is out of range. */
+void* zppScratchPoolGet(void* pool, int slot, size_t bytes);
+/* Gives back slots above 64 MiB, so that a one-off huge call does not pin
+ * its buffers for the communicator's life. */
+void zppScratchPoolTrim(zppScratchPool_t* pool);
+void zppScratchPoolFree(zppScratchPool_t* pool);
+
+/* Signature of a call (low 20 bits of a message tag): kind (3 bits), type
+ * (4), op (3; none for calls without a reduction, op < 0) and a 10-bit hash
+ * of the other values that must agree across ranks. */
+uint32_t zppCollSig(zppOpKind_t kind, zppDataType_t type, int op, const uint64_t* vals, int nvals);
+/* "AllReduce(float32, sum; #1a3)". */
+void zppCollDescribeSig(uint32_t sig, char* buf, size_t len);
+/* "<theirs> while this rank called <mine>", and when only the hash differs,
+ * hashHint saying what the hash covers. */
+void zppCollDescribeMismatch(uint32_t theirs, uint32_t mine, const char* hashHint, char* buf,
+                             size_t len);
+
+#endif /* ZPP_COLL_COMMON_H_ */
