@@ -1,6 +1,7 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <time.h>
 #include <pthread.h>
 
 int zppTestFailures = 0;
@@ -46,4 +47,10 @@ double zppTestRngUniform(zppTestRng_t* rng, double lo, double hi) {
 double zppTestRngNormal(zppTestRng_t* rng) {
   double u1 = zppTestRngUniform(rng, 1e-300, 1.0), u2 = zppTestRngUniform(rng, 0.0, 1.0);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+double zppTestNow(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }

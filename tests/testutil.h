@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define ZPP_TEST_SKIP 77
 
@@ -50,6 +51,18 @@ extern long zppTestChecks;
       fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); \
       exit(1);                                                              \
     }                                                                       \
+  } while (0)
+
+/* Runs case fn when no case was named on the command line (only == NULL)
+ * or this one was, and prints its wall time. */
+double zppTestNow(void);
+#define ZPP_TEST_RUN(only, name, fn)                                  \
+  do {                                                                \
+    if (!(only) || strcmp((only), (name)) == 0) {                     \
+      double t0_ = zppTestNow();                                      \
+      fn();                                                           \
+      printf("[%s] %.2f s\n", (name), zppTestNow() - t0_);           \
+    }                                                                 \
   } while (0)
 
 /* Prints a summary; returns the process exit code. */

@@ -203,14 +203,7 @@ static void testBadEnv(void) {
 
 int main(int argc, char** argv) {
   const char* only = argc > 1 ? argv[1] : NULL;
-#define RUN(name, fn)                                   \
-  do {                                                  \
-    if (!only || strcmp(only, name) == 0) {             \
-      double t0_ = now();                               \
-      fn();                                             \
-      printf("[%s] %.2f s\n", name, now() - t0_);       \
-    }                                                   \
-  } while (0)
+#define RUN(name, fn) ZPP_TEST_RUN(only, name, fn)
   RUN("badenv", testBadEnv);
   RUN("torchrun", testTorchrun);
   RUN("ompi", testOmpi);
