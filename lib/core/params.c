@@ -47,6 +47,10 @@ static const zppParamInfo_t paramTable[] = {
      "communicators of up to this many ranks make every endpoint at creation, while all nodes are "
      "reachable (UCX 1.13 connects tcp blocking: a connection first made after a link went down "
      "hangs for minutes); larger ones connect on first use"},
+    {"ZPP_UCX_BUSY_POLL_US", ZPP_PARAM_INT, "-1",
+     "microseconds an idle wait polls without yielding the core, before it starts yielding; -1: "
+     "20 when the ranks on this machine have a core each (union of their CPU affinities), 0 when "
+     "they outnumber the cores"},
     {"ZPP_UCX_SPIN_US", ZPP_PARAM_INT, "50",
      "microseconds an idle wait polls (yielding the core each time) before it sleeps on the "
      "worker's event fd"},

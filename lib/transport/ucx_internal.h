@@ -11,6 +11,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include "busy_poll.h"
 #include "ucx.h"
 
 #define TAG_CONTROL (1ull << 63)
@@ -26,6 +27,11 @@
 
 /* How often a wait checks that the local peers it waits on still run. */
 #define LIVENESS_PERIOD_SEC 0.2
+/* Automatic ZPP_UCX_BUSY_POLL_US when every rank of the machine has a core:
+ * long enough to cover a small message's round trip through shared memory
+ * and a peer's per-call work, short enough not to matter to a compute thread
+ * that shares the core. */
+#define DEFAULT_BUSY_POLL_US 20
 /* Longest single sleep on the event fd: bounds how late a timeout or an
  * abort that did not come through the wake fd is seen. */
 #define MAX_SLEEP_MS 100
@@ -45,6 +51,10 @@ typedef struct {
   uint64_t startTime; /* /proc/<pid>/stat field 22: tells a reused pid apart */
   uint64_t pidNs;     /* inode of /proc/self/ns/pid */
   char bootId[40];
+  /* The CPUs this process may run on (sched_getaffinity), as a bitmap: the
+   * union over the ranks of one machine says whether they outnumber its
+   * cores. */
+  uint64_t cpuMask[16];
 } rankInfo_t;
 
 typedef enum { EP_NONE = 0, EP_OK, EP_FAILED, EP_CLOSED } epState_t;
@@ -88,8 +98,10 @@ struct zppUcx {
   int rank;
   int nranks;
   int useShm;
-  double spinSec;
+  double spinSec;  /* ZPP_UCX_SPIN_US: yielding polls before sleeping */
+  zppBusyPoll_t busy; /* polling without yielding (busy_poll.h) */
   int64_t connectAllMax; /* ZPP_UCX_CONNECT_ALL */
+  int64_t busyPollUs;    /* ZPP_UCX_BUSY_POLL_US: -1 automatic */
   ucp_context_h ctx;
   ucp_worker_h worker;
   int efd;    /* the worker's event fd */
@@ -108,7 +120,11 @@ struct zppUcx {
   int noticeGot;
   int noticeSent;
   zppSigFormatter_t sigFormatter;
-  _Atomic uint64_t bytes[zppNumOpKinds][2]; /* read by other threads */
+  /* Bytes sent per operation kind, [0] inside the node, [1] across nodes.
+   * One writer (whoever runs the operations), read by others; a reset moves
+   * bytesBase instead of writing bytes, so the writer needs no locked add. */
+  _Atomic uint64_t bytes[zppNumOpKinds][2];
+  _Atomic uint64_t bytesBase[zppNumOpKinds][2];
 };
 
 /* Monotonic seconds. */

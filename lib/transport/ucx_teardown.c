@@ -204,12 +204,17 @@ zppResult_t zppUcxPeerTransports(zppUcx_t* u, int peer, char* buf, size_t len) {
 
 void zppUcxGetBytes(const zppUcx_t* u, uint64_t* intra, uint64_t* inter, int nKinds) {
   for (int k = 0; k < nKinds && k < zppNumOpKinds; k++) {
-    intra[k] = atomic_load_explicit(&u->bytes[k][0], memory_order_relaxed);
-    inter[k] = atomic_load_explicit(&u->bytes[k][1], memory_order_relaxed);
+    intra[k] = atomic_load_explicit(&u->bytes[k][0], memory_order_relaxed) -
+               atomic_load_explicit(&u->bytesBase[k][0], memory_order_relaxed);
+    inter[k] = atomic_load_explicit(&u->bytes[k][1], memory_order_relaxed) -
+               atomic_load_explicit(&u->bytesBase[k][1], memory_order_relaxed);
   }
 }
 
 void zppUcxResetBytes(zppUcx_t* u) {
   for (int k = 0; k < zppNumOpKinds; k++)
-    for (int i = 0; i < 2; i++) atomic_store_explicit(&u->bytes[k][i], 0, memory_order_relaxed);
+    for (int i = 0; i < 2; i++)
+      atomic_store_explicit(&u->bytesBase[k][i],
+                            atomic_load_explicit(&u->bytes[k][i], memory_order_relaxed),
+                            memory_order_relaxed);
 }

@@ -51,6 +51,15 @@ endforeach()
 
 zpp_add_test(test_reduce_ops SOURCES test_reduce_ops.c LABELS "comm" TIMEOUT 60)
 
+# The adaptive busy-poll window: its rules, and two ranks sharing a core.
+add_executable(test_busy_poll test_busy_poll.c)
+target_link_libraries(test_busy_poll PRIVATE zpp_static zpp_testutil zpp_coll_testlib zpp_launch)
+add_test(NAME test_busy_poll_logic COMMAND test_busy_poll logic)
+set_tests_properties(test_busy_poll_logic PROPERTIES LABELS "comm" TIMEOUT 30)
+add_test(NAME test_busy_poll_shared_core COMMAND test_busy_poll shared_core)
+set_tests_properties(test_busy_poll_shared_core PROPERTIES LABELS "comm;timing" TIMEOUT 120
+                                                           SKIP_RETURN_CODE 77)
+
 # Device buffers through NCCL: label gpu, exits 77 without a CUDA device.
 if(ZPP_HAVE_NCCL)
   add_executable(test_coll_gpu test_coll_gpu.c)
