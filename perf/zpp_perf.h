@@ -26,13 +26,18 @@
 #include "perf_check.h"
 #include "perf_math.h"
 
-#define ZPP_PERF_VERSION "1.0"
+#define ZPP_PERF_VERSION "1.1" /* 1.1: "rounds" in the JSON header */
 #define ZPP_PERF_EXIT_OK 0
 #define ZPP_PERF_EXIT_ERROR 1
 #define ZPP_PERF_EXIT_USAGE 2
 #define ZPP_PERF_EXIT_WRONG 3
 
 #define ZPP_PERF_MAX_LIST 32
+/* --rounds when a baseline is selected and no --rounds is given: enough
+ * alternations that a drift of the machine's state over a run (which ranks
+ * share a core) reaches ours and the baseline alike, few enough that every
+ * round keeps many iterations at the usual -n. */
+#define ZPP_PERF_DEFAULT_ROUNDS 5
 
 typedef enum {
   ZPP_PERF_BASELINE_NONE = 0,
@@ -114,6 +119,10 @@ typedef struct zppPerfArgs {
   size_t minBytes, maxBytes, stepBytes;
   double stepFactor;
   int iters, warmup, check;
+  /* The -n iterations of a row in this many rounds, ours and the baseline's
+   * alternating. Final after parsing: 1 without a baseline, else --rounds
+   * (default ZPP_PERF_DEFAULT_ROUNDS), at most -n. */
+  int rounds;
   zppDataType_t dtypes[ZPP_PERF_MAX_LIST];
   int nDtypes;
   zppRedOp_t redops[ZPP_PERF_MAX_LIST];
@@ -197,6 +206,7 @@ typedef struct {
   const char* launcher;/* "fork", "mpirun", "env", "single" */
   int zppVersion;
   int iters, warmup, check;
+  int rounds;
   const char* cmdline;
 } zppPerfRunInfo_t;
 
@@ -246,9 +256,32 @@ int zppPerfRankMain(const zppPerfArgs_t* args, zppPerfEnv_t* env);
 void zppPerfApplyLayout(const zppPerfArgs_t* args, int rank);
 
 /* ---------------------------------------------------------------------------
- * Baselines. Both return zppSuccess or an error already reported. They get
- * the row's call (host buffers holding the verifiable input) and fill base.
+ * Baselines. A row's baseline runs in three steps, so that its timed
+ * iterations can alternate with ours (--rounds) instead of following them:
+ *
+ *   prepare  puts the row's input where the baseline reads it, runs the
+ *            checked call (-c 1) and the warm-up; sets row->present (0: this
+ *            row has no baseline, e.g. counts past MPI's int) and row->chk;
+ *   time     times n calls, one at a time, into times[0..n) (this rank's
+ *            seconds per call); called once per round;
+ *   finish   reduces over ranks (per iteration the slowest rank, the worst
+ *            error, the wrong elements) and fills base from the `n` times
+ *            of every round together.
+ *
+ * Every rank makes the same calls in the same order. All return zppSuccess
+ * or an error already reported. The call's host buffers hold the verifiable
+ * input; its recv buffer may be overwritten (ours has checked its result
+ * before the baseline's prepare).
  * ------------------------------------------------------------------------- */
+typedef struct {
+  const zppPerfArgs_t* args;
+  const zppPerfEnv_t* env;
+  const zppPerfCall_t* call;
+  const zppPerfCounts_t* counts;
+  int present;              /* set by prepare */
+  zppPerfCheckResult_t chk; /* set by prepare: this rank's checked call */
+} zppPerfBaseRow_t;
+
 int zppPerfMpiAvailable(void);   /* built with MPI */
 int zppPerfMpiLaunched(void);    /* mpirun's environment is present */
 int zppPerfMpiInit(int* argc, char*** argv);
@@ -258,14 +291,17 @@ void zppPerfMpiFinalize(void);
  * Returns rank 0's ok. */
 int zppPerfMpiBcastId(zppUniqueId* id, int ok);
 int zppPerfMpiRankSize(int* rank, int* size);
-zppResult_t zppPerfMpiRunRow(const zppPerfArgs_t* args, const zppPerfCall_t* call,
-                             const zppPerfCounts_t* counts, zppPerfBaseResult_t* base);
+zppResult_t zppPerfMpiPrepare(zppPerfBaseRow_t* row);
+zppResult_t zppPerfMpiTime(const zppPerfBaseRow_t* row, double* times, int n);
+zppResult_t zppPerfMpiFinish(const zppPerfBaseRow_t* row, const double* times, int n,
+                             zppPerfBaseResult_t* base);
 
 int zppPerfNcclAvailable(void);  /* built with NCCL */
 zppResult_t zppPerfNcclInit(const zppPerfEnv_t* env, const zppPerfArgs_t* args);
 void zppPerfNcclFinalize(void);
-zppResult_t zppPerfNcclRunRow(const zppPerfArgs_t* args, const zppPerfEnv_t* env,
-                              const zppPerfCall_t* call, const zppPerfCounts_t* counts,
+zppResult_t zppPerfNcclPrepare(zppPerfBaseRow_t* row);
+zppResult_t zppPerfNcclTime(const zppPerfBaseRow_t* row, double* times, int n);
+zppResult_t zppPerfNcclFinish(const zppPerfBaseRow_t* row, const double* times, int n,
                               zppPerfBaseResult_t* base);
 
 #endif /* ZPP_PERF_H_ */

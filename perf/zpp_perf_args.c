@@ -102,6 +102,10 @@ void zppPerfUsage(FILE* f) {
       "                          codec's: 256 for 8 bits, 64 for 4)\n"
       "      --baseline mpi|nccl the same operation through MPI (under mpirun) or NCCL\n"
       "                          (device buffers, needs a GPU), beside our rows\n"
+      "      --rounds R          split each row's -n iterations into R rounds that\n"
+      "                          alternate ours and the baseline's, so both see the\n"
+      "                          same conditions (default 5 with --baseline, at most\n"
+      "                          -n; 1: all of ours, then all of the baseline's)\n"
       "\n"
       "output:\n"
       "  -J, --json FILE         one JSON record per row; the picture goes to FILE\n"
@@ -336,7 +340,7 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
   a->quantBlock = envBlock != NULL ? atoi(envBlock) : 0;
 
   enum { OPT_BASELINE = 1000, OPT_LAYOUT, OPT_SVG, OPT_TIMEOUT, OPT_QWZ_BITS, OPT_QGZ_BITS,
-         OPT_HPZ_BITS, OPT_BLOCK };
+         OPT_HPZ_BITS, OPT_BLOCK, OPT_ROUNDS };
   static const struct option longOpts[] = {
       {"minbytes", required_argument, 0, 'b'},   {"maxbytes", required_argument, 0, 'e'},
       {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
@@ -351,7 +355,8 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
       {"layout", required_argument, 0, OPT_LAYOUT}, {"svg", required_argument, 0, OPT_SVG},
       {"timeout", required_argument, 0, OPT_TIMEOUT}, {"qwz-bits", required_argument, 0, OPT_QWZ_BITS},
       {"qgz-bits", required_argument, 0, OPT_QGZ_BITS}, {"hpz-bits", required_argument, 0, OPT_HPZ_BITS},
-      {"block", required_argument, 0, OPT_BLOCK},    {0, 0, 0, 0}};
+      {"block", required_argument, 0, OPT_BLOCK},    {"rounds", required_argument, 0, OPT_ROUNDS},
+      {0, 0, 0, 0}};
   int bSet = 0, eSet = 0, fSet = 0;
   long v;
   int opt, rc;
@@ -450,6 +455,11 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
           return zppPerfUsageError("--block must be a power of two from 32 to 4096, not %s", optarg);
         a->quantBlock = (int)v;
         break;
+      case OPT_ROUNDS:
+        if (zppPerfParseInt(optarg, 1, 1000000, &v) != 0)
+          return zppPerfUsageError("bad round count --rounds %s (a whole number, 1 or more)", optarg);
+        a->rounds = (int)v;
+        break;
       case 'q': a->quiet = 1; break;
       case 'h': zppPerfUsage(stdout); return -1;
       case 'V': printf("zpp-perf %s (zpp %d.%d.%d)\n", ZPP_PERF_VERSION, ZPP_MAJOR, ZPP_MINOR, ZPP_PATCH); return -1;
@@ -486,5 +496,11 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
   }
   if (a->baseline == ZPP_PERF_BASELINE_NCCL && !zppPerfNcclAvailable())
     return zppPerfUsageError("--baseline nccl: this zpp-perf was built without CUDA and NCCL%s", "");
+  /* Rounds alternate ours with the baseline: without one there is nothing
+   * to alternate with, and one round is the same measurement. More rounds
+   * than iterations would leave rounds empty, so -n caps them. */
+  if (a->baseline == ZPP_PERF_BASELINE_NONE) a->rounds = 1;
+  else if (a->rounds == 0) a->rounds = ZPP_PERF_DEFAULT_ROUNDS;
+  if (a->rounds > a->iters) a->rounds = a->iters;
   return zppPerfParseInject(a);
 }

@@ -3,7 +3,8 @@
  * MPI_Bcast) and the --baseline mpi rows: the same operation, on the same
  * host buffers and the same verifiable input, through MPI_Allgather,
  * MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Alltoall and MPI_Bcast,
- * timed and checked exactly like ours.
+ * timed and checked exactly like ours, in the rounds that alternate with
+ * ours (prepare, time per round, finish: zpp_perf.h).
  *
  * Where MPI has no equivalent the baseline does what a user of MPI would:
  *   - fp16 and bf16 reductions: user-defined ops (MPI has no 16-bit float
@@ -171,61 +172,75 @@ static zppResult_t zppPerfMpiFail(const zppPerfCall_t* c, const char* what, int 
   return zppRemoteError;
 }
 
-zppResult_t zppPerfMpiRunRow(const zppPerfArgs_t* a, const zppPerfCall_t* c,
-                             const zppPerfCounts_t* counts, zppPerfBaseResult_t* base) {
-  memset(base, 0, sizeof *base);
+/* The root's output is its input before every MPI_Bcast (in place). */
+static void zppPerfMpiBcastInput(const zppPerfCall_t* c, const zppPerfCounts_t* counts) {
+  if (c->coll == ZPP_PERF_BROADCAST && c->rank == c->root)
+    memcpy(c->recv, c->send, counts->recvCount * zppTypeSize(c->dtype));
+}
+
+zppResult_t zppPerfMpiPrepare(zppPerfBaseRow_t* row) {
+  const zppPerfArgs_t* a = row->args;
+  const zppPerfCall_t* c = row->call;
+  const zppPerfCounts_t* counts = row->counts;
+  zppPerfCheckResult_t none = {0, 0.0, 0.0, -1};
+  row->present = 0;
+  row->chk = none;
   if (counts->sendCount > INT_MAX || counts->recvCount > INT_MAX) return zppSuccess;
-  size_t tsize = zppTypeSize(c->dtype);
   zppPerfCheckSpec_t spec = {c->coll, c->dtype, c->redop, c->nranks, c->rank, c->root, c->apiCount};
-  zppPerfCheckResult_t chk = {0, 0.0, 0.0, -1};
   int rc;
   if (a->check) {
     zppPerfFillSentinel(c->dtype, c->recv, counts->recvCount);
-    if (c->coll == ZPP_PERF_BROADCAST && c->rank == c->root)
-      memcpy(c->recv, c->send, counts->recvCount * tsize);
+    zppPerfMpiBcastInput(c, counts);
     if ((rc = zppPerfMpiOnce(c)) != MPI_SUCCESS) return zppPerfMpiFail(c, zppPerfCollName(c->coll), rc);
-    zppPerfCheckRecv(&spec, c->recv, counts->recvCount, NULL, NULL, &chk);
+    zppPerfCheckRecv(&spec, c->recv, counts->recvCount, NULL, NULL, &row->chk);
   }
-  if (c->coll == ZPP_PERF_BROADCAST && c->rank == c->root)
-    memcpy(c->recv, c->send, counts->recvCount * tsize);
+  zppPerfMpiBcastInput(c, counts);
   for (int i = 0; i < a->warmup; i++)
     if ((rc = zppPerfMpiOnce(c)) != MPI_SUCCESS) return zppPerfMpiFail(c, zppPerfCollName(c->coll), rc);
-  double* t = malloc((size_t)a->iters * sizeof *t);
-  double* tmax = malloc((size_t)a->iters * sizeof *tmax);
-  if (t == NULL || tmax == NULL) {
-    free(t);
-    free(tmax);
+  row->present = 1;
+  return zppSuccess;
+}
+
+zppResult_t zppPerfMpiTime(const zppPerfBaseRow_t* row, double* times, int n) {
+  const zppPerfCall_t* c = row->call;
+  /* Our own broadcast rounds in between write the root's buffer too: the
+   * same data when ours is right, but the baseline must not rely on it. */
+  zppPerfMpiBcastInput(c, row->counts);
+  for (int i = 0; i < n; i++) {
+    double t0 = MPI_Wtime();
+    int rc = zppPerfMpiOnce(c);
+    times[i] = MPI_Wtime() - t0;
+    if (rc != MPI_SUCCESS) return zppPerfMpiFail(c, zppPerfCollName(c->coll), rc);
+  }
+  return zppSuccess;
+}
+
+zppResult_t zppPerfMpiFinish(const zppPerfBaseRow_t* row, const double* times, int n,
+                             zppPerfBaseResult_t* base) {
+  const zppPerfCall_t* c = row->call;
+  memset(base, 0, sizeof *base);
+  double* tmax = malloc((size_t)n * sizeof *tmax);
+  if (tmax == NULL) {
     fprintf(stderr, "zpp-perf: out of memory\n");
     return zppSystemError;
   }
-  for (int i = 0; i < a->iters; i++) {
-    double t0 = MPI_Wtime();
-    rc = zppPerfMpiOnce(c);
-    t[i] = MPI_Wtime() - t0;
-    if (rc != MPI_SUCCESS) {
-      free(t);
-      free(tmax);
-      return zppPerfMpiFail(c, zppPerfCollName(c->coll), rc);
-    }
-  }
-  double errIn = chk.maxError, errOut = 0, wrongIn = (double)chk.wrong, wrongOut = 0;
-  if ((rc = MPI_Allreduce(t, tmax, a->iters, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)) != MPI_SUCCESS ||
+  double errIn = row->chk.maxError, errOut = 0, wrongIn = (double)row->chk.wrong, wrongOut = 0;
+  int rc;
+  if ((rc = MPI_Allreduce(times, tmax, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)) != MPI_SUCCESS ||
       (rc = MPI_Allreduce(&errIn, &errOut, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)) != MPI_SUCCESS ||
       (rc = MPI_Allreduce(&wrongIn, &wrongOut, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD)) != MPI_SUCCESS) {
-    free(t);
     free(tmax);
     return zppPerfMpiFail(c, "reducing its timings", rc);
   }
-  double med = zppPerfMedian(tmax, (size_t)a->iters);
+  double med = zppPerfMedian(tmax, (size_t)n);
   base->present = 1;
   base->name = "mpi";
   base->timeUs = med * 1e6;
-  base->timeUsMean = zppPerfMean(tmax, (size_t)a->iters) * 1e6;
-  base->algbw = zppPerfAlgBw(counts->bytes, med);
-  base->busbw = zppPerfBusBw(c->coll, c->nranks, counts->bytes, med);
+  base->timeUsMean = zppPerfMean(tmax, (size_t)n) * 1e6;
+  base->algbw = zppPerfAlgBw(row->counts->bytes, med);
+  base->busbw = zppPerfBusBw(c->coll, c->nranks, row->counts->bytes, med);
   base->wrong = (uint64_t)wrongOut;
-  base->maxError = a->check ? errOut : NAN;
-  free(t);
+  base->maxError = row->args->check ? errOut : NAN;
   free(tmax);
   return zppSuccess;
 }
@@ -238,8 +253,12 @@ int zppPerfMpiInit(int* argc, char*** argv) { return -1; }
 void zppPerfMpiFinalize(void) {}
 int zppPerfMpiBcastId(zppUniqueId* id, int ok) { return 0; }
 int zppPerfMpiRankSize(int* rank, int* size) { return -1; }
-zppResult_t zppPerfMpiRunRow(const zppPerfArgs_t* a, const zppPerfCall_t* c,
-                             const zppPerfCounts_t* counts, zppPerfBaseResult_t* base) {
+zppResult_t zppPerfMpiPrepare(zppPerfBaseRow_t* row) { return zppInvalidUsage; }
+zppResult_t zppPerfMpiTime(const zppPerfBaseRow_t* row, double* times, int n) {
+  return zppInvalidUsage;
+}
+zppResult_t zppPerfMpiFinish(const zppPerfBaseRow_t* row, const double* times, int n,
+                             zppPerfBaseResult_t* base) {
   return zppInvalidUsage;
 }
 

@@ -1,7 +1,9 @@
 /*
  * --baseline nccl: the same operation through NCCL directly, on device
  * buffers holding the same verifiable input (copied up once per row), timed
- * per call up to the stream's completion, checked after a copy back. The
+ * per call up to the stream's completion, checked after a copy back; in the
+ * rounds that alternate with ours (prepare, time per round, finish:
+ * zpp_perf.h). The
  * NCCL unique id travels over our own communicator (a zpp broadcast), so no
  * MPI is needed. zpp's data type and reduction codes are NCCL's by design,
  * so they pass through unchanged. All-to-all is NCCL's grouped send/recv
@@ -126,10 +128,13 @@ static zppResult_t zppPerfNcclCall(const zppPerfCall_t* c) {
   return zppSuccess;
 }
 
-zppResult_t zppPerfNcclRunRow(const zppPerfArgs_t* a, const zppPerfEnv_t* env,
-                              const zppPerfCall_t* c, const zppPerfCounts_t* counts,
-                              zppPerfBaseResult_t* base) {
-  memset(base, 0, sizeof *base);
+zppResult_t zppPerfNcclPrepare(zppPerfBaseRow_t* row) {
+  const zppPerfArgs_t* a = row->args;
+  const zppPerfCall_t* c = row->call;
+  const zppPerfCounts_t* counts = row->counts;
+  zppPerfCheckResult_t none = {0, 0.0, 0.0, -1};
+  row->present = 0;
+  row->chk = none;
   size_t tsize = zppTypeSize(c->dtype);
   size_t need = (counts->sendCount > counts->recvCount ? counts->sendCount : counts->recvCount) * tsize;
   cudaError_t e;
@@ -143,53 +148,71 @@ zppResult_t zppPerfNcclRunRow(const zppPerfArgs_t* a, const zppPerfEnv_t* env,
       return zppPerfCudaFail(c->rank, "cudaMalloc", e);
     zppPerfDevCap = need;
   }
+  /* Once per row: the device buffers are the baseline's alone, so our rounds
+   * in between leave the input in place. */
   if ((e = cudaMemcpy(zppPerfDevSend, c->send, counts->sendCount * tsize, cudaMemcpyHostToDevice)) != cudaSuccess)
     return zppPerfCudaFail(c->rank, "cudaMemcpy to device", e);
   zppPerfCheckSpec_t spec = {c->coll, c->dtype, c->redop, c->nranks, c->rank, c->root, c->apiCount};
-  zppPerfCheckResult_t chk = {0, 0.0, 0.0, -1};
   zppResult_t res;
   if (a->check) {
     if ((e = cudaMemset(zppPerfDevRecv, 0xa5, counts->recvCount * tsize)) != cudaSuccess)
       return zppPerfCudaFail(c->rank, "cudaMemset", e);
     if ((res = zppPerfNcclCall(c)) != zppSuccess) return res;
-    /* c->recv is ours to overwrite: our own row is done with it. */
+    /* c->recv is ours to overwrite: our own row has checked its result, and
+     * its timed calls only write it. */
     if ((e = cudaMemcpy(c->recv, zppPerfDevRecv, counts->recvCount * tsize, cudaMemcpyDeviceToHost)) != cudaSuccess)
       return zppPerfCudaFail(c->rank, "cudaMemcpy to host", e);
-    zppPerfCheckRecv(&spec, c->recv, counts->recvCount, NULL, NULL, &chk);
+    zppPerfCheckRecv(&spec, c->recv, counts->recvCount, NULL, NULL, &row->chk);
   }
   for (int i = 0; i < a->warmup; i++)
     if ((res = zppPerfNcclCall(c)) != zppSuccess) return res;
-  double* buf = malloc(((size_t)a->iters + 1) * 2 * sizeof *buf);
-  if (buf == NULL) return zppSystemError;
-  double* t = buf;
-  double* tmax = buf + a->iters + 1;
-  for (int i = 0; i < a->iters; i++) {
+  row->present = 1;
+  return zppSuccess;
+}
+
+zppResult_t zppPerfNcclTime(const zppPerfBaseRow_t* row, double* times, int n) {
+  for (int i = 0; i < n; i++) {
     double t0 = zppPerfNow();
-    res = zppPerfNcclCall(c);
-    t[i] = zppPerfNow() - t0;
-    if (res != zppSuccess) {
-      free(buf);
-      return res;
-    }
+    zppResult_t res = zppPerfNcclCall(row->call);
+    times[i] = zppPerfNow() - t0;
+    if (res != zppSuccess) return res;
   }
-  t[a->iters] = chk.maxError;
-  double wrongIn = (double)chk.wrong, wrongOut = 0;
-  if ((res = zppAllReduce(t, tmax, (size_t)a->iters + 1, zppFloat64, zppMax, env->comm, NULL)) != zppSuccess ||
+  return zppSuccess;
+}
+
+zppResult_t zppPerfNcclFinish(const zppPerfBaseRow_t* row, const double* times, int n,
+                              zppPerfBaseResult_t* base) {
+  const zppPerfEnv_t* env = row->env;
+  const zppPerfCall_t* c = row->call;
+  memset(base, 0, sizeof *base);
+  /* The times and the check's worst error in one max-reduction. */
+  double* buf = malloc(((size_t)n + 1) * 2 * sizeof *buf);
+  if (buf == NULL) {
+    fprintf(stderr, "zpp-perf: rank %d: out of memory\n", c->rank);
+    return zppSystemError;
+  }
+  double* t = buf;
+  double* tmax = buf + n + 1;
+  memcpy(t, times, (size_t)n * sizeof *t);
+  t[n] = row->chk.maxError;
+  double wrongIn = (double)row->chk.wrong, wrongOut = 0;
+  zppResult_t res;
+  if ((res = zppAllReduce(t, tmax, (size_t)n + 1, zppFloat64, zppMax, env->comm, NULL)) != zppSuccess ||
       (res = zppAllReduce(&wrongIn, &wrongOut, 1, zppFloat64, zppSum, env->comm, NULL)) != zppSuccess) {
     zppPerfLibError(env, "reducing NCCL timings (allreduce)", res);
     free(buf);
     return res;
   }
-  double errOut = tmax[a->iters];
-  double med = zppPerfMedian(tmax, (size_t)a->iters);
+  double errOut = tmax[n];
+  double med = zppPerfMedian(tmax, (size_t)n);
   base->present = 1;
   base->name = "nccl";
   base->timeUs = med * 1e6;
-  base->timeUsMean = zppPerfMean(tmax, (size_t)a->iters) * 1e6;
-  base->algbw = zppPerfAlgBw(counts->bytes, med);
-  base->busbw = zppPerfBusBw(c->coll, c->nranks, counts->bytes, med);
+  base->timeUsMean = zppPerfMean(tmax, (size_t)n) * 1e6;
+  base->algbw = zppPerfAlgBw(row->counts->bytes, med);
+  base->busbw = zppPerfBusBw(c->coll, c->nranks, row->counts->bytes, med);
   base->wrong = (uint64_t)wrongOut;
-  base->maxError = a->check ? errOut : NAN;
+  base->maxError = row->args->check ? errOut : NAN;
   free(buf);
   return zppSuccess;
 }
@@ -202,8 +225,11 @@ zppResult_t zppPerfNcclInit(const zppPerfEnv_t* env, const zppPerfArgs_t* a) {
   return zppInvalidUsage;
 }
 void zppPerfNcclFinalize(void) {}
-zppResult_t zppPerfNcclRunRow(const zppPerfArgs_t* a, const zppPerfEnv_t* env,
-                              const zppPerfCall_t* c, const zppPerfCounts_t* counts,
+zppResult_t zppPerfNcclPrepare(zppPerfBaseRow_t* row) { return zppInvalidUsage; }
+zppResult_t zppPerfNcclTime(const zppPerfBaseRow_t* row, double* times, int n) {
+  return zppInvalidUsage;
+}
+zppResult_t zppPerfNcclFinish(const zppPerfBaseRow_t* row, const double* times, int n,
                               zppPerfBaseResult_t* base) {
   return zppInvalidUsage;
 }

@@ -23,8 +23,17 @@ void zppPerfPrintBanner(FILE* f, const zppPerfRunInfo_t* info, const zppPerfArgs
     fprintf(f, "# sizes %s to %s, factor %g; ", lo, hi, a->stepFactor);
   else
     fprintf(f, "# sizes %s to %s, step %zu B; ", lo, hi, a->stepBytes);
-  fprintf(f, "%d timed iterations after %d warm-up; check %s\n", a->iters, a->warmup,
-          a->check ? "on" : "off");
+  fprintf(f, "%d timed iterations after %d warm-up", a->iters, a->warmup);
+  if (a->baseline != ZPP_PERF_BASELINE_NONE) {
+    const char* b = a->baseline == ZPP_PERF_BASELINE_MPI ? "mpi" : "nccl";
+    if (a->rounds > 1)
+      fprintf(f, ", in %d rounds alternating ours and %s's", a->rounds, b);
+    else
+      fprintf(f, ", in 1 round: all of ours, then all of %s's", b);
+  } else {
+    fprintf(f, ", in 1 round");
+  }
+  fprintf(f, "; check %s\n", a->check ? "on" : "off");
   fprintf(f, "# time: median over iterations of the slowest rank, us; algbw, busbw: GB/s (1e9 B/s);"
              " inter: bytes sent across nodes per call, all ranks\n");
 }
@@ -310,8 +319,8 @@ int zppPerfWriteJson(const char* path, const zppPerfRunInfo_t* info, const zppPe
   zppPerfJsonString(f, info->host);
   fprintf(f, ",\n    \"launcher\": ");
   zppPerfJsonString(f, info->launcher);
-  fprintf(f, ",\n    \"iters\": %d,\n    \"warmup\": %d,\n    \"check\": %s,\n", info->iters,
-          info->warmup, info->check ? "true" : "false");
+  fprintf(f, ",\n    \"iters\": %d,\n    \"rounds\": %d,\n    \"warmup\": %d,\n    \"check\": %s,\n",
+          info->iters, info->rounds, info->warmup, info->check ? "true" : "false");
   fprintf(f, "    \"time_statistic\": \"median over iterations of the slowest rank\",\n");
   fprintf(f, "    \"units\": {\"time\": \"us\", \"bandwidth\": \"GB/s (1e9 bytes/s)\", "
              "\"wire_bytes\": \"bytes per call, all ranks together\"},\n");

@@ -6,7 +6,19 @@
  * (perf_check.h); with -c 1 runs one untimed call and checks every element
  * of its own output; runs the warm-up calls; then times each of the -n calls
  * on its own (blocking calls, host buffers). The byte counters are read
- * around the timed calls only. One all-reduce (max) then gives, for every
+ * around the timed calls only.
+ *
+ * With a baseline the -n calls are split into --rounds rounds that
+ * alternate with the baseline's (ours, baseline, ours, ...), both checked
+ * and warmed up before the first: on a small machine the state drifts over
+ * a run (which ranks share a core, what else runs), and measuring all of
+ * ours and then all of the baseline's lets that drift decide the ratio.
+ * Interleaved, both sides sample the same conditions, and each side's
+ * statistic is still over all its -n iterations. With one round the
+ * baseline follows ours as a whole and a compressed mode reuses the plain
+ * row's baseline (the cache below).
+ *
+ * One all-reduce (max) then gives, for every
  * iteration, the slowest rank's time, and the worst error; one more (sum)
  * the wrong elements and the bytes every rank sent. The printed time is the
  * median over iterations of those maxima: DESIGN.md asks for medians on
@@ -64,7 +76,9 @@ typedef struct {
   /* Baseline rows already measured: the compressed modes of a collective
    * share its baseline (MPI has one all-gather, whichever mode ours is), and
    * the baseline is often the slowest part of a run. Every rank runs the
-   * same sequence, so every rank finds the same entries. */
+   * same sequence, so every rank finds the same entries. Used with one
+   * round only: interleaved, a baseline is measured in the rounds of the
+   * row it is compared with, so it sees that row's conditions. */
   struct zppPerfBaseCache {
     zppPerfColl_t coll;
     zppDataType_t dtype;
@@ -103,6 +117,50 @@ static void zppPerfProgressClear(zppPerfRunState_t* st) {
   fflush(stderr);
 }
 
+/* The baseline's three steps (zpp_perf.h), MPI's or NCCL's. */
+typedef struct {
+  zppResult_t (*prepare)(zppPerfBaseRow_t* row);
+  zppResult_t (*time)(const zppPerfBaseRow_t* row, double* times, int n);
+  zppResult_t (*finish)(const zppPerfBaseRow_t* row, const double* times, int n,
+                        zppPerfBaseResult_t* base);
+} zppPerfBaseOps_t;
+
+static const zppPerfBaseOps_t zppPerfBaseMpi = {zppPerfMpiPrepare, zppPerfMpiTime, zppPerfMpiFinish};
+static const zppPerfBaseOps_t zppPerfBaseNccl = {zppPerfNcclPrepare, zppPerfNcclTime,
+                                                 zppPerfNcclFinish};
+
+/* Iterations in round r of `rounds`: n*(r+1)/R - n*r/R, so the rounds differ
+ * by at most one and add up to n. */
+static int zppPerfRoundIters(int iters, int rounds, int r) {
+  long long n = iters;
+  return (int)(n * (r + 1) / rounds - n * r / rounds);
+}
+
+static struct zppPerfBaseCache* zppPerfBaseCacheFind(zppPerfRunState_t* st, const zppPerfCall_t* call,
+                                                     zppRedOp_t key, size_t bytes) {
+  for (size_t k = 0; k < st->nBase; k++) {
+    struct zppPerfBaseCache* e = &st->baseCache[k];
+    if (e->coll == call->coll && e->dtype == call->dtype && e->redop == key && e->bytes == bytes)
+      return e;
+  }
+  return NULL;
+}
+
+/* Remembers a measured baseline; without memory the next row measures its
+ * own, which costs time but changes no result. */
+static void zppPerfBaseCacheAdd(zppPerfRunState_t* st, const zppPerfCall_t* call, zppRedOp_t key,
+                                size_t bytes, const zppPerfBaseResult_t* base) {
+  if (st->nBase == st->capBase) {
+    size_t cap = st->capBase ? 2 * st->capBase : 32;
+    struct zppPerfBaseCache* p = realloc(st->baseCache, cap * sizeof *p);
+    if (p == NULL) return;
+    st->baseCache = p;
+    st->capBase = cap;
+  }
+  struct zppPerfBaseCache e = {call->coll, call->dtype, key, bytes, *base};
+  st->baseCache[st->nBase++] = e;
+}
+
 /* Measures one row; on rank 0 fills rec. Returns zppSuccess or the error
  * (already reported). */
 static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mode,
@@ -115,7 +173,18 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   double* times = NULL;
   double* maxIn = NULL;
   double* maxOut = NULL;
+  double* baseTimes = NULL;
   int setupDone = 0;
+
+  const zppPerfBaseOps_t* bops = a->baseline == ZPP_PERF_BASELINE_MPI    ? &zppPerfBaseMpi
+                                 : a->baseline == ZPP_PERF_BASELINE_NCCL ? &zppPerfBaseNccl
+                                                                         : NULL;
+  /* Interleaved: the baseline is prepared before our first round and timed
+   * after each of ours; else it runs after our row as a whole (or comes
+   * from the cache). */
+  int interleave = bops != NULL && a->rounds > 1;
+  int rounds = interleave ? a->rounds : 1;
+  zppPerfBaseRow_t brow = {a, env, call, &rec->counts, 0, {0, 0.0, 0.0, -1}};
 
   zppPerfFillSend(&spec, (void*)call->send, rec->counts.sendCount);
   if (mode->setup != NULL) {
@@ -172,37 +241,54 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   times = malloc((size_t)a->iters * sizeof *times);
   maxIn = malloc(((size_t)a->iters + 2) * sizeof *maxIn);
   maxOut = malloc(((size_t)a->iters + 2) * sizeof *maxOut);
-  if (times == NULL || maxIn == NULL || maxOut == NULL) {
+  if (interleave) baseTimes = malloc((size_t)a->iters * sizeof *baseTimes);
+  if (times == NULL || maxIn == NULL || maxOut == NULL || (interleave && baseTimes == NULL)) {
     fprintf(stderr, "zpp-perf: rank %d: out of memory\n", env->rank);
     res = zppSystemError;
     goto out;
   }
-  zppCommStats_t s0, s1;
-  int haveStats = zppCommGetStats(env->comm, &s0) == zppSuccess;
-  for (int i = 0; i < a->iters; i++) {
-    double t0 = zppPerfNow();
-    res = mode->run(call);
-    times[i] = zppPerfNow() - t0;
-    if (res != zppSuccess) {
-      zppPerfLibError(env, zppPerfCollName(call->coll), res);
-      goto out;
+  /* After our check and warm-up, so that ours and the baseline start the
+   * first round equally prepared. */
+  if (interleave && (res = bops->prepare(&brow)) != zppSuccess) goto out;
+
+  /* The counters are read around each of our rounds, so that nothing the
+   * baseline does between them could be counted as ours. */
+  double inter = 0, intra = 0;
+  int haveStats = 1;
+  int done = 0;
+  for (int r = 0; r < rounds; r++) {
+    int n = zppPerfRoundIters(a->iters, rounds, r);
+    zppCommStats_t s0, s1;
+    haveStats = haveStats && zppCommGetStats(env->comm, &s0) == zppSuccess;
+    for (int i = done; i < done + n; i++) {
+      double t0 = zppPerfNow();
+      res = mode->run(call);
+      times[i] = zppPerfNow() - t0;
+      if (res != zppSuccess) {
+        zppPerfLibError(env, zppPerfCollName(call->coll), res);
+        goto out;
+      }
     }
+    haveStats = haveStats && zppCommGetStats(env->comm, &s1) == zppSuccess;
+    if (haveStats) {
+      double inter0, intra0, inter1, intra1;
+      zppPerfStatsTotals(&s0, &inter0, &intra0);
+      zppPerfStatsTotals(&s1, &inter1, &intra1);
+      inter += inter1 - inter0;
+      intra += intra1 - intra0;
+    }
+    if (interleave && brow.present && (res = bops->time(&brow, baseTimes + done, n)) != zppSuccess)
+      goto out;
+    done += n;
   }
-  haveStats = haveStats && zppCommGetStats(env->comm, &s1) == zppSuccess;
   if (setupDone && mode->teardown != NULL) mode->teardown(call);
   setupDone = 0;
 
-  double inter0 = 0, intra0 = 0, inter1 = 0, intra1 = 0;
-  if (haveStats) {
-    zppPerfStatsTotals(&s0, &inter0, &intra0);
-    zppPerfStatsTotals(&s1, &inter1, &intra1);
-  }
   memcpy(maxIn, times, (size_t)a->iters * sizeof *times);
   maxIn[a->iters] = chk.maxError;
   maxIn[a->iters + 1] = chk.maxBound;
   /* A rank without counters sends -1, which survives the sum as < 0. */
-  double sumIn[4] = {(double)chk.wrong, haveStats ? inter1 - inter0 : -1e300,
-                     haveStats ? intra1 - intra0 : -1e300, 0.0};
+  double sumIn[4] = {(double)chk.wrong, haveStats ? inter : -1e300, haveStats ? intra : -1e300, 0.0};
   double sumOut[4];
   if ((res = zppAllReduce(maxIn, maxOut, (size_t)a->iters + 2, zppFloat64, zppMax, env->comm,
                           NULL)) != zppSuccess ||
@@ -230,35 +316,30 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
     rec->busbw = isnan(perRank) || !(tMed > 0) ? NAN : perRank / 1e9 / tMed;
   }
 
-  if (a->baseline != ZPP_PERF_BASELINE_NONE) {
+  if (bops != NULL) {
     zppRedOp_t key = zppPerfCollReduces(call->coll) ? call->redop : zppSum;
-    struct zppPerfBaseCache* hit = NULL;
-    for (size_t k = 0; k < st->nBase; k++) {
-      struct zppPerfBaseCache* e = &st->baseCache[k];
-      if (e->coll == call->coll && e->dtype == call->dtype && e->redop == key &&
-          e->bytes == rec->counts.bytes)
-        hit = e;
-    }
+    struct zppPerfBaseCache* hit =
+        interleave ? NULL : zppPerfBaseCacheFind(st, call, key, rec->counts.bytes);
     if (hit != NULL) {
       rec->base = hit->base;
+    } else if (interleave) {
+      /* brow.present is the same on every rank (it follows from the counts). */
+      if (brow.present && (res = bops->finish(&brow, baseTimes, a->iters, &rec->base)) != zppSuccess)
+        goto out;
     } else {
-      if (a->baseline == ZPP_PERF_BASELINE_MPI)
-        res = zppPerfMpiRunRow(a, call, &rec->counts, &rec->base);
-      else
-        res = zppPerfNcclRunRow(a, env, call, &rec->counts, &rec->base);
-      if (res != zppSuccess) goto out;
-      if (st->nBase == st->capBase) {
-        size_t cap = st->capBase ? 2 * st->capBase : 32;
-        struct zppPerfBaseCache* p = realloc(st->baseCache, cap * sizeof *p);
-        if (p != NULL) {
-          st->baseCache = p;
-          st->capBase = cap;
+      if ((res = bops->prepare(&brow)) != zppSuccess) goto out;
+      if (brow.present) {
+        baseTimes = malloc((size_t)a->iters * sizeof *baseTimes);
+        if (baseTimes == NULL) {
+          fprintf(stderr, "zpp-perf: rank %d: out of memory\n", env->rank);
+          res = zppSystemError;
+          goto out;
         }
+        if ((res = bops->time(&brow, baseTimes, a->iters)) != zppSuccess ||
+            (res = bops->finish(&brow, baseTimes, a->iters, &rec->base)) != zppSuccess)
+          goto out;
       }
-      if (st->nBase < st->capBase) {
-        struct zppPerfBaseCache e = {call->coll, call->dtype, key, rec->counts.bytes, rec->base};
-        st->baseCache[st->nBase++] = e;
-      }
+      zppPerfBaseCacheAdd(st, call, key, rec->counts.bytes, &rec->base);
     }
     double ours = mode->compressed ? rec->effBusbw : rec->busbw;
     rec->base.ratio = rec->base.busbw > 0 ? ours / rec->base.busbw : NAN;
@@ -269,6 +350,7 @@ out:
   free(times);
   free(maxIn);
   free(maxOut);
+  free(baseTimes);
   return res;
 }
 
@@ -359,6 +441,7 @@ static void zppPerfFillInfo(const zppPerfArgs_t* a, const zppPerfEnv_t* env, zpp
   info->launcher = env->launcher;
   zppGetVersion(&info->zppVersion);
   info->iters = a->iters;
+  info->rounds = a->rounds;
   info->warmup = a->warmup;
   info->check = a->check;
   info->cmdline = a->cmdline;

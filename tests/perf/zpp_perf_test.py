@@ -9,7 +9,9 @@
   zpp_perf_test.py e2e      BIN SCHEMA DIR  -N 4 --layout 2x2, every plain collective, -c 1
   zpp_perf_test.py env      BIN SCHEMA DIR  two ranks started torchrun-style (RANK, WORLD_SIZE,
                                             MASTER_ADDR, MASTER_PORT), --layout 2x1
-  zpp_perf_test.py mpi      BIN SCHEMA DIR  --baseline mpi under mpirun
+  zpp_perf_test.py mpi      BIN SCHEMA DIR  --baseline mpi under mpirun, one round (baseline shared)
+  zpp_perf_test.py mpi_rounds BIN SCHEMA DIR --baseline mpi --rounds 3 under mpirun, and the default
+  zpp_perf_test.py rounds_args BIN SCHEMA DIR --rounds: bad values exit 2; without a baseline, 1 round
   zpp_perf_test.py zeropp   BIN SCHEMA DIR  qwz, hpz, qgz beside plain: bounds, volumes, injection
 
 Python's standard library only: the JSON schema is checked by the small
@@ -236,6 +238,7 @@ def test_args(bin_):
         (["--qgz-bits", "0"], "bits must be 4 or 8"),
         (["--block", "100"], "--block must be a power of two"),
         (["--block", "8192"], "--block must be a power of two"),
+        (["--rounds", "0"], "bad round count"),
     ]
     if modes_unavailable:
         bad.append((["-t", "qwz"], "not available yet"))
@@ -267,7 +270,7 @@ def test_validator(schema_path):
            "wire_bytes_intra": 768, "checked": True, "max_error": 0, "bound": 0, "wrong": 0}
     header = {"tool": "zpp-perf", "version": "1.0", "zpp_version": "0.1.0", "ranks": 4, "nodes": 2,
               "layout": "2x2", "date": "2026-01-02T03:04:05Z", "host": "h", "launcher": "fork",
-              "iters": 5, "warmup": 1, "check": True, "time_statistic": "median",
+              "iters": 5, "rounds": 1, "warmup": 1, "check": True, "time_statistic": "median",
               "units": {"time": "us", "bandwidth": "GB/s", "wire_bytes": "B"}, "command": "zpp-perf"}
     good = {"header": header, "records": [rec],
             "summary": {"rows": 1, "wrong": 0, "avg_busbw": 0.0768,
@@ -297,6 +300,8 @@ def test_validator(schema_path):
     broken(lambda d: d["records"][0].update(baseline="mpi"), "a baseline without its numbers")
     broken(lambda d: d["header"].update(date="yesterday"), "a bad date")
     broken(lambda d: d["header"].pop("ranks"), "a header without ranks")
+    broken(lambda d: d["header"].pop("rounds"), "a header without rounds")
+    broken(lambda d: d["header"].update(rounds=0), "rounds = 0")
     broken(lambda d: d.pop("summary"), "a document without summary")
     broken(lambda d: d["summary"]["speedups"][0].pop("vs_plain"), "a speed-up without vs_plain")
     try:
@@ -335,6 +340,7 @@ def test_schema(bin_, schema_path, outdir):
     h = doc["header"]
     check(h["ranks"] == 4 and h["nodes"] == 2 and h["layout"] == "2x2" and h["launcher"] == "fork",
           "header: %s" % h)
+    check(h["rounds"] == 1, "without a baseline: %r rounds, want 1" % h["rounds"])
     # 3 collectives x 4 sizes (1, 4, 16, 64 KiB)
     check(len(doc["records"]) == 3 * 4, "want 12 records, got %d" % len(doc["records"]))
     check(doc["summary"]["rows"] == len(doc["records"]), "summary rows")
@@ -504,9 +510,12 @@ def test_mpi(bin_, schema_path, outdir):
     env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
     schema = load_json(schema_path)
+    # One round: all of ours, then the baseline, which the compressed rows share
+    # (mpi_rounds tests the interleaved rounds).
     rc, out, err, doc, path = run_json(
-        bin_, ["--baseline", "mpi", "--layout", "2x1", "-t", "allgather,reducescatter,allreduce",
-               "-m", modes, "-d", "bfloat16", "-b", "1K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1"],
+        bin_, ["--baseline", "mpi", "--rounds", "1", "--layout", "2x1",
+               "-t", "allgather,reducescatter,allreduce", "-m", modes, "-d", "bfloat16",
+               "-b", "1K", "-e", "64K", "-f", "8", "-n", "3", "-w", "1"],
         outdir, "mpi", env=env, launcher=[mpirun, "-np", "2"])
     if rc == 2 and "built without MPI" in err:
         print("skip: zpp-perf built without MPI")
@@ -517,6 +526,7 @@ def test_mpi(bin_, schema_path, outdir):
         return 1
     check(schema_errors(doc, schema) == [], "JSON does not match the schema")
     check(doc["header"]["launcher"] == "mpirun", "launcher %s" % doc["header"]["launcher"])
+    check(doc["header"]["rounds"] == 1, "--rounds 1: header says %r" % doc["header"]["rounds"])
     for r in doc["records"]:
         check(r.get("baseline") == "mpi", "record without the MPI baseline")
         check(r.get("baseline_wrong") == 0, "MPI baseline wrong: %r" % r.get("baseline_wrong"))
@@ -532,6 +542,110 @@ def test_mpi(bin_, schema_path, outdir):
     return 0
 
 
+def mpi_env():
+    return {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def test_mpi_rounds(bin_, schema_path, outdir):
+    """--rounds 3: the header records it, every row has ours and the MPI baseline,
+    measured and right; the compressed rows measure their own baseline in their
+    own rounds instead of reusing the plain row's. Without --rounds the default
+    (5) is capped at -n."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        print("skip: no mpirun")
+        return SKIP
+    rc, out, err = run([bin_, "-h"])
+    modes = "plain" if "(not available yet)" in out else "plain,qwz"
+    schema = load_json(schema_path)
+    # -n 7 in 3 rounds: 2, 2, 3 iterations, an uneven split.
+    rc, out, err, doc, path = run_json(
+        bin_, ["--baseline", "mpi", "--rounds", "3", "--layout", "2x1",
+               "-t", "allgather,reducescatter,allreduce", "-m", modes, "-d", "float",
+               "-b", "1K", "-e", "64K", "-f", "8", "-n", "7", "-w", "1"],
+        outdir, "mpi-rounds", env=mpi_env(), launcher=[mpirun, "-np", "2"])
+    if rc == 2 and "built without MPI" in err:
+        print("skip: zpp-perf built without MPI")
+        return SKIP
+    check(rc == 0, "mpirun --rounds 3 exited %d" % rc)
+    if doc is None:
+        check(False, "no JSON written")
+        return 1
+    check(schema_errors(doc, schema) == [], "JSON does not match the schema: %s" % schema_errors(doc, schema)[:5])
+    h = doc["header"]
+    check(h["rounds"] == 3 and h["iters"] == 7, "header: rounds %r, iters %r, want 3 and 7" % (h["rounds"], h["iters"]))
+    check("in 3 rounds alternating ours and mpi's" in out, "the table's header line does not say 3 rounds")
+    # 3 collectives x 3 sizes (1K, 8K, 64K), and qwz's all-gather rows when it exists.
+    want = 3 * 3 + (3 if "qwz" in modes else 0)
+    check(len(doc["records"]) == want, "want %d records, got %d" % (want, len(doc["records"])))
+    for r in doc["records"]:
+        tag = "%s %s %d B" % (r["op"], r["mode"], r["bytes"])
+        check(r["time_us"] > 0 and r["busbw"] is not None and r["busbw"] > 0, tag + ": our time/busbw not positive")
+        check(r["wrong"] == 0, tag + ": %d of ours wrong" % r["wrong"])
+        check(r.get("baseline") == "mpi", tag + ": no MPI baseline")
+        bt = r.get("baseline_time_us")
+        check(bt is not None and bt > 0, tag + ": baseline time %r not positive" % bt)
+        check(r.get("baseline_wrong") == 0, tag + ": MPI baseline wrong: %r" % r.get("baseline_wrong"))
+        if r.get("baseline_busbw"):
+            check(close(r["ratio"], r["effective_busbw"] / r["baseline_busbw"], 1e-5), tag + ": ratio is not ours/theirs")
+    check_arithmetic(doc)
+    if "qwz" in modes:
+        # Interleaved, each row measures its own baseline: medians of separately
+        # timed calls that agree to the last bit at every size would mean the
+        # plain row's baseline was reused.
+        plain = {r["bytes"]: r.get("baseline_time_us") for r in doc["records"]
+                 if r["op"] == "allgather" and r["mode"] == "plain"}
+        pairs = [(r.get("baseline_time_us"), plain.get(r["bytes"])) for r in doc["records"]
+                 if r["op"] == "allgather" and r["mode"] == "qwz"]
+        check(len(pairs) == 3 and any(a != b for a, b in pairs),
+              "qwz rows carry the plain rows' baseline times: %r" % pairs)
+
+    # No --rounds: the default 5, capped at -n 3.
+    rc, out, err, doc, path = run_json(
+        bin_, ["--baseline", "mpi", "--layout", "2x1", "-t", "allreduce", "-d", "float",
+               "-b", "4K", "-e", "4K", "-n", "3", "-w", "1"],
+        outdir, "mpi-rounds-default", env=mpi_env(), launcher=[mpirun, "-np", "2"])
+    check(rc == 0, "mpirun with the default rounds exited %d" % rc)
+    if doc is not None:
+        check(doc["header"]["rounds"] == 3, "default rounds at -n 3: %r, want 3" % doc["header"]["rounds"])
+        check(all(r.get("baseline") == "mpi" and r["baseline_time_us"] > 0 for r in doc["records"]),
+              "default rounds: a row without its baseline")
+    else:
+        check(False, "no JSON written with the default rounds")
+    return 0
+
+
+def test_rounds_args(bin_, schema_path, outdir):
+    """--rounds takes a whole number from 1: anything else is a usage error (exit
+    2, a message naming the flag, the usage). Without a baseline there is nothing
+    to alternate with: the run is one round, and says so."""
+    for val in ["0", "-2", "abc", "2.5", "3x", ""]:
+        argv = [bin_, "-N", "1", "-b", "1K", "-e", "1K", "-n", "2", "--rounds", val]
+        rc, out, err = run(argv)
+        check(rc == 2, "--rounds %r: exit %d, want 2" % (val, rc))
+        check("bad round count --rounds" in err, "--rounds %r: stderr lacks the reason: %s" % (val, err[:300]))
+        check("usage: zpp-perf" in err, "--rounds %r: no usage on stderr" % val)
+        check(out == "", "--rounds %r: printed on stdout: %s" % (val, out[:200]))
+    rc, out, err = run([bin_, "--rounds"])
+    check(rc == 2 and "needs a value" in err, "--rounds without a value: rc %d" % rc)
+    rc, out, err = run([bin_, "-h"])
+    check("--rounds R" in out, "-h does not document --rounds")
+
+    schema = load_json(schema_path)
+    rc, out, err, doc, path = run_json(
+        bin_, ["-N", "2", "--rounds", "4", "-t", "allgather", "-b", "1K", "-e", "1K", "-n", "8", "-w", "1"],
+        outdir, "rounds-nobase")
+    check(rc == 0, "--rounds 4 without a baseline exited %d" % rc)
+    if doc is None:
+        check(False, "no JSON written")
+        return 0
+    check(schema_errors(doc, schema) == [], "JSON does not match the schema")
+    check(doc["header"]["rounds"] == 1, "without a baseline: rounds %r, want 1" % doc["header"]["rounds"])
+    check("in 1 round;" in out, "the table's header line does not say 1 round")
+    return 0
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__)
@@ -542,9 +656,10 @@ def main():
             test_args(sys.argv[2])
         elif what == "validator":
             test_validator(sys.argv[2])
-        elif what in ("schema", "inject", "e2e", "env", "mpi", "zeropp"):
+        elif what in ("schema", "inject", "e2e", "env", "mpi", "zeropp", "mpi_rounds", "rounds_args"):
             fn = {"schema": test_schema, "inject": test_inject, "e2e": test_e2e, "env": test_env,
-                  "mpi": test_mpi, "zeropp": test_zeropp}[what]
+                  "mpi": test_mpi, "zeropp": test_zeropp, "mpi_rounds": test_mpi_rounds,
+                  "rounds_args": test_rounds_args}[what]
             if fn(sys.argv[2], sys.argv[3], sys.argv[4]) == SKIP:
                 return SKIP
         else:
