@@ -61,6 +61,8 @@ static inline size_t zppBlockOffset(size_t count, int nblocks, int b) {
 zppResult_t zppAllGatherRing(zppCollCtx_t* c, void* recv, size_t total, size_t elemBytes,
                              uint32_t stepBase);
 zppResult_t zppAllGatherBruck(zppCollCtx_t* c, void* recv, size_t blockBytes);
+/* Power-of-two rank counts only. */
+zppResult_t zppAllGatherRecDoubling(zppCollCtx_t* c, void* recv, size_t blockBytes);
 
 /* ---- reduce-scatter: in holds nranks blocks (zppBlock* over total), out
  * receives this rank's reduced block (may alias in's own block). zppAvg is

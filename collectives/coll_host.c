@@ -17,7 +17,10 @@
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
 
-enum { ALGO_AUTO = 0, ALGO_RING = 1, ALGO_SMALL = 2 }; /* SMALL: bruck, direct, rd, binomial */
+/* SMALL: the latency algorithm (all-gather: recursive doubling on a power
+ * of two ranks, else Bruck; reduce-scatter: direct; all-reduce: recursive
+ * doubling; broadcast: binomial). BRUCK: all-gather's Bruck on any count. */
+enum { ALGO_AUTO = 0, ALGO_RING = 1, ALGO_SMALL = 2, ALGO_BRUCK = 3 };
 
 typedef struct {
   uint32_t seq;
@@ -55,17 +58,24 @@ static void stateFree(void* p) {
   free(st);
 }
 
-static zppResult_t readAlgo(const char* name, const char* smallName, int* algo) {
+/* otherName: a second latency algorithm (ALGO_BRUCK), or NULL. */
+static zppResult_t readAlgo(const char* name, const char* smallName, const char* otherName,
+                            int* algo) {
   const char* v = zppParamGetString(name);
+  const char* ring = strcmp(name, "ZPP_ALGO_BROADCAST") == 0 ? "pipeline" : "ring";
   if (v[0] == '\0' || strcasecmp(v, "auto") == 0)
     *algo = ALGO_AUTO;
   else if (strcasecmp(v, "ring") == 0 || strcasecmp(v, "pipeline") == 0)
     *algo = ALGO_RING;
   else if (strcasecmp(v, smallName) == 0)
     *algo = ALGO_SMALL;
+  else if (otherName != NULL && strcasecmp(v, otherName) == 0)
+    *algo = ALGO_BRUCK;
+  else if (otherName != NULL)
+    ZPP_FAIL(zppInvalidArgument, ENV, "%s='%s': expected auto, %s, %s or %s", name, v, ring,
+             smallName, otherName);
   else
-    ZPP_FAIL(zppInvalidArgument, ENV, "%s='%s': expected auto, %s or %s", name, v,
-             strcmp(name, "ZPP_ALGO_BROADCAST") == 0 ? "pipeline" : "ring", smallName);
+    ZPP_FAIL(zppInvalidArgument, ENV, "%s='%s': expected auto, %s or %s", name, v, ring, smallName);
   return zppSuccess;
 }
 
@@ -80,10 +90,10 @@ static zppResult_t stateCreate(struct zppComm* comm, hostState_t** out) {
                fail);
   ZPPCHECKGOTO(zppParamGetInt("ZPP_ALLREDUCE_SMALL_BYTES", &st->small[zppOpAllReduce]), res, fail);
   ZPPCHECKGOTO(zppParamGetInt("ZPP_BROADCAST_SMALL_BYTES", &st->small[zppOpBroadcast]), res, fail);
-  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_ALLGATHER", "bruck", &st->algo[zppOpAllGather]), res, fail);
-  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_REDUCESCATTER", "direct", &st->algo[zppOpReduceScatter]), res, fail);
-  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_ALLREDUCE", "rd", &st->algo[zppOpAllReduce]), res, fail);
-  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_BROADCAST", "binomial", &st->algo[zppOpBroadcast]), res, fail);
+  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_ALLGATHER", "rd", "bruck", &st->algo[zppOpAllGather]), res, fail);
+  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_REDUCESCATTER", "direct", NULL, &st->algo[zppOpReduceScatter]), res, fail);
+  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_ALLREDUCE", "rd", NULL, &st->algo[zppOpAllReduce]), res, fail);
+  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_BROADCAST", "binomial", NULL, &st->algo[zppOpBroadcast]), res, fail);
   *out = st;
   return zppSuccess;
 fail:
@@ -120,7 +130,8 @@ static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, int algo) {
     case zppOpAllGather: {
       char* own = recv + (size_t)c->rank * bytes;
       if ((const char*)a->sendbuff != own) memcpy(own, a->sendbuff, bytes);
-      if (algo == ALGO_SMALL) return zppAllGatherBruck(c, recv, bytes);
+      if (algo == ALGO_SMALL && (n & (n - 1)) == 0) return zppAllGatherRecDoubling(c, recv, bytes);
+      if (algo == ALGO_SMALL || algo == ALGO_BRUCK) return zppAllGatherBruck(c, recv, bytes);
       return zppAllGatherRing(c, recv, a->count * (size_t)n, ts, 0);
     }
     case zppOpReduceScatter: {
@@ -209,7 +220,7 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
       .scratchOwner = &st->scratch,
   };
   ZPP_DBG(COLL, "%s: rank %d: %s seq %u count %zu algorithm %s", comm->name, comm->rank,
-          zppOpKindName(a->kind), c.id.seq, a->count, algo == ALGO_SMALL ? "latency" : "bandwidth");
+          zppOpKindName(a->kind), c.id.seq, a->count, algo == ALGO_RING ? "bandwidth" : "latency");
   res = runAlgo(&c, a, algo);
   st->haveLast = 1;
   st->lastSeq = c.id.seq;

@@ -55,7 +55,9 @@ static const zppParamInfo_t paramTable[] = {
      "microseconds an idle wait polls (yielding the core each time) before it sleeps on the "
      "worker's event fd"},
     /* plain collectives on host buffers */
-    {"ZPP_ALGO_ALLGATHER", ZPP_PARAM_STRING, "auto", "all-gather algorithm: auto, ring or bruck"},
+    {"ZPP_ALGO_ALLGATHER", ZPP_PARAM_STRING, "auto",
+     "all-gather algorithm: auto, ring, rd (recursive doubling; Bruck on other than a power of two "
+     "ranks) or bruck"},
     {"ZPP_ALGO_REDUCESCATTER", ZPP_PARAM_STRING, "auto",
      "reduce-scatter algorithm: auto, ring (pipelined) or direct"},
     {"ZPP_ALGO_ALLREDUCE", ZPP_PARAM_STRING, "auto",

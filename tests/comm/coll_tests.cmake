@@ -28,8 +28,13 @@ zpp_coll_test(test_coll_8 ARGS 8)
 # step field wraps) and the opposite ones.
 zpp_coll_test(test_coll_5_ring_chunks ARGS 5 3,2
   ENV "ZPP_ALGO_ALLGATHER=ring;ZPP_ALGO_REDUCESCATTER=ring;ZPP_ALGO_ALLREDUCE=ring;ZPP_ALGO_BROADCAST=pipeline;ZPP_PIPELINE_CHUNK_BYTES=1024;ZPP_PIPELINE_DEPTH=3")
+# (all-gather rd on 7 ranks runs Bruck; on 4, recursive doubling even for
+# large blocks, and Bruck forced where auto would take recursive doubling)
 zpp_coll_test(test_coll_7_small_algos ARGS 7
-  ENV "ZPP_ALGO_ALLGATHER=bruck;ZPP_ALGO_REDUCESCATTER=direct;ZPP_ALGO_ALLREDUCE=rd;ZPP_ALGO_BROADCAST=binomial")
+  ENV "ZPP_ALGO_ALLGATHER=rd;ZPP_ALGO_REDUCESCATTER=direct;ZPP_ALGO_ALLREDUCE=rd;ZPP_ALGO_BROADCAST=binomial")
+zpp_coll_test(test_coll_4_small_algos ARGS 4 2x2
+  ENV "ZPP_ALGO_ALLGATHER=rd;ZPP_ALGO_REDUCESCATTER=direct;ZPP_ALGO_ALLREDUCE=rd;ZPP_ALGO_BROADCAST=binomial")
+zpp_coll_test(test_coll_8_bruck ARGS 8 ENV "ZPP_ALGO_ALLGATHER=bruck")
 
 # Faults and bad input: each case its own process, the times asserted inside.
 add_executable(test_coll_faults test_coll_faults.c)
