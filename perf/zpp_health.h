@@ -167,8 +167,15 @@ typedef struct {
 typedef struct {
   int fd;
   int rank;
-  atomic_int closed;       /* EOF or error seen */
-  pthread_mutex_t wlock;   /* main thread and heartbeat thread both write */
+  /* Set only by the reader (zhCtlRecv: EOF, a read error, garbage) or at
+   * shutdown; then fd is closed. A failed send does not set it: the reader
+   * must still see why (EOF or ECONNRESET from a process that exited, or
+   * nothing from one that merely stopped reading), and what was queued before. */
+  atomic_int closed;
+  /* 0, or the errno of the send that failed (ETIMEDOUT: no room for 10 s).
+   * No more sends after one: a half-sent message breaks the framing. */
+  atomic_int sendErr;
+  pthread_mutex_t wlock;   /* main and heartbeat thread both write; held to send on fd or close it */
   char* rbuf;              /* bytes read but not yet a whole message */
   size_t rlen, rcap;
 } zhConn_t;
@@ -205,6 +212,7 @@ int zhCtlAcceptAll(zhCtl_t* c, zhHello_t* hellos, double deadline, char* err, si
 /* Others: connects (retrying until the deadline) and says hello. */
 int zhCtlConnect(zhCtl_t* c, const char* host, int port, const zhHello_t* me, double deadline,
                  char* err, size_t errLen);
+/* 0 sent; -1 not (closed, or this or an earlier send failed: k->sendErr). */
 int zhCtlSend(zhConn_t* k, uint32_t type, const void* payload, uint32_t len);
 /* Reads one message if one arrives before the deadline: 1 got one, 0 timed
  * out, -1 connection closed or broken. *payload is malloc()ed. */

@@ -12,7 +12,13 @@
  * rank whose heartbeats stop altogether stopped answering (a stopped
  * process, a dead network). So a hung rank is named about T + grace after
  * the test that needs it started, and nothing waits for ever.
+ *
+ * Dead is proved (EOF or a reset on its connection), hung only inferred
+ * from what did not come, so dead wins: the connection of every rank not
+ * known dead is read until its EOF, whatever a send to it did, and is read
+ * once more right before a rank is named hung.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -184,6 +190,8 @@ static void zhStoreResult(zhCoord_t* c, zhRun_t* run, int slot, const zhResultMs
   (void)c;
 }
 
+static void zhMarkLost(zhCoord_t* c, int rank, zhRankState_t state, const char* fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 static void zhMarkLost(zhCoord_t* c, int rank, zhRankState_t state, const char* fmt, ...) {
   zhRankInfo_t* ri = &c->ranks[rank];
   if (ri->state != ZH_RANK_OK) return;
@@ -195,7 +203,50 @@ static void zhMarkLost(zhCoord_t* c, int rank, zhRankState_t state, const char* 
   c->broken = 1;
 }
 
-/* Reads what the workers sent; stores results of this batch. */
+/* Reads everything rank r has sent so far, without waiting; stores results
+ * of this batch. An EOF or a reset on its control connection is the one
+ * definitive sign of death: the kernel closes a process's sockets as it
+ * exits, however it was killed and whether or not it is reaped yet. */
+static void zhReadRank(zhCoord_t* c, zhRun_t* runs, int nRuns, int* outstanding, int r, double now) {
+  zhConn_t* k = &c->ctl->conns[r];
+  if (atomic_load(&k->closed) || k->fd < 0) return;
+  for (;;) {
+    uint32_t type = 0, len = 0;
+    void* p = NULL;
+    int got = zhCtlRecv(k, now, &type, &p, &len);
+    if (got == 0) break;
+    if (got < 0) {
+      const zhHello_t* h = &c->ranks[r].hello;
+      zhMarkLost(c, r, ZH_RANK_DEAD, "its process exited or its connection to rank 0 closed (pid %d on %s)",
+                 h->pid, h->hostname);
+      break;
+    }
+    c->ranks[r].lastHeard = now;
+    if (type == ZH_MSG_HB && len == sizeof(zhHbMsg_t)) {
+      c->ranks[r].hb = *(zhHbMsg_t*)p;
+      c->ranks[r].haveHb = 1;
+    } else if (type == ZH_MSG_RESULT && len >= sizeof(zhResultMsg_t)) {
+      const zhResultMsg_t* res = p;
+      for (int j = 0; j < nRuns; j++) {
+        if (runs[j].t->id != res->testId) continue;
+        int slot = zhFindSlot(runs[j].t, r);
+        if (slot < 0 || runs[j].got[slot]) break;
+        const uint32_t* wf = NULL;
+        if (len == sizeof(zhResultMsg_t) + (size_t)runs[j].t->nRanks * sizeof(uint32_t))
+          wf = (const uint32_t*)((const char*)p + sizeof(zhResultMsg_t));
+        zhStoreResult(c, &runs[j], slot, res, wf);
+        (*outstanding)--;
+        break;
+      }
+    }
+    free(p);
+  }
+}
+
+/* Reads what the workers sent; stores results of this batch. Every
+ * connection the reader has not seen end is polled, also one that a send
+ * (the heartbeat thread's) has failed on: that failure is usually the very
+ * death whose EOF is waiting here to be read. */
 static void zhDrain(zhCoord_t* c, zhRun_t* runs, int nRuns, int* outstanding, int waitMs) {
   int n = c->nranks;
   struct pollfd* pfd = calloc((size_t)n, sizeof *pfd);
@@ -218,66 +269,57 @@ static void zhDrain(zhCoord_t* c, zhRun_t* runs, int nRuns, int* outstanding, in
   double now = zhNow();
   for (int i = 0; i < np; i++) {
     int r = who[i];
-    zhConn_t* k = &c->ctl->conns[r];
-    if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) && k->rlen == 0) continue;
-    for (;;) {
-      uint32_t type = 0, len = 0;
-      void* p = NULL;
-      int got = zhCtlRecv(k, now, &type, &p, &len);
-      if (got == 0) break;
-      if (got < 0) {
-        const zhHello_t* h = &c->ranks[r].hello;
-        zhMarkLost(c, r, ZH_RANK_DEAD, "its process exited or its connection to rank 0 closed (pid %d on %s)",
-                   h->pid, h->hostname);
-        break;
-      }
-      c->ranks[r].lastHeard = now;
-      if (type == ZH_MSG_HB && len == sizeof(zhHbMsg_t)) {
-        c->ranks[r].hb = *(zhHbMsg_t*)p;
-        c->ranks[r].haveHb = 1;
-      } else if (type == ZH_MSG_RESULT && len >= sizeof(zhResultMsg_t)) {
-        const zhResultMsg_t* res = p;
-        for (int j = 0; j < nRuns; j++) {
-          if (runs[j].t->id != res->testId) continue;
-          int slot = zhFindSlot(runs[j].t, r);
-          if (slot < 0 || runs[j].got[slot]) break;
-          const uint32_t* wf = NULL;
-          if (len == sizeof(zhResultMsg_t) + (size_t)runs[j].t->nRanks * sizeof(uint32_t))
-            wf = (const uint32_t*)((const char*)p + sizeof(zhResultMsg_t));
-          zhStoreResult(c, &runs[j], slot, res, wf);
-          (*outstanding)--;
-          break;
-        }
-      }
-      free(p);
-    }
+    if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) && c->ctl->conns[r].rlen == 0) continue;
+    zhReadRank(c, runs, nRuns, outstanding, r, now);
   }
   free(pfd);
   free(who);
 }
 
+/* Whether rank r, still owing a result of test t, looks hung now; why in
+ * buf. Only the absence of something (progress, a start, heartbeats) says
+ * so, never a proof: the caller reads the connection once more first. */
+static int zhLooksHung(const zhCoord_t* c, const zhRankInfo_t* ri, const zhTest_t* t, double batchStart,
+                       double now, char* buf, size_t len) {
+  double stuck = c->a->timeoutSec + zhGrace(c);
+  if (ri->haveHb && ri->hb.testId >= 0 && ri->hb.stalledSec > stuck) {
+    snprintf(buf, len,
+             "no progress for %.1f s inside test %d (the others give up after --timeout %.0f s); "
+             "%llu bytes sent by then", ri->hb.stalledSec, ri->hb.testId, c->a->timeoutSec,
+             (unsigned long long)ri->hb.bytesSent);
+    return 1;
+  }
+  if (ri->haveHb && ri->hb.testId < 0 && now - batchStart > stuck && ri->lastHeard > batchStart + 1.0) {
+    snprintf(buf, len, "idle for %.1f s without starting test %d it was sent", now - batchStart, t->id);
+    return 1;
+  }
+  if (now - ri->lastHeard > zhSilenceLimit(c)) {
+    snprintf(buf, len, "stopped answering: no heartbeat for %.1f s (process stopped, or its network is down)",
+             now - ri->lastHeard);
+    return 1;
+  }
+  return 0;
+}
+
 /* Ranks of this batch that cannot answer any more: dead, hung, silent. */
 static void zhCheckLost(zhCoord_t* c, zhRun_t* runs, int nRuns, int* outstanding, double batchStart) {
-  double now = zhNow(), stuck = c->a->timeoutSec + zhGrace(c);
   for (int j = 0; j < nRuns; j++) {
     zhTest_t* t = runs[j].t;
     for (int s = 0; s < t->nRanks; s++) {
       if (runs[j].got[s]) continue;
       int r = t->ranks[s];
       zhRankInfo_t* ri = &c->ranks[r];
-      if (ri->state == ZH_RANK_OK && ri->haveHb && ri->hb.testId >= 0 && ri->hb.stalledSec > stuck) {
-        zhMarkLost(c, r, ZH_RANK_HUNG,
-                   "no progress for %.1f s inside test %d (the others give up after --timeout %.0f s); "
-                   "%llu bytes sent by then", ri->hb.stalledSec, ri->hb.testId, c->a->timeoutSec,
-                   (unsigned long long)ri->hb.bytesSent);
-      } else if (ri->state == ZH_RANK_OK && ri->haveHb && ri->hb.testId < 0 && now - batchStart > stuck &&
-                 ri->lastHeard > batchStart + 1.0) {
-        zhMarkLost(c, r, ZH_RANK_HUNG, "idle for %.1f s without starting test %d it was sent",
-                   now - batchStart, t->id);
-      } else if (ri->state == ZH_RANK_OK && now - ri->lastHeard > zhSilenceLimit(c)) {
-        zhMarkLost(c, r, ZH_RANK_HUNG,
-                   "stopped answering: no heartbeat for %.1f s (process stopped, or its network is down)",
-                   now - ri->lastHeard);
+      char why[sizeof ri->why];
+      if (ri->state == ZH_RANK_OK && zhLooksHung(c, ri, t, batchStart, zhNow(), why, sizeof why)) {
+        /* Dead beats hung: a closed connection is proof, a silence only a
+         * guess, and the two can both be true of a dead rank (its last
+         * heartbeat said "stalled", or no heartbeat came since). So read
+         * what its connection holds right now before naming it: an EOF
+         * there makes it dead, a result or a fresh heartbeat may clear it. */
+        zhReadRank(c, runs, nRuns, outstanding, r, zhNow());
+        if (runs[j].got[s]) continue;
+        if (ri->state == ZH_RANK_OK && zhLooksHung(c, ri, t, batchStart, zhNow(), why, sizeof why))
+          zhMarkLost(c, r, ZH_RANK_HUNG, "%s", why);
       }
       if (ri->state != ZH_RANK_OK) {
         runs[j].got[s] = 2;
@@ -410,7 +452,14 @@ int zhRunBatch(zhCoord_t* c, int n, zhTest_t** tests) {
         selfMsg = m;
         selfRun = j;
       } else if (zhCtlSend(&c->ctl->conns[rank], ZH_MSG_TEST, &m, sizeof m) != 0) {
-        zhMarkLost(c, rank, ZH_RANK_DEAD, "its control connection is closed (the process exited)");
+        /* Why it failed is for the connection to say: an EOF or a reset
+         * there is a process that exited; a peer that left no room for 10 s
+         * is alive and not reading. */
+        int none = 0, err = atomic_load(&c->ctl->conns[rank].sendErr);
+        zhReadRank(c, NULL, 0, &none, rank, zhNow());
+        const char* how = err == ETIMEDOUT ? "no room for 10 s" : err ? strerror(err) : "out of memory";
+        zhMarkLost(c, rank, ZH_RANK_HUNG, "does not read its control connection (sending test %d to it "
+                   "failed: %s)", t->id, how);
         runs[j].got[s] = 2;
         outstanding--;
       }

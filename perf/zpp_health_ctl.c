@@ -58,9 +58,18 @@ static void zhConnInit(zhConn_t* k, int fd, int rank) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
+/* Called by the reader (the main thread) or at shutdown. The heartbeat
+ * thread may be sending on this connection at the same moment: the fd is
+ * closed under the write lock, so a send never lands on a descriptor number
+ * that the process has meanwhile reused for something else. */
 static void zhConnClose(zhConn_t* k) {
-  if (k->fd >= 0) close(k->fd);
-  k->fd = -1;
+  if (k->fd >= 0) { /* fd >= 0: zhConnInit ran, the lock exists */
+    pthread_mutex_lock(&k->wlock);
+    close(k->fd);
+    k->fd = -1;
+    atomic_store(&k->closed, 1);
+    pthread_mutex_unlock(&k->wlock);
+  }
   atomic_store(&k->closed, 1);
   free(k->rbuf);
   k->rbuf = NULL;
@@ -68,7 +77,10 @@ static void zhConnClose(zhConn_t* k) {
 }
 
 int zhCtlSend(zhConn_t* k, uint32_t type, const void* payload, uint32_t len) {
-  if (atomic_load(&k->closed) || k->fd < 0) return -1;
+  /* Checked before the lock too: a connection that never opened is marked
+   * closed and has no initialized lock. fd itself is read under the lock
+   * only: the main thread may close it. */
+  if (atomic_load(&k->closed) || atomic_load(&k->sendErr)) return -1;
   zhHdr_t h = {ZH_MAGIC, type, len};
   char* buf = malloc(sizeof h + len);
   if (buf == NULL) return -1;
@@ -80,19 +92,30 @@ int zhCtlSend(zhConn_t* k, uint32_t type, const void* payload, uint32_t len) {
   double deadline = zhNow() + 10.0;
   int rc = 0;
   pthread_mutex_lock(&k->wlock);
+  if (atomic_load(&k->closed) || atomic_load(&k->sendErr) || k->fd < 0) done = total, rc = -1;
   while (done < total) {
     ssize_t w = send(k->fd, buf + done, total - done, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w > 0) {
       done += (size_t)w;
       continue;
     }
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+    int err = w < 0 ? errno : EIO;
+    if (err == EINTR) continue;
+    if (err == EAGAIN || err == EWOULDBLOCK) {
       struct pollfd p = {.fd = k->fd, .events = POLLOUT};
-      if (poll(&p, 1, zhMsLeft(deadline)) > 0) continue;
+      int pr = poll(&p, 1, zhMsLeft(deadline));
+      if (pr > 0 || (pr < 0 && errno == EINTR)) continue; /* room, or an error the next send returns */
+      err = pr == 0 ? ETIMEDOUT : errno;
     }
     rc = -1;
-    atomic_store(&k->closed, 1); /* a half-sent message breaks the framing */
+    /* A half-sent message breaks the framing: no more sends. The read side
+     * stays open on purpose. This is often the heartbeat thread's send
+     * meeting a peer that has just exited (EPIPE, ECONNRESET); the reader
+     * then finds the EOF or the reset itself, which is how rank 0 tells a
+     * dead rank from a hung one. Marking the whole connection closed here
+     * made the reader skip it, so a dead rank's EOF was never read and it
+     * was named hung 10 s later, for want of heartbeats. */
+    atomic_store(&k->sendErr, err);
     break;
   }
   pthread_mutex_unlock(&k->wlock);
@@ -404,10 +427,18 @@ static void zhHeartbeatFill(zhCtl_t* c, zhHbMsg_t* hb) {
   pthread_mutex_unlock(&p->mu);
 }
 
-static int zhPeerGone(const zhConn_t* k) {
-  if (atomic_load(&k->closed) || k->fd < 0) return 1;
-  struct pollfd p = {.fd = k->fd, .events = POLLRDHUP};
-  return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+/* Heartbeat thread: nothing can be said to this peer any more. Under the
+ * write lock, for the fd (the main thread may close it). */
+static int zhPeerGone(zhConn_t* k) {
+  if (atomic_load(&k->closed) || atomic_load(&k->sendErr)) return 1;
+  pthread_mutex_lock(&k->wlock);
+  int gone = 1;
+  if (k->fd >= 0) {
+    struct pollfd p = {.fd = k->fd, .events = POLLRDHUP};
+    gone = poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+  }
+  pthread_mutex_unlock(&k->wlock);
+  return gone;
 }
 
 static void* zhHeartbeatMain(void* arg) {

@@ -327,8 +327,30 @@ def case_hang(h):
 def case_die(h):
     rc, doc, out, err, dt = h.loop("die", "die:rank=2", ["--timeout", "10"], timeout=60)
     check_report(doc, rc, "hung_or_dead")
+    check(rc == 4, "exit %d, want 4" % rc)
     check(named(doc, "dead") == {2}, "named %s dead, want rank 2" % named(doc, "dead"))
+    check(named(doc, "hung") == set(), "named %s hung, want none" % named(doc, "hung"))
     check(dt < 15, "took %.1f s to notice a dead rank" % dt)
+
+
+def case_die_busy_coordinator(h):
+    """Rank 2 dies while rank 0 is still busy with its own part of the test,
+    so rank 0's heartbeat thread meets the closed connection (EPIPE) before
+    the coordinator reads its EOF. Still dead, not hung: the EOF must be read,
+    not 10 s of missing heartbeats taken for a silent rank (the race behind
+    the rare "hung: rank 2" of health_die, made certain here). Every message
+    rank 0 sends waits 2 s; rank 2 sends its first one 0.5 s late and dies at
+    its second, within rank 0's first 2-s wait: about 1.5 s, three
+    heartbeats, between the death and the coordinator's next read."""
+    fault = "die:rank=2,after=2;slow:rank=2,delay_us=500000;slow:rank=0,delay_us=2000000"
+    rc, doc, out, err, dt = h.loop("die_busy_coordinator", fault, ["--timeout", "10"], timeout=60)
+    check_report(doc, rc, "hung_or_dead")
+    check(rc == 4, "exit %d, want 4" % rc)
+    check(named(doc, "dead") == {2}, "named %s dead, want rank 2" % named(doc, "dead"))
+    check(named(doc, "hung") == set(), "named %s hung, want none" % named(doc, "hung"))
+    # From the EOF as soon as rank 0 is back from its wait (about 2 s), well
+    # before the 10 s without heartbeats that name a silent rank.
+    check(doc["elapsed_s"] < 8, "rank 2 named after %.1f s: not from its closed connection" % doc["elapsed_s"])
 
 
 def case_coordinator_hang(h):
