@@ -32,6 +32,9 @@
  * and a peer's per-call work, short enough not to matter to a compute thread
  * that shares the core. */
 #define DEFAULT_BUSY_POLL_US 20
+/* Progress calls between two looks at the clock and the requests while
+ * polling without yielding. */
+#define BUSY_POLLS_PER_CHECK 32
 /* Longest single sleep on the event fd: bounds how late a timeout or an
  * abort that did not come through the wake fd is seen. */
 #define MAX_SLEEP_MS 100

@@ -64,6 +64,9 @@ set_tests_properties(test_busy_poll_logic PROPERTIES LABELS "comm" TIMEOUT 30)
 add_test(NAME test_busy_poll_shared_core COMMAND test_busy_poll shared_core)
 set_tests_properties(test_busy_poll_shared_core PROPERTIES LABELS "comm;timing" TIMEOUT 120
                                                            SKIP_RETURN_CODE 77)
+add_test(NAME test_busy_poll_leave_core COMMAND test_busy_poll leave_core)
+set_tests_properties(test_busy_poll_leave_core PROPERTIES LABELS "comm;timing" TIMEOUT 120
+                                                          SKIP_RETURN_CODE 77)
 
 # Device buffers through NCCL: label gpu, exits 77 without a CUDA device.
 if(ZPP_HAVE_NCCL)

@@ -5,6 +5,10 @@
  *   test_busy_poll shared_core  2 ranks pinned to one core with a 20 us
  *                               window forced: small all-reduces must not
  *                               pay the window on every wait (label timing)
+ *   test_busy_poll leave_core   2 ranks started together on core 0 but free
+ *                               to run anywhere: after some small
+ *                               all-reduces they run on different cores
+ *                               (zppBusyPollLeaveCore; label timing)
  */
 #include <sched.h>
 #include <stdio.h>
@@ -53,6 +57,11 @@ static int logic(void) {
   zppBusyPollInit(&small, 0.8e-6);
   zppBusyPollUpdate(&small, small.sec, 1);
   CHECK(small.sec == 0.0);
+  CHECK_MSG(small.fellToZero == 1, "falling to 0 must ask to leave the core");
+  /* Only the fall from a window to 0 asks, not the waits at 0. */
+  small.fellToZero = 0;
+  zppBusyPollUpdate(&small, 0.0, 1);
+  CHECK(small.fellToZero == 0);
   /* Maximum 0 (ranks outnumber cores, or ZPP_UCX_BUSY_POLL_US=0): never polls. */
   zppBusyPoll_t off;
   zppBusyPollInit(&off, 0.0);
@@ -132,10 +141,55 @@ static int sharedCore(void) {
   return zppTestFailures ? 1 : 0;
 }
 
+static int leaveCoreBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  (void)arg;
+  cpu_set_t all, one;
+  REQUIRE(sched_getaffinity(0, sizeof(all), &all) == 0);
+  zppComm_t comm;
+  REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
+  /* Both onto core 0, busy there for a while, then free again: each yields
+   * to the other every few microseconds, both stay cache-hot, and the
+   * scheduler keeps them together (checked: without zppBusyPollLeaveCore
+   * they stay on one core). */
+  CPU_ZERO(&one);
+  CPU_SET(0, &one);
+  REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
+  float v[2] = {1.0f, 2.0f};
+  for (int i = 0; i < 2000; i++) REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
+  REQUIRE(sched_setaffinity(0, sizeof(all), &all) == 0);
+  double t0 = collTestNow();
+  for (int i = 0; i < 5000; i++) REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
+  double t = (collTestNow() - t0) / 5000;
+  int cpus[2] = {-1, -1};
+  int mine = sched_getcpu();
+  REQUIRE(zppAllGather(&mine, cpus, 1, zppInt32, comm, NULL) == zppSuccess);
+  if (rank == 0)
+    printf("leave_core: after 5000 8-byte all-reduces (%.2f us each) rank 0 runs on cpu %d, rank 1 on "
+           "cpu %d\n",
+           t * 1e6, cpus[0], cpus[1]);
+  CHECK_MSG(cpus[0] != cpus[1], "both ranks still share cpu %d", cpus[0]);
+  REQUIRE(zppCommDestroy(comm) == zppSuccess);
+  return zppTestFailures ? 1 : 0;
+}
+
+static int leaveCore(void) {
+  cpu_set_t all;
+  REQUIRE(sched_getaffinity(0, sizeof(all), &all) == 0);
+  if (CPU_COUNT(&all) < 2 || !CPU_ISSET(0, &all)) {
+    printf("leave_core: needs cpu 0 and another cpu (skipped)\n");
+    return 77;
+  }
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 2;
+  o.timeoutSec = 60;
+  return zppLaunch(&o, leaveCoreBody, NULL);
+}
+
 int main(int argc, char** argv) {
   const char* which = argc > 1 ? argv[1] : "logic";
   if (strcmp(which, "logic") == 0) return logic();
   if (strcmp(which, "shared_core") == 0) return sharedCore();
-  fprintf(stderr, "usage: %s logic|shared_core\n", argv[0]);
+  if (strcmp(which, "leave_core") == 0) return leaveCore();
+  fprintf(stderr, "usage: %s logic|shared_core|leave_core\n", argv[0]);
   return 2;
 }
