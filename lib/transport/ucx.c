@@ -117,7 +117,9 @@ static void chooseBusyPoll(zppUcx_t* u, const rankInfo_t* infos) {
   int64_t us = u->busyPollUs;
   if (us < 0) us = ranksHere <= cpusHere ? DEFAULT_BUSY_POLL_US : 0;
   zppBusyPollInit(&u->busy, (double)us * 1e-6);
-  ZPP_INFO(NET, "%s: rank %d: %d ranks on %d cores of this machine: idle waits poll up to %lld us without yielding%s",
+  ZPP_INFO(NET,
+           "%s: rank %d: %d ranks on %d cores of this machine: idle waits poll up to %lld us "
+           "without yielding%s",
            u->comm->name, u->rank, ranksHere, cpusHere, (long long)us,
            u->busyPollUs < 0 ? "" : " (ZPP_UCX_BUSY_POLL_US)");
 }
