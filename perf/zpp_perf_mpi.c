@@ -206,6 +206,10 @@ zppResult_t zppPerfMpiTime(const zppPerfBaseRow_t* row, double* times, int n) {
   /* Our own broadcast rounds in between write the root's buffer too: the
    * same data when ours is right, but the baseline must not rely on it. */
   zppPerfMpiBcastInput(c, row->counts);
+  /* Every rank done with our round, and our traffic out of the links,
+   * before MPI's first call is timed (see zppPerfRunRow). */
+  int rc0 = MPI_Barrier(MPI_COMM_WORLD);
+  if (rc0 != MPI_SUCCESS) return zppPerfMpiFail(c, "barrier between rounds", rc0);
   for (int i = 0; i < n; i++) {
     double t0 = MPI_Wtime();
     int rc = zppPerfMpiOnce(c);
