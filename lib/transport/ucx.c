@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -376,6 +377,104 @@ static zppResult_t postNoticeRecv(zppUcx_t* u) {
   return zppSuccess;
 }
 
+/* ---- the end of creation: every endpoint wired up on every rank ---------- */
+
+/* Between progress calls while waiting on other ranks (milliseconds): leaves
+ * the core to them. */
+static void pauseBriefly(void) {
+  struct timespec ts = {0, 100000};
+  nanosleep(&ts, NULL);
+}
+
+/* Until every endpoint's flush completed. UCX completes a flush only once the
+ * endpoint is wired up: its lanes connected (tcp connects some of them during
+ * progress, after ucp_ep_create returned) and the wireup replies it owes sent. */
+static zppResult_t flushEps(zppUcx_t* u, double deadline) {
+  zppResult_t res = zppSuccess;
+  void** reqs = NULL;
+  ZPP_CALLOCGOTO(reqs, (size_t)u->nranks, res, out);
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof(prm));
+  for (int p = 0; p < u->nranks; p++) {
+    if (u->peers[p].state != EP_OK) continue;
+    void* h = ucp_ep_flush_nbx(u->peers[p].ep, &prm);
+    if (UCS_PTR_IS_ERR(h))
+      ZPP_FAILGOTO(zppRemoteError, res, out, NET, "%s: rank %d cannot connect to rank %d (host %s): %s",
+                   u->comm->name, u->rank, p, zppUcxHostOf(u, p), ucs_status_string(UCS_PTR_STATUS(h)));
+    reqs[p] = h;
+  }
+  double nextWatch = zppUcxNow() + 0.2;
+  for (int left = 1; left;) {
+    while (ucp_worker_progress(u->worker)) {
+    }
+    int watch = zppUcxNow() > nextWatch;
+    if (watch) nextWatch = zppUcxNow() + 0.2;
+    left = 0;
+    for (int p = 0; p < u->nranks; p++) {
+      if (reqs[p] == NULL) continue;
+      ucs_status_t st = ucp_request_check_status(reqs[p]);
+      if (st == UCS_INPROGRESS) {
+        /* Shared memory reports no dead peer: watch its process. */
+        if (watch && !peerAlive(&u->peers[p]))
+          ZPP_FAILGOTO(zppRemoteError, res, out, NET, "%s: rank %d: rank %d (host %s) died while connecting",
+                       u->comm->name, u->rank, p, zppUcxHostOf(u, p));
+        left++;
+        continue;
+      }
+      ucp_request_free(reqs[p]);
+      reqs[p] = NULL;
+      if (st != UCS_OK)
+        ZPP_FAILGOTO(zppRemoteError, res, out, NET, "%s: rank %d cannot connect to rank %d (host %s): %s",
+                     u->comm->name, u->rank, p, zppUcxHostOf(u, p), ucs_status_string(st));
+    }
+    if (left && zppUcxNow() > deadline)
+      ZPP_FAILGOTO(zppRemoteError, res, out, NET,
+                   "%s: rank %d: %d endpoints not connected after %.0f s", u->comm->name, u->rank,
+                   left, u->comm->timeoutSec);
+    if (left) pauseBriefly();
+  }
+out:
+  if (reqs) {
+    /* Left over after an error: UCX releases them when they end. */
+    for (int p = 0; p < u->nranks; p++)
+      if (reqs[p]) ucp_request_free(reqs[p]);
+    free(reqs);
+  }
+  return res;
+}
+
+typedef struct {
+  ucp_worker_h worker;
+  atomic_int stop;
+} progressJob_t;
+
+static void* progressThread(void* arg) {
+  progressJob_t* job = arg;
+  while (!atomic_load(&job->stop))
+    if (ucp_worker_progress(job->worker) == 0) pauseBriefly();
+  return NULL;
+}
+
+/* A bootstrap barrier while a helper thread keeps progressing the worker (the
+ * only thread touching it meanwhile, as UCS_THREAD_MODE_SERIALIZED asks): a
+ * peer still wiring up its endpoint to this rank needs this rank's replies.
+ * The barrier runs on the caller's thread, which keeps its error message. */
+static zppResult_t progressingBarrier(zppUcx_t* u) {
+  progressJob_t job = {u->worker, 0};
+  pthread_t th;
+  int started = pthread_create(&th, NULL, progressThread, &job) == 0;
+  zppResult_t res = zppBootstrapBarrier(u->comm->bootstrap);
+  if (started) {
+    atomic_store(&job.stop, 1);
+    pthread_join(th, NULL);
+  }
+  /* Wireup requests the others sent before they reached the barrier may have
+   * arrived since the last progress: answer them now. */
+  while (ucp_worker_progress(u->worker)) {
+  }
+  return res;
+}
+
 zppResult_t zppUcxCreate(struct zppComm* comm, zppUcx_t** out) {
   zppResult_t res = zppSuccess;
   zppUcx_t* u = NULL;
@@ -406,6 +505,17 @@ zppResult_t zppUcxCreate(struct zppComm* comm, zppUcx_t** out) {
       if (p != u->rank) ZPPCHECKGOTO(zppUcxGetEp(u, p, &ep), res, fail);
     }
   }
+  /* No rank leaves creation before every rank's endpoints are wired up. One
+   * that went ahead could fail its first collective (a mismatch is found
+   * within a millisecond) and destroy its worker, a broken communicator
+   * skipping the barrier at destroy, while a slower peer still connects to
+   * it: UCX marks its System V segments removed as soon as it makes them, so
+   * they vanish with the owner's detach and the peer's shmat fails (EINVAL,
+   * "Shared memory error"); its tcp port is closed ("Connection refused",
+   * "Endpoint timeout"); and UCX 1.13 aborts on an assertion when a worker is
+   * destroyed with a wireup reply still pending. */
+  ZPPCHECKGOTO(flushEps(u, zppUcxNow() + comm->timeoutSec), res, fail);
+  ZPPCHECKGOTO(progressingBarrier(u), res, fail);
   ZPP_INFO(NET, "%s: UCX %s ready, rank %d of %d, shared memory inside the node %s",
            comm->name, ucp_get_version_string(), u->rank, u->nranks, u->useShm ? "on" : "off");
   *out = u;
