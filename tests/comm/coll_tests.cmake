@@ -44,6 +44,14 @@ foreach(case kill stall mismatch abort args)
   set_tests_properties(test_coll_faults_${case} PROPERTIES LABELS "comm" TIMEOUT 120
                                                           SKIP_RETURN_CODE 77)
 endforeach()
+# A stress shim, not a test of its own: LD_PRELOAD it to delay every
+# ucp_ep_create at random (see slow_connect.c), e.g.
+#   LD_PRELOAD=build/lib/libzpp_test_slow_connect.so ctest -R faults_mismatch --repeat until-fail:40
+# Not under the sanitizers, whose runtime must come first in the process.
+if(ZPP_HAVE_UCX AND NOT ZPP_SANITIZE_ADDRESS AND NOT ZPP_SANITIZE_THREAD)
+  add_library(zpp_test_slow_connect MODULE slow_connect.c)
+  target_link_libraries(zpp_test_slow_connect PRIVATE PkgConfig::UCX ${CMAKE_DL_LIBS})
+endif()
 
 # Transport and executor: inter-node endpoints are network only, host streams.
 add_executable(test_coll_transport test_coll_transport.c)
