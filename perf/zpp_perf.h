@@ -282,6 +282,12 @@ typedef struct {
   zppPerfCheckResult_t chk; /* set by prepare: this rank's checked call */
 } zppPerfBaseRow_t;
 
+/* For the finish steps: fills base (named name) from tmax, the slowest
+ * rank's seconds per iteration (n of them; sorted in place), the wrong
+ * elements summed over ranks and the worst error over ranks. */
+void zppPerfBaseFill(const zppPerfBaseRow_t* row, const char* name, double* tmax, int n,
+                     double wrong, double maxError, zppPerfBaseResult_t* base);
+
 int zppPerfMpiAvailable(void);   /* built with MPI */
 int zppPerfMpiLaunched(void);    /* mpirun's environment is present */
 int zppPerfMpiInit(int* argc, char*** argv);

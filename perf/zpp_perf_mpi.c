@@ -236,15 +236,7 @@ zppResult_t zppPerfMpiFinish(const zppPerfBaseRow_t* row, const double* times, i
     free(tmax);
     return zppPerfMpiFail(c, "reducing its timings", rc);
   }
-  double med = zppPerfMedian(tmax, (size_t)n);
-  base->present = 1;
-  base->name = "mpi";
-  base->timeUs = med * 1e6;
-  base->timeUsMean = zppPerfMean(tmax, (size_t)n) * 1e6;
-  base->algbw = zppPerfAlgBw(row->counts->bytes, med);
-  base->busbw = zppPerfBusBw(c->coll, c->nranks, row->counts->bytes, med);
-  base->wrong = (uint64_t)wrongOut;
-  base->maxError = row->args->check ? errOut : NAN;
+  zppPerfBaseFill(row, "mpi", tmax, n, wrongOut, errOut, base);
   free(tmax);
   return zppSuccess;
 }

@@ -203,16 +203,7 @@ zppResult_t zppPerfNcclFinish(const zppPerfBaseRow_t* row, const double* times, 
     free(buf);
     return res;
   }
-  double errOut = tmax[n];
-  double med = zppPerfMedian(tmax, (size_t)n);
-  base->present = 1;
-  base->name = "nccl";
-  base->timeUs = med * 1e6;
-  base->timeUsMean = zppPerfMean(tmax, (size_t)n) * 1e6;
-  base->algbw = zppPerfAlgBw(row->counts->bytes, med);
-  base->busbw = zppPerfBusBw(c->coll, c->nranks, row->counts->bytes, med);
-  base->wrong = (uint64_t)wrongOut;
-  base->maxError = row->args->check ? errOut : NAN;
+  zppPerfBaseFill(row, "nccl", tmax, n, wrongOut, tmax[n], base);
   free(buf);
   return zppSuccess;
 }

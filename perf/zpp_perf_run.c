@@ -129,6 +129,21 @@ static const zppPerfBaseOps_t zppPerfBaseMpi = {zppPerfMpiPrepare, zppPerfMpiTim
 static const zppPerfBaseOps_t zppPerfBaseNccl = {zppPerfNcclPrepare, zppPerfNcclTime,
                                                  zppPerfNcclFinish};
 
+void zppPerfBaseFill(const zppPerfBaseRow_t* row, const char* name, double* tmax, int n,
+                     double wrong, double maxError, zppPerfBaseResult_t* base) {
+  const zppPerfCall_t* c = row->call;
+  double med = zppPerfMedian(tmax, (size_t)n);
+  memset(base, 0, sizeof *base);
+  base->present = 1;
+  base->name = name;
+  base->timeUs = med * 1e6;
+  base->timeUsMean = zppPerfMean(tmax, (size_t)n) * 1e6;
+  base->algbw = zppPerfAlgBw(row->counts->bytes, med);
+  base->busbw = zppPerfBusBw(c->coll, c->nranks, row->counts->bytes, med);
+  base->wrong = (uint64_t)wrong;
+  base->maxError = row->args->check ? maxError : NAN;
+}
+
 /* A barrier through our library, outside any timing. */
 static zppResult_t zppPerfBarrier(zppPerfEnv_t* env) {
   int one = 1, sum = 0;

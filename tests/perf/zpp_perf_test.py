@@ -499,6 +499,11 @@ def test_env(bin_, schema_path, outdir):
     check(len(doc["records"]) == 2 * 3, "want 6 records, got %d" % len(doc["records"]))
 
 
+def mpi_env():
+    return {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
 def test_mpi(bin_, schema_path, outdir):
     mpirun = shutil.which("mpirun")
     if mpirun is None:
@@ -507,8 +512,7 @@ def test_mpi(bin_, schema_path, outdir):
     rc, out, err = run([bin_, "-h"])
     # With a compressed mode too when there is one: it shares the plain row's baseline.
     modes = "plain" if "(not available yet)" in out else "plain,qwz"
-    env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    env = mpi_env()
     schema = load_json(schema_path)
     # One round: all of ours, then the baseline, which the compressed rows share
     # (mpi_rounds tests the interleaved rounds).
@@ -540,11 +544,6 @@ def test_mpi(bin_, schema_path, outdir):
     check("ratio" in out, "table lacks the baseline columns")
     check_svg(path[:-5] + ".svg", series_count(doc))
     return 0
-
-
-def mpi_env():
-    return {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
 def test_mpi_rounds(bin_, schema_path, outdir):
