@@ -5,8 +5,8 @@
  *   test_busy_poll shared_core  2 ranks pinned to one core with a 20 us
  *                               window forced: small all-reduces must not
  *                               pay the window on every wait (label timing)
- *   test_busy_poll leave_core   2 ranks started together on core 0 but free
- *                               to run anywhere: after some small
+ *   test_busy_poll leave_core   2 ranks held on core 0 for a while, then
+ *                               free to run anywhere: after some small
  *                               all-reduces they run on different cores
  *                               (zppBusyPollLeaveCore; label timing)
  */
