@@ -43,6 +43,9 @@ static const zppParamInfo_t paramTable[] = {
     {"ZPP_UCX_SHM", ZPP_PARAM_BOOL, "1",
      "shared memory between ranks of one node; 0 sends intra-node traffic over the network too. "
      "Between nodes it is always network only"},
+    {"ZPP_SHM_SMALL_BYTES", ZPP_PARAM_INT, "8192",
+     "messages of at most this many bytes between ranks of one node go through zpp's own "
+     "shared-memory rings (lower latency than UCX's); 0: through UCX. Off with ZPP_UCX_SHM=0"},
     {"ZPP_UCX_CONNECT_ALL", ZPP_PARAM_INT, "256",
      "communicators of up to this many ranks make every endpoint at creation, while all nodes are "
      "reachable (UCX 1.13 connects tcp blocking: a connection first made after a link went down "

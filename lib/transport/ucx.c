@@ -253,6 +253,10 @@ static zppResult_t readParams(zppUcx_t* u) {
   ZPPCHECK(zppParamGetInt("ZPP_UCX_BUSY_POLL_US", &u->busyPollUs));
   ZPPCHECK(zppParamGetInt("ZPP_UCX_CONNECT_ALL", &u->connectAllMax));
   ZPPCHECK(zppParamGetBool("ZPP_UCX_SHM", &u->useShm));
+  ZPPCHECK(zppParamGetInt("ZPP_SHM_SMALL_BYTES", &u->shmMaxParam));
+  if (u->shmMaxParam < 0 || u->shmMaxParam > ZPP_SHM_SMALL_BYTES_MAX)
+    ZPP_FAIL(zppInvalidArgument, NET, "ZPP_SHM_SMALL_BYTES=%lld: must be 0 (off) to %d",
+             (long long)u->shmMaxParam, ZPP_SHM_SMALL_BYTES_MAX);
   u->spinSec = spinUs < 0 ? 0 : (double)spinUs * 1e-6;
   return zppSuccess;
 }
@@ -324,6 +328,7 @@ static zppResult_t exchangeAddresses(zppUcx_t* u) {
   fillRankInfo(mine);
   mine->fullLen = (uint32_t)fullLen;
   mine->netLen = (uint32_t)netLen;
+  zppUcxShmCreateInbox(u, mine);
   ZPPCHECKGOTO(zppBootstrapAllGather(u->comm->bootstrap, infos, sizeof(rankInfo_t)), res, out);
   chooseBusyPoll(u, infos);
 
@@ -349,6 +354,7 @@ static zppResult_t exchangeAddresses(zppUcx_t* u) {
     p->watchPid = r != u->rank && infos[r].pidNs == mine->pidNs && mine->pidNs != 0 &&
                   strcmp(infos[r].bootId, mine->bootId) == 0 && mine->bootId[0] != '\0';
   }
+  ZPPCHECKGOTO(zppUcxShmConnect(u, infos), res, out);
 out:
   if (full) ucp_worker_release_address(u->worker, full);
   if (net) ucp_worker_release_address(u->worker, net);
@@ -356,25 +362,53 @@ out:
   return res;
 }
 
-static zppResult_t postNoticeRecv(zppUcx_t* u) {
-  ZPPCHECK(zppUcxReqAlloc(u, &u->noticeRecv));
-  zppUcxReq_t* r = u->noticeRecv;
+/* A receive for control messages of one kind (TAG_CONTROL_WAKE or not),
+ * from any rank, into buf. */
+static zppResult_t postControlRecv(zppUcx_t* u, uint64_t kind, void* buf, size_t bytes,
+                                   zppUcxReq_t** slot) {
+  ZPPCHECK(zppUcxReqAlloc(u, slot));
+  zppUcxReq_t* r = *slot;
   r->isRecv = 1;
   r->peer = -1;
-  r->bytes = sizeof(notice_t);
+  r->bytes = bytes;
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof(prm));
   prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                      UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   prm.cb.recv = recvDone;
   prm.user_data = r;
-  void* h = ucp_tag_recv_nbx(u->worker, &u->noticeIn, sizeof(notice_t), TAG_CONTROL, TAG_CONTROL,
-                             &prm);
-  if (UCS_PTR_IS_ERR(h))
-    ZPP_FAIL(zppSystemError, NET, "posting the control receive: %s",
+  void* h = ucp_tag_recv_nbx(u->worker, buf, bytes, TAG_CONTROL | kind,
+                             TAG_CONTROL | TAG_CONTROL_WAKE, &prm);
+  if (UCS_PTR_IS_ERR(h)) {
+    zppUcxReqRelease(u, r);
+    *slot = NULL;
+    ZPP_FAIL(zppSystemError, NET, "posting a control receive: %s",
              ucs_status_string(UCS_PTR_STATUS(h)));
+  }
   r->ucpReq = h;
   return zppSuccess;
+}
+
+static zppResult_t postNoticeRecv(zppUcx_t* u) {
+  return postControlRecv(u, 0, &u->noticeIn, sizeof(notice_t), &u->noticeRecv);
+}
+
+/* Wake-ups only make the worker's event fd fire; the receive takes them off
+ * the worker and is posted again. */
+static zppResult_t repostWakeRecv(zppUcx_t* u) {
+  zppUcxReq_t* r = u->wakeRecv;
+  if (r != NULL) {
+    if (!r->done) return zppSuccess;
+    u->wakeRecv = NULL;
+    ucs_status_t st = r->status;
+    zppUcxReqRelease(u, r);
+    if (st == UCS_ERR_CANCELED) return zppSuccess; /* at destroy */
+  }
+  return postControlRecv(u, TAG_CONTROL_WAKE, &u->wakeByte, 1, &u->wakeRecv);
+}
+
+int zppUcxIsControlRecv(const zppUcx_t* u, const zppUcxReq_t* r) {
+  return r == u->noticeRecv || r == u->wakeRecv;
 }
 
 /* ---- the end of creation: every endpoint wired up on every rank ---------- */
@@ -516,6 +550,10 @@ zppResult_t zppUcxCreate(struct zppComm* comm, zppUcx_t** out) {
    * destroyed with a wireup reply still pending. */
   ZPPCHECKGOTO(flushEps(u, zppUcxNow() + comm->timeoutSec), res, fail);
   ZPPCHECKGOTO(progressingBarrier(u), res, fail);
+  /* Every rank mapped every inbox before the barrier: the names can go, and
+   * a rank killed from now on leaves none behind. */
+  zppUcxShmUnlink(u);
+  if (u->nShmPeers > 0) ZPPCHECKGOTO(repostWakeRecv(u), res, fail);
   ZPP_INFO(NET, "%s: UCX %s ready, rank %d of %d, shared memory inside the node %s",
            comm->name, ucp_get_version_string(), u->rank, u->nranks, u->useShm ? "on" : "off");
   *out = u;
@@ -536,32 +574,38 @@ zppResult_t zppUcxIsend(zppUcx_t* u, int peer, const void* buf, size_t bytes, co
                         zppUcxReq_t** req) {
   ucp_ep_h ep;
   ZPPCHECK(zppUcxGetEp(u, peer, &ep));
-  zppUcxReq_t* r;
-  ZPPCHECK(zppUcxReqAlloc(u, &r));
-  r->peer = peer;
-  r->bytes = bytes;
-  r->seq = id->seq;
-  r->wantSig = id->sig & ZPP_UCX_SIG_MASK;
-  ucp_request_param_t prm;
-  memset(&prm, 0, sizeof(prm));
-  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  prm.cb.send = zppUcxSendDone;
-  prm.user_data = r;
   /* FAULT INJECTION (ZPP_FAULT, lib/fault.h; off by default): the one place
    * where a rank is made slow, corrupt, hung or dead on purpose. */
   zppFaultOnSend(u->rank, buf, bytes, id->seq);
-  void* h = ucp_tag_send_nbx(ep, buf, bytes, makeTag(u->rank, id), &prm);
-  if (h == NULL) {
-    /* Done already (a small message went out inline): nothing to wait for. */
-    zppUcxReqRelease(u, r);
-    r = NULL;
-  } else if (UCS_PTR_IS_ERR(h)) {
-    zppUcxReqRelease(u, r);
-    return zppUcxFail(u, zppRemoteError, "%s: rank %d: send of %zu bytes to rank %d (host %s) failed: %s",
-                    u->comm->name, u->rank, bytes, peer, zppUcxHostOf(u, peer),
-                    ucs_status_string(UCS_PTR_STATUS(h)));
+  zppUcxReq_t* r = NULL;
+  if (zppUcxShmCarries(u, peer, bytes)) {
+    ZPPCHECK(zppUcxShmSend(u, peer, buf, bytes, makeTag(u->rank, id), &r));
   } else {
-    r->ucpReq = h;
+    ZPPCHECK(zppUcxReqAlloc(u, &r));
+    r->peer = peer;
+    r->bytes = bytes;
+    ucp_request_param_t prm;
+    memset(&prm, 0, sizeof(prm));
+    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    prm.cb.send = zppUcxSendDone;
+    prm.user_data = r;
+    void* h = ucp_tag_send_nbx(ep, buf, bytes, makeTag(u->rank, id), &prm);
+    if (h == NULL) {
+      /* Done already (a small message went out inline): nothing to wait for. */
+      zppUcxReqRelease(u, r);
+      r = NULL;
+    } else if (UCS_PTR_IS_ERR(h)) {
+      zppUcxReqRelease(u, r);
+      return zppUcxFail(u, zppRemoteError, "%s: rank %d: send of %zu bytes to rank %d (host %s) failed: %s",
+                      u->comm->name, u->rank, bytes, peer, zppUcxHostOf(u, peer),
+                      ucs_status_string(UCS_PTR_STATUS(h)));
+    } else {
+      r->ucpReq = h;
+    }
+  }
+  if (r) {
+    r->seq = id->seq;
+    r->wantSig = id->sig & ZPP_UCX_SIG_MASK;
   }
   int kind = (id->opKind >= 0 && id->opKind < zppNumOpKinds) ? id->opKind : 0;
   int inter = u->comm->topo->nodeOf[peer] != u->comm->topo->nodeOf[u->rank];
@@ -588,6 +632,12 @@ zppResult_t zppUcxIrecv(zppUcx_t* u, int peer, void* buf, size_t bytes, const zp
   r->bytes = bytes;
   r->seq = id->seq;
   r->wantSig = id->sig & ZPP_UCX_SIG_MASK;
+  r->tag = makeTag(peer, id);
+  if (zppUcxShmCarries(u, peer, bytes)) {
+    zppUcxShmRecv(u, peer, buf, bytes, r->tag, r);
+    *req = r;
+    return zppSuccess;
+  }
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof(prm));
   /* Never completed inline: UCX 1.13 does not fill recv_info then, and the
@@ -596,7 +646,7 @@ zppResult_t zppUcxIrecv(zppUcx_t* u, int peer, void* buf, size_t bytes, const zp
                      UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   prm.cb.recv = recvDone;
   prm.user_data = r;
-  void* h = ucp_tag_recv_nbx(u->worker, buf, bytes, makeTag(peer, id), TAG_MATCH_MASK, &prm);
+  void* h = ucp_tag_recv_nbx(u->worker, buf, bytes, r->tag, TAG_MATCH_MASK, &prm);
   if (UCS_PTR_IS_ERR(h)) {
     zppUcxReqRelease(u, r);
     return zppUcxFail(u, zppSystemError, "%s: rank %d: posting a receive from rank %d failed: %s",
@@ -675,7 +725,7 @@ static int idleWait(zppUcx_t* u, double busy, double idleSince, double now, doub
     /* Poll on its own for a while before the caller's bookkeeping (and its
      * clock read) again: a message is seen within one progress call. */
     for (int i = 0; i < BUSY_POLLS_PER_CHECK; i++)
-      if (ucp_worker_progress(u->worker)) break;
+      if (zppUcxShmProgress(u) + ucp_worker_progress(u->worker)) break;
     return 0;
   }
   if (u->busy.fellToZero) {
@@ -686,17 +736,24 @@ static int idleWait(zppUcx_t* u, double busy, double idleSince, double now, doub
     sched_yield();
     return 1;
   }
+  /* A message in a shared-memory ring does not touch the event fd: its
+   * sender wakes a rank that said it sleeps (zppUcxShmSleepBegin). */
+  if (!zppUcxShmSleepBegin(u)) return 0;
   ucs_status_t st = ucp_worker_arm(u->worker);
-  if (st == UCS_ERR_BUSY) return 0; /* events arrived meanwhile: progress again */
   if (st != UCS_OK) {
+    zppUcxShmSleepEnd(u);
+    if (st == UCS_ERR_BUSY) return 0; /* events arrived meanwhile: progress again */
     sched_yield();
     return 1;
   }
   int ms = (int)((deadline - now) * 1000.0) + 1;
   if (ms > MAX_SLEEP_MS) ms = MAX_SLEEP_MS;
+  /* A receiver that frees ring slots does not wake the sender waiting for one. */
+  if (ms > QUEUED_SEND_SLEEP_MS && zppUcxShmSendsQueued(u)) ms = QUEUED_SEND_SLEEP_MS;
   if (ms < 1) ms = 1;
   struct pollfd fds[2] = {{.fd = u->efd, .events = POLLIN}, {.fd = u->wakeFd, .events = POLLIN}};
   (void)poll(fds, 2, ms);
+  zppUcxShmSleepEnd(u);
   return 1;
 }
 
@@ -706,14 +763,34 @@ static int idleWait(zppUcx_t* u, double busy, double idleSince, double now, doub
  * signature is proof of a mismatch. */
 static zppResult_t probeMismatch(zppUcx_t* u, const zppUcxReq_t* r) {
   zppMsgId_t id = {r->seq, 0, 0, 0};
+  const uint64_t seqMask = TAG_CONTROL | TAG_SRC_MASK | TAG_SEQ_MASK;
   for (int src = 0; src < u->nranks; src++) {
     if (src == u->rank) continue;
     ucp_tag_recv_info_t info;
-    ucp_tag_message_h m = ucp_tag_probe_nb(u->worker, makeTag(src, &id),
-                                           TAG_CONTROL | TAG_SRC_MASK | TAG_SEQ_MASK, 0, &info);
+    ucp_tag_message_h m = ucp_tag_probe_nb(u->worker, makeTag(src, &id), seqMask, 0, &info);
     uint32_t got = (uint32_t)(info.sender_tag & ZPP_UCX_SIG_MASK);
-    if (m == NULL || got == r->wantSig) continue;
-    return mismatchError(u, src, got, r->wantSig);
+    if (m != NULL && got != r->wantSig) return mismatchError(u, src, got, r->wantSig);
+    uint64_t tag;
+    size_t len;
+    if (zppUcxShmProbe(u, src, makeTag(src, &id), seqMask, &tag, &len) &&
+        (uint32_t)(tag & ZPP_UCX_SIG_MASK) != r->wantSig)
+      return mismatchError(u, src, (uint32_t)(tag & ZPP_UCX_SIG_MASK), r->wantSig);
+  }
+  /* A message of this receive's exact tag on the other path (rings or
+   * UCX): the sender had another length, so one of the two is not a
+   * receive of it. Seen only here, never as a completion. */
+  if (r->isRecv && r->peer >= 0 && u->peers[r->peer].shmMax > 0) {
+    uint64_t tag;
+    size_t len = 0;
+    ucp_tag_recv_info_t info;
+    int other = r->viaShm ? ucp_tag_probe_nb(u->worker, r->tag, TAG_MATCH_MASK, 0, &info) != NULL
+                          : zppUcxShmProbe(u, r->peer, r->tag, TAG_MATCH_MASK, &tag, &len);
+    if (other && r->viaShm) len = info.length;
+    if (other)
+      return zppUcxFail(u, zppInvalidUsage,
+                        "%s: rank %d: rank %d (host %s) sent %zu bytes where this rank expected %zu: "
+                        "the ranks called collectives with different counts",
+                        u->comm->name, u->rank, r->peer, zppUcxHostOf(u, r->peer), len, r->bytes);
   }
   return zppSuccess;
 }
@@ -724,12 +801,21 @@ static zppResult_t probeMismatch(zppUcx_t* u, const zppUcxReq_t* r) {
  * cross, and each side may finish "successfully"). */
 zppResult_t zppUcxCheckLeftovers(zppUcx_t* u, uint32_t seq, uint32_t sig) {
   zppMsgId_t id = {seq, 0, 0, 0};
+  const uint64_t seqMask = TAG_CONTROL | TAG_SEQ_MASK;
   ucp_tag_recv_info_t info;
-  ucp_tag_message_h m =
-      ucp_tag_probe_nb(u->worker, makeTag(0, &id), TAG_CONTROL | TAG_SEQ_MASK, 0, &info);
-  if (m == NULL) return zppSuccess;
-  int src = (int)((info.sender_tag & TAG_SRC_MASK) >> TAG_SRC_SHIFT);
-  uint32_t got = (uint32_t)(info.sender_tag & ZPP_UCX_SIG_MASK);
+  uint64_t tag = 0;
+  size_t len;
+  if (ucp_tag_probe_nb(u->worker, makeTag(0, &id), seqMask, 0, &info) != NULL) {
+    tag = info.sender_tag;
+  } else {
+    zppUcxShmProgress(u);
+    int found = 0;
+    for (int i = 0; i < u->nShmPeers && !found; i++)
+      found = zppUcxShmProbe(u, u->shmPeers[i], makeTag(0, &id), seqMask, &tag, &len);
+    if (!found) return zppSuccess;
+  }
+  int src = (int)((tag & TAG_SRC_MASK) >> TAG_SRC_SHIFT);
+  uint32_t got = (uint32_t)(tag & ZPP_UCX_SIG_MASK);
   if (got != (sig & ZPP_UCX_SIG_MASK)) return mismatchError(u, src, got, sig & ZPP_UCX_SIG_MASK);
   return zppUcxFail(u, zppInvalidUsage,
                   "%s: rank %d: mismatched collectives: rank %d (host %s) sent a message in the last "
@@ -738,8 +824,10 @@ zppResult_t zppUcxCheckLeftovers(zppUcx_t* u, uint32_t seq, uint32_t sig) {
 }
 
 zppResult_t zppUcxPoll(zppUcx_t* u) {
+  zppUcxShmProgress(u);
   for (int k = 0; k < 64 && ucp_worker_progress(u->worker); k++) {
   }
+  if (u->wakeRecv && u->wakeRecv->done) ZPPCHECK(repostWakeRecv(u));
   ZPPCHECK(checkNotice(u));
   return zppSuccess;
 }
@@ -752,7 +840,7 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
   /* The first health check comes early: a mismatch is best found fast. */
   double lastLiveness = lastDone - LIVENESS_PERIOD_SEC + 0.02;
   for (;;) {
-    int progressed = 0;
+    int progressed = zppUcxShmProgress(u) > 0;
     for (int k = 0; k < 64 && ucp_worker_progress(u->worker); k++) progressed = 1;
 
     int pending = 0, completed = 0, firstPending = -1;
@@ -778,6 +866,7 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
     }
     ZPPCHECK(checkNotice(u));
     ZPPCHECK(checkAborted(u));
+    if (u->wakeRecv && u->wakeRecv->done) ZPPCHECK(repostWakeRecv(u));
     int err = atomic_load(&u->comm->asyncError);
     if (err != zppSuccess) return (zppResult_t)err; /* logged where it was found */
 

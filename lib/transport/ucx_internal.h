@@ -12,9 +12,13 @@
 #include <ucp/api/ucp.h>
 
 #include "busy_poll.h"
+#include "shm_ring.h"
 #include "ucx.h"
 
 #define TAG_CONTROL (1ull << 63)
+/* Control messages: the lowest bit tells an error notice (0) from a wake-up
+ * of a rank asleep with shared-memory rings to watch (1). */
+#define TAG_CONTROL_WAKE 1ull
 #define TAG_SRC_SHIFT 44
 #define TAG_SRC_BITS 19
 #define TAG_SEQ_SHIFT 28
@@ -38,6 +42,10 @@
 /* Longest single sleep on the event fd: bounds how late a timeout or an
  * abort that did not come through the wake fd is seen. */
 #define MAX_SLEEP_MS 100
+/* Longest sleep while a send waits for a free ring slot. */
+#define QUEUED_SEND_SLEEP_MS 1
+/* Largest ZPP_SHM_SMALL_BYTES: ring slots are this big. */
+#define ZPP_SHM_SMALL_BYTES_MAX (1 << 20)
 /* Bound on telling the other ranks about an error and on closing endpoints. */
 #define NOTICE_WAIT_SEC 0.5
 #define CLOSE_WAIT_SEC 2.0
@@ -50,7 +58,7 @@ typedef struct {
   uint32_t fullLen;  /* worker address, every transport */
   uint32_t netLen;   /* worker address, network transports only */
   int32_t pid;
-  int32_t pad;
+  int32_t shmMax; /* ZPP_SHM_SMALL_BYTES; 0: no inbox (shmName empty) */
   uint64_t startTime; /* /proc/<pid>/stat field 22: tells a reused pid apart */
   uint64_t pidNs;     /* inode of /proc/self/ns/pid */
   char bootId[40];
@@ -58,6 +66,7 @@ typedef struct {
    * union over the ranks of one machine says whether they outnumber its
    * cores. */
   uint64_t cpuMask[16];
+  char shmName[ZPP_SHM_NAME_LEN]; /* this rank's inbox (shm_ring.h) */
 } rankInfo_t;
 
 typedef enum { EP_NONE = 0, EP_OK, EP_FAILED, EP_CLOSED } epState_t;
@@ -72,6 +81,18 @@ typedef struct {
   ucp_ep_h ep;
   rankInfo_t info;
   const ucp_address_t* addr; /* the address this rank connects with */
+  /* Small messages through shared-memory rings (ucx_shm.c), when shmMax > 0:
+   * both ways up to shmMax bytes, the same on both sides. */
+  size_t shmMax;
+  zppShmInbox_t shmBox;      /* the peer's inbox, mapped */
+  zppShmRing_t shmIn;        /* its ring in this rank's inbox */
+  zppShmRing_t shmOut;       /* this rank's ring in its inbox */
+  struct zppUcxReq* posted;  /* receives waiting for a message, in post order */
+  struct zppUcxReq* postedTail;
+  struct shmMsg* unexpected; /* messages taken off the ring before their receive */
+  struct shmMsg* unexpectedTail;
+  struct zppUcxReq* queued;  /* sends waiting for a free slot, in send order */
+  struct zppUcxReq* queuedTail;
 } peer_t;
 
 struct zppUcxReq {
@@ -88,6 +109,12 @@ struct zppUcxReq {
   uint32_t seq;
   uint32_t wantSig;
   int haveTag; /* gotTag is valid */
+  /* Through a shared-memory ring (ucx_shm.c) instead of UCX. */
+  int viaShm;
+  void* buf;            /* receive buffer */
+  const void* sendBuf;  /* a queued send's data */
+  uint64_t tag;
+  struct zppUcxReq* shmNext; /* in the peer's posted or queued list */
 };
 
 typedef struct {
@@ -118,6 +145,12 @@ struct zppUcx {
   void** chunks;       /* request pool allocations */
   int nChunks;
   zppUcxReq_t* noticeRecv;
+  zppUcxReq_t* wakeRecv; /* takes wake-ups (TAG_CONTROL_WAKE) off the worker */
+  char wakeByte;
+  int64_t shmMaxParam;   /* ZPP_SHM_SMALL_BYTES */
+  zppShmInbox_t shmInbox;  /* this rank's (shm_ring.h) */
+  int* shmPeers;         /* ranks with rings to and from this one */
+  int nShmPeers;
   notice_t noticeIn;
   notice_t noticeOut;
   int noticeGot;
@@ -143,8 +176,54 @@ void zppUcxReqRelease(zppUcx_t* u, zppUcxReq_t* r);
 void zppUcxSendDone(void* request, ucs_status_t status, void* userData);
 /* The endpoint to peer, made on first use (see ucx.h for which address). */
 zppResult_t zppUcxGetEp(zppUcx_t* u, int peer, ucp_ep_h* out);
-/* Progresses until no request but the control receive is live, or
+/* Progresses until no request but the control receives is live, or
  * limitSec passed; returns how many are still live. */
 int zppUcxDrain(zppUcx_t* u, double limitSec);
+/* The error-notice or the wake-up receive: posted for the communicator's
+ * life, never waited for. */
+int zppUcxIsControlRecv(const zppUcx_t* u, const zppUcxReq_t* r);
+
+/* ---- small messages through shared-memory rings (ucx_shm.c) ------------- */
+
+/* Before the first bootstrap exchange: makes this rank's inbox (unless
+ * ZPP_SHM_SMALL_BYTES or ZPP_UCX_SHM is 0, or it has no local peer) and
+ * writes its name into mine. A failure only turns the rings off. */
+void zppUcxShmCreateInbox(zppUcx_t* u, rankInfo_t* mine);
+/* After it (collective): maps the inboxes of this node's ranks and agrees
+ * with them which pairs use rings (peer_t.shmMax). */
+zppResult_t zppUcxShmConnect(zppUcx_t* u, const rankInfo_t* infos);
+/* Once every rank mapped every inbox: removes this rank's inbox's name. */
+void zppUcxShmUnlink(zppUcx_t* u);
+void zppUcxShmDestroy(zppUcx_t* u);
+
+/* Whether a message of this size to or from peer goes through the rings. */
+static inline int zppUcxShmCarries(const zppUcx_t* u, int peer, size_t bytes) {
+  size_t max = u->peers[peer].shmMax;
+  return max != 0 && bytes <= max;
+}
+/* Sends: done at once (*req NULL) unless the ring is full, then queued in
+ * a new request. */
+zppResult_t zppUcxShmSend(zppUcx_t* u, int peer, const void* buf, size_t bytes, uint64_t tag,
+                          zppUcxReq_t** req);
+/* Receives into r (allocated by the caller): done at once if the message
+ * is already here, else posted. */
+void zppUcxShmRecv(zppUcx_t* u, int peer, void* buf, size_t bytes, uint64_t tag, zppUcxReq_t* r);
+/* Takes what the rings hold and pushes queued sends; returns how many
+ * messages moved. */
+int zppUcxShmProgress(zppUcx_t* u);
+/* A message from src already taken off its ring whose tag matches tag
+ * under mask: 1 and its tag and length, else 0. */
+int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint64_t* gotTag,
+                   size_t* len);
+/* Before and after an idle sleep: see zppShmInboxSetSleeping. Begin returns
+ * 0 (and leaves the rank awake) when a ring already holds a message. */
+int zppUcxShmSleepBegin(zppUcx_t* u);
+void zppUcxShmSleepEnd(zppUcx_t* u);
+/* Whether a send waits for a slot: the peer frees slots without waking
+ * this rank, so such a wait sleeps in short naps only. */
+int zppUcxShmSendsQueued(const zppUcx_t* u);
+/* After an error: every posted receive and queued send ends cancelled, so
+ * no user buffer is touched afterwards. */
+void zppUcxShmCancel(zppUcx_t* u);
 
 #endif /* ZPP_TRANSPORT_UCX_INTERNAL_H_ */

@@ -18,11 +18,12 @@
 int zppUcxDrain(zppUcx_t* u, double limitSec) {
   double end = zppUcxNow() + limitSec;
   for (;;) {
+    zppUcxShmProgress(u);
     while (ucp_worker_progress(u->worker)) {
     }
     int live = 0;
     for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
-      if (r != u->noticeRecv && !r->done) live++;
+      if (!zppUcxIsControlRecv(u, r) && !r->done) live++;
     if (live == 0 || zppUcxNow() > end) return live;
     sched_yield();
   }
@@ -112,8 +113,9 @@ void zppUcxQuiesce(zppUcx_t* u) {
     sendNotices(u);
     zppUcxDrain(u, NOTICE_WAIT_SEC);
   }
+  zppUcxShmCancel(u);
   for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
-    if (r->isRecv && !r->done && r->ucpReq && r != u->noticeRecv)
+    if (r->isRecv && !r->done && r->ucpReq && !zppUcxIsControlRecv(u, r))
       ucp_request_cancel(u->worker, r->ucpReq);
   /* Sends cannot be cancelled: drop the endpoints that still carry some. */
   int sendsLeft = 0;
@@ -131,7 +133,7 @@ void zppUcxQuiesce(zppUcx_t* u) {
   zppUcxReq_t* r = u->live.next;
   while (r != &u->live) {
     zppUcxReq_t* next = r->next;
-    if (r->done && r != u->noticeRecv) zppUcxReqRelease(u, r);
+    if (r->done && !zppUcxIsControlRecv(u, r)) zppUcxReqRelease(u, r);
     r = next;
   }
 }
@@ -147,8 +149,10 @@ void zppUcxDestroy(zppUcx_t* u) {
   if (u == NULL) return;
   if (u->worker) {
     u->closing = 1;
-    if (u->noticeRecv && u->noticeRecv->ucpReq && !u->noticeRecv->done)
-      ucp_request_cancel(u->worker, u->noticeRecv->ucpReq);
+    zppUcxReq_t* control[2] = {u->noticeRecv, u->wakeRecv};
+    for (int i = 0; i < 2; i++)
+      if (control[i] && control[i]->ucpReq && !control[i]->done)
+        ucp_request_cancel(u->worker, control[i]->ucpReq);
     /* Flush what is still queued so the last messages reach their peers,
      * unless the communicator is already broken. */
     int healthy = !atomic_load(&u->aborted) && atomic_load(&u->comm->asyncError) == zppSuccess;
@@ -157,6 +161,7 @@ void zppUcxDestroy(zppUcx_t* u) {
     ucp_worker_destroy(u->worker);
   }
   if (u->ctx) ucp_cleanup(u->ctx);
+  zppUcxShmDestroy(u);
   if (u->wakeFd >= 0) close(u->wakeFd);
   for (int i = 0; i < u->nChunks; i++) free(u->chunks[i]);
   free(u->chunks);

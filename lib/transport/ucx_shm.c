@@ -1,0 +1,312 @@
+/*
+ * Small messages between ranks of one node through zpp's own shared-memory
+ * rings (shm_ring.h) instead of UCX; the rest of the host transport does not
+ * change: the same tags, requests, signature checks and waits (ucx.h).
+ *
+ * A pair of ranks uses the rings for messages of up to shmMax bytes, a value
+ * both sides agree on at creation (the smaller of their ZPP_SHM_SMALL_BYTES),
+ * so a sender and a receiver of the same message always pick the same path.
+ * Larger messages, and every pair that could not map its inboxes, stay on
+ * UCX.
+ *
+ * Matching: each ring is read in order. A message goes to the first receive
+ * posted for its tag (source, sequence, step; the signature is checked
+ * after, as with UCX), or, when none is posted yet, into a list of
+ * unexpected messages (a copy), so a ring never waits on a receive. Sends
+ * are done once copied into the ring; a full ring queues them in order.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "lib/comm.h"
+
+#include "ucx_internal.h"
+
+typedef struct shmMsg {
+  struct shmMsg* next;
+  uint64_t tag;
+  size_t len;
+  unsigned char data[];
+} shmMsg_t;
+
+/* ---- creation ------------------------------------------------------------ */
+
+void zppUcxShmCreateInbox(zppUcx_t* u, rankInfo_t* mine) {
+  mine->shmMax = 0;
+  mine->shmName[0] = '\0';
+  const zppTopo_t* topo = u->comm->topo;
+  int localSize = topo->nodeSize[topo->nodeOf[u->rank]];
+  if (!u->useShm || u->shmMaxParam <= 0 || localSize < 2) return;
+  if (zppShmInboxCreate(&u->shmInbox, localSize, (size_t)u->shmMaxParam) != zppSuccess) {
+    ZPP_WARN(NET, "%s: rank %d: no shared-memory rings: small messages inside the node go "
+             "through UCX", u->comm->name, u->rank);
+    return;
+  }
+  mine->shmMax = (int32_t)u->shmMaxParam;
+  snprintf(mine->shmName, sizeof(mine->shmName), "%s", u->shmInbox.name);
+}
+
+zppResult_t zppUcxShmConnect(zppUcx_t* u, const rankInfo_t* infos) {
+  zppResult_t res = zppSuccess;
+  const zppTopo_t* topo = u->comm->topo;
+  int node = topo->nodeOf[u->rank];
+  int localSize = topo->nodeSize[node];
+  const rankInfo_t* mine = &infos[u->rank];
+  int32_t* ok = NULL;
+  ZPP_CALLOCGOTO(ok, (size_t)u->nranks, res, out);
+  ZPP_CALLOCGOTO(u->shmPeers, (size_t)localSize, res, out);
+
+  /* Every local peer's inbox mapped, or none used: one bit per rank keeps
+   * the agreement a single exchange. */
+  int mapped = mine->shmMax > 0;
+  for (int i = 0; i < localSize && mapped; i++) {
+    int r = topo->nodeRanks[node][i];
+    if (r == u->rank) continue;
+    /* The same node must be the same kernel: a host id shared by two
+     * machines by mistake must not look for the other's segments. */
+    if (infos[r].shmMax <= 0 || strcmp(infos[r].bootId, mine->bootId) != 0) {
+      mapped = 0;
+      break;
+    }
+    peer_t* p = &u->peers[r];
+    if (zppShmInboxOpen(&p->shmBox, infos[r].shmName) != zppSuccess ||
+        p->shmBox.nRings != (uint32_t)localSize) {
+      mapped = 0;
+      break;
+    }
+  }
+  ok[u->rank] = mapped;
+  ZPPCHECKGOTO(zppBootstrapAllGather(u->comm->bootstrap, ok, sizeof(int32_t)), res, out);
+
+  for (int i = 0; i < localSize; i++) {
+    int r = topo->nodeRanks[node][i];
+    if (r == u->rank) continue;
+    peer_t* p = &u->peers[r];
+    if (!(mapped && ok[r])) {
+      zppShmInboxClose(&p->shmBox);
+      continue;
+    }
+    p->shmMax = (size_t)(mine->shmMax < infos[r].shmMax ? mine->shmMax : infos[r].shmMax);
+    zppShmRingAttach(&p->shmIn, &u->shmInbox, topo->localRankOf[r]);
+    zppShmRingAttach(&p->shmOut, &p->shmBox, topo->localRankOf[u->rank]);
+    u->shmPeers[u->nShmPeers++] = r;
+  }
+  if (u->nShmPeers > 0)
+    ZPP_INFO(NET, "%s: rank %d: messages of up to %d bytes to %d ranks of this node go through "
+             "shared-memory rings of %u slots", u->comm->name, u->rank, (int)mine->shmMax,
+             u->nShmPeers, u->shmInbox.nSlots);
+  else if (mine->shmMax > 0)
+    ZPP_INFO(NET, "%s: rank %d: shared-memory rings unused: a rank of this node has none",
+             u->comm->name, u->rank);
+out:
+  free(ok);
+  return res;
+}
+
+void zppUcxShmUnlink(zppUcx_t* u) { zppShmInboxUnlink(&u->shmInbox); }
+
+void zppUcxShmDestroy(zppUcx_t* u) {
+  for (int r = 0; u->peers && r < u->nranks; r++) {
+    peer_t* p = &u->peers[r];
+    while (p->unexpected) {
+      shmMsg_t* m = p->unexpected;
+      p->unexpected = m->next;
+      free(m);
+    }
+    zppShmInboxClose(&p->shmBox);
+  }
+  zppShmInboxClose(&u->shmInbox);
+  free(u->shmPeers);
+  u->shmPeers = NULL;
+  u->nShmPeers = 0;
+}
+
+/* ---- sends --------------------------------------------------------------- */
+
+/* A peer asleep on its worker's event fd sees nothing of the rings: a UCX
+ * control message wakes it (taken off by its wake-up receive). */
+static void wakeIfAsleep(zppUcx_t* u, peer_t* p) {
+  if (!zppShmInboxTakeSleeper(&p->shmBox)) return;
+  ucp_ep_h ep;
+  if (zppUcxGetEp(u, p->rank, &ep) != zppSuccess) return; /* recorded there */
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof(prm));
+  void* h = ucp_tag_send_nbx(ep, &u->wakeByte, 1,
+                             TAG_CONTROL | TAG_CONTROL_WAKE | ((uint64_t)u->rank << TAG_SRC_SHIFT),
+                             &prm);
+  if (UCS_PTR_IS_PTR(h))
+    ucp_request_free(h); /* released by UCX once sent */
+  else if (UCS_PTR_IS_ERR(h))
+    ZPP_INFO(NET, "%s: rank %d: waking rank %d failed: %s", u->comm->name, u->rank, p->rank,
+             ucs_status_string(UCS_PTR_STATUS(h)));
+}
+
+zppResult_t zppUcxShmSend(zppUcx_t* u, int peer, const void* buf, size_t bytes, uint64_t tag,
+                          zppUcxReq_t** req) {
+  peer_t* p = &u->peers[peer];
+  *req = NULL;
+  if (p->queued == NULL && zppShmRingTryPush(&p->shmOut, tag, buf, bytes)) {
+    wakeIfAsleep(u, p);
+    return zppSuccess;
+  }
+  zppUcxReq_t* r;
+  ZPPCHECK(zppUcxReqAlloc(u, &r));
+  r->peer = peer;
+  r->bytes = bytes;
+  r->viaShm = 1;
+  r->sendBuf = buf;
+  r->tag = tag;
+  if (p->queuedTail)
+    p->queuedTail->shmNext = r;
+  else
+    p->queued = r;
+  p->queuedTail = r;
+  *req = r;
+  return zppSuccess;
+}
+
+/* ---- receives ------------------------------------------------------------ */
+
+static int tagsMatch(uint64_t a, uint64_t b) { return ((a ^ b) & TAG_MATCH_MASK) == 0; }
+
+static void deliver(zppUcxReq_t* r, uint64_t tag, const void* data, size_t len) {
+  /* As UCX does: a longer message fills the buffer and is a truncation. */
+  memcpy(r->buf, data, len <= r->bytes ? len : r->bytes);
+  r->gotTag = tag;
+  r->gotBytes = len;
+  r->haveTag = 1;
+  r->status = len <= r->bytes ? UCS_OK : UCS_ERR_MESSAGE_TRUNCATED;
+  r->done = 1;
+}
+
+void zppUcxShmRecv(zppUcx_t* u, int peer, void* buf, size_t bytes, uint64_t tag, zppUcxReq_t* r) {
+  peer_t* p = &u->peers[peer];
+  r->viaShm = 1;
+  r->buf = buf;
+  r->tag = tag;
+  for (shmMsg_t *m = p->unexpected, *prev = NULL; m; prev = m, m = m->next) {
+    if (!tagsMatch(m->tag, tag)) continue;
+    deliver(r, m->tag, m->data, m->len);
+    if (prev)
+      prev->next = m->next;
+    else
+      p->unexpected = m->next;
+    if (p->unexpectedTail == m) p->unexpectedTail = prev;
+    free(m);
+    return;
+  }
+  if (p->postedTail)
+    p->postedTail->shmNext = r;
+  else
+    p->posted = r;
+  p->postedTail = r;
+}
+
+/* A message just read off peer p's ring: to its receive, else kept. */
+static void take(zppUcx_t* u, peer_t* p, uint64_t tag, const void* data, size_t len) {
+  for (zppUcxReq_t *r = p->posted, *prev = NULL; r; prev = r, r = r->shmNext) {
+    if (!tagsMatch(r->tag, tag)) continue;
+    if (prev)
+      prev->shmNext = r->shmNext;
+    else
+      p->posted = r->shmNext;
+    if (p->postedTail == r) p->postedTail = prev;
+    deliver(r, tag, data, len);
+    return;
+  }
+  shmMsg_t* m = malloc(sizeof(shmMsg_t) + len);
+  if (m == NULL) {
+    zppUcxFail(u, zppSystemError, "%s: rank %d: out of memory keeping a %zu-byte message of rank %d",
+               u->comm->name, u->rank, len, p->rank);
+    return;
+  }
+  m->next = NULL;
+  m->tag = tag;
+  m->len = len;
+  memcpy(m->data, data, len);
+  if (p->unexpectedTail)
+    p->unexpectedTail->next = m;
+  else
+    p->unexpected = m;
+  p->unexpectedTail = m;
+}
+
+int zppUcxShmProgress(zppUcx_t* u) {
+  int moved = 0;
+  for (int i = 0; i < u->nShmPeers; i++) {
+    peer_t* p = &u->peers[u->shmPeers[i]];
+    uint64_t tag;
+    size_t len;
+    const void* data;
+    while ((data = zppShmRingPeek(&p->shmIn, &tag, &len)) != NULL) {
+      take(u, p, tag, data, len);
+      zppShmRingPop(&p->shmIn);
+      moved++;
+    }
+    while (p->queued) {
+      zppUcxReq_t* r = p->queued;
+      if (!zppShmRingTryPush(&p->shmOut, r->tag, r->sendBuf, r->bytes)) break;
+      p->queued = r->shmNext;
+      if (p->queued == NULL) p->queuedTail = NULL;
+      r->status = UCS_OK;
+      r->done = 1;
+      moved++;
+      wakeIfAsleep(u, p);
+    }
+  }
+  return moved;
+}
+
+int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint64_t* gotTag,
+                   size_t* len) {
+  for (const shmMsg_t* m = u->peers[src].unexpected; m; m = m->next) {
+    if (((m->tag ^ tag) & mask) != 0) continue;
+    *gotTag = m->tag;
+    *len = m->len;
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- sleeping, errors ------------------------------------------------------ */
+
+int zppUcxShmSleepBegin(zppUcx_t* u) {
+  if (u->nShmPeers == 0) return 1;
+  zppShmInboxSetSleeping(&u->shmInbox, 1);
+  for (int i = 0; i < u->nShmPeers; i++) {
+    uint64_t tag;
+    size_t len;
+    if (zppShmRingPeek(&u->peers[u->shmPeers[i]].shmIn, &tag, &len)) {
+      zppShmInboxSetSleeping(&u->shmInbox, 0);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+void zppUcxShmSleepEnd(zppUcx_t* u) {
+  if (u->nShmPeers > 0) zppShmInboxSetSleeping(&u->shmInbox, 0);
+}
+
+int zppUcxShmSendsQueued(const zppUcx_t* u) {
+  for (int i = 0; i < u->nShmPeers; i++)
+    if (u->peers[u->shmPeers[i]].queued) return 1;
+  return 0;
+}
+
+static void cancelList(zppUcxReq_t** head, zppUcxReq_t** tail) {
+  for (zppUcxReq_t* r = *head; r; r = r->shmNext) {
+    r->status = UCS_ERR_CANCELED;
+    r->done = 1;
+  }
+  *head = *tail = NULL;
+}
+
+void zppUcxShmCancel(zppUcx_t* u) {
+  for (int i = 0; i < u->nShmPeers; i++) {
+    peer_t* p = &u->peers[u->shmPeers[i]];
+    cancelList(&p->posted, &p->postedTail);
+    cancelList(&p->queued, &p->queuedTail);
+  }
+}
