@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/membarrier.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -177,18 +179,40 @@ int zppShmRingTryPush(zppShmRing_t* ring, uint64_t tag, const void* buf, size_t 
   return 1;
 }
 
-void zppShmInboxSetSleeping(const zppShmInbox_t* box, int sleeping) {
-  inboxHeader_t* h = box->base;
-  atomic_store_explicit(&h->sleeping, (uint32_t)sleeping, memory_order_relaxed);
-  /* Before the caller's last look at its rings (Dekker with the producer's
-   * fence in zppShmInboxTakeSleeper). */
-  if (sleeping) atomic_thread_fence(memory_order_seq_cst);
+static int membarrier(int cmd) { return (int)syscall(SYS_membarrier, cmd, 0, 0); }
+
+int zppShmAsymFenceRegister(void) {
+  static int registered = -1; /* per process; a race only registers twice */
+  if (registered >= 0) return registered;
+  int cmds = membarrier(MEMBARRIER_CMD_QUERY);
+  registered = cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
+               membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0;
+  return registered;
 }
 
-int zppShmInboxTakeSleeper(const zppShmInbox_t* box) {
+void zppShmInboxSetSleeping(const zppShmInbox_t* box, int sleeping, int asymFence) {
   inboxHeader_t* h = box->base;
-  /* The message's seq store before the look at the flag. */
+  atomic_store_explicit(&h->sleeping, (uint32_t)sleeping, memory_order_relaxed);
+  if (!sleeping) return;
+  /* The flag's store before the caller's last look at its rings, and (Dekker)
+   * each producer's message stores before its look at the flag: either the
+   * producer sees the flag or the consumer sees the message. A failed
+   * membarrier falls back to a fence here, which is only enough against
+   * producers that fence themselves; those that do not were told at
+   * creation that this rank registered, so it fails only if the kernel
+   * changed its mind, and then a message waits at most one bounded sleep. */
   atomic_thread_fence(memory_order_seq_cst);
+  if (asymFence) (void)membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED);
+}
+
+int zppShmInboxTakeSleeper(const zppShmInbox_t* box, int fence) {
+  inboxHeader_t* h = box->base;
+  /* The message's seq store before the look at the flag: a fence, or only
+   * the compiler's order when the consumer's membarrier fences for us. */
+  if (fence)
+    atomic_thread_fence(memory_order_seq_cst);
+  else
+    atomic_signal_fence(memory_order_seq_cst);
   if (atomic_load_explicit(&h->sleeping, memory_order_relaxed) == 0) return 0;
   return atomic_exchange_explicit(&h->sleeping, 0, memory_order_relaxed) != 0;
 }

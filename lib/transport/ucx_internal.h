@@ -59,6 +59,8 @@ typedef struct {
   uint32_t netLen;   /* worker address, network transports only */
   int32_t pid;
   int32_t shmMax; /* ZPP_SHM_SMALL_BYTES; 0: no inbox (shmName empty) */
+  int32_t asymFence; /* zppShmAsymFenceRegister() worked */
+  int32_t pad;
   uint64_t startTime; /* /proc/<pid>/stat field 22: tells a reused pid apart */
   uint64_t pidNs;     /* inode of /proc/self/ns/pid */
   char bootId[40];
@@ -84,6 +86,7 @@ typedef struct {
   /* Small messages through shared-memory rings (ucx_shm.c), when shmMax > 0:
    * both ways up to shmMax bytes, the same on both sides. */
   size_t shmMax;
+  int shmFence;              /* fence before looking whether it sleeps */
   zppShmInbox_t shmBox;      /* the peer's inbox, mapped */
   zppShmRing_t shmIn;        /* its ring in this rank's inbox */
   zppShmRing_t shmOut;       /* this rank's ring in its inbox */
@@ -149,6 +152,7 @@ struct zppUcx {
   char wakeByte;
   int64_t shmMaxParam;   /* ZPP_SHM_SMALL_BYTES */
   zppShmInbox_t shmInbox;  /* this rank's (shm_ring.h) */
+  int shmAsymFence;      /* sleeps with membarrier (zppShmAsymFenceRegister) */
   int* shmPeers;         /* ranks with rings to and from this one */
   int nShmPeers;
   notice_t noticeIn;

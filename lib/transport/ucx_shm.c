@@ -44,6 +44,7 @@ void zppUcxShmCreateInbox(zppUcx_t* u, rankInfo_t* mine) {
     return;
   }
   mine->shmMax = (int32_t)u->shmMaxParam;
+  mine->asymFence = zppShmAsymFenceRegister();
   snprintf(mine->shmName, sizeof(mine->shmName), "%s", u->shmInbox.name);
 }
 
@@ -88,14 +89,17 @@ zppResult_t zppUcxShmConnect(zppUcx_t* u, const rankInfo_t* infos) {
       continue;
     }
     p->shmMax = (size_t)(mine->shmMax < infos[r].shmMax ? mine->shmMax : infos[r].shmMax);
+    p->shmFence = !(mine->asymFence && infos[r].asymFence);
     zppShmRingAttach(&p->shmIn, &u->shmInbox, topo->localRankOf[r]);
     zppShmRingAttach(&p->shmOut, &p->shmBox, topo->localRankOf[u->rank]);
     u->shmPeers[u->nShmPeers++] = r;
   }
+  u->shmAsymFence = mine->asymFence;
   if (u->nShmPeers > 0)
     ZPP_INFO(NET, "%s: rank %d: messages of up to %d bytes to %d ranks of this node go through "
-             "shared-memory rings of %u slots", u->comm->name, u->rank, (int)mine->shmMax,
-             u->nShmPeers, u->shmInbox.nSlots);
+             "shared-memory rings of %u slots (sleep handshake: %s)", u->comm->name, u->rank,
+             (int)mine->shmMax, u->nShmPeers, u->shmInbox.nSlots,
+             mine->asymFence ? "membarrier" : "fences");
   else if (mine->shmMax > 0)
     ZPP_INFO(NET, "%s: rank %d: shared-memory rings unused: a rank of this node has none",
              u->comm->name, u->rank);
@@ -127,7 +131,7 @@ void zppUcxShmDestroy(zppUcx_t* u) {
 /* A peer asleep on its worker's event fd sees nothing of the rings: a UCX
  * control message wakes it (taken off by its wake-up receive). */
 static void wakeIfAsleep(zppUcx_t* u, peer_t* p) {
-  if (!zppShmInboxTakeSleeper(&p->shmBox)) return;
+  if (!zppShmInboxTakeSleeper(&p->shmBox, p->shmFence)) return;
   ucp_ep_h ep;
   if (zppUcxGetEp(u, p->rank, &ep) != zppSuccess) return; /* recorded there */
   ucp_request_param_t prm;
@@ -273,12 +277,12 @@ int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint
 
 int zppUcxShmSleepBegin(zppUcx_t* u) {
   if (u->nShmPeers == 0) return 1;
-  zppShmInboxSetSleeping(&u->shmInbox, 1);
+  zppShmInboxSetSleeping(&u->shmInbox, 1, u->shmAsymFence);
   for (int i = 0; i < u->nShmPeers; i++) {
     uint64_t tag;
     size_t len;
     if (zppShmRingPeek(&u->peers[u->shmPeers[i]].shmIn, &tag, &len)) {
-      zppShmInboxSetSleeping(&u->shmInbox, 0);
+      zppShmInboxSetSleeping(&u->shmInbox, 0, 0);
       return 0;
     }
   }
@@ -286,7 +290,7 @@ int zppUcxShmSleepBegin(zppUcx_t* u) {
 }
 
 void zppUcxShmSleepEnd(zppUcx_t* u) {
-  if (u->nShmPeers > 0) zppShmInboxSetSleeping(&u->shmInbox, 0);
+  if (u->nShmPeers > 0) zppShmInboxSetSleeping(&u->shmInbox, 0, 0);
 }
 
 int zppUcxShmSendsQueued(const zppUcx_t* u) {

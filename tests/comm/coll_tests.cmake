@@ -99,3 +99,18 @@ set_tests_properties(test_coll_netns_crossing test_coll_netns_linkdown PROPERTIE
                      LABELS "comm;netns" TIMEOUT 150 SKIP_RETURN_CODE 77 PROCESSORS 2
                      RESOURCE_LOCK emucluster_rate)
 set_tests_properties(test_coll_netns_linkdown PROPERTIES ENVIRONMENT "ZPP_TIMEOUT=5")
+
+# zpp's own shared-memory rings for small intra-node messages (part of the
+# UCX host transport: its internals are included).
+if(ZPP_HAVE_UCX)
+  add_executable(test_shm_rings test_shm_rings.c)
+  target_link_libraries(test_shm_rings PRIVATE zpp_static zpp_testutil zpp_coll_testlib zpp_launch
+                                               PkgConfig::UCX)
+  foreach(case ring order off paths wake wake_fences)
+    add_test(NAME test_shm_rings_${case} COMMAND test_shm_rings ${case})
+    set_tests_properties(test_shm_rings_${case} PROPERTIES LABELS "comm" TIMEOUT 120
+                                                           SKIP_RETURN_CODE 77)
+  endforeach()
+  # A lost wake-up only costs time (a sleep ends within 100 ms): timed cases.
+  set_tests_properties(test_shm_rings_wake test_shm_rings_wake_fences PROPERTIES LABELS "comm;timing")
+endif()

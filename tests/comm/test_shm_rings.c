@@ -1,0 +1,321 @@
+/*
+ * The host transport's shared-memory rings for small intra-node messages
+ * (lib/transport/shm_ring.h, ucx_shm.c):
+ *
+ *   test_shm_rings ring        one process: a ring fills, refuses, drains,
+ *                              wraps; an inbox's name is gone once unlinked
+ *   test_shm_rings order       2 ranks: 200 messages, small ones through the
+ *                              rings (more than a ring holds: sends queue)
+ *                              and large ones through UCX, received in the
+ *                              reverse order (unexpected ones kept), every
+ *                              byte checked; the inboxes' names are gone
+ *                              after creation
+ *   test_shm_rings off         the same with ZPP_SHM_SMALL_BYTES=0: all UCX
+ *   test_shm_rings wake        a receiver asleep on its event fd is woken by
+ *                              a message in its ring (label timing)
+ *   test_shm_rings wake_fences the same with the plain fence handshake
+ *                              instead of membarrier (label timing)
+ *   test_shm_rings paths       a message on the rings where the receiver
+ *                              expects a larger one through UCX, and the
+ *                              reverse: an error naming the counts within
+ *                              the timeout, never a hang
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll_testlib.h"
+#include "lib/comm.h"
+#include "lib/transport/shm_ring.h"
+#include "lib/transport/transports.h"
+#include "lib/transport/ucx_internal.h"
+#include "testutil.h"
+#include "tools/launch.h"
+
+static zppUcx_t* ucxOf(zppComm_t comm) { return comm->transports->ucx; }
+
+static int nameGone(const char* name) {
+  int fd = shm_open(name, O_RDONLY, 0);
+  if (fd >= 0) close(fd);
+  return fd < 0 && errno == ENOENT;
+}
+
+/* ---- ring: the ring alone -------------------------------------------------- */
+
+static int ringCase(void) {
+  zppShmInbox_t box;
+  REQUIRE(zppShmInboxCreate(&box, 2, 100) == zppSuccess);
+  CHECK(box.nSlots >= 2 && box.maxPayload == 100);
+  char name[ZPP_SHM_NAME_LEN];
+  snprintf(name, sizeof(name), "%s", box.name);
+  /* A second mapping, as a peer would open it. */
+  zppShmInbox_t peerView;
+  REQUIRE(zppShmInboxOpen(&peerView, name) == zppSuccess);
+  CHECK_EQ_INT(peerView.nSlots, box.nSlots);
+  zppShmRing_t prod, cons;
+  zppShmRingAttach(&prod, &peerView, 1);
+  zppShmRingAttach(&cons, &box, 1);
+  zppShmRing_t other;
+  zppShmRingAttach(&other, &box, 0);
+
+  unsigned char msg[100], got[100];
+  uint64_t next = 0, taken = 0;
+  for (int round = 0; round < 5; round++) {
+    /* Fill until refused: exactly nSlots messages fit. */
+    int pushed = 0;
+    for (;;) {
+      size_t len = (size_t)(next % 101);
+      memset(msg, (int)(next & 0xff), len);
+      if (!zppShmRingTryPush(&prod, 0x1000 + next, msg, len)) break;
+      next++;
+      pushed++;
+    }
+    CHECK_EQ_INT(pushed, round == 0 ? (int)box.nSlots : (int)box.nSlots - 1);
+    uint64_t tag;
+    size_t len;
+    CHECK(zppShmRingPeek(&other, &tag, &len) == NULL); /* ring 0 stays empty */
+    /* Take all but one: the ring keeps working across the wrap. */
+    while (taken + 1 < next) {
+      const void* data = zppShmRingPeek(&cons, &tag, &len);
+      REQUIRE(data != NULL);
+      CHECK_EQ_INT(tag, 0x1000 + taken);
+      CHECK_EQ_INT(len, taken % 101);
+      memcpy(got, data, len);
+      memset(msg, (int)(taken & 0xff), len);
+      CHECK(memcmp(got, msg, len) == 0);
+      zppShmRingPop(&cons);
+      taken++;
+    }
+  }
+  CHECK(!nameGone(name));
+  zppShmInboxUnlink(&box);
+  CHECK_MSG(nameGone(name), "%s still exists after unlink", name);
+  zppShmInboxClose(&peerView);
+  zppShmInboxClose(&box);
+  /* A name that is not an inbox is refused. */
+  zppShmInbox_t bad;
+  CHECK(zppShmInboxOpen(&bad, "/zpp-no-such-inbox") != zppSuccess);
+  printf("ring: %llu messages through %u slots: %s\n", (unsigned long long)next, box.nSlots,
+         zppTestFailures ? "FAILED" : "passed");
+  return zppTestFailures ? 1 : 0;
+}
+
+/* ---- order: many messages, both paths, any order ----------------------------- */
+
+enum { ORDER_MSGS = 200 };
+
+static size_t orderBytes(int i) {
+  static const size_t sizes[3] = {100, 8192, 20000}; /* rings, rings (the limit), UCX */
+  return sizes[i % 3];
+}
+
+static void orderFill(unsigned char* buf, int i) {
+  for (size_t k = 0; k < orderBytes(i); k++) buf[k] = (unsigned char)(i * 7 + k * 13);
+}
+
+static int orderBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  int expectRings = *(const int*)arg;
+  zppComm_t comm;
+  REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
+  zppUcx_t* u = ucxOf(comm);
+  CHECK_EQ_INT(u->nShmPeers, expectRings ? 1 : 0);
+  if (expectRings) CHECK_MSG(nameGone(u->shmInbox.name), "inbox %s left in /dev/shm", u->shmInbox.name);
+  int small = 0;
+  for (int i = 0; i < ORDER_MSGS; i++) small += orderBytes(i) <= 8192;
+  REQUIRE(small > (int)u->shmInbox.nSlots || !expectRings); /* the ring must overflow */
+
+  unsigned char* bufs[ORDER_MSGS];
+  zppUcxReq_t* reqs[ORDER_MSGS];
+  for (int i = 0; i < ORDER_MSGS; i++) {
+    bufs[i] = calloc(1, orderBytes(i));
+    REQUIRE(bufs[i] != NULL);
+  }
+  if (rank == 0) {
+    for (int i = 0; i < ORDER_MSGS; i++) {
+      orderFill(bufs[i], i);
+      zppMsgId_t mid = {7, (uint32_t)i, 0x123, 0};
+      REQUIRE(zppUcxIsend(u, 1, bufs[i], orderBytes(i), &mid, &reqs[i]) == zppSuccess);
+    }
+    CHECK(zppUcxWaitAll(u, reqs, ORDER_MSGS) == zppSuccess);
+    CHECK_EQ_INT(u->peers[1].shmOut.pos, expectRings ? small : 0);
+  } else {
+    /* Late and backwards: rank 0's ring fills and its sends queue, and
+     * every message read off the ring first waits as unexpected. */
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    for (int i = ORDER_MSGS - 1; i >= 0; i--) {
+      zppMsgId_t mid = {7, (uint32_t)i, 0x123, 0};
+      REQUIRE(zppUcxIrecv(u, 0, bufs[i], orderBytes(i), &mid, &reqs[i]) == zppSuccess);
+    }
+    CHECK(zppUcxWaitAll(u, reqs, ORDER_MSGS) == zppSuccess);
+    unsigned char* want = malloc(orderBytes(2));
+    REQUIRE(want != NULL);
+    for (int i = 0; i < ORDER_MSGS; i++) {
+      orderFill(want, i);
+      CHECK_MSG(memcmp(want, bufs[i], orderBytes(i)) == 0, "message %d (%zu bytes) differs", i,
+                orderBytes(i));
+    }
+    free(want);
+    CHECK_EQ_INT(u->peers[0].shmIn.pos, expectRings ? small : 0);
+  }
+  for (int i = 0; i < ORDER_MSGS; i++) free(bufs[i]);
+  /* And the communicator still works afterwards. */
+  int32_t v = rank + 1, sum = 0;
+  CHECK(zppAllReduce(&v, &sum, 1, zppInt32, zppSum, comm, NULL) == zppSuccess);
+  CHECK_EQ_INT(sum, 3);
+  REQUIRE(zppCommDestroy(comm) == zppSuccess);
+  return zppTestFailures ? 1 : 0;
+}
+
+static int orderCase(int rings) {
+  const char* env[] = {rings ? "ZPP_SHM_SMALL_BYTES=8192" : "ZPP_SHM_SMALL_BYTES=0", NULL};
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 2;
+  o.timeoutSec = 60;
+  o.env = env;
+  int rc = zppLaunch(&o, orderBody, &rings);
+  printf("%s: %d messages, %s: %s\n", rings ? "order" : "off", ORDER_MSGS,
+         rings ? "small ones through the rings" : "all through UCX", rc == 0 ? "passed" : "FAILED");
+  return rc;
+}
+
+/* ---- wake: a sleeping receiver ---------------------------------------------- */
+
+enum { WAKE_ROUNDS = 9 };
+#define WAKE_GAP_SEC 0.03
+/* A lost wake-up leaves the receiver asleep until its poll's 100 ms end:
+ * half of that on average. A working one costs a context switch. */
+#define WAKE_MEDIAN_LIMIT_SEC 0.01
+
+static int cmpDouble(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return x < y ? -1 : x > y;
+}
+
+static int wakeBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  int fences = *(const int*)arg;
+  zppComm_t comm;
+  REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
+  zppUcx_t* u = ucxOf(comm);
+  if (u->nShmPeers == 0) {
+    printf("wake: no shared-memory rings here (no /dev/shm?): skipped\n");
+    zppCommDestroy(comm);
+    return 77;
+  }
+  if (fences) {
+    /* As if membarrier were missing: the sleeper fences only itself, so the
+     * sender must fence before it looks at the flag. */
+    u->shmAsymFence = 0;
+    u->peers[1 - rank].shmFence = 1;
+  }
+  double lat[WAKE_ROUNDS];
+  for (int k = 0; k < WAKE_ROUNDS; k++) {
+    zppMsgId_t mid = {9, (uint32_t)k, 0x42, 0};
+    double sent = 0.0;
+    zppUcxReq_t* req = NULL;
+    if (rank == 0) {
+      struct timespec ts = {0, (long)(WAKE_GAP_SEC * 1e9)};
+      nanosleep(&ts, NULL); /* rank 1 spins 50 us, then sleeps */
+      sent = collTestNow();
+      REQUIRE(zppUcxIsend(u, 1, &sent, sizeof(sent), &mid, &req) == zppSuccess);
+      CHECK(zppUcxWaitAll(u, &req, 1) == zppSuccess);
+    } else {
+      REQUIRE(zppUcxIrecv(u, 0, &sent, sizeof(sent), &mid, &req) == zppSuccess);
+      CHECK(zppUcxWaitAll(u, &req, 1) == zppSuccess);
+      lat[k] = collTestNow() - sent;
+    }
+  }
+  if (rank == 1) {
+    CHECK_EQ_INT(u->peers[0].shmIn.pos, WAKE_ROUNDS);
+    qsort(lat, WAKE_ROUNDS, sizeof(double), cmpDouble);
+    printf("wake%s: %d messages to a receiver asleep for %.0f ms: delivered after %.3f ms "
+           "(median), %.3f ms (most)\n", fences ? "_fences" : "", WAKE_ROUNDS, WAKE_GAP_SEC * 1e3,
+           lat[WAKE_ROUNDS / 2] * 1e3, lat[WAKE_ROUNDS - 1] * 1e3);
+    CHECK_MSG(lat[WAKE_ROUNDS / 2] < WAKE_MEDIAN_LIMIT_SEC,
+              "median %.1f ms: the receiver was not woken (it slept until its poll timed out)",
+              lat[WAKE_ROUNDS / 2] * 1e3);
+  }
+  REQUIRE(zppCommDestroy(comm) == zppSuccess);
+  return zppTestFailures ? 1 : 0;
+}
+
+static int wakeCase(int fences) {
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 2;
+  o.timeoutSec = 60;
+  return zppLaunch(&o, wakeBody, &fences);
+}
+
+/* ---- paths: one message, two lengths ----------------------------------------- */
+
+typedef struct {
+  size_t sendBytes, recvBytes;
+} pathsArg_t;
+
+static int pathsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  const pathsArg_t* a = arg;
+  zppComm_t comm;
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  cfg.timeoutSec = 20;
+  REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
+  zppUcx_t* u = ucxOf(comm);
+  unsigned char* buf = calloc(1, a->sendBytes > a->recvBytes ? a->sendBytes : a->recvBytes);
+  REQUIRE(buf != NULL);
+  zppMsgId_t mid = {11, 1, 0x77, 0};
+  zppUcxReq_t* req = NULL;
+  double t0 = collTestNow();
+  zppResult_t res;
+  if (rank == 0) {
+    REQUIRE(zppUcxIsend(u, 1, buf, a->sendBytes, &mid, &req) == zppSuccess);
+    res = zppUcxWaitAll(u, &req, 1); /* may succeed: the message left */
+    /* The receiver's notice reaches this rank at its next wait. */
+    zppUcxReq_t* r2 = NULL;
+    zppMsgId_t next = {12, 1, 0x77, 0};
+    if (res == zppSuccess && zppUcxIrecv(u, 1, buf, 8, &next, &r2) == zppSuccess)
+      res = zppUcxWaitAll(u, &r2, 1);
+    CHECK_MSG(res != zppSuccess, "the sender never heard of the receiver's error");
+  } else {
+    REQUIRE(zppUcxIrecv(u, 0, buf, a->recvBytes, &mid, &req) == zppSuccess);
+    res = zppUcxWaitAll(u, &req, 1);
+    CHECK_EQ_INT(res, zppInvalidUsage);
+    const char* why = zppGetLastError(comm);
+    CHECK_MSG(strstr(why, "different counts") != NULL, "error: %s", why);
+    printf("paths: %zu bytes sent, %zu expected: %s\n", a->sendBytes, a->recvBytes, why);
+  }
+  double t = collTestNow() - t0;
+  CHECK_MSG(t < 5.0, "rank %d took %.1f s to fail (timeout 20 s)", rank, t);
+  zppUcxQuiesce(u);
+  free(buf);
+  zppCommDestroy(comm);
+  return zppTestFailures ? 1 : 0;
+}
+
+static int pathsCase(void) {
+  /* Small (rings) against large (UCX), then the reverse. */
+  pathsArg_t cases[2] = {{100, 20000}, {20000, 100}};
+  int rc = 0;
+  for (int c = 0; c < 2; c++) {
+    zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+    o.nranks = 2;
+    o.timeoutSec = 60;
+    if (zppLaunch(&o, pathsBody, &cases[c]) != 0) rc = 1;
+  }
+  return rc;
+}
+
+int main(int argc, char** argv) {
+  const char* which = argc > 1 ? argv[1] : "";
+  if (strcmp(which, "ring") == 0) return ringCase();
+  if (strcmp(which, "order") == 0) return orderCase(1);
+  if (strcmp(which, "off") == 0) return orderCase(0);
+  if (strcmp(which, "wake") == 0) return wakeCase(0);
+  if (strcmp(which, "wake_fences") == 0) return wakeCase(1);
+  if (strcmp(which, "paths") == 0) return pathsCase();
+  fprintf(stderr, "usage: test_shm_rings ring|order|off|wake|wake_fences|paths\n");
+  return 2;
+}
