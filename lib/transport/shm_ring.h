@@ -77,15 +77,21 @@ void zppShmRingAttach(zppShmRing_t* ring, const zppShmInbox_t* box, int index);
  * full (nothing written). len must be at most maxPayload. */
 int zppShmRingTryPush(zppShmRing_t* ring, uint64_t tag, const void* buf, size_t len);
 
-/* Consumer: the next message (its payload, valid until zppShmRingPop), or
- * NULL when there is none yet. */
-static inline const void* zppShmRingPeek(const zppShmRing_t* ring, uint64_t* tag, size_t* len) {
-  const unsigned char* slot = ring->slots + (size_t)(ring->pos % ring->nSlots) * ring->slotBytes;
+/* Consumer: the k-th message not taken yet (0: the next; its payload,
+ * valid until it is popped), or NULL when there is none yet. */
+static inline const void* zppShmRingPeekAt(const zppShmRing_t* ring, uint32_t k, uint64_t* tag,
+                                           size_t* len) {
+  uint64_t want = ring->pos + k;
+  const unsigned char* slot = ring->slots + (size_t)(want % ring->nSlots) * ring->slotBytes;
   const _Atomic uint64_t* seq = (const _Atomic uint64_t*)(const void*)slot;
-  if (atomic_load_explicit(seq, memory_order_acquire) != ring->pos + 1) return NULL;
+  if (k >= ring->nSlots || atomic_load_explicit(seq, memory_order_acquire) != want + 1) return NULL;
   *tag = *(const uint64_t*)(const void*)(slot + 8);
   *len = *(const uint32_t*)(const void*)(slot + 16);
   return slot + ZPP_SHM_LINE;
+}
+
+static inline const void* zppShmRingPeek(const zppShmRing_t* ring, uint64_t* tag, size_t* len) {
+  return zppShmRingPeekAt(ring, 0, tag, len);
 }
 
 /* Consumer: gives the slot of the message last peeked back to the producer. */

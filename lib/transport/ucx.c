@@ -808,7 +808,6 @@ zppResult_t zppUcxCheckLeftovers(zppUcx_t* u, uint32_t seq, uint32_t sig) {
   if (ucp_tag_probe_nb(u->worker, makeTag(0, &id), seqMask, 0, &info) != NULL) {
     tag = info.sender_tag;
   } else {
-    zppUcxShmProgress(u);
     int found = 0;
     for (int i = 0; i < u->nShmPeers && !found; i++)
       found = zppUcxShmProbe(u, u->shmPeers[i], makeTag(0, &id), seqMask, &tag, &len);
@@ -824,7 +823,6 @@ zppResult_t zppUcxCheckLeftovers(zppUcx_t* u, uint32_t seq, uint32_t sig) {
 }
 
 zppResult_t zppUcxPoll(zppUcx_t* u) {
-  zppUcxShmProgress(u);
   for (int k = 0; k < 64 && ucp_worker_progress(u->worker); k++) {
   }
   if (u->wakeRecv && u->wakeRecv->done) ZPPCHECK(repostWakeRecv(u));

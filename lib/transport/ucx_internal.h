@@ -215,8 +215,9 @@ void zppUcxShmRecv(zppUcx_t* u, int peer, void* buf, size_t bytes, uint64_t tag,
 /* Takes what the rings hold and pushes queued sends; returns how many
  * messages moved. */
 int zppUcxShmProgress(zppUcx_t* u);
-/* A message from src already taken off its ring whose tag matches tag
- * under mask: 1 and its tag and length, else 0. */
+/* A message from src, kept as unexpected or still in its ring (left
+ * there), whose tag matches tag under mask: 1 and its tag and length,
+ * else 0. */
 int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint64_t* gotTag,
                    size_t* len);
 /* Before and after an idle sleep: see zppShmInboxSetSleeping. Begin returns

@@ -264,12 +264,16 @@ int zppUcxShmProgress(zppUcx_t* u) {
 
 int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint64_t* gotTag,
                    size_t* len) {
-  for (const shmMsg_t* m = u->peers[src].unexpected; m; m = m->next) {
+  const peer_t* p = &u->peers[src];
+  for (const shmMsg_t* m = p->unexpected; m; m = m->next) {
     if (((m->tag ^ tag) & mask) != 0) continue;
     *gotTag = m->tag;
     *len = m->len;
     return 1;
   }
+  if (p->shmMax == 0) return 0;
+  for (uint32_t k = 0; zppShmRingPeekAt(&p->shmIn, k, gotTag, len); k++)
+    if (((*gotTag ^ tag) & mask) == 0) return 1;
   return 0;
 }
 
