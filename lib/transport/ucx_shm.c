@@ -58,18 +58,16 @@ zppResult_t zppUcxShmConnect(zppUcx_t* u, const rankInfo_t* infos) {
   ZPP_CALLOCGOTO(ok, (size_t)u->nranks, res, out);
   ZPP_CALLOCGOTO(u->shmPeers, (size_t)localSize, res, out);
 
-  /* Every local peer's inbox mapped, or none used: one bit per rank keeps
-   * the agreement a single exchange. */
+  /* Every local peer's inbox that exists mapped, or no ring used at all:
+   * one bit per rank keeps the agreement a single exchange. */
   int mapped = mine->shmMax > 0;
   for (int i = 0; i < localSize && mapped; i++) {
     int r = topo->nodeRanks[node][i];
     if (r == u->rank) continue;
-    /* The same node must be the same kernel: a host id shared by two
-     * machines by mistake must not look for the other's segments. */
-    if (infos[r].shmMax <= 0 || strcmp(infos[r].bootId, mine->bootId) != 0) {
-      mapped = 0;
-      break;
-    }
+    /* No inbox there (turned off, or it could not make one), or another
+     * kernel (a host id shared by two machines by mistake): that pair only
+     * stays on UCX, as the peer sees too. */
+    if (infos[r].shmMax <= 0 || strcmp(infos[r].bootId, mine->bootId) != 0) continue;
     peer_t* p = &u->peers[r];
     if (zppShmInboxOpen(&p->shmBox, infos[r].shmName) != zppSuccess ||
         p->shmBox.nRings != (uint32_t)localSize) {
@@ -84,7 +82,7 @@ zppResult_t zppUcxShmConnect(zppUcx_t* u, const rankInfo_t* infos) {
     int r = topo->nodeRanks[node][i];
     if (r == u->rank) continue;
     peer_t* p = &u->peers[r];
-    if (!(mapped && ok[r])) {
+    if (!(mapped && ok[r] && p->shmBox.base != NULL)) {
       zppShmInboxClose(&p->shmBox);
       continue;
     }
