@@ -143,6 +143,10 @@ static int orderBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     }
     CHECK(zppUcxWaitAll(u, reqs, ORDER_MSGS) == zppSuccess);
     CHECK_EQ_INT(u->peers[1].shmOut.pos, expectRings ? small : 0);
+    /* Nothing more to rank 1 before it counted what it got. */
+    char ack = 0;
+    zppMsgId_t mid = {8, 0, 0x123, 0};
+    CHECK(zppUcxSendRecv(u, -1, NULL, 0, 1, &ack, 1, &mid) == zppSuccess);
   } else {
     /* Late and backwards: rank 0's ring fills and its sends queue, and
      * every message read off the ring first waits as unexpected. */
@@ -162,6 +166,9 @@ static int orderBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     }
     free(want);
     CHECK_EQ_INT(u->peers[0].shmIn.pos, expectRings ? small : 0);
+    char ack = 1;
+    zppMsgId_t mid = {8, 0, 0x123, 0};
+    CHECK(zppUcxSendRecv(u, 0, &ack, 1, -1, NULL, 0, &mid) == zppSuccess);
   }
   for (int i = 0; i < ORDER_MSGS; i++) free(bufs[i]);
   /* And the communicator still works afterwards. */
