@@ -1,9 +1,14 @@
 /* UCX host transport: errors, abort, teardown and diagnostics; see ucx.h. */
 #include <errno.h>
+#include <linux/sockios.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ucx_internal.h"
@@ -57,7 +62,68 @@ static void sendNotices(zppUcx_t* u) {
   }
 }
 
+/*
+ * UCX 1.13's tcp transport says goodbye even when an endpoint is dropped:
+ * uct_tcp_ep_destroy (reached from a force-close or ucp_worker_destroy)
+ * sends a 9-byte CONN_FIN with ucs_socket_send, which retries a
+ * non-blocking send() in a loop until it goes through. On a connection
+ * whose peer stopped acknowledging (its link is down) the send buffer stays
+ * full, send() says EAGAIN, and the loop spins a core until the link is back
+ * and the kernel's retransmission backoff lets the queue drain: zppCommDestroy
+ * after a link-down error took 55 to 80+ s. shutdown(SHUT_WR) ends the spin:
+ * send() then fails with EPIPE and UCX destroys the endpoint. Data already
+ * queued still leaves (the peer gets our error notice if it can), and the
+ * kernel drops the orphaned connection later on its own.
+ *
+ * UCX does not give out its sockets, so they are found through the worker's
+ * event fd: an epoll set that holds each tcp interface's epoll set, which
+ * holds the sockets of its endpoints (Linux lists an epoll set's members as
+ * "tfd:" lines in /proc/self/fdinfo). Only tcp sockets with unacknowledged
+ * bytes are shut down: a connection whose queue is empty takes the FIN at
+ * once. Nothing found (another UCX, no /proc): the old behaviour. Called only
+ * where the endpoints are dropped anyway. Returns how many were shut down.
+ */
+static int shutStuckSockets(int epfd, int depth) {
+  if (epfd < 0 || depth > 3) return 0;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", epfd);
+  FILE* f = fopen(path, "re");
+  if (f == NULL) return 0;
+  int n = 0;
+  char line[256];
+  while (fgets(line, sizeof(line), f)) {
+    int fd;
+    if (sscanf(line, "tfd: %d", &fd) != 1 || fd < 0 || fd == epfd) continue;
+    struct stat st;
+    if (fstat(fd, &st) != 0) continue;
+    if (!S_ISSOCK(st.st_mode)) {
+      char target[64] = "";
+      snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+      ssize_t len = readlink(path, target, sizeof(target) - 1);
+      if (len > 0 && (target[len] = '\0', strcmp(target, "anon_inode:[eventpoll]") == 0))
+        n += shutStuckSockets(fd, depth + 1);
+      continue;
+    }
+    int proto = 0, outq = 0;
+    socklen_t plen = sizeof(proto);
+    if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &plen) != 0 || proto != IPPROTO_TCP)
+      continue;
+    if (ioctl(fd, SIOCOUTQ, &outq) != 0 || outq <= 0) continue;
+    if (shutdown(fd, SHUT_WR) == 0) n++;
+  }
+  fclose(f);
+  return n;
+}
+
+static void shutStuck(zppUcx_t* u) {
+  int n = shutStuckSockets(u->efd, 0);
+  if (n > 0)
+    ZPP_INFO(NET, "%s: rank %d: %d tcp connection(s) with unacknowledged data shut down before "
+             "dropping their endpoints", u->comm->name, u->rank, n);
+}
+
 static void closeEps(zppUcx_t* u, unsigned mode, double limitSec) {
+  if (mode == UCP_EP_CLOSE_FLAG_FORCE) shutStuck(u);
   void** closing = calloc((size_t)u->nranks, sizeof(void*));
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof(prm));
@@ -94,6 +160,7 @@ static void closeEps(zppUcx_t* u, unsigned mode, double limitSec) {
     if (zppUcxNow() > end) {
       /* A flush that does not finish (peer gone): fall back to dropping. */
       if (mode == UCP_EP_CLOSE_FLAG_FORCE) break;
+      shutStuck(u);
       for (int p = 0; p < u->nranks; p++)
         if (closing[p]) ucp_request_cancel(u->worker, closing[p]);
       mode = UCP_EP_CLOSE_FLAG_FORCE;
@@ -158,6 +225,8 @@ void zppUcxDestroy(zppUcx_t* u) {
     int healthy = !atomic_load(&u->aborted) && atomic_load(&u->comm->asyncError) == zppSuccess;
     closeEps(u, healthy ? 0 : UCP_EP_CLOSE_FLAG_FORCE, healthy ? CLOSE_WAIT_SEC : 0.2);
     zppUcxDrain(u, 0.2);
+    /* Endpoints without peer error handling (not force-closable) go here. */
+    if (!healthy) shutStuck(u);
     ucp_worker_destroy(u->worker);
   }
   if (u->ctx) ucp_cleanup(u->ctx);
