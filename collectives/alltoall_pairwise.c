@@ -1,8 +1,10 @@
 /* All-to-all, pairwise exchange: in step s a rank sends to rank + s and
  * receives from rank - s, so every step is a permutation and no rank is
  * flooded. `depth` steps run at once to hide latency. In place (in == out)
- * the input is copied aside first. */
-#include <stdlib.h>
+ * the input is copied aside first. A step sends before it posts its
+ * receive: the message is on its way sooner, and one that arrives first
+ * costs UCX an eager copy at most (a rendezvous message waits for its
+ * receive without one). */
 #include <string.h>
 
 #include "coll.h"
@@ -14,7 +16,6 @@ zppResult_t zppAllToAllPairwise(zppCollCtx_t* c, const void* in, void* out, size
   const int depth = c->depth > 0 ? c->depth : 1;
   const char* src = in;
   char* dst = out;
-  zppResult_t res = zppSuccess;
   if (in == out) {
     char* copy = zppCollScratch(c, 0, (size_t)n * blockBytes);
     if (copy == NULL) ZPP_FAIL(zppSystemError, COLL, "out of memory for in-place all-to-all");
@@ -23,22 +24,19 @@ zppResult_t zppAllToAllPairwise(zppCollCtx_t* c, const void* in, void* out, size
   } else {
     memcpy(dst + (size_t)r * blockBytes, src + (size_t)r * blockBytes, blockBytes);
   }
-  zppUcxReq_t** reqs = calloc(2 * (size_t)depth, sizeof(*reqs));
-  if (reqs == NULL) ZPP_FAIL(zppSystemError, COLL, "out of memory");
+  /* ZPP_PIPELINE_DEPTH is at most 64 (coll_common.c). */
+  enum { MAX_DEPTH = 64 };
+  zppUcxReq_t* reqs[2 * MAX_DEPTH] = {NULL};
+  if (depth > MAX_DEPTH) ZPP_FAIL(zppInternalError, COLL, "all-to-all depth %d over %d", depth, MAX_DEPTH);
   for (int s = 1; s < n; s++) {
     int slot = s % depth;
-    ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &reqs[2 * slot], 2), res, out);
+    ZPPCHECK(zppUcxWaitAll(c->ucx, &reqs[2 * slot], 2));
     int to = (r + s) % n, from = (r - s + n) % n;
     zppMsgId_t id = zppCollMsg(c, (uint32_t)s);
-    ZPPCHECKGOTO(zppUcxIrecv(c->ucx, from, dst + (size_t)from * blockBytes, blockBytes, &id,
-                             &reqs[2 * slot]),
-                 res, out);
-    ZPPCHECKGOTO(zppUcxIsend(c->ucx, to, src + (size_t)to * blockBytes, blockBytes, &id,
-                             &reqs[2 * slot + 1]),
-                 res, out);
+    ZPPCHECK(zppUcxIsend(c->ucx, to, src + (size_t)to * blockBytes, blockBytes, &id,
+                         &reqs[2 * slot + 1]));
+    ZPPCHECK(zppUcxIrecv(c->ucx, from, dst + (size_t)from * blockBytes, blockBytes, &id,
+                         &reqs[2 * slot]));
   }
-  ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, reqs, 2 * depth), res, out);
-out:
-  free(reqs);
-  return res;
+  return zppUcxWaitAll(c->ucx, reqs, 2 * depth);
 }
