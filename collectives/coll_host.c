@@ -225,7 +225,6 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
   st->haveLast = 1;
   st->lastSeq = c.id.seq;
   st->lastSig = c.id.sig;
-  zppScratchPoolTrim(&st->scratch);
   if (res != zppSuccess) {
     /* The ranks no longer agree on where they are: the communicator is
      * broken (the transport recorded why, unless the failure was local). */
@@ -234,6 +233,8 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
                       zppOpKindName(a->kind), zppGetErrorString(res));
     zppUcxQuiesce(t->ucx);
   }
+  /* After the quiesce: until then a receive may still land in scratch. */
+  zppScratchPoolTrim(&st->scratch);
   return res;
 }
 

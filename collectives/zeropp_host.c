@@ -130,7 +130,6 @@ zppResult_t zppZeroppBegin(struct zppComm* comm, zppOpKind_t kind, zppDataType_t
 zppResult_t zppZeroppEnd(zppCollCtx_t* c, zppResult_t res, int agreed) {
   struct zppComm* comm = c->comm;
   struct zppZeropp* st = comm->zeropp;
-  if (st) zppScratchPoolTrim(&st->scratch);
   if (c->ucx) zppHostCollEndOp(comm, c->id.seq, c->id.sig);
   if (res != zppSuccess && !agreed) {
     /* The ranks no longer agree on where they are: the communicator is
@@ -140,6 +139,8 @@ zppResult_t zppZeroppEnd(zppCollCtx_t* c, zppResult_t res, int agreed) {
                       zppOpKindName((zppOpKind_t)c->id.opKind), zppGetErrorString(res));
     if (c->ucx) zppUcxQuiesce(c->ucx);
   }
+  /* After the quiesce: until then a receive may still land in scratch. */
+  if (st) zppScratchPoolTrim(&st->scratch);
   return res;
 }
 

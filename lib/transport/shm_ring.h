@@ -87,6 +87,9 @@ static inline const void* zppShmRingPeekAt(const zppShmRing_t* ring, uint32_t k,
   if (k >= ring->nSlots || atomic_load_explicit(seq, memory_order_acquire) != want + 1) return NULL;
   *tag = *(const uint64_t*)(const void*)(slot + 8);
   *len = *(const uint32_t*)(const void*)(slot + 16);
+  /* Never past the slot, whatever a broken peer wrote: the receive then
+   * fails on the length. */
+  if (*len > ring->maxPayload) *len = ring->maxPayload;
   return slot + ZPP_SHM_LINE;
 }
 
