@@ -128,6 +128,7 @@ zppResult_t zppShmInboxOpen(zppShmInbox_t* box, const char* name) {
   if (base == MAP_FAILED) RING_FAIL("mmap of %s: %s", name, strerror(err));
   const inboxHeader_t* h = base;
   if (h->magic != INBOX_MAGIC || h->version != INBOX_VERSION || h->bytes != bytes ||
+      h->nRings == 0 || h->nSlots == 0 || h->slotBytes < ZPP_SHM_LINE + h->maxPayload ||
       inboxBytes(h->nRings, h->nSlots, h->slotBytes) != bytes) {
     munmap(base, bytes);
     RING_FAIL("shared memory %s: not a zpp inbox of this version", name);
@@ -182,7 +183,7 @@ int zppShmRingTryPush(zppShmRing_t* ring, uint64_t tag, const void* buf, size_t 
 static int membarrier(int cmd) { return (int)syscall(SYS_membarrier, cmd, 0, 0); }
 
 int zppShmAsymFenceRegister(void) {
-  static int registered = -1; /* per process; a race only registers twice */
+  static _Atomic int registered = -1; /* per process; a race only registers twice */
   if (registered >= 0) return registered;
   int cmds = membarrier(MEMBARRIER_CMD_QUERY);
   registered = cmds > 0 && (cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
@@ -190,19 +191,16 @@ int zppShmAsymFenceRegister(void) {
   return registered;
 }
 
-void zppShmInboxSetSleeping(const zppShmInbox_t* box, int sleeping, int asymFence) {
+int zppShmInboxSetSleeping(const zppShmInbox_t* box, int sleeping, int asymFence) {
   inboxHeader_t* h = box->base;
   atomic_store_explicit(&h->sleeping, (uint32_t)sleeping, memory_order_relaxed);
-  if (!sleeping) return;
+  if (!sleeping) return 1;
   /* The flag's store before the caller's last look at its rings, and (Dekker)
    * each producer's message stores before its look at the flag: either the
-   * producer sees the flag or the consumer sees the message. A failed
-   * membarrier falls back to a fence here, which is only enough against
-   * producers that fence themselves; those that do not were told at
-   * creation that this rank registered, so it fails only if the kernel
-   * changed its mind, and then a message waits at most one bounded sleep. */
+   * producer sees the flag or the consumer sees the message. The fence here
+   * alone is only enough against producers that fence themselves. */
   atomic_thread_fence(memory_order_seq_cst);
-  if (asymFence) (void)membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED);
+  return !asymFence || membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0;
 }
 
 int zppShmInboxTakeSleeper(const zppShmInbox_t* box, int fence) {

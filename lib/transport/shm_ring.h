@@ -114,8 +114,9 @@ int zppShmAsymFenceRegister(void);
 /* Consumer, before it sleeps: marks the inbox's owner asleep, then fences
  * (asymFence: for every registered producer too, see above). Call
  * zppShmRingPeek on every ring afterwards, and do not sleep if any has a
- * message. sleeping 0 after waking. */
-void zppShmInboxSetSleeping(const zppShmInbox_t* box, int sleeping, int asymFence);
+ * message. sleeping 0 after waking. Returns 0 when membarrier failed (a
+ * producer that does not fence may then miss the flag). */
+int zppShmInboxSetSleeping(const zppShmInbox_t* box, int sleeping, int asymFence);
 /* Producer, after a push: 1 when the consumer marked itself asleep (and the
  * flag is now taken: only one producer wakes it). fence 0 only when this
  * process is registered and the consumer sleeps with asymFence. */

@@ -550,9 +550,6 @@ zppResult_t zppUcxCreate(struct zppComm* comm, zppUcx_t** out) {
    * destroyed with a wireup reply still pending. */
   ZPPCHECKGOTO(flushEps(u, zppUcxNow() + comm->timeoutSec), res, fail);
   ZPPCHECKGOTO(progressingBarrier(u), res, fail);
-  /* Every rank mapped every inbox before the barrier: the names can go, and
-   * a rank killed from now on leaves none behind. */
-  zppUcxShmUnlink(u);
   if (u->nShmPeers > 0) ZPPCHECKGOTO(repostWakeRecv(u), res, fail);
   ZPP_INFO(NET, "%s: UCX %s ready, rank %d of %d, shared memory inside the node %s",
            comm->name, ucp_get_version_string(), u->rank, u->nranks, u->useShm ? "on" : "off");
@@ -738,7 +735,8 @@ static int idleWait(zppUcx_t* u, double busy, double idleSince, double now, doub
   }
   /* A message in a shared-memory ring does not touch the event fd: its
    * sender wakes a rank that said it sleeps (zppUcxShmSleepBegin). */
-  if (!zppUcxShmSleepBegin(u)) return 0;
+  int shortNap = 0;
+  if (!zppUcxShmSleepBegin(u, &shortNap)) return 0;
   ucs_status_t st = ucp_worker_arm(u->worker);
   if (st != UCS_OK) {
     zppUcxShmSleepEnd(u);
@@ -749,7 +747,7 @@ static int idleWait(zppUcx_t* u, double busy, double idleSince, double now, doub
   int ms = (int)((deadline - now) * 1000.0) + 1;
   if (ms > MAX_SLEEP_MS) ms = MAX_SLEEP_MS;
   /* A receiver that frees ring slots does not wake the sender waiting for one. */
-  if (ms > QUEUED_SEND_SLEEP_MS && zppUcxShmSendsQueued(u)) ms = QUEUED_SEND_SLEEP_MS;
+  if (ms > QUEUED_SEND_SLEEP_MS && (shortNap || zppUcxShmSendsQueued(u))) ms = QUEUED_SEND_SLEEP_MS;
   if (ms < 1) ms = 1;
   struct pollfd fds[2] = {{.fd = u->efd, .events = POLLIN}, {.fd = u->wakeFd, .events = POLLIN}};
   (void)poll(fds, 2, ms);
@@ -776,23 +774,31 @@ static zppResult_t probeMismatch(zppUcx_t* u, const zppUcxReq_t* r) {
         (uint32_t)(tag & ZPP_UCX_SIG_MASK) != r->wantSig)
       return mismatchError(u, src, (uint32_t)(tag & ZPP_UCX_SIG_MASK), r->wantSig);
   }
-  /* A message of this receive's exact tag on the other path (rings or
-   * UCX): the sender had another length, so one of the two is not a
-   * receive of it. Seen only here, never as a completion. */
-  if (r->isRecv && r->peer >= 0 && u->peers[r->peer].shmMax > 0) {
-    uint64_t tag;
-    size_t len = 0;
-    ucp_tag_recv_info_t info;
-    int other = r->viaShm ? ucp_tag_probe_nb(u->worker, r->tag, TAG_MATCH_MASK, 0, &info) != NULL
-                          : zppUcxShmProbe(u, r->peer, r->tag, TAG_MATCH_MASK, &tag, &len);
-    if (other && r->viaShm) len = info.length;
-    if (other)
-      return zppUcxFail(u, zppInvalidUsage,
-                        "%s: rank %d: rank %d (host %s) sent %zu bytes where this rank expected %zu: "
-                        "the ranks called collectives with different counts",
-                        u->comm->name, u->rank, r->peer, zppUcxHostOf(u, r->peer), len, r->bytes);
-  }
   return zppSuccess;
+}
+
+/* For a receive that timed out: a message of its tag waits on the other
+ * path (rings or UCX), so the sender sent another length. Only a hint: once
+ * the 8-bit step wraps, a later message of the same tag may also have come
+ * first on the other path, so this is no proof while the wait goes on. The
+ * ranks' signatures differ for different counts (found at once) unless
+ * their hashes collide. */
+static void otherPathHint(zppUcx_t* u, const zppUcxReq_t* r, char* buf, size_t len) {
+  buf[0] = '\0';
+  if (!r->isRecv || r->peer < 0 || u->peers[r->peer].shmMax == 0) return;
+  ucp_tag_recv_info_t info;
+  uint64_t tag;
+  size_t bytes = 0;
+  int other = 0;
+  if (r->viaShm) {
+    other = ucp_tag_probe_nb(u->worker, r->tag, TAG_MATCH_MASK, 0, &info) != NULL;
+    bytes = info.length;
+  } else {
+    other = zppUcxShmProbe(u, r->peer, r->tag, TAG_MATCH_MASK, &tag, &bytes);
+  }
+  if (other)
+    snprintf(buf, len, "; a %zu-byte message of this step from that rank is here: the ranks "
+             "probably called collectives with different counts", bytes);
 }
 
 /* Every message of a collective goes to a receive of the same collective
@@ -823,6 +829,9 @@ zppResult_t zppUcxCheckLeftovers(zppUcx_t* u, uint32_t seq, uint32_t sig) {
 }
 
 zppResult_t zppUcxPoll(zppUcx_t* u) {
+  /* Queued ring sends move on (compute between waits, in qwZ and qgZ); what
+   * came in stays in the rings until a wait wants it. */
+  zppUcxShmPushQueued(u);
   for (int k = 0; k < 64 && ucp_worker_progress(u->worker); k++) {
   }
   if (u->wakeRecv && u->wakeRecv->done) ZPPCHECK(repostWakeRecv(u));
@@ -878,11 +887,13 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
     if (completed) lastDone = now;
     if (now - lastDone > timeout) {
       zppUcxReq_t* r = reqs[firstPending];
+      char hint[160];
+      otherPathHint(u, r, hint, sizeof(hint));
       return zppUcxFail(u, zppRemoteError,
                       "%s: rank %d timed out after %.1f s waiting for rank %d (host %s) to %s %zu "
-                      "bytes (ZPP_TIMEOUT): that rank stopped calling, hangs, or its link is down",
+                      "bytes (ZPP_TIMEOUT): that rank stopped calling, hangs, or its link is down%s",
                       u->comm->name, u->rank, now - lastDone, r->peer, zppUcxHostOf(u, r->peer),
-                      r->isRecv ? "send" : "receive", r->bytes);
+                      r->isRecv ? "send" : "receive", r->bytes, hint);
     }
     if (now - lastLiveness > LIVENESS_PERIOD_SEC) {
       lastLiveness = now;

@@ -42,10 +42,13 @@
 /* Longest single sleep on the event fd: bounds how late a timeout or an
  * abort that did not come through the wake fd is seen. */
 #define MAX_SLEEP_MS 100
-/* Longest sleep while a send waits for a free ring slot. */
+/* Longest sleep while a send waits for a free ring slot, or when a wake-up
+ * may be missed. */
 #define QUEUED_SEND_SLEEP_MS 1
 /* Largest ZPP_SHM_SMALL_BYTES: ring slots are this big. */
 #define ZPP_SHM_SMALL_BYTES_MAX (1 << 20)
+/* Longest a wake-up message is pushed before the sender goes on. */
+#define WAKE_SEND_WAIT_SEC 0.002
 /* Bound on telling the other ranks about an error and on closing endpoints. */
 #define NOTICE_WAIT_SEC 0.5
 #define CLOSE_WAIT_SEC 2.0
@@ -196,7 +199,8 @@ void zppUcxShmCreateInbox(zppUcx_t* u, rankInfo_t* mine);
 /* After it (collective): maps the inboxes of this node's ranks and agrees
  * with them which pairs use rings (peer_t.shmMax). */
 zppResult_t zppUcxShmConnect(zppUcx_t* u, const rankInfo_t* infos);
-/* Once every rank mapped every inbox: removes this rank's inbox's name. */
+/* Removes this rank's inbox's name (zppUcxShmConnect does once every rank
+ * mapped it; again at destroy, first, for a creation that failed before). */
 void zppUcxShmUnlink(zppUcx_t* u);
 void zppUcxShmDestroy(zppUcx_t* u);
 
@@ -215,14 +219,18 @@ void zppUcxShmRecv(zppUcx_t* u, int peer, void* buf, size_t bytes, uint64_t tag,
 /* Takes what the rings hold and pushes queued sends; returns how many
  * messages moved. */
 int zppUcxShmProgress(zppUcx_t* u);
+/* Only pushes queued sends. */
+void zppUcxShmPushQueued(zppUcx_t* u);
 /* A message from src, kept as unexpected or still in its ring (left
  * there), whose tag matches tag under mask: 1 and its tag and length,
  * else 0. */
 int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint64_t* gotTag,
                    size_t* len);
 /* Before and after an idle sleep: see zppShmInboxSetSleeping. Begin returns
- * 0 (and leaves the rank awake) when a ring already holds a message. */
-int zppUcxShmSleepBegin(zppUcx_t* u);
+ * 0 (and leaves the rank awake) when a ring already holds a message; it sets
+ * *shortNap when a sender's wake-up may be missed (membarrier failed), so
+ * that the sleep is a short nap. */
+int zppUcxShmSleepBegin(zppUcx_t* u, int* shortNap);
 void zppUcxShmSleepEnd(zppUcx_t* u);
 /* Whether a send waits for a slot: the peer frees slots without waking
  * this rank, so such a wait sleeps in short naps only. */

@@ -77,6 +77,9 @@ zppResult_t zppUcxShmConnect(zppUcx_t* u, const rankInfo_t* infos) {
   }
   ok[u->rank] = mapped;
   ZPPCHECKGOTO(zppBootstrapAllGather(u->comm->bootstrap, ok, sizeof(int32_t)), res, out);
+  /* Every rank opened the inboxes it uses before it joined the exchange:
+   * the name can go now, and a rank killed from here on leaves none behind. */
+  zppShmInboxUnlink(&u->shmInbox);
 
   for (int i = 0; i < localSize; i++) {
     int r = topo->nodeRanks[node][i];
@@ -137,11 +140,18 @@ static void wakeIfAsleep(zppUcx_t* u, peer_t* p) {
   void* h = ucp_tag_send_nbx(ep, &u->wakeByte, 1,
                              TAG_CONTROL | TAG_CONTROL_WAKE | ((uint64_t)u->rank << TAG_SRC_SHIFT),
                              &prm);
-  if (UCS_PTR_IS_PTR(h))
-    ucp_request_free(h); /* released by UCX once sent */
-  else if (UCS_PTR_IS_ERR(h))
+  if (UCS_PTR_IS_PTR(h)) {
+    /* Not out yet (the peer's queue is full?): push it now, briefly. This
+     * rank may go off to compute next, and a wake-up that waits for its next
+     * progress call leaves the peer asleep up to its sleep's bound. */
+    double end = zppUcxNow() + WAKE_SEND_WAIT_SEC;
+    while (ucp_request_check_status(h) == UCS_INPROGRESS && zppUcxNow() < end)
+      ucp_worker_progress(u->worker);
+    ucp_request_free(h); /* released by UCX once sent, if it is not yet */
+  } else if (UCS_PTR_IS_ERR(h)) {
     ZPP_INFO(NET, "%s: rank %d: waking rank %d failed: %s", u->comm->name, u->rank, p->rank,
              ucs_status_string(UCS_PTR_STATUS(h)));
+  }
 }
 
 zppResult_t zppUcxShmSend(zppUcx_t* u, int peer, const void* buf, size_t bytes, uint64_t tag,
@@ -234,6 +244,21 @@ static void take(zppUcx_t* u, peer_t* p, uint64_t tag, const void* data, size_t 
   p->unexpectedTail = m;
 }
 
+static int pushQueued(zppUcx_t* u, peer_t* p) {
+  int moved = 0;
+  while (p->queued) {
+    zppUcxReq_t* r = p->queued;
+    if (!zppShmRingTryPush(&p->shmOut, r->tag, r->sendBuf, r->bytes)) break;
+    p->queued = r->shmNext;
+    if (p->queued == NULL) p->queuedTail = NULL;
+    r->status = UCS_OK;
+    r->done = 1;
+    moved++;
+    wakeIfAsleep(u, p);
+  }
+  return moved;
+}
+
 int zppUcxShmProgress(zppUcx_t* u) {
   int moved = 0;
   for (int i = 0; i < u->nShmPeers; i++) {
@@ -246,18 +271,16 @@ int zppUcxShmProgress(zppUcx_t* u) {
       zppShmRingPop(&p->shmIn);
       moved++;
     }
-    while (p->queued) {
-      zppUcxReq_t* r = p->queued;
-      if (!zppShmRingTryPush(&p->shmOut, r->tag, r->sendBuf, r->bytes)) break;
-      p->queued = r->shmNext;
-      if (p->queued == NULL) p->queuedTail = NULL;
-      r->status = UCS_OK;
-      r->done = 1;
-      moved++;
-      wakeIfAsleep(u, p);
-    }
+    if (p->queued) moved += pushQueued(u, p);
   }
   return moved;
+}
+
+void zppUcxShmPushQueued(zppUcx_t* u) {
+  for (int i = 0; i < u->nShmPeers; i++) {
+    peer_t* p = &u->peers[u->shmPeers[i]];
+    if (p->queued) pushQueued(u, p);
+  }
 }
 
 int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint64_t* gotTag,
@@ -277,9 +300,9 @@ int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint
 
 /* ---- sleeping, errors ------------------------------------------------------ */
 
-int zppUcxShmSleepBegin(zppUcx_t* u) {
+int zppUcxShmSleepBegin(zppUcx_t* u, int* shortNap) {
   if (u->nShmPeers == 0) return 1;
-  zppShmInboxSetSleeping(&u->shmInbox, 1, u->shmAsymFence);
+  *shortNap = !zppShmInboxSetSleeping(&u->shmInbox, 1, u->shmAsymFence);
   for (int i = 0; i < u->nShmPeers; i++) {
     uint64_t tag;
     size_t len;

@@ -214,6 +214,8 @@ void zppUcxAbort(zppUcx_t* u) {
 
 void zppUcxDestroy(zppUcx_t* u) {
   if (u == NULL) return;
+  /* First: UCX 1.13 may abort in the teardown below (ucp_worker_destroy). */
+  zppUcxShmUnlink(u);
   if (u->worker) {
     u->closing = 1;
     zppUcxReq_t* control[2] = {u->noticeRecv, u->wakeRecv};
