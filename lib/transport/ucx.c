@@ -810,13 +810,16 @@ zppResult_t zppUcxCheckLeftovers(zppUcx_t* u, uint32_t seq, uint32_t sig) {
   const uint64_t seqMask = TAG_CONTROL | TAG_SEQ_MASK;
   ucp_tag_recv_info_t info;
   uint64_t tag = 0;
-  size_t len;
   if (ucp_tag_probe_nb(u->worker, makeTag(0, &id), seqMask, 0, &info) != NULL) {
     tag = info.sender_tag;
   } else {
+    /* A rank sends in collective order, so of what a ring peer sent and this
+     * rank has not received, a message of the last collective is the
+     * oldest: one look per peer, however far ahead the peer is (a broadcast
+     * root may be thousands of calls ahead). */
     int found = 0;
     for (int i = 0; i < u->nShmPeers && !found; i++)
-      found = zppUcxShmProbe(u, u->shmPeers[i], makeTag(0, &id), seqMask, &tag, &len);
+      found = zppUcxShmOldest(u, u->shmPeers[i], &tag) && ((tag ^ makeTag(0, &id)) & seqMask) == 0;
     if (!found) return zppSuccess;
   }
   int src = (int)((tag & TAG_SRC_MASK) >> TAG_SRC_SHIFT);

@@ -216,8 +216,8 @@ zppResult_t zppUcxShmSend(zppUcx_t* u, int peer, const void* buf, size_t bytes, 
 /* Receives into r (allocated by the caller): done at once if the message
  * is already here, else posted. */
 void zppUcxShmRecv(zppUcx_t* u, int peer, void* buf, size_t bytes, uint64_t tag, zppUcxReq_t* r);
-/* Takes what the rings hold and pushes queued sends; returns how many
- * messages moved. */
+/* Takes what the rings hold for posted receives (see ucx_shm.c) and pushes
+ * queued sends; returns how many messages moved. */
 int zppUcxShmProgress(zppUcx_t* u);
 /* Only pushes queued sends. */
 void zppUcxShmPushQueued(zppUcx_t* u);
@@ -226,6 +226,9 @@ void zppUcxShmPushQueued(zppUcx_t* u);
  * else 0. */
 int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint64_t* gotTag,
                    size_t* len);
+/* The oldest message from src not received yet (kept as unexpected, else
+ * first in its ring): 1 and its tag, else 0. */
+int zppUcxShmOldest(const zppUcx_t* u, int src, uint64_t* tag);
 /* Before and after an idle sleep: see zppShmInboxSetSleeping. Begin returns
  * 0 (and leaves the rank awake) when a ring already holds a message; it sets
  * *shortNap when a sender's wake-up may be missed (membarrier failed), so

@@ -11,9 +11,13 @@
  *
  * Matching: each ring is read in order. A message goes to the first receive
  * posted for its tag (source, sequence, step; the signature is checked
- * after, as with UCX), or, when none is posted yet, into a list of
- * unexpected messages (a copy), so a ring never waits on a receive. Sends
- * are done once copied into the ring; a full ring queues them in order.
+ * after, as with UCX), straight from its slot. One that no posted receive
+ * wants stays in the ring while no receive from that peer is posted (a peer
+ * ahead by a few collectives costs nothing then: no copy, no allocation,
+ * and a full ring holds it back like a rendezvous would); while one is, it
+ * is copied aside into a list of unexpected messages to reach the messages
+ * behind it. Sends are done once copied into the ring; a full ring queues
+ * them in order.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +212,17 @@ void zppUcxShmRecv(zppUcx_t* u, int peer, void* buf, size_t bytes, uint64_t tag,
     free(m);
     return;
   }
+  /* The usual case: the message is next in the ring. Only with no receive
+   * posted before this one, which would come first for an equal tag. */
+  uint64_t gotTag;
+  size_t len;
+  const void* data;
+  if (p->posted == NULL && (data = zppShmRingPeek(&p->shmIn, &gotTag, &len)) != NULL &&
+      tagsMatch(gotTag, tag)) {
+    deliver(r, gotTag, data, len);
+    zppShmRingPop(&p->shmIn);
+    return;
+  }
   if (p->postedTail)
     p->postedTail->shmNext = r;
   else
@@ -215,8 +230,11 @@ void zppUcxShmRecv(zppUcx_t* u, int peer, void* buf, size_t bytes, uint64_t tag,
   p->postedTail = r;
 }
 
-/* A message just read off peer p's ring: to its receive, else kept. */
-static void take(zppUcx_t* u, peer_t* p, uint64_t tag, const void* data, size_t len) {
+/* The message first in peer p's ring, while a receive from p is posted: to
+ * its receive, else kept aside. Returns 0 when it must stay in the ring (no
+ * receive from p is posted). */
+static int take(zppUcx_t* u, peer_t* p, uint64_t tag, const void* data, size_t len) {
+  if (p->posted == NULL) return 0;
   for (zppUcxReq_t *r = p->posted, *prev = NULL; r; prev = r, r = r->shmNext) {
     if (!tagsMatch(r->tag, tag)) continue;
     if (prev)
@@ -225,13 +243,13 @@ static void take(zppUcx_t* u, peer_t* p, uint64_t tag, const void* data, size_t 
       p->posted = r->shmNext;
     if (p->postedTail == r) p->postedTail = prev;
     deliver(r, tag, data, len);
-    return;
+    return 1;
   }
   shmMsg_t* m = malloc(sizeof(shmMsg_t) + len);
   if (m == NULL) {
     zppUcxFail(u, zppSystemError, "%s: rank %d: out of memory keeping a %zu-byte message of rank %d",
                u->comm->name, u->rank, len, p->rank);
-    return;
+    return 0;
   }
   m->next = NULL;
   m->tag = tag;
@@ -242,6 +260,7 @@ static void take(zppUcx_t* u, peer_t* p, uint64_t tag, const void* data, size_t 
   else
     p->unexpected = m;
   p->unexpectedTail = m;
+  return 1;
 }
 
 static int pushQueued(zppUcx_t* u, peer_t* p) {
@@ -266,8 +285,7 @@ int zppUcxShmProgress(zppUcx_t* u) {
     uint64_t tag;
     size_t len;
     const void* data;
-    while ((data = zppShmRingPeek(&p->shmIn, &tag, &len)) != NULL) {
-      take(u, p, tag, data, len);
+    while ((data = zppShmRingPeek(&p->shmIn, &tag, &len)) != NULL && take(u, p, tag, data, len)) {
       zppShmRingPop(&p->shmIn);
       moved++;
     }
@@ -298,15 +316,28 @@ int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint
   return 0;
 }
 
+int zppUcxShmOldest(const zppUcx_t* u, int src, uint64_t* tag) {
+  const peer_t* p = &u->peers[src];
+  if (p->unexpected) {
+    *tag = p->unexpected->tag;
+    return 1;
+  }
+  size_t len;
+  return p->shmMax > 0 && zppShmRingPeek(&p->shmIn, tag, &len) != NULL;
+}
+
 /* ---- sleeping, errors ------------------------------------------------------ */
 
 int zppUcxShmSleepBegin(zppUcx_t* u, int* shortNap) {
   if (u->nShmPeers == 0) return 1;
   *shortNap = !zppShmInboxSetSleeping(&u->shmInbox, 1, u->shmAsymFence);
   for (int i = 0; i < u->nShmPeers; i++) {
+    const peer_t* p = &u->peers[u->shmPeers[i]];
     uint64_t tag;
     size_t len;
-    if (zppShmRingPeek(&u->peers[u->shmPeers[i]].shmIn, &tag, &len)) {
+    /* Messages of a peer that no receive waits for stay in its ring: no
+     * reason to stay awake for them. */
+    if (p->posted && zppShmRingPeek(&p->shmIn, &tag, &len)) {
       zppShmInboxSetSleeping(&u->shmInbox, 0, 0);
       return 0;
     }
