@@ -15,12 +15,16 @@
  *                              a message in its ring (label timing)
  *   test_shm_rings wake_fences the same with the plain fence handshake
  *                              instead of membarrier (label timing)
+ *   test_shm_rings wake_many   3 senders in turn wake one receiver
+ *                              (label timing)
  *   test_shm_rings paths       a message on the rings where the receiver
  *                              expects a larger one through UCX, and the
  *                              reverse (same signature: a hash collision of
  *                              two counts): the timeout's error names the
  *                              message waiting on the other path, never a
  *                              hang
+ *   test_shm_rings queued_error  a wait times out with sends queued for
+ *                              ring slots: the quiesce after it ends them
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -206,8 +210,17 @@ static int cmpDouble(const void* a, const void* b) {
   return x < y ? -1 : x > y;
 }
 
+typedef struct {
+  int fences;
+  int nranks;
+} wakeArg_t;
+
+/* The last rank receives; each round it tells the others to go, then
+ * waits for each in turn while they send one after the other, a gap apart:
+ * it falls asleep before every message, and every sender must wake it. */
 static int wakeBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
-  int fences = *(const int*)arg;
+  const wakeArg_t* a = arg;
+  const int recv = nranks - 1;
   zppComm_t comm;
   REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
   zppUcx_t* u = ucxOf(comm);
@@ -216,48 +229,58 @@ static int wakeBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     zppCommDestroy(comm);
     return 77;
   }
-  if (fences) {
+  if (a->fences) {
     /* As if membarrier were missing: the sleeper fences only itself, so the
-     * sender must fence before it looks at the flag. */
+     * senders must fence before they look at the flag. */
     u->shmAsymFence = 0;
-    u->peers[1 - rank].shmFence = 1;
+    for (int p = 0; p < nranks; p++) u->peers[p].shmFence = 1;
   }
-  double lat[WAKE_ROUNDS];
+  enum { MAX_LAT = WAKE_ROUNDS * 8 };
+  double lat[MAX_LAT];
+  int nLat = 0;
   for (int k = 0; k < WAKE_ROUNDS; k++) {
-    zppMsgId_t mid = {9, (uint32_t)k, 0x42, 0};
+    zppMsgId_t go = {9, (uint32_t)(2 * k), 0x42, 0};
+    zppMsgId_t mid = {9, (uint32_t)(2 * k + 1), 0x42, 0};
+    char token = 1;
     double sent = 0.0;
     zppUcxReq_t* req = NULL;
-    if (rank == 0) {
-      struct timespec ts = {0, (long)(WAKE_GAP_SEC * 1e9)};
-      nanosleep(&ts, NULL); /* rank 1 spins 50 us, then sleeps */
+    if (rank != recv) {
+      REQUIRE(zppUcxSendRecv(u, -1, NULL, 0, recv, &token, 1, &go) == zppSuccess);
+      struct timespec ts = {0, (long)(WAKE_GAP_SEC * 1e9) * (rank + 1)};
+      nanosleep(&ts, NULL); /* the receiver spins 50 us, then sleeps */
       sent = collTestNow();
-      REQUIRE(zppUcxIsend(u, 1, &sent, sizeof(sent), &mid, &req) == zppSuccess);
+      REQUIRE(zppUcxIsend(u, recv, &sent, sizeof(sent), &mid, &req) == zppSuccess);
       CHECK(zppUcxWaitAll(u, &req, 1) == zppSuccess);
     } else {
-      REQUIRE(zppUcxIrecv(u, 0, &sent, sizeof(sent), &mid, &req) == zppSuccess);
-      CHECK(zppUcxWaitAll(u, &req, 1) == zppSuccess);
-      lat[k] = collTestNow() - sent;
+      for (int p = 0; p < recv; p++)
+        REQUIRE(zppUcxSendRecv(u, p, &token, 1, -1, NULL, 0, &go) == zppSuccess);
+      for (int p = 0; p < recv; p++) {
+        REQUIRE(zppUcxIrecv(u, p, &sent, sizeof(sent), &mid, &req) == zppSuccess);
+        CHECK(zppUcxWaitAll(u, &req, 1) == zppSuccess);
+        if (nLat < MAX_LAT) lat[nLat++] = collTestNow() - sent;
+      }
     }
   }
-  if (rank == 1) {
-    CHECK_EQ_INT(u->peers[0].shmIn.pos, WAKE_ROUNDS);
-    qsort(lat, WAKE_ROUNDS, sizeof(double), cmpDouble);
-    printf("wake%s: %d messages to a receiver asleep for %.0f ms: delivered after %.3f ms "
-           "(median), %.3f ms (most)\n", fences ? "_fences" : "", WAKE_ROUNDS, WAKE_GAP_SEC * 1e3,
-           lat[WAKE_ROUNDS / 2] * 1e3, lat[WAKE_ROUNDS - 1] * 1e3);
-    CHECK_MSG(lat[WAKE_ROUNDS / 2] < WAKE_MEDIAN_LIMIT_SEC,
+  if (rank == recv) {
+    for (int p = 0; p < recv; p++) CHECK_EQ_INT(u->peers[p].shmIn.pos, WAKE_ROUNDS);
+    qsort(lat, (size_t)nLat, sizeof(double), cmpDouble);
+    printf("wake%s: %d messages from %d ranks to a receiver asleep for %.0f ms each: delivered "
+           "after %.3f ms (median), %.3f ms (most)\n", a->fences ? " (fences)" : "", nLat, recv,
+           WAKE_GAP_SEC * 1e3, lat[nLat / 2] * 1e3, lat[nLat - 1] * 1e3);
+    CHECK_MSG(lat[nLat / 2] < WAKE_MEDIAN_LIMIT_SEC,
               "median %.1f ms: the receiver was not woken (it slept until its poll timed out)",
-              lat[WAKE_ROUNDS / 2] * 1e3);
+              lat[nLat / 2] * 1e3);
   }
   REQUIRE(zppCommDestroy(comm) == zppSuccess);
   return zppTestFailures ? 1 : 0;
 }
 
-static int wakeCase(int fences) {
+static int wakeCase(int fences, int nranks) {
+  wakeArg_t a = {fences, nranks};
   zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
-  o.nranks = 2;
+  o.nranks = nranks;
   o.timeoutSec = 60;
-  return zppLaunch(&o, wakeBody, &fences);
+  return zppLaunch(&o, wakeBody, &a);
 }
 
 /* ---- paths: one message, two lengths ----------------------------------------- */
@@ -325,14 +348,82 @@ static int pathsCase(void) {
   return rc;
 }
 
+/* ---- queued_error: an error while sends wait for ring slots ------------------ */
+
+enum { QUEUED_MSGS = 200 };
+#define QUEUED_TIMEOUT_SEC 1
+
+static int liveRequests(zppUcx_t* u) {
+  int n = 0;
+  for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next) n += !zppUcxIsControlRecv(u, r);
+  return n;
+}
+
+/* Rank 0 sends more small messages than a ring holds to rank 1, which never
+ * receives them (it waits for rank 2, which waits for rank 1): rank 0's wait
+ * times out with sends still queued, and the quiesce after it must end them
+ * all (no buffer touched afterwards). */
+static int queuedErrorBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  (void)arg;
+  zppComm_t comm;
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  cfg.timeoutSec = rank == 0 ? QUEUED_TIMEOUT_SEC : 5 * QUEUED_TIMEOUT_SEC;
+  REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
+  zppUcx_t* u = ucxOf(comm);
+  if (u->nShmPeers == 0) {
+    zppCommDestroy(comm);
+    return 77;
+  }
+  static char bufs[QUEUED_MSGS][100];
+  zppUcxReq_t* reqs[QUEUED_MSGS] = {NULL};
+  double t0 = collTestNow();
+  zppResult_t res;
+  if (rank == 0) {
+    for (int i = 0; i < QUEUED_MSGS; i++) {
+      zppMsgId_t mid = {13, (uint32_t)i, 0x55, 0};
+      REQUIRE(zppUcxIsend(u, 1, bufs[i], sizeof(bufs[i]), &mid, &reqs[i]) == zppSuccess);
+    }
+    CHECK_MSG(zppUcxShmSendsQueued(u), "the ring of %u slots took all %d messages", u->shmInbox.nSlots,
+              QUEUED_MSGS);
+    res = zppUcxWaitAll(u, reqs, QUEUED_MSGS);
+    CHECK_EQ_INT(res, zppRemoteError);
+    const char* why = zppGetLastError(comm);
+    CHECK_MSG(strstr(why, "timed out") && strstr(why, "to receive 100 bytes"), "error: %s", why);
+  } else {
+    /* No receive from rank 0 posted: its messages stay in the ring. */
+    char one;
+    zppMsgId_t other = {14, 0, 0x55, 0};
+    REQUIRE(zppUcxIrecv(u, rank == 1 ? 2 : 1, &one, 1, &other, &reqs[0]) == zppSuccess);
+    res = zppUcxWaitAll(u, reqs, 1);
+    CHECK(res != zppSuccess); /* rank 0's notice, or this rank's own timeout */
+  }
+  double t = collTestNow() - t0;
+  CHECK_MSG(t < (rank == 0 ? 1 : 5) * QUEUED_TIMEOUT_SEC + 2.0, "rank %d took %.1f s to fail", rank, t);
+  zppUcxQuiesce(u);
+  CHECK_EQ_INT(zppUcxShmSendsQueued(u), 0);
+  CHECK_MSG(liveRequests(u) == 0, "rank %d: %d requests live after the quiesce", rank, liveRequests(u));
+  printf("queued_error: rank %d failed after %.2f s: %s\n", rank, t, zppGetLastError(comm));
+  zppCommDestroy(comm);
+  return zppTestFailures ? 1 : 0;
+}
+
+static int queuedErrorCase(void) {
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 3;
+  o.timeoutSec = 60;
+  return zppLaunch(&o, queuedErrorBody, NULL);
+}
+
 int main(int argc, char** argv) {
   const char* which = argc > 1 ? argv[1] : "";
   if (strcmp(which, "ring") == 0) return ringCase();
   if (strcmp(which, "order") == 0) return orderCase(1);
   if (strcmp(which, "off") == 0) return orderCase(0);
-  if (strcmp(which, "wake") == 0) return wakeCase(0);
-  if (strcmp(which, "wake_fences") == 0) return wakeCase(1);
+  if (strcmp(which, "wake") == 0) return wakeCase(0, 2);
+  if (strcmp(which, "wake_fences") == 0) return wakeCase(1, 2);
+  if (strcmp(which, "wake_many") == 0) return wakeCase(0, 4);
   if (strcmp(which, "paths") == 0) return pathsCase();
-  fprintf(stderr, "usage: test_shm_rings ring|order|off|wake|wake_fences|paths\n");
+  if (strcmp(which, "queued_error") == 0) return queuedErrorCase();
+  fprintf(stderr, "usage: test_shm_rings ring|order|off|wake|wake_fences|wake_many|paths|queued_error\n");
   return 2;
 }
