@@ -106,8 +106,8 @@ zppResult_t zppUcxShmConnect(zppUcx_t* u, const rankInfo_t* infos) {
              (int)mine->shmMax, u->nShmPeers, u->shmInbox.nSlots,
              mine->asymFence ? "membarrier" : "fences");
   else if (mine->shmMax > 0)
-    ZPP_INFO(NET, "%s: rank %d: shared-memory rings unused: a rank of this node has none",
-             u->comm->name, u->rank);
+    ZPP_INFO(NET, "%s: rank %d: shared-memory rings unused: a rank of this node has none, or "
+             "this rank could not map one", u->comm->name, u->rank);
 out:
   free(ok);
   return res;
