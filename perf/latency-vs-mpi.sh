@@ -8,9 +8,11 @@
 #
 #   perf/latency-vs-mpi.sh [-k RUNS] [-np RANKS] [--min-ratio R] [--out DIR] [-- ZPP-PERF ARGS]
 #
-# Defaults: 7 runs of 4 ranks, all-gather, all-reduce and reduce-scatter of
-# float from 64 B to 4 KiB, 2000 iterations in 10 rounds. More ranks than
-# cores is allowed (--oversubscribe): each library then yields when idle.
+# Defaults: 7 runs of 4 ranks, all-gather, all-reduce, reduce-scatter,
+# all-to-all and broadcast of float from 64 B to 4 KiB, 2000 iterations in
+# 10 rounds. The broadcast root rotates (-r rotate): back-to-back calls with
+# one root measure how fast a root queues messages, not latency. More ranks
+# than cores is allowed (--oversubscribe): each library then yields when idle.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,9 +21,10 @@ runs=7
 np=4
 min_ratio=""
 out=""
-perf_args=(-t allgather,allreduce,reducescatter -d float -b 64 -e 4K -f 8 -n 2000 -w 100 --rounds 10)
+perf_args=(-t allgather,allreduce,reducescatter,alltoall,broadcast -r rotate -d float -b 64 -e 4K -f 8
+           -n 2000 -w 100 --rounds 10)
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
     -k) runs=$2; shift 2 ;;

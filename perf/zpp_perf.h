@@ -26,7 +26,7 @@
 #include "perf_check.h"
 #include "perf_math.h"
 
-#define ZPP_PERF_VERSION "1.1" /* 1.1: "rounds" in the JSON header */
+#define ZPP_PERF_VERSION "1.2" /* 1.1: "rounds" in the JSON header; 1.2: root -1 (rotate) */
 #define ZPP_PERF_EXIT_OK 0
 #define ZPP_PERF_EXIT_ERROR 1
 #define ZPP_PERF_EXIT_USAGE 2
@@ -67,7 +67,19 @@ typedef struct {
   void* recv;
   int bits, block;  /* compressed modes: codec bits (0: exact) and elements per scale */
   void* modeState;  /* from the mode's setup (e.g. hpZ's partitioned parameter) */
+  int rotateRoot;   /* -r rotate: timed call i has root i % nranks (root is 0 otherwise) */
 } zppPerfCall_t;
+
+/* -r rotate: the broadcast root moves to the next rank every call, so that a
+ * call cannot start before the previous one delivered to its root: back to
+ * back calls then measure latency (like a ping-pong), not how fast a root
+ * can queue messages that its receivers copy out later. */
+#define ZPP_PERF_ROOT_ROTATE (-1)
+
+/* The call for timed (or warm-up) iteration i: the root it has then. */
+static inline void zppPerfCallAt(zppPerfCall_t* c, int i) {
+  if (c->rotateRoot) c->root = i % c->nranks;
+}
 
 typedef struct zppPerfMode {
   const char* name;       /* as given to -m and printed */
@@ -127,7 +139,7 @@ typedef struct zppPerfArgs {
   int nDtypes;
   zppRedOp_t redops[ZPP_PERF_MAX_LIST];
   int nRedops;
-  int root;
+  int root; /* or ZPP_PERF_ROOT_ROTATE */
   zppPerfTask_t tasks[ZPP_PERF_MAX_LIST];
   int nTasks;
   zppPerfBaseline_t baseline;
@@ -181,7 +193,7 @@ typedef struct {
   int compressed;
   zppDataType_t dtype;
   zppRedOp_t redop;     /* meaningful when the collective reduces */
-  int root;             /* meaningful for broadcast */
+  int root;             /* meaningful for broadcast; ZPP_PERF_ROOT_ROTATE */
   zppPerfCounts_t counts;
   double timeUs;        /* median over iterations of the max over ranks */
   double timeUsMean;    /* mean of the same per-iteration maxima */

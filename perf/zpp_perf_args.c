@@ -88,7 +88,8 @@ void zppPerfUsage(FILE* f) {
       "  -d, --datatype LIST     int8 uint8 int32 uint32 int64 uint64 half float double\n"
       "                          bfloat16, comma separated or 'all' (default float)\n"
       "  -o, --op LIST           sum prod max min avg, or 'all' (default sum)\n"
-      "  -r, --root N            broadcast root (default 0)\n"
+      "  -r, --root N|rotate     broadcast root (default 0); rotate: call i has root\n"
+      "                          i %% ranks, so calls cannot overlap (latency)\n"
       "\n"
       "what to measure:\n"
       "  -t, --coll LIST         (also --operation) allgather reducescatter allreduce\n"
@@ -404,7 +405,12 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
         if ((rc = zppPerfForEachItem(optarg, zppPerfAddRedop, a)) != 0) return rc;
         break;
       case 'r':
-        if (zppPerfParseInt(optarg, 0, 1 << 20, &v) != 0) return zppPerfUsageError("bad root -r %s", optarg);
+        if (strcmp(optarg, "rotate") == 0) {
+          a->root = ZPP_PERF_ROOT_ROTATE;
+          break;
+        }
+        if (zppPerfParseInt(optarg, 0, 1 << 20, &v) != 0)
+          return zppPerfUsageError("bad root -r %s (a rank, or rotate)", optarg);
         a->root = (int)v;
         break;
       case 't':

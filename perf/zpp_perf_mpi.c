@@ -195,8 +195,11 @@ zppResult_t zppPerfMpiPrepare(zppPerfBaseRow_t* row) {
     zppPerfCheckRecv(&spec, c->recv, counts->recvCount, NULL, NULL, &row->chk);
   }
   zppPerfMpiBcastInput(c, counts);
-  for (int i = 0; i < a->warmup; i++)
-    if ((rc = zppPerfMpiOnce(c)) != MPI_SUCCESS) return zppPerfMpiFail(c, zppPerfCollName(c->coll), rc);
+  zppPerfCall_t at = *c;
+  for (int i = 0; i < a->warmup; i++) {
+    zppPerfCallAt(&at, i);
+    if ((rc = zppPerfMpiOnce(&at)) != MPI_SUCCESS) return zppPerfMpiFail(c, zppPerfCollName(c->coll), rc);
+  }
   row->present = 1;
   return zppSuccess;
 }
@@ -210,9 +213,11 @@ zppResult_t zppPerfMpiTime(const zppPerfBaseRow_t* row, double* times, int n) {
    * before MPI's first call is timed (see zppPerfRunRow). */
   int rc0 = MPI_Barrier(MPI_COMM_WORLD);
   if (rc0 != MPI_SUCCESS) return zppPerfMpiFail(c, "barrier between rounds", rc0);
+  zppPerfCall_t at = *c;
   for (int i = 0; i < n; i++) {
+    zppPerfCallAt(&at, i);
     double t0 = MPI_Wtime();
-    int rc = zppPerfMpiOnce(c);
+    int rc = zppPerfMpiOnce(&at);
     times[i] = MPI_Wtime() - t0;
     if (rc != MPI_SUCCESS) return zppPerfMpiFail(c, zppPerfCollName(c->coll), rc);
   }

@@ -164,16 +164,21 @@ zppResult_t zppPerfNcclPrepare(zppPerfBaseRow_t* row) {
       return zppPerfCudaFail(c->rank, "cudaMemcpy to host", e);
     zppPerfCheckRecv(&spec, c->recv, counts->recvCount, NULL, NULL, &row->chk);
   }
-  for (int i = 0; i < a->warmup; i++)
-    if ((res = zppPerfNcclCall(c)) != zppSuccess) return res;
+  zppPerfCall_t at = *c;
+  for (int i = 0; i < a->warmup; i++) {
+    zppPerfCallAt(&at, i);
+    if ((res = zppPerfNcclCall(&at)) != zppSuccess) return res;
+  }
   row->present = 1;
   return zppSuccess;
 }
 
 zppResult_t zppPerfNcclTime(const zppPerfBaseRow_t* row, double* times, int n) {
+  zppPerfCall_t at = *row->call;
   for (int i = 0; i < n; i++) {
+    zppPerfCallAt(&at, i);
     double t0 = zppPerfNow();
-    zppResult_t res = zppPerfNcclCall(row->call);
+    zppResult_t res = zppPerfNcclCall(&at);
     times[i] = zppPerfNow() - t0;
     if (res != zppSuccess) return res;
   }

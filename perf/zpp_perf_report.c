@@ -42,8 +42,10 @@ static const char* zppPerfRedopLabel(const zppPerfRecord_t* r) {
   return zppPerfCollReduces(r->coll) ? zppPerfRedOpName(r->redop) : "none";
 }
 
-static int zppPerfRootLabel(const zppPerfRecord_t* r) {
-  return r->coll == ZPP_PERF_BROADCAST ? r->root : -1;
+static const char* zppPerfRootLabel(const zppPerfRecord_t* r, char* buf, size_t len) {
+  if (r->coll == ZPP_PERF_BROADCAST && r->root == ZPP_PERF_ROOT_ROTATE) return "rot";
+  snprintf(buf, len, "%d", r->coll == ZPP_PERF_BROADCAST ? r->root : -1);
+  return buf;
 }
 
 void zppPerfPrintSectionHeader(FILE* f, const zppPerfRecord_t* r, int baseline) {
@@ -80,9 +82,10 @@ void zppPerfPrintRow(FILE* f, const zppPerfRecord_t* r) {
   char wrong[24];
   if (r->checked) snprintf(wrong, sizeof wrong, "%llu", (unsigned long long)r->wrong);
   else snprintf(wrong, sizeof wrong, "n/a");
-  fprintf(f, "%12zu  %12zu  %8s  %6s  %5d  %10.2f  %8.3f  %8.3f  %7s  %13s", r->counts.bytes,
+  char root[16];
+  fprintf(f, "%12zu  %12zu  %8s  %6s  %5s  %10.2f  %8.3f  %8.3f  %7s  %13s", r->counts.bytes,
           r->counts.totalCount, zppPerfTypeName(r->dtype), zppPerfRedopLabel(r),
-          zppPerfRootLabel(r), r->timeUs, r->algbw, r->busbw, wrong, inter);
+          zppPerfRootLabel(r, root, sizeof root), r->timeUs, r->algbw, r->busbw, wrong, inter);
   if (r->compressed) {
     char err[24], bound[24];
     zppPerfFmtNum(err, sizeof err, "%.3g", r->maxError);

@@ -255,6 +255,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
               rec->counts.bytes, (unsigned long long)chk.wrong, chk.firstWrong);
   }
   for (int i = 0; i < a->warmup; i++) {
+    zppPerfCallAt(call, i);
     if ((res = mode->run(call)) != zppSuccess) {
       zppPerfLibError(env, zppPerfCollName(call->coll), res);
       goto out;
@@ -290,6 +291,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
     zppCommStats_t s0, s1;
     haveStats = haveStats && zppCommGetStats(env->comm, &s0) == zppSuccess;
     for (int i = done; i < done + n; i++) {
+      zppPerfCallAt(call, i);
       double t0 = zppPerfNow();
       res = mode->run(call);
       times[i] = zppPerfNow() - t0;
@@ -428,8 +430,10 @@ static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t*
       st->rowsDone++;
       continue;
     }
-    zppPerfCall_t call = {env->comm, env->rank, env->nranks, task->coll, dtype, redop, a->root,
-                          rec.counts.apiCount, send, recv, rec.bits, rec.block, NULL};
+    int rotate = a->root == ZPP_PERF_ROOT_ROTATE;
+    zppPerfCall_t call = {env->comm, env->rank, env->nranks, task->coll, dtype, redop,
+                          rotate ? 0 : a->root, rec.counts.apiCount, send, recv, rec.bits,
+                          rec.block, NULL, rotate};
     if (env->rank == 0) zppPerfProgress(st, &rec);
     res = zppPerfRunRow(st, task->mode, &call, &rec);
     st->rowsDone++;

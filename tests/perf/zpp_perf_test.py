@@ -223,6 +223,7 @@ def test_args(bin_):
         (["-w", "-1"], "bad warm-up count"),
         (["-c", "2"], "-c takes 0 or 1"),
         (["-r", "-1"], "bad root"),
+        (["-r", "rotating"], "bad root"),
         (["-N", "0"], "bad rank count"),
         (["-N", "4", "--layout", "3x3"], "does not multiply out"),
         (["--layout", "2by2"], "bad layout"),
@@ -348,6 +349,20 @@ def test_schema(bin_, schema_path, outdir):
     check_arithmetic(doc)
     check_svg(path[:-5] + ".svg", series_count(doc))
     check("# Avg bus bandwidth" in out and "# Out of bounds values : 0 OK" in out, "table footer")
+    # -r rotate: root -1 in the JSON, "rot" in the table, results still checked.
+    rc, out, err, doc, path = run_json(
+        bin_, ["-N", "3", "-t", "broadcast", "-r", "rotate", "-d", "int32", "-b", "64", "-e", "4K",
+               "-f", "8", "-n", "30", "-w", "3", "-c", "1"], outdir, "schema_rotate")
+    check(rc == 0, "-r rotate run exited %d" % rc)
+    if doc is None:
+        check(False, "-r rotate: no JSON written")
+        return
+    check(schema_errors(doc, schema) == [], "-r rotate: JSON does not match the schema")
+    check(len(doc["records"]) == 3, "-r rotate: want 3 records, got %d" % len(doc["records"]))
+    for r in doc["records"]:
+        check(r["root"] == -1 and r["checked"] and r["wrong"] == 0, "-r rotate record: %s" % r)
+    rows = [l for l in out.splitlines() if l.strip() and not l.startswith("#")]
+    check(rows and all(l.split()[4] == "rot" for l in rows), "-r rotate: table rows %s" % rows)
 
 
 def test_inject(bin_, schema_path, outdir):
@@ -543,6 +558,16 @@ def test_mpi(bin_, schema_path, outdir):
             check(r.get("baseline_time_us") == plain.get((r["op"], r["bytes"])), "baseline not shared")
     check("ratio" in out, "table lacks the baseline columns")
     check_svg(path[:-5] + ".svg", series_count(doc))
+    # A rotating broadcast root for the baseline too.
+    rc, out, err, doc, path = run_json(
+        bin_, ["--baseline", "mpi", "-t", "broadcast", "-r", "rotate", "-d", "int32", "-b", "64",
+               "-e", "4K", "-f", "8", "-n", "20", "-w", "2"],
+        outdir, "mpi_rotate", env=env, launcher=[mpirun, "-np", "3"])
+    check(rc == 0, "mpirun -r rotate run exited %d" % rc)
+    for r in (doc or {}).get("records", []):
+        check(r["root"] == -1 and r["wrong"] == 0 and r.get("baseline_wrong") == 0,
+              "mpi -r rotate record: %s" % r)
+    check(doc is not None and len(doc["records"]) == 3, "mpi -r rotate: no or too few records")
     return 0
 
 
