@@ -810,25 +810,34 @@ zppResult_t zppUcxCheckLeftovers(zppUcx_t* u, uint32_t seq, uint32_t sig) {
   const uint64_t seqMask = TAG_CONTROL | TAG_SEQ_MASK;
   ucp_tag_recv_info_t info;
   uint64_t tag = 0;
+  uint32_t lastSig = sig & ZPP_UCX_SIG_MASK;
   if (ucp_tag_probe_nb(u->worker, makeTag(0, &id), seqMask, 0, &info) != NULL) {
     tag = info.sender_tag;
   } else {
     /* A rank sends in collective order, so of what a ring peer sent and this
-     * rank has not received, a message of the last collective is the
-     * oldest: one look per peer, however far ahead the peer is (a broadcast
-     * root may be thousands of calls ahead). */
+     * rank has not received, the oldest says it all: a message of this or an
+     * earlier collective is a leftover. One look per peer, however far ahead
+     * the peer is (a broadcast root may be thousands of calls ahead), and
+     * only every LEFTOVER_RING_PERIOD calls (see there). */
+    if (u->leftoverChecks++ % LEFTOVER_RING_PERIOD != 0) return zppSuccess;
     int found = 0;
     for (int i = 0; i < u->nShmPeers && !found; i++)
-      found = zppUcxShmOldest(u, u->shmPeers[i], &tag) && ((tag ^ makeTag(0, &id)) & seqMask) == 0;
+      found = zppUcxShmOldest(u, u->shmPeers[i], &tag) && zppUcxTagBefore(tag, seq + 1);
     if (!found) return zppSuccess;
+    /* The signature compares only with a message of the last collective. */
+    if (((tag ^ makeTag(0, &id)) & TAG_SEQ_MASK) != 0) lastSig = UINT32_MAX;
   }
-  int src = (int)((tag & TAG_SRC_MASK) >> TAG_SRC_SHIFT);
+  return zppUcxLeftoverError(u, (int)((tag & TAG_SRC_MASK) >> TAG_SRC_SHIFT), tag, lastSig);
+}
+
+zppResult_t zppUcxLeftoverError(zppUcx_t* u, int src, uint64_t tag, uint32_t lastSig) {
   uint32_t got = (uint32_t)(tag & ZPP_UCX_SIG_MASK);
-  if (got != (sig & ZPP_UCX_SIG_MASK)) return mismatchError(u, src, got, sig & ZPP_UCX_SIG_MASK);
+  uint32_t seq = (uint32_t)((tag & TAG_SEQ_MASK) >> TAG_SEQ_SHIFT);
+  if (lastSig != UINT32_MAX && got != lastSig) return mismatchError(u, src, got, lastSig);
   return zppUcxFail(u, zppInvalidUsage,
-                  "%s: rank %d: mismatched collectives: rank %d (host %s) sent a message in the last "
-                  "collective that this rank did not expect (different broadcast roots?)",
-                  u->comm->name, u->rank, src, zppUcxHostOf(u, src));
+                  "%s: rank %d: mismatched collectives: rank %d (host %s) sent a message in collective "
+                  "#%u that this rank did not expect (different broadcast roots?)",
+                  u->comm->name, u->rank, src, zppUcxHostOf(u, src), seq);
 }
 
 zppResult_t zppUcxPoll(zppUcx_t* u) {

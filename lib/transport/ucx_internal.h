@@ -47,11 +47,19 @@
 #define QUEUED_SEND_SLEEP_MS 1
 /* Largest ZPP_SHM_SMALL_BYTES: ring slots are this big. */
 #define ZPP_SHM_SMALL_BYTES_MAX (1 << 20)
+/* zppUcxCheckLeftovers looks into the rings at one call in this many (it
+ * always asks UCX): a look touches the slot the peer is writing its next
+ * message into, which cost about 10% of a 2-rank 64-byte all-gather. A
+ * leftover in a ring is also found whenever a receive from that peer meets
+ * it (ucx_shm.c), which costs nothing. */
+#define LEFTOVER_RING_PERIOD 16
 /* Longest a wake-up message is pushed before the sender goes on. */
 #define WAKE_SEND_WAIT_SEC 0.002
 /* Bound on telling the other ranks about an error and on closing endpoints. */
 #define NOTICE_WAIT_SEC 0.5
 #define CLOSE_WAIT_SEC 2.0
+/* The same at the destroy of a broken communicator, before dropping. */
+#define BROKEN_CLOSE_WAIT_SEC 0.2
 /* After an error, how long to wait for cancelled transfers to let go. A send
  * to a dead peer over shared memory never does (no error handling there);
  * its request stays with the worker until destroy, harmlessly. */
@@ -154,6 +162,7 @@ struct zppUcx {
   zppUcxReq_t* wakeRecv; /* takes wake-ups (TAG_CONTROL_WAKE) off the worker */
   char wakeByte;
   int64_t shmMaxParam;   /* ZPP_SHM_SMALL_BYTES */
+  unsigned leftoverChecks; /* calls of zppUcxCheckLeftovers */
   zppShmInbox_t shmInbox;  /* this rank's (shm_ring.h) */
   int shmAsymFence;      /* sleeps with membarrier (zppShmAsymFenceRegister) */
   int* shmPeers;         /* ranks with rings to and from this one */
@@ -229,6 +238,15 @@ int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint
 /* The oldest message from src not received yet (kept as unexpected, else
  * first in its ring): 1 and its tag, else 0. */
 int zppUcxShmOldest(const zppUcx_t* u, int src, uint64_t* tag);
+/* Whether a message's tag carries a collective sequence number before seq
+ * (16 bits, modular): a message every receive of that collective passed. */
+static inline int zppUcxTagBefore(uint64_t tag, uint32_t seq) {
+  uint32_t d = (seq - (uint32_t)((tag & TAG_SEQ_MASK) >> TAG_SEQ_SHIFT)) & 0xffffu;
+  return d != 0 && d < 0x8000u;
+}
+/* Records the error for a leftover message of an earlier collective from
+ * src (tag is the message's) and returns it. */
+zppResult_t zppUcxLeftoverError(zppUcx_t* u, int src, uint64_t tag, uint32_t lastSig);
 /* Before and after an idle sleep: see zppShmInboxSetSleeping. Begin returns
  * 0 (and leaves the rank awake) when a ring already holds a message; it sets
  * *shortNap when a sender's wake-up may be missed (membarrier failed), so

@@ -217,11 +217,14 @@ void zppUcxShmRecv(zppUcx_t* u, int peer, void* buf, size_t bytes, uint64_t tag,
   uint64_t gotTag;
   size_t len;
   const void* data;
-  if (p->posted == NULL && (data = zppShmRingPeek(&p->shmIn, &gotTag, &len)) != NULL &&
-      tagsMatch(gotTag, tag)) {
-    deliver(r, gotTag, data, len);
-    zppShmRingPop(&p->shmIn);
-    return;
+  if (p->posted == NULL && (data = zppShmRingPeek(&p->shmIn, &gotTag, &len)) != NULL) {
+    if (tagsMatch(gotTag, tag)) {
+      deliver(r, gotTag, data, len);
+      zppShmRingPop(&p->shmIn);
+      return;
+    }
+    /* Left over from an earlier collective: the ranks made different calls. */
+    if (zppUcxTagBefore(gotTag, r->seq)) zppUcxLeftoverError(u, peer, gotTag, UINT32_MAX);
   }
   if (p->postedTail)
     p->postedTail->shmNext = r;
@@ -235,6 +238,11 @@ void zppUcxShmRecv(zppUcx_t* u, int peer, void* buf, size_t bytes, uint64_t tag,
  * receive from p is posted). */
 static int take(zppUcx_t* u, peer_t* p, uint64_t tag, const void* data, size_t len) {
   if (p->posted == NULL) return 0;
+  /* Older than the collective the receives are for: nobody will take it. */
+  if (zppUcxTagBefore(tag, p->posted->seq)) {
+    zppUcxLeftoverError(u, p->rank, tag, UINT32_MAX);
+    return 0;
+  }
   for (zppUcxReq_t *r = p->posted, *prev = NULL; r; prev = r, r = r->shmNext) {
     if (!tagsMatch(r->tag, tag)) continue;
     if (prev)

@@ -159,7 +159,13 @@ static void closeEps(zppUcx_t* u, unsigned mode, double limitSec) {
     if (left == 0) break;
     if (zppUcxNow() > end) {
       /* A flush that does not finish (peer gone): fall back to dropping. */
-      if (mode == UCP_EP_CLOSE_FLAG_FORCE) break;
+      if (mode == UCP_EP_CLOSE_FLAG_FORCE) {
+        /* Released to UCX, which frees them when they end: ucp_worker_destroy
+         * asserts that no request of an endpoint is still ours. */
+        for (int p = 0; p < u->nranks; p++)
+          if (closing[p]) ucp_request_free(closing[p]);
+        break;
+      }
       shutStuck(u);
       for (int p = 0; p < u->nranks; p++)
         if (closing[p]) ucp_request_cancel(u->worker, closing[p]);
@@ -222,10 +228,15 @@ void zppUcxDestroy(zppUcx_t* u) {
     for (int i = 0; i < 2; i++)
       if (control[i] && control[i]->ucpReq && !control[i]->done)
         ucp_request_cancel(u->worker, control[i]->ucpReq);
-    /* Flush what is still queued so the last messages reach their peers,
-     * unless the communicator is already broken. */
+    /* Flush what is still queued so the last messages reach their peers.
+     * A broken communicator flushes too, only shorter, before it drops what
+     * is left: a force close purges what UCX still owes a peer, and UCX 1.13
+     * aborts on an assertion when that is a wireup reply (ucp_request.c:684
+     * "got REP message"; seen once in a parallel run of the comm suite, in
+     * test_coll_faults mismatch, where the peers are alive and a flush
+     * sends it). */
     int healthy = !atomic_load(&u->aborted) && atomic_load(&u->comm->asyncError) == zppSuccess;
-    closeEps(u, healthy ? 0 : UCP_EP_CLOSE_FLAG_FORCE, healthy ? CLOSE_WAIT_SEC : 0.2);
+    closeEps(u, 0, healthy ? CLOSE_WAIT_SEC : BROKEN_CLOSE_WAIT_SEC);
     zppUcxDrain(u, 0.2);
     /* Endpoints without peer error handling (not force-closable) go here. */
     if (!healthy) shutStuck(u);
