@@ -172,12 +172,21 @@ void zppUcxReqRelease(zppUcx_t* u, zppUcxReq_t* r) {
   u->freeList = r;
 }
 
-void zppUcxSendDone(void* request, ucs_status_t status, void* userData) {
+static void sendDone(void* request, ucs_status_t status, void* userData) {
   zppUcxReq_t* r = userData;
   r->status = status;
   r->done = 1;
   r->ucpReq = NULL;
   ucp_request_free(request);
+}
+
+void* zppUcxTagSend(ucp_ep_h ep, const void* buf, size_t bytes, uint64_t tag, zppUcxReq_t* r) {
+  ucp_request_param_t prm;
+  memset(&prm, 0, sizeof(prm));
+  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  prm.cb.send = sendDone;
+  prm.user_data = r;
+  return ucp_tag_send_nbx(ep, buf, bytes, tag, &prm);
 }
 
 static void recvDone(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
@@ -581,12 +590,7 @@ zppResult_t zppUcxIsend(zppUcx_t* u, int peer, const void* buf, size_t bytes, co
     ZPPCHECK(zppUcxReqAlloc(u, &r));
     r->peer = peer;
     r->bytes = bytes;
-    ucp_request_param_t prm;
-    memset(&prm, 0, sizeof(prm));
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    prm.cb.send = zppUcxSendDone;
-    prm.user_data = r;
-    void* h = ucp_tag_send_nbx(ep, buf, bytes, makeTag(u->rank, id), &prm);
+    void* h = zppUcxTagSend(ep, buf, bytes, makeTag(u->rank, id), r);
     if (h == NULL) {
       /* Done already (a small message went out inline): nothing to wait for. */
       zppUcxReqRelease(u, r);

@@ -189,7 +189,9 @@ const char* zppUcxHostOf(const zppUcx_t* u, int rank);
 /* Requests come from a pool and never move: UCX callbacks point at them. */
 zppResult_t zppUcxReqAlloc(zppUcx_t* u, zppUcxReq_t** out);
 void zppUcxReqRelease(zppUcx_t* u, zppUcxReq_t* r);
-void zppUcxSendDone(void* request, ucs_status_t status, void* userData);
+/* ucp_tag_send_nbx with r as the request UCX completes (done, status set,
+ * UCX's request freed): NULL when done inline, else UCX's handle or error. */
+void* zppUcxTagSend(ucp_ep_h ep, const void* buf, size_t bytes, uint64_t tag, zppUcxReq_t* r);
 /* The endpoint to peer, made on first use (see ucx.h for which address). */
 zppResult_t zppUcxGetEp(zppUcx_t* u, int peer, ucp_ep_h* out);
 /* Progresses until no request but the control receives is live, or

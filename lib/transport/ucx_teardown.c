@@ -47,13 +47,8 @@ static void sendNotices(zppUcx_t* u) {
     zppUcxReq_t* r;
     if (zppUcxReqAlloc(u, &r) != zppSuccess) return;
     r->peer = p;
-    ucp_request_param_t prm;
-    memset(&prm, 0, sizeof(prm));
-    prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    prm.cb.send = zppUcxSendDone;
-    prm.user_data = r;
-    void* h = ucp_tag_send_nbx(ep, &u->noticeOut, sizeof(notice_t),
-                               TAG_CONTROL | ((uint64_t)u->rank << TAG_SRC_SHIFT), &prm);
+    void* h = zppUcxTagSend(ep, &u->noticeOut, sizeof(notice_t),
+                            TAG_CONTROL | ((uint64_t)u->rank << TAG_SRC_SHIFT), r);
     if (UCS_PTR_IS_PTR(h)) {
       r->ucpReq = h;
     } else {
