@@ -326,6 +326,17 @@ def run_json(bin_, args, outdir, name, env=None, timeout=300, launcher=None):
     return rc, out, err, doc, path
 
 
+def json_ok(doc, schema, what=""):
+    """A JSON report was written and matches the schema (checked, and said)."""
+    prefix = what + ": " if what else ""
+    if doc is None:
+        check(False, prefix + "no JSON written")
+        return False
+    errs = schema_errors(doc, schema)
+    check(errs == [], prefix + "JSON does not match the schema: %s" % errs[:10])
+    return True
+
+
 def test_schema(bin_, schema_path, outdir):
     schema = load_json(schema_path)
     rc, out, err, doc, path = run_json(
@@ -333,11 +344,8 @@ def test_schema(bin_, schema_path, outdir):
                "-d", "bfloat16", "-b", "1K", "-e", "64K", "-f", "4", "-n", "3", "-w", "1"],
         outdir, "schema")
     check(rc == 0, "run exited %d" % rc)
-    if doc is None:
-        check(False, "no JSON written")
+    if not json_ok(doc, schema):
         return
-    errs = schema_errors(doc, schema)
-    check(errs == [], "JSON does not match the schema: %s" % errs[:10])
     h = doc["header"]
     check(h["ranks"] == 4 and h["nodes"] == 2 and h["layout"] == "2x2" and h["launcher"] == "fork",
           "header: %s" % h)
@@ -354,10 +362,8 @@ def test_schema(bin_, schema_path, outdir):
         bin_, ["-N", "3", "-t", "broadcast", "-r", "rotate", "-d", "int32", "-b", "64", "-e", "4K",
                "-f", "8", "-n", "30", "-w", "3", "-c", "1"], outdir, "schema_rotate")
     check(rc == 0, "-r rotate run exited %d" % rc)
-    if doc is None:
-        check(False, "-r rotate: no JSON written")
+    if not json_ok(doc, schema, "-r rotate"):
         return
-    check(schema_errors(doc, schema) == [], "-r rotate: JSON does not match the schema")
     check(len(doc["records"]) == 3, "-r rotate: want 3 records, got %d" % len(doc["records"]))
     for r in doc["records"]:
         check(r["root"] == -1 and r["checked"] and r["wrong"] == 0, "-r rotate record: %s" % r)
@@ -372,10 +378,8 @@ def test_inject(bin_, schema_path, outdir):
                "-b", "4K", "-e", "64K", "-f", "4", "-n", "2", "-w", "0"],
         outdir, "inject", env={"ZPP_PERF_INJECT_ERROR": "1:3"})
     check(rc == 3, "an injected wrong result exited %d, want 3" % rc)
-    if doc is None:
-        check(False, "no JSON written")
+    if not json_ok(doc, schema):
         return
-    check(schema_errors(doc, schema) == [], "JSON does not match the schema")
     check(len(doc["records"]) == 6, "want 6 records, got %d" % len(doc["records"]))
     for r in doc["records"]:
         check(r["wrong"] == 1, "%s %d B: wrong %d, want exactly the injected 1" % (r["op"], r["bytes"], r["wrong"]))
@@ -391,10 +395,8 @@ def test_e2e(bin_, schema_path, outdir):
                "-o", "sum,max,avg", "-b", "64", "-e", "256K", "-f", "8", "-n", "3", "-w", "1",
                "-c", "1"], outdir, "e2e", timeout=600)
     check(rc == 0, "run exited %d" % rc)
-    if doc is None:
-        check(False, "no JSON written")
+    if not json_ok(doc, schema):
         return
-    check(schema_errors(doc, schema) == [], "JSON does not match the schema")
     ops = {r["op"] for r in doc["records"]}
     check(ops == {"allgather", "reducescatter", "allreduce", "alltoall", "broadcast"}, "ops run: %s" % ops)
     # 3 types x (3 plain non-reducing + 2 reducing x 3 ops) sections, 4 sizes each
@@ -424,10 +426,8 @@ def test_zeropp(bin_, schema_path, outdir):
               "-n", "2", "-w", "1"]
     rc, out, err, doc, path = run_json(bin_, common, outdir, "zeropp", timeout=400)
     check(rc == 0, "run exited %d" % rc)
-    if doc is None:
-        check(False, "no JSON written")
+    if not json_ok(doc, schema):
         return 0
-    check(schema_errors(doc, schema) == [], "JSON does not match the schema")
     check("qgz, bfloat16, max: skipped" in out, "qgz with max was not skipped with a note")
     modes = {(r["op"], r["mode"]) for r in doc["records"]}
     check(modes == {("allgather", "plain"), ("allgather", "qwz"), ("allgather", "hpz"),
@@ -540,10 +540,8 @@ def test_mpi(bin_, schema_path, outdir):
         print("skip: zpp-perf built without MPI")
         return SKIP
     check(rc == 0, "mpirun run exited %d" % rc)
-    if doc is None:
-        check(False, "no JSON written")
+    if not json_ok(doc, schema):
         return 1
-    check(schema_errors(doc, schema) == [], "JSON does not match the schema")
     check(doc["header"]["launcher"] == "mpirun", "launcher %s" % doc["header"]["launcher"])
     check(doc["header"]["rounds"] == 1, "--rounds 1: header says %r" % doc["header"]["rounds"])
     for r in doc["records"]:
@@ -593,10 +591,8 @@ def test_mpi_rounds(bin_, schema_path, outdir):
         print("skip: zpp-perf built without MPI")
         return SKIP
     check(rc == 0, "mpirun --rounds 3 exited %d" % rc)
-    if doc is None:
-        check(False, "no JSON written")
+    if not json_ok(doc, schema):
         return 1
-    check(schema_errors(doc, schema) == [], "JSON does not match the schema: %s" % schema_errors(doc, schema)[:5])
     h = doc["header"]
     check(h["rounds"] == 3 and h["iters"] == 7, "header: rounds %r, iters %r, want 3 and 7" % (h["rounds"], h["iters"]))
     check("in 3 rounds alternating ours and mpi's" in out, "the table's header line does not say 3 rounds")
@@ -661,10 +657,8 @@ def test_rounds_args(bin_, schema_path, outdir):
         bin_, ["-N", "2", "--rounds", "4", "-t", "allgather", "-b", "1K", "-e", "1K", "-n", "8", "-w", "1"],
         outdir, "rounds-nobase")
     check(rc == 0, "--rounds 4 without a baseline exited %d" % rc)
-    if doc is None:
-        check(False, "no JSON written")
+    if not json_ok(doc, schema):
         return 0
-    check(schema_errors(doc, schema) == [], "JSON does not match the schema")
     check(doc["header"]["rounds"] == 1, "without a baseline: rounds %r, want 1" % doc["header"]["rounds"])
     check("in 1 round;" in out, "the table's header line does not say 1 round")
     return 0
