@@ -825,8 +825,9 @@ zppResult_t zppUcxCheckLeftovers(zppUcx_t* u, uint32_t seq, uint32_t sig) {
      * only every LEFTOVER_RING_PERIOD calls (see there). */
     if (u->leftoverChecks++ % LEFTOVER_RING_PERIOD != 0) return zppSuccess;
     int found = 0;
+    size_t len;
     for (int i = 0; i < u->nShmPeers && !found; i++)
-      found = zppUcxShmOldest(u, u->shmPeers[i], &tag) && zppUcxTagBefore(tag, seq + 1);
+      found = zppUcxShmProbe(u, u->shmPeers[i], 0, 0, &tag, &len) && zppUcxTagBefore(tag, seq + 1);
     if (!found) return zppSuccess;
     /* The signature compares only with a message of the last collective. */
     if (((tag ^ makeTag(0, &id)) & TAG_SEQ_MASK) != 0) lastSig = UINT32_MAX;

@@ -232,14 +232,11 @@ void zppUcxShmRecv(zppUcx_t* u, int peer, void* buf, size_t bytes, uint64_t tag,
 int zppUcxShmProgress(zppUcx_t* u);
 /* Only pushes queued sends. */
 void zppUcxShmPushQueued(zppUcx_t* u);
-/* A message from src, kept as unexpected or still in its ring (left
- * there), whose tag matches tag under mask: 1 and its tag and length,
- * else 0. */
+/* The oldest message from src, kept as unexpected or still in its ring
+ * (left there), whose tag matches tag under mask: 1 and its tag and length,
+ * else 0. Mask 0: the oldest message not received yet. */
 int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint64_t* gotTag,
                    size_t* len);
-/* The oldest message from src not received yet (kept as unexpected, else
- * first in its ring): 1 and its tag, else 0. */
-int zppUcxShmOldest(const zppUcx_t* u, int src, uint64_t* tag);
 /* Whether a message's tag carries a collective sequence number before seq
  * (16 bits, modular): a message every receive of that collective passed. */
 static inline int zppUcxTagBefore(uint64_t tag, uint32_t seq) {

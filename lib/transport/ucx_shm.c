@@ -324,16 +324,6 @@ int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint
   return 0;
 }
 
-int zppUcxShmOldest(const zppUcx_t* u, int src, uint64_t* tag) {
-  const peer_t* p = &u->peers[src];
-  if (p->unexpected) {
-    *tag = p->unexpected->tag;
-    return 1;
-  }
-  size_t len;
-  return p->shmMax > 0 && zppShmRingPeek(&p->shmIn, tag, &len) != NULL;
-}
-
 /* ---- sleeping, errors ------------------------------------------------------ */
 
 int zppUcxShmSleepBegin(zppUcx_t* u, int* shortNap) {
