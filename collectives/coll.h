@@ -84,5 +84,6 @@ zppResult_t zppAllToAllPairwise(zppCollCtx_t* c, const void* in, void* out, size
 /* ---- broadcast: buf holds root's data at root (copied there by the caller) */
 zppResult_t zppBroadcastPipeline(zppCollCtx_t* c, void* buf, size_t bytes, int root);
 zppResult_t zppBroadcastBinomial(zppCollCtx_t* c, void* buf, size_t bytes, int root);
+zppResult_t zppBroadcastFlat(zppCollCtx_t* c, void* buf, size_t bytes, int root);
 
 #endif /* ZPP_COLL_H_ */

@@ -19,8 +19,13 @@
 
 /* SMALL: the latency algorithm (all-gather: recursive doubling on a power
  * of two ranks, else Bruck; reduce-scatter: direct; all-reduce: recursive
- * doubling; broadcast: binomial). BRUCK: all-gather's Bruck on any count. */
-enum { ALGO_AUTO = 0, ALGO_RING = 1, ALGO_SMALL = 2, ALGO_BRUCK = 3 };
+ * doubling; broadcast: binomial). SMALL_ALT: a second one, chosen by name
+ * or by chooseAlgo (all-gather: Bruck on any count; broadcast: flat). */
+enum { ALGO_AUTO = 0, ALGO_RING = 1, ALGO_SMALL = 2, ALGO_SMALL_ALT = 3 };
+/* A small broadcast inside one node is flat up to this many ranks: the
+ * root's sends are copies into shared-memory rings, cheaper than a tree
+ * level (see broadcast_flat.c). */
+#define FLAT_BROADCAST_MAX_RANKS 16
 
 typedef struct {
   uint32_t seq;
@@ -58,7 +63,7 @@ static void stateFree(void* p) {
   free(st);
 }
 
-/* otherName: a second latency algorithm (ALGO_BRUCK), or NULL. */
+/* otherName: a second latency algorithm (ALGO_SMALL_ALT), or NULL. */
 static zppResult_t readAlgo(const char* name, const char* smallName, const char* otherName,
                             int* algo) {
   const char* v = zppParamGetString(name);
@@ -70,7 +75,7 @@ static zppResult_t readAlgo(const char* name, const char* smallName, const char*
   else if (strcasecmp(v, smallName) == 0)
     *algo = ALGO_SMALL;
   else if (otherName != NULL && strcasecmp(v, otherName) == 0)
-    *algo = ALGO_BRUCK;
+    *algo = ALGO_SMALL_ALT;
   else if (otherName != NULL)
     ZPP_FAIL(zppInvalidArgument, ENV, "%s='%s': expected auto, %s, %s or %s", name, v, ring,
              smallName, otherName);
@@ -93,7 +98,7 @@ static zppResult_t stateCreate(struct zppComm* comm, hostState_t** out) {
   ZPPCHECKGOTO(readAlgo("ZPP_ALGO_ALLGATHER", "rd", "bruck", &st->algo[zppOpAllGather]), res, fail);
   ZPPCHECKGOTO(readAlgo("ZPP_ALGO_REDUCESCATTER", "direct", NULL, &st->algo[zppOpReduceScatter]), res, fail);
   ZPPCHECKGOTO(readAlgo("ZPP_ALGO_ALLREDUCE", "rd", NULL, &st->algo[zppOpAllReduce]), res, fail);
-  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_BROADCAST", "binomial", NULL, &st->algo[zppOpBroadcast]), res, fail);
+  ZPPCHECKGOTO(readAlgo("ZPP_ALGO_BROADCAST", "binomial", "flat", &st->algo[zppOpBroadcast]), res, fail);
   *out = st;
   return zppSuccess;
 fail:
@@ -101,7 +106,8 @@ fail:
   return res;
 }
 
-static int chooseAlgo(const hostState_t* st, const zppHostColl_t* a, int nranks) {
+static int chooseAlgo(const hostState_t* st, const zppHostColl_t* a, const zppTopo_t* topo,
+                      int nranks) {
   if (a->kind == zppOpAllToAll) return ALGO_RING; /* pairwise, the only one */
   if (st->algo[a->kind] != ALGO_AUTO) return st->algo[a->kind];
   size_t ts = zppTypeSize(a->type);
@@ -109,7 +115,10 @@ static int chooseAlgo(const hostState_t* st, const zppHostColl_t* a, int nranks)
   if (a->kind == zppOpAllGather || a->kind == zppOpReduceScatter) bytes *= (size_t)nranks;
   /* Fewer elements than ranks leaves ring blocks empty: doubling does better. */
   if (a->kind == zppOpAllReduce && a->count < (size_t)nranks) return ALGO_SMALL;
-  return bytes < (size_t)st->small[a->kind] ? ALGO_SMALL : ALGO_RING;
+  if (bytes >= (size_t)st->small[a->kind]) return ALGO_RING;
+  if (a->kind == zppOpBroadcast && topo->nNodes == 1 && nranks <= FLAT_BROADCAST_MAX_RANKS)
+    return ALGO_SMALL_ALT;
+  return ALGO_SMALL;
 }
 
 /* ---- running one collective --------------------------------------------- */
@@ -131,7 +140,7 @@ static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, int algo) {
       char* own = recv + (size_t)c->rank * bytes;
       if ((const char*)a->sendbuff != own) memcpy(own, a->sendbuff, bytes);
       if (algo == ALGO_SMALL && (n & (n - 1)) == 0) return zppAllGatherRecDoubling(c, recv, bytes);
-      if (algo == ALGO_SMALL || algo == ALGO_BRUCK) return zppAllGatherBruck(c, recv, bytes);
+      if (algo == ALGO_SMALL || algo == ALGO_SMALL_ALT) return zppAllGatherBruck(c, recv, bytes);
       return zppAllGatherRing(c, recv, a->count * (size_t)n, ts, 0);
     }
     case zppOpReduceScatter: {
@@ -152,6 +161,7 @@ static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, int algo) {
     case zppOpBroadcast:
       if (c->rank == a->root && a->sendbuff != recv) memcpy(recv, a->sendbuff, bytes);
       if (algo == ALGO_SMALL) return zppBroadcastBinomial(c, recv, bytes, a->root);
+      if (algo == ALGO_SMALL_ALT) return zppBroadcastFlat(c, recv, bytes, a->root);
       return zppBroadcastPipeline(c, recv, bytes, a->root);
     default:
       ZPP_FAIL(zppInternalError, COLL, "host collective of unknown kind %d", (int)a->kind);
@@ -205,7 +215,7 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
     ZPP_FAIL(zppInvalidUsage, COLL, "%s: no host transport (built without UCX)", comm->name);
   hostState_t* st = NULL;
   ZPPCHECK(beginOp(comm, &st));
-  int algo = chooseAlgo(st, a, comm->nranks);
+  int algo = chooseAlgo(st, a, comm->topo, comm->nranks);
   zppCollCtx_t c = {
       .comm = comm,
       .ucx = t->ucx,

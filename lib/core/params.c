@@ -66,7 +66,7 @@ static const zppParamInfo_t paramTable[] = {
     {"ZPP_ALGO_ALLREDUCE", ZPP_PARAM_STRING, "auto",
      "all-reduce algorithm: auto, ring (reduce-scatter + all-gather) or rd (recursive doubling)"},
     {"ZPP_ALGO_BROADCAST", ZPP_PARAM_STRING, "auto",
-     "broadcast algorithm: auto, pipeline (chain) or binomial"},
+     "broadcast algorithm: auto, pipeline (chain), binomial or flat (the root sends to every rank)"},
     {"ZPP_ALLGATHER_SMALL_BYTES", ZPP_PARAM_INT, "16384",
      "all-gathers of fewer bytes (all ranks' data) use Bruck instead of the ring"},
     {"ZPP_REDUCESCATTER_SMALL_BYTES", ZPP_PARAM_INT, "16384",

@@ -39,6 +39,11 @@
 /* Progress calls between two looks at the clock and the requests while
  * polling without yielding. */
 #define BUSY_POLLS_PER_CHECK 32
+/* A wait first polls this many times before its bookkeeping, UCX only at
+ * one poll in FIRST_POLLS_PER_UCX (the rings are where small messages
+ * arrive; a UCX progress call costs twice a look at them). */
+#define FIRST_POLLS 128
+#define FIRST_POLLS_PER_UCX 8
 /* Longest single sleep on the event fd: bounds how late a timeout or an
  * abort that did not come through the wake fd is seen. */
 #define MAX_SLEEP_MS 100

@@ -35,6 +35,9 @@ zpp_coll_test(test_coll_7_small_algos ARGS 7
 zpp_coll_test(test_coll_4_small_algos ARGS 4 2x2
   ENV "ZPP_ALGO_ALLGATHER=rd;ZPP_ALGO_REDUCESCATTER=direct;ZPP_ALGO_ALLREDUCE=rd;ZPP_ALGO_BROADCAST=binomial")
 zpp_coll_test(test_coll_8_bruck ARGS 8 ENV "ZPP_ALGO_ALLGATHER=bruck")
+# The flat broadcast (auto inside one node, tested there by test_coll_8)
+# forced across nodes and at every size, with more sends than one batch.
+zpp_coll_test(test_coll_10_nodes_5x2_flat ARGS 10 5x2 ENV "ZPP_ALGO_BROADCAST=flat")
 
 # Faults and bad input: each case its own process, the times asserted inside.
 add_executable(test_coll_faults test_coll_faults.c)
