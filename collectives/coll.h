@@ -71,6 +71,8 @@ zppResult_t zppReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, siz
                                  zppDataType_t type, zppRedOp_t op);
 zppResult_t zppReduceScatterDirect(zppCollCtx_t* c, const void* in, void* out, size_t total,
                                    zppDataType_t type, zppRedOp_t op);
+zppResult_t zppReduceScatterRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t total,
+                                        zppDataType_t type, zppRedOp_t op);
 
 /* ---- all-reduce (avg divided inside) --------------------------------------- */
 zppResult_t zppAllReduceRing(zppCollCtx_t* c, const void* in, void* out, size_t count,

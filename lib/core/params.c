@@ -62,7 +62,7 @@ static const zppParamInfo_t paramTable[] = {
      "all-gather algorithm: auto, ring, rd (recursive doubling; Bruck on other than a power of two "
      "ranks) or bruck"},
     {"ZPP_ALGO_REDUCESCATTER", ZPP_PARAM_STRING, "auto",
-     "reduce-scatter algorithm: auto, ring (pipelined) or direct"},
+     "reduce-scatter algorithm: auto, ring (pipelined), direct or rd (recursive-doubling all-reduce)"},
     {"ZPP_ALGO_ALLREDUCE", ZPP_PARAM_STRING, "auto",
      "all-reduce algorithm: auto, ring (reduce-scatter + all-gather) or rd (recursive doubling)"},
     {"ZPP_ALGO_BROADCAST", ZPP_PARAM_STRING, "auto",

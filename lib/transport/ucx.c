@@ -95,6 +95,20 @@ static void fillRankInfo(rankInfo_t* info) {
     if (CPU_ISSET(c, &set)) info->cpuMask[c / 64] |= 1ull << (c % 64);
 }
 
+/* The ranks on rank r's machine (same kernel boot id, whatever the emulated
+ * node), and the CPUs in the union of their affinity masks. */
+static void machineLoad(const rankInfo_t* infos, int nranks, int r, int* ranks, int* cpus) {
+  const rankInfo_t* mine = &infos[r];
+  uint64_t mask[16] = {0};
+  *ranks = *cpus = 0;
+  for (int q = 0; q < nranks; q++) {
+    if (mine->bootId[0] == '\0' ? q != r : strcmp(infos[q].bootId, mine->bootId) != 0) continue;
+    (*ranks)++;
+    for (int w = 0; w < 16; w++) mask[w] |= infos[q].cpuMask[w];
+  }
+  for (int w = 0; w < 16; w++) *cpus += __builtin_popcountll(mask[w]);
+}
+
 /* The most an idle wait polls without yielding. Polling finds a message a
  * few hundred ns sooner than a sched_yield round trip, but only while the
  * rank it waits for runs on another core: measured here, 4 ranks on 2 cores
@@ -104,17 +118,15 @@ static void fillRankInfo(rankInfo_t* info) {
  * the scheduler pulling two ranks that wake each other together), which
  * zppBusyPollUpdate finds out wait by wait. */
 static void chooseBusyPoll(zppUcx_t* u, const rankInfo_t* infos) {
-  const rankInfo_t* mine = &infos[u->rank];
   int ranksHere = 0, cpusHere = 0;
-  uint64_t cpus[16] = {0};
-  for (int r = 0; r < u->nranks; r++) {
-    /* Same kernel (boot id): the same machine, whatever the emulated node. */
-    if (mine->bootId[0] == '\0' ? r != u->rank : strcmp(infos[r].bootId, mine->bootId) != 0)
-      continue;
-    ranksHere++;
-    for (int w = 0; w < 16; w++) cpus[w] |= infos[r].cpuMask[w];
+  machineLoad(infos, u->nranks, u->rank, &ranksHere, &cpusHere);
+  /* The same on every rank (every rank has every info): algorithms may be
+   * chosen by it. */
+  for (int r = 0; r < u->nranks && !u->ranksShareCores; r++) {
+    int ranks, cpus;
+    machineLoad(infos, u->nranks, r, &ranks, &cpus);
+    u->ranksShareCores = ranks > cpus;
   }
-  for (int w = 0; w < 16; w++) cpusHere += __builtin_popcountll(cpus[w]);
   int64_t us = u->busyPollUs;
   if (us < 0) us = ranksHere <= cpusHere ? DEFAULT_BUSY_POLL_US : 0;
   zppBusyPollInit(&u->busy, (double)us * 1e-6);
@@ -973,4 +985,6 @@ zppResult_t zppUcxSendRecv(zppUcx_t* u, int sendPeer, const void* sendBuf, size_
 }
 
 void zppUcxSetSigFormatter(zppUcx_t* u, zppSigFormatter_t fn) { u->sigFormatter = fn; }
+
+int zppUcxRanksShareCores(const zppUcx_t* u) { return u->ranksShareCores; }
 

@@ -65,6 +65,9 @@ void zppUcxAbort(zppUcx_t* ucx);
 void zppUcxDestroy(zppUcx_t* ucx);
 
 void zppUcxSetSigFormatter(zppUcx_t* ucx, zppSigFormatter_t fn);
+/* 1 when some machine of the communicator has more ranks than CPUs (their
+ * affinity masks'): the same answer on every rank. */
+int zppUcxRanksShareCores(const zppUcx_t* ucx);
 
 /* Posts a send or a receive. The buffer must stay valid until a wait has
  * completed the request (or zppUcxQuiesce ran after an error). */

@@ -151,6 +151,7 @@ struct zppUcx {
   zppBusyPoll_t busy; /* polling without yielding (busy_poll.h) */
   int64_t connectAllMax; /* ZPP_UCX_CONNECT_ALL */
   int64_t busyPollUs;    /* ZPP_UCX_BUSY_POLL_US: -1 automatic */
+  int ranksShareCores;   /* some machine has more ranks than CPUs */
   ucp_context_h ctx;
   ucp_worker_h worker;
   int efd;    /* the worker's event fd */

@@ -38,6 +38,9 @@ zpp_coll_test(test_coll_8_bruck ARGS 8 ENV "ZPP_ALGO_ALLGATHER=bruck")
 # The flat broadcast (auto inside one node, tested there by test_coll_8)
 # forced across nodes and at every size, with more sends than one batch.
 zpp_coll_test(test_coll_10_nodes_5x2_flat ARGS 10 5x2 ENV "ZPP_ALGO_BROADCAST=flat")
+# Reduce-scatter by recursive doubling (auto only for 3 ranks that share
+# cores) forced at every size, on a rank count that folds.
+zpp_coll_test(test_coll_6_nodes_3x2_rd ARGS 6 3x2 ENV "ZPP_ALGO_REDUCESCATTER=rd")
 
 # Faults and bad input: each case its own process, the times asserted inside.
 add_executable(test_coll_faults test_coll_faults.c)
