@@ -96,14 +96,17 @@ static void fillRankInfo(rankInfo_t* info) {
 }
 
 /* The ranks on rank r's machine (same kernel boot id, whatever the emulated
- * node), and the CPUs in the union of their affinity masks. */
-static void machineLoad(const rankInfo_t* infos, int nranks, int r, int* ranks, int* cpus) {
+ * node), and the CPUs in the union of their affinity masks; marks those
+ * ranks in seen when given. */
+static void machineLoad(const rankInfo_t* infos, int nranks, int r, int* ranks, int* cpus,
+                        unsigned char* seen) {
   const rankInfo_t* mine = &infos[r];
   uint64_t mask[16] = {0};
   *ranks = *cpus = 0;
   for (int q = 0; q < nranks; q++) {
     if (mine->bootId[0] == '\0' ? q != r : strcmp(infos[q].bootId, mine->bootId) != 0) continue;
     (*ranks)++;
+    if (seen) seen[q] = 1;
     for (int w = 0; w < 16; w++) mask[w] |= infos[q].cpuMask[w];
   }
   for (int w = 0; w < 16; w++) *cpus += __builtin_popcountll(mask[w]);
@@ -119,14 +122,18 @@ static void machineLoad(const rankInfo_t* infos, int nranks, int r, int* ranks, 
  * zppBusyPollUpdate finds out wait by wait. */
 static void chooseBusyPoll(zppUcx_t* u, const rankInfo_t* infos) {
   int ranksHere = 0, cpusHere = 0;
-  machineLoad(infos, u->nranks, u->rank, &ranksHere, &cpusHere);
+  machineLoad(infos, u->nranks, u->rank, &ranksHere, &cpusHere, NULL);
   /* The same on every rank (every rank has every info): algorithms may be
-   * chosen by it. */
+   * chosen by it. One look per machine, not per rank: n * machines string
+   * compares. Without memory for the marks, every rank's machine. */
+  unsigned char* seen = calloc((size_t)u->nranks, 1);
   for (int r = 0; r < u->nranks && !u->ranksShareCores; r++) {
+    if (seen && seen[r]) continue;
     int ranks, cpus;
-    machineLoad(infos, u->nranks, r, &ranks, &cpus);
+    machineLoad(infos, u->nranks, r, &ranks, &cpus, seen);
     u->ranksShareCores = ranks > cpus;
   }
+  free(seen);
   int64_t us = u->busyPollUs;
   if (us < 0) us = ranksHere <= cpusHere ? DEFAULT_BUSY_POLL_US : 0;
   zppBusyPollInit(&u->busy, (double)us * 1e-6);
