@@ -151,6 +151,13 @@ zppResult_t zppZeroppDeviceQwz(struct zppComm* comm, const void* send, void* rec
 
 /* ---- qgZ ------------------------------------------------------------------- */
 
+/* Partition owners, as the reordering kernel can express them: segment
+ * k = j * N + n holds the partition of owner(n, j), the rank with local rank
+ * j on node n. Ranks numbered in blocks of nodes (owner n * L + j) and in
+ * turn across nodes (owner j * N + n, segment k is partition k) take one
+ * launch each; any other placement one launch per partition. */
+typedef enum { OWNERS_BLOCKS, OWNERS_IN_TURN, OWNERS_OTHER } owners_t;
+
 typedef struct {
   devCall_t* d;
   ncclComm_t nc;
@@ -159,6 +166,7 @@ typedef struct {
   int N, L, node, lr;
   const int* intra;
   const int* const* nodeRanks;
+  owners_t owners;
   size_t ts, ce, rc;
   int nChunks;
   size_t P;      /* packed bytes of a full chunk (slot size unit) */
@@ -195,15 +203,35 @@ static zppResult_t exchange(qgzDev_t* g, const int* peers, int n, int me, const 
   return zppSuccess;
 }
 
+static owners_t ownersOf(const qgzDev_t* g) {
+  int blocks = 1, inTurn = 1;
+  for (int n = 0; n < g->N; n++)
+    for (int j = 0; j < g->L; j++) {
+      blocks &= g->nodeRanks[n][j] == n * g->L + j;
+      inTurn &= g->nodeRanks[n][j] == j * g->N + n;
+    }
+  return blocks ? OWNERS_BLOCKS : inTurn ? OWNERS_IN_TURN : OWNERS_OTHER;
+}
+
 /* Chunk ch: quantize (K), intra hop (C), reduce (K), inter hop (C), sum (K). */
 static zppResult_t qgzStage1(qgzDev_t* g, int ch) {
   const zppQgzArgs_t* a = g->a;
-  const int s = ch % NSLOTS;
+  const int s = ch % NSLOTS, W = g->N * g->L;
   size_t len = chunkLen(g, ch), P = zppQuantPackedSize(len, a->bits, a->block);
   const char* in = (const char*)a->send[g->t] + (size_t)ch * g->ce * g->ts;
   /* W reordered segments: local rank j's N partitions contiguous. */
-  ZPPCHECK(zppQuantizeReorderedCuda(in, a->type, len, g->rc, g->N * g->L, g->L, a->bits, a->block,
-                                    g->q[s], g->d->k));
+  if (g->owners == OWNERS_BLOCKS)
+    ZPPCHECK(zppQuantizeReorderedCuda(in, a->type, len, g->rc, W, g->L, a->bits, a->block, g->q[s],
+                                      g->d->k));
+  else if (g->owners == OWNERS_IN_TURN) /* one "node" of W: segment k is partition k */
+    ZPPCHECK(zppQuantizeReorderedCuda(in, a->type, len, g->rc, W, 1, a->bits, a->block, g->q[s],
+                                      g->d->k));
+  else
+    for (int k = 0; k < W; k++) {
+      int owner = g->nodeRanks[k % g->N][k / g->N];
+      ZPPCHECK(zppQuantizeReorderedCuda(in + (size_t)owner * g->rc * g->ts, a->type, len, g->rc, 1,
+                                        1, a->bits, a->block, g->q[s] + (size_t)k * P, g->d->k));
+    }
   ZPPCHECK(after(g->d->c, g->d->k, g->d->ev[1 + s]));
   if (g->L == 1 && g->N > 1) return zppSuccess; /* no intra hop: stage 2 sends q across */
   return exchange(g, g->intra, g->L, g->lr, g->q[s], g->a1[s], (size_t)g->N * P);
@@ -215,7 +243,7 @@ static zppResult_t qgzStage2(qgzDev_t* g, int ch) {
   size_t len = chunkLen(g, ch), P = zppQuantPackedSize(len, a->bits, a->block);
   float divisor = a->op == zppAvg ? (float)(N * L) : 1.0f;
   char* out = (char*)a->recv[g->t] + (size_t)ch * g->ce * g->ts;
-  const char* across = g->q[s]; /* one rank per node: segment n is partition n */
+  const char* across = g->q[s]; /* one rank per node: segment n is owner(n, 0)'s partition */
   if (L > 1 || N == 1) {
     ZPPCHECK(after(g->d->k, g->d->c, g->d->ev[1 + NSLOTS + s]));
     if (N == 1)
@@ -261,6 +289,7 @@ zppResult_t zppZeroppDeviceQgz(struct zppComm* comm, const zppQgzArgs_t* a, void
   g.lr = topo->localRankOf[comm->rank];
   g.intra = topo->nodeRanks[g.node];
   g.nodeRanks = (const int* const*)topo->nodeRanks;
+  g.owners = ownersOf(&g);
   g.ts = zppTypeSize(a->type);
   g.ce = deviceChunkElems(a->type, a->block);
   g.P = zppQuantPackedSize(g.ce, a->bits, a->block);

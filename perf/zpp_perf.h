@@ -147,6 +147,7 @@ typedef struct zppPerfArgs {
   const char* svgPath;      /* --svg, overrides the derived path */
   int forkRanks;            /* -N, 0 when not forking */
   int layoutNodes, layoutPerNode; /* --layout NxL, 0 when not given */
+  int layoutCyclic;         /* --layout NxL/cyclic: rank r on node r % N */
   int quiet;
   int timeoutSec;           /* --timeout: sets ZPP_TIMEOUT for the library */
   int qwzBits, qgzBits, hpzBits; /* --qwz-bits (8), --qgz-bits (4), --hpz-bits (8; 0: exact forward) */

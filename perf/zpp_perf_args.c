@@ -117,7 +117,8 @@ void zppPerfUsage(FILE* f) {
       "launch (mpirun and torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT are\n"
       "detected from the environment; without either, one rank):\n"
       "  -N, --ranks N           fork N ranks on this machine\n"
-      "      --layout NxL        N nodes of L ranks: sets ZPP_HOSTID per rank\n"
+      "      --layout NxL[/cyclic]  N nodes of L ranks: sets ZPP_HOSTID per rank, nodes\n"
+      "                          in blocks of ranks, or taken in turn with /cyclic\n"
       "      --timeout SEC       bound on every wait (sets ZPP_TIMEOUT)\n"
       "  -h, --help, -V, --version\n"
       "\n"
@@ -429,12 +430,13 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
         a->forkRanks = (int)v;
         break;
       case OPT_LAYOUT: {
-        int nodes = 0, per = 0;
-        char tail = 0;
-        if (sscanf(optarg, "%dx%d%c", &nodes, &per, &tail) != 2 || nodes < 1 || per < 1)
-          return zppPerfUsageError("bad layout --layout %s (want NODESxRANKS, e.g. 2x2)", optarg);
+        int nodes = 0, per = 0, used = 0;
+        if (sscanf(optarg, "%dx%d%n", &nodes, &per, &used) != 2 || nodes < 1 || per < 1 ||
+            (optarg[used] != '\0' && strcmp(optarg + used, "/cyclic") != 0))
+          return zppPerfUsageError("bad layout --layout %s (want NODESxRANKS[/cyclic], e.g. 2x2)", optarg);
         a->layoutNodes = nodes;
         a->layoutPerNode = per;
+        a->layoutCyclic = optarg[used] != '\0';
         break;
       }
       case OPT_BASELINE:

@@ -456,16 +456,41 @@ out:
   return res;
 }
 
+/* How ranks sit on nodes, from every rank's node (an all-gather): "" for
+ * blocks of consecutive ranks, "/cyclic" for nodes taken in turn, "/mixed"
+ * otherwise. The hierarchical algorithms must move the same bytes across
+ * nodes whatever the placement, so a report says which one it measured. */
+static zppResult_t zppPerfPlacement(const zppPerfEnv_t* env, const char** out) {
+  int n = env->nranks, N = env->topo.nNodes;
+  int32_t mine = env->topo.node;
+  int32_t* nodes = malloc((size_t)n * sizeof *nodes);
+  if (nodes == NULL) return zppSystemError;
+  zppResult_t res = zppAllGather(&mine, nodes, 1, zppInt32, env->comm, NULL);
+  int blocks = 1, inTurn = env->topo.uniform;
+  for (int r = 0; res == zppSuccess && r < n; r++) {
+    blocks &= r == 0 || nodes[r] >= nodes[r - 1]; /* nodes are numbered by their lowest rank */
+    inTurn &= nodes[r] == r % N;
+  }
+  free(nodes);
+  *out = blocks ? "" : inTurn ? "/cyclic" : "/mixed";
+  return res;
+}
+
 /* The run's description for the JSON header and the banner. */
-static void zppPerfFillInfo(const zppPerfArgs_t* a, const zppPerfEnv_t* env, zppPerfRunInfo_t* info) {
+static zppResult_t zppPerfFillInfo(const zppPerfArgs_t* a, const zppPerfEnv_t* env,
+                                   zppPerfRunInfo_t* info) {
   memset(info, 0, sizeof *info);
   info->ranks = env->nranks;
   info->nodes = env->topo.nNodes;
+  const char* placement = "";
+  zppResult_t res = zppPerfPlacement(env, &placement);
+  if (res != zppSuccess) return res;
   if (env->topo.uniform)
-    snprintf(info->layout, sizeof info->layout, "%dx%d", env->topo.nNodes,
-             env->nranks / (env->topo.nNodes > 0 ? env->topo.nNodes : 1));
+    snprintf(info->layout, sizeof info->layout, "%dx%d%s", env->topo.nNodes,
+             env->nranks / (env->topo.nNodes > 0 ? env->topo.nNodes : 1), placement);
   else
-    snprintf(info->layout, sizeof info->layout, "%d nodes, uneven", env->topo.nNodes);
+    snprintf(info->layout, sizeof info->layout, "%d nodes, uneven%s", env->topo.nNodes,
+             *placement ? ", mixed" : "");
   time_t now = time(NULL);
   struct tm tmv;
   gmtime_r(&now, &tmv);
@@ -478,6 +503,7 @@ static void zppPerfFillInfo(const zppPerfArgs_t* a, const zppPerfEnv_t* env, zpp
   info->warmup = a->warmup;
   info->check = a->check;
   info->cmdline = a->cmdline;
+  return zppSuccess;
 }
 
 int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
@@ -507,7 +533,12 @@ int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
   zppPerfSizeSeq(a->minBytes, a->maxBytes, a->stepBytes, a->stepFactor, sizes, nSizes);
 
   zppPerfRunInfo_t info;
-  zppPerfFillInfo(a, env, &info);
+  zppResult_t infoRes = zppPerfFillInfo(a, env, &info);
+  if (infoRes != zppSuccess) {
+    zppPerfLibError(env, "the placement all-gather", infoRes);
+    free(sizes);
+    return ZPP_PERF_EXIT_ERROR;
+  }
   for (int t = 0; t < a->nTasks; t++) {
     const zppPerfTask_t* task = &a->tasks[t];
     for (int d = 0; d < a->nDtypes; d++)
