@@ -49,6 +49,11 @@ Cluster:
                           'none' for an unshaped link
       --node-rate K=RATE  node K's link at RATE instead (repeatable), e.g. a
                           slow node: --node-rate 2=200mbit
+      --tbf-burst BYTES   bytes a link may send back to back (default: 2 ms of
+                          its rate, at least 32k), e.g. 16k
+      --tbf-latency T     the queue behind each link, as the longest a packet
+                          may wait in it (default 5ms); shallow switch buffers:
+                          e.g. 1ms
       --subnet A.B.C      the /24 the nodes live in (default 10.213.0); node k
                           is A.B.C.(k+1), the hub A.B.C.254. Private to the run.
       --prefix NAME       namespace name prefix (default zpp<pid>)
@@ -133,7 +138,9 @@ tbf_burst() {
 }
 # The queue behind the bucket: 5 ms at the link rate. Long enough that TCP's
 # bursts are not dropped, short enough that no one mistakes it for latency.
+# --tbf-latency and --tbf-burst change both, to emulate other switches.
 TBF_LATENCY=5ms
+TBF_BURST=
 
 # --- names ------------------------------------------------------------------
 
@@ -270,6 +277,8 @@ while [[ $# -gt 0 ]]; do
       NODE_RATE_ARG[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
       shift 2 ;;
     --subnet) need_arg "$@"; SUBNET=$2; shift 2 ;;
+    --tbf-burst) need_arg "$@"; TBF_BURST=$2; shift 2 ;;
+    --tbf-latency) need_arg "$@"; TBF_LATENCY=$2; shift 2 ;;
     --prefix) need_arg "$@"; PREFIX=$2; shift 2 ;;
     --check-rate) CHECK_RATE=1; shift ;;
     --no-check-rate) CHECK_RATE=0; shift ;;
@@ -301,6 +310,10 @@ done
 
 is_uint "$NODES" && ((NODES >= 1 && NODES <= 200)) || die $EX_USAGE "-n wants 1..200 nodes (got '$NODES')"
 is_uint "$RPN" && ((RPN >= 1 && RPN <= 64)) || die $EX_USAGE "-l wants 1..64 ranks per node (got '$RPN')"
+[[ -z $TBF_BURST || $TBF_BURST =~ ^[0-9]+[kKmM]?b?$ ]] ||
+  die $EX_USAGE "--tbf-burst wants bytes, e.g. 64k (got '$TBF_BURST')"
+[[ $TBF_LATENCY =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] ||
+  die $EX_USAGE "--tbf-latency wants a time, e.g. 1ms (got '$TBF_LATENCY')"
 [[ $PLACEMENT == blocks || $PLACEMENT == cyclic ]] ||
   die $EX_USAGE "--placement wants blocks or cyclic (got '$PLACEMENT')"
 [[ $SUBNET =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]] &&
@@ -555,7 +568,7 @@ add_ns() {
 shape() { # ns dev bps
   local ns=$1 dev=$2 bps=$3 burst
   ((bps > 0)) || return 0
-  burst=$(tbf_burst "$bps")
+  burst=${TBF_BURST:-$(tbf_burst "$bps")}
   tc -n "$ns" qdisc replace dev "$dev" root tbf rate "${bps}bit" burst "$burst" latency "$TBF_LATENCY" ||
     die $EX_SETUP "tc could not shape $dev in $ns to $(fmt_rate "$bps")"
 }
