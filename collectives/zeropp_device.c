@@ -1,12 +1,17 @@
 /* ZeRO++ on device buffers; see zeropp_device.h. NOT YET RUN ON A GPU.
  *
- * Streams: the caller's stream S, and per call two internal streams, K
- * (codec kernels) and C (NCCL). Both start after what S holds (an event),
- * and S continues after both (events), so the call is one stream-ordered
- * operation on S while its chunks overlap inside. Per-call streams and
- * events cost some microseconds; they keep this path free of state shared
- * between host threads. Scratch is stream-ordered (cudaMallocAsync on K,
- * cudaFreeAsync on K once C is done too).
+ * Streams: the caller's stream S, and the communicator's two internal
+ * streams, K (codec kernels) and C (NCCL), made once and reused by every call
+ * (lib/transport/nccl.h, zppNcclGetWork), like the events. K and C start
+ * after what S holds (an event), and S continues after both (events), so the
+ * call is one stream-ordered operation on S while its chunks overlap inside.
+ * Scratch is the communicator's too (zppNcclScratch): stream-ordered on K,
+ * where it grows and is trimmed; C waits for K at the start of every call,
+ * so it never touches scratch that K has not finished with or reallocated.
+ *
+ * CUDA graph capture is refused: a captured call would bake the
+ * communicator's scratch address and streams into the graph, and a replay
+ * would race with (or read freed memory after) the calls made since.
  *
  * Hazards: every buffer a chunk uses is written on one stream and read on
  * the other only after an event recorded behind the write; a buffer slot
@@ -47,9 +52,10 @@ typedef struct {
   cudaStream_t caller, k, c;
   cudaEvent_t start, kDone, cDone;
   cudaEvent_t ev[2 * NSLOTS + 2];
-  int nEv;
   void* scratch;
 } devCall_t;
+
+_Static_assert(2 * NSLOTS + 2 + 3 <= ZPP_NCCL_WORK_EVENTS, "the work set has too few events");
 
 static size_t deviceChunkElems(zppDataType_t type, int block) {
   int64_t chunk = 0;
@@ -60,42 +66,46 @@ static size_t deviceChunkElems(zppDataType_t type, int block) {
   return e < (size_t)block ? (size_t)block : e;
 }
 
-static zppResult_t callOpen(devCall_t* d, void* stream, size_t scratchBytes) {
+static zppResult_t callOpen(struct zppComm* comm, devCall_t* d, void* stream, size_t scratchBytes) {
   memset(d, 0, sizeof(*d));
   d->caller = (cudaStream_t)stream;
-  CUDACHECK(cudaStreamCreateWithFlags(&d->k, cudaStreamNonBlocking));
-  CUDACHECK(cudaStreamCreateWithFlags(&d->c, cudaStreamNonBlocking));
-  CUDACHECK(cudaEventCreateWithFlags(&d->start, cudaEventDisableTiming));
-  CUDACHECK(cudaEventCreateWithFlags(&d->kDone, cudaEventDisableTiming));
-  CUDACHECK(cudaEventCreateWithFlags(&d->cDone, cudaEventDisableTiming));
-  for (int i = 0; i < 2 * NSLOTS + 2; i++) {
-    CUDACHECK(cudaEventCreateWithFlags(&d->ev[i], cudaEventDisableTiming));
-    d->nEv++;
-  }
+  enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDACHECK(cudaStreamIsCapturing(d->caller, &capture));
+  if (capture != cudaStreamCaptureStatusNone)
+    ZPP_FAIL(zppInvalidUsage, CUDA,
+             "%s: the ZeRO++ device calls cannot be captured in a CUDA graph (they reuse the "
+             "communicator's scratch and streams across calls, which a replayed graph would race "
+             "with): issue them outside the capture",
+             comm->name);
+  struct zppNccl* n = NULL;
+  ZPPCHECK(zppTransportsGetNccl(comm, &n));
+  zppNcclWork_t* w = NULL;
+  ZPPCHECK(zppNcclGetWork(n, &w));
+  d->k = (cudaStream_t)w->kernels;
+  d->c = (cudaStream_t)w->comms;
+  d->start = (cudaEvent_t)w->events[0];
+  d->kDone = (cudaEvent_t)w->events[1];
+  d->cDone = (cudaEvent_t)w->events[2];
+  for (int i = 0; i < 2 * NSLOTS + 2; i++) d->ev[i] = (cudaEvent_t)w->events[3 + i];
   CUDACHECK(cudaEventRecord(d->start, d->caller));
   CUDACHECK(cudaStreamWaitEvent(d->k, d->start, 0));
   CUDACHECK(cudaStreamWaitEvent(d->c, d->start, 0));
-  CUDACHECK(cudaMallocAsync(&d->scratch, scratchBytes ? scratchBytes : 16, d->k));
-  /* C uses the scratch too: after the allocation on K. */
+  ZPPCHECK(zppNcclScratch(n, scratchBytes, &d->scratch));
+  /* C uses the scratch too: after its (re)allocation and after everything
+   * earlier calls queued on K. */
   CUDACHECK(cudaEventRecord(d->ev[0], d->k));
   CUDACHECK(cudaStreamWaitEvent(d->c, d->ev[0], 0));
   return zppSuccess;
 }
 
-/* Joins both internal streams back into the caller's and releases
- * everything (the driver frees streams and events once their work is done). */
+/* Joins both internal streams back into the caller's: K after C (so that the
+ * next call's K work, and a scratch reallocation, come after this call's C
+ * work), S after K. Nothing is released: the work set is the communicator's. */
 static zppResult_t callClose(devCall_t* d, zppResult_t res) {
   if (d->k && d->c) {
     if (cudaEventRecord(d->cDone, d->c) == cudaSuccess) (void)cudaStreamWaitEvent(d->k, d->cDone, 0);
-    if (d->scratch) (void)cudaFreeAsync(d->scratch, d->k);
     if (cudaEventRecord(d->kDone, d->k) == cudaSuccess) (void)cudaStreamWaitEvent(d->caller, d->kDone, 0);
   }
-  for (int i = 0; i < d->nEv; i++) (void)cudaEventDestroy(d->ev[i]);
-  if (d->start) (void)cudaEventDestroy(d->start);
-  if (d->kDone) (void)cudaEventDestroy(d->kDone);
-  if (d->cDone) (void)cudaEventDestroy(d->cDone);
-  if (d->k) (void)cudaStreamDestroy(d->k);
-  if (d->c) (void)cudaStreamDestroy(d->c);
   return res;
 }
 
@@ -144,7 +154,7 @@ zppResult_t zppZeroppDeviceQwz(struct zppComm* comm, const void* send, void* rec
   zppQwzLayout_t l;
   ZPPCHECK(zppQwzLayout(count, type, bits, block, deviceChunkElems(type, block), &l));
   devCall_t d;
-  zppResult_t res = callOpen(&d, stream, (size_t)comm->nranks * l.shardPacked);
+  zppResult_t res = callOpen(comm, &d, stream, (size_t)comm->nranks * l.shardPacked);
   if (res == zppSuccess) res = qwzIssue(&d, nc, comm->rank, comm->nranks, send, recv, &l);
   return callClose(&d, res);
 }
@@ -297,7 +307,7 @@ zppResult_t zppZeroppDeviceQgz(struct zppComm* comm, const zppQgzArgs_t* a, void
   /* Slot: q and a1 hold W segments, r and a2 N. */
   size_t slot = 2 * (size_t)W * g.P + 2 * (size_t)g.N * g.P;
   devCall_t d;
-  zppResult_t res = callOpen(&d, stream, NSLOTS * slot);
+  zppResult_t res = callOpen(comm, &d, stream, NSLOTS * slot);
   g.d = &d;
   for (int s = 0; res == zppSuccess && s < NSLOTS; s++) {
     char* b = (char*)d.scratch + (size_t)s * slot;
