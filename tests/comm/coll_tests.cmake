@@ -94,7 +94,7 @@ endif()
 # exits 77, skipped, without root). The rank program checks itself.
 add_executable(test_coll_netns test_coll_netns.c)
 target_link_libraries(test_coll_netns PRIVATE zpp_static zpp_testutil zpp_coll_testlib)
-set(ZPP_EMUCLUSTER ${CMAKE_SOURCE_DIR}/perf/emucluster.sh)
+set(ZPP_EMUCLUSTER ${CMAKE_SOURCE_DIR}/perf/emucluster/emucluster.sh)
 add_test(NAME test_coll_netns_crossing
          COMMAND bash ${ZPP_EMUCLUSTER} -q -n 2 -l 2 -r 200mbit --no-check-rate --timeout 90
                  -- $<TARGET_FILE:test_coll_netns> crossing 200)

@@ -19,7 +19,7 @@
 #include "lib/bootstrap/wire.h"
 #include "lib/core/log.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 static double now(void) {
   struct timespec ts;

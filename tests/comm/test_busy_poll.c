@@ -19,7 +19,7 @@
 #include "coll_testlib.h"
 #include "lib/transport/busy_poll.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 static int near(double a, double b) { return a - b < 1e-12 && b - a < 1e-12; }
 

@@ -15,7 +15,7 @@
 
 #include "coll_testlib.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 static const zppDataType_t allTypes[] = {zppInt8,    zppUint8,   zppInt32,   zppUint32, zppInt64,
                                          zppUint64,  zppFloat16, zppFloat32, zppFloat64, zppBfloat16};

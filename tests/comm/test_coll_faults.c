@@ -21,7 +21,7 @@
 
 #include "coll_testlib.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 /* Shared with the forked ranks: what each saw. */
 typedef struct {

@@ -21,7 +21,7 @@
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 static int expectShm = 1;
 

@@ -16,7 +16,7 @@
 
 #include "lib/comm.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 #ifndef ZPP_MPIRUN
 #define ZPP_MPIRUN "mpirun"

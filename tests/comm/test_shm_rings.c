@@ -41,7 +41,7 @@
 #include "lib/transport/transports.h"
 #include "lib/transport/ucx_internal.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 static zppUcx_t* ucxOf(zppComm_t comm) { return comm->transports->ucx; }
 

@@ -29,7 +29,7 @@
 #include <time.h>
 
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 #include "zeropp_testlib.h"
 
 typedef struct {

@@ -1,4 +1,4 @@
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /*
  * zpp_launch: runs N ranks of a function on this machine, for tests and
- * tools (static library target zpp_launch; include "tools/launch.h").
+ * tools (static library target zpp_launch; include "perf/common/launch.h").
  *
  * Usage:
  *

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 #include "zpp_perf.h"
 
 static const char* const zppPerfCollNames[ZPP_PERF_NUM_COLLS] = {

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "lib/fault.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 #include "zpp_health.h"
 
 static void zhOwnHostId(char* out, size_t len) {

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 #include "zpp_perf.h"
 
 /* Under INT_MAX milliseconds, which the launcher's poll() takes. */
