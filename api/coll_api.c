@@ -10,7 +10,7 @@
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
 #include "collectives/coll_host.h"
-#include "lib/zeropp_api.h"
+#include "api/zeropp_api.h"
 #if ZPP_HAVE_NCCL
 #include "lib/transport/nccl.h"
 #endif

@@ -1,5 +1,5 @@
 /*
- * The hook by which the plain entry points (lib/coll_api.c) hand a call to
+ * The hook by which the plain entry points (api/coll_api.c) hand a call to
  * ZeRO++ when the communicator's compression settings ask for it.
  */
 #ifndef ZPP_ZEROPP_API_H_

@@ -7,7 +7,7 @@
  * (collectives/zeropp_device.c, not yet run on a GPU); hpZ parameters take
  * host buffers only; plain calls on device buffers stay plain NCCL
  * collectives whatever the compression settings. */
-#include "lib/zeropp_api.h"
+#include "api/zeropp_api.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
