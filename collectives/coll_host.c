@@ -67,7 +67,7 @@ static void stateFree(void* p) {
 /* otherName: a second latency algorithm (ALGO_SMALL_ALT), or NULL. */
 static zppResult_t readAlgo(const char* name, const char* smallName, const char* otherName,
                             int* algo) {
-  const char* v = zppParamGetString(name);
+  const char* v = zppEnvGetString(name);
   const char* ring = strcmp(name, "ZPP_ALGO_BROADCAST") == 0 ? "pipeline" : "ring";
   if (v[0] == '\0' || strcasecmp(v, "auto") == 0)
     *algo = ALGO_AUTO;
@@ -92,11 +92,11 @@ static zppResult_t stateCreate(struct zppComm* comm, hostState_t** out) {
   ZPPCHECKGOTO(zppCollRingCreate(comm->topo, comm->nranks, &st->ring, &st->ringPos), res, fail);
   st->ranksShareCores = comm->transports->ucx ? zppUcxRanksShareCores(comm->transports->ucx) : 0;
   ZPPCHECKGOTO(zppCollPipelineParams(&st->chunkBytes, &st->depth), res, fail);
-  ZPPCHECKGOTO(zppParamGetInt("ZPP_ALLGATHER_SMALL_BYTES", &st->small[zppOpAllGather]), res, fail);
-  ZPPCHECKGOTO(zppParamGetInt("ZPP_REDUCESCATTER_SMALL_BYTES", &st->small[zppOpReduceScatter]), res,
+  ZPPCHECKGOTO(zppEnvGetInt("ZPP_ALLGATHER_SMALL_BYTES", &st->small[zppOpAllGather]), res, fail);
+  ZPPCHECKGOTO(zppEnvGetInt("ZPP_REDUCESCATTER_SMALL_BYTES", &st->small[zppOpReduceScatter]), res,
                fail);
-  ZPPCHECKGOTO(zppParamGetInt("ZPP_ALLREDUCE_SMALL_BYTES", &st->small[zppOpAllReduce]), res, fail);
-  ZPPCHECKGOTO(zppParamGetInt("ZPP_BROADCAST_SMALL_BYTES", &st->small[zppOpBroadcast]), res, fail);
+  ZPPCHECKGOTO(zppEnvGetInt("ZPP_ALLREDUCE_SMALL_BYTES", &st->small[zppOpAllReduce]), res, fail);
+  ZPPCHECKGOTO(zppEnvGetInt("ZPP_BROADCAST_SMALL_BYTES", &st->small[zppOpBroadcast]), res, fail);
   ZPPCHECKGOTO(readAlgo("ZPP_ALGO_ALLGATHER", "rd", "bruck", &st->algo[zppOpAllGather]), res, fail);
   ZPPCHECKGOTO(readAlgo("ZPP_ALGO_REDUCESCATTER", "direct", "rd", &st->algo[zppOpReduceScatter]), res, fail);
   ZPPCHECKGOTO(readAlgo("ZPP_ALGO_ALLREDUCE", "rd", NULL, &st->algo[zppOpAllReduce]), res, fail);

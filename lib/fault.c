@@ -161,7 +161,7 @@ static uint64_t rng;
 static atomic_int announced[ZPP_FAULT_NUM_KINDS];
 
 static void readEnv(void) {
-  const char* text = zppParamGetString("ZPP_FAULT");
+  const char* text = zppEnvGetString("ZPP_FAULT");
   if (text[0] == '\0') return;
   char err[200];
   if (zppFaultParse(text, &faults, err, sizeof(err)) != 0) {

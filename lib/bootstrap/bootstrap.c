@@ -183,7 +183,7 @@ static zppResult_t joinRoot(zppBootstrap_t* bs, const char* hostId, const zppSoc
   /* Our listening address: the one that reached the root is routable from
    * the others too, unless ZPP_SOCKET_IFNAME picks an interface. */
   struct sockaddr_in me;
-  if (zppParamGetString("ZPP_SOCKET_IFNAME")[0]) {
+  if (zppEnvGetString("ZPP_SOCKET_IFNAME")[0]) {
     ZPPCHECKGOTO(zppSockFindInterface(&me, NULL, 0), res, out);
   } else {
     socklen_t len = sizeof(me);

@@ -60,7 +60,7 @@ static int interfaceScore(const struct ifaddrs* i) {
 }
 
 zppResult_t zppSockFindInterface(struct sockaddr_in* out, char* ifName, size_t ifNameLen) {
-  const char* want = zppParamGetString("ZPP_SOCKET_IFNAME");
+  const char* want = zppEnvGetString("ZPP_SOCKET_IFNAME");
   struct ifaddrs* list = NULL;
   SYSCHECK(getifaddrs(&list), "getifaddrs");
   const struct ifaddrs *exact = NULL, *prefix = NULL, *best = NULL;

@@ -85,7 +85,7 @@ static void logInit(void) {
   char* dot = strchr(logHost, '.');
   if (dot) *dot = '\0';
 
-  const char* level = zppParamGetString("ZPP_DEBUG");
+  const char* level = zppEnvGetString("ZPP_DEBUG");
   if (!logLevelForced && level && level[0]) {
     int found = 0;
     for (int i = 0; i <= ZPP_LOG_TRACE; i++) {
@@ -105,9 +105,9 @@ static void logInit(void) {
       }
     }
   }
-  const char* subsys = zppParamGetString("ZPP_DEBUG_SUBSYS");
+  const char* subsys = zppEnvGetString("ZPP_DEBUG_SUBSYS");
   if (subsys && subsys[0]) logSubsysMask = parseSubsys(subsys);
-  const char* file = zppParamGetString("ZPP_DEBUG_FILE");
+  const char* file = zppEnvGetString("ZPP_DEBUG_FILE");
   if (file && file[0]) openLogFile(file);
 }
 

@@ -277,11 +277,11 @@ zppResult_t zppUcxGetEp(zppUcx_t* u, int peer, ucp_ep_h* out) {
 
 static zppResult_t readParams(zppUcx_t* u) {
   int64_t spinUs = 0;
-  ZPPCHECK(zppParamGetInt("ZPP_UCX_SPIN_US", &spinUs));
-  ZPPCHECK(zppParamGetInt("ZPP_UCX_BUSY_POLL_US", &u->busyPollUs));
-  ZPPCHECK(zppParamGetInt("ZPP_UCX_CONNECT_ALL", &u->connectAllMax));
-  ZPPCHECK(zppParamGetBool("ZPP_UCX_SHM", &u->useShm));
-  ZPPCHECK(zppParamGetInt("ZPP_SHM_SMALL_BYTES", &u->shmMaxParam));
+  ZPPCHECK(zppEnvGetInt("ZPP_UCX_SPIN_US", &spinUs));
+  ZPPCHECK(zppEnvGetInt("ZPP_UCX_BUSY_POLL_US", &u->busyPollUs));
+  ZPPCHECK(zppEnvGetInt("ZPP_UCX_CONNECT_ALL", &u->connectAllMax));
+  ZPPCHECK(zppEnvGetBool("ZPP_UCX_SHM", &u->useShm));
+  ZPPCHECK(zppEnvGetInt("ZPP_SHM_SMALL_BYTES", &u->shmMaxParam));
   if (u->shmMaxParam < 0 || u->shmMaxParam > ZPP_SHM_SMALL_BYTES_MAX)
     ZPP_FAIL(zppInvalidArgument, NET, "ZPP_SHM_SMALL_BYTES=%lld: must be 0 (off) to %d",
              (long long)u->shmMaxParam, ZPP_SHM_SMALL_BYTES_MAX);
@@ -294,7 +294,7 @@ static zppResult_t openWorker(zppUcx_t* u) {
   ucp_config_t* config = NULL;
   ucs_status_t st = ucp_config_read(NULL, NULL, &config);
   if (st != UCS_OK) ZPP_FAIL(zppSystemError, NET, "ucp_config_read: %s", ucs_status_string(st));
-  const char* devices = zppParamGetString("ZPP_UCX_NET_DEVICES");
+  const char* devices = zppEnvGetString("ZPP_UCX_NET_DEVICES");
   if (devices[0] != '\0') {
     st = ucp_config_modify(config, "NET_DEVICES", devices);
     if (st != UCS_OK)

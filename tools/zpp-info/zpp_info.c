@@ -35,11 +35,11 @@ int main(int argc, char** argv) {
   printf("  CPU codec         %s\n", zppQuantImplName());
 
   printf("\nenvironment parameters (value shown is what this process would use):\n");
-  for (int i = 0; i < zppParamCount(); i++) {
-    const zppParamInfo_t* p = zppParamAt(i);
-    const char* value = zppParamGetString(p->name);
+  for (int i = 0; i < zppEnvCount(); i++) {
+    const zppEnvInfo_t* p = zppEnvAt(i);
+    const char* value = zppEnvGetString(p->name);
     printf("  %-24s = %-12s%s\n", p->name, value[0] ? value : "(unset)",
-           zppParamIsSet(p->name) ? "  [from environment]" : "");
+           zppEnvIsSet(p->name) ? "  [from environment]" : "");
     printf("  %-24s   %s\n", "", p->help);
   }
   return 0;
