@@ -15,7 +15,6 @@
 #include "check.h"
 #include "lib/comm_internal.h"
 #include "lib/transport/transport.h"
-#include "collectives/zeropp.h"
 #include "params.h"
 
 /* Layouts of zppConfig_t so far: the size each version's header declared.
@@ -162,7 +161,7 @@ out:
 static void commFree(struct zppComm* comm) {
   if (comm == NULL) return;
   zppTransportsDestroy(comm);
-  zppZeroppFree(comm); /* after the executor (in the transports) stopped */
+  if (comm->zeroppFree) comm->zeroppFree(comm); /* after the executor (in the transports) stopped */
   zppTopoDestroy(comm->topo);
   zppBootstrapDestroy(comm->bootstrap);
   pthread_mutex_destroy(&comm->errorLock);
