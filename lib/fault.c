@@ -16,6 +16,7 @@
 
 #include "log.h"
 #include "params.h"
+#include "clock.h"
 
 static const char* const kindNames[ZPP_FAULT_NUM_KINDS] = {"slow", "corrupt", "hang", "die"};
 
@@ -187,12 +188,6 @@ int zppFaultEnabled(void) {
   return atomic_load(&enabled);
 }
 
-static double nowSec(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void sleepSec(double s) {
   if (!(s > 0)) return;
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -245,7 +240,7 @@ static void slowDown(const zppFaultSpec_t* s, size_t bytes) {
   double wait = s->delayUs * 1e-6;
   if (s->rateBps > 0) {
     pthread_mutex_lock(&lock);
-    double now = nowSec();
+    double now = zppClockNow();
     double start = bucketFree > now ? bucketFree : now;
     bucketFree = start + (double)bytes * 8.0 / s->rateBps;
     double until = bucketFree;

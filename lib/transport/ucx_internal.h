@@ -14,6 +14,7 @@
 #include "busy_poll.h"
 #include "shm_ring.h"
 #include "ucx.h"
+#include "clock.h"
 
 #define TAG_CONTROL (1ull << 63)
 /* Control messages: the lowest bit tells an error notice (0) from a wake-up
@@ -186,7 +187,6 @@ struct zppUcx {
 };
 
 /* Monotonic seconds. */
-double zppUcxNow(void);
 /* Records the cause on the communicator (logged if it is the first error)
  * and returns code. */
 zppResult_t zppUcxFail(zppUcx_t* u, zppResult_t code, const char* fmt, ...)

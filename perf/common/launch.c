@@ -1,4 +1,5 @@
 #include "perf/common/launch.h"
+#include "clock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -15,12 +16,6 @@
 #ifdef __linux__
 #include <sys/prctl.h>
 #endif
-
-static double nowSec(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int zppLaunchParseLayout(const char* layout, int* nodeOf, int maxRanks) {
   if (layout == NULL || layout[0] == '\0') return -1;
@@ -230,7 +225,7 @@ int zppLaunch(const zppLaunchOpts_t* opts, zppLaunchFn fn, void* arg) {
 
   int left = started;
   for (int r = 0; r < started; r++) status[r] = -2;
-  double deadline = nowSec() + timeoutSec, nap = 0.0005;
+  double deadline = zppClockNow() + timeoutSec, nap = 0.0005;
   while (left > 0) {
     for (int r = 0; r < started; r++) {
       if (status[r] != -2) continue;
@@ -245,7 +240,7 @@ int zppLaunch(const zppLaunchOpts_t* opts, zppLaunchFn fn, void* arg) {
       }
     }
     if (left == 0) break;
-    if (nowSec() >= deadline) {
+    if (zppClockNow() >= deadline) {
       for (int r = 0; r < started; r++) {
         if (status[r] != -2) continue;
         kill(pids[r], SIGKILL);

@@ -99,7 +99,7 @@ static int zhCoordinatorMain(const zppHealthArgs_t* a, zhCtl_t* ctl, double t0) 
   if (hellos == NULL) return ZPP_HEALTH_EXIT_ERROR;
   zhHelloOf(&hellos[0], 0, n);
   char err[400];
-  int missing = zhCtlAcceptAll(ctl, hellos, zhNow() + a->timeoutSec, err, sizeof err);
+  int missing = zhCtlAcceptAll(ctl, hellos, zppClockNow() + a->timeoutSec, err, sizeof err);
   if (missing < 0) {
     fprintf(stderr, "zpp-health: rank 0: %s\n", err);
     free(hellos);
@@ -120,7 +120,7 @@ static int zhCoordinatorMain(const zppHealthArgs_t* a, zhCtl_t* ctl, double t0) 
     return ZPP_HEALTH_EXIT_ERROR;
   }
   for (int r = 0; r < n; r++) {
-    c.ranks[r].lastHeard = zhNow();
+    c.ranks[r].lastHeard = zppClockNow();
     if (r > 0 && hellos[r].pid == 0) {
       c.ranks[r].state = ZH_RANK_MISSING;
       snprintf(c.ranks[r].why, sizeof c.ranks[r].why,
@@ -171,7 +171,7 @@ static int zhCoordinatorLost(const zppHealthArgs_t* a, int rank, int nranks, con
   if (rank == 1) {
     printf("zpp-health: hung_or_dead: rank 0 (the coordinator) %s: %s\n", problem, why);
     fflush(stdout);
-    if (a->jsonPath && zhWriteFallbackJson(a, nranks, problem, why, zhNow() - t0) != 0)
+    if (a->jsonPath && zhWriteFallbackJson(a, nranks, problem, why, zppClockNow() - t0) != 0)
       fprintf(stderr, "zpp-health: cannot write %s\n", a->jsonPath);
   }
   return ZPP_HEALTH_EXIT_HUNG;
@@ -181,7 +181,7 @@ static int zhWorkerMain(const zppHealthArgs_t* a, zhCtl_t* ctl, const char* host
   zhHello_t me;
   zhHelloOf(&me, ctl->rank, ctl->nranks);
   char err[400];
-  if (zhCtlConnect(ctl, host, port, &me, zhNow() + a->timeoutSec, err, sizeof err) != 0) {
+  if (zhCtlConnect(ctl, host, port, &me, zppClockNow() + a->timeoutSec, err, sizeof err) != 0) {
     fprintf(stderr, "zpp-health: rank %d: %s\n", ctl->rank, err);
     return ZPP_HEALTH_EXIT_ERROR;
   }
@@ -189,13 +189,13 @@ static int zhWorkerMain(const zppHealthArgs_t* a, zhCtl_t* ctl, const char* host
   zhConn_t* k = &ctl->conns[0];
   const double stuck = a->timeoutSec + 2.0 + 0.1 * a->timeoutSec;
   const double silence = a->timeoutSec > 10 ? a->timeoutSec : 10.0;
-  double lastHeard = zhNow();
+  double lastHeard = zppClockNow();
   char why[300];
   for (;;) {
     uint32_t type = 0, len = 0;
     void* p = NULL;
-    int got = zhCtlRecv(k, zhNow() + ZH_HB_PERIOD, &type, &p, &len);
-    double now = zhNow();
+    int got = zhCtlRecv(k, zppClockNow() + ZH_HB_PERIOD, &type, &p, &len);
+    double now = zppClockNow();
     if (got < 0)
       return zhCoordinatorLost(a, ctl->rank, ctl->nranks, "died",
                                "its control connection closed without a verdict (the process exited)", t0);
@@ -237,7 +237,7 @@ static int zhWorkerMain(const zppHealthArgs_t* a, zhCtl_t* ctl, const char* host
       zhProgressEnd(&ctl->progress);
       free(out);
       /* The test took its time; rank 0's heartbeats waited in the socket. */
-      lastHeard = zhNow();
+      lastHeard = zppClockNow();
     } else if (type == ZH_MSG_QUIT && len == sizeof(zhQuitMsg_t)) {
       int code = ((const zhQuitMsg_t*)p)->code;
       free(p);
@@ -248,7 +248,7 @@ static int zhWorkerMain(const zppHealthArgs_t* a, zhCtl_t* ctl, const char* host
 }
 
 static int zhRankMain(const zppHealthArgs_t* a, int rank, int nranks, const char* host, int port) {
-  double t0 = zhNow();
+  double t0 = zppClockNow();
   zhCtl_t ctl;
   memset(&ctl, 0, sizeof ctl);
   ctl.rank = rank;

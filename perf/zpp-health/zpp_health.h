@@ -29,6 +29,7 @@
 #include <pthread.h>
 
 #include "zpp.h"
+#include "clock.h"
 
 #define ZPP_HEALTH_VERSION "1.0"
 
@@ -204,7 +205,6 @@ typedef struct {
   atomic_int hbStop;
 } zhCtl_t;
 
-double zhNow(void);
 int zhCtlListen(zhCtl_t* c, int port, char* err, size_t errLen);
 /* Rank 0: accepts the others' hellos until all arrived or the deadline;
  * hellos[r] filled, missing ranks have hellos[r].pid == 0. */

@@ -42,7 +42,7 @@ void zhNote(zhCoord_t* c, const char* fmt, ...) {
   va_end(ap);
 }
 
-double zhRemaining(const zhCoord_t* c) { return c->limitAt - zhNow(); }
+double zhRemaining(const zhCoord_t* c) { return c->limitAt - zppClockNow(); }
 
 static zhTest_t* zhAllocTest(zhCoord_t* c) {
   if (c->nTests == c->capTests) {
@@ -266,7 +266,7 @@ static void zhDrain(zhCoord_t* c, zhRun_t* runs, int nRuns, int* outstanding, in
   int pending = 0;
   for (int i = 0; i < np; i++) pending |= c->ctl->conns[who[i]].rlen > 0;
   if (np > 0 && poll(pfd, (nfds_t)np, pending ? 0 : waitMs) < 0) np = 0;
-  double now = zhNow();
+  double now = zppClockNow();
   for (int i = 0; i < np; i++) {
     int r = who[i];
     if (!(pfd[i].revents & (POLLIN | POLLHUP | POLLERR)) && c->ctl->conns[r].rlen == 0) continue;
@@ -310,15 +310,15 @@ static void zhCheckLost(zhCoord_t* c, zhRun_t* runs, int nRuns, int* outstanding
       int r = t->ranks[s];
       zhRankInfo_t* ri = &c->ranks[r];
       char why[sizeof ri->why];
-      if (ri->state == ZH_RANK_OK && zhLooksHung(c, ri, t, batchStart, zhNow(), why, sizeof why)) {
+      if (ri->state == ZH_RANK_OK && zhLooksHung(c, ri, t, batchStart, zppClockNow(), why, sizeof why)) {
         /* Dead beats hung: a closed connection is proof, a silence only a
          * guess, and the two can both be true of a dead rank (its last
          * heartbeat said "stalled", or no heartbeat came since). So read
          * what its connection holds right now before naming it: an EOF
          * there makes it dead, a result or a fresh heartbeat may clear it. */
-        zhReadRank(c, runs, nRuns, outstanding, r, zhNow());
+        zhReadRank(c, runs, nRuns, outstanding, r, zppClockNow());
         if (runs[j].got[s]) continue;
-        if (ri->state == ZH_RANK_OK && zhLooksHung(c, ri, t, batchStart, zhNow(), why, sizeof why))
+        if (ri->state == ZH_RANK_OK && zhLooksHung(c, ri, t, batchStart, zppClockNow(), why, sizeof why))
           zhMarkLost(c, r, ZH_RANK_HUNG, "%s", why);
       }
       if (ri->state != ZH_RANK_OK) {
@@ -332,7 +332,7 @@ static void zhCheckLost(zhCoord_t* c, zhRun_t* runs, int nRuns, int* outstanding
 static void zhFinishTest(zhCoord_t* c, zhRun_t* run) {
   zhTest_t* t = run->t;
   int n = t->nRanks;
-  t->seconds = zhNow() - t->start;
+  t->seconds = zppClockNow() - t->start;
   for (int s = 0; s < n; s++) {
     const zhResultMsg_t* r = &run->res[s];
     if (run->got[s] != 1) {
@@ -408,7 +408,7 @@ int zhRunBatch(zhCoord_t* c, int n, zhTest_t** tests) {
   if (runs == NULL) return 0;
   int outstanding = 0, selfRun = -1, ok = 1;
   zhTestMsg_t selfMsg;
-  double start = zhNow();
+  double start = zppClockNow();
   char what[160];
   zhProgressLine(c, zhDescribe(c, tests[0], what, sizeof what));
   for (int j = 0; j < n && ok; j++) {
@@ -456,7 +456,7 @@ int zhRunBatch(zhCoord_t* c, int n, zhTest_t** tests) {
          * there is a process that exited; a peer that left no room for 10 s
          * is alive and not reading. */
         int none = 0, err = atomic_load(&c->ctl->conns[rank].sendErr);
-        zhReadRank(c, NULL, 0, &none, rank, zhNow());
+        zhReadRank(c, NULL, 0, &none, rank, zppClockNow());
         const char* how = err == ETIMEDOUT ? "no room for 10 s" : err ? strerror(err) : "out of memory";
         zhMarkLost(c, rank, ZH_RANK_HUNG, "does not read its control connection (sending test %d to it "
                    "failed: %s)", t->id, how);
@@ -481,14 +481,14 @@ int zhRunBatch(zhCoord_t* c, int n, zhTest_t** tests) {
   }
   /* While rank 0 ran its own part the others' messages queued: what they
    * said then is old news, their silence is not. */
-  double collectStart = zhNow();
+  double collectStart = zppClockNow();
   for (int r = 1; r < c->nranks; r++)
     if (c->ranks[r].lastHeard < collectStart) c->ranks[r].lastHeard = collectStart;
   double hardStop = c->limitAt + c->a->timeoutSec + zhGrace(c);
   while (ok && outstanding > 0) {
     zhDrain(c, runs, n, &outstanding, 100);
     if (outstanding > 0) zhCheckLost(c, runs, n, &outstanding, start);
-    if (outstanding > 0 && zhNow() > hardStop) {
+    if (outstanding > 0 && zppClockNow() > hardStop) {
       c->incomplete = 1;
       zhNote(c, "stopped waiting for test %d at the time limit", tests[0]->id);
       break;

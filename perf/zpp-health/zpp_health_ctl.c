@@ -37,14 +37,8 @@ typedef struct {
   uint32_t magic, type, len;
 } zhHdr_t;
 
-double zhNow(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int zhMsLeft(double deadline) {
-  double left = deadline - zhNow();
+  double left = deadline - zppClockNow();
   if (left <= 0) return 0;
   return left > 1e6 ? 1000000000 : (int)(left * 1e3) + 1;
 }
@@ -89,7 +83,7 @@ int zhCtlSend(zhConn_t* k, uint32_t type, const void* payload, uint32_t len) {
   size_t total = sizeof h + len, done = 0;
   /* A peer that stops reading fills its buffer only after hours of
    * heartbeats; 10 s without room means it is gone. */
-  double deadline = zhNow() + 10.0;
+  double deadline = zppClockNow() + 10.0;
   int rc = 0;
   pthread_mutex_lock(&k->wlock);
   if (atomic_load(&k->closed) || atomic_load(&k->sendErr) || k->fd < 0) done = total, rc = -1;
@@ -198,11 +192,11 @@ int zhCtlListen(zhCtl_t* c, int port, char* err, size_t errLen) {
     a->sin_port = htons((uint16_t)port);
     slen = sizeof *a;
   }
-  double deadline = zhNow() + 5.0;
+  double deadline = zppClockNow() + 5.0;
   /* A port held a moment ago by an earlier run may still be in TIME_WAIT
    * elsewhere; retry a little, as the bootstrap root does. */
   while (bind(fd, (struct sockaddr*)&ss, slen) != 0) {
-    if (errno != EADDRINUSE || zhNow() > deadline) {
+    if (errno != EADDRINUSE || zppClockNow() > deadline) {
       snprintf(err, errLen, "cannot listen on port %d for the control connections: %s (choose "
                "another with --ctl-port)", port, strerror(errno));
       close(fd);
@@ -241,7 +235,7 @@ int zhCtlAcceptAll(zhCtl_t* c, zhHello_t* hellos, double deadline, char* err, si
   c->nConns = n;
   for (int r = 0; r < n; r++) c->conns[r].fd = -1, atomic_store(&c->conns[r].closed, 1);
   int nPending = 0;
-  while (missing > 0 && zhNow() < deadline) {
+  while (missing > 0 && zppClockNow() < deadline) {
     pfd[0].fd = c->listenFd;
     pfd[0].events = POLLIN;
     for (int i = 0; i < nPending; i++) pfd[1 + i] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
@@ -257,7 +251,7 @@ int zhCtlAcceptAll(zhCtl_t* c, zhHello_t* hellos, double deadline, char* err, si
       uint32_t type = 0, len = 0;
       void* p = NULL;
       /* The hello is small: once its first bytes are here, the rest follows. */
-      int got = zhCtlRecv(k, zhNow() + 2.0, &type, &p, &len);
+      int got = zhCtlRecv(k, zppClockNow() + 2.0, &type, &p, &len);
       const zhHello_t* h = p;
       char why[200] = "";
       if (got == 1 && type == ZH_MSG_HELLO && len == sizeof(zhHello_t)) {
@@ -313,7 +307,7 @@ int zhCtlConnect(zhCtl_t* c, const char* host, int port, const zhHello_t* me, do
   c->nConns = 1;
   /* Rank 0 may not listen yet: retry until the deadline, as the ranks of a
    * rendezvous do. */
-  while (zhNow() < deadline) {
+  while (zppClockNow() < deadline) {
     int gai = getaddrinfo(host, portText, &hints, &res);
     if (gai != 0) {
       snprintf(err, errLen, "cannot resolve rank 0's address '%s': %s", host, gai_strerror(gai));
@@ -374,7 +368,7 @@ void zhProgressBegin(zhProgress_t* p, int testId) {
   pthread_mutex_lock(&p->mu);
   p->testId = testId;
   p->comm = NULL;
-  p->since = zhNow();
+  p->since = zppClockNow();
   p->lastBytes = 0;
   pthread_mutex_unlock(&p->mu);
 }
@@ -382,14 +376,14 @@ void zhProgressBegin(zhProgress_t* p, int testId) {
 void zhProgressSetComm(zhProgress_t* p, zppComm_t comm) {
   pthread_mutex_lock(&p->mu);
   p->comm = comm;
-  p->since = zhNow();
+  p->since = zppClockNow();
   p->lastBytes = 0;
   pthread_mutex_unlock(&p->mu);
 }
 
 void zhProgressTick(zhProgress_t* p) {
   pthread_mutex_lock(&p->mu);
-  p->since = zhNow();
+  p->since = zppClockNow();
   pthread_mutex_unlock(&p->mu);
 }
 
@@ -408,7 +402,7 @@ static void zhHeartbeatFill(zhCtl_t* c, zhHbMsg_t* hb) {
   hb->rank = c->rank;
   pthread_mutex_lock(&p->mu);
   hb->testId = p->testId;
-  double now = zhNow();
+  double now = zppClockNow();
   if (p->testId >= 0) {
     if (p->comm) {
       zppCommStats_t st;
@@ -458,7 +452,7 @@ static void* zhHeartbeatMain(void* arg) {
       zhCtlSend(&c->conns[0], ZH_MSG_HB, &hb, sizeof hb);
       gone = zhPeerGone(&c->conns[0]);
     }
-    double now = zhNow();
+    double now = zppClockNow();
     if (!atomic_load(&c->mainDone)) {
       /* Everyone this rank talks to has left and the main thread is still
        * inside a test: it is stuck (a hung collective), and no one will ever

@@ -36,7 +36,7 @@ void zhFormatRate(double gbps, char* buf, size_t len) {
 void zhProgressLine(zhCoord_t* c, const char* what) {
   if (!c->progressOn) return;
   static double last;
-  double now = zhNow();
+  double now = zppClockNow();
   if (now - last < 0.25) return;
   last = now;
   fprintf(stderr, "\r\033[Kzpp-health [%5.1f/%.0f s] %s: %s, test %d, %d trials", now - c->t0,
@@ -101,7 +101,7 @@ void zhPrintSummary(const zhCoord_t* c, FILE* f) {
       fprintf(f, "%s\n", s->evidence);
     }
     for (int i = 0; i < c->nNotes; i++) fprintf(f, "  note: %s\n", c->notes[i]);
-    fprintf(f, "  %d tests, %d trials, %.1f s%s\n", c->nTests, c->trialsRun, zhNow() - c->t0,
+    fprintf(f, "  %d tests, %d trials, %.1f s%s\n", c->nTests, c->trialsRun, zppClockNow() - c->t0,
             c->incomplete ? " (stopped by the time limit)" : "");
   }
   fprintf(f, "zpp-health: %s\n", c->reason);
@@ -236,7 +236,7 @@ int zhWriteJson(const zhCoord_t* c, const char* path, char* err, size_t errLen) 
   fprintf(f, ",\n  \"ranks\": %d, \"nodes\": %d, \"units\": \"%s\", \"complete\": %s,\n", c->nranks, c->nNodes,
           c->unitsAreNodes ? "nodes" : "ranks", c->incomplete ? "false" : "true");
   fputs("  \"elapsed_s\": ", f);
-  zhJsonNum(f, zhNow() - c->t0);
+  zhJsonNum(f, zppClockNow() - c->t0);
   fprintf(f, ", \"time_limit_s\": %g, \"timeout_s\": %g, \"tests_run\": %d, \"trials_run\": %d,\n",
           a->timeLimitSec, a->timeoutSec, c->nTests, c->trialsRun);
   fprintf(f, "  \"bytes\": %zu, \"trials_per_test\": %d, \"iters_per_trial\": %d, \"threshold\": %g, "

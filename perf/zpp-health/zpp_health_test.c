@@ -110,19 +110,19 @@ static size_t zhCalibrate(const zhTestMsg_t* m, zppComm_t comm, zhProgress_t* pr
       zhFailCall(res, comm, "zppAllReduce (barrier)", r);
       break;
     }
-    double t0 = zhNow();
+    double t0 = zppClockNow();
     if ((r = zppAllReduce(x, y, count, zppUint32, zppSum, comm, NULL)) != zppSuccess) {
       zhFailCall(res, comm, "zppAllReduce", r);
       break;
     }
-    double mine = zhNow() - t0, slowest = 0;
+    double mine = zppClockNow() - t0, slowest = 0;
     zhProgressTick(prog);
     if ((r = zppAllReduce(&mine, &slowest, 1, zppFloat64, zppMax, comm, NULL)) != zppSuccess) {
       zhFailCall(res, comm, "zppAllReduce (max)", r);
       break;
     }
     /* Stop early near the budget too (the same on every rank: slowest is). */
-    if (slowest >= m->targetSec || bytes * 2 > maxBytes || slowest * 6 > deadline - zhNow()) break;
+    if (slowest >= m->targetSec || bytes * 2 > maxBytes || slowest * 6 > deadline - zppClockNow()) break;
     bytes *= 2;
   }
   free(x);
@@ -150,7 +150,7 @@ static void zhRunColl(const zhTestMsg_t* m, int coll, size_t bytes, zppComm_t co
   /* trial 0 is the warm-up, checked like the others: a bad sender shows at
    * once. */
   for (int t = 0; t <= m->trials && res->status == 0; t++) {
-    if (t > 1 && zhNow() > deadline) break; /* the time limit: keep what we have */
+    if (t > 1 && zppClockNow() > deadline) break; /* the time limit: keep what we have */
     int iters = t == 0 ? m->warmup : m->iters;
     if (iters == 0) continue;
     uint32_t trial = (uint32_t)m->testId * 64u + (uint32_t)t;
@@ -162,13 +162,13 @@ static void zhRunColl(const zhTestMsg_t* m, int coll, size_t bytes, zppComm_t co
       zhFailCall(res, comm, "zppAllReduce (barrier)", r);
       break;
     }
-    double t0 = zhNow();
+    double t0 = zppClockNow();
     for (int i = 0; i < iters && r == zppSuccess; i++) {
       r = ag ? zppAllGather(x, y, k.apiCount, zppUint32, comm, NULL)
              : zppAllReduce(x, y, k.apiCount, zppUint32, zppSum, comm, NULL);
       zhProgressTick(prog);
     }
-    double dt = zhNow() - t0;
+    double dt = zppClockNow() - t0;
     if (r != zppSuccess) {
       zhFailCall(res, comm, ag ? "zppAllGather" : "zppAllReduce", r);
       break;
@@ -188,7 +188,7 @@ void zhRunTest(const zhTestMsg_t* m, zhProgress_t* prog, zhResultMsg_t* res, uin
   res->groupRank = m->groupRank;
   res->bytes = m->bytes;
   memset(wrongFrom, 0, (size_t)m->nGroup * sizeof(uint32_t));
-  double start = zhNow(), deadline = start + m->budgetSec;
+  double start = zppClockNow(), deadline = start + m->budgetSec;
   zhProgressBegin(prog, m->testId);
   zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
   char name[48];
@@ -201,7 +201,7 @@ void zhRunTest(const zhTestMsg_t* m, zhProgress_t* prog, zhResultMsg_t* res, uin
   cfg.qgzBits = 0;
   zppComm_t comm = NULL;
   zppResult_t r = zppCommInitRankConfig(&comm, m->nGroup, m->id, m->groupRank, &cfg);
-  res->initSec = zhNow() - start;
+  res->initSec = zppClockNow() - start;
   if (r != zppSuccess) {
     zhFail(res, "creating the communicator of the test: %s: %s", zppGetErrorString(r),
            zppGetLastError(NULL));

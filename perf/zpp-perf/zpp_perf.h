@@ -25,6 +25,7 @@
 #include "zpp.h"
 #include "perf_check.h"
 #include "perf_math.h"
+#include "clock.h"
 
 #define ZPP_PERF_VERSION "1.2" /* 1.1: "rounds" in the JSON header; 1.2: root -1 (rotate) */
 #define ZPP_PERF_EXIT_OK 0
@@ -257,7 +258,6 @@ int zppPerfRunAll(const zppPerfArgs_t* args, zppPerfEnv_t* env);
 void zppPerfLibError(const zppPerfEnv_t* env, const char* what, zppResult_t res);
 
 /* Monotonic seconds. */
-double zppPerfNow(void);
 
 /* -N: forks args->forkRanks ranks, each running zppPerfRankMain; returns the
  * worst exit code. */

@@ -177,9 +177,9 @@ zppResult_t zppPerfNcclTime(const zppPerfBaseRow_t* row, double* times, int n) {
   zppPerfCall_t at = *row->call;
   for (int i = 0; i < n; i++) {
     zppPerfCallAt(&at, i);
-    double t0 = zppPerfNow();
+    double t0 = zppClockNow();
     zppResult_t res = zppPerfNcclCall(&at);
-    times[i] = zppPerfNow() - t0;
+    times[i] = zppClockNow() - t0;
     if (res != zppSuccess) return res;
   }
   return zppSuccess;

@@ -41,12 +41,6 @@
 
 #include "zpp_perf.h"
 
-double zppPerfNow(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 void zppPerfLibError(const zppPerfEnv_t* env, const char* what, zppResult_t res) {
   const char* last = env->comm != NULL ? zppGetLastError(env->comm) : NULL;
   fprintf(stderr, "zpp-perf: rank %d: %s failed: %s%s%s\n", env->rank, what,
@@ -107,7 +101,7 @@ static void zppPerfProgress(zppPerfRunState_t* st, const zppPerfRecord_t* r) {
   zppPerfFormatSize(r->counts.bytes, sz, sizeof sz);
   fprintf(stderr, "\r\033[Kzpp-perf: [%ld/%ld] %s %s %s %s ... %.0f s", st->rowsDone + 1,
           st->rowsTotal, zppPerfCollName(r->coll), r->mode, zppPerfTypeName(r->dtype), sz,
-          zppPerfNow() - st->startTime);
+          zppClockNow() - st->startTime);
   fflush(stderr);
 }
 
@@ -292,9 +286,9 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
     haveStats = haveStats && zppCommGetStats(env->comm, &s0) == zppSuccess;
     for (int i = done; i < done + n; i++) {
       zppPerfCallAt(call, i);
-      double t0 = zppPerfNow();
+      double t0 = zppClockNow();
       res = mode->run(call);
-      times[i] = zppPerfNow() - t0;
+      times[i] = zppClockNow() - t0;
       if (res != zppSuccess) {
         zppPerfLibError(env, zppPerfCollName(call->coll), res);
         goto out;
@@ -486,7 +480,7 @@ int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
   st.args = a;
   st.env = env;
   st.progress = env->rank == 0 && !a->quiet && isatty(STDERR_FILENO);
-  st.startTime = zppPerfNow();
+  st.startTime = zppClockNow();
 
   for (int t = 0; t < a->nTasks; t++) {
     if (a->tasks[t].coll == ZPP_PERF_BROADCAST && a->root >= env->nranks) {
