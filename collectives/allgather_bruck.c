@@ -19,7 +19,7 @@ zppResult_t zppAllGatherBruck(zppCollCtx_t* c, void* recv, size_t blockBytes) {
   for (int k = 1; k < n; k <<= 1, step++) {
     int cnt = k < n - k ? k : n - k;
     zppMsgId_t id = zppCollMsg(c, step);
-    ZPPCHECK(zppUcxSendRecv(c->ucx, (r - k + n) % n, rot, (size_t)cnt * blockBytes, (r + k) % n,
+    ZPPCHECK(zppP2pSendRecv(c->p2p, (r - k + n) % n, rot, (size_t)cnt * blockBytes, (r + k) % n,
                             rot + (size_t)k * blockBytes, (size_t)cnt * blockBytes, &id));
   }
   for (int i = 1; i < n; i++)

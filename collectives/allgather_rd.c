@@ -20,7 +20,7 @@ zppResult_t zppAllGatherRecDoubling(zppCollCtx_t* c, void* recv, size_t blockByt
     const size_t mine = (size_t)(r & ~(k - 1)) * blockBytes;  /* first block held */
     const size_t theirs = (size_t)(peer & ~(k - 1)) * blockBytes;
     zppMsgId_t id = zppCollMsg(c, step);
-    ZPPCHECK(zppUcxSendRecv(c->ucx, peer, out + mine, (size_t)k * blockBytes, peer, out + theirs,
+    ZPPCHECK(zppP2pSendRecv(c->p2p, peer, out + mine, (size_t)k * blockBytes, peer, out + theirs,
                             (size_t)k * blockBytes, &id));
   }
   return zppSuccess;

@@ -18,7 +18,7 @@ zppResult_t zppAllGatherRing(zppCollCtx_t* c, void* recv, size_t total, size_t e
     int sb = c->ring[(pos - s + n) % n];
     int rb = c->ring[(pos - s - 1 + 2 * n) % n];
     zppMsgId_t id = zppCollMsg(c, stepBase + (uint32_t)s);
-    ZPPCHECK(zppUcxSendRecv(c->ucx, next, base + zppBlockOffset(total, n, sb) * elemBytes,
+    ZPPCHECK(zppP2pSendRecv(c->p2p, next, base + zppBlockOffset(total, n, sb) * elemBytes,
                             zppBlockCount(total, n, sb) * elemBytes, prev,
                             base + zppBlockOffset(total, n, rb) * elemBytes,
                             zppBlockCount(total, n, rb) * elemBytes, &id));

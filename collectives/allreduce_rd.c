@@ -26,10 +26,10 @@ zppResult_t zppAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* out, 
   zppMsgId_t id = zppCollMsg(c, step++);
   if (r < 2 * rem) {
     if (r % 2 == 0) {
-      ZPPCHECK(zppUcxSendRecv(c->ucx, r + 1, out, bytes, -1, NULL, 0, &id));
+      ZPPCHECK(zppP2pSendRecv(c->p2p, r + 1, out, bytes, -1, NULL, 0, &id));
       vrank = -1;
     } else {
-      ZPPCHECK(zppUcxSendRecv(c->ucx, -1, NULL, 0, r - 1, tmp, bytes, &id));
+      ZPPCHECK(zppP2pSendRecv(c->p2p, -1, NULL, 0, r - 1, tmp, bytes, &id));
       zppReduce(out, tmp, out, count, type, op);
       vrank = r / 2;
     }
@@ -41,7 +41,7 @@ zppResult_t zppAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* out, 
     if (vrank < 0) continue;
     int vpeer = vrank ^ mask;
     int peer = vpeer < rem ? 2 * vpeer + 1 : vpeer + rem;
-    ZPPCHECK(zppUcxSendRecv(c->ucx, peer, out, bytes, peer, tmp, bytes, &id));
+    ZPPCHECK(zppP2pSendRecv(c->p2p, peer, out, bytes, peer, tmp, bytes, &id));
     if (peer < r)
       zppReduce(out, tmp, out, count, type, op);
     else
@@ -50,9 +50,9 @@ zppResult_t zppAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* out, 
   id = zppCollMsg(c, step++);
   if (r < 2 * rem) {
     if (r % 2 == 1)
-      ZPPCHECK(zppUcxSendRecv(c->ucx, r - 1, out, bytes, -1, NULL, 0, &id));
+      ZPPCHECK(zppP2pSendRecv(c->p2p, r - 1, out, bytes, -1, NULL, 0, &id));
     else
-      ZPPCHECK(zppUcxSendRecv(c->ucx, -1, NULL, 0, r + 1, out, bytes, &id));
+      ZPPCHECK(zppP2pSendRecv(c->p2p, -1, NULL, 0, r + 1, out, bytes, &id));
   }
   if (op == zppAvg) zppReduceFinishAvg(out, count, type, n);
   return zppSuccess;

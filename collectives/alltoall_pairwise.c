@@ -26,17 +26,17 @@ zppResult_t zppAllToAllPairwise(zppCollCtx_t* c, const void* in, void* out, size
   }
   /* ZPP_PIPELINE_DEPTH is at most 64 (coll_common.c). */
   enum { MAX_DEPTH = 64 };
-  zppUcxReq_t* reqs[2 * MAX_DEPTH] = {NULL};
+  zppP2pReq_t* reqs[2 * MAX_DEPTH] = {NULL};
   if (depth > MAX_DEPTH) ZPP_FAIL(zppInternalError, COLL, "all-to-all depth %d over %d", depth, MAX_DEPTH);
   for (int s = 1; s < n; s++) {
     int slot = s % depth;
-    ZPPCHECK(zppUcxWaitAll(c->ucx, &reqs[2 * slot], 2));
+    ZPPCHECK(zppP2pWaitAll(c->p2p, &reqs[2 * slot], 2));
     int to = (r + s) % n, from = (r - s + n) % n;
     zppMsgId_t id = zppCollMsg(c, (uint32_t)s);
-    ZPPCHECK(zppUcxIsend(c->ucx, to, src + (size_t)to * blockBytes, blockBytes, &id,
+    ZPPCHECK(zppP2pIsend(c->p2p, to, src + (size_t)to * blockBytes, blockBytes, &id,
                          &reqs[2 * slot + 1]));
-    ZPPCHECK(zppUcxIrecv(c->ucx, from, dst + (size_t)from * blockBytes, blockBytes, &id,
+    ZPPCHECK(zppP2pIrecv(c->p2p, from, dst + (size_t)from * blockBytes, blockBytes, &id,
                          &reqs[2 * slot]));
   }
-  return zppUcxWaitAll(c->ucx, reqs, 2 * depth);
+  return zppP2pWaitAll(c->p2p, reqs, 2 * depth);
 }

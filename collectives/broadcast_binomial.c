@@ -13,7 +13,7 @@ zppResult_t zppBroadcastBinomial(zppCollCtx_t* c, void* buf, size_t bytes, int r
   while (mask < n) {
     if (vr & mask) {
       int parent = (vr - mask + root) % n;
-      ZPPCHECK(zppUcxSendRecv(c->ucx, -1, NULL, 0, parent, buf, bytes, &id));
+      ZPPCHECK(zppP2pSendRecv(c->p2p, -1, NULL, 0, parent, buf, bytes, &id));
       break;
     }
     mask <<= 1;
@@ -22,7 +22,7 @@ zppResult_t zppBroadcastBinomial(zppCollCtx_t* c, void* buf, size_t bytes, int r
   for (mask >>= 1; mask > 0; mask >>= 1) {
     if (vr + mask < n) {
       int child = (vr + mask + root) % n;
-      ZPPCHECK(zppUcxSendRecv(c->ucx, child, buf, bytes, -1, NULL, 0, &id));
+      ZPPCHECK(zppP2pSendRecv(c->p2p, child, buf, bytes, -1, NULL, 0, &id));
     }
   }
   return zppSuccess;

@@ -11,16 +11,16 @@
 zppResult_t zppBroadcastFlat(zppCollCtx_t* c, void* buf, size_t bytes, int root) {
   const int n = c->nranks;
   zppMsgId_t id = zppCollMsg(c, 0);
-  if (c->rank != root) return zppUcxSendRecv(c->ucx, -1, NULL, 0, root, buf, bytes, &id);
+  if (c->rank != root) return zppP2pSendRecv(c->p2p, -1, NULL, 0, root, buf, bytes, &id);
   /* The sends in flight together, in batches that bound the request slots
    * (on an error the transport's quiesce ends those still live). */
   enum { BATCH = 8 };
-  zppUcxReq_t* reqs[BATCH];
+  zppP2pReq_t* reqs[BATCH];
   for (int first = 1; first < n; first += BATCH) {
     int k = 0;
     for (int i = first; i < n && k < BATCH; i++, k++)
-      ZPPCHECK(zppUcxIsend(c->ucx, (root + i) % n, buf, bytes, &id, &reqs[k]));
-    ZPPCHECK(zppUcxWaitAll(c->ucx, reqs, k));
+      ZPPCHECK(zppP2pIsend(c->p2p, (root + i) % n, buf, bytes, &id, &reqs[k]));
+    ZPPCHECK(zppP2pWaitAll(c->p2p, reqs, k));
   }
   return zppSuccess;
 }

@@ -20,7 +20,7 @@ zppResult_t zppBroadcastPipeline(zppCollCtx_t* c, void* buf, size_t bytes, int r
   const size_t nChunks = (bytes + chunk - 1) / chunk;
   char* data = buf;
   zppResult_t res = zppSuccess;
-  zppUcxReq_t** reqs = calloc(2 * (size_t)depth, sizeof(*reqs)); /* [slot] recv, [depth+slot] send */
+  zppP2pReq_t** reqs = calloc(2 * (size_t)depth, sizeof(*reqs)); /* [slot] recv, [depth+slot] send */
   if (reqs == NULL) ZPP_FAIL(zppSystemError, COLL, "out of memory");
 
   size_t posted = 0;
@@ -31,21 +31,21 @@ zppResult_t zppBroadcastPipeline(zppCollCtx_t* c, void* buf, size_t bytes, int r
       for (; posted < nChunks && posted < k + (size_t)depth; posted++) {
         size_t plen = bytes - posted * chunk < chunk ? bytes - posted * chunk : chunk;
         zppMsgId_t id = zppCollMsg(c, (uint32_t)posted);
-        ZPPCHECKGOTO(zppUcxIrecv(c->ucx, prev, data + posted * chunk, plen, &id,
+        ZPPCHECKGOTO(zppP2pIrecv(c->p2p, prev, data + posted * chunk, plen, &id,
                                  &reqs[posted % (size_t)depth]),
                      res, out);
       }
-      ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &reqs[slot], 1), res, out);
+      ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, &reqs[slot], 1), res, out);
     }
     if (next >= 0) {
       /* Bounds the sends in flight to `depth`. */
-      ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &reqs[depth + slot], 1), res, out);
+      ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, &reqs[depth + slot], 1), res, out);
       zppMsgId_t id = zppCollMsg(c, (uint32_t)k);
-      ZPPCHECKGOTO(zppUcxIsend(c->ucx, next, data + k * chunk, len, &id, &reqs[depth + slot]), res,
+      ZPPCHECKGOTO(zppP2pIsend(c->p2p, next, data + k * chunk, len, &id, &reqs[depth + slot]), res,
                    out);
     }
   }
-  ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, reqs, 2 * depth), res, out);
+  ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, reqs, 2 * depth), res, out);
 out:
   free(reqs);
   return res;

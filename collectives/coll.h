@@ -1,10 +1,11 @@
 /*
- * Plain collectives on host buffers, over the UCX transport's tagged
- * send/receive. One algorithm per file; coll_host.c picks one per call and
+ * Plain collectives on host buffers, over the host transport's tagged
+ * send/receive (lib/transport/p2p.h: an interface, not UCX's type). One
+ * algorithm per file; coll_host.c picks one per call and
  * runs it on the communicator's host executor.
  *
  * Every algorithm gets a context with this call's sequence number and
- * signature (they go into every message tag, see lib/transport/ucx.h), the
+ * signature (they go into every message tag, see lib/transport/p2p.h), the
  * ring order of the ranks, and scratch memory. Algorithms never return with
  * a transfer in flight on success; on error the caller quiesces the
  * transport.
@@ -16,13 +17,13 @@
 #include <stdint.h>
 
 #include "zpp.h"
-#include "lib/transport/ucx.h"
+#include "lib/transport/p2p.h"
 
 struct zppComm;
 
 typedef struct {
   struct zppComm* comm;
-  zppUcx_t* ucx;
+  zppP2p_t* p2p;
   int rank;
   int nranks;
   const int* ring;    /* ranks in ring order: node by node, so that each node link carries one flow */

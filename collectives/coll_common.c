@@ -30,8 +30,8 @@ fail:
 
 zppResult_t zppCollPipelineParams(size_t* chunkBytes, int* depth) {
   int64_t chunk = 0, d = 0;
-  ZPPCHECK(zppParamGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunk));
-  ZPPCHECK(zppParamGetInt("ZPP_PIPELINE_DEPTH", &d));
+  ZPPCHECK(zppEnvGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunk));
+  ZPPCHECK(zppEnvGetInt("ZPP_PIPELINE_DEPTH", &d));
   if (chunk < 1024 || d < 1 || d > 64)
     ZPP_FAIL(zppInvalidArgument, ENV,
              "ZPP_PIPELINE_CHUNK_BYTES=%lld (>= 1024) or ZPP_PIPELINE_DEPTH=%lld (1..64) out of range",

@@ -36,7 +36,7 @@ typedef struct {
   int depth;
   int64_t small[zppNumOpKinds]; /* below: the latency algorithm */
   int algo[zppNumOpKinds];
-  int ranksShareCores; /* zppUcxRanksShareCores: the same on every rank */
+  int ranksShareCores; /* zppP2pRanksShareCores: the same on every rank */
   int haveLast;     /* a collective ran: lastSeq and lastSig are set */
   uint32_t lastSeq;
   uint32_t lastSig;
@@ -67,7 +67,7 @@ static void stateFree(void* p) {
 /* otherName: a second latency algorithm (ALGO_SMALL_ALT), or NULL. */
 static zppResult_t readAlgo(const char* name, const char* smallName, const char* otherName,
                             int* algo) {
-  const char* v = zppParamGetString(name);
+  const char* v = zppEnvGetString(name);
   const char* ring = strcmp(name, "ZPP_ALGO_BROADCAST") == 0 ? "pipeline" : "ring";
   if (v[0] == '\0' || strcasecmp(v, "auto") == 0)
     *algo = ALGO_AUTO;
@@ -90,13 +90,13 @@ static zppResult_t stateCreate(struct zppComm* comm, hostState_t** out) {
   hostState_t* st = NULL;
   ZPP_CALLOCGOTO(st, 1, res, fail);
   ZPPCHECKGOTO(zppCollRingCreate(comm->topo, comm->nranks, &st->ring, &st->ringPos), res, fail);
-  st->ranksShareCores = comm->transports->ucx ? zppUcxRanksShareCores(comm->transports->ucx) : 0;
+  st->ranksShareCores = comm->transports->p2p ? zppP2pRanksShareCores(comm->transports->p2p) : 0;
   ZPPCHECKGOTO(zppCollPipelineParams(&st->chunkBytes, &st->depth), res, fail);
-  ZPPCHECKGOTO(zppParamGetInt("ZPP_ALLGATHER_SMALL_BYTES", &st->small[zppOpAllGather]), res, fail);
-  ZPPCHECKGOTO(zppParamGetInt("ZPP_REDUCESCATTER_SMALL_BYTES", &st->small[zppOpReduceScatter]), res,
+  ZPPCHECKGOTO(zppEnvGetInt("ZPP_ALLGATHER_SMALL_BYTES", &st->small[zppOpAllGather]), res, fail);
+  ZPPCHECKGOTO(zppEnvGetInt("ZPP_REDUCESCATTER_SMALL_BYTES", &st->small[zppOpReduceScatter]), res,
                fail);
-  ZPPCHECKGOTO(zppParamGetInt("ZPP_ALLREDUCE_SMALL_BYTES", &st->small[zppOpAllReduce]), res, fail);
-  ZPPCHECKGOTO(zppParamGetInt("ZPP_BROADCAST_SMALL_BYTES", &st->small[zppOpBroadcast]), res, fail);
+  ZPPCHECKGOTO(zppEnvGetInt("ZPP_ALLREDUCE_SMALL_BYTES", &st->small[zppOpAllReduce]), res, fail);
+  ZPPCHECKGOTO(zppEnvGetInt("ZPP_BROADCAST_SMALL_BYTES", &st->small[zppOpBroadcast]), res, fail);
   ZPPCHECKGOTO(readAlgo("ZPP_ALGO_ALLGATHER", "rd", "bruck", &st->algo[zppOpAllGather]), res, fail);
   ZPPCHECKGOTO(readAlgo("ZPP_ALGO_REDUCESCATTER", "direct", "rd", &st->algo[zppOpReduceScatter]), res, fail);
   ZPPCHECKGOTO(readAlgo("ZPP_ALGO_ALLREDUCE", "rd", NULL, &st->algo[zppOpAllReduce]), res, fail);
@@ -184,14 +184,14 @@ static zppResult_t beginOp(struct zppComm* comm, hostState_t** out) {
   if (st == NULL) {
     ZPPCHECK(stateCreate(comm, &st));
     zppExecutorSetState(t->exec, st, stateFree);
-    zppUcxSetSigFormatter(t->ucx, zppHostCollDescribeMismatch);
+    zppP2pSetSigFormatter(t->p2p, zppHostCollDescribeMismatch);
   }
   /* Another rank may have given up already: say why rather than fail on a
    * consequence. */
-  zppResult_t res = zppUcxPoll(t->ucx);
-  if (res == zppSuccess && st->haveLast) res = zppUcxCheckLeftovers(t->ucx, st->lastSeq, st->lastSig);
+  zppResult_t res = zppP2pPoll(t->p2p);
+  if (res == zppSuccess && st->haveLast) res = zppP2pCheckLeftovers(t->p2p, st->lastSeq, st->lastSig);
   if (res != zppSuccess) {
-    zppUcxQuiesce(t->ucx);
+    zppP2pQuiesce(t->p2p);
     return res;
   }
   *out = st;
@@ -220,14 +220,14 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
   if (comm->nranks == 1) return runLocal(a);
 
   struct zppTransports* t = comm->transports;
-  if (t->ucx == NULL)
+  if (t->p2p == NULL)
     ZPP_FAIL(zppInvalidUsage, COLL, "%s: no host transport (built without UCX)", comm->name);
   hostState_t* st = NULL;
   ZPPCHECK(beginOp(comm, &st));
   int algo = chooseAlgo(st, a, comm->topo, comm->nranks);
   zppCollCtx_t c = {
       .comm = comm,
-      .ucx = t->ucx,
+      .p2p = t->p2p,
       .rank = comm->rank,
       .nranks = comm->nranks,
       .ring = st->ring,
@@ -250,7 +250,7 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
     if (atomic_load(&comm->asyncError) == zppSuccess)
       zppCommSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
                       zppOpKindName(a->kind), zppGetErrorString(res));
-    zppUcxQuiesce(t->ucx);
+    zppP2pQuiesce(t->p2p);
   }
   /* After the quiesce: until then a receive may still land in scratch. */
   zppScratchPoolTrim(&st->scratch);

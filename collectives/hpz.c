@@ -126,7 +126,7 @@ zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type,
     p->block = zppCompressBlock(&comm->compress, bits);
     /* The chunking the forward gather will use (fixed per communicator). */
     int64_t chunkBytes = 0;
-    ZPPCHECKGOTO(zppParamGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunkBytes), res, fail);
+    ZPPCHECKGOTO(zppEnvGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunkBytes), res, fail);
     zppCollCtx_t probe = {.chunkBytes = chunkBytes > 0 ? (size_t)chunkBytes : 1};
     ZPPCHECKGOTO(zppQwzLayout(count, type, bits, p->block,
                               zppZeroppChunkElems(&probe, type, p->block), &p->layout),

@@ -77,8 +77,8 @@ typedef struct {
   char* a1[NSLOTS]; /* L * s1max: received from each local peer */
   char* r[NSLOTS];  /* N * sum: reduced, by destination node */
   char* a2[NSLOTS]; /* N * sum: received from each node */
-  zppUcxReq_t** reqIntra[NSLOTS]; /* 2L */
-  zppUcxReq_t** reqInter[NSLOTS]; /* 2N */
+  zppP2pReq_t** reqIntra[NSLOTS]; /* 2L */
+  zppP2pReq_t** reqInter[NSLOTS]; /* 2N */
 } qgz_t;
 
 static zppResult_t planChunks(qgz_t* g, size_t ce) {
@@ -179,7 +179,7 @@ static zppResult_t stage2(qgz_t* g, int t) {
   const int s = t % NSLOTS, N = g->N, L = g->L;
   const size_t s1 = (size_t)N * ch->sum, s2 = ch->sum;
   if (L == 1 && N > 1) return zppSuccess; /* no intra hop */
-  if (L > 1) ZPPCHECK(zppUcxWaitAll(g->c->ucx, g->reqIntra[s], 2 * L));
+  if (L > 1) ZPPCHECK(zppP2pWaitAll(g->c->p2p, g->reqIntra[s], 2 * L));
   if (N == 1) return finish(g, ch, g->a1[s], s1, L);
   for (int n = 0; n < N; n++) {
     char* dst = (n == g->node ? g->a2[s] : g->r[s]) + (size_t)n * s2;
@@ -199,7 +199,7 @@ static zppResult_t stage2(qgz_t* g, int t) {
 static zppResult_t stage3(qgz_t* g, int t) {
   if (g->N == 1) return zppSuccess;
   const int s = t % NSLOTS;
-  ZPPCHECK(zppUcxWaitAll(g->c->ucx, g->reqInter[s], 2 * g->N));
+  ZPPCHECK(zppP2pWaitAll(g->c->p2p, g->reqInter[s], 2 * g->N));
   return finish(g, &g->chunks[t], g->a2[s], g->chunks[t].sum, g->N);
 }
 
@@ -220,7 +220,7 @@ zppResult_t zppQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a) {
   g.divisor = a->op == zppAvg ? (float)c->nranks : 1.0f;
   g.intra = topo->nodeRanks[g.node];
   g.owner = (const int* const*)topo->nodeRanks;
-  zppUcxReq_t** reqs = NULL;
+  zppP2pReq_t** reqs = NULL;
   ZPP_CALLOCGOTO(g.inter, (size_t)g.N, res, out);
   for (int n = 0; n < g.N; n++) g.inter[n] = topo->nodeRanks[n][g.lr];
   ZPPCHECKGOTO(planChunks(&g, zppZeroppChunkElems(c, a->type, a->block)), res, out);

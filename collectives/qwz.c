@@ -101,8 +101,8 @@ zppResult_t zppQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* send
   const int prev = c->ring[(pos + n - 1) % n];
   const size_t K = (size_t)(n - 1) * (size_t)C;
   zppResult_t res = zppSuccess;
-  zppUcxReq_t** rreq = calloc(K, sizeof(*rreq));
-  zppUcxReq_t** sreq = calloc(K, sizeof(*sreq));
+  zppP2pReq_t** rreq = calloc(K, sizeof(*rreq));
+  zppP2pReq_t** sreq = calloc(K, sizeof(*sreq));
   if (rreq == NULL || sreq == NULL) {
     free(rreq);
     free(sreq);
@@ -112,7 +112,7 @@ zppResult_t zppQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* send
     int s = (int)(k / (size_t)C), ch = (int)(k % (size_t)C);
     int rb = c->ring[(pos - s - 1 + 2 * n) % n];
     zppMsgId_t id = zppCollMsg(c, (uint32_t)k);
-    ZPPCHECKGOTO(zppUcxIrecv(c->ucx, prev, segAt(l, packedAll, rb, ch), chunkBytes(l, ch), &id,
+    ZPPCHECKGOTO(zppP2pIrecv(c->p2p, prev, segAt(l, packedAll, rb, ch), chunkBytes(l, ch), &id,
                              &rreq[k]),
                  res, out);
   }
@@ -124,9 +124,9 @@ zppResult_t zppQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* send
     if (s == 0)
       ZPPCHECKGOTO(quantizeChunk(l, send, seg, ch), res, out);
     else
-      ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &rreq[k - (size_t)C], 1), res, out);
+      ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, &rreq[k - (size_t)C], 1), res, out);
     zppMsgId_t id = zppCollMsg(c, (uint32_t)k);
-    ZPPCHECKGOTO(zppUcxIsend(c->ucx, next, seg, chunkBytes(l, ch), &id, &sreq[k]), res, out);
+    ZPPCHECKGOTO(zppP2pIsend(c->p2p, next, seg, chunkBytes(l, ch), &id, &sreq[k]), res, out);
     /* Decoding after the forward is posted: the bytes leave while we work.
      * In place, the own chunk is overwritten only after it was quantized. */
     ZPPCHECKGOTO(decodeChunk(l, seg, recv, sb, ch), res, out);
@@ -136,12 +136,12 @@ zppResult_t zppQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* send
   for (size_t k = K - (size_t)C; k < K; k++) {
     int s = (int)(k / (size_t)C), ch = (int)(k % (size_t)C);
     int rb = c->ring[(pos - s - 1 + 2 * n) % n];
-    ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &rreq[k], 1), res, out);
+    ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, &rreq[k], 1), res, out);
     ZPPCHECKGOTO(decodeChunk(l, segAt(l, packedAll, rb, ch), recv, rb, ch), res, out);
   }
   for (size_t k = 0; k < K; k += (size_t)1 << 20) {
     size_t m = K - k < ((size_t)1 << 20) ? K - k : ((size_t)1 << 20);
-    ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &sreq[k], (int)m), res, out);
+    ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, &sreq[k], (int)m), res, out);
   }
 out:
   /* On error the requests still live belong to the transport until the

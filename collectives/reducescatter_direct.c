@@ -24,23 +24,23 @@ zppResult_t zppReduceScatterDirect(zppCollCtx_t* c, const void* in, void* out, s
   /* Request slots on the stack for the usual rank counts: an allocation is
    * a noticeable part of a call this small. */
   enum { STACK_RANKS = 32 };
-  zppUcxReq_t* stackReqs[2 * STACK_RANKS] = {NULL};
-  zppUcxReq_t** reqs = n <= STACK_RANKS ? stackReqs : calloc(2 * (size_t)n, sizeof(*reqs));
+  zppP2pReq_t* stackReqs[2 * STACK_RANKS] = {NULL};
+  zppP2pReq_t** reqs = n <= STACK_RANKS ? stackReqs : calloc(2 * (size_t)n, sizeof(*reqs));
   if (parts == NULL || acc == NULL || reqs == NULL)
     ZPP_FAILGOTO(zppSystemError, res, out, COLL, "out of memory for reduce-scatter buffers");
   zppMsgId_t id = zppCollMsg(c, 0);
   /* Staggered, so that not every rank sends to rank 0 first. */
   for (int i = 1; i < n; i++) {
     int p = (r + i) % n;
-    ZPPCHECKGOTO(zppUcxIsend(c->ucx, p, inp + zppBlockOffset(total, n, p) * ts,
+    ZPPCHECKGOTO(zppP2pIsend(c->p2p, p, inp + zppBlockOffset(total, n, p) * ts,
                              zppBlockCount(total, n, p) * ts, &id, &reqs[2 * p + 1]),
                  res, out);
   }
   for (int i = 1; i < n; i++) {
     int p = (r + i) % n;
-    ZPPCHECKGOTO(zppUcxIrecv(c->ucx, p, parts + (size_t)p * mine, mine, &id, &reqs[2 * p]), res, out);
+    ZPPCHECKGOTO(zppP2pIrecv(c->p2p, p, parts + (size_t)p * mine, mine, &id, &reqs[2 * p]), res, out);
   }
-  ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, reqs, 2 * n), res, out);
+  ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, reqs, 2 * n), res, out);
   /* Rank order, so that the result does not depend on arrival order. */
   const char* own = inp + zppBlockOffset(total, n, r) * ts;
   const size_t elems = zppBlockCount(total, n, r);

@@ -55,11 +55,11 @@ zppResult_t zppReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, siz
 
   char* bufs = zppCollScratch(c, 0, 2 * (size_t)nChunks * slotElems * ts);
   /* [parity][chunk]: receives and sends of the steps of that parity. */
-  zppUcxReq_t** reqs = calloc(4 * (size_t)nChunks, sizeof(*reqs));
+  zppP2pReq_t** reqs = calloc(4 * (size_t)nChunks, sizeof(*reqs));
   if (bufs == NULL || reqs == NULL)
     ZPP_FAILGOTO(zppSystemError, res, out, COLL, "out of memory for reduce-scatter buffers");
-  zppUcxReq_t** recvReq[2] = {reqs, reqs + nChunks};
-  zppUcxReq_t** sendReq[2] = {reqs + 2 * (size_t)nChunks, reqs + 3 * (size_t)nChunks};
+  zppP2pReq_t** recvReq[2] = {reqs, reqs + nChunks};
+  zppP2pReq_t** sendReq[2] = {reqs + 2 * (size_t)nChunks, reqs + 3 * (size_t)nChunks};
 
   /* Block sent in step s; the block received in step s is sent in s+1. */
 #define SEND_BLOCK(s) c->ring[(pos - (s) - 1 + 2 * n) % n]
@@ -72,14 +72,14 @@ zppResult_t zppReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, siz
   for (int k = 0; k < nChunks; k++) {
     int rb = RECV_BLOCK(0);
     zppMsgId_t id = zppCollMsg(c, (uint32_t)k);
-    ZPPCHECKGOTO(zppUcxIrecv(c->ucx, prev, BUF(0, k), CHUNK_LEN(rb, k) * ts, &id,
+    ZPPCHECKGOTO(zppP2pIrecv(c->p2p, prev, BUF(0, k), CHUNK_LEN(rb, k) * ts, &id,
                              &recvReq[0][k]),
                  res, out);
   }
   for (int k = 0; k < nChunks; k++) {
     int sb = SEND_BLOCK(0);
     zppMsgId_t id = zppCollMsg(c, (uint32_t)k);
-    ZPPCHECKGOTO(zppUcxIsend(c->ucx, next, inp + (zppBlockOffset(total, n, sb) + CHUNK_OFF(sb, k)) * ts,
+    ZPPCHECKGOTO(zppP2pIsend(c->p2p, next, inp + (zppBlockOffset(total, n, sb) + CHUNK_OFF(sb, k)) * ts,
                              CHUNK_LEN(sb, k) * ts, &id, &sendReq[0][k]),
                  res, out);
   }
@@ -88,7 +88,7 @@ zppResult_t zppReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, siz
     const int p = s % 2, q = (s + 1) % 2;
     const int b = RECV_BLOCK(s);
     for (int k = 0; k < nChunks; k++) {
-      ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &recvReq[p][k], 1), res, out);
+      ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, &recvReq[p][k], 1), res, out);
       const size_t len = CHUNK_LEN(b, k);
       const char* mine = inp + (zppBlockOffset(total, n, b) + CHUNK_OFF(b, k)) * ts;
       char* buf = BUF(s, k);
@@ -102,18 +102,18 @@ zppResult_t zppReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, siz
        * previous send (step s-1, same parity) finished before step s's
        * receive into it was posted. */
       zppMsgId_t sid = zppCollMsg(c, (uint32_t)((s + 1) * nChunks + k));
-      ZPPCHECKGOTO(zppUcxIsend(c->ucx, next, buf, len * ts, &sid, &sendReq[p][k]), res, out);
+      ZPPCHECKGOTO(zppP2pIsend(c->p2p, next, buf, len * ts, &sid, &sendReq[p][k]), res, out);
       /* Step s+1 receives into the other buffer, whose chunk k was sent in
        * step s: wait for that send, then post. */
-      ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, &sendReq[q][k], 1), res, out);
+      ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, &sendReq[q][k], 1), res, out);
       const int nb = RECV_BLOCK(s + 1);
       zppMsgId_t rid = zppCollMsg(c, (uint32_t)((s + 1) * nChunks + k));
-      ZPPCHECKGOTO(zppUcxIrecv(c->ucx, prev, BUF(s + 1, k), CHUNK_LEN(nb, k) * ts, &rid,
+      ZPPCHECKGOTO(zppP2pIrecv(c->p2p, prev, BUF(s + 1, k), CHUNK_LEN(nb, k) * ts, &rid,
                                &recvReq[q][k]),
                    res, out);
     }
   }
-  ZPPCHECKGOTO(zppUcxWaitAll(c->ucx, reqs, 4 * nChunks), res, out);
+  ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, reqs, 4 * nChunks), res, out);
 #undef SEND_BLOCK
 #undef RECV_BLOCK
 #undef CHUNK_OFF

@@ -57,7 +57,7 @@ void zppZeroppFree(struct zppComm* comm);
 zppResult_t zppGroupAllToAllPost(zppCollCtx_t* c, const int* members, int n, int me,
                                  const void* send, size_t sendStride, void* recv,
                                  size_t recvStride, size_t bytes, uint32_t step,
-                                 zppUcxReq_t** reqs);
+                                 zppP2pReq_t** reqs);
 /* Each member sends the same `bytes` to every other member; member i's
  * lands at recvs[i] with recvBytes[i]. onRecv(arg, i) runs as each arrives
  * (in order of distance from this rank), so decoding overlaps the rest. */

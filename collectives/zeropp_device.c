@@ -59,7 +59,7 @@ _Static_assert(2 * NSLOTS + 2 + 3 <= ZPP_NCCL_WORK_EVENTS, "the work set has too
 
 static size_t deviceChunkElems(zppDataType_t type, int block) {
   int64_t chunk = 0;
-  if (zppParamGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunk) != zppSuccess || chunk < 1) chunk = 1;
+  if (zppEnvGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunk) != zppSuccess || chunk < 1) chunk = 1;
   size_t bytes = (size_t)chunk < DEVICE_MIN_CHUNK_BYTES ? DEVICE_MIN_CHUNK_BYTES : (size_t)chunk;
   size_t e = bytes / zppTypeSize(type);
   e -= e % (size_t)block;

@@ -51,6 +51,7 @@ static zppResult_t stateGet(struct zppComm* comm, struct zppZeropp** out) {
   ZPPCHECKGOTO(zppCollRingCreate(comm->topo, comm->nranks, &st->ring, &st->ringPos), res, fail);
   ZPPCHECKGOTO(zppCollPipelineParams(&st->chunkBytes, &st->depth), res, fail);
   comm->zeropp = st;
+  comm->zeroppFree = zppZeroppFree;
   *out = st;
   return zppSuccess;
 fail:
@@ -93,23 +94,23 @@ zppResult_t zppZeroppBegin(struct zppComm* comm, zppOpKind_t kind, zppDataType_t
   if (err != zppSuccess) return (zppResult_t)err; /* logged when it happened */
   struct zppZeropp* st = NULL;
   ZPPCHECK(stateGet(comm, &st));
-  zppUcx_t* ucx = comm->transports->ucx;
-  if (comm->nranks > 1 && ucx == NULL)
+  zppP2p_t* p2p = comm->transports->p2p;
+  if (comm->nranks > 1 && p2p == NULL)
     ZPP_FAIL(zppInvalidUsage, COLL, "%s: no host transport (built without UCX)", comm->name);
   uint32_t seq = 0;
-  if (ucx) {
+  if (p2p) {
     /* The plain collectives' sequence space and checks (health, leftovers
      * of the last operation): the transport tells calls apart by sequence
      * number, so every operation on the communicator needs its own. */
     ZPPCHECK(zppHostCollBeginOp(comm, &seq));
     if (!st->formatterSet) {
-      zppUcxSetSigFormatter(ucx, zppZeroppDescribeMismatch);
+      zppP2pSetSigFormatter(p2p, zppZeroppDescribeMismatch);
       st->formatterSet = 1;
     }
   }
   memset(c, 0, sizeof(*c));
   c->comm = comm;
-  c->ucx = ucx;
+  c->p2p = p2p;
   c->rank = comm->rank;
   c->nranks = comm->nranks;
   c->ring = st->ring;
@@ -130,14 +131,14 @@ zppResult_t zppZeroppBegin(struct zppComm* comm, zppOpKind_t kind, zppDataType_t
 zppResult_t zppZeroppEnd(zppCollCtx_t* c, zppResult_t res, int agreed) {
   struct zppComm* comm = c->comm;
   struct zppZeropp* st = comm->zeropp;
-  if (c->ucx) zppHostCollEndOp(comm, c->id.seq, c->id.sig);
+  if (c->p2p) zppHostCollEndOp(comm, c->id.seq, c->id.sig);
   if (res != zppSuccess && !agreed) {
     /* The ranks no longer agree on where they are: the communicator is
      * broken (the transport recorded why, unless the failure was local). */
     if (atomic_load(&comm->asyncError) == zppSuccess)
       zppCommSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
                       zppOpKindName((zppOpKind_t)c->id.opKind), zppGetErrorString(res));
-    if (c->ucx) zppUcxQuiesce(c->ucx);
+    if (c->p2p) zppP2pQuiesce(c->p2p);
   }
   /* After the quiesce: until then a receive may still land in scratch. */
   if (st) zppScratchPoolTrim(&st->scratch);
@@ -146,7 +147,7 @@ zppResult_t zppZeroppEnd(zppCollCtx_t* c, zppResult_t res, int agreed) {
 
 void zppZeroppProgress(const zppCollCtx_t* c) {
   /* An error found here is found again by the next wait. */
-  if (c->ucx) (void)zppUcxPoll(c->ucx);
+  if (c->p2p) (void)zppP2pPoll(c->p2p);
 }
 
 size_t zppZeroppChunkElems(const zppCollCtx_t* c, zppDataType_t type, int block) {

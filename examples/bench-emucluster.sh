@@ -12,6 +12,6 @@ out=${2:-trainer-bench.json}
 steps=${3:-60}
 # 4.06 million parameters (8.1 MB in bf16): the step's three collectives
 # move about 36 MB across the two links in plain mode.
-exec "$here/../perf/emucluster.sh" -n 2 -l 2 -r 1gbit -- \
+exec "$here/../perf/emucluster/emucluster.sh" -n 2 -l 2 -r 1gbit -- \
   "$bin" --compare-overlap --steps "$steps" --context 16 --embed 64 --hidden 1536 --batch 64 \
   -q --json "$out"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 #include "train.h"
 #include "train_mpi.h"
 #include "zero3.h"

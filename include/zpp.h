@@ -15,13 +15,14 @@
 extern "C" {
 #endif
 
-#define ZPP_MAJOR 0
-#define ZPP_MINOR 1
-#define ZPP_PATCH 0
+/* ZPP_MAJOR, ZPP_MINOR, ZPP_PATCH: generated from CMake's project version. */
+#include "zpp_version.h"
 /* Same encoding as NCCL_VERSION_CODE for 2.9+: major*10000 + minor*100 + patch. */
 #define ZPP_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
 #define ZPP_VERSION_CODE ZPP_VERSION(ZPP_MAJOR, ZPP_MINOR, ZPP_PATCH)
 
+/* The library is built with hidden visibility: what zpp.h marks ZPP_API is
+ * all that libzpp.so exports (tests/core checks it with nm -D). */
 #if defined(__GNUC__)
 #define ZPP_API __attribute__((visibility("default")))
 #else

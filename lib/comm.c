@@ -15,7 +15,6 @@
 #include "check.h"
 #include "lib/comm_internal.h"
 #include "lib/transport/transport.h"
-#include "collectives/zeropp.h"
 #include "params.h"
 
 /* Layouts of zppConfig_t so far: the size each version's header declared.
@@ -73,14 +72,14 @@ zppResult_t zppCommResolveSettings(const zppConfig_t* config, zppCommSettings_t*
     t.timeoutFrom = "config";
   } else {
     int64_t v = 0;
-    ZPPCHECK(zppParamGetInt("ZPP_TIMEOUT", &v));
+    ZPPCHECK(zppEnvGetInt("ZPP_TIMEOUT", &v));
     ZPP_ARGCHECK(v > 0 && v <= 100000000, "ZPP_TIMEOUT=%lld must be a positive number of seconds",
                  (long long)v);
     t.timeoutSec = (double)v;
-    t.timeoutFrom = zppParamIsSet("ZPP_TIMEOUT") ? "ZPP_TIMEOUT" : "default";
+    t.timeoutFrom = zppEnvIsSet("ZPP_TIMEOUT") ? "ZPP_TIMEOUT" : "default";
   }
 
-  const char* env = zppParamGetString("ZPP_HOSTID");
+  const char* env = zppEnvGetString("ZPP_HOSTID");
   if (config && config->hostId) {
     ZPPCHECK(checkHostId(config->hostId, "config"));
     snprintf(t.hostId, sizeof(t.hostId), "%s", config->hostId);
@@ -123,7 +122,7 @@ static uint64_t hashHostIds(const char* const* ids, int n) {
  * table, or the groups would disagree: checked with an all-gather. */
 static zppResult_t buildTopology(struct zppComm* comm) {
   zppResult_t res = zppSuccess;
-  const char* path = zppParamGetString("ZPP_TOPO_FILE");
+  const char* path = zppEnvGetString("ZPP_TOPO_FILE");
   char** fileIds = NULL;
   uint64_t* hashes = NULL;
   const char** ids = NULL;
@@ -162,7 +161,7 @@ out:
 static void commFree(struct zppComm* comm) {
   if (comm == NULL) return;
   zppTransportsDestroy(comm);
-  zppZeroppFree(comm); /* after the executor (in the transports) stopped */
+  if (comm->zeroppFree) comm->zeroppFree(comm); /* after the executor (in the transports) stopped */
   zppTopoDestroy(comm->topo);
   zppBootstrapDestroy(comm->bootstrap);
   pthread_mutex_destroy(&comm->errorLock);

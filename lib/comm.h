@@ -33,6 +33,9 @@ struct zppComm {
   char lastError[512];       /* reason for asyncError, for zppGetLastError */
   zppCompressSettings_t compress; /* ZeRO++ settings (lib/compress_settings.c) */
   struct zppZeropp* zeropp;  /* touched by executor jobs only; freed at destroy */
+  /* Frees zeropp. Set by the collectives when they make it, so that the
+   * communicator (below them) frees their state without naming them. */
+  void (*zeroppFree)(struct zppComm* comm);
 };
 
 #define ZPP_COMM_MAGIC 0x7a70636du /* "zpcm" */

@@ -97,7 +97,7 @@ static zppResult_t parsePort(const char* name, const char* text, int* port) {
 }
 
 static zppResult_t readRoot(envLaunch_t* e) {
-  const char* root = zppParamGetString("ZPP_ROOT");
+  const char* root = zppEnvGetString("ZPP_ROOT");
   if (root[0]) {
     const char* colon = strrchr(root, ':');
     ZPP_ARGCHECK(colon != NULL && colon != root && (size_t)(colon - root) < sizeof(e->host),
@@ -121,7 +121,7 @@ static zppResult_t readRoot(envLaunch_t* e) {
   int base = 0;
   int64_t offset = 0;
   ZPPCHECK(parsePort("MASTER_PORT", port, &base));
-  ZPPCHECK(zppParamGetInt("ZPP_MASTER_PORT_OFFSET", &offset));
+  ZPPCHECK(zppEnvGetInt("ZPP_MASTER_PORT_OFFSET", &offset));
   ZPP_ARGCHECK(offset >= 0 && base + offset <= 65535,
                "zppCommInitFromEnv: MASTER_PORT=%d + ZPP_MASTER_PORT_OFFSET=%lld is not a port", base,
                (long long)offset);
@@ -153,7 +153,7 @@ zppResult_t zppCommInitFromEnv(zppComm_t* comm, zppConfig_t* config) {
   ZPPCHECK(zppCommResolveSettings(config, &s));
 
   char derived[400];
-  const char* secret = zppParamGetString("ZPP_SECRET");
+  const char* secret = zppEnvGetString("ZPP_SECRET");
   if (!secret[0]) {
     deriveSecret(&e, derived, sizeof(derived));
     secret = derived;

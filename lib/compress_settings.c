@@ -37,11 +37,11 @@ static zppResult_t resolveInt(int configValue, int field, int64_t lo, int64_t hi
   }
   const char* name = envNames[field];
   int64_t v = 0;
-  if (zppParamIsSet(name)) {
-    ZPPCHECK(zppParamGetInt(name, &v));
+  if (zppEnvIsSet(name)) {
+    ZPPCHECK(zppEnvGetInt(name, &v));
     *from = name;
   } else {
-    ZPPCHECK(zppParamGetInt(name, &v)); /* the table's default */
+    ZPPCHECK(zppEnvGetInt(name, &v)); /* the table's default */
     *from = "default";
   }
   ZPP_ARGCHECK(v >= lo && v <= hi, "%s=%lld out of range [%lld, %lld]", name, (long long)v,
@@ -74,10 +74,10 @@ zppResult_t zppCompressResolve(const zppConfig_t* config, zppCompressSettings_t*
   } else {
     const char* name = envNames[ZPP_COMPRESS_MIN_BYTES];
     int64_t v = 0;
-    ZPPCHECK(zppParamGetInt(name, &v));
+    ZPPCHECK(zppEnvGetInt(name, &v));
     ZPP_ARGCHECK(v >= 0, "%s=%lld must not be negative", name, (long long)v);
     s.compressMinBytes = (size_t)v;
-    s.from[ZPP_COMPRESS_MIN_BYTES] = zppParamIsSet(name) ? name : "default";
+    s.from[ZPP_COMPRESS_MIN_BYTES] = zppEnvIsSet(name) ? name : "default";
   }
   *out = s;
   return zppSuccess;

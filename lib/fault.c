@@ -16,6 +16,7 @@
 
 #include "log.h"
 #include "params.h"
+#include "clock.h"
 
 static const char* const kindNames[ZPP_FAULT_NUM_KINDS] = {"slow", "corrupt", "hang", "die"};
 
@@ -161,7 +162,7 @@ static uint64_t rng;
 static atomic_int announced[ZPP_FAULT_NUM_KINDS];
 
 static void readEnv(void) {
-  const char* text = zppParamGetString("ZPP_FAULT");
+  const char* text = zppEnvGetString("ZPP_FAULT");
   if (text[0] == '\0') return;
   char err[200];
   if (zppFaultParse(text, &faults, err, sizeof(err)) != 0) {
@@ -185,12 +186,6 @@ static void readEnv(void) {
 int zppFaultEnabled(void) {
   pthread_once(&once, readEnv);
   return atomic_load(&enabled);
-}
-
-static double nowSec(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void sleepSec(double s) {
@@ -245,7 +240,7 @@ static void slowDown(const zppFaultSpec_t* s, size_t bytes) {
   double wait = s->delayUs * 1e-6;
   if (s->rateBps > 0) {
     pthread_mutex_lock(&lock);
-    double now = nowSec();
+    double now = zppClockNow();
     double start = bucketFree > now ? bucketFree : now;
     bucketFree = start + (double)bytes * 8.0 / s->rateBps;
     double until = bucketFree;

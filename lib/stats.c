@@ -9,6 +9,7 @@
 #include "zpp_build_config.h"
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
+#include "lib/transport/ucx.h"
 
 zppResult_t zppCommGetStats(const zppComm_t comm, zppCommStats_t* stats) {
   ZPP_ARGCHECK(comm != NULL && comm->magic == ZPP_COMM_MAGIC, "zppCommGetStats: not a live communicator");

@@ -44,7 +44,7 @@ const zppQuantImpl_t* zppQuantImplGet(const char* name) {
  * would fail), so it is a warning at the default log level naming what is
  * used instead: never a silent fallback. */
 static void implInit(void) {
-  const char* want = zppParamGetString("ZPP_QUANT_IMPL");
+  const char* want = zppEnvGetString("ZPP_QUANT_IMPL");
   const zppQuantImpl_t* avx2 = zppQuantImplGet("avx2");
   const zppQuantImpl_t* best = avx2 ? avx2 : &zppQuantImplScalar;
   const zppQuantImpl_t* use = best;

@@ -34,7 +34,7 @@ mkdir -p "$out"
 perf=$root_dir/build/bin/zpp-perf
 common=(-d bfloat16 -b 1M -e "$max" -f 4 -n "$iters" -w 1 -c 1)
 
-if [[ $(id -u) -ne 0 ]] || ! perf/emucluster.sh --no-check-rate -q -n 1 -- true >/dev/null 2>&1; then
+if [[ $(id -u) -ne 0 ]] || ! perf/emucluster/emucluster.sh --no-check-rate -q -n 1 -- true >/dev/null 2>&1; then
   echo "zpp main job: emulating a cluster needs root and network namespaces; running on loopback instead" >&2
   echo "zpp main job: (as root: sudo bash scripts/main-job.sh)" >&2
   step "2/5" "loopback: 4 ranks as 2 nodes x 2, all-gather and reduce-scatter (no shaped links)"
@@ -56,17 +56,17 @@ step "2/5" "2 nodes x 2 ranks at $rate: OpenMPI, plain, qwZ, hpZ, qgZ; bf16 1 Mi
 # with OpenMPI's rounds, 64 MiB qgZ measured 3.6-4.2x plain against 4.7-4.9x
 # uninterleaved, on the same links. The 4x1 step compares with OpenMPI and
 # interleaves (zpp-perf's default).
-perf/emucluster.sh -n 2 -l 2 -r "$rate" --rate-json "$out/main-2x2-links.json" --mpi -- \
+perf/emucluster/emucluster.sh -n 2 -l 2 -r "$rate" --rate-json "$out/main-2x2-links.json" --mpi -- \
   "$perf" --baseline mpi --rounds 1 -t allgather,reducescatter -m plain,qwz,hpz,qgz "${common[@]}" \
   -J "$out/main-2x2.json"
 
 step "3/5" "4 nodes x 1 rank at $rate: plain all-gather against the link rate and OpenMPI"
-perf/emucluster.sh -n 4 -l 1 -r "$rate" --rate-json "$out/main-4x1-links.json" --mpi -- \
+perf/emucluster/emucluster.sh -n 4 -l 1 -r "$rate" --rate-json "$out/main-4x1-links.json" --mpi -- \
   "$perf" --baseline mpi -t allgather -m plain -d bfloat16 -b "$max" -e "$max" -n "$iters" -w 1 -c 1 \
   -J "$out/main-4x1.json"
 
 step "4/5" "2 nodes x 2 ranks at $rate, ranks placed on nodes in turn (mpirun --map-by node): plain, qwZ, hpZ, qgZ at $max"
-perf/emucluster.sh -q -n 2 -l 2 -r "$rate" --no-check-rate --placement cyclic -- \
+perf/emucluster/emucluster.sh -q -n 2 -l 2 -r "$rate" --no-check-rate --placement cyclic -- \
   "$perf" -t allgather,reducescatter -m plain,qwz,hpz,qgz -d bfloat16 -b "$max" -e "$max" -n "$iters" \
   -w 1 -c 1 -J "$out/main-2x2-cyclic.json"
 

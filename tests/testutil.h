@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
+
 #define ZPP_TEST_SKIP 77
 
 extern int zppTestFailures;
@@ -55,13 +57,12 @@ extern long zppTestChecks;
 
 /* Runs case fn when no case was named on the command line (only == NULL)
  * or this one was, and prints its wall time. */
-double zppTestNow(void);
 #define ZPP_TEST_RUN(only, name, fn)                                  \
   do {                                                                \
     if (!(only) || strcmp((only), (name)) == 0) {                     \
-      double t0_ = zppTestNow();                                      \
+      double t0_ = zppClockNow();                                      \
       fn();                                                           \
-      printf("[%s] %.2f s\n", (name), zppTestNow() - t0_);           \
+      printf("[%s] %.2f s\n", (name), zppClockNow() - t0_);           \
     }                                                                 \
   } while (0)
 

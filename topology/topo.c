@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "check.h"
-#include "lib/bootstrap/bootstrap.h"
 
 zppResult_t zppTopoCreate(int nranks, const char* const* hostIds, zppTopo_t** out) {
   zppResult_t res = zppSuccess;

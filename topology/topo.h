@@ -13,6 +13,11 @@
 
 #include "zpp.h"
 
+/* A host id (ZPP_HOSTID, the host name, the topology file) is shorter than
+ * this, its terminating zero included; the bootstrap sends it in this many
+ * bytes. */
+#define ZPP_HOSTID_MAX 64
+
 typedef struct {
   int nranks;
   int nNodes;

@@ -183,7 +183,7 @@ static zppResult_t joinRoot(zppBootstrap_t* bs, const char* hostId, const zppSoc
   /* Our listening address: the one that reached the root is routable from
    * the others too, unless ZPP_SOCKET_IFNAME picks an interface. */
   struct sockaddr_in me;
-  if (zppParamGetString("ZPP_SOCKET_IFNAME")[0]) {
+  if (zppEnvGetString("ZPP_SOCKET_IFNAME")[0]) {
     ZPPCHECKGOTO(zppSockFindInterface(&me, NULL, 0), res, out);
   } else {
     socklen_t len = sizeof(me);
@@ -281,7 +281,7 @@ static zppResult_t connectRing(zppBootstrap_t* bs, int listenFd, const zppSockWa
     /* A stray connection gets a few seconds to greet, not our whole
      * timeout: the real previous rank greets right after connecting. */
     zppSockWait_t shortW = *w;
-    if (shortW.deadline > zppSockNow() + 5.0) shortW.deadline = zppSockNow() + 5.0;
+    if (shortW.deadline > zppClockNow() + 5.0) shortW.deadline = zppClockNow() + 5.0;
     char greet[128];
     snprintf(greet, sizeof(greet), "reading a greeting from %s", zppSockAddrStr(&from, as));
     unsigned char g[ZPP_RING_HELLO_BYTES];
@@ -296,7 +296,7 @@ static zppResult_t connectRing(zppBootstrap_t* bs, int listenFd, const zppSockWa
       ZPP_WARN(BOOT, "bootstrap: rank %d refused a ring connection from %s: wrong secret or not rank %d",
                bs->rank, as, prev);
     close(fd);
-    if (zppSockAborted(w) || zppSockNow() >= w->deadline)
+    if (zppSockAborted(w) || zppClockNow() >= w->deadline)
       ZPP_FAIL(zppRemoteError, BOOT, "bootstrap: rank %d gave up %s", bs->rank, doing);
   }
   zppSockSetNoDelay(bs->nextFd);
@@ -326,7 +326,7 @@ zppResult_t zppBootstrapInit(const zppUniqueId* id, int rank, int nranks, const 
   ZPP_CALLOCGOTO(bs->addrs, nranks, res, err_free);
   ZPP_CALLOCGOTO(bs->hostIds, nranks, res, err_free);
 
-  zppSockWait_t w = {zppSockNow() + timeoutSec, timeoutSec, bs->abortPipe[0]};
+  zppSockWait_t w = {zppClockNow() + timeoutSec, timeoutSec, bs->abortPipe[0]};
   ZPPCHECKGOTO(joinRoot(bs, hostId, &w, &listenFd), res, err_free);
   if (nranks > 1) {
     ZPPCHECKGOTO(connectRing(bs, listenFd, &w), res, err_free);
@@ -354,8 +354,8 @@ err_free:
      * the ranks that are a little late: our caller may exit at once and
      * take the root along. Ranks later than that find no root, and fail
      * at their timeout naming its address. */
-    double until = zppSockNow() + 2.0;
-    while (zppBootRootsTelling() > 0 && zppSockNow() < until) usleep(1000);
+    double until = zppClockNow() + 2.0;
+    while (zppBootRootsTelling() > 0 && zppClockNow() < until) usleep(1000);
   }
   return res;
 }
@@ -538,7 +538,7 @@ zppResult_t zppBootstrapAllGather(zppBootstrap_t* bs, void* data, size_t bytesPe
     ZPP_FAILGOTO(zppInvalidArgument, res, out, BOOT, "bootstrap allgather: %zu bytes per rank is too much",
                  bytesPerRank);
   if (bs->nranks > 1 && bytesPerRank > 0) {
-    zppSockWait_t w = {zppSockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
+    zppSockWait_t w = {zppClockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
     res = allGather(bs, OP_ALLGATHER, data, bytesPerRank, &w);
   }
 out:
@@ -554,7 +554,7 @@ zppResult_t zppBootstrapBroadcast(zppBootstrap_t* bs, void* data, size_t bytes, 
   if (data == NULL && bytes > 0)
     ZPP_FAILGOTO(zppInvalidArgument, res, out, BOOT, "bootstrap broadcast: data is NULL");
   if (bs->nranks > 1) {
-    zppSockWait_t w = {zppSockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
+    zppSockWait_t w = {zppClockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
     int last = (root - 1 + bs->nranks) % bs->nranks;
     /* Along the ring from the root; a zero-byte message still carries the
      * header, so that mismatched calls are caught. */
@@ -577,7 +577,7 @@ zppResult_t zppBootstrapBarrier(zppBootstrap_t* bs) {
       ZPP_ERR(BOOT, "bootstrap barrier: out of memory");
       res = zppSystemError;
     } else {
-      zppSockWait_t w = {zppSockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
+      zppSockWait_t w = {zppClockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
       res = allGather(bs, OP_BARRIER, tokens, 1, &w);
       free(tokens);
     }
@@ -604,8 +604,8 @@ void zppBootstrapDestroy(zppBootstrap_t* bs) {
     /* Another thread is still inside a call: stop it, and wait for it to
      * leave before freeing what it uses. */
     zppBootstrapAbort(bs);
-    double until = zppSockNow() + 10.0;
-    while (atomic_load(&bs->busy) > 0 && zppSockNow() < until) sched_yield(), usleep(1000);
+    double until = zppClockNow() + 10.0;
+    while (atomic_load(&bs->busy) > 0 && zppClockNow() < until) sched_yield(), usleep(1000);
     if (atomic_load(&bs->busy) > 0) {
       ZPP_ERR(BOOT, "bootstrap: rank %d: a thread is still inside a bootstrap call after abort; "
                     "leaking it rather than freeing it under that thread", bs->rank);

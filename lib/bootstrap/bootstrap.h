@@ -16,10 +16,9 @@
 #include <stddef.h>
 
 #include "zpp.h"
+#include "topology/topo.h" /* ZPP_HOSTID_MAX: the bootstrap carries host ids */
 
 typedef struct zppBootstrap zppBootstrap_t;
-
-#define ZPP_HOSTID_MAX 64
 
 /* Starts a root listening on bindAddr:port (NULL / 0: the address from
  * ZPP_SOCKET_IFNAME or the first non-loopback interface, any port;

@@ -83,7 +83,7 @@ static void rootSendReply(root_t* r, rootConn_t* c, zppResult_t status, const vo
     memcpy(buf + first, payload, len);
     first += len;
   }
-  zppSockWait_t w = {zppSockNow() + waitSec, waitSec, -1};
+  zppSockWait_t w = {zppClockNow() + waitSec, waitSec, -1};
   char doing[96];
   snprintf(doing, sizeof(doing), "sending the root's reply to rank %d", c->rank);
   if (zppSockSendAll(c->fd, buf, first, &w, doing) == zppSuccess && first == ZPP_REPLY_BYTES && len)
@@ -292,7 +292,7 @@ static void* rootMain(void* arg) {
   }
   for (;;) {
     if (r->failed != zppSuccess && r->nranks > 0 && r->told >= r->nranks) break;
-    double left = r->deadline - zppSockNow();
+    double left = r->deadline - zppClockNow();
     if (left <= 0) {
       if (r->failed == zppSuccess) {
         char miss[160] = "all (no rank connected)";
@@ -344,7 +344,7 @@ zppResult_t zppBootRootStart(int listenFd, const struct sockaddr_in* addr,
   r->nranks = -1;
   r->nranksFrom = -1;
   r->timeoutSec = timeoutSec;
-  r->deadline = zppSockNow() + timeoutSec;
+  r->deadline = zppClockNow() + timeoutSec;
   if (nranks > 0) {
     ZPP_CALLOCGOTO(r->connOfRank, nranks, res, err_free);
     ZPP_CALLOCGOTO(r->entries, (size_t)nranks * ZPP_ENTRY_BYTES, res, err_free);

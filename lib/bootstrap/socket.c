@@ -18,12 +18,6 @@
 #include "check.h"
 #include "params.h"
 
-double zppSockNow(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 const char* zppSockAddrStr(const struct sockaddr_in* addr, char* buf) {
   char ip[INET_ADDRSTRLEN] = "?";
   inet_ntop(AF_INET, &addr->sin_addr, ip, sizeof(ip));
@@ -60,7 +54,7 @@ static int interfaceScore(const struct ifaddrs* i) {
 }
 
 zppResult_t zppSockFindInterface(struct sockaddr_in* out, char* ifName, size_t ifNameLen) {
-  const char* want = zppParamGetString("ZPP_SOCKET_IFNAME");
+  const char* want = zppEnvGetString("ZPP_SOCKET_IFNAME");
   struct ifaddrs* list = NULL;
   SYSCHECK(getifaddrs(&list), "getifaddrs");
   const struct ifaddrs *exact = NULL, *prefix = NULL, *best = NULL;
@@ -108,10 +102,10 @@ zppResult_t zppSockListen(const struct sockaddr_in* addr, int reuseAddr, int* fd
    * happens to have it as its ephemeral port (e.g. a rank retrying its
    * connection to this very port before we listen): retry a little before
    * calling the port taken. */
-  double until = zppSockNow() + (addr->sin_port ? 5.0 : 0.0), nap = 0.005;
+  double until = zppClockNow() + (addr->sin_port ? 5.0 : 0.0), nap = 0.005;
   while (bind(s, (const struct sockaddr*)addr, sizeof(*addr)) != 0) {
     int e = errno;
-    if (e == EADDRINUSE && zppSockNow() < until) {
+    if (e == EADDRINUSE && zppClockNow() < until) {
       struct timespec ts = {0, (long)(nap * 1e9)};
       nanosleep(&ts, NULL);
       nap = nap * 2 > 0.2 ? 0.2 : nap * 2;
@@ -141,7 +135,7 @@ zppResult_t zppSockListen(const struct sockaddr_in* addr, int reuseAddr, int* fd
 }
 
 int zppSockPollMs(const zppSockWait_t* w) {
-  double left = w->deadline - zppSockNow();
+  double left = w->deadline - zppClockNow();
   if (left <= 0) return 0;
   double ms = ceil(left * 1e3);
   return ms > 1e9 ? 1000000000 : (int)ms;
@@ -174,10 +168,10 @@ zppResult_t zppSockWaitFd(int fd, short events, const zppSockWait_t* w, const ch
 
 /* Sleeps until min(deadline, now + sec), waking early on abort. */
 static void sleepAbortable(double sec, const zppSockWait_t* w) {
-  double until = zppSockNow() + sec;
+  double until = zppClockNow() + sec;
   if (until > w->deadline) until = w->deadline;
   for (;;) {
-    double left = until - zppSockNow();
+    double left = until - zppClockNow();
     if (left <= 0) return;
     struct pollfd p = {.fd = w->abortFd, .events = POLLIN};
     int rc = poll(w->abortFd >= 0 ? &p : NULL, w->abortFd >= 0 ? 1 : 0, (int)ceil(left * 1e3));
@@ -238,7 +232,7 @@ zppResult_t zppSockConnect(const struct sockaddr_in* to, const zppSockWait_t* w,
      * networks are what a peer that has not started yet looks like. */
     if (err == EAFNOSUPPORT || err == EINVAL || err == EBADF || err == EACCES || err == EPERM)
       break;
-    if (zppSockNow() >= w->deadline) break;
+    if (zppClockNow() >= w->deadline) break;
     sleepAbortable(backoff, w);
     backoff = backoff * 2 > 0.25 ? 0.25 : backoff * 2;
   }

@@ -14,17 +14,17 @@
 #include <stddef.h>
 
 #include "zpp.h"
+#include "clock.h"
 
 #define ZPP_SOCKADDR_STRLEN 32
 
 typedef struct {
-  double deadline;   /* zppSockNow() clock */
+  double deadline;   /* zppClockNow() clock */
   double timeoutSec; /* what the deadline came from, for messages */
   int abortFd;       /* -1: not abortable */
 } zppSockWait_t;
 
 /* Monotonic seconds. */
-double zppSockNow(void);
 
 /* "a.b.c.d:port" into buf (at least ZPP_SOCKADDR_STRLEN); returns buf. */
 const char* zppSockAddrStr(const struct sockaddr_in* addr, char* buf);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "params.h"
+#include "clock.h"
 
 static pthread_once_t logOnce = PTHREAD_ONCE_INIT;
 static zppLogLevel_t logLevel = ZPP_LOG_WARN;
@@ -20,7 +21,7 @@ static FILE* logFile = NULL;
 /* Set by the communicator's thread while a bootstrap root thread logs. */
 static _Atomic int logRank = -1;
 static char logHost[64] = "?";
-static struct timespec logEpoch;
+static double logEpoch;
 static pthread_mutex_t logWriteLock = PTHREAD_MUTEX_INITIALIZER;
 
 static const struct {
@@ -79,13 +80,13 @@ static void openLogFile(const char* pattern) {
 }
 
 static void logInit(void) {
-  clock_gettime(CLOCK_MONOTONIC, &logEpoch);
+  logEpoch = zppClockNow();
   if (gethostname(logHost, sizeof(logHost)) != 0) snprintf(logHost, sizeof(logHost), "?");
   logHost[sizeof(logHost) - 1] = '\0';
   char* dot = strchr(logHost, '.');
   if (dot) *dot = '\0';
 
-  const char* level = zppParamGetString("ZPP_DEBUG");
+  const char* level = zppEnvGetString("ZPP_DEBUG");
   if (!logLevelForced && level && level[0]) {
     int found = 0;
     for (int i = 0; i <= ZPP_LOG_TRACE; i++) {
@@ -105,9 +106,9 @@ static void logInit(void) {
       }
     }
   }
-  const char* subsys = zppParamGetString("ZPP_DEBUG_SUBSYS");
+  const char* subsys = zppEnvGetString("ZPP_DEBUG_SUBSYS");
   if (subsys && subsys[0]) logSubsysMask = parseSubsys(subsys);
-  const char* file = zppParamGetString("ZPP_DEBUG_FILE");
+  const char* file = zppEnvGetString("ZPP_DEBUG_FILE");
   if (file && file[0]) openLogFile(file);
 }
 
@@ -143,9 +144,7 @@ void zppLogWrite(zppLogLevel_t level, zppLogSubsys_t subsys, const char* file, i
     va_end(ap);
     if (!zppLogEnabled(level, subsys)) return;
   }
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  double t = (double)(now.tv_sec - logEpoch.tv_sec) + 1e-9 * (double)(now.tv_nsec - logEpoch.tv_nsec);
+  double t = zppClockNow() - logEpoch;
   const char* base = strrchr(file, '/');
   base = base ? base + 1 : file;
 

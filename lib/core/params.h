@@ -11,26 +11,26 @@
 
 #include "zpp.h"
 
-typedef enum { ZPP_PARAM_INT, ZPP_PARAM_STRING, ZPP_PARAM_BOOL } zppParamType_t;
+typedef enum { ZPP_ENV_INT, ZPP_ENV_STRING, ZPP_ENV_BOOL } zppEnvType_t;
 
 typedef struct {
   const char* name;
-  zppParamType_t type;
+  zppEnvType_t type;
   const char* defaultValue; /* as text; NULL or "" means unset */
   const char* help;
-} zppParamInfo_t;
+} zppEnvInfo_t;
 
 /* The table, for tools that list it. */
-int zppParamCount(void);
-const zppParamInfo_t* zppParamAt(int index);
+int zppEnvCount(void);
+const zppEnvInfo_t* zppEnvAt(int index);
 
 /* The environment value, else the default (never NULL; "" when unset). */
-const char* zppParamGetString(const char* name);
+const char* zppEnvGetString(const char* name);
 /* 1 when the value comes from the environment rather than the default. */
-int zppParamIsSet(const char* name);
+int zppEnvIsSet(const char* name);
 /* Integer and boolean parameters. A value that does not parse is an
  * invalid-argument error naming the variable; nothing is written then. */
-zppResult_t zppParamGetInt(const char* name, int64_t* value);
-zppResult_t zppParamGetBool(const char* name, int* value);
+zppResult_t zppEnvGetInt(const char* name, int64_t* value);
+zppResult_t zppEnvGetBool(const char* name, int* value);
 
 #endif /* ZPP_PARAMS_H_ */

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "zpp_build_config.h"
 #include "lib/comm.h"
+#include "lib/transport/ucx.h"
 #if ZPP_HAVE_NCCL
 #include "lib/transport/nccl.h"
 #endif
@@ -22,6 +23,7 @@ zppResult_t zppTransportsInit(struct zppComm* comm) {
   if (comm->nranks > 1) {
 #if ZPP_HAVE_UCX
     ZPPCHECKGOTO(zppUcxCreate(comm, &t->ucx), res, out);
+    ZPPCHECKGOTO(zppUcxP2pCreate(t->ucx, &t->p2p), res, out);
 #else
     ZPP_WARN(NET, "%s: built without UCX: collectives on host buffers will fail", comm->name);
 #endif
@@ -53,6 +55,7 @@ void zppTransportsDestroy(struct zppComm* comm) {
   zppExecutorDestroy(t->exec);
   t->exec = NULL;
 #if ZPP_HAVE_UCX
+  zppUcxP2pDestroy(t->p2p);
   if (t->ucx) {
     /* A rank that closes its endpoints while others still talk to it would
      * look to them like a failed peer: wait until every rank is done. */

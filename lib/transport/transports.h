@@ -1,7 +1,8 @@
 /*
  * The communicator's transports, as the layers above (collectives, API)
- * reach them: the UCX host transport with the host executor that owns it,
- * and the NCCL device transport, made on the first device-buffer call.
+ * reach them: the host transport through its interface (p2p.h) with the
+ * host executor that owns it, and the NCCL device transport, made on the
+ * first device-buffer call. The UCX type stays below (ucx.h).
  */
 #ifndef ZPP_TRANSPORTS_H_
 #define ZPP_TRANSPORTS_H_
@@ -13,12 +14,14 @@
 #include "zpp.h"
 #include "lib/executor.h"
 #include "lib/transport/transport.h"
-#include "lib/transport/ucx.h"
+#include "lib/transport/p2p.h"
 
 struct zppNccl;
+struct zppUcx;
 
 struct zppTransports {
-  zppUcx_t* ucx;        /* NULL with one rank or without UCX */
+  struct zppUcx* ucx;   /* NULL with one rank or without UCX */
+  zppP2p_t* p2p;        /* ucx as the collectives see it; NULL when ucx is */
   zppExecutor_t* exec;  /* runs host-buffer operations; owns ucx */
   pthread_mutex_t ncclLock;
   struct zppNccl* nccl; /* made lazily, under ncclLock */

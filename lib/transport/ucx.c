@@ -25,12 +25,6 @@
 
 #include "ucx_internal.h"
 
-double zppUcxNow(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Records the cause on the communicator, which logs it if it is the first
  * error; a consequence of an earlier error is only traced. */
 zppResult_t zppUcxFail(zppUcx_t* u, zppResult_t code, const char* fmt, ...) {
@@ -277,11 +271,11 @@ zppResult_t zppUcxGetEp(zppUcx_t* u, int peer, ucp_ep_h* out) {
 
 static zppResult_t readParams(zppUcx_t* u) {
   int64_t spinUs = 0;
-  ZPPCHECK(zppParamGetInt("ZPP_UCX_SPIN_US", &spinUs));
-  ZPPCHECK(zppParamGetInt("ZPP_UCX_BUSY_POLL_US", &u->busyPollUs));
-  ZPPCHECK(zppParamGetInt("ZPP_UCX_CONNECT_ALL", &u->connectAllMax));
-  ZPPCHECK(zppParamGetBool("ZPP_UCX_SHM", &u->useShm));
-  ZPPCHECK(zppParamGetInt("ZPP_SHM_SMALL_BYTES", &u->shmMaxParam));
+  ZPPCHECK(zppEnvGetInt("ZPP_UCX_SPIN_US", &spinUs));
+  ZPPCHECK(zppEnvGetInt("ZPP_UCX_BUSY_POLL_US", &u->busyPollUs));
+  ZPPCHECK(zppEnvGetInt("ZPP_UCX_CONNECT_ALL", &u->connectAllMax));
+  ZPPCHECK(zppEnvGetBool("ZPP_UCX_SHM", &u->useShm));
+  ZPPCHECK(zppEnvGetInt("ZPP_SHM_SMALL_BYTES", &u->shmMaxParam));
   if (u->shmMaxParam < 0 || u->shmMaxParam > ZPP_SHM_SMALL_BYTES_MAX)
     ZPP_FAIL(zppInvalidArgument, NET, "ZPP_SHM_SMALL_BYTES=%lld: must be 0 (off) to %d",
              (long long)u->shmMaxParam, ZPP_SHM_SMALL_BYTES_MAX);
@@ -294,7 +288,7 @@ static zppResult_t openWorker(zppUcx_t* u) {
   ucp_config_t* config = NULL;
   ucs_status_t st = ucp_config_read(NULL, NULL, &config);
   if (st != UCS_OK) ZPP_FAIL(zppSystemError, NET, "ucp_config_read: %s", ucs_status_string(st));
-  const char* devices = zppParamGetString("ZPP_UCX_NET_DEVICES");
+  const char* devices = zppEnvGetString("ZPP_UCX_NET_DEVICES");
   if (devices[0] != '\0') {
     st = ucp_config_modify(config, "NET_DEVICES", devices);
     if (st != UCS_OK)
@@ -465,12 +459,12 @@ static zppResult_t flushEps(zppUcx_t* u, double deadline) {
                    u->comm->name, u->rank, p, zppUcxHostOf(u, p), ucs_status_string(UCS_PTR_STATUS(h)));
     reqs[p] = h;
   }
-  double nextWatch = zppUcxNow() + 0.2;
+  double nextWatch = zppClockNow() + 0.2;
   for (int left = 1; left;) {
     while (ucp_worker_progress(u->worker)) {
     }
-    int watch = zppUcxNow() > nextWatch;
-    if (watch) nextWatch = zppUcxNow() + 0.2;
+    int watch = zppClockNow() > nextWatch;
+    if (watch) nextWatch = zppClockNow() + 0.2;
     left = 0;
     for (int p = 0; p < u->nranks; p++) {
       if (reqs[p] == NULL) continue;
@@ -489,7 +483,7 @@ static zppResult_t flushEps(zppUcx_t* u, double deadline) {
         ZPP_FAILGOTO(zppRemoteError, res, out, NET, "%s: rank %d cannot connect to rank %d (host %s): %s",
                      u->comm->name, u->rank, p, zppUcxHostOf(u, p), ucs_status_string(st));
     }
-    if (left && zppUcxNow() > deadline)
+    if (left && zppClockNow() > deadline)
       ZPP_FAILGOTO(zppRemoteError, res, out, NET,
                    "%s: rank %d: %d endpoints not connected after %.0f s", u->comm->name, u->rank,
                    left, u->comm->timeoutSec);
@@ -576,7 +570,7 @@ zppResult_t zppUcxCreate(struct zppComm* comm, zppUcx_t** out) {
    * "Shared memory error"); its tcp port is closed ("Connection refused",
    * "Endpoint timeout"); and UCX 1.13 aborts on an assertion when a worker is
    * destroyed with a wireup reply still pending. */
-  ZPPCHECKGOTO(flushEps(u, zppUcxNow() + comm->timeoutSec), res, fail);
+  ZPPCHECKGOTO(flushEps(u, zppClockNow() + comm->timeoutSec), res, fail);
   ZPPCHECKGOTO(progressingBarrier(u), res, fail);
   if (u->nShmPeers > 0) ZPPCHECKGOTO(repostWakeRecv(u), res, fail);
   ZPP_INFO(NET, "%s: UCX %s ready, rank %d of %d, shared memory inside the node %s",
@@ -939,7 +933,7 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
     int err = atomic_load(&u->comm->asyncError);
     if (err != zppSuccess) return (zppResult_t)err; /* logged where it was found */
 
-    double now = zppUcxNow();
+    double now = zppClockNow();
     if (lastDone < 0.0) {
       lastDone = idleSince = now;
       /* The first health check comes early: a mismatch is best found fast. */

@@ -35,27 +35,15 @@
 #include <stdint.h>
 
 #include "zpp.h"
+#include "lib/transport/p2p.h"
 
 struct zppComm;
 typedef struct zppUcx zppUcx_t;
-typedef struct zppUcxReq zppUcxReq_t;
-
-/* Where a message belongs; encoded into its tag. */
-typedef struct {
-  uint32_t seq;  /* collective sequence number (low 16 bits used) */
-  uint32_t step; /* step inside the collective (low 8 bits used; wraps: messages
-                    between two ranks with the same tag match in send order) */
-  uint32_t sig;  /* signature of the call (low 20 bits used) */
-  int opKind;    /* zppOpKind_t, for the byte counters */
-} zppMsgId_t;
+/* The UCX transport defines the interface's request (lib/transport/p2p.h). */
+typedef struct zppP2pReq zppUcxReq_t;
 
 #define ZPP_UCX_SIG_BITS 20
 #define ZPP_UCX_SIG_MASK ((1u << ZPP_UCX_SIG_BITS) - 1u)
-
-/* Describes a mismatch for error messages, as "<theirs> while this rank
- * called <mine>" (set by the layer that makes the signatures); writes at
- * most len bytes into buf. */
-typedef void (*zppSigFormatter_t)(uint32_t theirs, uint32_t mine, char* buf, size_t len);
 
 /* Collective over the communicator (uses its bootstrap and topology). */
 zppResult_t zppUcxCreate(struct zppComm* comm, zppUcx_t** out);
@@ -98,6 +86,11 @@ void zppUcxQuiesce(zppUcx_t* ucx);
 /* Transport names of the endpoint to peer ("tcp", "sysv,cma", ...) after a
  * message exchange with it; for tests and diagnostics. */
 zppResult_t zppUcxPeerTransports(zppUcx_t* ucx, int peer, char* buf, size_t len);
+
+/* The interface the collectives use (lib/transport/p2p.h), over ucx: made
+ * after zppUcxCreate, destroyed before zppUcxDestroy. */
+zppResult_t zppUcxP2pCreate(zppUcx_t* ucx, zppP2p_t** out);
+void zppUcxP2pDestroy(zppP2p_t* p2p);
 
 /* Bytes sent, by operation kind and by whether the peer is on this node. */
 void zppUcxGetBytes(const zppUcx_t* ucx, uint64_t* intra, uint64_t* inter, int nKinds);

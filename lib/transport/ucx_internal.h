@@ -14,6 +14,7 @@
 #include "busy_poll.h"
 #include "shm_ring.h"
 #include "ucx.h"
+#include "clock.h"
 
 #define TAG_CONTROL (1ull << 63)
 /* Control messages: the lowest bit tells an error notice (0) from a wake-up
@@ -106,17 +107,17 @@ typedef struct {
   zppShmInbox_t shmBox;      /* the peer's inbox, mapped */
   zppShmRing_t shmIn;        /* its ring in this rank's inbox */
   zppShmRing_t shmOut;       /* this rank's ring in its inbox */
-  struct zppUcxReq* posted;  /* receives waiting for a message, in post order */
-  struct zppUcxReq* postedTail;
+  struct zppP2pReq* posted;  /* receives waiting for a message, in post order */
+  struct zppP2pReq* postedTail;
   struct shmMsg* unexpected; /* messages taken off the ring before their receive */
   struct shmMsg* unexpectedTail;
-  struct zppUcxReq* queued;  /* sends waiting for a free slot, in send order */
-  struct zppUcxReq* queuedTail;
+  struct zppP2pReq* queued;  /* sends waiting for a free slot, in send order */
+  struct zppP2pReq* queuedTail;
 } peer_t;
 
-struct zppUcxReq {
-  struct zppUcxReq* next;
-  struct zppUcxReq* prev;
+struct zppP2pReq {
+  struct zppP2pReq* next;
+  struct zppP2pReq* prev;
   void* ucpReq; /* UCX's request while in flight */
   int peer;
   int isRecv;
@@ -133,7 +134,7 @@ struct zppUcxReq {
   void* buf;            /* receive buffer */
   const void* sendBuf;  /* a queued send's data */
   uint64_t tag;
-  struct zppUcxReq* shmNext; /* in the peer's posted or queued list */
+  struct zppP2pReq* shmNext; /* in the peer's posted or queued list */
 };
 
 typedef struct {
@@ -186,7 +187,6 @@ struct zppUcx {
 };
 
 /* Monotonic seconds. */
-double zppUcxNow(void);
 /* Records the cause on the communicator (logged if it is the first error)
  * and returns code. */
 zppResult_t zppUcxFail(zppUcx_t* u, zppResult_t code, const char* fmt, ...)

@@ -148,8 +148,8 @@ static void wakeIfAsleep(zppUcx_t* u, peer_t* p) {
     /* Not out yet (the peer's queue is full?): push it now, briefly. This
      * rank may go off to compute next, and a wake-up that waits for its next
      * progress call leaves the peer asleep up to its sleep's bound. */
-    double end = zppUcxNow() + WAKE_SEND_WAIT_SEC;
-    while (ucp_request_check_status(h) == UCS_INPROGRESS && zppUcxNow() < end)
+    double end = zppClockNow() + WAKE_SEND_WAIT_SEC;
+    while (ucp_request_check_status(h) == UCS_INPROGRESS && zppClockNow() < end)
       ucp_worker_progress(u->worker);
     ucp_request_free(h); /* released by UCX once sent, if it is not yet */
   } else if (UCS_PTR_IS_ERR(h)) {

@@ -21,7 +21,7 @@
 /* Progresses until no request but the control receive is live, or the time
  * is up. */
 int zppUcxDrain(zppUcx_t* u, double limitSec) {
-  double end = zppUcxNow() + limitSec;
+  double end = zppClockNow() + limitSec;
   for (;;) {
     zppUcxShmProgress(u);
     while (ucp_worker_progress(u->worker)) {
@@ -29,7 +29,7 @@ int zppUcxDrain(zppUcx_t* u, double limitSec) {
     int live = 0;
     for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
       if (!zppUcxIsControlRecv(u, r) && !r->done) live++;
-    if (live == 0 || zppUcxNow() > end) return live;
+    if (live == 0 || zppClockNow() > end) return live;
     sched_yield();
   }
 }
@@ -138,7 +138,7 @@ static void closeEps(zppUcx_t* u, unsigned mode, double limitSec) {
     }
   }
   if (closing == NULL) return;
-  double end = zppUcxNow() + limitSec;
+  double end = zppClockNow() + limitSec;
   for (;;) {
     ucp_worker_progress(u->worker);
     int left = 0;
@@ -152,7 +152,7 @@ static void closeEps(zppUcx_t* u, unsigned mode, double limitSec) {
       }
     }
     if (left == 0) break;
-    if (zppUcxNow() > end) {
+    if (zppClockNow() > end) {
       /* A flush that does not finish (peer gone): fall back to dropping. */
       if (mode == UCP_EP_CLOSE_FLAG_FORCE) {
         /* Released to UCX, which frees them when they end: ucp_worker_destroy
@@ -165,7 +165,7 @@ static void closeEps(zppUcx_t* u, unsigned mode, double limitSec) {
       for (int p = 0; p < u->nranks; p++)
         if (closing[p]) ucp_request_cancel(u->worker, closing[p]);
       mode = UCP_EP_CLOSE_FLAG_FORCE;
-      end = zppUcxNow() + limitSec;
+      end = zppClockNow() + limitSec;
     }
     sched_yield();
   }

@@ -5,12 +5,6 @@
 
 #include "collectives/reduce_ops.h"
 
-double collTestNow(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 int collTestIsSigned(zppDataType_t t) {
   return t != zppUint8 && t != zppUint32 && t != zppUint64;
 }

@@ -14,8 +14,8 @@
 #include <stdint.h>
 
 #include "zpp.h"
+#include "clock.h"
 
-double collTestNow(void);
 int collTestIsSigned(zppDataType_t t);
 const char* collTestTypeName(zppDataType_t t);
 const char* collTestOpName(zppRedOp_t op);

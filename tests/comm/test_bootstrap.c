@@ -19,13 +19,8 @@
 #include "lib/bootstrap/wire.h"
 #include "lib/core/log.h"
 #include "testutil.h"
-#include "tools/launch.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "perf/common/launch.h"
+#include "clock.h"
 
 static void sleepSec(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -90,9 +85,9 @@ static void testRanks(void) {
     zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
     o.nranks = n;
     o.timeoutSec = 60;
-    double t0 = now();
+    double t0 = zppClockNow();
     CHECK_MSG(zppLaunch(&o, ringBody, NULL) == 0, "%d ranks", n);
-    printf("bootstrap with %d ranks: %.2f s\n", n, now() - t0);
+    printf("bootstrap with %d ranks: %.2f s\n", n, zppClockNow() - t0);
   }
 }
 
@@ -110,9 +105,9 @@ static int secretBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     zppUniqueId bad = *id;
     bad.internal[ZPP_ID_OFF_SECRET + 5] ^= 0x40;
     zppBootstrap_t* bs = NULL;
-    double t0 = now();
+    double t0 = zppClockNow();
     zppResult_t res = zppBootstrapInit(&bad, 1, realRanks, "intruder", 20.0, &bs);
-    double dt = now() - t0;
+    double dt = zppClockNow() - t0;
     CHECK_EQ_INT(res, zppInvalidUsage);
     CHECK(bs == NULL);
     CHECK_MSG(dt < 5.0, "refusal took %.2f s", dt);
@@ -147,9 +142,9 @@ static void unreachable(const char* host, int port, double timeout, double grace
   unsigned char secret[32] = {1};
   REQUIRE(zppBootstrapMakeId(&id, host, port, secret, sizeof(secret)) == zppSuccess);
   zppBootstrap_t* bs = NULL;
-  double t0 = now();
+  double t0 = zppClockNow();
   zppResult_t res = zppBootstrapInit(&id, 0, 2, "h", timeout, &bs);
-  double dt = now() - t0;
+  double dt = zppClockNow() - t0;
   CHECK_EQ_INT(res, zppRemoteError);
   CHECK(bs == NULL);
   CHECK_MSG(dt >= timeout - 0.1 && dt < timeout + grace + 3.0, "%s:%d: error after %.2f s, timeout %.1f",
@@ -184,9 +179,9 @@ static void testUnreachable(void) {
 static int mismatchBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   int claim = rank == 2 ? nranks + 1 : nranks;
   zppBootstrap_t* bs = NULL;
-  double t0 = now();
+  double t0 = zppClockNow();
   zppResult_t res = zppBootstrapInit(id, rank, claim, "h", 20.0, &bs);
-  double dt = now() - t0;
+  double dt = zppClockNow() - t0;
   CHECK_EQ_INT(res, zppInvalidUsage);
   CHECK_MSG(dt < 5.0, "rank %d: mismatch reported after %.2f s", rank, dt);
   CHECK_MSG(strstr(zppLogLastError(), "nranks mismatch") != NULL, "rank %d: %s", rank,
@@ -207,9 +202,9 @@ static int missingBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   const double timeout = 2.0;
   if (rank == 2) return 0; /* never joins */
   zppBootstrap_t* bs = NULL;
-  double t0 = now();
+  double t0 = zppClockNow();
   zppResult_t res = zppBootstrapInit(id, rank, nranks, "h", timeout, &bs);
-  double dt = now() - t0;
+  double dt = zppClockNow() - t0;
   CHECK_EQ_INT(res, zppRemoteError);
   CHECK_MSG(dt >= timeout - 0.5 && dt < timeout + 4.0, "rank %d: error after %.2f s", rank, dt);
   CHECK_MSG(strstr(zppLogLastError(), "missing: 2") != NULL, "rank %d: %s", rank,
@@ -235,9 +230,9 @@ static int deathBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   if (rank == 2) _exit(0); /* dies without a word; the kernel closes its sockets */
   sleepSec(0.2);
   int v[5] = {0};
-  double t0 = now();
+  double t0 = zppClockNow();
   zppResult_t res = zppBootstrapAllGather(bs, v, sizeof(int));
-  double dt = now() - t0;
+  double dt = zppClockNow() - t0;
   CHECK_EQ_INT(res, zppRemoteError);
   /* Through closed connections, not the 60 s timeout. */
   CHECK_MSG(dt < 5.0, "rank %d: error after %.2f s", rank, dt);
@@ -259,9 +254,9 @@ static int callMismatchBody(int rank, int nranks, const zppUniqueId* id, void* a
   zppBootstrap_t* bs = NULL;
   REQUIRE(zppBootstrapInit(id, rank, nranks, "h", 60.0, &bs) == zppSuccess);
   unsigned char d[64 * 4] = {0};
-  double t0 = now();
+  double t0 = zppClockNow();
   zppResult_t res = zppBootstrapAllGather(bs, d, rank == 1 ? 64 : 32);
-  double dt = now() - t0;
+  double dt = zppClockNow() - t0;
   CHECK(res != zppSuccess);
   CHECK_MSG(dt < 5.0, "rank %d: error after %.2f s", rank, dt);
   zppBootstrapDestroy(bs);
@@ -291,9 +286,9 @@ static int abortBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     /* Rank 1 is busy elsewhere: this all-gather would wait 60 s. */
     pthread_t t;
     pthread_create(&t, NULL, abortLater, bs);
-    double t0 = now();
+    double t0 = zppClockNow();
     zppResult_t res = zppBootstrapAllGather(bs, v, sizeof(int));
-    double dt = now() - t0;
+    double dt = zppClockNow() - t0;
     pthread_join(t, NULL);
     CHECK_EQ_INT(res, zppRemoteError);
     CHECK_MSG(dt >= 0.4 && dt < 3.0, "abort took effect after %.2f s", dt);
@@ -301,9 +296,9 @@ static int abortBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   } else {
     sleepSec(2.0);
     /* The aborted rank closed its side: this fails at once. */
-    double t0 = now();
+    double t0 = zppClockNow();
     CHECK(zppBootstrapAllGather(bs, v, sizeof(int)) == zppRemoteError);
-    CHECK(now() - t0 < 3.0);
+    CHECK(zppClockNow() - t0 < 3.0);
   }
   zppBootstrapDestroy(bs);
   return zppTestRankResult();
@@ -367,9 +362,9 @@ static void testBindRetry(void) {
   pthread_t t;
   pthread_create(&t, NULL, releaseLater, &holder);
   zppUniqueId id;
-  double t0 = now();
+  double t0 = zppClockNow();
   CHECK_EQ_INT(zppBootstrapCreateRoot(&id, "0.0.0.0", port, 1, NULL, 0, 10.0), zppSuccess);
-  double dt = now() - t0;
+  double dt = zppClockNow() - t0;
   pthread_join(t, NULL);
   CHECK_MSG(dt >= 0.4 && dt < 3.0, "root listening after %.2f s", dt);
   zppBootstrap_t* bs = NULL;

@@ -19,7 +19,7 @@
 #include "coll_testlib.h"
 #include "lib/transport/busy_poll.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 static int near(double a, double b) { return a - b < 1e-12 && b - a < 1e-12; }
 
@@ -82,9 +82,9 @@ static double timeAllReduces(int rank, int nranks, const zppUniqueId* id, int it
   REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
   float v[2] = {1.0f, 2.0f};
   for (int i = 0; i < 200; i++) REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
-  double t0 = collTestNow();
+  double t0 = zppClockNow();
   for (int i = 0; i < iters; i++) REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
-  double t = (collTestNow() - t0) / iters;
+  double t = (zppClockNow() - t0) / iters;
   CHECK(v[0] == 1.0f && v[1] == 2.0f);
   REQUIRE(zppCommDestroy(comm) == zppSuccess);
   return t;
@@ -157,9 +157,9 @@ static int leaveCoreBody(int rank, int nranks, const zppUniqueId* id, void* arg)
   float v[2] = {1.0f, 2.0f};
   for (int i = 0; i < 2000; i++) REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
   REQUIRE(sched_setaffinity(0, sizeof(all), &all) == 0);
-  double t0 = collTestNow();
+  double t0 = zppClockNow();
   for (int i = 0; i < 5000; i++) REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
-  double t = (collTestNow() - t0) / 5000;
+  double t = (zppClockNow() - t0) / 5000;
   int cpus[2] = {-1, -1};
   int mine = sched_getcpu();
   REQUIRE(zppAllGather(&mine, cpus, 1, zppInt32, comm, NULL) == zppSuccess);

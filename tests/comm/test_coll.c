@@ -15,7 +15,7 @@
 
 #include "coll_testlib.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 static const zppDataType_t allTypes[] = {zppInt8,    zppUint8,   zppInt32,   zppUint32, zppInt64,
                                          zppUint64,  zppFloat16, zppFloat32, zppFloat64, zppBfloat16};
@@ -193,9 +193,9 @@ int main(int argc, char** argv) {
   o.nranks = atoi(argv[1]);
   o.layout = argc > 2 ? argv[2] : NULL;
   o.timeoutSec = 240;
-  double t0 = collTestNow();
+  double t0 = zppClockNow();
   int rc = zppLaunch(&o, body, NULL);
   printf("test_coll %d ranks%s%s: %s in %.1f s\n", o.nranks, o.layout ? " layout " : "",
-         o.layout ? o.layout : "", rc == 0 ? "passed" : "FAILED", collTestNow() - t0);
+         o.layout ? o.layout : "", rc == 0 ? "passed" : "FAILED", zppClockNow() - t0);
   return rc;
 }

@@ -21,7 +21,7 @@
 
 #include "coll_testlib.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 /* Shared with the forked ranks: what each saw. */
 typedef struct {
@@ -38,7 +38,7 @@ static void sleepSec(double s) {
 
 static void record(int rank, zppComm_t comm, zppResult_t res, double t0) {
   shared->result[rank] = (int)res;
-  shared->elapsed[rank] = collTestNow() - t0;
+  shared->elapsed[rank] = zppClockNow() - t0;
   snprintf(shared->reason[rank], sizeof(shared->reason[rank]), "%s",
            res == zppSuccess ? "" : zppGetLastError(comm));
 }
@@ -77,7 +77,7 @@ static int killBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     sleepSec(0.002); /* the call takes some 100 ms: die inside it */
     raise(SIGKILL);
   }
-  double t0 = collTestNow();
+  double t0 = zppClockNow();
   zppResult_t res = zppAllReduce(buf, buf, count, zppFloat32, zppSum, comm, NULL);
   record(rank, comm, res, t0);
   /* Had the victim finished its part, success would be right, but only
@@ -119,7 +119,7 @@ static int stallBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   for (int i = 0; i < 300; i++) v[i] = rank;
   REQUIRE(zppAllReduce(v, v, 300, zppInt32, zppSum, comm, NULL) == zppSuccess);
   if (rank == staller) sleepSec(STALL_TIMEOUT + 2.0);
-  double t0 = collTestNow();
+  double t0 = zppClockNow();
   zppResult_t res = zppAllGather(v + rank * 100, v, 100, zppInt32, comm, NULL);
   record(rank, comm, res, t0);
   zppCommDestroy(comm);
@@ -167,7 +167,7 @@ static int mismatchBody(int rank, int nranks, const zppUniqueId* id, void* arg) 
   size_t count = m == MIS_COUNT_LARGE ? 300000 : 100;
   int32_t* buf = calloc(count * (size_t)nranks + 8, sizeof(int32_t));
   REQUIRE(buf);
-  double t0 = collTestNow();
+  double t0 = zppClockNow();
   zppResult_t res;
   switch (m) {
     case MIS_COUNT:
@@ -250,11 +250,11 @@ static int abortBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   REQUIRE(zppAllReduce(w, w, 64, zppFloat32, zppSum, comm, s) == zppSuccess); /* queued */
   pthread_t th;
   REQUIRE(pthread_create(&th, NULL, aborter, comm) == 0);
-  double t0 = collTestNow();
+  double t0 = zppClockNow();
   /* Blocks behind the queued operation until the abort. */
   zppResult_t res = zppAllReduce(v, v, 64, zppFloat32, zppSum, comm, NULL);
   shared->result[0] = (int)res;
-  shared->elapsed[0] = collTestNow() - t0;
+  shared->elapsed[0] = zppClockNow() - t0;
   pthread_join(th, NULL);
   /* The queued operation failed too, and the stream says so. */
   shared->result[1] = (int)zppHostStreamSynchronize(s);
@@ -327,7 +327,7 @@ int main(int argc, char** argv) {
   shared = mmap(NULL, sizeof(outcome_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   REQUIRE(shared != MAP_FAILED);
   const char* which = argc > 1 ? argv[1] : "";
-  double t0 = collTestNow();
+  double t0 = zppClockNow();
   if (strcmp(which, "kill") == 0)
     testKill();
   else if (strcmp(which, "stall") == 0)
@@ -342,6 +342,6 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s kill|stall|mismatch|abort|args\n", argv[0]);
     return 2;
   }
-  printf("%s: %.1f s\n", which, collTestNow() - t0);
+  printf("%s: %.1f s\n", which, zppClockNow() - t0);
   return zppTestExit(which);
 }

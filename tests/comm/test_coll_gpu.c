@@ -20,7 +20,7 @@
 
 #include "coll_testlib.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 static int* sharedDevices; /* device count seen by rank 0 of the first run */
 

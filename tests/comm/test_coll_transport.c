@@ -21,7 +21,7 @@
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 static int expectShm = 1;
 
@@ -86,11 +86,11 @@ static int streamBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   /* The last rank starts late, so the others' operations are still running
    * when they ask. */
   if (rank == nranks - 1) sleepSec(0.3);
-  double t0 = collTestNow();
+  double t0 = zppClockNow();
   CHECK(zppAllGather(mine, all, count, zppFloat32, comm, s1) == zppSuccess);
   /* Issued after the gather on another stream: runs after it, reads its output. */
   CHECK(zppAllReduce(all, sum, count, zppFloat32, zppSum, comm, s2) == zppSuccess);
-  double issue = collTestNow() - t0;
+  double issue = zppClockNow() - t0;
   CHECK_MSG(issue < 0.1, "issuing took %.3f s: it should not wait", issue);
   if (rank != nranks - 1) {
     CHECK_EQ_INT(zppHostStreamQuery(s1), zppInProgress);
@@ -146,8 +146,8 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s net|noshm|stream\n", argv[0]);
     return 2;
   }
-  double t0 = collTestNow();
+  double t0 = zppClockNow();
   int rc = zppLaunch(&o, fn, NULL);
-  printf("%s: %s in %.1f s\n", which, rc == 0 ? "passed" : "FAILED", collTestNow() - t0);
+  printf("%s: %s in %.1f s\n", which, rc == 0 ? "passed" : "FAILED", zppClockNow() - t0);
   return rc;
 }

@@ -12,13 +12,8 @@
 #include "lib/comm.h"
 #include "lib/core/log.h"
 #include "testutil.h"
-#include "tools/launch.h"
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "perf/common/launch.h"
+#include "clock.h"
 
 static void sleepSec(double s) {
   struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -73,9 +68,9 @@ static void testTorchrun(void) {
     o.env = env;
     o.setupRank = rank0Late;
     o.timeoutSec = 60;
-    double t0 = now();
+    double t0 = zppClockNow();
     CHECK_MSG(zppLaunch(&o, torchrunBody, NULL) == 0, "layout %s", layouts[i]);
-    printf("torchrun env, layout %s: %.2f s\n", layouts[i], now() - t0);
+    printf("torchrun env, layout %s: %.2f s\n", layouts[i], zppClockNow() - t0);
   }
 }
 
@@ -128,9 +123,9 @@ static void secretEnv(int rank, int nranks, void* arg) {
 
 static int secretBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   zppComm_t comm = NULL;
-  double t0 = now();
+  double t0 = zppClockNow();
   zppResult_t res = zppCommInitFromEnv(&comm, NULL);
-  double dt = now() - t0;
+  double dt = zppClockNow() - t0;
   CHECK(res != zppSuccess);
   if (rank == 2) {
     CHECK_EQ_INT(res, zppInvalidUsage);

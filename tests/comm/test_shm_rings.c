@@ -41,7 +41,7 @@
 #include "lib/transport/transports.h"
 #include "lib/transport/ucx_internal.h"
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 
 static zppUcx_t* ucxOf(zppComm_t comm) { return comm->transports->ucx; }
 
@@ -248,7 +248,7 @@ static int wakeBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
       REQUIRE(zppUcxSendRecv(u, -1, NULL, 0, recv, &token, 1, &go) == zppSuccess);
       struct timespec ts = {0, (long)(WAKE_GAP_SEC * 1e9) * (rank + 1)};
       nanosleep(&ts, NULL); /* the receiver spins 50 us, then sleeps */
-      sent = collTestNow();
+      sent = zppClockNow();
       REQUIRE(zppUcxIsend(u, recv, &sent, sizeof(sent), &mid, &req) == zppSuccess);
       CHECK(zppUcxWaitAll(u, &req, 1) == zppSuccess);
     } else {
@@ -257,7 +257,7 @@ static int wakeBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
       for (int p = 0; p < recv; p++) {
         REQUIRE(zppUcxIrecv(u, p, &sent, sizeof(sent), &mid, &req) == zppSuccess);
         CHECK(zppUcxWaitAll(u, &req, 1) == zppSuccess);
-        if (nLat < MAX_LAT) lat[nLat++] = collTestNow() - sent;
+        if (nLat < MAX_LAT) lat[nLat++] = zppClockNow() - sent;
       }
     }
   }
@@ -305,7 +305,7 @@ static int pathsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   REQUIRE(buf != NULL);
   zppMsgId_t mid = {11, 1, 0x77, 0};
   zppUcxReq_t* req = NULL;
-  double t0 = collTestNow();
+  double t0 = zppClockNow();
   zppResult_t res;
   if (rank == 0) {
     REQUIRE(zppUcxIsend(u, 1, buf, a->sendBytes, &mid, &req) == zppSuccess);
@@ -326,7 +326,7 @@ static int pathsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     CHECK_MSG(strstr(why, "different counts") != NULL && strstr(why, what) != NULL, "error: %s", why);
     printf("paths: %zu bytes sent, %zu expected: %s\n", a->sendBytes, a->recvBytes, why);
   }
-  double t = collTestNow() - t0;
+  double t = zppClockNow() - t0;
   CHECK_MSG(t < PATHS_TIMEOUT_SEC + 3.0, "rank %d took %.1f s to fail (timeout %d s)", rank, t,
             PATHS_TIMEOUT_SEC);
   zppUcxQuiesce(u);
@@ -376,7 +376,7 @@ static int queuedErrorBody(int rank, int nranks, const zppUniqueId* id, void* ar
   }
   static char bufs[QUEUED_MSGS][100];
   zppUcxReq_t* reqs[QUEUED_MSGS] = {NULL};
-  double t0 = collTestNow();
+  double t0 = zppClockNow();
   zppResult_t res;
   if (rank == 0) {
     for (int i = 0; i < QUEUED_MSGS; i++) {
@@ -397,7 +397,7 @@ static int queuedErrorBody(int rank, int nranks, const zppUniqueId* id, void* ar
     res = zppUcxWaitAll(u, reqs, 1);
     CHECK(res != zppSuccess); /* rank 0's notice, or this rank's own timeout */
   }
-  double t = collTestNow() - t0;
+  double t = zppClockNow() - t0;
   CHECK_MSG(t < (rank == 0 ? 1 : 5) * QUEUED_TIMEOUT_SEC + 2.0, "rank %d took %.1f s to fail", rank, t);
   zppUcxQuiesce(u);
   CHECK_EQ_INT(zppUcxShmSendsQueued(u), 0);

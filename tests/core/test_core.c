@@ -34,40 +34,40 @@ int main(void) {
   CHECK(strcmp(zppGetErrorString((zppResult_t)99), "unknown result code") == 0);
 
   /* Every table row has a name, help and a default that parses as its type. */
-  CHECK(zppParamCount() > 0);
-  for (int i = 0; i < zppParamCount(); i++) {
-    const zppParamInfo_t* p = zppParamAt(i);
+  CHECK(zppEnvCount() > 0);
+  for (int i = 0; i < zppEnvCount(); i++) {
+    const zppEnvInfo_t* p = zppEnvAt(i);
     CHECK(p != NULL && p->name != NULL && strncmp(p->name, "ZPP_", 4) == 0);
     CHECK(p->help != NULL && p->help[0] != '\0');
     unsetenv(p->name);
-    if (p->type == ZPP_PARAM_INT) {
+    if (p->type == ZPP_ENV_INT) {
       int64_t v;
-      CHECK_MSG(zppParamGetInt(p->name, &v) == zppSuccess, "default of %s", p->name);
-    } else if (p->type == ZPP_PARAM_BOOL) {
+      CHECK_MSG(zppEnvGetInt(p->name, &v) == zppSuccess, "default of %s", p->name);
+    } else if (p->type == ZPP_ENV_BOOL) {
       int v;
-      CHECK_MSG(zppParamGetBool(p->name, &v) == zppSuccess, "default of %s", p->name);
+      CHECK_MSG(zppEnvGetBool(p->name, &v) == zppSuccess, "default of %s", p->name);
     }
   }
-  CHECK(zppParamAt(-1) == NULL && zppParamAt(zppParamCount()) == NULL);
+  CHECK(zppEnvAt(-1) == NULL && zppEnvAt(zppEnvCount()) == NULL);
 
   /* A malformed value is an error, and the output is left untouched. */
   setenv("ZPP_DEBUG", "12abc", 1);
   int64_t untouched = 1234;
-  CHECK(zppParamGetInt("ZPP_DEBUG", &untouched) == zppInvalidArgument);
+  CHECK(zppEnvGetInt("ZPP_DEBUG", &untouched) == zppInvalidArgument);
   CHECK_EQ_INT(untouched, 1234);
   setenv("ZPP_DEBUG", "0x10", 1);
-  CHECK(zppParamGetInt("ZPP_DEBUG", &untouched) == zppSuccess);
+  CHECK(zppEnvGetInt("ZPP_DEBUG", &untouched) == zppSuccess);
   CHECK_EQ_INT(untouched, 16);
   setenv("ZPP_DEBUG", "maybe", 1);
   int flag = 5;
-  CHECK(zppParamGetBool("ZPP_DEBUG", &flag) == zppInvalidArgument);
+  CHECK(zppEnvGetBool("ZPP_DEBUG", &flag) == zppInvalidArgument);
   CHECK_EQ_INT(flag, 5);
   setenv("ZPP_DEBUG", "on", 1);
-  CHECK(zppParamGetBool("ZPP_DEBUG", &flag) == zppSuccess);
+  CHECK(zppEnvGetBool("ZPP_DEBUG", &flag) == zppSuccess);
   CHECK_EQ_INT(flag, 1);
-  CHECK(zppParamIsSet("ZPP_DEBUG"));
+  CHECK(zppEnvIsSet("ZPP_DEBUG"));
   unsetenv("ZPP_DEBUG");
-  CHECK(!zppParamIsSet("ZPP_DEBUG"));
-  CHECK(strcmp(zppParamGetString("ZPP_DEBUG"), "WARN") == 0);
+  CHECK(!zppEnvIsSet("ZPP_DEBUG"));
+  CHECK(strcmp(zppEnvGetString("ZPP_DEBUG"), "WARN") == 0);
   return zppTestExit("test_core");
 }

@@ -34,7 +34,7 @@
 #include <time.h>
 
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 #include "zeropp_testlib.h"
 
 /* The launcher's layout (NULL under an outside launcher). */

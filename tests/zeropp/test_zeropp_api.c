@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 #include "zeropp_testlib.h"
 
 static void* xmalloc(size_t n) {

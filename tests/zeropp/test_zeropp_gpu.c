@@ -27,7 +27,7 @@
 #include <nccl.h>
 
 #include "testutil.h"
-#include "tools/launch.h"
+#include "perf/common/launch.h"
 #include "zeropp_testlib.h"
 
 #define CU(call) REQUIRE((call) == cudaSuccess)

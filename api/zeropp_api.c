@@ -1,0 +1,356 @@
+/* The ZeRO++ entry points (zppQwzAllGather, zppQgzReduceScatter[Coalesced],
+ * zppParam*) and the routing of plain calls under compression settings:
+ * validate, then dispatch to the host executor (collectives/zeropp_host.h).
+ * Nothing else happens here.
+ *
+ * Device buffers: qwZ and qgZ go to the stream-ordered CUDA + NCCL path
+ * (collectives/zeropp_device.c, not yet run on a GPU), also when the
+ * communicator's settings compress a plain call; hpZ parameters take host
+ * buffers only. */
+#include "api/zeropp_api.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "zpp.h"
+#include "check.h"
+#include "lib/comm.h"
+#include "lib/compress_settings.h"
+#include "lib/transport/transports.h"
+#include "collectives/zeropp_host.h"
+#include "zpp_build_config.h"
+#if ZPP_HAVE_NCCL
+#include "collectives/zeropp_device.h"
+#endif
+
+static int isFloating(zppDataType_t t) {
+  return t == zppFloat32 || t == zppFloat16 || t == zppBfloat16;
+}
+
+static int overlaps(const void* a, size_t na, const void* b, size_t nb) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return na && nb && x < y + nb && y < x + na;
+}
+
+static zppResult_t checkType(const char* name, zppDataType_t t) {
+  ZPP_ARGCHECK(isFloating(t), "%s: datatype %d: ZeRO++ quantizes fp32, fp16 or bf16 only", name,
+               (int)t);
+  return zppSuccess;
+}
+
+static zppResult_t checkBits(const char* name, int bits) {
+  ZPP_ARGCHECK(bits == 0 || bits == 4 || bits == 8,
+               "%s: bits %d: expected 8, 4, or 0 (the communicator's setting)", name, bits);
+  return zppSuccess;
+}
+
+/* count * typesize * nranks must fit: the largest buffer involved. */
+static zppResult_t checkSize(const char* name, size_t count, zppDataType_t t, int nranks) {
+  size_t ts = zppTypeSize(t);
+  if (count > SIZE_MAX / ts / (size_t)nranks || count * ts * (size_t)nranks > (size_t)PTRDIFF_MAX)
+    ZPP_FAIL(zppInvalidArgument, ALL, "%s: count %zu of %zu-byte elements on %d ranks overflows",
+             name, count, ts, nranks);
+  return zppSuccess;
+}
+
+/* Where the buffers live (*device: 1 device memory, 0 host), with the
+ * stream that fits: a cudaStream_t for device buffers, NULL or a host stream
+ * for host buffers. NULL pointers say nothing (count 0). */
+static zppResult_t checkWhere(const char* name, const void* a, const void* b, zppStream_t stream,
+                              int* device) {
+  int da = a ? zppTransportsIsDevicePtr(a) : -1, db = b ? zppTransportsIsDevicePtr(b) : -1;
+  if (da < 0 && db < 0 && *device < 0) {
+    /* Nothing to move and nothing known: any stream will do (NCCL's count 0). */
+    *device = 0;
+    return zppSuccess;
+  }
+  if (da >= 0 && db >= 0 && da != db)
+    ZPP_FAIL(zppInvalidUsage, ALL, "%s: one buffer is device memory and the other host memory", name);
+  int dev = da >= 0 ? da : (db >= 0 ? db : (*device > 0));
+  if (*device >= 0 && dev != *device)
+    ZPP_FAIL(zppInvalidUsage, ALL, "%s: some tensors are in device memory, others in host memory", name);
+  int isHostStream = zppHostStreamIsValid(stream);
+  if (dev) {
+    ZPP_USAGECHECK(!isHostStream, "%s: device buffers need a cudaStream_t, not a zppHostStream_t", name);
+  } else {
+    ZPP_ARGCHECK(stream == NULL || isHostStream,
+                 "%s: host buffers need stream NULL or a zppHostStream_t (got %p: a cudaStream_t, or "
+                 "a destroyed host stream?)",
+                 name, stream);
+  }
+  *device = dev;
+  return zppSuccess;
+}
+
+/* The explicit calls on device memory need the NCCL transport. */
+static zppResult_t checkDevicePath(const char* name, int device) {
+#if ZPP_HAVE_NCCL
+  (void)name;
+  (void)device;
+  return zppSuccess;
+#else
+  if (device)
+    ZPP_FAIL(zppInvalidUsage, ALL, "%s: device buffers need NCCL, and this zpp was built without it",
+             name);
+  return zppSuccess;
+#endif
+}
+
+static void countCall(struct zppComm* comm, zppOpKind_t kind) {
+  atomic_fetch_add_explicit(&comm->transports->calls[kind], 1, memory_order_relaxed);
+}
+
+/* ---- qwZ -------------------------------------------------------------------- */
+
+static zppResult_t qwzValidate(const char* name, const void* sendbuff, void* recvbuff, size_t count,
+                               zppDataType_t type, int bits, zppComm_t comm, zppStream_t stream,
+                               int* device) {
+  ZPPCHECK(zppCommCheckUsable(comm));
+  ZPPCHECK(checkType(name, type));
+  ZPPCHECK(checkBits(name, bits));
+  ZPPCHECK(checkSize(name, count, type, comm->nranks));
+  *device = -1;
+  if (count == 0) return checkWhere(name, NULL, NULL, stream, device);
+  size_t bytes = count * zppTypeSize(type);
+  ZPP_ARGCHECK(sendbuff != NULL && recvbuff != NULL, "%s: NULL buffer with count %zu", name, count);
+  int inPlace = (const char*)sendbuff == (const char*)recvbuff + (size_t)comm->rank * bytes;
+  if (!inPlace && overlaps(sendbuff, bytes, recvbuff, bytes * (size_t)comm->nranks))
+    ZPP_FAIL(zppInvalidUsage, ALL,
+             "%s: sendbuff and recvbuff overlap but are not the in-place form (sendbuff = "
+             "recvbuff + rank * sendcount)",
+             name);
+  ZPPCHECK(checkWhere(name, sendbuff, recvbuff, stream, device));
+  return checkDevicePath(name, *device);
+}
+
+static zppResult_t qwzIssue(zppComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
+                            zppDataType_t type, int bits, zppStream_t stream, int device) {
+  countCall(comm, zppOpQwZ);
+  if (count == 0) return zppSuccess;
+  int block = zppCompressBlock(&comm->compress, bits);
+#if ZPP_HAVE_NCCL
+  if (device) return zppZeroppDeviceQwz(comm, sendbuff, recvbuff, count, type, bits, block, stream);
+#else
+  (void)device;
+#endif
+  zppQwzCall_t call = {sendbuff, recvbuff, count, type, bits, block, zppOpQwZ};
+  return zppZeroppIssueQwz(comm, &call, (zppHostStream_t)stream);
+}
+
+zppResult_t zppQwzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                            zppDataType_t datatype, int bits, zppComm_t comm, zppStream_t stream) {
+  int device = 0;
+  ZPPCHECK(qwzValidate("zppQwzAllGather", sendbuff, recvbuff, sendcount, datatype, bits, comm, stream,
+                       &device));
+  if (bits == 0) bits = comm->compress.qwzBits ? comm->compress.qwzBits : 8;
+  return qwzIssue(comm, sendbuff, recvbuff, sendcount, datatype, bits, stream, device);
+}
+
+/* ---- qgZ -------------------------------------------------------------------- */
+
+static zppResult_t qgzValidate(const char* name, int ntensors, const void* const* sendbuffs,
+                               void* const* recvbuffs, const size_t* counts, zppDataType_t type,
+                               zppRedOp_t op, int bits, zppComm_t comm, zppStream_t stream,
+                               int* device) {
+  ZPPCHECK(zppCommCheckUsable(comm));
+  *device = -1;
+  ZPPCHECK(checkType(name, type));
+  ZPPCHECK(checkBits(name, bits));
+  ZPP_ARGCHECK(op == zppSum || op == zppAvg, "%s: reduction op %d: qgZ supports zppSum and zppAvg",
+               name, (int)op);
+  ZPP_ARGCHECK(ntensors >= 0, "%s: ntensors %d is negative", name, ntensors);
+  ZPP_ARGCHECK(ntensors == 0 || (sendbuffs && recvbuffs && counts),
+               "%s: NULL array with %d tensors", name, ntensors);
+  const zppTopo_t* topo = comm->topo;
+  if (!topo->uniform)
+    ZPP_FAIL(zppInvalidUsage, ALL,
+             "%s: qgZ's hierarchical all-to-all needs nodes of equal size, and this communicator's "
+             "nodes hold different numbers of ranks (node 0: %d, see ZPP_DEBUG=INFO TOPO): use "
+             "zppReduceScatter",
+             name, topo->nodeSize[0]);
+  size_t ts = zppTypeSize(type);
+  for (int t = 0; t < ntensors; t++) {
+    size_t count = counts[t];
+    ZPPCHECK(checkSize(name, count, type, comm->nranks));
+    if (count == 0) continue;
+    size_t bytes = count * ts, all = bytes * (size_t)comm->nranks;
+    ZPP_ARGCHECK(sendbuffs[t] != NULL && recvbuffs[t] != NULL, "%s: tensor %d: NULL buffer with count %zu",
+                 name, t, count);
+    int inPlace = (const char*)recvbuffs[t] == (const char*)sendbuffs[t] + (size_t)comm->rank * bytes;
+    if (!inPlace && overlaps(sendbuffs[t], all, recvbuffs[t], bytes))
+      ZPP_FAIL(zppInvalidUsage, ALL,
+               "%s: tensor %d: sendbuff and recvbuff overlap but are not the in-place form "
+               "(recvbuff = sendbuff + rank * recvcount)",
+               name, t);
+    ZPPCHECK(checkWhere(name, sendbuffs[t], recvbuffs[t], stream, device));
+  }
+  ZPPCHECK(checkWhere(name, NULL, NULL, stream, device));
+  return checkDevicePath(name, *device);
+}
+
+static zppResult_t qgzIssue(zppComm_t comm, int ntensors, const void* const* sendbuffs,
+                            void* const* recvbuffs, const size_t* counts, zppDataType_t type,
+                            zppRedOp_t op, int bits, zppStream_t stream, int device) {
+  countCall(comm, zppOpQgZ);
+  size_t total = 0;
+  for (int t = 0; t < ntensors; t++) total += counts[t];
+  if (total == 0) return zppSuccess;
+  zppQgzArgs_t a = {ntensors, sendbuffs, recvbuffs, counts, type, op, bits,
+                    zppCompressBlock(&comm->compress, bits)};
+#if ZPP_HAVE_NCCL
+  if (device) return zppZeroppDeviceQgz(comm, &a, stream);
+#else
+  (void)device;
+#endif
+  return zppZeroppIssueQgz(comm, &a, (zppHostStream_t)stream);
+}
+
+static int qgzBits(const struct zppComm* comm, int bits) {
+  return bits ? bits : (comm->compress.qgzBits ? comm->compress.qgzBits : 4);
+}
+
+zppResult_t zppQgzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                zppDataType_t datatype, zppRedOp_t op, int bits, zppComm_t comm,
+                                zppStream_t stream) {
+  const void* sends[1] = {sendbuff};
+  void* recvs[1] = {recvbuff};
+  size_t counts[1] = {recvcount};
+  int device = 0;
+  ZPPCHECK(qgzValidate("zppQgzReduceScatter", 1, sends, recvs, counts, datatype, op, bits, comm,
+                       stream, &device));
+  return qgzIssue(comm, 1, sends, recvs, counts, datatype, op, qgzBits(comm, bits), stream, device);
+}
+
+zppResult_t zppQgzReduceScatterCoalesced(int ntensors, const void* const* sendbuffs,
+                                         void* const* recvbuffs, const size_t* recvcounts,
+                                         zppDataType_t datatype, zppRedOp_t op, int bits,
+                                         zppComm_t comm, zppStream_t stream) {
+  int device = 0;
+  ZPPCHECK(qgzValidate("zppQgzReduceScatterCoalesced", ntensors, sendbuffs, recvbuffs, recvcounts,
+                       datatype, op, bits, comm, stream, &device));
+  return qgzIssue(comm, ntensors, sendbuffs, recvbuffs, recvcounts, datatype, op,
+                  qgzBits(comm, bits), stream, device);
+}
+
+/* ---- plain calls under compression settings ------------------------------ */
+
+zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, zppStream_t stream,
+                              int device, int* taken) {
+  *taken = 0;
+  const zppCompressSettings_t* s = &comm->compress;
+  if (comm->nranks < 2 || !isFloating(call->type)) return zppSuccess;
+  size_t bytes = call->count * zppTypeSize(call->type) * (size_t)comm->nranks;
+  if (bytes < s->compressMinBytes) return zppSuccess;
+  if (call->kind == zppOpAllGather && s->qwzBits) {
+    *taken = 1;
+    return qwzIssue(comm, call->sendbuff, call->recvbuff, call->count, call->type, s->qwzBits, stream,
+                    device);
+  }
+  if (call->kind == zppOpReduceScatter && s->qgzBits && (call->op == zppSum || call->op == zppAvg)) {
+    if (!comm->topo->uniform) {
+      static atomic_int warned = 0;
+      if (atomic_exchange(&warned, 1) == 0)
+        ZPP_WARN(COLL,
+                 "%s: qgZ is configured (qgzBits %d) but the nodes hold different numbers of "
+                 "ranks: zppReduceScatter stays plain (uncompressed) on this communicator",
+                 comm->name, s->qgzBits);
+      return zppSuccess;
+    }
+    const void* sends[1] = {call->sendbuff};
+    void* recvs[1] = {call->recvbuff};
+    size_t counts[1] = {call->count};
+    *taken = 1;
+    return qgzIssue(comm, 1, sends, recvs, counts, call->type, call->op, s->qgzBits, stream, device);
+  }
+  return zppSuccess;
+}
+
+/* ---- hpZ -------------------------------------------------------------------- */
+
+static zppResult_t checkParam(const struct zppParam* p, const char* name) {
+  ZPP_ARGCHECK(p != NULL, "%s: param is NULL", name);
+  ZPP_ARGCHECK(p->magic == ZPP_PARAM_MAGIC, "%s: not a live parameter (destroyed, or not made by "
+               "zppParamCreate)", name);
+  return zppSuccess;
+}
+
+zppResult_t zppParamCreate(zppComm_t comm, size_t shardcount, zppDataType_t datatype, int bits,
+                           zppParam_t* param) {
+  const char* name = "zppParamCreate";
+  ZPP_ARGCHECK(param != NULL, "%s: param (the output) is NULL", name);
+  ZPPCHECK(zppCommCheckUsable(comm));
+  ZPP_ARGCHECK((int)datatype >= 0 && datatype < zppNumTypes, "%s: invalid datatype %d", name,
+               (int)datatype);
+  ZPPCHECK(checkBits(name, bits));
+  if (bits == 0) bits = comm->compress.qwzBits;
+  if (bits) ZPPCHECK(checkType(name, datatype));
+  ZPPCHECK(checkSize(name, shardcount, datatype, comm->nranks));
+  struct zppParam* p = NULL;
+  ZPPCHECK(zppHpzCreate(comm, shardcount, datatype, bits, &p));
+  *param = p;
+  return zppSuccess;
+}
+
+static zppResult_t paramGather(zppParam_t p, const void* shard, void* full, zppStream_t stream,
+                               int backward) {
+  const char* name = backward ? "zppParamGatherBackward" : "zppParamGatherForward";
+  ZPPCHECK(checkParam(p, name));
+  ZPPCHECK(zppCommCheckUsable(p->comm));
+  size_t bytes = p->count * zppTypeSize(p->type);
+  if (p->count) {
+    ZPP_ARGCHECK(shard != NULL && full != NULL, "%s: NULL buffer with %zu elements per shard", name,
+                 p->count);
+    /* The shard is the primary copy of the weights: an in-place gather would
+     * overwrite it with its quantized image. */
+    if (overlaps(shard, bytes, full, bytes * (size_t)p->comm->nranks))
+      ZPP_FAIL(zppInvalidUsage, ALL, "%s: shard and full overlap: the gather needs its own output",
+               name);
+  }
+  int device = -1;
+  ZPPCHECK(checkWhere(name, p->count ? shard : NULL, p->count ? full : NULL, stream, &device));
+  if (device)
+    ZPP_FAIL(zppInvalidUsage, ALL,
+             "%s: hpZ parameters take host buffers in this version (device buffers: use "
+             "zppQwzAllGather for the forward gather)",
+             name);
+  countCall(p->comm, backward ? zppOpHpZ : (p->bits ? zppOpQwZ : zppOpAllGather));
+  if (p->count == 0) return zppSuccess;
+  return zppHpzIssueGather(p, shard, full, backward, (zppHostStream_t)stream);
+}
+
+zppResult_t zppParamGatherForward(zppParam_t param, const void* shard, void* full, zppStream_t stream) {
+  return paramGather(param, shard, full, stream, 0);
+}
+
+zppResult_t zppParamGatherBackward(zppParam_t param, const void* shard, void* full,
+                                   zppStream_t stream) {
+  return paramGather(param, shard, full, stream, 1);
+}
+
+zppResult_t zppParamInvalidate(zppParam_t param) {
+  ZPPCHECK(checkParam(param, "zppParamInvalidate"));
+  atomic_fetch_add(&param->version, 1);
+  return zppSuccess;
+}
+
+zppResult_t zppParamIsValid(zppParam_t param, int* valid) {
+  ZPPCHECK(checkParam(param, "zppParamIsValid"));
+  ZPP_ARGCHECK(valid != NULL, "zppParamIsValid: valid is NULL");
+  *valid = atomic_load(&param->secVersion) == atomic_load(&param->version);
+  return zppSuccess;
+}
+
+zppResult_t zppParamSecondaryBytes(zppParam_t param, size_t* bytes) {
+  ZPPCHECK(checkParam(param, "zppParamSecondaryBytes"));
+  ZPP_ARGCHECK(bytes != NULL, "zppParamSecondaryBytes: bytes is NULL");
+  *bytes = param->secondaryBytes;
+  return zppSuccess;
+}
+
+zppResult_t zppParamDestroy(zppParam_t param) {
+  if (param == NULL) return zppSuccess;
+  ZPPCHECK(checkParam(param, "zppParamDestroy"));
+  zppHpzDestroy(param);
+  return zppSuccess;
+}
