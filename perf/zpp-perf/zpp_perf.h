@@ -64,8 +64,11 @@ typedef struct {
   zppRedOp_t redop;
   int root;
   size_t apiCount;
-  const void* send;
+  const void* send; /* host buffers: filled, checked, read by the baselines */
   void* recv;
+  const void* runSend; /* what zpp's call gets: send and recv, or (--device) */
+  void* runRecv;       /* their device copies */
+  void* stream;        /* NULL, or --device's cudaStream_t */
   int bits, block;  /* compressed modes: codec bits (0: exact) and elements per scale */
   void* modeState;  /* from the mode's setup (e.g. hpZ's partitioned parameter) */
   int rotateRoot;   /* -r rotate: timed call i has root i % nranks (root is 0 otherwise) */
@@ -150,6 +153,7 @@ typedef struct zppPerfArgs {
   int layoutNodes, layoutPerNode; /* --layout NxL, 0 when not given */
   int layoutCyclic;         /* --layout NxL/cyclic: rank r on node r % N */
   int quiet;
+  int device;               /* --device: zpp's calls on device buffers and a CUDA stream */
   int timeoutSec;           /* --timeout: sets ZPP_TIMEOUT for the library */
   int qwzBits, qgzBits, hpzBits; /* --qwz-bits (8), --qgz-bits (4), --hpz-bits (8; 0: exact forward) */
   int quantBlock;           /* --block, else ZPP_QUANT_BLOCK, else 0: the codec's default per bits */
@@ -316,6 +320,18 @@ zppResult_t zppPerfMpiFinish(const zppPerfBaseRow_t* row, const double* times, i
                              zppPerfBaseResult_t* base);
 
 int zppPerfNcclAvailable(void);  /* built with NCCL */
+
+/* --device (zpp_perf_device.c): zpp's calls on device buffers. */
+int zppPerfDeviceAvailable(void); /* built with CUDA and NCCL */
+/* Collective: every rank needs a GPU; picks one per local rank, makes the
+ * stream the calls run on. */
+zppResult_t zppPerfDeviceInit(const zppPerfEnv_t* env, void** stream);
+void zppPerfDeviceFinish(void* stream);
+void* zppPerfDeviceAlloc(size_t bytes); /* NULL on failure */
+void zppPerfDeviceFree(void* p);
+zppResult_t zppPerfDeviceCopy(const zppPerfEnv_t* env, void* dst, const void* src, size_t bytes,
+                              int toDevice);
+zppResult_t zppPerfDeviceSync(const zppPerfEnv_t* env, void* stream);
 zppResult_t zppPerfNcclInit(const zppPerfEnv_t* env, const zppPerfArgs_t* args);
 void zppPerfNcclFinalize(void);
 zppResult_t zppPerfNcclPrepare(zppPerfBaseRow_t* row);

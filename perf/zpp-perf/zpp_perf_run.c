@@ -81,6 +81,7 @@ typedef struct {
     zppPerfBaseResult_t base;
   } * baseCache;
   size_t nBase, capBase;
+  void* stream; /* --device: the CUDA stream zpp's calls run on */
 } zppPerfRunState_t;
 
 static int zppPerfAppend(zppPerfRunState_t* st, const zppPerfRecord_t* r) {
@@ -204,6 +205,11 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   zppPerfBaseRow_t brow = {a, env, call, &rec->counts, 0, {0, 0.0, 0.0, -1}};
 
   zppPerfFillSend(&spec, (void*)call->send, rec->counts.sendCount);
+  const size_t tsize = zppTypeSize(call->dtype);
+  if (a->device &&
+      (res = zppPerfDeviceCopy(env, (void*)call->runSend, call->send, rec->counts.sendCount * tsize, 1)) !=
+          zppSuccess)
+    return res;
   if (mode->setup != NULL) {
     if ((res = mode->setup(call)) != zppSuccess) {
       zppPerfLibError(env, "mode setup", res);
@@ -215,10 +221,19 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   zppPerfCheckResult_t chk = {0, 0.0, 0.0, -1};
   if (a->check) {
     zppPerfFillSentinel(call->dtype, call->recv, rec->counts.recvCount);
+    if (a->device &&
+        (res = zppPerfDeviceCopy(env, call->runRecv, call->recv, rec->counts.recvCount * tsize, 1)) !=
+            zppSuccess)
+      goto out;
     if ((res = mode->run(call)) != zppSuccess) {
       zppPerfLibError(env, zppPerfCollName(call->coll), res);
       goto out;
     }
+    if (a->device &&
+        ((res = zppPerfDeviceSync(env, call->stream)) != zppSuccess ||
+         (res = zppPerfDeviceCopy(env, call->recv, call->runRecv, rec->counts.recvCount * tsize, 0)) !=
+             zppSuccess))
+      goto out;
     zppPerfCodecBound_t cb;
     int exact = 1;
     if (mode->boundPrepare != NULL) {
@@ -254,6 +269,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
       zppPerfLibError(env, zppPerfCollName(call->coll), res);
       goto out;
     }
+    if (a->device && (res = zppPerfDeviceSync(env, call->stream)) != zppSuccess) goto out;
   }
 
   times = malloc((size_t)a->iters * sizeof *times);
@@ -288,6 +304,8 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
       zppPerfCallAt(call, i);
       double t0 = zppClockNow();
       res = mode->run(call);
+      /* A device call returns once queued: its time runs to its stream's end. */
+      if (res == zppSuccess && a->device) res = zppPerfDeviceSync(env, call->stream);
       times[i] = zppClockNow() - t0;
       if (res != zppSuccess) {
         zppPerfLibError(env, zppPerfCollName(call->coll), res);
@@ -396,10 +414,12 @@ static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t*
   zppPerfCounts(task->coll, a->maxBytes, zppTypeSize(dtype), env->nranks, &big);
   void* send = zppPerfAlloc(big.sendCount, dtype);
   void* recv = zppPerfAlloc(big.recvCount, dtype);
+  void* devSend = a->device ? zppPerfDeviceAlloc(big.sendCount * zppTypeSize(dtype)) : NULL;
+  void* devRecv = a->device ? zppPerfDeviceAlloc(big.recvCount * zppTypeSize(dtype)) : NULL;
   zppResult_t res = zppSuccess;
-  if (send == NULL || recv == NULL) {
-    fprintf(stderr, "zpp-perf: rank %d: cannot allocate %zu bytes of buffers\n", env->rank,
-            (big.sendCount + big.recvCount) * zppTypeSize(dtype));
+  if (send == NULL || recv == NULL || (a->device && (devSend == NULL || devRecv == NULL))) {
+    fprintf(stderr, "zpp-perf: rank %d: cannot allocate %zu bytes of %sbuffers\n", env->rank,
+            (big.sendCount + big.recvCount) * zppTypeSize(dtype), a->device ? "host and device " : "");
     res = zppSystemError;
     goto out;
   }
@@ -425,9 +445,10 @@ static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t*
       continue;
     }
     int rotate = a->root == ZPP_PERF_ROOT_ROTATE;
-    zppPerfCall_t call = {env->comm, env->rank, env->nranks, task->coll, dtype, redop,
-                          rotate ? 0 : a->root, rec.counts.apiCount, send, recv, rec.bits,
-                          rec.block, NULL, rotate};
+    zppPerfCall_t call = {env->comm,  env->rank, env->nranks, task->coll, dtype, redop,
+                          rotate ? 0 : a->root, rec.counts.apiCount, send, recv,
+                          a->device ? devSend : send, a->device ? devRecv : recv, st->stream,
+                          rec.bits, rec.block, NULL, rotate};
     if (env->rank == 0) zppPerfProgress(st, &rec);
     res = zppPerfRunRow(st, task->mode, &call, &rec);
     st->rowsDone++;
@@ -447,6 +468,8 @@ static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t*
 out:
   free(send);
   free(recv);
+  zppPerfDeviceFree(devSend);
+  zppPerfDeviceFree(devRecv);
   return res;
 }
 
@@ -549,6 +572,10 @@ int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
     code = ZPP_PERF_EXIT_ERROR;
     goto out;
   }
+  if (a->device && (res = zppPerfDeviceInit(env, &st.stream)) != zppSuccess) {
+    code = ZPP_PERF_EXIT_ERROR;
+    goto out;
+  }
   for (int t = 0; t < a->nTasks && res == zppSuccess; t++) {
     const zppPerfTask_t* task = &a->tasks[t];
     int nOps = zppPerfCollReduces(task->coll) ? a->nRedops : 1;
@@ -589,6 +616,7 @@ int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
   if (code == ZPP_PERF_EXIT_OK && st.anyWrong) code = ZPP_PERF_EXIT_WRONG;
 out:
   if (a->baseline == ZPP_PERF_BASELINE_NCCL) zppPerfNcclFinalize();
+  zppPerfDeviceFinish(st.stream);
   free(sizes);
   free(st.recs);
   free(st.baseCache);

@@ -260,6 +260,10 @@ def test_args(bin_):
         (["--block", "100"], "--block must be a power of two"),
         (["--block", "8192"], "--block must be a power of two"),
         (["--rounds", "0"], "bad round count"),
+        (["--layout", "2x2/blocks"], "bad layout"),
+        # Refused with either reason: hpZ is host-only, or no CUDA build.
+        (["--device", "-t", "allgather", "-m", "hpz"], "--device"),
+        (["--device", "--baseline", "mpi"], "--device"),
     ]
     if modes_unavailable:
         bad.append((["-t", "qwz"], "not available yet"))
@@ -278,6 +282,11 @@ def test_args(bin_):
                         "-w", "0"], timeout=120)
     check(rc != 0, "--baseline nccl without a GPU exited 0")
     check("NCCL" in err or "nccl" in err or "GPU" in err, "--baseline nccl: unclear message: " + err[:300])
+    # --device without a GPU (or a CUDA build) fails loudly on every rank;
+    # with one it runs and checks its results.
+    rc, out, err = run([bin_, "-N", "2", "--device", "-t", "allgather,reducescatter", "-m", "plain,qwz,qgz",
+                        "-d", "bfloat16", "-b", "64K", "-e", "64K", "-n", "1", "-w", "0"], timeout=120)
+    check(rc == 0 or ("GPU" in err or "CUDA" in err), "--device: rc %d, unclear message: %s" % (rc, err[:300]))
     rc, out, err = run([bin_, "-N", "2", "--baseline", "mpi"])
     check(rc == 2 and "mpi" in err.lower(), "--baseline mpi with -N: rc %d" % rc)
 
