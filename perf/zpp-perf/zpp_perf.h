@@ -24,6 +24,7 @@
 
 #include "zpp.h"
 #include "perf_check.h"
+#include "perf_device.h"
 #include "perf_math.h"
 #include "clock.h"
 
@@ -321,17 +322,12 @@ zppResult_t zppPerfMpiFinish(const zppPerfBaseRow_t* row, const double* times, i
 
 int zppPerfNcclAvailable(void);  /* built with NCCL */
 
-/* --device (zpp_perf_device.c): zpp's calls on device buffers. */
-int zppPerfDeviceAvailable(void); /* built with CUDA and NCCL */
-/* Collective: every rank needs a GPU; picks one per local rank, makes the
- * stream the calls run on. */
+/* --device: zpp's calls on device buffers (perf/common/perf_device.h);
+ * these report a failure on stderr as every path of the tool does. */
 zppResult_t zppPerfDeviceInit(const zppPerfEnv_t* env, void** stream);
-void zppPerfDeviceFinish(void* stream);
-void* zppPerfDeviceAlloc(size_t bytes); /* NULL on failure */
-void zppPerfDeviceFree(void* p);
-zppResult_t zppPerfDeviceCopy(const zppPerfEnv_t* env, void* dst, const void* src, size_t bytes,
-                              int toDevice);
-zppResult_t zppPerfDeviceSync(const zppPerfEnv_t* env, void* stream);
+zppResult_t zppPerfDeviceCopyChecked(const zppPerfEnv_t* env, void* dst, const void* src, size_t bytes,
+                                     int toDevice);
+zppResult_t zppPerfDeviceSyncChecked(const zppPerfEnv_t* env, void* stream);
 zppResult_t zppPerfNcclInit(const zppPerfEnv_t* env, const zppPerfArgs_t* args);
 void zppPerfNcclFinalize(void);
 zppResult_t zppPerfNcclPrepare(zppPerfBaseRow_t* row);

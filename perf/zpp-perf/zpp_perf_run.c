@@ -207,7 +207,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   zppPerfFillSend(&spec, (void*)call->send, rec->counts.sendCount);
   const size_t tsize = zppTypeSize(call->dtype);
   if (a->device &&
-      (res = zppPerfDeviceCopy(env, (void*)call->runSend, call->send, rec->counts.sendCount * tsize, 1)) !=
+      (res = zppPerfDeviceCopyChecked(env, (void*)call->runSend, call->send, rec->counts.sendCount * tsize, 1)) !=
           zppSuccess)
     return res;
   if (mode->setup != NULL) {
@@ -222,7 +222,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   if (a->check) {
     zppPerfFillSentinel(call->dtype, call->recv, rec->counts.recvCount);
     if (a->device &&
-        (res = zppPerfDeviceCopy(env, call->runRecv, call->recv, rec->counts.recvCount * tsize, 1)) !=
+        (res = zppPerfDeviceCopyChecked(env, call->runRecv, call->recv, rec->counts.recvCount * tsize, 1)) !=
             zppSuccess)
       goto out;
     if ((res = mode->run(call)) != zppSuccess) {
@@ -230,8 +230,8 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
       goto out;
     }
     if (a->device &&
-        ((res = zppPerfDeviceSync(env, call->stream)) != zppSuccess ||
-         (res = zppPerfDeviceCopy(env, call->recv, call->runRecv, rec->counts.recvCount * tsize, 0)) !=
+        ((res = zppPerfDeviceSyncChecked(env, call->stream)) != zppSuccess ||
+         (res = zppPerfDeviceCopyChecked(env, call->recv, call->runRecv, rec->counts.recvCount * tsize, 0)) !=
              zppSuccess))
       goto out;
     zppPerfCodecBound_t cb;
@@ -269,7 +269,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
       zppPerfLibError(env, zppPerfCollName(call->coll), res);
       goto out;
     }
-    if (a->device && (res = zppPerfDeviceSync(env, call->stream)) != zppSuccess) goto out;
+    if (a->device && (res = zppPerfDeviceSyncChecked(env, call->stream)) != zppSuccess) goto out;
   }
 
   times = malloc((size_t)a->iters * sizeof *times);
@@ -305,7 +305,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
       double t0 = zppClockNow();
       res = mode->run(call);
       /* A device call returns once queued: its time runs to its stream's end. */
-      if (res == zppSuccess && a->device) res = zppPerfDeviceSync(env, call->stream);
+      if (res == zppSuccess && a->device) res = zppPerfDeviceSyncChecked(env, call->stream);
       times[i] = zppClockNow() - t0;
       if (res != zppSuccess) {
         zppPerfLibError(env, zppPerfCollName(call->coll), res);
@@ -402,6 +402,28 @@ static void* zppPerfAlloc(size_t count, zppDataType_t dtype) {
   bytes = (bytes + 63) / 64 * 64;
   if (bytes == 0) bytes = 64;
   return aligned_alloc(64, bytes);
+}
+
+zppResult_t zppPerfDeviceInit(const zppPerfEnv_t* env, void** stream) {
+  char err[256];
+  if (zppPerfDeviceOpen(env->comm, env->topo.localRank, stream, err, sizeof err) == 0) return zppSuccess;
+  fprintf(stderr, "zpp-perf: rank %d: %s\n", env->rank, err);
+  return zppInvalidUsage;
+}
+
+zppResult_t zppPerfDeviceCopyChecked(const zppPerfEnv_t* env, void* dst, const void* src, size_t bytes,
+                                     int toDevice) {
+  char err[256];
+  if (zppPerfDeviceCopy(dst, src, bytes, toDevice, err, sizeof err) == 0) return zppSuccess;
+  fprintf(stderr, "zpp-perf: rank %d: --device: %s\n", env->rank, err);
+  return zppUnhandledCudaError;
+}
+
+zppResult_t zppPerfDeviceSyncChecked(const zppPerfEnv_t* env, void* stream) {
+  char err[256];
+  if (zppPerfDeviceSync(stream, err, sizeof err) == 0) return zppSuccess;
+  fprintf(stderr, "zpp-perf: rank %d: --device: %s\n", env->rank, err);
+  return zppUnhandledCudaError;
 }
 
 /* One (task, dtype, redop) section over every size. */
@@ -616,7 +638,7 @@ int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
   if (code == ZPP_PERF_EXIT_OK && st.anyWrong) code = ZPP_PERF_EXIT_WRONG;
 out:
   if (a->baseline == ZPP_PERF_BASELINE_NCCL) zppPerfNcclFinalize();
-  zppPerfDeviceFinish(st.stream);
+  zppPerfDeviceClose(st.stream);
   free(sizes);
   free(st.recs);
   free(st.baseCache);
