@@ -20,7 +20,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dev=.device
-progs=(test_quant_cuda test_coll_gpu test_zeropp_gpu zpp-perf zpp-health zpp-bench-kernels zpp-info)
+progs=(test_quant_cuda test_coll_gpu test_zeropp_gpu test_zeropp_gpu_overlap zpp-perf zpp-health zpp-bench-kernels zpp-info)
 
 prepare() {
   cmake -S . -B "$dev/build" -DCMAKE_BUILD_TYPE=Release -DZPP_WITH_CUDA=ON -DZPP_WITH_MPI=OFF \
@@ -81,12 +81,14 @@ run() {
   }
   export ZPP_PIPELINE_CHUNK_BYTES=4096 ZPP_TIMEOUT=60
   step quant_cuda "$bin/test_quant_cuda"
-  step memcheck compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/test_quant_cuda"
-  step racecheck compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/test_quant_cuda"
-  step synccheck compute-sanitizer --tool synccheck --error-exitcode 9 "$bin/test_quant_cuda"
+  local tool
+  for tool in memcheck racecheck synccheck initcheck; do
+    step "$tool" sh tests/gpu/run_sanitized.sh compute-sanitizer "$tool" "$bin/test_quant_cuda" --quick
+  done
   step coll_gpu "$bin/test_coll_gpu"
   if ((ncclVersion >= 23000)); then export NCCL_MULTI_RANK_GPU_ENABLE=1; fi
   step zeropp_gpu "$bin/test_zeropp_gpu"
+  step overlap "$bin/test_zeropp_gpu_overlap"
   unset ZPP_PIPELINE_CHUNK_BYTES
   step bench_kernels "$bin/zpp-bench-kernels" --benchmark_filter='/cuda/|d2d_copy' \
     --benchmark_min_time=0.2 --benchmark_out="$out/bench-kernels.json" --benchmark_out_format=json

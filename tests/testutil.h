@@ -15,6 +15,10 @@
 
 #include "clock.h"
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA tests (.cu) are C++ */
+#endif
+
 #define ZPP_TEST_SKIP 77
 
 extern int zppTestFailures;
@@ -84,5 +88,9 @@ uint64_t zppTestRngNext(zppTestRng_t* rng);
 double zppTestRngUniform(zppTestRng_t* rng, double lo, double hi);
 /* Standard normal. */
 double zppTestRngNormal(zppTestRng_t* rng);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* ZPP_TESTUTIL_H_ */
