@@ -10,7 +10,8 @@ libzpp was built with NCCL, torch has CUDA, and both use the same CUDA major
 version: two CUDA runtimes or two NCCLs of different majors in one process is
 asking for trouble. It needs the CUDA runtime headers (the ones torch's wheel
 brings, or CUDA_HOME's) but never nvcc. ZPP_TORCH_DEVICE=0 leaves it out,
-=1 makes its absence an error.
+=1 makes its absence an error, =force builds it despite different CUDA majors
+(to check that it compiles; do not run it so).
 """
 import glob
 import json
@@ -78,7 +79,7 @@ def cuda_headers(major):
         hdr = os.path.join(inc, "cuda_runtime_api.h")
         if not os.path.exists(hdr):
             continue
-        m = re.search(r"#define CUDART_VERSION (\d+)", open(hdr).read())
+        m = re.search(r"#define CUDART_VERSION\s+(\d+)", open(hdr).read())
         if m and int(m.group(1)) // 1000 == major:
             return [inc]
     return None
@@ -95,7 +96,7 @@ def device_path(build):
         reason = "this torch has no CUDA"
     elif zpp_major is None:
         reason = "libzpp was built without NCCL"
-    elif zpp_major != torch_major:
+    elif zpp_major != torch_major and want != "force":
         reason = "torch uses CUDA %s, libzpp CUDA %d" % (torch.version.cuda, zpp_major)
     else:
         incs = cuda_headers(torch_major)
