@@ -13,10 +13,12 @@
 #   ZPP_TORCH_VERSION      torch version to install (default 2.9.1, the tested one)
 #   ZPP_TORCH_VENV         where the environment lives
 #                          (default ~/.cache/zpp/torch-VERSION-pyX.Y)
+#   ZPP_BUILD_DIR          the zpp build to use (default build/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-out=$root/build/torch
+build=${ZPP_BUILD_DIR:-$root/build}
+out=$build/torch
 mkdir -p "$out"
 version=${ZPP_TORCH_VERSION:-2.9.1}
 
@@ -50,9 +52,9 @@ if [[ ! -f "$venv/.zpp-complete" ]]; then
 fi
 flock -u 9
 
-echo "zpp setup-torch: building torch_zpp against torch $version and $root/build"
+echo "zpp setup-torch: building torch_zpp against torch $version and $build"
 rm -rf "$out/site"
-ZPP_BUILD_DIR=$root/build "$venv/bin/python" -m pip install -q --disable-pip-version-check \
+ZPP_BUILD_DIR=$build "$venv/bin/python" -m pip install -q --disable-pip-version-check \
   --no-build-isolation --no-deps --target "$out/site" "$root/python"
 # pip builds in python/build; keep the source tree clean for the next build.
 rm -rf "$root/python/build" "$root/python/torch_zpp.egg-info"
