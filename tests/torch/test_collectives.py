@@ -15,7 +15,7 @@ import launch
 
 FLOATS = ["float32", "bfloat16", "float16", "float64"]
 INTS = ["int32", "int64", "int8", "uint8"]
-SIZES = [1, 7, 1000, 70001]
+SIZES = [0, 1, 7, 1000, 70001]
 
 
 def body(rank):
