@@ -54,22 +54,23 @@ def batch(data, rank, step, bsz, seq):
 
 
 def train(group, steps, bsz=8, d=256, layers=3, seq=64, lr=3e-3, report_group=None,
-          on_step=None):
-    """FSDP2 over `group` for `steps` steps. Returns (losses, step seconds):
-    losses are the mean over ranks (all-reduced on report_group, outside the
-    timed part)."""
+          on_step=None, mesh=None):
+    """FSDP2 over `group` (or HSDP over a 2-D `mesh`, group None) for `steps`
+    steps. Returns (losses, step seconds): losses are the mean over all ranks
+    (all-reduced on report_group, outside the timed part)."""
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
     data, vocab = load_corpus()
     model = CharLM(vocab, d=d, layers=layers, seq=seq)
-    mesh = DeviceMesh.from_group(group, "cpu")
+    if mesh is None:
+        mesh = DeviceMesh.from_group(group, "cpu")
     for b in model.blocks:
         fully_shard(b, mesh=mesh)
     fully_shard(model, mesh=mesh)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    rank = dist.get_rank(group)
+    rank = dist.get_rank(group)  # group None: the global rank
     losses, times = [], []
     for step in range(steps):
         x, y = batch(data, rank, step, bsz, seq)
@@ -83,7 +84,7 @@ def train(group, steps, bsz=8, d=256, layers=3, seq=64, lr=3e-3, report_group=No
             on_step(step)
         lt = loss.detach().clone()
         dist.all_reduce(lt, group=report_group or group)
-        losses.append(lt.item() / dist.get_world_size(group))
+        losses.append(lt.item() / dist.get_world_size(report_group or group))
     return losses, times
 
 
