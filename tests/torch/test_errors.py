@@ -7,6 +7,8 @@ ZPP_TIMEOUT, never as a hang.
                               all_reduce; every rank raises
     test_errors.py async      as `die`, with the error seen through an
                               async work's wait() and its future
+    test_errors.py hang       rank W-1 stays alive but stops calling; the
+                              others raise at ZPP_TIMEOUT, not later
 """
 import argparse
 import os
@@ -30,7 +32,12 @@ def body(rank, case):
     assert x[0].item() == W
     t0 = time.time()
     try:
-        if case in ("die", "async"):
+        if case == "hang":
+            if rank == W - 1:
+                time.sleep(TIMEOUT + 10)
+                os._exit(3)
+            dist.all_reduce(x)
+        elif case in ("die", "async"):
             if rank == W - 1:
                 os._exit(3)
             time.sleep(0.5)
@@ -59,7 +66,7 @@ def body(rank, case):
         if "zpp" not in msg or not isinstance(e, dist.DistBackendError):
             print("rank %d: FAIL: not a zpp DistBackendError" % rank, flush=True)
             os._exit(1)
-        if dt > TIMEOUT + 5:
+        if dt > TIMEOUT + 5 or (case == "hang" and dt < TIMEOUT - 1):
             print("rank %d: FAIL: took longer than ZPP_TIMEOUT" % rank, flush=True)
             os._exit(1)
         # A later call on the broken group raises too, at once.
@@ -76,7 +83,7 @@ def body(rank, case):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["die", "mismatch", "async"])
+    p.add_argument("case", choices=["die", "mismatch", "async", "hang"])
     p.add_argument("layout", nargs="?", default="2x2")
     p.add_argument("--rank", type=int)
     a = p.parse_args()
