@@ -185,6 +185,19 @@ class ZppWork : public c10d::Work {
     if (stream_ != nullptr) zppHostStreamDestroy(stream_);
   }
 
+  // Device work orders the caller's current stream after the operation and
+  // returns, as NCCL's does: the host does not wait. Host work waits for
+  // the completion thread (and raises zpp's error).
+  bool wait(std::chrono::milliseconds timeout) override {
+#ifdef ZPP_TORCH_CUDA
+    if (event_) {
+      event_->block(c10::cuda::getCurrentCUDAStream(device_->index()));
+      return true;
+    }
+#endif
+    return c10d::Work::wait(timeout);
+  }
+
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
