@@ -12,6 +12,7 @@ packages=(
   libbenchmark-dev                   # micro-benchmarks
   iproute2 iperf3                    # emulated cluster (netns, tc)
   python3                            # JSON schema checks in tests
+  python3-venv python3-dev           # torch's environment, torch_zpp's build
 )
 
 missing=()

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs what is missing, builds, runs every
 # test. Tests that need a GPU (label gpu) or root (label netns) report as
-# skipped, not passed, where they cannot run.
+# skipped, not passed, where they cannot run; so do the PyTorch tests (label
+# torch) where torch cannot be installed (scripts/setup-torch.sh says why).
 #
 # Two passes. First everything but the tests labelled `timing`, in parallel.
 # Then the `timing` tests, one at a time: they measure bandwidth (a shaped
@@ -14,6 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-deps.sh
 bash scripts/build.sh
+bash scripts/setup-torch.sh   # torch + torch_zpp for the tests labelled torch
 cd build
 jobs=$(nproc 2>/dev/null || echo 2)
 status=0

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# FSDP2 on the emulated cluster (2 nodes x 2 ranks, 1 Gbit/s links by
+# default): step time with gloo, zpp plain and zpp ZeRO++, interleaved, and
+# the bytes crossing nodes per step. Needs root (network namespaces) and the
+# torch environment of scripts/setup-torch.sh. Not a test; see docs/pytorch.md.
+#   perf/torch-fsdp/torch-fsdp-bench.sh [-r RATE] [-n NODES] [-l RANKS_PER_NODE] [-- bench args]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rate=1gbit nodes=2 rpn=2
+while (($#)); do
+  case $1 in
+    -r) rate=$2; shift 2 ;;
+    -n) nodes=$2; shift 2 ;;
+    -l) rpn=$2; shift 2 ;;
+    --) shift; break ;;
+    *) break ;;
+  esac
+done
+[[ -f build/torch/env.sh ]] || { echo "run scripts/setup-torch.sh first" >&2; exit 1; }
+ZPP_TORCH_SKIP=
+source build/torch/env.sh
+[[ -z $ZPP_TORCH_SKIP ]] || { echo "no torch: $ZPP_TORCH_SKIP" >&2; exit 77; }
+# gloo must use the node's (shaped) interface; one compute thread per rank.
+exec perf/emucluster/emucluster.sh -n "$nodes" -l "$rpn" -r "$rate" -q -- env \
+  PYTHONPATH="$ZPP_TORCH_SITE" OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
+  sh -c 'GLOO_SOCKET_IFNAME=$EMUCLUSTER_IFACE exec "$0" "$@"' \
+  "$ZPP_TORCH_PYTHON" perf/torch-fsdp/torch_fsdp_bench.py "$@"

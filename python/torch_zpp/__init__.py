@@ -1,0 +1,147 @@
+"""zpp as a torch.distributed backend.
+
+    import torch_zpp                       # registers the backend "zpp" (cpu, cuda)
+    dist.init_process_group("zpp")         # or "cpu:zpp,cuda:nccl", new_group(backend="zpp")
+
+ZeRO++ compression of the plain calls is switched on by configuration:
+ZPP_QWZ_BITS / ZPP_QGZ_BITS in the environment, or ``torch_zpp.Options`` as
+``pg_options``. ``qwz_all_gather`` and ``qgz_reduce_scatter`` choose per call.
+See docs/pytorch.md.
+"""
+import dataclasses
+import datetime
+import json
+import os
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+# The base class c10d.Backend must be known to pybind11 before our subclass.
+import torch.distributed.distributed_c10d  # noqa: F401
+
+from . import _C
+
+__all__ = ["Options", "qwz_all_gather", "qgz_reduce_scatter", "stats", "reset_stats",
+           "topology", "backend", "build_info"]
+
+_UNDEF = _C.UNDEF_INT
+# torch's default process group timeout: a timeout equal to it was most
+# likely not chosen by the caller, so zpp's own (ZPP_TIMEOUT, 300 s) applies.
+_TORCH_DEFAULT_TIMEOUT = datetime.timedelta(minutes=30)
+
+
+@dataclasses.dataclass
+class Options:
+    """Per-group settings (``pg_options=`` of init_process_group / new_group).
+
+    None leaves a setting to the environment (ZPP_*), then to zpp's default.
+    qwz_bits: all-gathers of fp32/fp16/bf16 as qwZ (8 or 4; 0 off).
+    qgz_bits: reduce-scatters (sum, avg, premul-sum) as qgZ (4 or 8; 0 off).
+    compress_min_bytes: smaller calls stay plain and exact (count x size x ranks).
+    quant_block: elements per scale. hpz_group_size: see zpp.h.
+    timeout_s: every wait of this group, seconds.
+    host_id: this rank's node identity (ZPP_HOSTID).
+    """
+    qwz_bits: Optional[int] = None
+    qgz_bits: Optional[int] = None
+    compress_min_bytes: Optional[int] = None
+    quant_block: Optional[int] = None
+    hpz_group_size: Optional[int] = None
+    timeout_s: Optional[int] = None
+    host_id: Optional[str] = None
+
+
+def _int(v):
+    return _UNDEF if v is None else int(v)
+
+
+def _timeout(options, torch_timeout):
+    """Explicit beats environment beats default, as everywhere in zpp:
+    Options.timeout_s, then a timeout given to init_process_group/new_group,
+    then ZPP_TIMEOUT, then zpp's 300 s."""
+    if options.timeout_s is not None:
+        return int(options.timeout_s)
+    if torch_timeout is not None and torch_timeout != _TORCH_DEFAULT_TIMEOUT:
+        return max(1, int(torch_timeout.total_seconds()))
+    return _UNDEF
+
+
+def _create(dist_opts, pg_options):
+    options = pg_options if pg_options is not None else Options()
+    if not isinstance(options, Options):
+        raise TypeError("zpp: pg_options must be a torch_zpp.Options, not %s"
+                        % type(options).__name__)
+    return _C.ZppBackend(
+        dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
+        timeout_s=_timeout(options, dist_opts.timeout),
+        qwz_bits=_int(options.qwz_bits), qgz_bits=_int(options.qgz_bits),
+        quant_block=_int(options.quant_block),
+        compress_min_bytes=-1 if options.compress_min_bytes is None
+        else int(options.compress_min_bytes),
+        hpz_group_size=_int(options.hpz_group_size),
+        host_id=options.host_id or "",
+        comm_name="torch:" + str(dist_opts.group_id))
+
+
+dist.Backend.register_backend("zpp", _create, extended_api=True, devices=["cpu", "cuda"])
+
+
+def backend(group=None, device="cpu"):
+    """The zpp backend object of a group (the default group if None)."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    be = pg._get_backend(torch.device(device))
+    if not isinstance(be, _C.ZppBackend):
+        raise RuntimeError("the group's %s backend is %s, not zpp" % (device, type(be).__name__))
+    return be
+
+
+def _run(work, async_op):
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def qwz_all_gather(output, input, bits=8, group=None, async_op=False):
+    """all_gather_into_tensor as qwZ: blockwise int8/int4 quantization of
+    every shard, gathered and decoded on every rank (lossy within the codec's
+    documented bound, docs/codecs.md). fp32, fp16, bf16. bits 0 = the group's
+    setting, else 8."""
+    return _run(backend(group, output.device.type).qwz_all_gather(output, input, bits), async_op)
+
+
+def qgz_reduce_scatter(output, input, op=dist.ReduceOp.AVG, bits=4, group=None, async_op=False):
+    """reduce_scatter_tensor as qgZ: quantized hierarchical all-to-all (inside
+    the node, then across nodes). op: SUM, AVG (divides by the group size) or
+    a PREMUL_SUM. Nodes must hold equal numbers of ranks. bits 0 = the
+    group's setting, else 4."""
+    if not isinstance(op, dist.ReduceOp):
+        op = dist.ReduceOp(op)
+    return _run(backend(group, output.device.type).qgz_reduce_scatter(output, input, op, bits),
+                async_op)
+
+
+def stats(group=None):
+    """Bytes this rank sent, split intra/inter node, per kind of operation:
+    {"allgather": {"calls", "intra_node_bytes", "inter_node_bytes"}, "qwz": ...}."""
+    return backend(group).stats()
+
+
+def reset_stats(group=None):
+    backend(group).reset_stats()
+
+
+def topology(group=None):
+    """{"nodes", "node", "local_rank", "local_size", "uniform"} of this rank."""
+    return backend(group).topology()
+
+
+def build_info():
+    """How this torch_zpp was built: libzpp's directory, device path or why not."""
+    path = os.path.join(os.path.dirname(__file__), "_build_info.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except OSError:
+        return {"device_path": _C.has_device_path}

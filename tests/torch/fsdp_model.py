@@ -1,0 +1,93 @@
+"""A small character-level transformer trained with FSDP2 (fully_shard),
+shared by the FSDP test and the benchmark (perf/torch-fsdp/torch-fsdp-bench.sh).
+
+The model and the data are deterministic: every rank builds the same initial
+weights (seed 0) and draws its own batches (seed rank, step), so runs that
+differ only in the process group see the same inputs.
+"""
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "data",
+                      "corpus.txt")
+
+
+class CharLM(nn.Module):
+    def __init__(self, vocab, d=256, layers=3, heads=4, seq=64):
+        super().__init__()
+        self.seq = seq
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True,
+                                       norm_first=True) for _ in range(layers))
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(seq),
+                             persistent=False)
+
+    def forward(self, x):
+        h = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+        for b in self.blocks:
+            h = b(h, src_mask=self.mask, is_causal=True)
+        return self.head(self.norm(h))
+
+
+def load_corpus():
+    text = open(CORPUS, encoding="utf-8").read()
+    chars = sorted(set(text))
+    idx = {c: i for i, c in enumerate(chars)}
+    return torch.tensor([idx[c] for c in text], dtype=torch.long), len(chars)
+
+
+def batch(data, rank, step, bsz, seq):
+    g = torch.Generator().manual_seed(1000003 * rank + step)
+    starts = torch.randint(0, data.numel() - seq - 1, (bsz,), generator=g)
+    x = torch.stack([data[s:s + seq] for s in starts])
+    y = torch.stack([data[s + 1:s + seq + 1] for s in starts])
+    return x, y
+
+
+def train(group, steps, bsz=8, d=256, layers=3, seq=64, lr=3e-3, report_group=None,
+          on_step=None, mesh=None):
+    """FSDP2 over `group` (or HSDP over a 2-D `mesh`, group None) for `steps`
+    steps. Returns (losses, step seconds): losses are the mean over all ranks
+    (all-reduced on report_group, outside the timed part)."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    data, vocab = load_corpus()
+    model = CharLM(vocab, d=d, layers=layers, seq=seq)
+    if mesh is None:
+        mesh = DeviceMesh.from_group(group, "cpu")
+    for b in model.blocks:
+        fully_shard(b, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    rank = dist.get_rank(group)  # group None: the global rank
+    losses, times = [], []
+    for step in range(steps):
+        x, y = batch(data, rank, step, bsz, seq)
+        t0 = time.perf_counter()
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        times.append(time.perf_counter() - t0)
+        if on_step:
+            on_step(step)
+        lt = loss.detach().clone()
+        dist.all_reduce(lt, group=report_group or group)
+        losses.append(lt.item() / dist.get_world_size(report_group or group))
+    return losses, times
+
+
+def nparams(d=256, layers=3, seq=64):
+    _, vocab = load_corpus()
+    return sum(p.numel() for p in CharLM(vocab, d=d, layers=layers, seq=seq).parameters())

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Runs a torch test with the environment scripts/setup-torch.sh made for this
+# build: run.sh BUILD_DIR SCRIPT ARGS... Exit 77 (skipped), saying why, where
+# there is none.
+set -euo pipefail
+build=$1
+shift
+here=$(cd "$(dirname "$0")" && pwd)
+env=$build/torch/env.sh
+if [[ ! -f "$env" ]]; then
+  echo "SKIPPED: no torch environment for $build (scripts/setup-torch.sh makes it; scripts/test.sh runs it)"
+  exit 77
+fi
+ZPP_TORCH_SKIP=
+# shellcheck disable=SC1090
+source "$env"
+if [[ -n "$ZPP_TORCH_SKIP" ]]; then
+  echo "SKIPPED: $ZPP_TORCH_SKIP"
+  exit 77
+fi
+export PYTHONPATH=$ZPP_TORCH_SITE${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+# Four ranks on two cores: one compute thread each, or they fight.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+exec "$ZPP_TORCH_PYTHON" "$here/$1" "${@:2}"

@@ -1,0 +1,97 @@
+"""Failures reach Python as exceptions on the surviving ranks, within
+ZPP_TIMEOUT, never as a hang.
+
+    test_errors.py die        rank W-1 exits in the middle of training-like
+                              traffic; the others' next collectives raise
+    test_errors.py mismatch   rank 0 calls all_gather while the others call
+                              all_reduce; every rank raises
+    test_errors.py async      as `die`, with the error seen through an
+                              async work's wait() and its future
+    test_errors.py hang       rank W-1 stays alive but stops calling; the
+                              others raise at ZPP_TIMEOUT, not later
+"""
+import argparse
+import os
+import sys
+import time
+
+import launch
+
+TIMEOUT = 20  # ZPP_TIMEOUT for these runs: every failure must show well before
+
+
+def body(rank, case):
+    import torch
+    import torch.distributed as dist
+    import torch_zpp  # noqa: F401
+
+    dist.init_process_group("zpp")
+    W = dist.get_world_size()
+    x = torch.ones(100000)
+    dist.all_reduce(x)
+    assert x[0].item() == W
+    t0 = time.time()
+    try:
+        if case == "hang":
+            if rank == W - 1:
+                time.sleep(TIMEOUT + 10)
+                os._exit(3)
+            dist.all_reduce(x)
+        elif case in ("die", "async"):
+            if rank == W - 1:
+                os._exit(3)
+            time.sleep(0.5)
+            for _ in range(5):
+                if case == "async":
+                    w = dist.all_reduce(x, async_op=True)
+                    fut = w.get_future()
+                    try:
+                        fut.wait()
+                    except Exception as e:  # noqa: BLE001
+                        print("rank %d: future raised: %s" % (rank, e), flush=True)
+                    w.wait()
+                else:
+                    dist.all_reduce(x)
+                    dist.all_gather_into_tensor(torch.empty(W * 1000), torch.ones(1000))
+        else:
+            if rank == 0:
+                dist.all_gather_into_tensor(torch.empty(W * 1000), torch.ones(1000))
+            else:
+                dist.all_reduce(torch.ones(1000))
+            dist.all_reduce(x)
+    except Exception as e:  # noqa: BLE001
+        dt = time.time() - t0
+        msg = str(e)
+        print("rank %d: %s after %.1f s: %s" % (rank, type(e).__name__, dt, msg), flush=True)
+        if "zpp" not in msg or not isinstance(e, dist.DistBackendError):
+            print("rank %d: FAIL: not a zpp DistBackendError" % rank, flush=True)
+            os._exit(1)
+        if dt > TIMEOUT + 5 or (case == "hang" and dt < TIMEOUT - 1):
+            print("rank %d: FAIL: took longer than ZPP_TIMEOUT" % rank, flush=True)
+            os._exit(1)
+        # A later call on the broken group raises too, at once.
+        try:
+            dist.all_reduce(torch.ones(1))
+            print("rank %d: FAIL: the broken group accepted another call" % rank, flush=True)
+            os._exit(1)
+        except Exception as e2:  # noqa: BLE001
+            print("rank %d: then: %s" % (rank, e2), flush=True)
+        os._exit(0)
+    print("rank %d: FAIL: no exception" % rank, flush=True)
+    os._exit(1)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("case", choices=["die", "mismatch", "async", "hang"])
+    p.add_argument("layout", nargs="?", default="2x2")
+    p.add_argument("--rank", type=int)
+    a = p.parse_args()
+    if a.rank is not None:
+        body(a.rank, a.case)
+    else:
+        n = eval(a.layout.replace("x", "*"))
+        expect = (lambda r: 3 if r == n - 1 else 0) if a.case != "mismatch" else None
+        sys.exit(launch.spawn(os.path.abspath(__file__), a.layout, [a.case, a.layout],
+                              timeout=TIMEOUT * 3, env={"ZPP_TIMEOUT": str(TIMEOUT)},
+                              expect=expect))
