@@ -60,3 +60,17 @@ def spawn(script, layout, args=(), timeout=300, env=None, expect=None):
 def skip(reason):
     print("SKIPPED: " + reason, flush=True)
     sys.exit(77)
+
+
+def main(script, body, default_layout, timeout):
+    """The entry point of a test script: `SCRIPT [LAYOUT]` spawns the ranks,
+    each of which runs `SCRIPT LAYOUT --rank R`, i.e. body(R)."""
+    import argparse
+    p = argparse.ArgumentParser()
+    p.add_argument("layout", nargs="?", default=default_layout)
+    p.add_argument("--rank", type=int)
+    a = p.parse_args()
+    if a.rank is not None:
+        body(a.rank)
+        return 0
+    return spawn(os.path.abspath(script), a.layout, [a.layout], timeout=timeout)

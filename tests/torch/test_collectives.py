@@ -7,7 +7,6 @@ adds or multiplies, so that every summation order gives the same bits and
 gloo's result is the reference; data movement (broadcast, gathers,
 all-to-all, min/max) uses random floats, so any wrong byte shows.
 """
-import argparse
 import os
 import sys
 
@@ -257,11 +256,4 @@ def body(rank):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("layout", nargs="?")
-    p.add_argument("--rank", type=int)
-    a = p.parse_args()
-    if a.rank is not None:
-        body(a.rank)
-    else:
-        sys.exit(launch.spawn(os.path.abspath(__file__), a.layout, [a.layout], timeout=400))
+    sys.exit(launch.main(__file__, body, None, timeout=400))

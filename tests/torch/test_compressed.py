@@ -8,7 +8,6 @@ small calls plain and exact.
 
     test_compressed.py LAYOUT   (2x2, 4x1, ...)
 """
-import argparse
 import os
 import sys
 
@@ -176,11 +175,4 @@ def body(rank):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("layout", nargs="?", default="2x2")
-    p.add_argument("--rank", type=int)
-    a = p.parse_args()
-    if a.rank is not None:
-        body(a.rank)
-    else:
-        sys.exit(launch.spawn(os.path.abspath(__file__), a.layout, [a.layout], timeout=250))
+    sys.exit(launch.main(__file__, body, "2x2", timeout=250))

@@ -20,7 +20,6 @@ as 2 nodes x 2, exactly as it does on gloo.
    gradient in another summation order, so the final loss is within 0.1 % of
    gloo's, and the replicate groups' all-reduces crossed nodes.
 """
-import argparse
 import math
 import os
 import sys
@@ -123,11 +122,4 @@ def body(rank):
 
 
 if __name__ == "__main__":
-    p = argparse.ArgumentParser()
-    p.add_argument("layout", nargs="?", default="2x2")
-    p.add_argument("--rank", type=int)
-    a = p.parse_args()
-    if a.rank is not None:
-        body(a.rank)
-    else:
-        sys.exit(launch.spawn(os.path.abspath(__file__), a.layout, [a.layout], timeout=900))
+    sys.exit(launch.main(__file__, body, "2x2", timeout=900))
