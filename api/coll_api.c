@@ -124,10 +124,11 @@ static zppResult_t dispatch(struct zppComm* comm, call_t* k, zppStream_t stream)
                  "destroyed host stream?)",
                  k->name, stream);
   }
-  if (!devRecv && c->count != 0) {
-    /* Compression settings may make this a ZeRO++ call (it counts itself). */
+  if (c->count != 0) {
+    /* Compression settings may make this a ZeRO++ call (it counts itself),
+     * on host and device buffers alike. */
     int taken = 0;
-    zppResult_t res = zppZeroppTryPlain(comm, c, stream, &taken);
+    zppResult_t res = zppZeroppTryPlain(comm, c, stream, devRecv, &taken);
     if (taken) return res;
   }
   atomic_fetch_add_explicit(&comm->transports->calls[c->kind], 1, memory_order_relaxed);

@@ -4,9 +4,9 @@
  * Nothing else happens here.
  *
  * Device buffers: qwZ and qgZ go to the stream-ordered CUDA + NCCL path
- * (collectives/zeropp_device.c, not yet run on a GPU); hpZ parameters take
- * host buffers only; plain calls on device buffers stay plain NCCL
- * collectives whatever the compression settings. */
+ * (collectives/zeropp_device.c, not yet run on a GPU), also when the
+ * communicator's settings compress a plain call; hpZ parameters take host
+ * buffers only. */
 #include "api/zeropp_api.h"
 
 #include <stdatomic.h>
@@ -236,7 +236,7 @@ zppResult_t zppQgzReduceScatterCoalesced(int ntensors, const void* const* sendbu
 /* ---- plain calls under compression settings ------------------------------ */
 
 zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, zppStream_t stream,
-                              int* taken) {
+                              int device, int* taken) {
   *taken = 0;
   const zppCompressSettings_t* s = &comm->compress;
   if (comm->nranks < 2 || !isFloating(call->type)) return zppSuccess;
@@ -244,7 +244,8 @@ zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, z
   if (bytes < s->compressMinBytes) return zppSuccess;
   if (call->kind == zppOpAllGather && s->qwzBits) {
     *taken = 1;
-    return qwzIssue(comm, call->sendbuff, call->recvbuff, call->count, call->type, s->qwzBits, stream, 0);
+    return qwzIssue(comm, call->sendbuff, call->recvbuff, call->count, call->type, s->qwzBits, stream,
+                    device);
   }
   if (call->kind == zppOpReduceScatter && s->qgzBits && (call->op == zppSum || call->op == zppAvg)) {
     if (!comm->topo->uniform) {
@@ -260,7 +261,7 @@ zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, z
     void* recvs[1] = {call->recvbuff};
     size_t counts[1] = {call->count};
     *taken = 1;
-    return qgzIssue(comm, 1, sends, recvs, counts, call->type, call->op, s->qgzBits, stream, 0);
+    return qgzIssue(comm, 1, sends, recvs, counts, call->type, call->op, s->qgzBits, stream, device);
   }
   return zppSuccess;
 }

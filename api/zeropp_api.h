@@ -16,8 +16,10 @@ struct zppComm;
  * part and the call moves at least compressMinBytes (count * typesize *
  * nranks). Then *taken = 1, the call counts under zppOpQwZ/zppOpQgZ, and the
  * result is the call's. Otherwise *taken = 0 and the caller runs it plain.
- * qgZ on nodes of different sizes stays plain, said once at WARN. */
+ * qgZ on nodes of different sizes stays plain, said once at WARN. `device`:
+ * the buffers are device memory (the call goes to the device path, on the
+ * cudaStream_t `stream`), with the same rules as host buffers. */
 zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, zppStream_t stream,
-                              int* taken);
+                              int device, int* taken);
 
 #endif /* ZPP_ZEROPP_API_H_ */

@@ -1,21 +1,27 @@
 /* qgZ: quantized gradient reduce-scatter as a hierarchical all-to-all, on
  * host buffers, pipelined.
  *
- * With N nodes of L ranks (W = N * L) and partition p owned by rank p
- * (node p / L, local rank p % L), per chunk of every partition:
- *   1. quantize (tensor-slice reordering): the N partitions of local rank j
- *      (p = n * L + j, n = 0..N-1) become one contiguous run of segments,
- *      the message to local rank j;
+ * With N nodes of L ranks (W = N * L), partition p owned by rank p, and
+ * owner(n, j) the rank with local rank j on node n (the topology's, whatever
+ * the numbering of ranks across nodes), per chunk of every partition:
+ *   1. quantize (tensor-slice reordering): the N partitions that local rank
+ *      j's column owns (owner(n, j), n = 0..N-1) become one contiguous run of
+ *      segments, the message to local rank j;
  *   2. intra-node all-to-all: local rank j receives, from every local peer,
  *      its N segments;
  *   3. fused dequantize-reduce-requantize per destination node n: the sum
- *      over the node's L ranks of partition n * L + j, one segment per node;
+ *      over the node's L ranks of partition owner(n, j), one segment per node;
  *   4. inter-node all-to-all among the ranks of local rank j: the segment for
  *      node n goes to rank (n, j);
  *   5. dequantize-sum of the N node sums, divided by 1 (sum) or by W (avg:
  *      the world size, not the node count), into the caller's type.
  * One node: step 3's sum is the result (no second quantization, no inter
  * hop). One rank per node: no intra hop, the segments go straight across.
+ *
+ * Partitions are found through the topology, never by arithmetic on p: with
+ * ranks placed on nodes in turn (mpirun --map-by node, Slurm cyclic),
+ * owner(n, j) is n + j * N, not n * L + j, and arithmetic on p would hand
+ * ranks each other's partitions.
  *
  * Any count: a partition's last block is just shorter; nothing is padded or
  * dropped. Needs nodes of equal size (checked by the API layer).
@@ -62,6 +68,7 @@ typedef struct {
   float divisor;
   const int* intra; /* the node's ranks, local order */
   int* inter;       /* [N] the ranks of this local rank, node order */
+  const int* const* owner; /* [N][L] the rank of local rank j on node n */
   piece_t* pieces;
   chunk_t* chunks;
   int nChunks;
@@ -127,10 +134,11 @@ static zppResult_t stage1(qgz_t* g, int t) {
       char* dst = (j == g->lr ? g->a1[s] : g->q[s]) + (size_t)j * s1;
       for (int k = ch->k0; k < ch->k1; k++) {
         const piece_t* p = &g->pieces[k];
-        /* Local rank j's partitions n * L + j, n = 0..N-1, as one run. */
-        ZPPCHECK(zppQuantizeReordered(sendAt(g, p, (size_t)j), a->type, p->len,
-                                      (size_t)L * a->counts[p->t], N, 1, a->bits, a->block,
-                                      dst + (size_t)N * p->pre));
+        /* Local rank j's partitions, one per node in node order, as one run:
+         * segment n of the piece is the partition of owner(n, j). */
+        for (int n = 0; n < N; n++)
+          ZPPCHECK(zppQuantize(sendAt(g, p, (size_t)g->owner[n][j]), a->type, p->len, a->bits,
+                               a->block, dst + (size_t)N * p->pre + (size_t)n * p->bytes));
       }
       zppZeroppProgress(g->c);
     }
@@ -144,7 +152,8 @@ static zppResult_t stage1(qgz_t* g, int t) {
     char* dst = (n == g->node ? g->a2[s] : g->r[s]) + (size_t)n * s2;
     for (int k = ch->k0; k < ch->k1; k++) {
       const piece_t* p = &g->pieces[k];
-      ZPPCHECK(zppQuantize(sendAt(g, p, (size_t)n), a->type, p->len, a->bits, a->block, dst + p->pre));
+      ZPPCHECK(zppQuantize(sendAt(g, p, (size_t)g->owner[n][0]), a->type, p->len, a->bits,
+                           a->block, dst + p->pre));
     }
   }
   return zppGroupAllToAllPost(g->c, g->inter, N, g->node, g->r[s], s2, g->a2[s], s2, s2,
@@ -210,6 +219,7 @@ zppResult_t zppCollQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a) {
   g.ts = zppTypeSize(a->type);
   g.divisor = a->op == zppAvg ? (float)c->nranks : 1.0f;
   g.intra = topo->nodeRanks[g.node];
+  g.owner = (const int* const*)topo->nodeRanks;
   zppP2pReq_t** reqs = NULL;
   ZPP_CALLOCGOTO(g.inter, (size_t)g.N, res, out);
   for (int n = 0; n < g.N; n++) g.inter[n] = topo->nodeRanks[n][g.lr];

@@ -1,12 +1,17 @@
 /* ZeRO++ on device buffers; see zeropp_device.h. NOT YET RUN ON A GPU.
  *
- * Streams: the caller's stream S, and per call two internal streams, K
- * (codec kernels) and C (NCCL). Both start after what S holds (an event),
- * and S continues after both (events), so the call is one stream-ordered
- * operation on S while its chunks overlap inside. Per-call streams and
- * events cost some microseconds; they keep this path free of state shared
- * between host threads. Scratch is stream-ordered (cudaMallocAsync on K,
- * cudaFreeAsync on K once C is done too).
+ * Streams: the caller's stream S, and the communicator's two internal
+ * streams, K (codec kernels) and C (NCCL), made once and reused by every call
+ * (lib/transport/nccl.h, zppNcclGetWork), like the events. K and C start
+ * after what S holds (an event), and S continues after both (events), so the
+ * call is one stream-ordered operation on S while its chunks overlap inside.
+ * Scratch is the communicator's too (zppNcclScratch): stream-ordered on K,
+ * where it grows and is trimmed; C waits for K at the start of every call,
+ * so it never touches scratch that K has not finished with or reallocated.
+ *
+ * CUDA graph capture is refused: a captured call would bake the
+ * communicator's scratch address and streams into the graph, and a replay
+ * would race with (or read freed memory after) the calls made since.
  *
  * Hazards: every buffer a chunk uses is written on one stream and read on
  * the other only after an event recorded behind the write; a buffer slot
@@ -47,9 +52,10 @@ typedef struct {
   cudaStream_t caller, k, c;
   cudaEvent_t start, kDone, cDone;
   cudaEvent_t ev[2 * NSLOTS + 2];
-  int nEv;
   void* scratch;
 } devCall_t;
+
+_Static_assert(2 * NSLOTS + 2 + 3 <= ZPP_NCCL_WORK_EVENTS, "the work set has too few events");
 
 static size_t deviceChunkElems(zppDataType_t type, int block) {
   int64_t chunk = 0;
@@ -60,42 +66,46 @@ static size_t deviceChunkElems(zppDataType_t type, int block) {
   return e < (size_t)block ? (size_t)block : e;
 }
 
-static zppResult_t callOpen(devCall_t* d, void* stream, size_t scratchBytes) {
+static zppResult_t callOpen(struct zppComm* comm, devCall_t* d, void* stream, size_t scratchBytes) {
   memset(d, 0, sizeof(*d));
   d->caller = (cudaStream_t)stream;
-  CUDACHECK(cudaStreamCreateWithFlags(&d->k, cudaStreamNonBlocking));
-  CUDACHECK(cudaStreamCreateWithFlags(&d->c, cudaStreamNonBlocking));
-  CUDACHECK(cudaEventCreateWithFlags(&d->start, cudaEventDisableTiming));
-  CUDACHECK(cudaEventCreateWithFlags(&d->kDone, cudaEventDisableTiming));
-  CUDACHECK(cudaEventCreateWithFlags(&d->cDone, cudaEventDisableTiming));
-  for (int i = 0; i < 2 * NSLOTS + 2; i++) {
-    CUDACHECK(cudaEventCreateWithFlags(&d->ev[i], cudaEventDisableTiming));
-    d->nEv++;
-  }
+  enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  CUDACHECK(cudaStreamIsCapturing(d->caller, &capture));
+  if (capture != cudaStreamCaptureStatusNone)
+    ZPP_FAIL(zppInvalidUsage, CUDA,
+             "%s: the ZeRO++ device calls cannot be captured in a CUDA graph (they reuse the "
+             "communicator's scratch and streams across calls, which a replayed graph would race "
+             "with): issue them outside the capture",
+             comm->name);
+  struct zppNccl* n = NULL;
+  ZPPCHECK(zppTransportsGetNccl(comm, &n));
+  zppNcclWork_t* w = NULL;
+  ZPPCHECK(zppNcclGetWork(n, &w));
+  d->k = (cudaStream_t)w->kernels;
+  d->c = (cudaStream_t)w->comms;
+  d->start = (cudaEvent_t)w->events[0];
+  d->kDone = (cudaEvent_t)w->events[1];
+  d->cDone = (cudaEvent_t)w->events[2];
+  for (int i = 0; i < 2 * NSLOTS + 2; i++) d->ev[i] = (cudaEvent_t)w->events[3 + i];
   CUDACHECK(cudaEventRecord(d->start, d->caller));
   CUDACHECK(cudaStreamWaitEvent(d->k, d->start, 0));
   CUDACHECK(cudaStreamWaitEvent(d->c, d->start, 0));
-  CUDACHECK(cudaMallocAsync(&d->scratch, scratchBytes ? scratchBytes : 16, d->k));
-  /* C uses the scratch too: after the allocation on K. */
+  ZPPCHECK(zppNcclScratch(n, scratchBytes, &d->scratch));
+  /* C uses the scratch too: after its (re)allocation and after everything
+   * earlier calls queued on K. */
   CUDACHECK(cudaEventRecord(d->ev[0], d->k));
   CUDACHECK(cudaStreamWaitEvent(d->c, d->ev[0], 0));
   return zppSuccess;
 }
 
-/* Joins both internal streams back into the caller's and releases
- * everything (the driver frees streams and events once their work is done). */
+/* Joins both internal streams back into the caller's: K after C (so that the
+ * next call's K work, and a scratch reallocation, come after this call's C
+ * work), S after K. Nothing is released: the work set is the communicator's. */
 static zppResult_t callClose(devCall_t* d, zppResult_t res) {
   if (d->k && d->c) {
     if (cudaEventRecord(d->cDone, d->c) == cudaSuccess) (void)cudaStreamWaitEvent(d->k, d->cDone, 0);
-    if (d->scratch) (void)cudaFreeAsync(d->scratch, d->k);
     if (cudaEventRecord(d->kDone, d->k) == cudaSuccess) (void)cudaStreamWaitEvent(d->caller, d->kDone, 0);
   }
-  for (int i = 0; i < d->nEv; i++) (void)cudaEventDestroy(d->ev[i]);
-  if (d->start) (void)cudaEventDestroy(d->start);
-  if (d->kDone) (void)cudaEventDestroy(d->kDone);
-  if (d->cDone) (void)cudaEventDestroy(d->cDone);
-  if (d->k) (void)cudaStreamDestroy(d->k);
-  if (d->c) (void)cudaStreamDestroy(d->c);
   return res;
 }
 
@@ -144,12 +154,19 @@ zppResult_t zppZeroppDeviceQwz(struct zppComm* comm, const void* send, void* rec
   zppQwzLayout_t l;
   ZPPCHECK(zppCollQwzLayout(count, type, bits, block, deviceChunkElems(type, block), &l));
   devCall_t d;
-  zppResult_t res = callOpen(&d, stream, (size_t)comm->nranks * l.shardPacked);
+  zppResult_t res = callOpen(comm, &d, stream, (size_t)comm->nranks * l.shardPacked);
   if (res == zppSuccess) res = qwzIssue(&d, nc, comm->rank, comm->nranks, send, recv, &l);
   return callClose(&d, res);
 }
 
 /* ---- qgZ ------------------------------------------------------------------- */
+
+/* Partition owners, as the reordering kernel can express them: segment
+ * k = j * N + n holds the partition of owner(n, j), the rank with local rank
+ * j on node n. Ranks numbered in blocks of nodes (owner n * L + j) and in
+ * turn across nodes (owner j * N + n, segment k is partition k) take one
+ * launch each; any other placement one launch per partition. */
+typedef enum { OWNERS_BLOCKS, OWNERS_IN_TURN, OWNERS_OTHER } owners_t;
 
 typedef struct {
   devCall_t* d;
@@ -159,6 +176,7 @@ typedef struct {
   int N, L, node, lr;
   const int* intra;
   const int* const* nodeRanks;
+  owners_t owners;
   size_t ts, ce, rc;
   int nChunks;
   size_t P;      /* packed bytes of a full chunk (slot size unit) */
@@ -195,15 +213,35 @@ static zppResult_t exchange(qgzDev_t* g, const int* peers, int n, int me, const 
   return zppSuccess;
 }
 
+static owners_t ownersOf(const qgzDev_t* g) {
+  int blocks = 1, inTurn = 1;
+  for (int n = 0; n < g->N; n++)
+    for (int j = 0; j < g->L; j++) {
+      blocks &= g->nodeRanks[n][j] == n * g->L + j;
+      inTurn &= g->nodeRanks[n][j] == j * g->N + n;
+    }
+  return blocks ? OWNERS_BLOCKS : inTurn ? OWNERS_IN_TURN : OWNERS_OTHER;
+}
+
 /* Chunk ch: quantize (K), intra hop (C), reduce (K), inter hop (C), sum (K). */
 static zppResult_t qgzStage1(qgzDev_t* g, int ch) {
   const zppQgzArgs_t* a = g->a;
-  const int s = ch % NSLOTS;
+  const int s = ch % NSLOTS, W = g->N * g->L;
   size_t len = chunkLen(g, ch), P = zppQuantPackedSize(len, a->bits, a->block);
   const char* in = (const char*)a->send[g->t] + (size_t)ch * g->ce * g->ts;
   /* W reordered segments: local rank j's N partitions contiguous. */
-  ZPPCHECK(zppQuantizeReorderedCuda(in, a->type, len, g->rc, g->N * g->L, g->L, a->bits, a->block,
-                                    g->q[s], g->d->k));
+  if (g->owners == OWNERS_BLOCKS)
+    ZPPCHECK(zppQuantizeReorderedCuda(in, a->type, len, g->rc, W, g->L, a->bits, a->block, g->q[s],
+                                      g->d->k));
+  else if (g->owners == OWNERS_IN_TURN) /* one "node" of W: segment k is partition k */
+    ZPPCHECK(zppQuantizeReorderedCuda(in, a->type, len, g->rc, W, 1, a->bits, a->block, g->q[s],
+                                      g->d->k));
+  else
+    for (int k = 0; k < W; k++) {
+      int owner = g->nodeRanks[k % g->N][k / g->N];
+      ZPPCHECK(zppQuantizeReorderedCuda(in + (size_t)owner * g->rc * g->ts, a->type, len, g->rc, 1,
+                                        1, a->bits, a->block, g->q[s] + (size_t)k * P, g->d->k));
+    }
   ZPPCHECK(after(g->d->c, g->d->k, g->d->ev[1 + s]));
   if (g->L == 1 && g->N > 1) return zppSuccess; /* no intra hop: stage 2 sends q across */
   return exchange(g, g->intra, g->L, g->lr, g->q[s], g->a1[s], (size_t)g->N * P);
@@ -215,7 +253,7 @@ static zppResult_t qgzStage2(qgzDev_t* g, int ch) {
   size_t len = chunkLen(g, ch), P = zppQuantPackedSize(len, a->bits, a->block);
   float divisor = a->op == zppAvg ? (float)(N * L) : 1.0f;
   char* out = (char*)a->recv[g->t] + (size_t)ch * g->ce * g->ts;
-  const char* across = g->q[s]; /* one rank per node: segment n is partition n */
+  const char* across = g->q[s]; /* one rank per node: segment n is owner(n, 0)'s partition */
   if (L > 1 || N == 1) {
     ZPPCHECK(after(g->d->k, g->d->c, g->d->ev[1 + NSLOTS + s]));
     if (N == 1)
@@ -261,6 +299,7 @@ zppResult_t zppZeroppDeviceQgz(struct zppComm* comm, const zppQgzArgs_t* a, void
   g.lr = topo->localRankOf[comm->rank];
   g.intra = topo->nodeRanks[g.node];
   g.nodeRanks = (const int* const*)topo->nodeRanks;
+  g.owners = ownersOf(&g);
   g.ts = zppTypeSize(a->type);
   g.ce = deviceChunkElems(a->type, a->block);
   g.P = zppQuantPackedSize(g.ce, a->bits, a->block);
@@ -268,7 +307,7 @@ zppResult_t zppZeroppDeviceQgz(struct zppComm* comm, const zppQgzArgs_t* a, void
   /* Slot: q and a1 hold W segments, r and a2 N. */
   size_t slot = 2 * (size_t)W * g.P + 2 * (size_t)g.N * g.P;
   devCall_t d;
-  zppResult_t res = callOpen(&d, stream, NSLOTS * slot);
+  zppResult_t res = callOpen(comm, &d, stream, NSLOTS * slot);
   g.d = &d;
   for (int s = 0; res == zppSuccess && s < NSLOTS; s++) {
     char* b = (char*)d.scratch + (size_t)s * slot;

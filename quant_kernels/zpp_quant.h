@@ -74,12 +74,15 @@
  * ---------------------------------------------------------------------------
  * Tensor-slice reordering (qgZ). The input holds W partitions (partition p is
  * the part of the reduce-scatter that rank p owns), with W = N * L for N nodes
- * of L ranks and rank p = node (p / L), local rank (p % L). The intra-node
- * all-to-all sends partition p to local rank p % L. The output is W packed
- * segments of equal size, segment k = j * N + n holding partition
+ * of L ranks numbered in blocks: rank p = node (p / L), local rank (p % L).
+ * The intra-node all-to-all sends partition p to local rank p % L. The output
+ * is W packed segments of equal size, segment k = j * N + n holding partition
  * p = n * L + j: all partitions for local rank 0 first (nodes in order), then
  * those for local rank 1, and so on. Local rank j's send region is thus the
- * contiguous segments [j*N, (j+1)*N).
+ * contiguous segments [j*N, (j+1)*N). Ranks placed on nodes in turn (node
+ * p % N, local rank p / N) need no reordering: local_size 1 copies the
+ * partitions in order. Other placements are the caller's to map (the
+ * collectives go through the topology, collectives/qgz.c).
  *
  * Packed pointers are host pointers for the CPU functions, at any alignment;
  * element buffers (in, out, acc) need their type's alignment. Strided inputs

@@ -23,7 +23,7 @@ start=$(date +%s)
 
 step() { printf '\n[zpp main job %s, %ds] %s\n' "$1" $(($(date +%s) - start)) "$2"; }
 
-step "1/4" "setup and build"
+step "1/5" "setup and build"
 bash scripts/setup-deps.sh
 bash scripts/build.sh >"$root_dir/build-main-job.log" 2>&1 || {
   tail -40 "$root_dir/build-main-job.log" >&2
@@ -37,7 +37,7 @@ common=(-d bfloat16 -b 1M -e "$max" -f 4 -n "$iters" -w 1 -c 1)
 if [[ $(id -u) -ne 0 ]] || ! perf/emucluster/emucluster.sh --no-check-rate -q -n 1 -- true >/dev/null 2>&1; then
   echo "zpp main job: emulating a cluster needs root and network namespaces; running on loopback instead" >&2
   echo "zpp main job: (run it as root for the emulated cluster: bash scripts/main-job.sh)" >&2
-  step "2/4" "loopback: 4 ranks as 2 nodes x 2, all-gather and reduce-scatter (no shaped links)"
+  step "2/5" "loopback: 4 ranks as 2 nodes x 2, all-gather and reduce-scatter (no shaped links)"
   "$perf" -N 4 --layout 2x2 -t allgather,reducescatter -m plain,qwz,hpz,qgz "${common[@]}" \
     -J "$out/main-2x2-loopback.json"
   python3 scripts/main-summary.py --two-by-two "$out/main-2x2-loopback.json"
@@ -50,7 +50,7 @@ fi
 export OMPI_MCA_coll_tuned_use_dynamic_rules=1
 export OMPI_MCA_coll_tuned_allgather_algorithm=4
 
-step "2/4" "2 nodes x 2 ranks at $rate: OpenMPI, plain, qwZ, hpZ, qgZ; bf16 1 MiB..$max"
+step "2/5" "2 nodes x 2 ranks at $rate: OpenMPI, plain, qwZ, hpZ, qgZ; bf16 1 MiB..$max"
 # The 2x2 targets compare our modes with each other, so their rows run back
 # to back (--rounds 1; OpenMPI's row follows, for reference): interleaved
 # with OpenMPI's rounds, 64 MiB qgZ measured 3.6-4.2x plain against 4.7-4.9x
@@ -60,12 +60,18 @@ perf/emucluster/emucluster.sh -n 2 -l 2 -r "$rate" --rate-json "$out/main-2x2-li
   "$perf" --baseline mpi --rounds 1 -t allgather,reducescatter -m plain,qwz,hpz,qgz "${common[@]}" \
   -J "$out/main-2x2.json"
 
-step "3/4" "4 nodes x 1 rank at $rate: plain all-gather against the link rate and OpenMPI"
+step "3/5" "4 nodes x 1 rank at $rate: plain all-gather against the link rate and OpenMPI"
 perf/emucluster/emucluster.sh -n 4 -l 1 -r "$rate" --rate-json "$out/main-4x1-links.json" --mpi -- \
   "$perf" --baseline mpi -t allgather -m plain -d bfloat16 -b "$max" -e "$max" -n "$iters" -w 1 -c 1 \
   -J "$out/main-4x1.json"
 
-step "4/4" "summary"
+step "4/5" "2 nodes x 2 ranks at $rate, ranks placed on nodes in turn (mpirun --map-by node): plain, qwZ, hpZ, qgZ at $max"
+perf/emucluster/emucluster.sh -q -n 2 -l 2 -r "$rate" --no-check-rate --placement cyclic -- \
+  "$perf" -t allgather,reducescatter -m plain,qwz,hpz,qgz -d bfloat16 -b "$max" -e "$max" -n "$iters" \
+  -w 1 -c 1 -J "$out/main-2x2-cyclic.json"
+
+step "5/5" "summary"
 python3 scripts/main-summary.py --two-by-two "$out/main-2x2.json" --links "$out/main-2x2-links.json" \
-  --four-by-one "$out/main-4x1.json" --links-4x1 "$out/main-4x1-links.json" --rate "$rate"
+  --four-by-one "$out/main-4x1.json" --links-4x1 "$out/main-4x1-links.json" --rate "$rate" \
+  --cyclic "$out/main-2x2-cyclic.json"
 echo "zpp main job: done in $(($(date +%s) - start)) s; JSON and SVG pictures in results/"

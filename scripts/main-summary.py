@@ -5,7 +5,9 @@ Reads zpp-perf's JSON (-J) and the emulated cluster's link measurement
 (--rate-json), prints one line per comparison and whether each target holds.
 Targets (issues 3, 4, 5): 4x1 plain all-gather busbw >= 0.85 x link rate and
 >= OpenMPI; 2x2 qwZ >= 1.8x plain all-gather, qgZ >= 3.4x plain
-reduce-scatter, in effective busbw.
+reduce-scatter, in effective busbw. With --cyclic (issue 18), the same 2x2
+with ranks placed on nodes in turn: the inter-node bytes of qwZ, hpZ and qgZ
+equal those of the blocks layout.
 """
 import argparse
 import json
@@ -91,6 +93,33 @@ def four_by_one(doc, links, asked, results):
         results.append(("4x1 plain all-gather >= OpenMPI", busbw >= base, f"{busbw / base:.2f}x"))
 
 
+def cyclic(blocks, doc, results):
+    """The same collectives with the nodes taken in turn (rank r on node
+    r % 2): the hierarchical algorithms must cross nodes with the same bytes
+    as on blocks of ranks, and keep their speed-up over plain."""
+    recs = doc["records"]
+    print(f"2x2 cyclic (ranks placed on nodes in turn, layout {doc['header']['layout']}), "
+          "largest size:")
+    for op, modes in (("allgather", ("qwz", "hpz")), ("reducescatter", ("qgz",))):
+        plain = largest(recs, op, "plain")
+        if plain is None:
+            continue
+        print(f"  {op:13s} plain    {plain['effective_busbw']:.4f} GB/s")
+        for mode in modes:
+            row = largest(recs, op, mode)
+            if row is None:
+                continue
+            vs_plain = row["effective_busbw"] / plain["effective_busbw"]
+            same = [r for r in blocks["records"] if r["op"] == op and r["mode"] == mode
+                    and r["bytes"] == row["bytes"]]
+            print(f"  {op:13s} {mode:8s} {row['effective_busbw']:.4f} GB/s effective   "
+                  f"vs plain {vs_plain:.2f}x   inter-node bytes/call {row['wire_bytes_inter']}")
+            if same:
+                ok = row["wire_bytes_inter"] == same[0]["wire_bytes_inter"]
+                results.append((f"2x2 cyclic {mode}: inter-node bytes as in blocks", ok,
+                                f"{row['wire_bytes_inter']} vs {same[0]['wire_bytes_inter']}"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--two-by-two", required=True)
@@ -98,9 +127,13 @@ def main():
     ap.add_argument("--four-by-one")
     ap.add_argument("--links-4x1")
     ap.add_argument("--rate", default="1gbit")
+    ap.add_argument("--cyclic", help="zpp-perf JSON of 2x2 with ranks placed on nodes in turn")
     args = ap.parse_args()
     results = []
-    two_by_two(load(args.two_by_two), results)
+    blocks = load(args.two_by_two)
+    two_by_two(blocks, results)
+    if args.cyclic:
+        cyclic(blocks, load(args.cyclic), results)
     if args.four_by_one:
         links = load(args.links_4x1) if args.links_4x1 else None
         four_by_one(load(args.four_by_one), links, rate_bits(args.rate), results)

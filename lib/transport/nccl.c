@@ -15,6 +15,12 @@ struct zppNccl {
   struct zppComm* comm;
   ncclComm_t nccl;
   int device;
+  int haveWork;
+  zppNcclWork_t work;
+  void* scratch;
+  size_t scratchBytes;
+  int smallCalls;     /* calls in a row that needed under a quarter of the scratch */
+  size_t smallMax;    /* the largest of them */
 };
 
 /* Our result codes and data types are NCCL's, value for value. */
@@ -138,11 +144,116 @@ void zppNcclAbort(zppNccl_t* n) {
   n->nccl = NULL;
 }
 
+/* Releases the work set: the scratch is freed behind the work queued on the
+ * kernel stream, and the driver frees streams and events once their work is
+ * done, so this never waits (a destroy after an abort must not hang on a
+ * stream that NCCL stopped). */
+static void releaseWork(zppNccl_t* n) {
+  cudaStream_t k = (cudaStream_t)n->work.kernels;
+  if (n->scratch && (k == NULL || cudaFreeAsync(n->scratch, k) != cudaSuccess)) {
+    (void)cudaGetLastError();
+    (void)cudaFree(n->scratch);
+  }
+  n->scratch = NULL;
+  n->scratchBytes = 0;
+  for (int i = 0; i < ZPP_NCCL_WORK_EVENTS; i++)
+    if (n->work.events[i]) (void)cudaEventDestroy((cudaEvent_t)n->work.events[i]);
+  if (n->work.kernels) (void)cudaStreamDestroy((cudaStream_t)n->work.kernels);
+  if (n->work.comms) (void)cudaStreamDestroy((cudaStream_t)n->work.comms);
+  (void)cudaGetLastError();
+  memset(&n->work, 0, sizeof(n->work));
+  n->haveWork = 0;
+}
+
 void zppNcclDestroy(zppNccl_t* n) {
   if (n == NULL) return;
+  releaseWork(n);
   if (n->nccl) (void)ncclCommDestroy(n->nccl);
   free(n);
 }
+
+#define CUDAWORK(call)                                                                        \
+  do {                                                                                        \
+    cudaError_t cerr_ = (call);                                                               \
+    if (cerr_ != cudaSuccess) {                                                               \
+      (void)cudaGetLastError();                                                               \
+      ZPP_FAILGOTO(zppUnhandledCudaError, res, fail, CUDA, "%s: %s", #call, cudaGetErrorString(cerr_)); \
+    }                                                                                         \
+  } while (0)
+
+zppResult_t zppNcclGetWork(zppNccl_t* n, zppNcclWork_t** out) {
+  zppResult_t res = zppSuccess;
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) (void)cudaGetLastError();
+  if (device != n->device)
+    ZPP_FAIL(zppInvalidUsage, CUDA,
+             "%s: the current CUDA device is %d, but this communicator's NCCL communicator was made "
+             "on device %d: call cudaSetDevice(%d) before its device-buffer calls",
+             n->comm->name, device, n->device, n->device);
+  if (n->haveWork) {
+    *out = &n->work;
+    return zppSuccess;
+  }
+  cudaStream_t k = NULL, c = NULL;
+  CUDAWORK(cudaStreamCreateWithFlags(&k, cudaStreamNonBlocking));
+  n->work.kernels = k;
+  CUDAWORK(cudaStreamCreateWithFlags(&c, cudaStreamNonBlocking));
+  n->work.comms = c;
+  for (int i = 0; i < ZPP_NCCL_WORK_EVENTS; i++) {
+    cudaEvent_t e = NULL;
+    CUDAWORK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    n->work.events[i] = e;
+  }
+  n->haveWork = 1;
+  ZPP_INFO(CUDA, "%s: device work set made (2 streams, %d events) on device %d", n->comm->name,
+           ZPP_NCCL_WORK_EVENTS, n->device);
+  *out = &n->work;
+  return zppSuccess;
+fail:
+  releaseWork(n);
+  return res;
+}
+
+zppResult_t zppNcclScratch(zppNccl_t* n, size_t bytes, void** out) {
+  zppResult_t res = zppSuccess;
+  if (!n->haveWork) ZPP_FAIL(zppInternalError, CUDA, "zppNcclScratch before zppNcclGetWork");
+  cudaStream_t k = (cudaStream_t)n->work.kernels;
+  if (bytes == 0) bytes = 16;
+  size_t want = n->scratchBytes;
+  if (bytes > n->scratchBytes) {
+    want = bytes;
+    n->smallCalls = 0;
+    n->smallMax = 0;
+  } else if (bytes < n->scratchBytes / 4) {
+    if (bytes > n->smallMax) n->smallMax = bytes;
+    /* A one-off large call should not pin its memory for the rest of the
+     * job, nor should alternating sizes make every call reallocate. */
+    if (++n->smallCalls >= ZPP_NCCL_TRIM_CALLS) {
+      want = n->smallMax;
+      n->smallCalls = 0;
+      n->smallMax = 0;
+    }
+  } else {
+    n->smallCalls = 0;
+    n->smallMax = 0;
+  }
+  if (want != n->scratchBytes || n->scratch == NULL) {
+    if (n->scratch) CUDAWORK(cudaFreeAsync(n->scratch, k));
+    n->scratch = NULL;
+    n->scratchBytes = 0;
+    void* p = NULL;
+    CUDAWORK(cudaMallocAsync(&p, want, k));
+    n->scratch = p;
+    n->scratchBytes = want;
+    ZPP_DBG(CUDA, "%s: device scratch now %zu bytes", n->comm->name, want);
+  }
+  *out = n->scratch;
+  return zppSuccess;
+fail:
+  return res;
+}
+
+size_t zppNcclScratchBytes(const zppNccl_t* n) { return n ? n->scratchBytes : 0; }
 
 void* zppNcclHandle(zppNccl_t* n) { return n ? (void*)n->nccl : NULL; }
 

@@ -28,6 +28,29 @@ void zppNcclDestroy(zppNccl_t* nccl);
  * with the CUDA codecs on the caller's stream. */
 void* zppNcclHandle(zppNccl_t* nccl);
 
+/* Device resources of the composed device calls (the ZeRO++ device path),
+ * made on the first such call and reused by every later one instead of
+ * being created and destroyed per call: two internal streams (codec kernels
+ * and NCCL) and a fixed set of events. Calls on one communicator are issued
+ * from one host thread at a time (as with NCCL), so no lock is needed. */
+#define ZPP_NCCL_WORK_EVENTS 16
+typedef struct {
+  void* kernels;                       /* cudaStream_t: the codec kernels */
+  void* comms;                         /* cudaStream_t: NCCL */
+  void* events[ZPP_NCCL_WORK_EVENTS];  /* cudaEvent_t, timing disabled */
+} zppNcclWork_t;
+zppResult_t zppNcclGetWork(zppNccl_t* nccl, zppNcclWork_t** out);
+
+/* Scratch device memory of at least `bytes`, valid until the next call of
+ * this function: stream-ordered on the work's kernel stream, where it grows
+ * (the old buffer freed behind everything queued there) and is trimmed once
+ * ZPP_NCCL_TRIM_CALLS calls in a row needed under a quarter of it. Callers
+ * order their other streams after the kernel stream before using it. */
+#define ZPP_NCCL_TRIM_CALLS 64
+zppResult_t zppNcclScratch(zppNccl_t* nccl, size_t bytes, void** out);
+/* Bytes of scratch held now (tests, zpp-perf). */
+size_t zppNcclScratchBytes(const zppNccl_t* nccl);
+
 zppResult_t zppNcclAllGather(zppNccl_t* nccl, const void* sendbuff, void* recvbuff, size_t sendcount,
                              zppDataType_t type, void* stream);
 zppResult_t zppNcclReduceScatter(zppNccl_t* nccl, const void* sendbuff, void* recvbuff,

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,17 +18,60 @@
 #include <sys/prctl.h>
 #endif
 
+/* The placement suffix of "NxL/...": ranks r of a block layout moved to
+ * other nodes, node sizes unchanged. Returns 0, or -1 for an unknown one. */
+static int placeLayout(const char* how, int* nodeOf, long nodes, long per) {
+  long n = nodes * per;
+  if (strcmp(how, "cyclic") == 0) {
+    /* Hosts taken in turn: mpirun --map-by node, Slurm's cyclic. */
+    for (long r = 0; r < n; r++) nodeOf[r] = (int)(r % nodes);
+    return 0;
+  }
+  if (strncmp(how, "shuffle:", 8) == 0) {
+    char* end = NULL;
+    unsigned long seed = strtoul(how + 8, &end, 10);
+    if (end == how + 8 || *end != '\0') return -1;
+    /* Fisher-Yates with a 64-bit LCG: the same permutation for a seed on
+     * every machine, so a failing test names a layout that can be rerun. */
+    uint64_t x = seed * 6364136223846793005ull + 1442695040888963407ull;
+    for (long r = n - 1; r > 0; r--) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      long k = (long)((x >> 33) % (uint64_t)(r + 1));
+      int t = nodeOf[r];
+      nodeOf[r] = nodeOf[k];
+      nodeOf[k] = t;
+    }
+    return 0;
+  }
+  return -1;
+}
+
 int zppLaunchParseLayout(const char* layout, int* nodeOf, int maxRanks) {
   if (layout == NULL || layout[0] == '\0') return -1;
   int n = 0;
+  if (layout[0] == '@') {
+    /* Explicit: the node of every rank, e.g. "@0,1,0,1". */
+    const char* p = layout + 1;
+    for (;;) {
+      char* end = NULL;
+      long node = strtol(p, &end, 10);
+      if (end == p || node < 0 || node >= maxRanks || n >= maxRanks) return -1;
+      nodeOf[n++] = (int)node;
+      if (*end == '\0') break;
+      if (*end != ',') return -1;
+      p = end + 1;
+    }
+    return n;
+  }
   const char* x = strchr(layout, 'x');
   if (x) {
     char* end = NULL;
     long nodes = strtol(layout, &end, 10);
     if (end != x) return -1;
     long per = strtol(x + 1, &end, 10);
-    if (*end != '\0' || nodes < 1 || per < 1 || nodes * per > maxRanks) return -1;
+    if ((*end != '\0' && *end != '/') || nodes < 1 || per < 1 || nodes * per > maxRanks) return -1;
     for (long i = 0; i < nodes * per; i++) nodeOf[n++] = (int)(i / per);
+    if (*end == '/' && placeLayout(end + 1, nodeOf, nodes, per) != 0) return -1;
     return n;
   }
   const char* p = layout;
@@ -164,7 +208,7 @@ int zppLaunch(const zppLaunchOpts_t* opts, zppLaunchFn fn, void* arg) {
   if (haveLayout) {
     int n = zppLaunchParseLayout(o.layout, nodeOf, ZPP_LAUNCH_MAX_RANKS);
     if (n < 0 || (nranks && n != nranks)) {
-      fprintf(stderr, "zpp_launch: bad layout '%s' for %d ranks (NxL or a,b,c)\n", o.layout, nranks);
+      fprintf(stderr, "zpp_launch: bad layout '%s' for %d ranks (NxL, NxL/cyclic, NxL/shuffle:SEED, a,b,c or @n0,n1,...)\n", o.layout, nranks);
       return 2;
     }
     nranks = n;

@@ -46,8 +46,13 @@ typedef enum {
 
 typedef struct {
   int nranks;        /* 0: taken from the layout */
-  const char* layout; /* NULL, "NxL" (N nodes of L ranks) or "a,b,c" (ranks per node);
-                       * sets ZPP_HOSTID=node<k> in each rank, nodes in blocks of ranks */
+  /* NULL, or the node of each rank, which sets ZPP_HOSTID=node<k> in it:
+   *   "NxL"               N nodes of L ranks, in blocks (node k: ranks kL..kL+L-1)
+   *   "NxL/cyclic"        the same nodes taken in turn (rank r on node r % N)
+   *   "NxL/shuffle:SEED"  the block layout under a random permutation of ranks
+   *   "a,b,c"             a ranks on node 0, then b on node 1, ... (blocks)
+   *   "@n0,n1,..."        rank r on node n_r, explicitly */
+  const char* layout;
   double timeoutSec; /* every rank still running after this is killed; <= 0: 120 s */
   zppLaunchIdMode_t idMode;
   /* torchrun-style environment in every rank: RANK, WORLD_SIZE, LOCAL_RANK,

@@ -40,11 +40,20 @@ Without COMMAND it only builds, measures and tears down.
 Cluster:
   -n, --nodes N           nodes (default 2)
   -l, --ranks-per-node L  ranks per node (default 1)
+      --placement P       which ranks a node holds: blocks (node k: ranks
+                          kL..kL+L-1, the default) or cyclic (nodes taken in
+                          turn: rank r on node r % N, as mpirun --map-by node
+                          or a Slurm cyclic distribution place them)
   -r, --rate RATE         every node's link rate, both directions (default
                           1gbit); bits per second: 200mbit, 1gbit, 1.5g, or
                           'none' for an unshaped link
       --node-rate K=RATE  node K's link at RATE instead (repeatable), e.g. a
                           slow node: --node-rate 2=200mbit
+      --tbf-burst BYTES   bytes a link may send back to back (default: 2 ms of
+                          its rate, at least 32k), e.g. 16k
+      --tbf-latency T     the queue behind each link, as the longest a packet
+                          may wait in it (default 5ms); shallow switch buffers:
+                          e.g. 1ms
       --subnet A.B.C      the /24 the nodes live in (default 10.213.0); node k
                           is A.B.C.(k+1), the hub A.B.C.254. Private to the run.
       --prefix NAME       namespace name prefix (default zpp<pid>)
@@ -129,7 +138,9 @@ tbf_burst() {
 }
 # The queue behind the bucket: 5 ms at the link rate. Long enough that TCP's
 # bursts are not dropped, short enough that no one mistakes it for latency.
+# --tbf-latency and --tbf-burst change both, to emulate other switches.
 TBF_LATENCY=5ms
+TBF_BURST=
 
 # --- names ------------------------------------------------------------------
 
@@ -201,6 +212,8 @@ mpi_rank_main() {
   ns=$(ip netns identify "$$" 2>/dev/null || true)
   if [[ $ns =~ -n([0-9]+)$ ]]; then
     k=${BASH_REMATCH[1]}
+  elif [[ ${EMUCLUSTER_PLACEMENT:-blocks} == cyclic ]]; then # --loopback, nodes in turn
+    k=$((OMPI_COMM_WORLD_RANK % ${EMUCLUSTER_NODES:-1}))
   else # --loopback: nodes are consecutive blocks of ranks
     k=$((OMPI_COMM_WORLD_RANK / ${EMUCLUSTER_RANKS_PER_NODE:-1}))
   fi
@@ -222,6 +235,7 @@ fi
 
 NODES=2
 RPN=1
+PLACEMENT=blocks
 RATE_ARG=1gbit
 declare -A NODE_RATE_ARG=()
 SUBNET=10.213.0
@@ -255,6 +269,7 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     -n | --nodes) need_arg "$@"; NODES=$2; shift 2 ;;
     -l | --ranks-per-node) need_arg "$@"; RPN=$2; shift 2 ;;
+    --placement) need_arg "$@"; PLACEMENT=$2; shift 2 ;;
     -r | --rate) need_arg "$@"; RATE_ARG=$2; shift 2 ;;
     --node-rate)
       need_arg "$@"
@@ -262,6 +277,8 @@ while [[ $# -gt 0 ]]; do
       NODE_RATE_ARG[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
       shift 2 ;;
     --subnet) need_arg "$@"; SUBNET=$2; shift 2 ;;
+    --tbf-burst) need_arg "$@"; TBF_BURST=$2; shift 2 ;;
+    --tbf-latency) need_arg "$@"; TBF_LATENCY=$2; shift 2 ;;
     --prefix) need_arg "$@"; PREFIX=$2; shift 2 ;;
     --check-rate) CHECK_RATE=1; shift ;;
     --no-check-rate) CHECK_RATE=0; shift ;;
@@ -293,6 +310,12 @@ done
 
 is_uint "$NODES" && ((NODES >= 1 && NODES <= 200)) || die $EX_USAGE "-n wants 1..200 nodes (got '$NODES')"
 is_uint "$RPN" && ((RPN >= 1 && RPN <= 64)) || die $EX_USAGE "-l wants 1..64 ranks per node (got '$RPN')"
+[[ -z $TBF_BURST || $TBF_BURST =~ ^[0-9]+[kKmM]?b?$ ]] ||
+  die $EX_USAGE "--tbf-burst wants bytes, e.g. 64k (got '$TBF_BURST')"
+[[ $TBF_LATENCY =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] ||
+  die $EX_USAGE "--tbf-latency wants a time, e.g. 1ms (got '$TBF_LATENCY')"
+[[ $PLACEMENT == blocks || $PLACEMENT == cyclic ]] ||
+  die $EX_USAGE "--placement wants blocks or cyclic (got '$PLACEMENT')"
 [[ $SUBNET =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]] &&
   ((BASH_REMATCH[1] < 256 && BASH_REMATCH[2] < 256 && BASH_REMATCH[3] < 256)) ||
   die $EX_USAGE "--subnet wants the first three octets of a /24, e.g. 10.213.0 (got '$SUBNET')"
@@ -545,7 +568,7 @@ add_ns() {
 shape() { # ns dev bps
   local ns=$1 dev=$2 bps=$3 burst
   ((bps > 0)) || return 0
-  burst=$(tbf_burst "$bps")
+  burst=${TBF_BURST:-$(tbf_burst "$bps")}
   tc -n "$ns" qdisc replace dev "$dev" root tbf rate "${bps}bit" burst "$burst" latency "$TBF_LATENCY" ||
     die $EX_SETUP "tc could not shape $dev in $ns to $(fmt_rate "$bps")"
 }
@@ -587,7 +610,7 @@ build_cluster() {
 print_cluster() {
   ((QUIET == 0)) || return 0
   local k
-  say "$NODES nodes x $RPN ranks, prefix $PREFIX, subnet $SUBNET.0/24, hub $SUBNET.$HUB_HOST"
+  say "$NODES nodes x $RPN ranks ($PLACEMENT), prefix $PREFIX, subnet $SUBNET.0/24, hub $SUBNET.$HUB_HOST"
   for ((k = 0; k < NODES; k++)); do
     local r="unshaped"
     ((NODE_BPS[k] == 0)) || r=$(fmt_rate "${NODE_BPS[k]}")
@@ -640,12 +663,21 @@ open_prefixer() { # tag fd-var target(1|2)
   printf -v "$2" '%s' "$fd"
 }
 
+# The rank of local rank l on node k (--placement).
+rank_of() {
+  if [[ $PLACEMENT == cyclic ]]; then echo $(($2 * NODES + $1)); else echo $(($1 * RPN + $2)); fi
+}
+# The node of rank r.
+node_of() {
+  if [[ $PLACEMENT == cyclic ]]; then echo $(($1 % NODES)); else echo $(($1 / RPN)); fi
+}
+
 MASTER_ADDR=
 launch_plain() {
   local k l r ns envs o e
   for ((k = 0; k < NODES; k++)); do
     for ((l = 0; l < RPN; l++)); do
-      r=$((k * RPN + l))
+      r=$(rank_of "$k" "$l")
       ns=$(ns_node "$k")
       envs=(ZPP_HOSTID="node$k" RANK="$r" WORLD_SIZE="$WORLD" LOCAL_RANK="$l" LOCAL_WORLD_SIZE="$RPN"
         GROUP_RANK="$k" NODE_RANK="$k" MASTER_ADDR="$MASTER_ADDR" MASTER_PORT="$MASTER_PORT_ARG"
@@ -682,7 +714,9 @@ launch_plain() {
 
 launch_mpi() {
   local hf=$WORKDIR/hostfile k
-  local args=(mpirun -np "$WORLD" --bind-to none --oversubscribe --map-by slot)
+  local mapBy=slot
+  [[ $PLACEMENT == blocks ]] || mapBy=node
+  local args=(mpirun -np "$WORLD" --bind-to none --oversubscribe --map-by "$mapBy")
   [[ $(id -u) != 0 ]] || args+=(--allow-run-as-root)
   # ob1 over TCP and shared memory only: the UCX PML would find System V shared
   # memory across the namespaces and bypass the shaped links. Shared memory
@@ -691,6 +725,7 @@ launch_mpi() {
   # shellcheck disable=SC2054 # commas inside MCA values
   args+=(--mca pml ob1 --mca btl self,vader,tcp --mca osc '^ucx')
   args+=(-x MASTER_ADDR -x MASTER_PORT -x EMUCLUSTER_SUBNET -x EMUCLUSTER_RANKS_PER_NODE)
+  args+=(-x EMUCLUSTER_PLACEMENT -x EMUCLUSTER_NODES)
   ((PREFIX_OUT == 0)) || [[ -n $LOG_DIR ]] || args+=(--tag-output)
   [[ -z $LOG_DIR ]] || args+=(-x EMUCLUSTER_LOG_DIR)
   if ((LOOPBACK == 0)); then
@@ -704,6 +739,7 @@ launch_mpi() {
   args+=("${extra[@]}" "$SELF" --_mpi-rank -- "${CMD[@]}")
   export MASTER_ADDR MASTER_PORT=$MASTER_PORT_ARG EMUCLUSTER_SUBNET=$SUBNET.0/24
   export EMUCLUSTER_RANKS_PER_NODE=$RPN EMUCLUSTER_IFACE=$NODE_IF EMUCLUSTER_LOG_DIR=$LOG_DIR
+  export EMUCLUSTER_PLACEMENT=$PLACEMENT EMUCLUSTER_NODES=$NODES
   say "mpirun ${args[*]}"
   # mpirun itself lives on node 0, where it can reach every node's daemon.
   if ((LOOPBACK)); then
@@ -771,7 +807,8 @@ report_ranks() {
     fi
   else
     for ((r = 0; r < WORLD; r++)); do
-      local st=${STATUS[$r]} k=$((r / RPN))
+      local st=${STATUS[$r]} k
+      k=$(node_of "$r")
       ((st == 0)) && continue
       if ((st > 128)) && [[ $r != "$FIRST_FAIL" ]] && ((STOPPING)); then
         killed+=("$r")

@@ -70,6 +70,7 @@ typedef struct {
   double targetSec;          /* auto size: one iteration at least this long */
   size_t maxAutoBytes;
   int trials, iters, warmup;
+  int device;                /* --device: the trials on device buffers (GPUs and NCCL) */
   /* expectation */
   zhExpectFrom_t expectFrom;
   double expectGBps;         /* --expect-busbw, in GB/s */
@@ -138,6 +139,7 @@ typedef struct {
   double targetSec;
   double budgetSec;      /* stop starting trials after this long */
   int32_t nGroup, groupRank;
+  int32_t device;        /* 1: trials on device buffers (--device) */
   zppUniqueId id;
 } zhTestMsg_t;
 

@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "perf_device.h"
 #include "perf_math.h"
 #include "zpp_health.h"
 
@@ -43,6 +44,8 @@ static void zhUsage(FILE* f) {
 "                          sometimes slow is still caught\n"
 "  -n, --iters I           all-reduces per trial (1)\n"
 "  -w, --warmup W          untimed all-reduces before the trials of a test (1)\n"
+"      --device            the trials on device buffers: one GPU per local rank,\n"
+"                          NCCL between them, as a GPU job uses them (needs CUDA)\n"
 "Expectation (what busbw a healthy cluster gives):\n"
 "      --expect-busbw BW   all-reduce busbw as a number and unit: GB/s (bytes,\n"
 "                          1e9/s, nccl-tests' unit; the default for a bare\n"
@@ -144,7 +147,8 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
   *exitNow = -1;
   enum {
     O_LAYOUT = 1000, O_CTLPORT, O_TARGET, O_MAXSIZE, O_TRIALS, O_EXPECT, O_BASELINE, O_SAVE,
-    O_THRESHOLD, O_LTHRESHOLD, O_P2P, O_NOLOC, O_PAR, O_SER, O_TIMEOUT, O_LIMIT, O_PROG, O_NOPROG
+    O_THRESHOLD, O_LTHRESHOLD, O_P2P, O_NOLOC, O_PAR, O_SER, O_TIMEOUT, O_LIMIT, O_PROG, O_NOPROG,
+    O_DEVICE
   };
   static const struct option longOpts[] = {
       {"nranks", required_argument, 0, 'N'},        {"layout", required_argument, 0, O_LAYOUT},
@@ -160,6 +164,7 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
       {"time-limit", required_argument, 0, O_LIMIT}, {"json", required_argument, 0, 'J'},
       {"quiet", no_argument, 0, 'q'},               {"verbose", no_argument, 0, 'v'},
       {"progress", no_argument, 0, O_PROG},         {"no-progress", no_argument, 0, O_NOPROG},
+      {"device", no_argument, 0, O_DEVICE},
       {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -241,6 +246,7 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
       case 'q': a->quiet = 1; break;
       case 'v': a->verbose = 1; break;
       case O_PROG: a->progress = 1; break;
+      case O_DEVICE: a->device = 1; break;
       case O_NOPROG: a->progress = 0; break;
       case 'h':
         zhUsage(stdout);
@@ -260,6 +266,8 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
       return zhBad("--layout %s does not make the -N rank count", msg);
     }
   }
+  if (a->device && !zppPerfDeviceAvailable())
+    return zhBad("--device: this zpp-health was built without CUDA and NCCL%s", "");
   if (a->jsonPath && a->saveBaselinePath && strcmp(a->jsonPath, a->saveBaselinePath) == 0)
     return zhBad("-J and --save-baseline name the same file '%s'", a->jsonPath);
   return 0;

@@ -437,6 +437,7 @@ int zhRunBatch(zhCoord_t* c, int n, zhTest_t** tests) {
     double left = zhRemaining(c);
     m.budgetSec = left > 1 ? left : 1;
     m.nGroup = t->nRanks;
+    m.device = c->a->device;
     zppResult_t r = zppGetUniqueId(&m.id);
     if (r != zppSuccess) {
       snprintf(t->error, sizeof t->error, "zppGetUniqueId: %s", zppGetLastError(NULL));

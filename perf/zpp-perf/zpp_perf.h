@@ -24,6 +24,7 @@
 
 #include "zpp.h"
 #include "perf_check.h"
+#include "perf_device.h"
 #include "perf_math.h"
 #include "clock.h"
 
@@ -64,8 +65,11 @@ typedef struct {
   zppRedOp_t redop;
   int root;
   size_t apiCount;
-  const void* send;
+  const void* send; /* host buffers: filled, checked, read by the baselines */
   void* recv;
+  const void* runSend; /* what zpp's call gets: send and recv, or (--device) */
+  void* runRecv;       /* their device copies */
+  void* stream;        /* NULL, or --device's cudaStream_t */
   int bits, block;  /* compressed modes: codec bits (0: exact) and elements per scale */
   void* modeState;  /* from the mode's setup (e.g. hpZ's partitioned parameter) */
   int rotateRoot;   /* -r rotate: timed call i has root i % nranks (root is 0 otherwise) */
@@ -148,7 +152,9 @@ typedef struct zppPerfArgs {
   const char* svgPath;      /* --svg, overrides the derived path */
   int forkRanks;            /* -N, 0 when not forking */
   int layoutNodes, layoutPerNode; /* --layout NxL, 0 when not given */
+  int layoutCyclic;         /* --layout NxL/cyclic: rank r on node r % N */
   int quiet;
+  int device;               /* --device: zpp's calls on device buffers and a CUDA stream */
   int timeoutSec;           /* --timeout: sets ZPP_TIMEOUT for the library */
   int qwzBits, qgzBits, hpzBits; /* --qwz-bits (8), --qgz-bits (4), --hpz-bits (8; 0: exact forward) */
   int quantBlock;           /* --block, else ZPP_QUANT_BLOCK, else 0: the codec's default per bits */
@@ -315,6 +321,13 @@ zppResult_t zppPerfMpiFinish(const zppPerfBaseRow_t* row, const double* times, i
                              zppPerfBaseResult_t* base);
 
 int zppPerfNcclAvailable(void);  /* built with NCCL */
+
+/* --device: zpp's calls on device buffers (perf/common/perf_device.h);
+ * these report a failure on stderr as every path of the tool does. */
+zppResult_t zppPerfDeviceInit(const zppPerfEnv_t* env, void** stream);
+zppResult_t zppPerfDeviceCopyChecked(const zppPerfEnv_t* env, void* dst, const void* src, size_t bytes,
+                                     int toDevice);
+zppResult_t zppPerfDeviceSyncChecked(const zppPerfEnv_t* env, void* stream);
 zppResult_t zppPerfNcclInit(const zppPerfEnv_t* env, const zppPerfArgs_t* args);
 void zppPerfNcclFinalize(void);
 zppResult_t zppPerfNcclPrepare(zppPerfBaseRow_t* row);

@@ -117,7 +117,10 @@ void zppPerfUsage(FILE* f) {
       "launch (mpirun and torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT are\n"
       "detected from the environment; without either, one rank):\n"
       "  -N, --ranks N           fork N ranks on this machine\n"
-      "      --layout NxL        N nodes of L ranks: sets ZPP_HOSTID per rank\n"
+      "      --device            zpp's calls on device buffers and a CUDA stream (one GPU\n"
+      "                          per local rank, round robin); needs CUDA and NCCL\n"
+      "      --layout NxL[/cyclic]  N nodes of L ranks: sets ZPP_HOSTID per rank, nodes\n"
+      "                          in blocks of ranks, or taken in turn with /cyclic\n"
       "      --timeout SEC       bound on every wait (sets ZPP_TIMEOUT)\n"
       "  -h, --help, -V, --version\n"
       "\n"
@@ -341,7 +344,7 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
   a->quantBlock = envBlock != NULL ? atoi(envBlock) : 0;
 
   enum { OPT_BASELINE = 1000, OPT_LAYOUT, OPT_SVG, OPT_TIMEOUT, OPT_QWZ_BITS, OPT_QGZ_BITS,
-         OPT_HPZ_BITS, OPT_BLOCK, OPT_ROUNDS };
+         OPT_HPZ_BITS, OPT_BLOCK, OPT_ROUNDS, OPT_DEVICE };
   static const struct option longOpts[] = {
       {"minbytes", required_argument, 0, 'b'},   {"maxbytes", required_argument, 0, 'e'},
       {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
@@ -357,6 +360,7 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
       {"timeout", required_argument, 0, OPT_TIMEOUT}, {"qwz-bits", required_argument, 0, OPT_QWZ_BITS},
       {"qgz-bits", required_argument, 0, OPT_QGZ_BITS}, {"hpz-bits", required_argument, 0, OPT_HPZ_BITS},
       {"block", required_argument, 0, OPT_BLOCK},    {"rounds", required_argument, 0, OPT_ROUNDS},
+      {"device", no_argument, 0, OPT_DEVICE},
       {0, 0, 0, 0}};
   int bSet = 0, eSet = 0, fSet = 0;
   long v;
@@ -423,18 +427,20 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
         break;
       case 'J': a->jsonPath = optarg; break;
       case OPT_SVG: a->svgPath = optarg; break;
+      case OPT_DEVICE: a->device = 1; break;
       case 'N':
         if (zppPerfParseInt(optarg, 1, ZPP_LAUNCH_MAX_RANKS, &v) != 0)
           return zppPerfUsageError("bad rank count -N %s (1 to " ZPP_PERF_STR(ZPP_LAUNCH_MAX_RANKS) ")", optarg);
         a->forkRanks = (int)v;
         break;
       case OPT_LAYOUT: {
-        int nodes = 0, per = 0;
-        char tail = 0;
-        if (sscanf(optarg, "%dx%d%c", &nodes, &per, &tail) != 2 || nodes < 1 || per < 1)
-          return zppPerfUsageError("bad layout --layout %s (want NODESxRANKS, e.g. 2x2)", optarg);
+        int nodes = 0, per = 0, used = 0;
+        if (sscanf(optarg, "%dx%d%n", &nodes, &per, &used) != 2 || nodes < 1 || per < 1 ||
+            (optarg[used] != '\0' && strcmp(optarg + used, "/cyclic") != 0))
+          return zppPerfUsageError("bad layout --layout %s (want NODESxRANKS[/cyclic], e.g. 2x2)", optarg);
         a->layoutNodes = nodes;
         a->layoutPerNode = per;
+        a->layoutCyclic = optarg[used] != '\0';
         break;
       }
       case OPT_BASELINE:
@@ -502,6 +508,17 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
   }
   if (a->baseline == ZPP_PERF_BASELINE_NCCL && !zppPerfNcclAvailable())
     return zppPerfUsageError("--baseline nccl: this zpp-perf was built without CUDA and NCCL%s", "");
+  if (a->device) {
+    if (!zppPerfDeviceAvailable())
+      return zppPerfUsageError("--device: this zpp-perf was built without CUDA and NCCL%s", "");
+    if (a->baseline == ZPP_PERF_BASELINE_MPI)
+      return zppPerfUsageError("--device with --baseline mpi: MPI's baseline runs on host buffers; "
+                               "compare device buffers with --baseline nccl%s", "");
+    for (int t = 0; t < a->nTasks; t++)
+      if (strcmp(a->tasks[t].mode->name, "hpz") == 0)
+        return zppPerfUsageError("--device: hpz takes host buffers only (device hpZ is not built "
+                                 "yet)%s", "");
+  }
   /* Rounds alternate ours with the baseline: without one there is nothing
    * to alternate with, and one round is the same measurement. More rounds
    * than iterations would leave rounds empty, so -n caps them. */

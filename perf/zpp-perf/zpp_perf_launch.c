@@ -23,7 +23,8 @@
 void zppPerfApplyLayout(const zppPerfArgs_t* a, int rank) {
   if (a->layoutNodes <= 0) return;
   char host[32];
-  snprintf(host, sizeof host, "node%d", rank / a->layoutPerNode);
+  snprintf(host, sizeof host, "node%d",
+           a->layoutCyclic ? rank % a->layoutNodes : rank / a->layoutPerNode);
   setenv("ZPP_HOSTID", host, 1);
 }
 
@@ -84,7 +85,8 @@ int zppPerfForkRun(const zppPerfArgs_t* a) {
   zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
   o.nranks = n;
   if (a->layoutNodes > 0) {
-    snprintf(layout, sizeof layout, "%dx%d", a->layoutNodes, a->layoutPerNode);
+    snprintf(layout, sizeof layout, "%dx%d%s", a->layoutNodes, a->layoutPerNode,
+             a->layoutCyclic ? "/cyclic" : "");
     o.layout = layout;
   }
   o.timeoutSec = ZPP_PERF_LAUNCH_DEADLINE_SEC;

@@ -24,39 +24,39 @@
 #include "zpp_perf.h"
 
 static zppResult_t zppPerfRunAllGather(const zppPerfCall_t* c) {
-  return zppAllGather(c->send, c->recv, c->apiCount, c->dtype, c->comm, NULL);
+  return zppAllGather(c->runSend, c->runRecv, c->apiCount, c->dtype, c->comm, c->stream);
 }
 
 static zppResult_t zppPerfRunReduceScatter(const zppPerfCall_t* c) {
-  return zppReduceScatter(c->send, c->recv, c->apiCount, c->dtype, c->redop, c->comm, NULL);
+  return zppReduceScatter(c->runSend, c->runRecv, c->apiCount, c->dtype, c->redop, c->comm, c->stream);
 }
 
 static zppResult_t zppPerfRunAllReduce(const zppPerfCall_t* c) {
-  return zppAllReduce(c->send, c->recv, c->apiCount, c->dtype, c->redop, c->comm, NULL);
+  return zppAllReduce(c->runSend, c->runRecv, c->apiCount, c->dtype, c->redop, c->comm, c->stream);
 }
 
 static zppResult_t zppPerfRunAllToAll(const zppPerfCall_t* c) {
-  return zppAllToAll(c->send, c->recv, c->apiCount, c->dtype, c->comm, NULL);
+  return zppAllToAll(c->runSend, c->runRecv, c->apiCount, c->dtype, c->comm, c->stream);
 }
 
 static zppResult_t zppPerfRunBroadcast(const zppPerfCall_t* c) {
-  return zppBroadcast(c->send, c->recv, c->apiCount, c->dtype, c->root, c->comm, NULL);
+  return zppBroadcast(c->runSend, c->runRecv, c->apiCount, c->dtype, c->root, c->comm, c->stream);
 }
 
 static zppResult_t zppPerfRunQwz(const zppPerfCall_t* c) {
-  return zppQwzAllGather(c->send, c->recv, c->apiCount, c->dtype, c->bits, c->comm, NULL);
+  return zppQwzAllGather(c->runSend, c->runRecv, c->apiCount, c->dtype, c->bits, c->comm, c->stream);
 }
 
 static zppResult_t zppPerfRunQgz(const zppPerfCall_t* c) {
-  return zppQgzReduceScatter(c->send, c->recv, c->apiCount, c->dtype, c->redop, c->bits, c->comm,
-                             NULL);
+  return zppQgzReduceScatter(c->runSend, c->runRecv, c->apiCount, c->dtype, c->redop, c->bits, c->comm,
+                             c->stream);
 }
 
 static zppResult_t zppPerfSetupHpz(zppPerfCall_t* c) {
   zppParam_t param = NULL;
   zppResult_t res = zppParamCreate(c->comm, c->apiCount, c->dtype, c->bits, &param);
   if (res != zppSuccess) return res;
-  res = zppParamGatherForward(param, c->send, c->recv, NULL);
+  res = zppParamGatherForward(param, c->runSend, c->runRecv, NULL);
   if (res != zppSuccess) {
     zppParamDestroy(param);
     return res;
@@ -66,7 +66,7 @@ static zppResult_t zppPerfSetupHpz(zppPerfCall_t* c) {
 }
 
 static zppResult_t zppPerfRunHpz(const zppPerfCall_t* c) {
-  return zppParamGatherBackward((zppParam_t)c->modeState, c->send, c->recv, NULL);
+  return zppParamGatherBackward((zppParam_t)c->modeState, c->runSend, c->runRecv, NULL);
 }
 
 static void zppPerfTeardownHpz(zppPerfCall_t* c) {

@@ -81,6 +81,7 @@ typedef struct {
     zppPerfBaseResult_t base;
   } * baseCache;
   size_t nBase, capBase;
+  void* stream; /* --device: the CUDA stream zpp's calls run on */
 } zppPerfRunState_t;
 
 static int zppPerfAppend(zppPerfRunState_t* st, const zppPerfRecord_t* r) {
@@ -204,6 +205,11 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   zppPerfBaseRow_t brow = {a, env, call, &rec->counts, 0, {0, 0.0, 0.0, -1}};
 
   zppPerfFillSend(&spec, (void*)call->send, rec->counts.sendCount);
+  const size_t tsize = zppTypeSize(call->dtype);
+  if (a->device &&
+      (res = zppPerfDeviceCopyChecked(env, (void*)call->runSend, call->send, rec->counts.sendCount * tsize, 1)) !=
+          zppSuccess)
+    return res;
   if (mode->setup != NULL) {
     if ((res = mode->setup(call)) != zppSuccess) {
       zppPerfLibError(env, "mode setup", res);
@@ -215,10 +221,19 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   zppPerfCheckResult_t chk = {0, 0.0, 0.0, -1};
   if (a->check) {
     zppPerfFillSentinel(call->dtype, call->recv, rec->counts.recvCount);
+    if (a->device &&
+        (res = zppPerfDeviceCopyChecked(env, call->runRecv, call->recv, rec->counts.recvCount * tsize, 1)) !=
+            zppSuccess)
+      goto out;
     if ((res = mode->run(call)) != zppSuccess) {
       zppPerfLibError(env, zppPerfCollName(call->coll), res);
       goto out;
     }
+    if (a->device &&
+        ((res = zppPerfDeviceSyncChecked(env, call->stream)) != zppSuccess ||
+         (res = zppPerfDeviceCopyChecked(env, call->recv, call->runRecv, rec->counts.recvCount * tsize, 0)) !=
+             zppSuccess))
+      goto out;
     zppPerfCodecBound_t cb;
     int exact = 1;
     if (mode->boundPrepare != NULL) {
@@ -254,6 +269,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
       zppPerfLibError(env, zppPerfCollName(call->coll), res);
       goto out;
     }
+    if (a->device && (res = zppPerfDeviceSyncChecked(env, call->stream)) != zppSuccess) goto out;
   }
 
   times = malloc((size_t)a->iters * sizeof *times);
@@ -288,6 +304,8 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
       zppPerfCallAt(call, i);
       double t0 = zppClockNow();
       res = mode->run(call);
+      /* A device call returns once queued: its time runs to its stream's end. */
+      if (res == zppSuccess && a->device) res = zppPerfDeviceSyncChecked(env, call->stream);
       times[i] = zppClockNow() - t0;
       if (res != zppSuccess) {
         zppPerfLibError(env, zppPerfCollName(call->coll), res);
@@ -386,6 +404,28 @@ static void* zppPerfAlloc(size_t count, zppDataType_t dtype) {
   return aligned_alloc(64, bytes);
 }
 
+zppResult_t zppPerfDeviceInit(const zppPerfEnv_t* env, void** stream) {
+  char err[256];
+  if (zppPerfDeviceOpen(env->comm, env->topo.localRank, stream, err, sizeof err) == 0) return zppSuccess;
+  fprintf(stderr, "zpp-perf: rank %d: %s\n", env->rank, err);
+  return zppInvalidUsage;
+}
+
+zppResult_t zppPerfDeviceCopyChecked(const zppPerfEnv_t* env, void* dst, const void* src, size_t bytes,
+                                     int toDevice) {
+  char err[256];
+  if (zppPerfDeviceCopy(dst, src, bytes, toDevice, err, sizeof err) == 0) return zppSuccess;
+  fprintf(stderr, "zpp-perf: rank %d: --device: %s\n", env->rank, err);
+  return zppUnhandledCudaError;
+}
+
+zppResult_t zppPerfDeviceSyncChecked(const zppPerfEnv_t* env, void* stream) {
+  char err[256];
+  if (zppPerfDeviceSync(stream, err, sizeof err) == 0) return zppSuccess;
+  fprintf(stderr, "zpp-perf: rank %d: --device: %s\n", env->rank, err);
+  return zppUnhandledCudaError;
+}
+
 /* One (task, dtype, redop) section over every size. */
 static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t* task,
                                      zppDataType_t dtype, zppRedOp_t redop, const size_t* sizes,
@@ -396,10 +436,12 @@ static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t*
   zppPerfCounts(task->coll, a->maxBytes, zppTypeSize(dtype), env->nranks, &big);
   void* send = zppPerfAlloc(big.sendCount, dtype);
   void* recv = zppPerfAlloc(big.recvCount, dtype);
+  void* devSend = a->device ? zppPerfDeviceAlloc(big.sendCount * zppTypeSize(dtype)) : NULL;
+  void* devRecv = a->device ? zppPerfDeviceAlloc(big.recvCount * zppTypeSize(dtype)) : NULL;
   zppResult_t res = zppSuccess;
-  if (send == NULL || recv == NULL) {
-    fprintf(stderr, "zpp-perf: rank %d: cannot allocate %zu bytes of buffers\n", env->rank,
-            (big.sendCount + big.recvCount) * zppTypeSize(dtype));
+  if (send == NULL || recv == NULL || (a->device && (devSend == NULL || devRecv == NULL))) {
+    fprintf(stderr, "zpp-perf: rank %d: cannot allocate %zu bytes of %sbuffers\n", env->rank,
+            (big.sendCount + big.recvCount) * zppTypeSize(dtype), a->device ? "host and device " : "");
     res = zppSystemError;
     goto out;
   }
@@ -425,9 +467,10 @@ static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t*
       continue;
     }
     int rotate = a->root == ZPP_PERF_ROOT_ROTATE;
-    zppPerfCall_t call = {env->comm, env->rank, env->nranks, task->coll, dtype, redop,
-                          rotate ? 0 : a->root, rec.counts.apiCount, send, recv, rec.bits,
-                          rec.block, NULL, rotate};
+    zppPerfCall_t call = {env->comm,  env->rank, env->nranks, task->coll, dtype, redop,
+                          rotate ? 0 : a->root, rec.counts.apiCount, send, recv,
+                          a->device ? devSend : send, a->device ? devRecv : recv, st->stream,
+                          rec.bits, rec.block, NULL, rotate};
     if (env->rank == 0) zppPerfProgress(st, &rec);
     res = zppPerfRunRow(st, task->mode, &call, &rec);
     st->rowsDone++;
@@ -447,19 +490,46 @@ static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t*
 out:
   free(send);
   free(recv);
+  zppPerfDeviceFree(devSend);
+  zppPerfDeviceFree(devRecv);
+  return res;
+}
+
+/* How ranks sit on nodes, from every rank's node (an all-gather): "" for
+ * blocks of consecutive ranks, "/cyclic" for nodes taken in turn, "/mixed"
+ * otherwise. The hierarchical algorithms must move the same bytes across
+ * nodes whatever the placement, so a report says which one it measured. */
+static zppResult_t zppPerfPlacement(const zppPerfEnv_t* env, const char** out) {
+  int n = env->nranks, N = env->topo.nNodes;
+  int32_t mine = env->topo.node;
+  int32_t* nodes = malloc((size_t)n * sizeof *nodes);
+  if (nodes == NULL) return zppSystemError;
+  zppResult_t res = zppAllGather(&mine, nodes, 1, zppInt32, env->comm, NULL);
+  int blocks = 1, inTurn = env->topo.uniform;
+  for (int r = 0; res == zppSuccess && r < n; r++) {
+    blocks &= r == 0 || nodes[r] >= nodes[r - 1]; /* nodes are numbered by their lowest rank */
+    inTurn &= nodes[r] == r % N;
+  }
+  free(nodes);
+  *out = blocks ? "" : inTurn ? "/cyclic" : "/mixed";
   return res;
 }
 
 /* The run's description for the JSON header and the banner. */
-static void zppPerfFillInfo(const zppPerfArgs_t* a, const zppPerfEnv_t* env, zppPerfRunInfo_t* info) {
+static zppResult_t zppPerfFillInfo(const zppPerfArgs_t* a, const zppPerfEnv_t* env,
+                                   zppPerfRunInfo_t* info) {
   memset(info, 0, sizeof *info);
   info->ranks = env->nranks;
   info->nodes = env->topo.nNodes;
+  const char* placement = "";
+  zppResult_t res = zppPerfPlacement(env, &placement);
+  if (res != zppSuccess) return res;
   if (env->topo.uniform)
-    snprintf(info->layout, sizeof info->layout, "%dx%d", env->topo.nNodes,
-             env->nranks / (env->topo.nNodes > 0 ? env->topo.nNodes : 1));
+    snprintf(info->layout, sizeof info->layout, "%dx%d%s", env->topo.nNodes,
+             env->nranks / (env->topo.nNodes > 0 ? env->topo.nNodes : 1), placement);
   else
-    snprintf(info->layout, sizeof info->layout, "%d nodes, uneven", env->topo.nNodes);
+    snprintf(info->layout, sizeof info->layout, "%d nodes, uneven%s", env->topo.nNodes,
+             *placement ? ", mixed" : "");
   time_t now = time(NULL);
   struct tm tmv;
   gmtime_r(&now, &tmv);
@@ -472,6 +542,7 @@ static void zppPerfFillInfo(const zppPerfArgs_t* a, const zppPerfEnv_t* env, zpp
   info->warmup = a->warmup;
   info->check = a->check;
   info->cmdline = a->cmdline;
+  return zppSuccess;
 }
 
 int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
@@ -501,7 +572,12 @@ int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
   zppPerfSizeSeq(a->minBytes, a->maxBytes, a->stepBytes, a->stepFactor, sizes, nSizes);
 
   zppPerfRunInfo_t info;
-  zppPerfFillInfo(a, env, &info);
+  zppResult_t infoRes = zppPerfFillInfo(a, env, &info);
+  if (infoRes != zppSuccess) {
+    zppPerfLibError(env, "the placement all-gather", infoRes);
+    free(sizes);
+    return ZPP_PERF_EXIT_ERROR;
+  }
   for (int t = 0; t < a->nTasks; t++) {
     const zppPerfTask_t* task = &a->tasks[t];
     for (int d = 0; d < a->nDtypes; d++)
@@ -515,6 +591,10 @@ int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
   int code = ZPP_PERF_EXIT_OK;
   zppResult_t res = zppSuccess;
   if (a->baseline == ZPP_PERF_BASELINE_NCCL && (res = zppPerfNcclInit(env, a)) != zppSuccess) {
+    code = ZPP_PERF_EXIT_ERROR;
+    goto out;
+  }
+  if (a->device && (res = zppPerfDeviceInit(env, &st.stream)) != zppSuccess) {
     code = ZPP_PERF_EXIT_ERROR;
     goto out;
   }
@@ -558,6 +638,7 @@ int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
   if (code == ZPP_PERF_EXIT_OK && st.anyWrong) code = ZPP_PERF_EXIT_WRONG;
 out:
   if (a->baseline == ZPP_PERF_BASELINE_NCCL) zppPerfNcclFinalize();
+  zppPerfDeviceClose(st.stream);
   free(sizes);
   free(st.recs);
   free(st.baseCache);

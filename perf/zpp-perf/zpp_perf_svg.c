@@ -1,9 +1,15 @@
 /*
- * zpp-perf's picture: bus bandwidth against size (log scale), one line per
- * (collective, mode, type, reduction) and one dashed line in the same colour
- * for its baseline. Written as SVG by the tool itself so that the main job
- * needs no plotting package. Compressed modes are drawn with their effective
- * busbw: the figure of merit that compares them with the plain modes.
+ * zpp-perf's picture: bus bandwidth against size, both axes logarithmic,
+ * one line per (collective, mode, type, reduction) and one dashed line in the
+ * same colour for its baseline. Written as SVG by the tool itself so that the
+ * main job needs no plotting package. Compressed modes are drawn with their
+ * effective busbw: the figure of merit that compares them with the plain
+ * modes.
+ *
+ * Why a log bandwidth axis: the reader compares modes, i.e. ratios, and on
+ * a log axis a ratio is a fixed vertical distance wherever the lines lie. On
+ * a linear axis hpZ's intra-node 1.5-4.8 GB/s squashed the 0.1-0.6 GB/s of
+ * every other line (the ones compared) flat onto the floor.
  */
 #include <errno.h>
 #include <math.h>
@@ -38,15 +44,24 @@ static void zppPerfXml(FILE* f, const char* s) {
   }
 }
 
-/* A round axis maximum: 1, 2 or 5 times a power of ten above v. */
+static const double zppPerfSteps[] = {1.0, 2.0, 5.0};
+
+/* A round axis maximum: 1, 2 or 5 times a power of ten at or above v. */
 static double zppPerfNiceMax(double v) {
   if (!(v > 0)) return 1.0;
   double p = pow(10.0, floor(log10(v)));
-  for (int k = 0; k < 3; k++) {
-    static const double m[] = {1.0, 2.0, 5.0};
-    if (m[k] * p >= v) return m[k] * p;
-  }
+  for (int k = 0; k < 3; k++)
+    if (zppPerfSteps[k] * p >= v) return zppPerfSteps[k] * p;
   return 10.0 * p;
+}
+
+/* A round axis minimum: 1, 2 or 5 times a power of ten at or below v. */
+static double zppPerfNiceMin(double v) {
+  if (!(v > 0)) return 1.0;
+  double p = pow(10.0, floor(log10(v)));
+  for (int k = 2; k >= 0; k--)
+    if (zppPerfSteps[k] * p <= v) return zppPerfSteps[k] * p;
+  return p;
 }
 
 static int zppPerfSameSeries(const zppPerfRecord_t* a, const zppPerfRecord_t* b) {
@@ -66,7 +81,7 @@ static int zppPerfFirstBaseline(const zppPerfRecord_t* recs, size_t i) {
 
 typedef struct {
   double x0, x1; /* log2 bytes at the left and right edges */
-  double yMax;
+  double y0, y1; /* log10 GB/s at the bottom and top edges */
   int h;         /* picture height: grows when the legend needs the room */
 } zppPerfAxes_t;
 
@@ -75,10 +90,12 @@ static double zppPerfPx(const zppPerfAxes_t* ax, double bytes) {
   return SVG_LEFT + (log2(bytes) - ax->x0) / (ax->x1 - ax->x0) * w;
 }
 
+/* A bandwidth of 0 (nothing measured) sits on the bottom edge. */
 static double zppPerfPy(const zppPerfAxes_t* ax, double bw) {
   double h = ax->h - SVG_TOP - SVG_BOTTOM;
-  if (!(bw >= 0)) bw = 0;
-  return SVG_TOP + h - bw / ax->yMax * h;
+  double l = bw > 0 ? log10(bw) : ax->y0;
+  if (l < ax->y0) l = ax->y0;
+  return SVG_TOP + h - (l - ax->y0) / (ax->y1 - ax->y0) * h;
 }
 
 static const char* const zppPerfColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
@@ -97,7 +114,7 @@ static void zppPerfSvgSeries(FILE* f, const zppPerfAxes_t* ax, const zppPerfReco
   fprintf(f, "\"/>\n");
   for (size_t i = 0; i < n; i++) {
     double bw = base ? r[i].base.busbw : r[i].effBusbw;
-    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%zu B: %.3f GB/s</title></circle>\n",
+    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%zu B: %.4g GB/s</title></circle>\n",
             zppPerfPx(ax, (double)r[i].counts.bytes), zppPerfPy(ax, bw), base ? "white" : colour,
             r[i].counts.bytes, bw);
   }
@@ -110,14 +127,17 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
     fprintf(stderr, "zpp-perf: cannot write %s: %s\n", path, strerror(errno));
     return -1;
   }
-  zppPerfAxes_t ax = {0, 1, 1, SVG_H_MIN};
-  double lo = INFINITY, hi = 0, top = 0;
+  zppPerfAxes_t ax = {0, 1, 0, 1, SVG_H_MIN};
+  double lo = INFINITY, hi = 0, top = 0, bottom = INFINITY;
   for (size_t i = 0; i < n; i++) {
     double b = (double)recs[i].counts.bytes;
     lo = b < lo ? b : lo;
     hi = b > hi ? b : hi;
-    if (recs[i].effBusbw > top) top = recs[i].effBusbw;
-    if (recs[i].base.present && recs[i].base.busbw > top) top = recs[i].base.busbw;
+    double bws[2] = {recs[i].effBusbw, recs[i].base.present ? recs[i].base.busbw : 0};
+    for (int k = 0; k < 2; k++) {
+      if (bws[k] > top) top = bws[k];
+      if (bws[k] > 0 && bws[k] < bottom) bottom = bws[k];
+    }
   }
   if (n == 0) lo = hi = 1;
   int entries = 0;
@@ -131,7 +151,10 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
   /* Half a doubling of room on each side, so end points are not on the frame. */
   ax.x0 = floor(log2(lo)) - 0.5;
   ax.x1 = ceil(log2(hi)) + 0.5;
-  ax.yMax = zppPerfNiceMax(top * 1.05);
+  if (!(top > 0)) top = bottom = 1;
+  ax.y1 = log10(zppPerfNiceMax(top * 1.05));
+  ax.y0 = log10(zppPerfNiceMin(bottom / 1.05));
+  if (ax.y1 - ax.y0 < 1) ax.y0 = ax.y1 - 1; /* at least a decade: small differences look small */
 
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
   fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
@@ -162,16 +185,19 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
     fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", x, SVG_TOP + ph + 16,
             label);
   }
-  for (int k = 0; k <= 5; k++) {
-    double v = ax.yMax * k / 5.0;
-    double y = zppPerfPy(&ax, v);
-    fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", SVG_LEFT, y,
-            SVG_LEFT + pw, y);
-    fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", SVG_LEFT - 6, y + 4, v);
-  }
+  /* y ticks at 1, 2 and 5 times each power of ten in range. */
+  for (int e = (int)floor(ax.y0); e <= (int)ceil(ax.y1); e++)
+    for (int k = 0; k < 3; k++) {
+      double v = zppPerfSteps[k] * pow(10.0, e), l = log10(v);
+      if (l < ax.y0 - 1e-9 || l > ax.y1 + 1e-9) continue;
+      double y = zppPerfPy(&ax, v);
+      fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"%s\"/>\n", SVG_LEFT, y,
+              SVG_LEFT + pw, y, k == 0 ? "#bbb" : "#e4e4e4");
+      fprintf(f, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", SVG_LEFT - 6, y + 4, v);
+    }
   fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">size (bytes, log scale)</text>\n",
           SVG_LEFT + pw / 2, ax.h - 24);
-  fprintf(f, "<text transform=\"translate(24,%d) rotate(-90)\" text-anchor=\"middle\">busbw (GB/s)</text>\n",
+  fprintf(f, "<text transform=\"translate(24,%d) rotate(-90)\" text-anchor=\"middle\">busbw (GB/s, log scale: equal heights, equal ratios)</text>\n",
           SVG_TOP + ph / 2);
 
   int series = 0;

@@ -16,6 +16,11 @@ zpp_coll_test(test_coll_4_nodes_2x2 ARGS 4 2x2)
 zpp_coll_test(test_coll_5 ARGS 5)
 zpp_coll_test(test_coll_6_nodes_3x2 ARGS 6 3x2)
 zpp_coll_test(test_coll_8 ARGS 8)
+# Ranks on nodes in turn and shuffled: the node-ordered rings and the
+# hierarchical paths follow the topology, not rank numbers.
+zpp_coll_test(test_coll_4_nodes_2x2_cyclic ARGS 4 2x2/cyclic)
+zpp_coll_test(test_coll_6_nodes_2x3_cyclic ARGS 6 2x3/cyclic)
+zpp_coll_test(test_coll_6_nodes_3x2_shuffled ARGS 6 3x2/shuffle:1)
 # Each algorithm forced, with tiny pipeline chunks (many messages, the tag's
 # step field wraps) and the opposite ones.
 zpp_coll_test(test_coll_5_ring_chunks ARGS 5 3,2

@@ -20,6 +20,11 @@
  *   as the packed sizes say, and their ratio to plain 16-bit collectives.
  * SUITE wrap: hundreds of pipeline chunks (tag steps wrap around), and a
  *   bucket of 60 small tensors sharing chunks equals 60 separate calls.
+ * SUITE config: plain zppAllGather / zppReduceScatter on a communicator whose
+ *   config turns qwZ and qgZ on give what the explicit calls give.
+ * Every suite runs on any placement of ranks on nodes (LAYOUT "2x2/cyclic",
+ * "3x2/shuffle:1", ...): expectations follow each rank's node and local rank
+ * as the topology gives them, never arithmetic on rank numbers.
  * Runs with ZPP_PIPELINE_CHUNK_BYTES=ZT_CHUNK_BYTES (set by ctest).
  */
 #include <math.h>
@@ -32,9 +37,14 @@
 #include "perf/common/launch.h"
 #include "zeropp_testlib.h"
 
+/* The launcher's layout (NULL under an outside launcher). */
+static const char* gLayout;
+
 typedef struct {
   zppComm_t comm;
   int rank, W, N, L, node, lr;
+  int* nodeOf;  /* [W] every rank's node, as the topology numbers them */
+  int ringNext; /* the next rank of the node-ordered ring (plain rings, qwZ) */
   const char* suite;
 } ctx_t;
 
@@ -115,7 +125,7 @@ static void checkQgz(const ctx_t* c, void* const* in, zppDataType_t t, size_t rc
   char* want = xmalloc(rc * zppTypeSize(t));
   double* bound = xmalloc(rc * sizeof(double));
   double* target = xmalloc(rc * sizeof(double));
-  ztQgzExpect((const void* const*)in, t, rc, c->rank, c->N, c->L, bits, ztBlock(bits), op, want,
+  ztQgzExpect((const void* const*)in, t, rc, c->rank, c->W, c->nodeOf, bits, ztBlock(bits), op, want,
               bound, target);
   long d = ztFirstDiff(got, want, t, rc);
   CHECK_MSG(d < 0, "%s %s int%d %s rc %zu: element %ld is %g, the codec computation gives %g", what,
@@ -135,15 +145,26 @@ static void checkQgz(const ctx_t* c, void* const* in, zppDataType_t t, size_t rc
 }
 
 static void testQgz(const ctx_t* c, zppDataType_t t, int bits, zppRedOp_t op, size_t rc, int inPlace,
-                    int seed) {
+                    int async, int seed) {
   size_t ts = zppTypeSize(t);
   void** in = qgzInputs(c, t, rc, seed);
   char* send = xmalloc(rc * ts * (size_t)c->W);
   memcpy(send, in[c->rank], rc * ts * (size_t)c->W);
   char* recv = inPlace ? send + (size_t)c->rank * rc * ts : xmalloc(rc * ts);
-  zppResult_t res = zppQgzReduceScatter(send, recv, rc, t, op, bits, c->comm, NULL);
+  zppResult_t res;
+  if (async) {
+    zppHostStream_t s;
+    REQUIRE(zppHostStreamCreate(&s) == zppSuccess);
+    res = zppQgzReduceScatter(send, recv, rc, t, op, bits, c->comm, s);
+    if (res == zppSuccess) res = zppHostStreamSynchronize(s);
+    REQUIRE(zppHostStreamDestroy(s) == zppSuccess);
+  } else {
+    res = zppQgzReduceScatter(send, recv, rc, t, op, bits, c->comm, NULL);
+  }
   CHECK_MSG(res == zppSuccess, "qgZ %s int%d rc %zu: %s", ztTypeName(t), bits, rc, zppGetErrorString(res));
-  if (res == zppSuccess) checkQgz(c, in, t, rc, bits, op, recv, inPlace ? "qgZ in place" : "qgZ");
+  if (res == zppSuccess)
+    checkQgz(c, in, t, rc, bits, op, recv,
+             inPlace ? "qgZ in place" : async ? "qgZ on a host stream" : "qgZ");
   if (!inPlace) free(recv);
   free(send);
   freeInputs(c, in);
@@ -252,9 +273,10 @@ static void suiteCore(const ctx_t* c) {
   for (size_t ti = 0; ti < 3; ti++)
     for (int bits = 4; bits <= 8; bits += 4)
       for (size_t k = 0; k < sizeof(rcs) / sizeof(rcs[0]); k++)
-        testQgz(c, floatTypes[ti], bits, (k + ti) % 2 ? zppAvg : zppSum, rcs[k], 0, seed++);
-  testQgz(c, zppBfloat16, 4, zppAvg, 1500, 0, seed++);
-  testQgz(c, zppBfloat16, 4, zppSum, 500, 1, seed++);
+        testQgz(c, floatTypes[ti], bits, (k + ti) % 2 ? zppAvg : zppSum, rcs[k], 0, 0, seed++);
+  testQgz(c, zppBfloat16, 4, zppAvg, 1500, 0, 0, seed++);
+  testQgz(c, zppBfloat16, 4, zppSum, 500, 1, 0, seed++);
+  testQgz(c, zppFloat16, 8, zppAvg, 900, 0, 1, seed++);
   testAvgIsSumOverWorld(c, 1300);
   testCoalesced(c, zppBfloat16, 4);
   testCoalesced(c, zppFloat32, 8);
@@ -262,11 +284,41 @@ static void suiteCore(const ctx_t* c) {
   testNonFinite(c, zppFloat16);
 }
 
+/* The plain calls on a communicator whose config turns qwZ (int8) and qgZ
+ * (int4) on for every size: the same results as the explicit calls, checked
+ * against the same codec computations. */
+static void suiteConfig(const ctx_t* c) {
+  const size_t count = 1234;
+  for (size_t ti = 0; ti < 3; ti++) {
+    zppDataType_t t = floatTypes[ti];
+    size_t ts = zppTypeSize(t);
+    char* want = xmalloc(count * ts * (size_t)c->W);
+    char* got = xmalloc(count * ts * (size_t)c->W);
+    char* shard = xmalloc(count * ts);
+    ztFill(shard, t, count, 700 + (int)ti, c->rank);
+    qwzExpectAll(c, t, count, 8, 700 + (int)ti, want);
+    CHECK(zppAllGather(shard, got, count, t, c->comm, NULL) == zppSuccess);
+    CHECK_MSG(ztFirstDiff(got, want, t, count * (size_t)c->W) < 0,
+              "zppAllGather %s under qwzBits=8 differs from the decoded shards", ztTypeName(t));
+    free(want);
+    free(got);
+    free(shard);
+
+    void** in = qgzInputs(c, t, count, 710 + (int)ti);
+    char* recv = xmalloc(count * ts);
+    zppRedOp_t op = ti % 2 ? zppSum : zppAvg;
+    CHECK(zppReduceScatter(in[c->rank], recv, count, t, op, c->comm, NULL) == zppSuccess);
+    checkQgz(c, in, t, count, 4, op, recv, "zppReduceScatter under qgzBits=4");
+    free(recv);
+    freeInputs(c, in);
+  }
+}
+
 /* Many pipeline chunks: tag steps wrap (mod 256) many times over, and a
  * bucket of many small tensors shares chunks. */
 static void suiteWrap(const ctx_t* c) {
   testQwz(c, zppFloat32, 8, 300 * 1024 + 5, 0, 0, 501);
-  testQgz(c, zppFloat32, 4, zppSum, 140 * 1024 + 3, 0, 502);
+  testQgz(c, zppFloat32, 4, zppSum, 140 * 1024 + 3, 0, 0, 502);
   enum { T = 60 };
   size_t counts[T];
   const void* sends[T];
@@ -360,7 +412,7 @@ static void hpzCase(const ctx_t* c, zppDataType_t t, int bits, size_t count) {
   CHECK_MSG(ztFirstDiff(bwd, want, t, count * (size_t)c->W) < 0,
             "hpZ backward after invalidation returned stale weights");
   /* It was the global gather: the ring crosses nodes after the last local rank. */
-  int nextInter = (c->rank + 1) % c->W / c->L != c->node;
+  int nextInter = c->nodeOf[c->ringNext] != c->node;
   CHECK_EQ_INT(st.interNodeBytes[zppOpHpZ] > 0, nextInter);
   CHECK(zppParamIsValid(p, &valid) == zppSuccess && valid == 1);
   memset(bwd, 0, all);
@@ -417,7 +469,7 @@ static uint64_t sumAll(const ctx_t* c, uint64_t v) {
 static void suiteCounters(const ctx_t* c) {
   const zppDataType_t t = zppBfloat16;
   const size_t count = 6000, ts = 2;
-  const int next = (c->rank + 1) % c->W, nextInter = next / c->L != c->node;
+  const int nextInter = c->nodeOf[c->ringNext] != c->node;
   char* send = xmalloc(count * ts * (size_t)c->W);
   char* recv = xmalloc(count * ts * (size_t)c->W);
   ztFill(send, t, count * (size_t)c->W, 5, c->rank);
@@ -486,17 +538,54 @@ static void runSuite(zppComm_t comm, const char* suite) {
   c.L = topo.localSize;
   c.node = topo.node;
   c.lr = topo.localRank;
+  /* Placement is the layout's business (blocks, in turn, shuffled): the
+   * expectations follow every rank's node as the library sees it. */
+  c.nodeOf = xmalloc((size_t)c.W * sizeof(int));
+  int32_t mine = c.node;
+  REQUIRE(zppAllGather(&mine, c.nodeOf, 1, zppInt32, comm, NULL) == zppSuccess);
+  if (gLayout != NULL) {
+    /* The nodes the library sees are the layout's, renumbered by their
+     * lowest rank: the placement under test really is the one asked for. */
+    int want[ZPP_LAUNCH_MAX_RANKS], renum[ZPP_LAUNCH_MAX_RANKS], next = 0;
+    REQUIRE(zppLaunchParseLayout(gLayout, want, ZPP_LAUNCH_MAX_RANKS) == c.W);
+    for (int r = 0; r < c.W; r++) renum[r] = -1;
+    for (int r = 0; r < c.W; r++) {
+      if (renum[want[r]] < 0) renum[want[r]] = next++;
+      CHECK_MSG(c.nodeOf[r] == renum[want[r]], "layout %s: rank %d on node %d, the topology says %d",
+                gLayout, r, renum[want[r]], c.nodeOf[r]);
+    }
+  }
+  /* The ring: nodes in order, each node's ranks in rank order. */
+  int* ring = xmalloc((size_t)c.W * sizeof(int));
+  int k = 0, me = 0;
+  for (int n = 0; n < c.N; n++)
+    for (int r = 0; r < c.W; r++)
+      if (c.nodeOf[r] == n) {
+        if (r == c.rank) me = k;
+        ring[k++] = r;
+      }
+  REQUIRE(k == c.W);
+  c.ringNext = ring[(me + 1) % c.W];
+  free(ring);
   if (strcmp(suite, "core") == 0) suiteCore(&c);
   else if (strcmp(suite, "hpz") == 0) suiteHpz(&c);
   else if (strcmp(suite, "counters") == 0) suiteCounters(&c);
   else if (strcmp(suite, "wrap") == 0) suiteWrap(&c);
+  else if (strcmp(suite, "config") == 0) suiteConfig(&c);
   else REQUIRE(!"unknown suite");
   if (c.rank == 0) printf("rank 0: %ld checks, %d failed\n", zppTestChecks, zppTestFailures);
+  free(c.nodeOf);
 }
 
 static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
   zppComm_t comm;
-  if (zppCommInitRank(&comm, nranks, *id, rank) != zppSuccess) return 1;
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  if (strcmp(arg, "config") == 0) {
+    cfg.qwzBits = 8;
+    cfg.qgzBits = 4;
+    cfg.compressMinBytes = 0;
+  }
+  if (zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) != zppSuccess) return 1;
   runSuite(comm, arg);
   CHECK(zppCommDestroy(comm) == zppSuccess);
   return zppTestRankResult();
@@ -504,7 +593,7 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: %s LAYOUT|env core|hpz|counters|wrap\n", argv[0]);
+    fprintf(stderr, "usage: %s LAYOUT|env core|hpz|counters|wrap|config\n", argv[0]);
     return 2;
   }
   if (strcmp(argv[1], "env") == 0) {
@@ -518,6 +607,7 @@ int main(int argc, char** argv) {
   }
   zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
   o.layout = argv[1];
+  gLayout = argv[1];
   o.timeoutSec = 240;
   int rc = zppLaunch(&o, body, argv[2]);
   CHECK_MSG(rc == 0, "ranks failed (launcher result %d)", rc);

@@ -79,9 +79,23 @@ static double stageErr(double s, int bits) {
   return s / 2 + 0x1p-21 * Q * s + (Q + 1) * 0x1p-150;
 }
 
-void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int N, int L,
-                 int bits, int block, zppRedOp_t op, void* out, double* bound, double* target) {
-  const int W = N * L;
+void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W,
+                 const int* nodeOf, int bits, int block, zppRedOp_t op, void* out, double* bound,
+                 double* target) {
+  /* The ranks in node order, each node's in rank order: the order in which
+   * the library sums (nodes numbered by their lowest rank, as the topology
+   * numbers them, whatever the placement). */
+  int N = 0;
+  for (int r = 0; r < W; r++)
+    if (nodeOf[r] + 1 > N) N = nodeOf[r] + 1;
+  const int L = W / N;
+  int* byNode = malloc((size_t)W * sizeof(int));
+  REQUIRE(byNode != NULL);
+  int k = 0;
+  for (int n = 0; n < N; n++)
+    for (int r = 0; r < W; r++)
+      if (nodeOf[r] == n) byNode[k++] = r;
+  REQUIRE(k == W && N * L == W);
   const size_t ts = zppTypeSize(t), ce = ztChunkElems(t, block);
   const float d = op == zppAvg ? (float)W : 1.0f;
   const double uT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-11 : 0x1p-8;
@@ -94,9 +108,9 @@ void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, i
     uint8_t* rr = malloc((size_t)N * P);
     float* v32 = malloc(len * sizeof(float));
     REQUIRE(segs && rr && v32);
-    for (int r = 0; r < W; r++) {
-      const char* in = (const char*)inputs[r] + ((size_t)p * rc + off) * ts;
-      REQUIRE(zppQuantize(in, t, len, bits, block, segs + (size_t)r * P) == zppSuccess);
+    for (int k = 0; k < W; k++) {
+      const char* in = (const char*)inputs[byNode[k]] + ((size_t)p * rc + off) * ts;
+      REQUIRE(zppQuantize(in, t, len, bits, block, segs + (size_t)k * P) == zppSuccess);
     }
     const uint8_t* last = segs;
     int nLast = W;
@@ -113,9 +127,9 @@ void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, i
     for (size_t i = 0; i < len; i++) {
       size_t b = i / (size_t)block;
       double x = 0, e = 0, sumAbsY = 0;
-      for (int r = 0; r < W; r++) {
-        const uint8_t* seg = segs + (size_t)r * P;
-        x += qtGet(inputs[r], t, (size_t)p * rc + off + i);
+      for (int k = 0; k < W; k++) {
+        const uint8_t* seg = segs + (size_t)k * P;
+        x += qtGet(inputs[byNode[k]], t, (size_t)p * rc + off + i);
         e += stageErr(qtScale(seg, len, block, b), bits);
         sumAbsY += fabs((double)qtDecoded(seg, len, bits, block, i));
       }
@@ -142,4 +156,5 @@ void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, i
     free(rr);
     free(v32);
   }
+  free(byNode);
 }

@@ -33,12 +33,14 @@ size_t ztQwzShardPacked(size_t count, zppDataType_t t, int bits, int block);
 int ztQwzExpect(const void* shard, zppDataType_t t, size_t count, int bits, int block, void* out);
 
 /* qgZ: expected result of partition p, given every rank's input (inputs[r]
- * holds W * rc elements), for N nodes of L ranks laid out in blocks (rank =
- * node * L + local rank), as the library computes it: out (rc elements of t)
- * byte for byte; bound[i] the documented two-stage bound and target[i] the
- * exact sum (or average) in double, for each element. */
-void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int N, int L,
-                 int bits, int block, zppRedOp_t op, void* out, double* bound, double* target);
+ * holds W * rc elements) and every rank's node (nodeOf[r], the topology's
+ * node numbers: nodes of equal size, numbered by their lowest rank, in any
+ * placement), as the library computes it: out (rc elements of t) byte for
+ * byte; bound[i] the documented two-stage bound and target[i] the exact sum
+ * (or average) in double, for each element. */
+void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W,
+                 const int* nodeOf, int bits, int block, zppRedOp_t op, void* out, double* bound,
+                 double* target);
 /* Bytes one rank's qgZ sends for a tensor of rc elements per rank: one
  * packed segment run (sum over pipeline pieces of their packed size). */
 size_t ztQgzRunBytes(size_t rc, zppDataType_t t, int bits, int block);

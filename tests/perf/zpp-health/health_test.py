@@ -234,6 +234,22 @@ def case_healthy(h):
     check(doc["nodes"] == 4 and doc["ranks"] == 4, "4 ranks on 4 nodes")
 
 
+def case_device(h):
+    """--device: the trials on GPUs. Without one (CI), every rank says so and
+    the check fails as one that could not run (exit 5), quickly, naming the
+    GPU; with one, 2 ranks are healthy and their data exact."""
+    path = os.path.join(h.outdir, "device.json")
+    rc, out, err, dt = run([h.bin, "-N", "2", "--device", "-s", "1M", "--trials", "1",
+                            "--expect-busbw", "0.001", "-J", path], timeout=60)
+    if rc == 0:
+        doc = load(path)
+        check(doc["measured"]["wrong_elements"] == 0, "--device: wrong elements")
+        return 0
+    check(rc == 5, "--device without a GPU: exit %d, want 5 (the check could not run)" % rc)
+    check("GPU" in out + err or "CUDA" in out + err, "--device: the reason does not name the GPU: " + (out + err)[-300:])
+    check(dt < 30, "--device without a GPU took %.1f s to fail" % dt)
+
+
 def case_slow(h):
     rc, doc, out, err, dt = h.loop("slow", SLOW % 2)
     check_report(doc, rc, "slow")

@@ -184,6 +184,26 @@ def check_svg(path, nseries):
     check(tree.getroot().tag == ns + "svg", "SVG root is not <svg>")
     lines = tree.getroot().findall(ns + "polyline")
     check(len(lines) == nseries, "SVG has %d lines, want %d" % (len(lines), nseries))
+    # The bandwidth axis is logarithmic (modes are compared as ratios): every
+    # marker's height is one affine function of log10(GB/s), fitted through
+    # the lowest and highest marker.
+    pts = []
+    for c in tree.getroot().iter(ns + "circle"):
+        m = re.fullmatch(r"\d+ B: ([0-9.e+-]+) GB/s", c.findtext(ns + "title") or "")
+        if m and float(m.group(1)) > 0:
+            pts.append((math.log10(float(m.group(1))), float(c.get("cy"))))
+    lo, hi = min(pts, default=None), max(pts, default=None)
+    if lo and hi and hi[0] - lo[0] > 0.05:
+        slope = (hi[1] - lo[1]) / (hi[0] - lo[0])
+        check(slope < 0, "SVG: higher bandwidth is not drawn higher")
+        for lg, cy in pts:
+            # 0.2 px for cy's printed precision (three markers), and the
+            # title's 4 significant digits (5e-4 relative: 2.2e-4 decades)
+            # for three markers.
+            want = lo[1] + slope * (lg - lo[0])
+            check(abs(cy - want) <= 0.2 + abs(slope) * 3 * 2.2e-4,
+                  "SVG: a marker at %.3f GB/s is at y %.1f, a log axis puts it at %.1f"
+                  % (10 ** lg, cy, want))
 
 
 def series_count(doc):
@@ -235,6 +255,10 @@ def test_args(bin_):
         (["--block", "100"], "--block must be a power of two"),
         (["--block", "8192"], "--block must be a power of two"),
         (["--rounds", "0"], "bad round count"),
+        (["--layout", "2x2/blocks"], "bad layout"),
+        # Refused with either reason: hpZ is host-only, or no CUDA build.
+        (["--device", "-t", "allgather", "-m", "hpz"], "--device"),
+        (["--device", "--baseline", "mpi"], "--device"),
     ]
     if modes_unavailable:
         bad.append((["-t", "qwz"], "not available yet"))
@@ -253,6 +277,11 @@ def test_args(bin_):
                         "-w", "0"], timeout=120)
     check(rc != 0, "--baseline nccl without a GPU exited 0")
     check("NCCL" in err or "nccl" in err or "GPU" in err, "--baseline nccl: unclear message: " + err[:300])
+    # --device without a GPU (or a CUDA build) fails loudly on every rank;
+    # with one it runs and checks its results.
+    rc, out, err = run([bin_, "-N", "2", "--device", "-t", "allgather,reducescatter", "-m", "plain,qwz,qgz",
+                        "-d", "bfloat16", "-b", "64K", "-e", "64K", "-n", "1", "-w", "0"], timeout=120)
+    check(rc == 0 or ("GPU" in err or "CUDA" in err), "--device: rc %d, unclear message: %s" % (rc, err[:300]))
     rc, out, err = run([bin_, "-N", "2", "--baseline", "mpi"])
     check(rc == 2 and "mpi" in err.lower(), "--baseline mpi with -N: rc %d" % rc)
 

@@ -1,0 +1,224 @@
+/*
+ * ZeRO++ on device buffers (label gpu; exit 77 without a CUDA device). Every
+ * rank checks for a device itself: the parent never touches CUDA, which must
+ * not be initialised before fork.
+ *
+ * The host path is the reference: the same data through zppQwzAllGather and
+ * zppQgzReduceScatter on host buffers (UCX) and on device buffers (the CUDA
+ * codecs and NCCL) must agree byte for byte, since the codecs are
+ * bit-identical and both paths sum in the same order. Checked:
+ *   - qwZ and qgZ (sum, avg; fp32, fp16, bf16; int8, int4; several pipeline
+ *     chunks, odd counts, in place), on blocks and on ranks placed on nodes in
+ *     turn (when there are 4 ranks);
+ *   - plain zppAllGather / zppReduceScatter on a communicator whose config
+ *     compresses them: the same bytes as the explicit calls;
+ *   - 200 calls in a row on the communicator's reused streams and scratch,
+ *     alternating sizes (the scratch grows and is trimmed), still right;
+ *   - a call inside CUDA graph capture: refused with zppInvalidUsage.
+ * Ranks: one per device when there are several (up to 4), else 4 ranks on
+ * one GPU where NCCL allows it (2.30+, NCCL_MULTI_RANK_GPU_ENABLE=1), else 1.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "testutil.h"
+#include "perf/common/launch.h"
+#include "zeropp_testlib.h"
+
+#define CU(call) REQUIRE((call) == cudaSuccess)
+
+typedef struct {
+  int shareGpu;
+  int ndev;
+} run_t;
+
+static int* seenDevices; /* device count seen by rank 0 of the probe run */
+
+/* Runs fn on host copies and on device copies of the same input; compares
+ * the outputs byte for byte. */
+typedef zppResult_t (*pair_fn)(const void* send, void* recv, void* stream, zppComm_t comm, void* arg);
+
+static void samePaths(zppComm_t comm, cudaStream_t stream, const char* what, pair_fn fn, void* arg,
+                      const void* hin, size_t inBytes, size_t outBytes, size_t inPlaceOff) {
+  char* hout = malloc(outBytes + 1);
+  char* dcopy = malloc(outBytes + 1);
+  char* hbuf = malloc(inBytes + outBytes + 1);
+  REQUIRE(hout && dcopy && hbuf);
+  void* dbuf = NULL;
+  CU(cudaMalloc(&dbuf, inBytes + outBytes + 1));
+  int inPlace = inPlaceOff != (size_t)-1;
+  memcpy(hbuf, hin, inBytes);
+  CU(cudaMemcpy(dbuf, hin, inBytes, cudaMemcpyHostToDevice));
+  void* hrecv = inPlace ? hbuf + inPlaceOff : hbuf + inBytes;
+  void* drecv = inPlace ? (char*)dbuf + inPlaceOff : (char*)dbuf + inBytes;
+  zppResult_t rh = fn(hbuf, hrecv, NULL, comm, arg);
+  zppResult_t rd = fn(dbuf, drecv, stream, comm, arg);
+  CHECK_MSG(rh == zppSuccess && rd == zppSuccess, "%s: host %s, device %s", what, zppGetErrorString(rh),
+            zppGetErrorString(rd));
+  CU(cudaStreamSynchronize(stream));
+  memcpy(hout, hrecv, outBytes);
+  CU(cudaMemcpy(dcopy, drecv, outBytes, cudaMemcpyDeviceToHost));
+  CHECK_MSG(memcmp(hout, dcopy, outBytes) == 0, "%s: the device result differs from the host path's",
+            what);
+  CU(cudaFree(dbuf));
+  free(hout);
+  free(dcopy);
+  free(hbuf);
+}
+
+typedef struct {
+  size_t count;
+  zppDataType_t t;
+  int bits;
+  zppRedOp_t op;
+  int plain; /* the plain call, compressed by the communicator's config */
+} call_t;
+
+static zppResult_t qwz(const void* send, void* recv, void* stream, zppComm_t comm, void* arg) {
+  const call_t* c = arg;
+  if (c->plain) return zppAllGather(send, recv, c->count, c->t, comm, stream);
+  return zppQwzAllGather(send, recv, c->count, c->t, c->bits, comm, stream);
+}
+
+static zppResult_t qgz(const void* send, void* recv, void* stream, zppComm_t comm, void* arg) {
+  const call_t* c = arg;
+  if (c->plain) return zppReduceScatter(send, recv, c->count, c->t, c->op, comm, stream);
+  return zppQgzReduceScatter(send, recv, c->count, c->t, c->op, c->bits, comm, stream);
+}
+
+/* Explicit calls (plain 0): int8 and int4 qwZ, int4 and int8 qgZ. Plain
+ * calls compressed by the config (plain 1): its qwzBits 8 and qgzBits 4. */
+static void suite(zppComm_t comm, int rank, int nranks, cudaStream_t stream, int plain) {
+  const zppDataType_t types[] = {zppFloat32, zppFloat16, zppBfloat16};
+  /* Several device chunks (4 MiB each) for the largest count. */
+  const size_t counts[] = {1, 1001, (size_t)3 << 20};
+  for (size_t ti = 0; ti < 3; ti++)
+    for (size_t ci = 0; ci < 3; ci++)
+      for (int bits = 8; bits >= (plain ? 8 : 4); bits -= 4) {
+        zppDataType_t t = types[ti];
+        size_t ts = zppTypeSize(t), n = counts[ci];
+        zppRedOp_t op = (ti + ci) % 2 ? zppAvg : zppSum;
+        call_t cw = {n, t, bits, op, plain}, cg = {n, t, plain ? 4 : 12 - bits, op, plain};
+        char* in = malloc(n * ts * (size_t)nranks);
+        REQUIRE(in);
+        ztFill(in, t, n * (size_t)nranks, (int)(ti * 10 + ci), rank);
+        char what[96];
+        snprintf(what, sizeof what, "%s %s int%d count %zu", plain ? "zppAllGather (qwZ)" : "qwZ",
+                 ztTypeName(t), cw.bits, n);
+        samePaths(comm, stream, what, qwz, &cw, in, n * ts, n * ts * (size_t)nranks, (size_t)-1);
+        snprintf(what, sizeof what, "%s %s int%d %s count %zu", plain ? "zppReduceScatter (qgZ)" : "qgZ",
+                 ztTypeName(t), cg.bits, op == zppAvg ? "avg" : "sum", n);
+        samePaths(comm, stream, what, qgz, &cg, in, n * ts * (size_t)nranks, n * ts, (size_t)-1);
+        if (!plain && ci == 1) {
+          /* In place: recvbuff = sendbuff + rank * recvcount. */
+          snprintf(what, sizeof what, "qgZ in place %s int%d", ztTypeName(t), cg.bits);
+          samePaths(comm, stream, what, qgz, &cg, in, n * ts * (size_t)nranks, n * ts,
+                    (size_t)rank * n * ts);
+        }
+        free(in);
+      }
+}
+
+/* Many calls on the communicator's reused work set, sizes alternating so
+ * that the scratch grows and is trimmed (ZPP_NCCL_TRIM_CALLS = 64). */
+static void manyCalls(zppComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  for (int i = 0; i < 200; i++) {
+    call_t c = {i % 70 == 0 ? (size_t)5 << 20 : 4099, zppBfloat16, 4, zppSum, 0};
+    size_t ts = 2;
+    char* in = malloc(c.count * ts * (size_t)nranks);
+    REQUIRE(in);
+    ztFill(in, c.t, c.count * (size_t)nranks, 100 + i, rank);
+    if (i % 10 == 0 || c.count > 4099)
+      samePaths(comm, stream, "qgZ, call after call", qgz, &c, in, c.count * ts * (size_t)nranks,
+                c.count * ts, (size_t)-1);
+    free(in);
+  }
+}
+
+static void captureRefused(zppComm_t comm, cudaStream_t stream) {
+  void* d = NULL;
+  CU(cudaMalloc(&d, 1 << 20));
+  CU(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed));
+  zppResult_t res = zppQwzAllGather(d, d, 1024, zppFloat32, 8, comm, stream);
+  cudaGraph_t g = NULL;
+  CU(cudaStreamEndCapture(stream, &g));
+  if (g) cudaGraphDestroy(g);
+  CHECK_EQ_INT(res, zppInvalidUsage);
+  CU(cudaFree(d));
+}
+
+static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) return ZPP_TEST_SKIP;
+  if (seenDevices) *seenDevices = ndev;
+  const run_t* r = arg;
+  if (r == NULL) return 0; /* the probe */
+  CU(cudaSetDevice(r->shareGpu ? 0 : rank % ndev));
+  cudaStream_t stream;
+  CU(cudaStreamCreate(&stream));
+  for (int plain = 0; plain < 2; plain++) {
+    zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+    if (plain) {
+      cfg.qwzBits = 8;
+      cfg.qgzBits = 4;
+      cfg.compressMinBytes = 0;
+    }
+    zppComm_t comm;
+    REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
+    suite(comm, rank, nranks, stream, plain);
+    if (!plain) {
+      manyCalls(comm, rank, nranks, stream);
+      captureRefused(comm, stream);
+    }
+    CHECK(zppCommDestroy(comm) == zppSuccess);
+  }
+  cudaStreamDestroy(stream);
+  if (rank == 0) printf("rank 0: %ld checks, %d failed\n", zppTestChecks, zppTestFailures);
+  return zppTestFailures ? 1 : 0;
+}
+
+static int run(int nranks, const char* layout, run_t* r) {
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = nranks;
+  o.layout = layout;
+  o.timeoutSec = 600;
+  int rc = zppLaunch(&o, body, r);
+  printf("%d rank(s)%s%s%s: %s\n", nranks, layout ? " layout " : "", layout ? layout : "",
+         r && r->shareGpu ? " on one GPU" : "",
+         rc == 0 ? "passed" : rc == ZPP_TEST_SKIP ? "skipped (no CUDA device)" : "FAILED");
+  return rc;
+}
+
+int main(void) {
+  seenDevices = mmap(NULL, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(seenDevices != MAP_FAILED);
+  *seenDevices = 0;
+  int rc = run(1, NULL, NULL);
+  if (rc != 0) return rc;
+  run_t r = {0, *seenDevices};
+  rc = run(1, NULL, &r);
+  if (r.ndev >= 2) {
+    int n = r.ndev >= 4 ? 4 : 2;
+    rc |= run(n, n == 4 ? "2x2" : "2x1", &r);
+    if (n == 4) rc |= run(n, "2x2/cyclic", &r);
+    return rc;
+  }
+  int v = 0;
+  ncclGetVersion(&v);
+  if (v >= 23000) {
+    /* Several ranks on the one GPU: NCCL 2.30+ with the variable set. */
+    setenv("NCCL_MULTI_RANK_GPU_ENABLE", "1", 1);
+    r.shareGpu = 1;
+    rc |= run(4, "2x2", &r);
+    rc |= run(4, "2x2/cyclic", &r);
+  } else {
+    printf("one GPU and NCCL %d.%d: multi-rank runs need NCCL 2.30+ (NCCL_MULTI_RANK_GPU_ENABLE)\n",
+           v / 10000, (v / 100) % 100);
+  }
+  return rc;
+}
