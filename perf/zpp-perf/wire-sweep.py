@@ -2,7 +2,7 @@
 """How close qwZ and qgZ (and the plain collectives beside them) come to their
 wire limit, over link rates, sizes, types, layouts and the shaped links' queue.
 
-For every point it runs zpp-perf inside an emulated cluster (perf/emucluster.sh,
+For every point it runs zpp-perf inside an emulated cluster (perf/emucluster/emucluster.sh,
 needs root) and computes:
 
   wire time = bytes the busiest node link carries one way / link rate

@@ -13,7 +13,7 @@ One case per ctest entry, each a few seconds on 2 shared cores:
   outputs    the JSON and the SVG exist and parse, with both curves
   args       bad arguments: exit 2 and a message that names the problem
   launch     ranks from RANK/WORLD_SIZE/MASTER_* and from mpirun
-  emucluster the trainer across perf/emucluster.sh's namespaces (needs root,
+  emucluster the trainer across perf/emucluster/emucluster.sh's namespaces (needs root,
              else skipped)
 
 Exit 0 pass, 1 fail, 77 skipped.

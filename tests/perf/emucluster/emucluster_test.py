@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of perf/emucluster.sh, the emulated cluster. One case per ctest entry:
+"""Tests of perf/emucluster/emucluster.sh, the emulated cluster. One case per ctest entry:
 
     emucluster_test.py SCRIPT CASE [MPI_PROBE]
 

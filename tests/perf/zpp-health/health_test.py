@@ -17,7 +17,7 @@ a sender sleeping in the fault hook would also stall its neighbours'
 transfers, which a slow link does not do (measured: a 4-rank ring at 84% of
 a pair with it, 98% without).
 
-netns cases build 4 nodes on 1 Gbit/s links with perf/emucluster.sh and
+netns cases build 4 nodes on 1 Gbit/s links with perf/emucluster/emucluster.sh and
 shape one or two nodes to 200 Mbit/s for real.
 """
 import json
