@@ -31,7 +31,7 @@ static int overlaps(const void* a, size_t na, const void* b, size_t nb) {
 }
 
 static zppResult_t validate(struct zppComm* comm, call_t* k) {
-  ZPPCHECK(zppCommCheckUsable(comm));
+  ZPPCHECK(zppCommStateCheckUsable(comm));
   const zppHostColl_t* c = &k->c;
   const int n = comm->nranks, r = comm->rank;
   ZPP_ARGCHECK((int)c->type >= 0 && c->type < zppNumTypes, "%s: invalid datatype %d", k->name,
@@ -114,7 +114,7 @@ static zppResult_t dispatch(struct zppComm* comm, call_t* k, zppStream_t stream)
   if (devRecv != devSend)
     ZPP_FAIL(zppInvalidUsage, ALL, "%s: one buffer is device memory and the other host memory",
              k->name);
-  int isHostStream = zppHostStreamIsValid(stream);
+  int isHostStream = zppExecStreamIsValid(stream);
   if (devRecv) {
     ZPP_USAGECHECK(!isHostStream, "%s: device buffers need a cudaStream_t, not a zppHostStream_t",
                    k->name);

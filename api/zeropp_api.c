@@ -70,7 +70,7 @@ static zppResult_t checkWhere(const char* name, const void* a, const void* b, zp
   int dev = da >= 0 ? da : (db >= 0 ? db : (*device > 0));
   if (*device >= 0 && dev != *device)
     ZPP_FAIL(zppInvalidUsage, ALL, "%s: some tensors are in device memory, others in host memory", name);
-  int isHostStream = zppHostStreamIsValid(stream);
+  int isHostStream = zppExecStreamIsValid(stream);
   if (dev) {
     ZPP_USAGECHECK(!isHostStream, "%s: device buffers need a cudaStream_t, not a zppHostStream_t", name);
   } else {
@@ -106,7 +106,7 @@ static void countCall(struct zppComm* comm, zppOpKind_t kind) {
 static zppResult_t qwzValidate(const char* name, const void* sendbuff, void* recvbuff, size_t count,
                                zppDataType_t type, int bits, zppComm_t comm, zppStream_t stream,
                                int* device) {
-  ZPPCHECK(zppCommCheckUsable(comm));
+  ZPPCHECK(zppCommStateCheckUsable(comm));
   ZPPCHECK(checkType(name, type));
   ZPPCHECK(checkBits(name, bits));
   ZPPCHECK(checkSize(name, count, type, comm->nranks));
@@ -153,7 +153,7 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
                                void* const* recvbuffs, const size_t* counts, zppDataType_t type,
                                zppRedOp_t op, int bits, zppComm_t comm, zppStream_t stream,
                                int* device) {
-  ZPPCHECK(zppCommCheckUsable(comm));
+  ZPPCHECK(zppCommStateCheckUsable(comm));
   *device = -1;
   ZPPCHECK(checkType(name, type));
   ZPPCHECK(checkBits(name, bits));
@@ -279,7 +279,7 @@ zppResult_t zppParamCreate(zppComm_t comm, size_t shardcount, zppDataType_t data
                            zppParam_t* param) {
   const char* name = "zppParamCreate";
   ZPP_ARGCHECK(param != NULL, "%s: param (the output) is NULL", name);
-  ZPPCHECK(zppCommCheckUsable(comm));
+  ZPPCHECK(zppCommStateCheckUsable(comm));
   ZPP_ARGCHECK((int)datatype >= 0 && datatype < zppNumTypes, "%s: invalid datatype %d", name,
                (int)datatype);
   ZPPCHECK(checkBits(name, bits));
@@ -296,7 +296,7 @@ static zppResult_t paramGather(zppParam_t p, const void* shard, void* full, zppS
                                int backward) {
   const char* name = backward ? "zppParamGatherBackward" : "zppParamGatherForward";
   ZPPCHECK(checkParam(p, name));
-  ZPPCHECK(zppCommCheckUsable(p->comm));
+  ZPPCHECK(zppCommStateCheckUsable(p->comm));
   size_t bytes = p->count * zppTypeSize(p->type);
   if (p->count) {
     ZPP_ARGCHECK(shard != NULL && full != NULL, "%s: NULL buffer with %zu elements per shard", name,

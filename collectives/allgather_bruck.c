@@ -9,7 +9,7 @@
 
 #include "check.h"
 
-zppResult_t zppAllGatherBruck(zppCollCtx_t* c, void* recv, size_t blockBytes) {
+zppResult_t zppCollAllGatherBruck(zppCollCtx_t* c, void* recv, size_t blockBytes) {
   const int n = c->nranks, r = c->rank;
   char* out = recv;
   char* rot = zppCollScratch(c, 0, (size_t)n * blockBytes);

@@ -9,7 +9,7 @@
 
 #include "check.h"
 
-zppResult_t zppAllGatherRecDoubling(zppCollCtx_t* c, void* recv, size_t blockBytes) {
+zppResult_t zppCollAllGatherRecDoubling(zppCollCtx_t* c, void* recv, size_t blockBytes) {
   const int n = c->nranks, r = c->rank;
   if (n & (n - 1))
     ZPP_FAIL(zppInternalError, COLL, "recursive-doubling all-gather on %d ranks (not a power of two)", n);

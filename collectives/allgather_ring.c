@@ -6,7 +6,7 @@
 
 #include "check.h"
 
-zppResult_t zppAllGatherRing(zppCollCtx_t* c, void* recv, size_t total, size_t elemBytes,
+zppResult_t zppCollAllGatherRing(zppCollCtx_t* c, void* recv, size_t total, size_t elemBytes,
                              uint32_t stepBase) {
   const int n = c->nranks;
   const int pos = c->ringPos[c->rank];

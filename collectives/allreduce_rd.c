@@ -10,7 +10,7 @@
 
 #include "check.h"
 
-zppResult_t zppAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t count,
+zppResult_t zppCollAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t count,
                                     zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks, r = c->rank;
   const size_t bytes = count * zppTypeSize(type);

@@ -12,13 +12,13 @@
  * would also match in order, but distinct steps read better in traces). */
 #define ALLGATHER_STEP_BASE 128u
 
-zppResult_t zppAllReduceRing(zppCollCtx_t* c, const void* in, void* out, size_t count,
+zppResult_t zppCollAllReduceRing(zppCollCtx_t* c, const void* in, void* out, size_t count,
                              zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks, r = c->rank;
   const size_t ts = zppTypeSize(type);
   char* mine = (char*)out + zppBlockOffset(count, n, r) * ts;
-  ZPPCHECK(zppReduceScatterRing(c, in, mine, count, type, op));
+  ZPPCHECK(zppCollReduceScatterRing(c, in, mine, count, type, op));
   if (op == zppAvg) zppReduceFinishAvg(mine, zppBlockCount(count, n, r), type, n);
-  ZPPCHECK(zppAllGatherRing(c, out, count, ts, ALLGATHER_STEP_BASE));
+  ZPPCHECK(zppCollAllGatherRing(c, out, count, ts, ALLGATHER_STEP_BASE));
   return zppSuccess;
 }

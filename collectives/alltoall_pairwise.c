@@ -11,7 +11,7 @@
 
 #include "check.h"
 
-zppResult_t zppAllToAllPairwise(zppCollCtx_t* c, const void* in, void* out, size_t blockBytes) {
+zppResult_t zppCollAllToAllPairwise(zppCollCtx_t* c, const void* in, void* out, size_t blockBytes) {
   const int n = c->nranks, r = c->rank;
   const int depth = c->depth > 0 ? c->depth : 1;
   const char* src = in;

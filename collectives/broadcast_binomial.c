@@ -5,7 +5,7 @@
 
 #include "check.h"
 
-zppResult_t zppBroadcastBinomial(zppCollCtx_t* c, void* buf, size_t bytes, int root) {
+zppResult_t zppCollBroadcastBinomial(zppCollCtx_t* c, void* buf, size_t bytes, int root) {
   const int n = c->nranks;
   const int vr = (c->rank - root + n) % n;
   zppMsgId_t id = zppCollMsg(c, 0);

@@ -8,7 +8,7 @@
 
 #include "check.h"
 
-zppResult_t zppBroadcastFlat(zppCollCtx_t* c, void* buf, size_t bytes, int root) {
+zppResult_t zppCollBroadcastFlat(zppCollCtx_t* c, void* buf, size_t bytes, int root) {
   const int n = c->nranks;
   zppMsgId_t id = zppCollMsg(c, 0);
   if (c->rank != root) return zppP2pSendRecv(c->p2p, -1, NULL, 0, root, buf, bytes, &id);

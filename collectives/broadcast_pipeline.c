@@ -9,7 +9,7 @@
 
 #include "check.h"
 
-zppResult_t zppBroadcastPipeline(zppCollCtx_t* c, void* buf, size_t bytes, int root) {
+zppResult_t zppCollBroadcastPipeline(zppCollCtx_t* c, void* buf, size_t bytes, int root) {
   const int n = c->nranks;
   const int pos = c->ringPos[c->rank];
   const int chainPos = (pos - c->ringPos[root] + n) % n;

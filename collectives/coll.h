@@ -59,34 +59,34 @@ static inline size_t zppBlockOffset(size_t count, int nblocks, int b) {
 /* ---- all-gather: recv holds every rank's block; this rank's is in place --- */
 /* Block r: count elements of elemBytes at recv + offset(r) (zppBlock* with
  * total elements `total`; equal blocks when total = nranks * count). */
-zppResult_t zppAllGatherRing(zppCollCtx_t* c, void* recv, size_t total, size_t elemBytes,
+zppResult_t zppCollAllGatherRing(zppCollCtx_t* c, void* recv, size_t total, size_t elemBytes,
                              uint32_t stepBase);
-zppResult_t zppAllGatherBruck(zppCollCtx_t* c, void* recv, size_t blockBytes);
+zppResult_t zppCollAllGatherBruck(zppCollCtx_t* c, void* recv, size_t blockBytes);
 /* Power-of-two rank counts only. */
-zppResult_t zppAllGatherRecDoubling(zppCollCtx_t* c, void* recv, size_t blockBytes);
+zppResult_t zppCollAllGatherRecDoubling(zppCollCtx_t* c, void* recv, size_t blockBytes);
 
 /* ---- reduce-scatter: in holds nranks blocks (zppBlock* over total), out
  * receives this rank's reduced block (may alias in's own block). zppAvg is
  * left as a sum: the caller divides. */
-zppResult_t zppReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, size_t total,
+zppResult_t zppCollReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, size_t total,
                                  zppDataType_t type, zppRedOp_t op);
-zppResult_t zppReduceScatterDirect(zppCollCtx_t* c, const void* in, void* out, size_t total,
+zppResult_t zppCollReduceScatterDirect(zppCollCtx_t* c, const void* in, void* out, size_t total,
                                    zppDataType_t type, zppRedOp_t op);
-zppResult_t zppReduceScatterRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t total,
+zppResult_t zppCollReduceScatterRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t total,
                                         zppDataType_t type, zppRedOp_t op);
 
 /* ---- all-reduce (avg divided inside) --------------------------------------- */
-zppResult_t zppAllReduceRing(zppCollCtx_t* c, const void* in, void* out, size_t count,
+zppResult_t zppCollAllReduceRing(zppCollCtx_t* c, const void* in, void* out, size_t count,
                              zppDataType_t type, zppRedOp_t op);
-zppResult_t zppAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t count,
+zppResult_t zppCollAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t count,
                                     zppDataType_t type, zppRedOp_t op);
 
 /* ---- all-to-all: blockBytes to each peer; in == out allowed --------------- */
-zppResult_t zppAllToAllPairwise(zppCollCtx_t* c, const void* in, void* out, size_t blockBytes);
+zppResult_t zppCollAllToAllPairwise(zppCollCtx_t* c, const void* in, void* out, size_t blockBytes);
 
 /* ---- broadcast: buf holds root's data at root (copied there by the caller) */
-zppResult_t zppBroadcastPipeline(zppCollCtx_t* c, void* buf, size_t bytes, int root);
-zppResult_t zppBroadcastBinomial(zppCollCtx_t* c, void* buf, size_t bytes, int root);
-zppResult_t zppBroadcastFlat(zppCollCtx_t* c, void* buf, size_t bytes, int root);
+zppResult_t zppCollBroadcastPipeline(zppCollCtx_t* c, void* buf, size_t bytes, int root);
+zppResult_t zppCollBroadcastBinomial(zppCollCtx_t* c, void* buf, size_t bytes, int root);
+zppResult_t zppCollBroadcastFlat(zppCollCtx_t* c, void* buf, size_t bytes, int root);
 
 #endif /* ZPP_COLL_H_ */

@@ -146,32 +146,32 @@ static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, int algo) {
     case zppOpAllGather: {
       char* own = recv + (size_t)c->rank * bytes;
       if ((const char*)a->sendbuff != own) memcpy(own, a->sendbuff, bytes);
-      if (algo == ALGO_SMALL && (n & (n - 1)) == 0) return zppAllGatherRecDoubling(c, recv, bytes);
-      if (algo == ALGO_SMALL || algo == ALGO_SMALL_ALT) return zppAllGatherBruck(c, recv, bytes);
-      return zppAllGatherRing(c, recv, a->count * (size_t)n, ts, 0);
+      if (algo == ALGO_SMALL && (n & (n - 1)) == 0) return zppCollAllGatherRecDoubling(c, recv, bytes);
+      if (algo == ALGO_SMALL || algo == ALGO_SMALL_ALT) return zppCollAllGatherBruck(c, recv, bytes);
+      return zppCollAllGatherRing(c, recv, a->count * (size_t)n, ts, 0);
     }
     case zppOpReduceScatter: {
       size_t total = a->count * (size_t)n;
       if (algo == ALGO_SMALL)
-        ZPPCHECK(zppReduceScatterDirect(c, a->sendbuff, recv, total, a->type, a->op));
+        ZPPCHECK(zppCollReduceScatterDirect(c, a->sendbuff, recv, total, a->type, a->op));
       else if (algo == ALGO_SMALL_ALT)
-        ZPPCHECK(zppReduceScatterRecDoubling(c, a->sendbuff, recv, total, a->type, a->op));
+        ZPPCHECK(zppCollReduceScatterRecDoubling(c, a->sendbuff, recv, total, a->type, a->op));
       else
-        ZPPCHECK(zppReduceScatterRing(c, a->sendbuff, recv, total, a->type, a->op));
+        ZPPCHECK(zppCollReduceScatterRing(c, a->sendbuff, recv, total, a->type, a->op));
       if (a->op == zppAvg) zppReduceFinishAvg(recv, a->count, a->type, n);
       return zppSuccess;
     }
     case zppOpAllReduce:
       if (algo == ALGO_SMALL)
-        return zppAllReduceRecDoubling(c, a->sendbuff, recv, a->count, a->type, a->op);
-      return zppAllReduceRing(c, a->sendbuff, recv, a->count, a->type, a->op);
+        return zppCollAllReduceRecDoubling(c, a->sendbuff, recv, a->count, a->type, a->op);
+      return zppCollAllReduceRing(c, a->sendbuff, recv, a->count, a->type, a->op);
     case zppOpAllToAll:
-      return zppAllToAllPairwise(c, a->sendbuff, recv, bytes);
+      return zppCollAllToAllPairwise(c, a->sendbuff, recv, bytes);
     case zppOpBroadcast:
       if (c->rank == a->root && a->sendbuff != recv) memcpy(recv, a->sendbuff, bytes);
-      if (algo == ALGO_SMALL) return zppBroadcastBinomial(c, recv, bytes, a->root);
-      if (algo == ALGO_SMALL_ALT) return zppBroadcastFlat(c, recv, bytes, a->root);
-      return zppBroadcastPipeline(c, recv, bytes, a->root);
+      if (algo == ALGO_SMALL) return zppCollBroadcastBinomial(c, recv, bytes, a->root);
+      if (algo == ALGO_SMALL_ALT) return zppCollBroadcastFlat(c, recv, bytes, a->root);
+      return zppCollBroadcastPipeline(c, recv, bytes, a->root);
     default:
       ZPP_FAIL(zppInternalError, COLL, "host collective of unknown kind %d", (int)a->kind);
   }
@@ -248,7 +248,7 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
     /* The ranks no longer agree on where they are: the communicator is
      * broken (the transport recorded why, unless the failure was local). */
     if (atomic_load(&comm->asyncError) == zppSuccess)
-      zppCommSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
+      zppCommStateSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
                       zppOpKindName(a->kind), zppGetErrorString(res));
     zppP2pQuiesce(t->p2p);
   }

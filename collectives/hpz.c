@@ -128,7 +128,7 @@ zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type,
     int64_t chunkBytes = 0;
     ZPPCHECKGOTO(zppEnvGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunkBytes), res, fail);
     zppCollCtx_t probe = {.chunkBytes = chunkBytes > 0 ? (size_t)chunkBytes : 1};
-    ZPPCHECKGOTO(zppQwzLayout(count, type, bits, p->block,
+    ZPPCHECKGOTO(zppCollQwzLayout(count, type, bits, p->block,
                               zppZeroppChunkElems(&probe, type, p->block), &p->layout),
                  res, fail);
     p->shardBytes = p->layout.shardPacked;
@@ -194,12 +194,12 @@ static zppResult_t globalGather(zppCollCtx_t* c, struct zppParam* p, const void*
   if (p->bits) {
     char* packed = zppCollScratch(c, ZPP_ZSCRATCH_PACKED, (size_t)c->nranks * p->shardBytes);
     if (packed == NULL) ZPP_FAIL(zppSystemError, COLL, "hpZ: out of memory for packed shards");
-    ZPPCHECK(zppQwzRun(c, &p->layout, shard, full, packed));
+    ZPPCHECK(zppCollQwzRun(c, &p->layout, shard, full, packed));
     src = packed;
   } else {
     char* own = (char*)full + (size_t)c->rank * p->count * ts;
     memcpy(own, shard, p->count * ts);
-    if (c->nranks > 1) ZPPCHECK(zppAllGatherRing(c, full, p->count * (size_t)c->nranks, ts, 0));
+    if (c->nranks > 1) ZPPCHECK(zppCollAllGatherRing(c, full, p->count * (size_t)c->nranks, ts, 0));
     src = full;
   }
   if (p->secondaryBytes)
@@ -222,7 +222,7 @@ static zppResult_t decodeMember(void* arg, int member) {
   if (!p->bits) return zppSuccess; /* raw shards landed in place */
   size_t ts = zppTypeSize(p->type);
   for (int b = r->lo[member]; b < r->lo[member] + r->cnt[member]; b++)
-    ZPPCHECK(zppQwzDecodeShard(&p->layout, (char*)r->packed + (size_t)b * p->shardBytes,
+    ZPPCHECK(zppCollQwzDecodeShard(&p->layout, (char*)r->packed + (size_t)b * p->shardBytes,
                                (char*)r->full + (size_t)b * p->count * ts));
   return zppSuccess;
 }
@@ -256,7 +256,7 @@ static zppResult_t groupGather(zppCollCtx_t* c, struct zppParam* p, void* full) 
   /* Own share last: the peers' messages were already on their way. */
   if (p->bits) {
     for (int b = p->shardLo; b < p->shardLo + p->shardCnt; b++)
-      ZPPCHECKGOTO(zppQwzDecodeShard(&p->layout,
+      ZPPCHECKGOTO(zppCollQwzDecodeShard(&p->layout,
                                      (char*)p->secondary + (size_t)(b - p->shardLo) * p->shardBytes,
                                      (char*)full + (size_t)b * p->count * ts),
                    res, out);

@@ -203,7 +203,7 @@ static zppResult_t stage3(qgz_t* g, int t) {
   return finish(g, &g->chunks[t], g->a2[s], g->chunks[t].sum, g->N);
 }
 
-zppResult_t zppQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a) {
+zppResult_t zppCollQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a) {
   const zppTopo_t* topo = c->comm->topo;
   if (!topo->uniform)
     ZPP_FAIL(zppInvalidUsage, COLL, "qgZ needs nodes of equal size");

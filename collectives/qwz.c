@@ -25,7 +25,7 @@
 #include "check.h"
 #include "quant_kernels/zpp_quant.h"
 
-zppResult_t zppQwzLayout(size_t count, zppDataType_t type, int bits, int block, size_t chunkElems,
+zppResult_t zppCollQwzLayout(size_t count, zppDataType_t type, int bits, int block, size_t chunkElems,
                          zppQwzLayout_t* l) {
   if (!zppQuantValidParams(bits, block) || chunkElems == 0 || chunkElems % (size_t)block != 0)
     ZPP_FAIL(zppInternalError, COLL, "qwZ layout: bits %d block %d chunk %zu", bits, block, chunkElems);
@@ -71,7 +71,7 @@ static zppResult_t decodeChunk(const zppQwzLayout_t* l, const void* seg, void* r
   return zppDequantize(seg, chunkCount(l, ch), l->bits, l->block, out, l->type);
 }
 
-zppResult_t zppQwzDecodeShard(const zppQwzLayout_t* l, const void* packedShard, void* out) {
+zppResult_t zppCollQwzDecodeShard(const zppQwzLayout_t* l, const void* packedShard, void* out) {
   for (int ch = 0; ch < l->nChunks; ch++)
     ZPPCHECK(decodeChunk(l, (const char*)packedShard + (size_t)ch * l->chunkPacked, out, 0, ch));
   return zppSuccess;
@@ -83,7 +83,7 @@ static zppResult_t quantizeChunk(const zppQwzLayout_t* l, const void* send, void
   return zppQuantize(in, l->type, chunkCount(l, ch), l->bits, l->block, seg);
 }
 
-zppResult_t zppQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* send, void* recv,
+zppResult_t zppCollQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* send, void* recv,
                       void* packedAll) {
   const int n = c->nranks, C = l->nChunks, me = c->rank;
   if (C == 0) return zppSuccess;

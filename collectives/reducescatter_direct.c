@@ -12,7 +12,7 @@
 
 #include "check.h"
 
-zppResult_t zppReduceScatterDirect(zppCollCtx_t* c, const void* in, void* out, size_t total,
+zppResult_t zppCollReduceScatterDirect(zppCollCtx_t* c, const void* in, void* out, size_t total,
                                    zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks, r = c->rank;
   const size_t ts = zppTypeSize(type);

@@ -11,7 +11,7 @@
 
 #include "check.h"
 
-zppResult_t zppReduceScatterRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t total,
+zppResult_t zppCollReduceScatterRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t total,
                                         zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks, r = c->rank;
   const size_t ts = zppTypeSize(type);
@@ -19,7 +19,7 @@ zppResult_t zppReduceScatterRecDoubling(zppCollCtx_t* c, const void* in, void* o
   char* all = zppCollScratch(c, 1, total * ts);
   if (all == NULL) ZPP_FAIL(zppSystemError, COLL, "out of memory for reduce-scatter scratch");
   /* avg: the sum here; the caller divides the block once. */
-  ZPPCHECK(zppAllReduceRecDoubling(c, in, all, total, type, op == zppAvg ? zppSum : op));
+  ZPPCHECK(zppCollAllReduceRecDoubling(c, in, all, total, type, op == zppAvg ? zppSum : op));
   memcpy(out, all + zppBlockOffset(total, n, r) * ts, zppBlockCount(total, n, r) * ts);
   return zppSuccess;
 }

@@ -33,7 +33,7 @@
 
 #include "check.h"
 
-zppResult_t zppReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, size_t total,
+zppResult_t zppCollReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, size_t total,
                                  zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks;
   const size_t ts = zppTypeSize(type);

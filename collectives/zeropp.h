@@ -82,15 +82,15 @@ typedef struct {
   size_t shardPacked; /* bytes of a whole packed shard */
 } zppQwzLayout_t;
 
-zppResult_t zppQwzLayout(size_t count, zppDataType_t type, int bits, int block, size_t chunkElems,
+zppResult_t zppCollQwzLayout(size_t count, zppDataType_t type, int bits, int block, size_t chunkElems,
                          zppQwzLayout_t* l);
 /* Quantized all-gather over the node-ordered ring. packedAll (nranks *
  * shardPacked bytes) receives every rank's packed shard; recv the decoded
  * result in l->type. send may be the in-place block of recv. */
-zppResult_t zppQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* send, void* recv,
+zppResult_t zppCollQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* send, void* recv,
                       void* packedAll);
 /* Decodes one packed shard into out (l->count elements). */
-zppResult_t zppQwzDecodeShard(const zppQwzLayout_t* l, const void* packedShard, void* out);
+zppResult_t zppCollQwzDecodeShard(const zppQwzLayout_t* l, const void* packedShard, void* out);
 
 /* ---- qgZ (qgz.c) ------------------------------------------------------------ */
 
@@ -106,6 +106,6 @@ typedef struct {
 } zppQgzArgs_t;
 
 /* Hierarchical quantized reduce-scatter; needs nodes of equal size. */
-zppResult_t zppQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a);
+zppResult_t zppCollQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a);
 
 #endif /* ZPP_ZEROPP_H_ */

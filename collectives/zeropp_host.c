@@ -136,7 +136,7 @@ zppResult_t zppZeroppEnd(zppCollCtx_t* c, zppResult_t res, int agreed) {
     /* The ranks no longer agree on where they are: the communicator is
      * broken (the transport recorded why, unless the failure was local). */
     if (atomic_load(&comm->asyncError) == zppSuccess)
-      zppCommSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
+      zppCommStateSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
                       zppOpKindName((zppOpKind_t)c->id.opKind), zppGetErrorString(res));
     if (c->p2p) zppP2pQuiesce(c->p2p);
   }
@@ -165,7 +165,7 @@ static zppResult_t qwzJob(struct zppComm* comm, void* arg) {
   ZPPCHECK(zppZeroppBegin(comm, a->kind, a->type, -1, vals, 3, &c));
   zppQwzLayout_t l;
   zppResult_t res =
-      zppQwzLayout(a->count, a->type, a->bits, a->block, zppZeroppChunkElems(&c, a->type, a->block), &l);
+      zppCollQwzLayout(a->count, a->type, a->bits, a->block, zppZeroppChunkElems(&c, a->type, a->block), &l);
   if (res == zppSuccess) {
     void* packed = zppCollScratch(&c, ZPP_ZSCRATCH_PACKED, (size_t)c.nranks * l.shardPacked);
     if (packed == NULL) {
@@ -173,7 +173,7 @@ static zppResult_t qwzJob(struct zppComm* comm, void* arg) {
               (size_t)c.nranks * l.shardPacked);
       res = zppSystemError;
     } else {
-      res = zppQwzRun(&c, &l, a->send, a->recv, packed);
+      res = zppCollQwzRun(&c, &l, a->send, a->recv, packed);
     }
   }
   return zppZeroppEnd(&c, res, 0);
@@ -204,7 +204,7 @@ static zppResult_t qgzJob(struct zppComm* comm, void* arg) {
   uint64_t vals[4] = {(uint64_t)a->ntensors, h, (uint64_t)a->bits, (uint64_t)a->block};
   zppCollCtx_t c;
   zppResult_t res = zppZeroppBegin(comm, zppOpQgZ, a->type, (int)a->op, vals, 4, &c);
-  if (res == zppSuccess) res = zppZeroppEnd(&c, zppQgzRun(&c, a), 0);
+  if (res == zppSuccess) res = zppZeroppEnd(&c, zppCollQgzRun(&c, a), 0);
   free(b);
   return res;
 }

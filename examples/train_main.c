@@ -1,10 +1,10 @@
 /*
  * zpp-train: arguments, and how the ranks come to be (as zpp-perf does):
- *   -N RANKS   the trainer forks them (tools/launch.h), --layout NxL sets
+ *   -N RANKS   the trainer forks them (perf/common/launch.h), --layout NxL sets
  *              ZPP_HOSTID per rank so that one machine plays N nodes;
  *   mpirun     with MPI built in, the unique id goes out by MPI_Bcast;
  *              without, OMPI_COMM_WORLD_* and MASTER_ADDR/PORT;
- *   RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, perf/emucluster.sh);
+ *   RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, perf/emucluster/emucluster.sh);
  *   nothing    one rank.
  */
 #include <errno.h>

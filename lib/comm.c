@@ -61,7 +61,7 @@ static zppResult_t checkHostId(const char* id, const char* from) {
   return zppSuccess;
 }
 
-zppResult_t zppCommResolveSettings(const zppConfig_t* config, zppCommSettings_t* s) {
+zppResult_t zppCommStateResolveSettings(const zppConfig_t* config, zppCommSettings_t* s) {
   zppCommSettings_t t;
   memset(&t, 0, sizeof(t));
   ZPPCHECK(checkConfig(config));
@@ -169,7 +169,7 @@ static void commFree(struct zppComm* comm) {
   free(comm);
 }
 
-zppResult_t zppCommInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
+zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
                                     const zppCommSettings_t* s) {
   zppResult_t res = zppSuccess;
   struct zppComm* comm = NULL;
@@ -207,8 +207,8 @@ zppResult_t zppCommInitRankConfig(zppComm_t* comm, int nranks, zppUniqueId commI
   ZPP_ARGCHECK(rank >= 0 && rank < nranks, "zppCommInitRank: rank %d out of range 0..%d", rank,
                nranks - 1);
   zppCommSettings_t s;
-  ZPPCHECK(zppCommResolveSettings(config, &s));
-  ZPPCHECK(zppCommInitWithSettings(comm, nranks, &commId, rank, &s));
+  ZPPCHECK(zppCommStateResolveSettings(config, &s));
+  ZPPCHECK(zppCommStateInitWithSettings(comm, nranks, &commId, rank, &s));
   return zppSuccess;
 }
 
@@ -220,7 +220,7 @@ zppResult_t zppCommInitRank(zppComm_t* comm, int nranks, zppUniqueId commId, int
 zppResult_t zppGetUniqueId(zppUniqueId* uniqueId) {
   ZPP_ARGCHECK(uniqueId != NULL, "zppGetUniqueId: uniqueId is NULL");
   zppCommSettings_t s;
-  ZPPCHECK(zppCommResolveSettings(NULL, &s));
+  ZPPCHECK(zppCommStateResolveSettings(NULL, &s));
   ZPPCHECK(zppBootstrapCreateRoot(uniqueId, NULL, 0, -1, NULL, 0, s.timeoutSec));
   return zppSuccess;
 }
@@ -245,7 +245,7 @@ zppResult_t zppCommAbort(zppComm_t comm) {
   if (comm == NULL) return zppSuccess;
   ZPPCHECK(checkHandle(comm, "zppCommAbort"));
   atomic_store(&comm->aborted, 1);
-  /* Not through zppCommSetError: an abort is asked for, not an error to log. */
+  /* Not through zppCommStateSetError: an abort is asked for, not an error to log. */
   pthread_mutex_lock(&comm->errorLock);
   if (atomic_load(&comm->asyncError) == zppSuccess) {
     snprintf(comm->lastError, sizeof(comm->lastError), "comm %s rank %d: aborted by zppCommAbort",
@@ -304,7 +304,7 @@ zppResult_t zppCommTopology(const zppComm_t comm, zppTopology_t* topology) {
   return zppSuccess;
 }
 
-void zppCommSetError(struct zppComm* comm, zppResult_t error, const char* fmt, ...) {
+void zppCommStateSetError(struct zppComm* comm, zppResult_t error, const char* fmt, ...) {
   if (comm == NULL || error == zppSuccess || error == zppInProgress) return;
   pthread_mutex_lock(&comm->errorLock);
   if (atomic_load(&comm->asyncError) == zppSuccess) {
@@ -318,7 +318,7 @@ void zppCommSetError(struct zppComm* comm, zppResult_t error, const char* fmt, .
   pthread_mutex_unlock(&comm->errorLock);
 }
 
-zppResult_t zppCommCheckUsable(const struct zppComm* comm) {
+zppResult_t zppCommStateCheckUsable(const struct zppComm* comm) {
   ZPP_ARGCHECK(comm != NULL, "communicator is NULL");
   ZPP_ARGCHECK(comm->magic == ZPP_COMM_MAGIC,
                "not a live communicator (destroyed, or not made by zppCommInitRank)");

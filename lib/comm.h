@@ -42,11 +42,11 @@ struct zppComm {
 
 /* Records the first error that broke the communicator and its reason; later
  * calls fail fast with it. Thread safe. */
-void zppCommSetError(struct zppComm* comm, zppResult_t error, const char* fmt, ...)
+void zppCommStateSetError(struct zppComm* comm, zppResult_t error, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* zppSuccess if comm is a live communicator, else logs and returns
  * zppInvalidArgument (NULL, destroyed) or its async error. */
-zppResult_t zppCommCheckUsable(const struct zppComm* comm);
+zppResult_t zppCommStateCheckUsable(const struct zppComm* comm);
 
 #endif /* ZPP_COMM_H_ */

@@ -150,7 +150,7 @@ zppResult_t zppCommInitFromEnv(zppComm_t* comm, zppConfig_t* config) {
   ZPPCHECK(readRanks(&e));
   ZPPCHECK(readRoot(&e));
   zppCommSettings_t s;
-  ZPPCHECK(zppCommResolveSettings(config, &s));
+  ZPPCHECK(zppCommStateResolveSettings(config, &s));
 
   char derived[400];
   const char* secret = zppEnvGetString("ZPP_SECRET");
@@ -174,7 +174,7 @@ zppResult_t zppCommInitFromEnv(zppComm_t* comm, zppConfig_t* config) {
   }
   ZPPCHECK(zppBootstrapMakeId(&id, e.host, e.port, (const unsigned char*)secret, strlen(secret)));
   zppComm_t c = NULL;
-  ZPPCHECK(zppCommInitWithSettings(&c, e.nranks, &id, e.rank, &s));
+  ZPPCHECK(zppCommStateInitWithSettings(&c, e.nranks, &id, e.rank, &s));
   int local = c->topo->localRankOf[e.rank];
   if (e.localRank >= 0 && e.localRank != local)
     ZPP_WARN(ENV,

@@ -22,10 +22,10 @@ typedef struct {
 
 /* Validates config (NULL: defaults) and resolves every setting: explicit
  * config beats the environment, which beats the defaults. */
-zppResult_t zppCommResolveSettings(const zppConfig_t* config, zppCommSettings_t* s);
+zppResult_t zppCommStateResolveSettings(const zppConfig_t* config, zppCommSettings_t* s);
 
 /* Bootstrap, topology and transports for arguments already checked. */
-zppResult_t zppCommInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
+zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
                                     const zppCommSettings_t* s);
 
 #endif /* ZPP_COMM_INTERNAL_H_ */

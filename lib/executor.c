@@ -61,7 +61,7 @@ static int registryFind(const void* s) {
   return -1;
 }
 
-int zppHostStreamIsValid(const void* stream) {
+int zppExecStreamIsValid(const void* stream) {
   if (stream == NULL) return 0;
   pthread_mutex_lock(&registryLock);
   int found = registryFind(stream) >= 0;
@@ -96,7 +96,7 @@ zppResult_t zppHostStreamCreate(zppHostStream_t* out) {
 }
 
 zppResult_t zppHostStreamSynchronize(zppHostStream_t s) {
-  ZPP_ARGCHECK(zppHostStreamIsValid(s), "zppHostStreamSynchronize: %p is not a live host stream",
+  ZPP_ARGCHECK(zppExecStreamIsValid(s), "zppHostStreamSynchronize: %p is not a live host stream",
                (void*)s);
   pthread_mutex_lock(&s->lock);
   while (s->pending > 0) pthread_cond_wait(&s->cond, &s->lock);
@@ -107,7 +107,7 @@ zppResult_t zppHostStreamSynchronize(zppHostStream_t s) {
 }
 
 zppResult_t zppHostStreamQuery(zppHostStream_t s) {
-  ZPP_ARGCHECK(zppHostStreamIsValid(s), "zppHostStreamQuery: %p is not a live host stream", (void*)s);
+  ZPP_ARGCHECK(zppExecStreamIsValid(s), "zppHostStreamQuery: %p is not a live host stream", (void*)s);
   pthread_mutex_lock(&s->lock);
   zppResult_t res = s->pending > 0 ? zppInProgress : s->error;
   pthread_mutex_unlock(&s->lock);
@@ -116,7 +116,7 @@ zppResult_t zppHostStreamQuery(zppHostStream_t s) {
 
 zppResult_t zppHostStreamDestroy(zppHostStream_t s) {
   if (s == NULL) return zppSuccess;
-  ZPP_ARGCHECK(zppHostStreamIsValid(s), "zppHostStreamDestroy: %p is not a live host stream",
+  ZPP_ARGCHECK(zppExecStreamIsValid(s), "zppHostStreamDestroy: %p is not a live host stream",
                (void*)s);
   pthread_mutex_lock(&s->lock);
   while (s->pending > 0) pthread_cond_wait(&s->cond, &s->lock);

@@ -43,7 +43,7 @@ zppResult_t zppExecutorSubmit(zppExecutor_t* exec, zppJobFn_t fn, const void* ar
 
 /* 1 if stream is a live host stream made by zppHostStreamCreate. Looks the
  * pointer up without touching it (it may be a cudaStream_t). */
-int zppHostStreamIsValid(const void* stream);
+int zppExecStreamIsValid(const void* stream);
 
 /* A slot for the layer above: state only jobs touch (on the executor
  * thread), freed at destroy by freeFn. */

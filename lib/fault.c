@@ -22,7 +22,7 @@ static const char* const kindNames[ZPP_FAULT_NUM_KINDS] = {"slow", "corrupt", "h
 
 /* ---- parsing -------------------------------------------------------------- */
 
-/* Bits per second, with the units of perf/emucluster.sh so that a slow rank
+/* Bits per second, with the units of perf/emucluster/emucluster.sh so that a slow rank
  * and a slow link are written alike. Byte units are refused: "mbps" means
  * megabits to some and megabytes to tc. */
 static int parseRate(const char* s, double* bps) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Configures and builds zpp into ./build (binaries in build/bin/).
-# Extra arguments go to cmake's configure step, e.g. -DZPP_WITH_CUDA=OFF.
+# Extra arguments go to cmake's configure step, e.g. -DZPP_WITH_CUDA=OFF, and
+# so do the words of ZPP_CMAKE_ARGS (how .ci/run turns on -DZPP_WERROR=ON).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+# shellcheck disable=SC2086  # ZPP_CMAKE_ARGS is a list of words
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo ${ZPP_CMAKE_ARGS:-} "$@"
 cmake --build build -j"$jobs"

@@ -36,7 +36,7 @@ common=(-d bfloat16 -b 1M -e "$max" -f 4 -n "$iters" -w 1 -c 1)
 
 if [[ $(id -u) -ne 0 ]] || ! perf/emucluster/emucluster.sh --no-check-rate -q -n 1 -- true >/dev/null 2>&1; then
   echo "zpp main job: emulating a cluster needs root and network namespaces; running on loopback instead" >&2
-  echo "zpp main job: (as root: sudo bash scripts/main-job.sh)" >&2
+  echo "zpp main job: (run it as root for the emulated cluster: bash scripts/main-job.sh)" >&2
   step "2/5" "loopback: 4 ranks as 2 nodes x 2, all-gather and reduce-scatter (no shaped links)"
   "$perf" -N 4 --layout 2x2 -t allgather,reducescatter -m plain,qwz,hpz,qgz "${common[@]}" \
     -J "$out/main-2x2-loopback.json"

@@ -30,7 +30,7 @@ fi
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "zpp setup: missing Debian packages: ${missing[*]}" >&2
-  echo "zpp setup: run as root, or: sudo apt-get install -y ${missing[*]}" >&2
+  echo "zpp setup: run this as root, or have root run: apt-get install -y ${missing[*]}" >&2
   exit 1
 fi
 

@@ -73,7 +73,7 @@ extern long zppTestChecks;
 /* Prints a summary; returns the process exit code. */
 int zppTestExit(const char* name);
 
-/* For a rank forked by tools/launch.h: 0 if no check failed in this
+/* For a rank forked by perf/common/launch.h: 0 if no check failed in this
  * process, else 1. A forked child starts with its counts at zero (reset at
  * fork), so a failure in the parent before the launch is not counted again. */
 int zppTestRankResult(void);

@@ -36,7 +36,7 @@ zppResult_t zppUcxFail(zppUcx_t* u, zppResult_t code, const char* fmt, ...) {
   if (atomic_load(&u->comm->asyncError) != zppSuccess)
     ZPP_INFO(NET, "%s", reason);
   else
-    zppCommSetError(u->comm, code, "%s", reason);
+    zppCommStateSetError(u->comm, code, "%s", reason);
   return code;
 }
 

@@ -1,4 +1,4 @@
-# The link-rate check of perf/emucluster.sh, sourced by it (not a program of
+# The link-rate check of perf/emucluster/emucluster.sh, sourced by it (not a program of
 # its own). Each node's link is measured against the hub, whose side of every
 # link is unshaped on the way in: a measurement then sees exactly one link, so
 # a slow node cannot make its peer look slow, which a node-to-node measurement

@@ -4,7 +4,7 @@
  *
  * Launch as zpp-perf does: under mpirun or torchrun-style environment every
  * process is one rank; with -N this process forks the ranks itself
- * (tools/launch.h), each with the launcher rank in RANK so that ZPP_FAULT's
+ * (perf/common/launch.h), each with the launcher rank in RANK so that ZPP_FAULT's
  * rank= follows the process into every communicator it makes.
  *
  * Rank 0 coordinates over its own TCP port (the control plane); the others

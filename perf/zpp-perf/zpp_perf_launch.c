@@ -1,6 +1,6 @@
 /*
  * -N: zpp-perf starts its own ranks, so that a measurement needs no
- * launcher: the project's fork launcher (tools/launch.h) runs N children,
+ * launcher: the project's fork launcher (perf/common/launch.h) runs N children,
  * rank 0 makes the unique id and hands it over a pipe, --layout becomes
  * ZPP_HOSTID=node<k> per rank. Each child builds its communicator and runs
  * the whole measurement; the parent only waits and merges exit codes.

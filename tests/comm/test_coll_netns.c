@@ -1,6 +1,6 @@
 /*
  * Rank program for the emulated-cluster tests (label netns): ctest starts
- * it on every rank through perf/emucluster.sh, which gives each node its own
+ * it on every rank through perf/emucluster/emucluster.sh, which gives each node its own
  * network namespace and a link shaped with tc tbf, and exits 77 (skipped)
  * without root. The communicator comes from the torchrun-style environment.
  *

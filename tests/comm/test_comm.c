@@ -38,7 +38,7 @@ static int layoutBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   CHECK(zppCommUserRank(comm, &r) == zppSuccess && r == rank);
   zppResult_t ae = zppInternalError;
   CHECK(zppCommGetAsyncError(comm, &ae) == zppSuccess && ae == zppSuccess);
-  CHECK(zppCommCheckUsable(comm) == zppSuccess);
+  CHECK(zppCommStateCheckUsable(comm) == zppSuccess);
 
   int nNodes = 0, localRank = 0, localSize = 0, uniform = 1;
   int sizes[ZPP_LAUNCH_MAX_RANKS] = {0};
@@ -230,7 +230,7 @@ static void testArgs(void) {
   CHECK_EQ_INT(zppCommUserRank(NULL, &n), zppInvalidArgument);
   CHECK_EQ_INT(zppCommTopology(NULL, &t), zppInvalidArgument);
   CHECK_EQ_INT(zppCommGetAsyncError(NULL, &e), zppInvalidArgument);
-  CHECK_EQ_INT(zppCommCheckUsable(NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppCommStateCheckUsable(NULL), zppInvalidArgument);
   CHECK_EQ_INT(zppCommDestroy(NULL), zppSuccess);
   CHECK_EQ_INT(zppCommAbort(NULL), zppSuccess);
   CHECK(zppGetLastError(NULL) != NULL);
@@ -251,12 +251,12 @@ static void testSingleRank(void) {
   CHECK_EQ_INT(zppCommTopology(comm, NULL), zppInvalidArgument);
   CHECK_EQ_INT(zppCommCount(comm, NULL), zppInvalidArgument);
 
-  zppCommSetError(comm, zppRemoteError, "peer %d went away", 7);
-  zppCommSetError(comm, zppSystemError, "a later error"); /* the first one stays */
+  zppCommStateSetError(comm, zppRemoteError, "peer %d went away", 7);
+  zppCommStateSetError(comm, zppSystemError, "a later error"); /* the first one stays */
   zppResult_t e = zppSuccess;
   CHECK(zppCommGetAsyncError(comm, &e) == zppSuccess && e == zppRemoteError);
   CHECK(strcmp(zppGetLastError(comm), "peer 7 went away") == 0);
-  CHECK_EQ_INT(zppCommCheckUsable(comm), zppRemoteError);
+  CHECK_EQ_INT(zppCommStateCheckUsable(comm), zppRemoteError);
   CHECK(zppCommDestroy(comm) == zppSuccess);
 }
 

@@ -13,7 +13,7 @@ One case per ctest entry, each a few seconds on 2 shared cores:
   outputs    the JSON and the SVG exist and parse, with both curves
   args       bad arguments: exit 2 and a message that names the problem
   launch     ranks from RANK/WORLD_SIZE/MASTER_* and from mpirun
-  emucluster the trainer across perf/emucluster.sh's namespaces (needs root,
+  emucluster the trainer across perf/emucluster/emucluster.sh's namespaces (needs root,
              else skipped)
 
 Exit 0 pass, 1 fail, 77 skipped.
@@ -26,24 +26,14 @@ import socket
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import ports  # noqa: E402  (tests/ports.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
+from zpptest import SKIP, check, free_master_port  # noqa: E402
+from zpptest import Fail as Failure  # noqa: E402
 import tempfile
 import xml.etree.ElementTree as ET
 
-SKIP = 77
-
 # A small model: about 45 thousand parameters, milliseconds per step.
 SMALL = ["--hidden", "128", "--embed", "16", "--context", "8", "--batch", "64"]
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
 
 
 def run(cmd, expect=0, timeout=120, env=None):
@@ -289,7 +279,7 @@ def case_args(exe, tmp):
 
 def case_launch(exe, tmp):
     # torchrun-style environment: two processes started here.
-    port = ports.free_master_port()
+    port = free_master_port()
     path = os.path.join(tmp, "env.json")
     procs = []
     for r in range(2):

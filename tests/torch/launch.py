@@ -12,8 +12,8 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from ports import free_master_port  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from zpptest import free_master_port  # noqa: E402
 
 
 def parse_layout(layout):
@@ -55,11 +55,6 @@ def spawn(script, layout, args=(), timeout=300, env=None, expect=None):
             print("launch: rank %d exited %d (expected %d)" % (i, codes[i], want), flush=True)
             status = 1
     return status
-
-
-def skip(reason):
-    print("SKIPPED: " + reason, flush=True)
-    sys.exit(77)
 
 
 def main(script, body, default_layout, timeout):

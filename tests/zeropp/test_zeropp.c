@@ -597,7 +597,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (strcmp(argv[1], "env") == 0) {
-    /* One rank of a job started by a launcher (perf/emucluster.sh: every
+    /* One rank of a job started by a launcher (perf/emucluster/emucluster.sh: every
      * node its own network namespace, links shaped). */
     zppComm_t comm;
     REQUIRE(zppCommInitFromEnv(&comm, NULL) == zppSuccess);

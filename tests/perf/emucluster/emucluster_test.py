@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tests of perf/emucluster.sh, the emulated cluster. One case per ctest entry:
+"""Tests of perf/emucluster/emucluster.sh, the emulated cluster. One case per ctest entry:
 
     emucluster_test.py SCRIPT CASE [MPI_PROBE]
 
@@ -18,21 +18,12 @@ import sys
 import tempfile
 import time
 
-SKIP = 77
 TOL = 0.10  # the measured rate must land within 10% of the asked one
 
 
-class Fail(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Fail(msg)
-
-
-def log(msg):
-    print(msg, flush=True)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "pylib"))
+from zpptest import SKIP, Fail, check, log  # noqa: E402
+import zpptest  # noqa: E402
 
 
 # --- environment ------------------------------------------------------------
@@ -40,19 +31,7 @@ def log(msg):
 
 def need_netns():
     """Skip unless we can really build namespaces (root with CAP_NET_ADMIN)."""
-    if os.geteuid() != 0:
-        log("skip: needs root (network namespaces)")
-        sys.exit(SKIP)
-    name = "zpptestprobe%d" % os.getpid()
-    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
-    if r.returncode != 0:
-        log("skip: 'ip netns add' fails here: " + r.stderr.strip())
-        sys.exit(SKIP)
-    subprocess.run(["ip", "netns", "del", name])
-    for tool in ("tc", "iperf3"):
-        if not shutil.which(tool):
-            log("skip: %s is not installed" % tool)
-            sys.exit(SKIP)
+    zpptest.need_netns(tools=("tc", "iperf3"))
 
 
 def namespaces():

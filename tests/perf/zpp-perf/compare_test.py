@@ -7,14 +7,12 @@ import subprocess
 import sys
 import tempfile
 
-failures = 0
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "pylib"))
+from zpptest import Tally  # noqa: E402
 
-
-def check(cond, msg):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAIL: {msg}")
+_tally = Tally(stream=sys.stdout)
+failures = _tally.failures
+check = _tally.check
 
 
 def report(path, rows):

@@ -27,18 +27,13 @@ import shutil
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import ports  # noqa: E402  (tests/ports.py)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "pylib"))
+from zpptest import SKIP, Tally, free_master_port  # noqa: E402
 import xml.etree.ElementTree as ET
 
-SKIP = 77
-failures = []
-
-
-def check(cond, msg):
-    if not cond:
-        failures.append(msg)
-        print("FAIL: " + msg, file=sys.stderr)
+_tally = Tally()
+failures = _tally.failures
+check = _tally.check
 
 
 def run(argv, env=None, timeout=300):
@@ -515,7 +510,7 @@ def test_env(bin_, schema_path, outdir):
     path = os.path.join(outdir, "env.json")
     if os.path.exists(path):
         os.remove(path)
-    port = ports.free_master_port()
+    port = free_master_port()
     procs = []
     for r in range(2):
         e = dict(os.environ)
