@@ -46,6 +46,10 @@ static const zppParamInfo_t paramTable[] = {
     {"ZPP_SHM_SMALL_BYTES", ZPP_PARAM_INT, "8192",
      "messages of at most this many bytes between ranks of one node go through zpp's own "
      "shared-memory rings (lower latency than UCX's); 0: through UCX. Off with ZPP_UCX_SHM=0"},
+    {"ZPP_UCX_RNDV", ZPP_PARAM_BOOL, "0",
+     "1 keeps UCX's rendezvous protocol (single-copy cma reads inside a node). Off by default: in "
+     "UCX 1.13 a cma read from a peer that died aborts the reading process, so one dead rank "
+     "would take its healthy neighbours down (docs/transports.md)"},
     {"ZPP_UCX_CONNECT_ALL", ZPP_PARAM_INT, "256",
      "communicators of up to this many ranks make every endpoint at creation, while all nodes are "
      "reachable (UCX 1.13 connects tcp blocking: a connection first made after a link went down "

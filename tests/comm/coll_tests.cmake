@@ -121,3 +121,24 @@ if(ZPP_HAVE_UCX)
   set_tests_properties(test_shm_rings_wake test_shm_rings_wake_fences test_shm_rings_wake_many
                        PROPERTIES LABELS "comm;timing")
 endif()
+
+# A dead or stopped peer, 20 trials per size and layout (issue 19): every
+# survivor errs within ZPP_TIMEOUT + a margin, the resumed rank errs too.
+add_executable(test_coll_deadpeer test_coll_deadpeer.c)
+target_link_libraries(test_coll_deadpeer PRIVATE zpp_static zpp_testutil zpp_coll_testlib zpp_launch)
+foreach(mode kill stop)
+  foreach(layout 1 2x2)
+    foreach(bytes 4096 4194304)
+      set(name test_coll_deadpeer_${mode}_${layout}_${bytes})
+      add_test(NAME ${name} COMMAND test_coll_deadpeer ${mode} ${bytes} ${layout} 20)
+      # A stop trial waits out the timeout: 1 s keeps 20 of them near a minute.
+      if(mode STREQUAL "stop")
+        set(timeout 1)
+      else()
+        set(timeout 2)
+      endif()
+      set_tests_properties(${name} PROPERTIES LABELS "comm" TIMEOUT 300 SKIP_RETURN_CODE 77
+                                              ENVIRONMENT "ZPP_TIMEOUT=${timeout}")
+    endforeach()
+  endforeach()
+endforeach()
