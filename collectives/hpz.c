@@ -47,6 +47,7 @@
 #include "zeropp_host.h"
 
 #include "check.h"
+#include "handles.h"
 #include "params.h"
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
@@ -177,7 +178,7 @@ static zppResult_t barrierJob(struct zppComm* comm, void* arg) { return zppSucce
 void zppHpzDestroy(struct zppParam* p) {
   /* Jobs run in issue order: once this one ran, none of the parameter's
    * gathers is queued or running. */
-  if (p->comm && p->comm->magic == ZPP_COMM_MAGIC && p->comm->transports)
+  if (zppHandleIsLive(p->comm, ZPP_HANDLE_COMM) && p->comm->transports)
     (void)zppExecutorSubmit(p->comm->transports->exec, barrierJob, NULL, 0, NULL);
   p->magic = 0;
   free(p->secondary);

@@ -15,6 +15,7 @@
 
 #include "zpp.h"
 #include "check.h"
+#include "handles.h"
 #include "lib/comm.h"
 #include "lib/compress_settings.h"
 #include "lib/transport/transports.h"
@@ -269,8 +270,8 @@ zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, z
 
 static zppResult_t checkParam(const struct zppParam* p, const char* name) {
   ZPP_ARGCHECK(p != NULL, "%s: param is NULL", name);
-  ZPP_ARGCHECK(p->magic == ZPP_PARAM_MAGIC, "%s: not a live parameter (destroyed, or not made by "
-               "zppParamCreate)", name);
+  ZPP_ARGCHECK(zppHandleIsLive(p, ZPP_HANDLE_PARAM), "%s: not a live parameter (destroyed, or "
+               "not made by zppParamCreate)", name);
   return zppSuccess;
 }
 
@@ -287,6 +288,11 @@ zppResult_t zppParamCreate(zppComm_t comm, size_t shardcount, zppDataType_t data
   ZPPCHECK(checkSize(name, shardcount, datatype, comm->nranks));
   struct zppParam* p = NULL;
   ZPPCHECK(zppHpzCreate(comm, shardcount, datatype, bits, &p));
+  zppResult_t res = zppHandleRegister(p, ZPP_HANDLE_PARAM);
+  if (res != zppSuccess) {
+    zppHpzDestroy(p);
+    return res;
+  }
   *param = p;
   return zppSuccess;
 }
@@ -349,7 +355,9 @@ zppResult_t zppParamSecondaryBytes(zppParam_t param, size_t* bytes) {
 
 zppResult_t zppParamDestroy(zppParam_t param) {
   if (param == NULL) return zppSuccess;
-  ZPPCHECK(checkParam(param, "zppParamDestroy"));
+  /* Out of the registry first, atomically: a second destroy fails. */
+  ZPP_ARGCHECK(zppHandleUnregister(param, ZPP_HANDLE_PARAM),
+               "zppParamDestroy: not a live parameter (destroyed, or not made by zppParamCreate)");
   zppHpzDestroy(param);
   return zppSuccess;
 }
