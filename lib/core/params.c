@@ -34,8 +34,12 @@ static const zppParamInfo_t paramTable[] = {
      "zppCommInitFromEnv's root listens on MASTER_PORT plus this, because torch's own store "
      "already listens on MASTER_PORT under torchrun"},
     {"ZPP_SECRET", ZPP_PARAM_STRING, "",
-     "shared secret of zppCommInitFromEnv's rendezvous (same on every rank); unset: derived from "
-     "the root address and the launcher's job id, which keeps other jobs out but is no secret"},
+     "shared secret of zppCommInitFromEnv's rendezvous (same random string on every rank); "
+     "required unless ZPP_UNAUTHENTICATED_RENDEZVOUS=1"},
+    {"ZPP_UNAUTHENTICATED_RENDEZVOUS", ZPP_PARAM_BOOL, "0",
+     "1 lets zppCommInitFromEnv run without ZPP_SECRET: the secret is then derived from the root "
+     "address and the launcher's job id, which keeps other jobs out but not anyone who can reach "
+     "the root"},
     /* host transport (UCX) */
     {"ZPP_UCX_NET_DEVICES", ZPP_PARAM_STRING, "",
      "network devices UCX may use (its UCX_NET_DEVICES syntax, e.g. eth0 or mlx5_0:1) for this "

@@ -291,10 +291,11 @@ def case_launch(exe, tmp):
     # torchrun-style environment: two processes started here.
     port = ports.free_master_port()
     path = os.path.join(tmp, "env.json")
+    secret = os.urandom(16).hex()  # zppCommInitFromEnv refuses to start without one
     procs = []
     for r in range(2):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), ZPP_TIMEOUT="60")
+                   MASTER_PORT=str(port), ZPP_TIMEOUT="60", ZPP_SECRET=secret)
         procs.append(subprocess.Popen([exe, "--zeropp", "--steps", "5", "-q", "--json", path] + SMALL,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     for r, p in enumerate(procs):

@@ -487,12 +487,13 @@ def test_env(bin_, schema_path, outdir):
     if os.path.exists(path):
         os.remove(path)
     port = ports.free_master_port()
+    secret = os.urandom(16).hex()  # zppCommInitFromEnv refuses to start without one
     procs = []
     for r in range(2):
         e = dict(os.environ)
         e.pop("ZPP_PERF_INJECT_ERROR", None)
         e.update({"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                  "MASTER_PORT": str(port), "ZPP_TIMEOUT": "60"})
+                  "MASTER_PORT": str(port), "ZPP_TIMEOUT": "60", "ZPP_SECRET": secret})
         procs.append(subprocess.Popen(
             [bin_, "--layout", "2x1", "-t", "allgather,reducescatter", "-d", "half", "-b", "1K",
              "-e", "16K", "-f", "4", "-n", "2", "-w", "1", "-q", "-J", path],
