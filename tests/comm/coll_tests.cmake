@@ -45,7 +45,7 @@ zpp_coll_test(test_coll_6_nodes_3x2_rd ARGS 6 3x2 ENV "ZPP_ALGO_REDUCESCATTER=rd
 # Faults and bad input: each case its own process, the times asserted inside.
 add_executable(test_coll_faults test_coll_faults.c)
 target_link_libraries(test_coll_faults PRIVATE zpp_static zpp_testutil zpp_coll_testlib zpp_launch)
-foreach(case kill stall mismatch abort args)
+foreach(case kill stall mismatch abort args roots)
   add_test(NAME test_coll_faults_${case} COMMAND test_coll_faults ${case})
   set_tests_properties(test_coll_faults_${case} PROPERTIES LABELS "comm" TIMEOUT 120
                                                           SKIP_RETURN_CODE 77)
