@@ -200,6 +200,12 @@ static zppResult_t joinRoot(zppBootstrap_t* bs, const char* hostId, const zppSoc
   zppPut32(hello + 40, (uint32_t)bs->rank);
   zppPut32(hello + 44, (uint32_t)bs->nranks);
   zppPutAddr(hello + 48, &me);
+  /* How long this rank will wait: a root made by zppGetUniqueId only knew
+   * ZPP_TIMEOUT, not the config's timeout of the ranks. */
+  double wait = w->deadline - zppSockNow();
+  uint32_t waitSec = wait < 1 ? 1 : wait > 65535 ? 65535 : (uint32_t)wait;
+  hello[54] = (unsigned char)(waitSec >> 8);
+  hello[55] = (unsigned char)waitSec;
   snprintf((char*)hello + 56, ZPP_HOSTID_MAX, "%s", hostId);
   snprintf(doing, sizeof(doing), "sending hello to the bootstrap root at %s", rootStr);
   ZPPCHECKGOTO(zppSockSendAll(fd, hello, sizeof(hello), w, doing), res, out);

@@ -61,6 +61,7 @@ typedef struct {
   int nranks;     /* -1 until the first rank says */
   int nranksFrom; /* the rank that said it, -1: the root's creator */
   double timeoutSec, deadline;
+  int deadlineFromRanks; /* the deadline is the earliest a joined rank announced */
   rootConn_t* conns;
   int nconns, capConns, pending; /* pending: connections without a hello yet */
   struct pollfd* pfds;           /* capConns + 1 */
@@ -247,6 +248,18 @@ static void rootHello(root_t* r, rootConn_t* c) {
   memcpy(e, h + 48, 6); /* listening ip + port, as sent */
   memcpy(e + 8, h + 56, ZPP_HOSTID_MAX);
   r->joined++;
+  /* The root gives up when the first rank would (its answer, naming the
+   * missing ranks, must come before that rank's own timeout), whatever
+   * timeout the root was made with. */
+  unsigned waitSec = ((unsigned)h[54] << 8) | h[55];
+  if (waitSec > 0) {
+    double d = zppSockNow() + waitSec;
+    if (!r->deadlineFromRanks || d < r->deadline) {
+      r->deadline = d;
+      r->timeoutSec = waitSec;
+    }
+    r->deadlineFromRanks = 1;
+  }
   ZPP_DBG(BOOT, "bootstrap root: rank %d/%d joined from %s (%d of %d)", rank, r->nranks, from,
           r->joined, r->nranks);
 }
