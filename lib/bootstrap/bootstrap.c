@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -202,7 +203,9 @@ static zppResult_t joinRoot(zppBootstrap_t* bs, const char* hostId, const zppSoc
   zppPutAddr(hello + 48, &me);
   /* How long this rank will wait: a root made by zppGetUniqueId only knew
    * ZPP_TIMEOUT, not the config's timeout of the ranks. */
-  double wait = w->deadline - zppSockNow();
+  /* Rounded up: the root must not give up before this rank does; it answers
+   * within the second of grace the rank gives it (below). */
+  double wait = ceil(w->deadline - zppSockNow());
   uint32_t waitSec = wait < 1 ? 1 : wait > 65535 ? 65535 : (uint32_t)wait;
   hello[54] = (unsigned char)(waitSec >> 8);
   hello[55] = (unsigned char)waitSec;
