@@ -112,7 +112,7 @@ if(ZPP_HAVE_UCX)
   add_executable(test_shm_rings test_shm_rings.c)
   target_link_libraries(test_shm_rings PRIVATE zpp_static zpp_testutil zpp_coll_testlib zpp_launch
                                                PkgConfig::UCX)
-  foreach(case ring order off paths queued_error wake wake_fences wake_many)
+  foreach(case ring order off paths queued_error wake wake_fences wake_many stale)
     add_test(NAME test_shm_rings_${case} COMMAND test_shm_rings ${case})
     set_tests_properties(test_shm_rings_${case} PROPERTIES LABELS "comm" TIMEOUT 120
                                                            SKIP_RETURN_CODE 77)
