@@ -163,17 +163,11 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
   ZPP_ARGCHECK(ntensors >= 0, "%s: ntensors %d is negative", name, ntensors);
   ZPP_ARGCHECK(ntensors == 0 || (sendbuffs && recvbuffs && counts),
                "%s: NULL array with %d tensors", name, ntensors);
-  const zppTopo_t* topo = comm->topo;
-  if (!topo->uniform)
-    ZPP_FAIL(zppInvalidUsage, ALL,
-             "%s: qgZ's hierarchical all-to-all needs nodes of equal size, and this communicator's "
-             "nodes hold different numbers of ranks (node 0: %d, see ZPP_DEBUG=INFO TOPO): use "
-             "zppReduceScatter",
-             name, topo->nodeSize[0]);
-  size_t ts = zppTypeSize(type);
+  size_t ts = zppTypeSize(type), total = 0;
   for (int t = 0; t < ntensors; t++) {
     size_t count = counts[t];
     ZPPCHECK(checkSize(name, count, type, comm->nranks));
+    total += count;
     if (count == 0) continue;
     size_t bytes = count * ts, all = bytes * (size_t)comm->nranks;
     ZPP_ARGCHECK(sendbuffs[t] != NULL && recvbuffs[t] != NULL, "%s: tensor %d: NULL buffer with count %zu",
@@ -187,6 +181,16 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
     ZPPCHECK(checkWhere(name, sendbuffs[t], recvbuffs[t], stream, device));
   }
   ZPPCHECK(checkWhere(name, NULL, NULL, stream, device));
+  /* After the arguments, and only when there is data: a call that moves
+   * nothing (no tensors, counts of 0) succeeds on any nodes, as NCCL's
+   * count 0 does; it was refused on uneven nodes and accepted on even ones. */
+  const zppTopo_t* topo = comm->topo;
+  if (total > 0 && !topo->uniform)
+    ZPP_FAIL(zppInvalidUsage, ALL,
+             "%s: qgZ's hierarchical all-to-all needs nodes of equal size, and this communicator's "
+             "nodes hold different numbers of ranks (node 0: %d, see ZPP_DEBUG=INFO TOPO): use "
+             "zppReduceScatter",
+             name, topo->nodeSize[0]);
   return checkDevicePath(name, *device);
 }
 
