@@ -175,7 +175,9 @@ def case_zeropp(exe, tmp):
     bp, bz = plain["bytes_per_step"], zpp["bytes_per_step"]
     ops = bz["by_op"]
     check(set(ops) >= {"qwz", "hpz", "qgz"}, "ZeRO++ byte counters: %r" % ops)
-    check(ops["hpz"]["inter_node"] == 0 and ops["hpz"]["intra_node"] > 0,
+    # Across nodes only the stale-weights handshake (24 bytes per rank and
+    # other group per gather), no weights.
+    check(ops["hpz"]["inter_node"] < 0.02 * ops["hpz"]["intra_node"] and ops["hpz"]["intra_node"] > 0,
           "hpZ backward gathers crossed nodes: %r" % ops["hpz"])
     check(bz["inter_node"] < 0.35 * bp["inter_node"],
           "ZeRO++ moved %.0f bytes across nodes per step, plain %.0f" % (bz["inter_node"], bp["inter_node"]))
@@ -333,7 +335,8 @@ def case_emucluster(exe, tmp, script):
     check(doc["ranks"] == 4 and doc["nodes"] == 2 and doc["launcher"] == "env", "emucluster: %r" %
           {k: doc[k] for k in ("ranks", "nodes", "launcher")})
     plain, zpp = doc["runs"]
-    check(zpp["bytes_per_step"]["by_op"]["hpz"]["inter_node"] == 0, "hpZ crossed nodes")
+    hpz = zpp["bytes_per_step"]["by_op"]["hpz"]
+    check(hpz["inter_node"] < 0.02 * hpz["intra_node"], "hpZ crossed nodes: %r" % hpz)
     check(zpp["bytes_per_step"]["inter_node"] < 0.35 * plain["bytes_per_step"]["inter_node"],
           "ZeRO++ bytes across nodes %r against %r" % (zpp["bytes_per_step"], plain["bytes_per_step"]))
     print("emucluster: 2 nodes x 2 ranks, speed-up %.2fx, loss %+.2f%%" %

@@ -264,7 +264,8 @@ static int caseUneven(int rank, int n, const zppUniqueId* id) {
   zppCommStats_t s;
   REQUIRE(zppCommGetStats(comm, &s) == zppSuccess);
   CHECK(memcmp(g, g2, rc * 2 * (size_t)n) == 0 && memcmp(g, want, rc * 2 * (size_t)n) == 0);
-  CHECK_EQ_INT(s.interNodeBytes[zppOpHpZ], 0);
+  /* Across nodes only the handshake's 24-byte summaries, no weights. */
+  CHECK(s.interNodeBytes[zppOpHpZ] <= 24 * (uint64_t)n);
   CHECK(zppParamDestroy(p) == zppSuccess);
   free(g);
   free(g2);
