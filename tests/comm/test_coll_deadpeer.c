@@ -150,8 +150,11 @@ static int runTrial(const trial_t* t, const char* layout, int trial, double* wor
   if (getenv("DEADPEER_VERBOSE"))
     printf("  trial %d: %.2f s; fault at +%.2f, resumed at +%.2f, victim's error at +%.2f\n", trial,
            collTestNow() - start, sh->faultAt - start, sh->resumedAt - start, sh->errorAt[VICTIM] - start);
-  int bad = 0;
+  int bad = 0, named = 0;
   for (int r = 0; r < NRANKS; r++) {
+    /* A survivor may name the rank it waited for, itself waiting for the
+     * victim, or relay another's error: one of them must name the victim. */
+    if (r != VICTIM && strstr(sh->reason[r], "rank 3 ") != NULL) named++;
     const char* what = r == VICTIM ? (t->stop ? "resumed rank" : "victim") : "survivor";
     if (r == VICTIM && !t->stop) {
       if (status[r] != 128 + SIGKILL) {
@@ -173,6 +176,10 @@ static int runTrial(const trial_t* t, const char* layout, int trial, double* wor
     } else if (r != VICTIM && since > *worst) {
       *worst = since;
     }
+  }
+  if (named == 0) {
+    printf("  trial %d: no survivor named rank %d: %s\n", trial, VICTIM, sh->reason[0]);
+    bad = 1;
   }
   return bad;
 }
