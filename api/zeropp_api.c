@@ -15,6 +15,7 @@
 
 #include "zpp.h"
 #include "check.h"
+#include "handles.h"
 #include "lib/comm.h"
 #include "lib/compress_settings.h"
 #include "lib/transport/transports.h"
@@ -162,17 +163,11 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
   ZPP_ARGCHECK(ntensors >= 0, "%s: ntensors %d is negative", name, ntensors);
   ZPP_ARGCHECK(ntensors == 0 || (sendbuffs && recvbuffs && counts),
                "%s: NULL array with %d tensors", name, ntensors);
-  const zppTopo_t* topo = comm->topo;
-  if (!topo->uniform)
-    ZPP_FAIL(zppInvalidUsage, ALL,
-             "%s: qgZ's hierarchical all-to-all needs nodes of equal size, and this communicator's "
-             "nodes hold different numbers of ranks (node 0: %d, see ZPP_DEBUG=INFO TOPO): use "
-             "zppReduceScatter",
-             name, topo->nodeSize[0]);
-  size_t ts = zppTypeSize(type);
+  size_t ts = zppTypeSize(type), total = 0;
   for (int t = 0; t < ntensors; t++) {
     size_t count = counts[t];
     ZPPCHECK(checkSize(name, count, type, comm->nranks));
+    total += count;
     if (count == 0) continue;
     size_t bytes = count * ts, all = bytes * (size_t)comm->nranks;
     ZPP_ARGCHECK(sendbuffs[t] != NULL && recvbuffs[t] != NULL, "%s: tensor %d: NULL buffer with count %zu",
@@ -186,6 +181,16 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
     ZPPCHECK(checkWhere(name, sendbuffs[t], recvbuffs[t], stream, device));
   }
   ZPPCHECK(checkWhere(name, NULL, NULL, stream, device));
+  /* After the arguments, and only when there is data: a call that moves
+   * nothing (no tensors, counts of 0) succeeds on any nodes, as NCCL's
+   * count 0 does; it was refused on uneven nodes and accepted on even ones. */
+  const zppTopo_t* topo = comm->topo;
+  if (total > 0 && !topo->uniform)
+    ZPP_FAIL(zppInvalidUsage, ALL,
+             "%s: qgZ's hierarchical all-to-all needs nodes of equal size, and this communicator's "
+             "nodes hold different numbers of ranks (node 0: %d, see ZPP_DEBUG=INFO TOPO): use "
+             "zppReduceScatter",
+             name, topo->nodeSize[0]);
   return checkDevicePath(name, *device);
 }
 
@@ -270,8 +275,8 @@ zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, z
 
 static zppResult_t checkParam(const struct zppParam* p, const char* name) {
   ZPP_ARGCHECK(p != NULL, "%s: param is NULL", name);
-  ZPP_ARGCHECK(p->magic == ZPP_PARAM_MAGIC, "%s: not a live parameter (destroyed, or not made by "
-               "zppParamCreate)", name);
+  ZPP_ARGCHECK(zppHandleIsLive(p, ZPP_HANDLE_PARAM), "%s: not a live parameter (destroyed, or "
+               "not made by zppParamCreate)", name);
   return zppSuccess;
 }
 
@@ -288,6 +293,11 @@ zppResult_t zppParamCreate(zppComm_t comm, size_t shardcount, zppDataType_t data
   ZPPCHECK(checkSize(name, shardcount, datatype, comm->nranks));
   struct zppParam* p = NULL;
   ZPPCHECK(zppHpzCreate(comm, shardcount, datatype, bits, &p));
+  zppResult_t res = zppHandleRegister(p, ZPP_HANDLE_PARAM);
+  if (res != zppSuccess) {
+    zppHpzDestroy(p);
+    return res;
+  }
   *param = p;
   return zppSuccess;
 }
@@ -350,7 +360,9 @@ zppResult_t zppParamSecondaryBytes(zppParam_t param, size_t* bytes) {
 
 zppResult_t zppParamDestroy(zppParam_t param) {
   if (param == NULL) return zppSuccess;
-  ZPPCHECK(checkParam(param, "zppParamDestroy"));
+  /* Out of the registry first, atomically: a second destroy fails. */
+  ZPP_ARGCHECK(zppHandleUnregister(param, ZPP_HANDLE_PARAM),
+               "zppParamDestroy: not a live parameter (destroyed, or not made by zppParamCreate)");
   zppHpzDestroy(param);
   return zppSuccess;
 }

@@ -137,6 +137,26 @@ static zppResult_t runLocal(const zppHostColl_t* a) {
   return zppSuccess;
 }
 
+/* Ranks that pass different roots to one broadcast can each "succeed" with
+ * their own root's data: a rank that takes itself for the root receives
+ * nothing, and the messages meant for it wait unreceived until some later
+ * call. So a broadcast ends with a dissemination round of 1-byte messages
+ * carrying the call's signature, which hashes the root: a rank that meets
+ * another signature fails (and tells the others), and it stops sending, so
+ * a rank that completed every round has heard, directly or through ranks
+ * that agreed, from every other. ceil(log2 n) tiny exchanges. */
+static zppResult_t broadcastAgree(zppCollCtx_t* c) {
+  const int n = c->nranks;
+  /* Its own step: the data phase is over on this rank, and on each path
+   * (rings or the network) a peer's data messages precede its check message. */
+  zppMsgId_t id = zppCollMsg(c, 255);
+  unsigned char mine = 1, theirs = 0;
+  for (int k = 1; k < n; k <<= 1)
+    ZPPCHECK(zppP2pSendRecv(c->p2p, (c->rank + k) % n, &mine, 1, (c->rank - k + n) % n, &theirs, 1,
+                            &id));
+  return zppSuccess;
+}
+
 static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, int algo) {
   const int n = c->nranks;
   const size_t ts = zppTypeSize(a->type);
@@ -169,9 +189,13 @@ static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, int algo) {
       return zppCollAllToAllPairwise(c, a->sendbuff, recv, bytes);
     case zppOpBroadcast:
       if (c->rank == a->root && a->sendbuff != recv) memcpy(recv, a->sendbuff, bytes);
-      if (algo == ALGO_SMALL) return zppCollBroadcastBinomial(c, recv, bytes, a->root);
-      if (algo == ALGO_SMALL_ALT) return zppCollBroadcastFlat(c, recv, bytes, a->root);
-      return zppCollBroadcastPipeline(c, recv, bytes, a->root);
+      if (algo == ALGO_SMALL)
+        ZPPCHECK(zppCollBroadcastBinomial(c, recv, bytes, a->root));
+      else if (algo == ALGO_SMALL_ALT)
+        ZPPCHECK(zppCollBroadcastFlat(c, recv, bytes, a->root));
+      else
+        ZPPCHECK(zppCollBroadcastPipeline(c, recv, bytes, a->root));
+      return broadcastAgree(c);
     default:
       ZPP_FAIL(zppInternalError, COLL, "host collective of unknown kind %d", (int)a->kind);
   }

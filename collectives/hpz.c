@@ -17,16 +17,17 @@
  * gather captures the version when issued. The secondary is valid for a
  * backward gather issued at version v iff it was gathered by a forward issued
  * at v. The decision thus follows the caller's program order, identically on
- * every rank that invalidates at the same point. Before exchanging data the
- * group members exchange (validity, version, shard-changed) in a small
- * handshake:
+ * every rank that invalidates at the same point. Before exchanging data all
+ * ranks agree on (validity, version, shard-changed) through a small
+ * handshake (inside the group, then one summary per group across groups:
+ * see handshake()):
  *   - all valid, same version: the intra-group gather;
- *   - all invalid, same version: every member falls back to the global
- *     gather (which refreshes the secondary) - never stale data;
- *   - members disagree: zppInvalidUsage on every member of the group, no data
- *     moved (someone missed a zppParamInvalidate);
- *   - a member's shard changed since its forward gather although the version
- *     did not (a weight write nobody reported): zppInvalidUsage on the group.
+ *   - all invalid, same version: every rank falls back to the global gather
+ *     (which refreshes the secondary) - never stale data;
+ *   - ranks disagree: zppInvalidUsage on every rank, no data moved (someone
+ *     missed a zppParamInvalidate);
+ *   - a rank's shard changed since its forward gather although the version
+ *     did not (a weight write nobody reported): zppInvalidUsage everywhere.
  * The shard check is a 64-bit fingerprint of the local shard's bytes, taken at
  * the forward gather and again at the backward gather (one pass over 1/W of
  * the weights each). An error rather than a fallback: a fallback taken by
@@ -37,8 +38,9 @@
  * then always gathers globally, said once at WARN when it is created.
  *
  * Bytes: the forward gather counts as zppOpQwZ (or zppOpAllGather when plain),
- * the backward one as zppOpHpZ, fallbacks included, so zppOpHpZ's inter-node
- * bytes are zero exactly when every backward gather stayed inside its group.
+ * the backward one as zppOpHpZ, fallbacks included (with the handshake's
+ * 24-byte summaries to the other groups): beyond those, zppOpHpZ has no
+ * inter-node bytes exactly when every backward gather stayed inside its group.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -47,6 +49,7 @@
 #include "zeropp_host.h"
 
 #include "check.h"
+#include "handles.h"
 #include "params.h"
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
@@ -177,7 +180,7 @@ static zppResult_t barrierJob(struct zppComm* comm, void* arg) { return zppSucce
 void zppHpzDestroy(struct zppParam* p) {
   /* Jobs run in issue order: once this one ran, none of the parameter's
    * gathers is queued or running. */
-  if (p->comm && p->comm->magic == ZPP_COMM_MAGIC && p->comm->transports)
+  if (zppHandleIsLive(p->comm, ZPP_HANDLE_COMM) && p->comm->transports)
     (void)zppExecutorSubmit(p->comm->transports->exec, barrierJob, NULL, 0, NULL);
   p->magic = 0;
   free(p->secondary);
@@ -271,53 +274,144 @@ out:
   return res;
 }
 
-/* Exchanges (valid, version, changed) in the group; *useGroup = 1 when all
- * are valid, 0 when all invalid. Disagreement is an error that every member
- * sees alike, with no data moved (*agreed = 1). */
-static zppResult_t handshake(zppCollCtx_t* c, struct zppParam* p, const handshake_t* mine,
-                             int* useGroup, int* agreed) {
-  const int g = p->groupSize;
+/* Every group holds a copy of every shard, so every rank must know what any
+ * rank knows: a shard written without zppParamInvalidate (only its own
+ * group saw the fingerprint change, the other nodes' groups served its old
+ * weights), or a rank whose version differs (4 nodes of 1 rank, rank 0 alone
+ * invalidated: it fell back to the global gather and timed out with part of
+ * its output overwritten while the others succeeded). So the handshake is
+ * two exchanges of a few bytes: (valid, version, changed) inside the group
+ * (intra-node, as before), then one summary per group among the ranks at
+ * the same position of every group (one message per other group). Every
+ * rank then decides from all summaries alike: all valid at one version: the
+ * group gather; all invalid at one version: the global gather; anything
+ * else: zppInvalidUsage everywhere, no data moved (*agreed = 1). */
+
+/* A group's summary in a handshake_t: valid 1 (all), 0 (none), 2 (mixed or
+ * versions differ); changed = 1 + the first member whose shard changed;
+ * pad = 1 + the first member that differs from the first. */
+static void summarize(const handshake_t* all, const int* members, int g, handshake_t* s) {
+  *s = all[0];
+  s->changed = 0;
+  s->pad = 0;
+  for (int i = 0; i < g; i++) {
+    if (all[i].changed && !s->changed) s->changed = (uint32_t)members[i] + 1;
+    if ((all[i].valid != all[0].valid || all[i].version != all[0].version) && !s->pad) {
+      s->valid = 2;
+      s->pad = (uint32_t)members[i] + 1;
+    }
+  }
+}
+
+static zppResult_t allGatherHandshakes(zppCollCtx_t* c, const int* members, int g, int pos,
+                                       const handshake_t* mine, handshake_t* all, uint32_t step) {
   zppResult_t res = zppSuccess;
-  handshake_t* all = calloc((size_t)g, sizeof(*all));
   void** recvs = calloc((size_t)g, sizeof(*recvs));
   size_t* bytes = calloc((size_t)g, sizeof(*bytes));
-  if (all == NULL || recvs == NULL || bytes == NULL)
+  if (recvs == NULL || bytes == NULL)
     ZPP_FAILGOTO(zppSystemError, res, out, COLL, "hpZ: out of memory");
   for (int i = 0; i < g; i++) {
     recvs[i] = &all[i];
     bytes[i] = sizeof(handshake_t);
   }
-  all[p->groupPos] = *mine;
-  ZPPCHECKGOTO(zppGroupAllGatherV(c, p->members, g, p->groupPos, mine, sizeof(*mine), recvs, bytes,
-                                  0, NULL, NULL),
+  all[pos] = *mine;
+  ZPPCHECKGOTO(zppGroupAllGatherV(c, members, g, pos, mine, sizeof(*mine), recvs, bytes, step,
+                                  NULL, NULL),
                res, out);
-  *agreed = 1;
-  for (int i = 0; i < g; i++) {
+  for (int i = 0; i < g; i++)
     if (all[i].magic != HANDSHAKE_MAGIC)
       ZPP_FAILGOTO(zppInvalidUsage, res, out, COLL, "%s: hpZ: rank %d sent a malformed handshake",
-                   c->comm->name, p->members[i]);
-    if (all[i].changed)
-      ZPP_FAILGOTO(zppInvalidUsage, res, out, COLL,
-                   "%s: hpZ backward gather: rank %d's shard changed since its forward gather but "
-                   "zppParamInvalidate was not called: call it on every rank after every weight "
-                   "write (optimizer step, checkpoint load, ...)",
-                   c->comm->name, p->members[i]);
-  }
-  for (int i = 0; i < g; i++) {
-    if (all[i].valid != all[0].valid || all[i].version != all[0].version)
-      ZPP_FAILGOTO(zppInvalidUsage, res, out, COLL,
-                   "%s: hpZ backward gather: the group disagrees on the secondary partition: rank "
-                   "%d has it %s at version %llu, rank %d %s at version %llu (zppParamInvalidate "
-                   "must be called on every rank, the same number of times)",
-                   c->comm->name, p->members[0], all[0].valid ? "valid" : "invalid",
-                   (unsigned long long)all[0].version, p->members[i],
-                   all[i].valid ? "valid" : "invalid", (unsigned long long)all[i].version);
-  }
-  *useGroup = all[0].valid != 0;
+                   c->comm->name, members[i]);
 out:
-  free(all);
   free(recvs);
   free(bytes);
+  return res;
+}
+
+/* The group size of rank r's group (as in zppHpzCreate: hpzGroupSize, which
+ * then divides every node, or r's node). */
+static int groupSizeOf(const struct zppComm* comm, int r) {
+  int g = comm->compress.hpzGroupSize;
+  return g > 0 ? g : comm->topo->nodeSize[comm->topo->nodeOf[r]];
+}
+
+static zppResult_t handshake(zppCollCtx_t* c, struct zppParam* p, const handshake_t* mine,
+                             int* useGroup, int* agreed) {
+  const int g = p->groupSize;
+  const zppTopo_t* topo = c->comm->topo;
+  const int n = c->comm->nranks;
+  zppResult_t res = zppSuccess;
+  handshake_t summary, *all = calloc((size_t)(g > n ? g : n), sizeof(*all));
+  int* cross = calloc((size_t)n, sizeof(*cross));
+  int* names = calloc((size_t)n, sizeof(*names));
+  if (all == NULL || cross == NULL || names == NULL)
+    ZPP_FAILGOTO(zppSystemError, res, out, COLL, "hpZ: out of memory");
+  if (g > 1) {
+    ZPPCHECKGOTO(allGatherHandshakes(c, p->members, g, p->groupPos, mine, all, 0), res, out);
+    summarize(all, p->members, g, &summary);
+  } else {
+    summarize(mine, &c->comm->rank, 1, &summary);
+  }
+  /* One exchange per position q of the largest group, among the member at
+   * position q % size of every group (nodes, hence groups, may differ in
+   * size): this rank takes part for q = groupPos, groupPos + g, ..., and
+   * the exchange at its own position brings it every group's summary. All
+   * ranks go through q in the same order. */
+  int maxG = 0;
+  for (int r = 0; r < n; r++)
+    if (groupSizeOf(c->comm, r) > maxG) maxG = groupSizeOf(c->comm, r);
+  int nCross = 0;
+  handshake_t* other = calloc((size_t)n, sizeof(*other));
+  if (other == NULL) ZPP_FAILGOTO(zppSystemError, res, out, COLL, "hpZ: out of memory");
+  for (int q = p->groupPos; q < maxG && res == zppSuccess; q += g) {
+    int m = 0, pos = 0;
+    for (int r = 0; r < n; r++) {
+      int gr = groupSizeOf(c->comm, r);
+      if (topo->localRankOf[r] % gr != q % gr) continue;
+      if (r == c->comm->rank) pos = m;
+      cross[m++] = r;
+    }
+    handshake_t* into = q == p->groupPos ? all : other;
+    if (m > 1)
+      res = allGatherHandshakes(c, cross, m, pos, &summary, into, (uint32_t)(201 + q % 50));
+    else
+      into[0] = summary;
+    if (q == p->groupPos) {
+      nCross = m;
+      memcpy(names, cross, (size_t)m * sizeof(*cross)); /* for the messages below */
+    }
+  }
+  free(other);
+  if (res != zppSuccess) goto out;
+  *agreed = 1;
+  for (int i = 0; i < nCross; i++)
+    if (all[i].changed)
+      ZPP_FAILGOTO(zppInvalidUsage, res, out, COLL,
+                   "%s: hpZ backward gather: rank %u's shard changed since its forward gather but "
+                   "zppParamInvalidate was not called: call it on every rank after every weight "
+                   "write (optimizer step, checkpoint load, ...)",
+                   c->comm->name, all[i].changed - 1);
+  for (int i = 0; i < nCross; i++) {
+    if (all[i].valid == 2)
+      ZPP_FAILGOTO(zppInvalidUsage, res, out, COLL,
+                   "%s: hpZ backward gather: the secondary partition is not the same on every rank: "
+                   "rank %u's differs from its group's (zppParamInvalidate must be called on every "
+                   "rank, the same number of times)",
+                   c->comm->name, all[i].pad - 1);
+    if (all[i].valid != all[0].valid || all[i].version != all[0].version)
+      ZPP_FAILGOTO(zppInvalidUsage, res, out, COLL,
+                   "%s: hpZ backward gather: the groups disagree on the secondary partition: rank "
+                   "%d's group has it %s at version %llu, rank %d's %s at version %llu "
+                   "(zppParamInvalidate must be called on every rank, the same number of times)",
+                   c->comm->name, names[0], all[0].valid ? "valid" : "invalid",
+                   (unsigned long long)all[0].version, names[i], all[i].valid ? "valid" : "invalid",
+                   (unsigned long long)all[i].version);
+  }
+  *useGroup = all[0].valid == 1;
+out:
+  free(all);
+  free(cross);
+  free(names);
   return res;
 }
 
@@ -342,17 +436,10 @@ static zppResult_t gatherJob(struct zppComm* comm, void* arg) {
   }
   int valid = p->groupSize > 0 && atomic_load(&p->secVersion) == a->version;
   int useGroup = valid;
-  if (p->groupSize > 1) {
+  if (p->groupSize > 0) {
     handshake_t mine = {.magic = HANDSHAKE_MAGIC, .valid = (uint32_t)valid, .version = a->version};
     mine.changed = valid && fingerprint(a->shard, shardBytes) != p->fingerprint;
     res = handshake(&c, p, &mine, &useGroup, &agreed);
-  } else if (valid && fingerprint(a->shard, shardBytes) != p->fingerprint) {
-    res = zppInvalidUsage;
-    agreed = 1;
-    ZPP_ERR(COLL,
-            "%s: hpZ backward gather: rank %d's shard changed since its forward gather but "
-            "zppParamInvalidate was not called",
-            comm->name, comm->rank);
   }
   if (res == zppSuccess && useGroup) {
     /* One signature for every message of the call (the transport reads a

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "handles.h"
 #include "lib/comm_internal.h"
 #include "lib/transport/transport.h"
 #include "params.h"
@@ -165,7 +166,7 @@ static void commFree(struct zppComm* comm) {
   zppTopoDestroy(comm->topo);
   zppBootstrapDestroy(comm->bootstrap);
   pthread_mutex_destroy(&comm->errorLock);
-  comm->magic = 0; /* a stale handle fails the magic check while the memory lasts */
+  zppHandleUnregister(comm, ZPP_HANDLE_COMM); /* a half-built one: not yet unregistered */
   free(comm);
 }
 
@@ -179,6 +180,7 @@ zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUn
     ZPP_FAIL(zppSystemError, INIT, "pthread_mutex_init failed");
   }
   comm->magic = ZPP_COMM_MAGIC;
+  ZPPCHECKGOTO(zppHandleRegister(comm, ZPP_HANDLE_COMM), res, err_free);
   comm->rank = rank;
   comm->nranks = nranks;
   comm->timeoutSec = s->timeoutSec;
@@ -228,14 +230,24 @@ zppResult_t zppGetUniqueId(zppUniqueId* uniqueId) {
 /* Public calls accept a handle that is NULL-checked and alive. */
 static zppResult_t checkHandle(const struct zppComm* comm, const char* call) {
   ZPP_ARGCHECK(comm != NULL, "%s: comm is NULL", call);
-  ZPP_ARGCHECK(comm->magic == ZPP_COMM_MAGIC,
+  /* Looked up, not read from the object: it may have been freed. */
+  ZPP_ARGCHECK(zppHandleIsLive(comm, ZPP_HANDLE_COMM),
+               "%s: not a live communicator (destroyed, or not made by zppCommInitRank)", call);
+  return zppSuccess;
+}
+
+/* Destroy and abort take the handle out of the registry first, in one step
+ * under its lock: of two calls on one handle (twice, or from two threads)
+ * exactly one frees it. */
+static zppResult_t takeHandle(struct zppComm* comm, const char* call) {
+  ZPP_ARGCHECK(zppHandleUnregister(comm, ZPP_HANDLE_COMM),
                "%s: not a live communicator (destroyed, or not made by zppCommInitRank)", call);
   return zppSuccess;
 }
 
 zppResult_t zppCommDestroy(zppComm_t comm) {
   if (comm == NULL) return zppSuccess;
-  ZPPCHECK(checkHandle(comm, "zppCommDestroy"));
+  ZPPCHECK(takeHandle(comm, "zppCommDestroy"));
   ZPP_INFO(INIT, "comm %s rank %d/%d destroyed", comm->name, comm->rank, comm->nranks);
   commFree(comm);
   return zppSuccess;
@@ -243,7 +255,7 @@ zppResult_t zppCommDestroy(zppComm_t comm) {
 
 zppResult_t zppCommAbort(zppComm_t comm) {
   if (comm == NULL) return zppSuccess;
-  ZPPCHECK(checkHandle(comm, "zppCommAbort"));
+  ZPPCHECK(takeHandle(comm, "zppCommAbort"));
   atomic_store(&comm->aborted, 1);
   /* Not through zppCommStateSetError: an abort is asked for, not an error to log. */
   pthread_mutex_lock(&comm->errorLock);
@@ -284,8 +296,7 @@ zppResult_t zppCommGetAsyncError(zppComm_t comm, zppResult_t* asyncError) {
 }
 
 const char* zppGetLastError(zppComm_t comm) {
-  if (comm != NULL && comm->magic == ZPP_COMM_MAGIC &&
-      atomic_load(&comm->asyncError) != zppSuccess)
+  if (zppHandleIsLive(comm, ZPP_HANDLE_COMM) && atomic_load(&comm->asyncError) != zppSuccess)
     return comm->lastError;
   return zppLogLastError();
 }
@@ -320,7 +331,7 @@ void zppCommStateSetError(struct zppComm* comm, zppResult_t error, const char* f
 
 zppResult_t zppCommStateCheckUsable(const struct zppComm* comm) {
   ZPP_ARGCHECK(comm != NULL, "communicator is NULL");
-  ZPP_ARGCHECK(comm->magic == ZPP_COMM_MAGIC,
+  ZPP_ARGCHECK(zppHandleIsLive(comm, ZPP_HANDLE_COMM),
                "not a live communicator (destroyed, or not made by zppCommInitRank)");
   int e = atomic_load(&comm->asyncError);
   if (e != zppSuccess) {

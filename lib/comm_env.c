@@ -10,13 +10,15 @@
  * connects to it by name, retrying until the timeout, so start order does
  * not matter.
  *
- * The secret: ZPP_SECRET when set (the same on every rank). Without it
- * there is no secret to hand out, so one is derived from the root address
- * and the launcher's job id (TORCHELASTIC_RUN_ID, PMIX_NAMESPACE,
- * OMPI_MCA_ess_base_jobid, SLURM_JOB_ID): that keeps a rank of another job
- * or a stale rank of an earlier one out, but anyone who can read the
- * environment or guess the job id can join. Set ZPP_SECRET where that
- * matters.
+ * The secret: ZPP_SECRET (the same on every rank). Without it there is no
+ * secret to hand out: anything derived from the environment (root address,
+ * port, job id) can be computed by whoever can reach MASTER_ADDR, and one
+ * packet with it failed a job in 0.6 s. So the launch is refused unless the
+ * user accepts an unauthenticated rendezvous with
+ * ZPP_UNAUTHENTICATED_RENDEZVOUS=1; then the secret is derived from the root
+ * address and the launcher's job id (TORCHELASTIC_RUN_ID, PMIX_NAMESPACE,
+ * OMPI_MCA_ess_base_jobid, SLURM_JOB_ID), which still keeps a rank of
+ * another job or a stale rank of an earlier one out.
  */
 #include <errno.h>
 #include <limits.h>
@@ -155,11 +157,19 @@ zppResult_t zppCommInitFromEnv(zppComm_t* comm, zppConfig_t* config) {
   char derived[400];
   const char* secret = zppEnvGetString("ZPP_SECRET");
   if (!secret[0]) {
+    int unauthenticated = 0;
+    ZPPCHECK(zppEnvGetBool("ZPP_UNAUTHENTICATED_RENDEZVOUS", &unauthenticated));
+    ZPP_ARGCHECK(unauthenticated,
+                 "zppCommInitFromEnv: ZPP_SECRET is not set: without it anyone who can reach "
+                 "%s:%d can join or fail this job. Set ZPP_SECRET to the same random string on "
+                 "every rank (e.g. export ZPP_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n') "
+                 "before the launcher), or ZPP_UNAUTHENTICATED_RENDEZVOUS=1 to accept that",
+                 e.host, e.port);
     deriveSecret(&e, derived, sizeof(derived));
     secret = derived;
     if (e.rank == 0)
-      ZPP_INFO(ENV, "zppCommInitFromEnv: no ZPP_SECRET: the rendezvous is guarded by the root "
-                    "address and the job id only");
+      ZPP_WARN(ENV, "zppCommInitFromEnv: no ZPP_SECRET, ZPP_UNAUTHENTICATED_RENDEZVOUS=1: anyone "
+                    "who can reach %s:%d can join or fail this job", e.host, e.port);
   }
   ZPP_INFO(ENV, "zppCommInitFromEnv: %s launch, rank %d of %d, local rank %d, root %s:%d (%s)",
            e.launcher, e.rank, e.nranks, e.localRank, e.host, e.port, e.portFrom);

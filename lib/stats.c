@@ -6,13 +6,14 @@
 
 #include "zpp.h"
 #include "check.h"
+#include "handles.h"
 #include "zpp_build_config.h"
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
 #include "lib/transport/ucx.h"
 
 zppResult_t zppCommGetStats(const zppComm_t comm, zppCommStats_t* stats) {
-  ZPP_ARGCHECK(comm != NULL && comm->magic == ZPP_COMM_MAGIC, "zppCommGetStats: not a live communicator");
+  ZPP_ARGCHECK(zppHandleIsLive(comm, ZPP_HANDLE_COMM), "zppCommGetStats: not a live communicator");
   ZPP_ARGCHECK(stats != NULL, "zppCommGetStats: stats is NULL");
   zppCommStats_t s;
   memset(&s, 0, sizeof(s));
@@ -29,7 +30,7 @@ zppResult_t zppCommGetStats(const zppComm_t comm, zppCommStats_t* stats) {
 }
 
 zppResult_t zppCommResetStats(zppComm_t comm) {
-  ZPP_ARGCHECK(comm != NULL && comm->magic == ZPP_COMM_MAGIC, "zppCommResetStats: not a live communicator");
+  ZPP_ARGCHECK(zppHandleIsLive(comm, ZPP_HANDLE_COMM), "zppCommResetStats: not a live communicator");
   struct zppTransports* t = comm->transports;
   if (t) {
     for (int k = 0; k < zppNumOpKinds; k++) atomic_store_explicit(&t->calls[k], 0, memory_order_relaxed);

@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin         # mpirun launch and baselines
   libbenchmark-dev                   # micro-benchmarks
   iproute2 iperf3                    # emulated cluster (netns, tc)
+  libjemalloc2                       # destroyed-handle tests under another allocator
   python3                            # JSON schema checks in tests
   python3-venv python3-dev           # torch's environment, torch_zpp's build
 )

@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -200,6 +201,14 @@ static zppResult_t joinRoot(zppBootstrap_t* bs, const char* hostId, const zppSoc
   zppPut32(hello + 40, (uint32_t)bs->rank);
   zppPut32(hello + 44, (uint32_t)bs->nranks);
   zppPutAddr(hello + 48, &me);
+  /* How long this rank will wait: a root made by zppGetUniqueId only knew
+   * ZPP_TIMEOUT, not the config's timeout of the ranks. */
+  /* Rounded up: the root must not give up before this rank does; it answers
+   * within the second of grace the rank gives it (below). */
+  double wait = ceil(w->deadline - zppClockNow());
+  uint32_t waitSec = wait < 1 ? 1 : wait > 65535 ? 65535 : (uint32_t)wait;
+  hello[54] = (unsigned char)(waitSec >> 8);
+  hello[55] = (unsigned char)waitSec;
   snprintf((char*)hello + 56, ZPP_HOSTID_MAX, "%s", hostId);
   snprintf(doing, sizeof(doing), "sending hello to the bootstrap root at %s", rootStr);
   ZPPCHECKGOTO(zppSockSendAll(fd, hello, sizeof(hello), w, doing), res, out);
@@ -255,6 +264,122 @@ out:
   return res;
 }
 
+/* Ring listeners hold strangers briefly and few at a time: a connection
+ * gets RING_GREET_SEC to greet (the real previous rank greets right after
+ * connecting), at most RING_MAX_PENDING wait at once (the oldest makes room),
+ * and all are read side by side, so a silent connection delays nobody. (Read
+ * one after another with 5 s each, four silent connections per listener
+ * failed the whole job at its timeout.) */
+#define RING_MAX_PENDING 16
+#define RING_GREET_SEC 2.0
+
+typedef struct {
+  int fd;
+  double since;
+  size_t got;
+  unsigned char g[ZPP_RING_HELLO_BYTES];
+  struct sockaddr_in from;
+} ringPending_t;
+
+static int ringGreetingOk(const zppBootstrap_t* bs, const unsigned char* g, int prev) {
+  return zppGet32(g) == ZPP_MAGIC_RING && zppSecretEqual(g + 8, bs->secret) &&
+         zppGet32(g + 4) == ZPP_BOOT_PROTO && (int)zppGet32(g + 40) == prev &&
+         (int)zppGet32(g + 44) == bs->nranks;
+}
+
+static zppResult_t acceptPrev(zppBootstrap_t* bs, int listenFd, int prev, const zppSockWait_t* w,
+                              const char* doing) {
+  zppResult_t res = zppSuccess;
+  ringPending_t pend[RING_MAX_PENDING];
+  struct pollfd pfds[RING_MAX_PENDING + 2];
+  int n = 0, refused = 0, silent = 0;
+  double acceptPausedUntil = 0;
+  while (bs->prevFd < 0) {
+    double now = zppClockNow();
+    double left = w->deadline - now;
+    int paused = now < acceptPausedUntil;
+    if (paused && acceptPausedUntil - now < left) left = acceptPausedUntil - now;
+    /* Expire the silent ones; the next expiry bounds the poll. */
+    for (int i = 0; i < n; i++) {
+      double l = pend[i].since + RING_GREET_SEC - now;
+      if (l <= 0) {
+        close(pend[i].fd);
+        pend[i--] = pend[--n];
+        silent++;
+      } else if (l < left) {
+        left = l;
+      }
+    }
+    if (left <= 0 && now >= w->deadline)
+      ZPP_FAILGOTO(zppRemoteError, res, out, BOOT,
+                   "bootstrap: rank %d timed out after %.1f s (ZPP_TIMEOUT) %s (dropped %d silent "
+                   "and %d wrong connections meanwhile)",
+                   bs->rank, w->timeoutSec, doing, silent, refused);
+    int np = 0;
+    pfds[np++] = (struct pollfd){.fd = paused ? -1 : listenFd, .events = POLLIN};
+    pfds[np++] = (struct pollfd){.fd = w->abortFd, .events = POLLIN}; /* -1: ignored */
+    for (int i = 0; i < n; i++) pfds[np++] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+    int rc = poll(pfds, (nfds_t)np, left <= 0 ? 0 : (int)(left * 1e3) + 1);
+    if (rc < 0 && errno != EINTR)
+      ZPP_FAILGOTO(zppSystemError, res, out, BOOT, "bootstrap: poll while %s: %s", doing,
+                   strerror(errno));
+    if (rc <= 0) continue;
+    if (pfds[1].revents)
+      ZPP_FAILGOTO(zppRemoteError, res, out, BOOT, "bootstrap: aborted while %s", doing);
+    for (int i = n - 1; i >= 0; i--) {
+      if (!pfds[i + 2].revents) continue;
+      ringPending_t* c = &pend[i];
+      ssize_t got = recv(c->fd, c->g + c->got, sizeof(c->g) - c->got, MSG_DONTWAIT);
+      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+      if (got > 0) c->got += (size_t)got;
+      if (got > 0 && c->got < sizeof(c->g)) continue;
+      if (got > 0 && ringGreetingOk(bs, c->g, prev)) {
+        bs->prevFd = c->fd;
+        pend[i] = pend[--n];
+        break;
+      }
+      if (got > 0) {
+        char as[ZPP_SOCKADDR_STRLEN];
+        /* At DEBUG each, in the timeout's message as a count: a flood of
+         * them must not flood the log. */
+        ZPP_DBG(BOOT, "bootstrap: rank %d refused a ring connection from %s: wrong secret or not "
+                "rank %d", bs->rank, zppSockAddrStr(&c->from, as), prev);
+        refused++;
+      }
+      close(c->fd);
+      pend[i] = pend[--n];
+    }
+    if (bs->prevFd >= 0 || !pfds[0].revents) continue;
+    for (;;) {
+      struct sockaddr_in from;
+      socklen_t len = sizeof(from);
+      int fd = accept4(listenFd, (struct sockaddr*)&from, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        /* Out of descriptors, the listener stays readable: polling it again
+         * at once would spin until a pending one expires. */
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+          acceptPausedUntil = zppClockNow() + 0.05;
+        break;
+      }
+      if (n == RING_MAX_PENDING) {
+        int oldest = 0;
+        for (int i = 1; i < n; i++)
+          if (pend[i].since < pend[oldest].since) oldest = i;
+        close(pend[oldest].fd);
+        pend[oldest] = pend[--n];
+        silent++;
+      }
+      pend[n++] = (ringPending_t){.fd = fd, .since = zppClockNow(), .got = 0, .from = from};
+    }
+  }
+  if (silent + refused > 0)
+    ZPP_WARN(BOOT, "bootstrap: rank %d dropped %d silent and %d wrong connections to its ring "
+             "listener before rank %d connected", bs->rank, silent, refused, prev);
+out:
+  for (int i = 0; i < n; i++) close(pend[i].fd);
+  return res;
+}
+
 /* Connects to the next rank and accepts the previous one. Connect first:
  * the next rank's listening socket exists since before the table was sent,
  * so the connection completes in its backlog even before it accepts. */
@@ -274,31 +399,7 @@ static zppResult_t connectRing(zppBootstrap_t* bs, int listenFd, const zppSockWa
   ZPPCHECK(zppSockSendAll(bs->nextFd, h, sizeof(h), w, doing));
 
   snprintf(doing, sizeof(doing), "waiting for rank %d to connect", prev);
-  while (bs->prevFd < 0) {
-    int fd = -1;
-    struct sockaddr_in from;
-    ZPPCHECK(zppSockAccept(listenFd, w, doing, &fd, &from));
-    /* A stray connection gets a few seconds to greet, not our whole
-     * timeout: the real previous rank greets right after connecting. */
-    zppSockWait_t shortW = *w;
-    if (shortW.deadline > zppClockNow() + 5.0) shortW.deadline = zppClockNow() + 5.0;
-    char greet[128];
-    snprintf(greet, sizeof(greet), "reading a greeting from %s", zppSockAddrStr(&from, as));
-    unsigned char g[ZPP_RING_HELLO_BYTES];
-    zppResult_t rr = zppSockRecvAll(fd, g, sizeof(g), &shortW, greet);
-    if (rr == zppSuccess && zppGet32(g) == ZPP_MAGIC_RING && zppSecretEqual(g + 8, bs->secret) &&
-        zppGet32(g + 4) == ZPP_BOOT_PROTO && (int)zppGet32(g + 40) == prev &&
-        (int)zppGet32(g + 44) == bs->nranks) {
-      bs->prevFd = fd;
-      break;
-    }
-    if (rr == zppSuccess)
-      ZPP_WARN(BOOT, "bootstrap: rank %d refused a ring connection from %s: wrong secret or not rank %d",
-               bs->rank, as, prev);
-    close(fd);
-    if (zppSockAborted(w) || zppClockNow() >= w->deadline)
-      ZPP_FAIL(zppRemoteError, BOOT, "bootstrap: rank %d gave up %s", bs->rank, doing);
-  }
+  ZPPCHECK(acceptPrev(bs, listenFd, prev, w, doing));
   zppSockSetNoDelay(bs->nextFd);
   zppSockSetNoDelay(bs->prevFd);
   return zppSuccess;

@@ -29,12 +29,26 @@ static _Atomic int rootsTelling;
 
 int zppBootRootsTelling(void) { return atomic_load(&rootsTelling); }
 
-/* Unauthenticated connections held at once; more are closed at accept. */
-#define ROOT_MAX_CONNS 4096
+/* Connections that have not yet presented the secret are held only briefly
+ * and in bounded number: a real rank sends its hello right after connecting,
+ * so one that has said nothing (or not all) after ROOT_HELLO_SEC is dropped,
+ * and when ROOT_MAX_PENDING wait at once the oldest makes room for the new
+ * one. Thousands of idle connections then cost the job nothing (they filled
+ * a fixed table that never expired, and the last real rank was turned away). */
+#define ROOT_MAX_PENDING 256
+#define ROOT_HELLO_SEC 2.0
+/* Refused connections are reported at most this often (one WARN per probe
+ * made 2,698 lines for 3,000 probes). */
+#define ROOT_DROP_REPORT_SEC 5.0
+/* When accept() finds no free file descriptor and nothing can be dropped to
+ * make one, the listening socket is left alone this long (it stays
+ * readable: polling it again at once spun a core). */
+#define ROOT_FD_PAUSE_SEC 0.05
 
 typedef struct {
   int fd;
   int rank; /* -1 until its hello is accepted */
+  double since; /* when accepted */
   size_t got;
   unsigned char hello[ZPP_HELLO_BYTES];
   struct sockaddr_in from;
@@ -47,8 +61,14 @@ typedef struct {
   int nranks;     /* -1 until the first rank says */
   int nranksFrom; /* the rank that said it, -1: the root's creator */
   double timeoutSec, deadline;
+  int deadlineFromRanks; /* the deadline is the earliest a joined rank announced */
   rootConn_t* conns;
-  int nconns;
+  int nconns, capConns, pending; /* pending: connections without a hello yet */
+  struct pollfd* pfds;           /* capConns + 1 */
+  double acceptPausedUntil;
+  /* Dropped connections not yet reported, by reason. */
+  int dropIdle, dropEvicted, dropGarbage, dropSecret, dropFdLimit;
+  double lastDropReport;
   int* connOfRank;        /* [nranks] index into conns, -1 */
   unsigned char* entries; /* [nranks] ZPP_ENTRY_BYTES each */
   int joined;
@@ -62,9 +82,34 @@ static void rootFree(root_t* r) {
   for (int i = 0; i < r->nconns; i++) zppSockClose(&r->conns[i].fd);
   zppSockClose(&r->listenFd);
   free(r->conns);
+  free(r->pfds);
   free(r->connOfRank);
   free(r->entries);
   free(r);
+}
+
+/* One WARN for what was dropped since the last one; `force`: now, else at
+ * most every ROOT_DROP_REPORT_SEC. */
+static void rootReportDrops(root_t* r, int force) {
+  int n = r->dropIdle + r->dropEvicted + r->dropGarbage + r->dropSecret + r->dropFdLimit;
+  if (n == 0) return;
+  double now = zppClockNow();
+  if (!force && now - r->lastDropReport < ROOT_DROP_REPORT_SEC) return;
+  ZPP_WARN(BOOT,
+           "bootstrap root at %s: dropped %d connection%s in the last %.0f s: %d silent past %.0f s, "
+           "%d evicted (over %d waiting for a hello), %d not a zpp peer, %d with a wrong secret, "
+           "%d for want of a file descriptor",
+           r->addrStr, n, n == 1 ? "" : "s", now - r->lastDropReport, r->dropIdle, ROOT_HELLO_SEC,
+           r->dropEvicted, ROOT_MAX_PENDING, r->dropGarbage, r->dropSecret, r->dropFdLimit);
+  r->dropIdle = r->dropEvicted = r->dropGarbage = r->dropSecret = r->dropFdLimit = 0;
+  r->lastDropReport = now;
+}
+
+/* Closes a connection that has not said hello. */
+static void rootDrop(root_t* r, rootConn_t* c, int* counter) {
+  zppSockClose(&c->fd);
+  r->pending--;
+  (*counter)++;
 }
 
 /* Best effort: a small reply fits the socket buffer, and a peer that cannot
@@ -129,17 +174,20 @@ static void rootHello(root_t* r, rootConn_t* c) {
   zppSockAddrStr(&c->from, from);
   const unsigned char* h = c->hello;
   int rank = (int)zppGet32(h + 40), nranks = (int)zppGet32(h + 44);
+  r->pending--; /* answered or accepted below: no longer waiting for its hello */
   if (zppGet32(h) != ZPP_MAGIC_HELLO) {
-    ZPP_WARN(BOOT, "bootstrap root at %s: refused a connection from %s: not a zpp bootstrap peer",
-             r->addrStr, from);
+    ZPP_DBG(BOOT, "bootstrap root at %s: refused a connection from %s: not a zpp bootstrap peer",
+            r->addrStr, from);
+    r->dropGarbage++;
     zppSockClose(&c->fd);
     return;
   }
   if (!zppSecretEqual(h + 8, r->secret)) {
-    ZPP_WARN(BOOT,
-             "bootstrap root at %s: refused a connection from %s claiming rank %d: wrong secret "
-             "(a unique id from another job?)",
-             r->addrStr, from, rank);
+    ZPP_DBG(BOOT,
+            "bootstrap root at %s: refused a connection from %s claiming rank %d: wrong secret "
+            "(a unique id from another job?)",
+            r->addrStr, from, rank);
+    r->dropSecret++;
     char msg[ZPP_BOOT_ERRMSG_MAX];
     snprintf(msg, sizeof(msg),
              "refused by the bootstrap root at %s: wrong secret (is the unique id from this job?)",
@@ -200,6 +248,18 @@ static void rootHello(root_t* r, rootConn_t* c) {
   memcpy(e, h + 48, 6); /* listening ip + port, as sent */
   memcpy(e + 8, h + 56, ZPP_HOSTID_MAX);
   r->joined++;
+  /* The root gives up when the first rank would (its answer, naming the
+   * missing ranks, must come before that rank's own timeout), whatever
+   * timeout the root was made with. */
+  unsigned waitSec = ((unsigned)h[54] << 8) | h[55];
+  if (waitSec > 0) {
+    double d = zppClockNow() + waitSec;
+    if (!r->deadlineFromRanks || d < r->deadline) {
+      r->deadline = d;
+      r->timeoutSec = waitSec;
+    }
+    r->deadlineFromRanks = 1;
+  }
   ZPP_DBG(BOOT, "bootstrap root: rank %d/%d joined from %s (%d of %d)", rank, r->nranks, from,
           r->joined, r->nranks);
 }
@@ -220,7 +280,47 @@ static void rootReadable(root_t* r, rootConn_t* c) {
     if (c->got == ZPP_HELLO_BYTES) rootHello(r, c);
   } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
     zppSockClose(&c->fd); /* a peer that left before saying hello */
+    r->pending--;
   }
+}
+
+/* The longest-waiting connection without a hello, or NULL. */
+static rootConn_t* rootOldestPending(root_t* r) {
+  rootConn_t* oldest = NULL;
+  for (int i = 0; i < r->nconns; i++) {
+    rootConn_t* c = &r->conns[i];
+    if (c->fd >= 0 && c->rank < 0 && (oldest == NULL || c->since < oldest->since)) oldest = c;
+  }
+  return oldest;
+}
+
+/* Drops connections silent past ROOT_HELLO_SEC; returns the time left until
+ * the next one would be. */
+static double rootExpire(root_t* r, double now) {
+  double next = ROOT_HELLO_SEC;
+  for (int i = 0; i < r->nconns; i++) {
+    rootConn_t* c = &r->conns[i];
+    if (c->fd < 0 || c->rank >= 0) continue;
+    double left = c->since + ROOT_HELLO_SEC - now;
+    if (left <= 0)
+      rootDrop(r, c, &r->dropIdle);
+    else if (left < next)
+      next = left;
+  }
+  return next;
+}
+
+static int rootGrow(root_t* r) {
+  if (r->nconns < r->capConns) return 1;
+  int cap = r->capConns * 2;
+  rootConn_t* conns = realloc(r->conns, (size_t)cap * sizeof(*conns));
+  if (conns == NULL) return 0;
+  r->conns = conns;
+  struct pollfd* pfds = realloc(r->pfds, (size_t)(cap + 1) * sizeof(*pfds));
+  if (pfds == NULL) return 0;
+  r->pfds = pfds;
+  r->capConns = cap;
+  return 1;
 }
 
 static void rootAccept(root_t* r) {
@@ -228,16 +328,33 @@ static void rootAccept(root_t* r) {
     struct sockaddr_in from;
     socklen_t len = sizeof(from);
     int fd = accept4(r->listenFd, (struct sockaddr*)&from, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
-    if (r->nconns >= ROOT_MAX_CONNS) {
-      close(fd);
+    if (fd < 0) {
+      if (errno != EMFILE && errno != ENFILE && errno != ENOBUFS && errno != ENOMEM) return;
+      /* Out of descriptors: the oldest silent connection gives its own up;
+       * with none to drop, wait before trying again. */
+      rootConn_t* victim = rootOldestPending(r);
+      if (victim == NULL) {
+        r->dropFdLimit++;
+        r->acceptPausedUntil = zppClockNow() + ROOT_FD_PAUSE_SEC;
+        return;
+      }
+      rootDrop(r, victim, &r->dropFdLimit);
       continue;
+    }
+    rootConn_t* oldest = r->pending >= ROOT_MAX_PENDING ? rootOldestPending(r) : NULL;
+    if (oldest != NULL) rootDrop(r, oldest, &r->dropEvicted);
+    if (!rootGrow(r)) {
+      close(fd);
+      r->dropFdLimit++;
+      return;
     }
     rootConn_t* c = &r->conns[r->nconns++];
     memset(c, 0, sizeof(*c));
     c->fd = fd;
     c->rank = -1;
+    c->since = zppClockNow();
     c->from = from;
+    r->pending++;
   }
 }
 
@@ -284,13 +401,9 @@ static void missingRanks(const root_t* r, char* buf, size_t len) {
 
 static void* rootMain(void* arg) {
   root_t* r = arg;
-  struct pollfd* pfds = malloc((ROOT_MAX_CONNS + 1) * sizeof(*pfds));
-  if (pfds == NULL) {
-    ZPP_ERR(BOOT, "bootstrap root at %s: out of memory", r->addrStr);
-    rootFree(r);
-    return NULL;
-  }
+  r->lastDropReport = zppClockNow();
   for (;;) {
+    struct pollfd* pfds = r->pfds; /* may move when rootAccept grows it */
     if (r->failed != zppSuccess && r->nranks > 0 && r->told >= r->nranks) break;
     double left = r->deadline - zppClockNow();
     if (left <= 0) {
@@ -305,7 +418,15 @@ static void* rootMain(void* arg) {
       }
       break;
     }
-    pfds[0] = (struct pollfd){.fd = r->listenFd, .events = POLLIN};
+    double now = zppClockNow();
+    double expiry = rootExpire(r, now);
+    rootCompact(r);
+    rootReportDrops(r, 0);
+    if (expiry < left) left = expiry;
+    int paused = now < r->acceptPausedUntil;
+    if (paused && r->acceptPausedUntil - now < left) left = r->acceptPausedUntil - now;
+    /* A negative fd is skipped by poll: the listener while accepting pauses. */
+    pfds[0] = (struct pollfd){.fd = paused ? -1 : r->listenFd, .events = POLLIN};
     for (int i = 0; i < r->nconns; i++) pfds[i + 1] = (struct pollfd){.fd = r->conns[i].fd, .events = POLLIN};
     int nfds = r->nconns + 1;
     int ms = (int)(left * 1e3) + 1;
@@ -325,7 +446,7 @@ static void* rootMain(void* arg) {
       break;
     }
   }
-  free(pfds);
+  rootReportDrops(r, 1);
   int failed = r->failed != zppSuccess;
   rootFree(r);
   if (failed) atomic_fetch_sub(&rootsTelling, 1);
@@ -338,7 +459,9 @@ zppResult_t zppBootRootStart(int listenFd, const struct sockaddr_in* addr,
   root_t* r = NULL;
   ZPP_CALLOC(r, 1);
   r->listenFd = -1;
-  ZPP_CALLOCGOTO(r->conns, ROOT_MAX_CONNS, res, err_free);
+  r->capConns = 64;
+  ZPP_CALLOCGOTO(r->conns, r->capConns, res, err_free);
+  ZPP_CALLOCGOTO(r->pfds, r->capConns + 1, res, err_free);
   zppSockAddrStr(addr, r->addrStr);
   memcpy(r->secret, secret, ZPP_SECRET_BYTES);
   r->nranks = -1;

@@ -34,7 +34,8 @@
 
 /* Hello, rank -> root. */
 #define ZPP_HELLO_BYTES 120
-/* magic 0, proto 4, secret 8, rank 40, nranks 44, ip 48, port 52, hostId 56 */
+/* magic 0, proto 4, secret 8, rank 40, nranks 44, ip 48, port 52, seconds the rank will still
+ * wait 54 (16 bits; 0 from ranks that predate it), hostId 56 */
 
 /* Reply header, root -> rank: magic, status, nranks, payload length. The
  * payload is the rank table (ZPP_ENTRY_BYTES per rank) on success, the

@@ -34,8 +34,12 @@ static const zppEnvInfo_t paramTable[] = {
      "zppCommInitFromEnv's root listens on MASTER_PORT plus this, because torch's own store "
      "already listens on MASTER_PORT under torchrun"},
     {"ZPP_SECRET", ZPP_ENV_STRING, "",
-     "shared secret of zppCommInitFromEnv's rendezvous (same on every rank); unset: derived from "
-     "the root address and the launcher's job id, which keeps other jobs out but is no secret"},
+     "shared secret of zppCommInitFromEnv's rendezvous (same random string on every rank); "
+     "required unless ZPP_UNAUTHENTICATED_RENDEZVOUS=1"},
+    {"ZPP_UNAUTHENTICATED_RENDEZVOUS", ZPP_ENV_BOOL, "0",
+     "1 lets zppCommInitFromEnv run without ZPP_SECRET: the secret is then derived from the root "
+     "address and the launcher's job id, which keeps other jobs out but not anyone who can reach "
+     "the root"},
     /* host transport (UCX) */
     {"ZPP_UCX_NET_DEVICES", ZPP_ENV_STRING, "",
      "network devices UCX may use (its UCX_NET_DEVICES syntax, e.g. eth0 or mlx5_0:1) for this "
@@ -46,6 +50,10 @@ static const zppEnvInfo_t paramTable[] = {
     {"ZPP_SHM_SMALL_BYTES", ZPP_ENV_INT, "8192",
      "messages of at most this many bytes between ranks of one node go through zpp's own "
      "shared-memory rings (lower latency than UCX's); 0: through UCX. Off with ZPP_UCX_SHM=0"},
+    {"ZPP_UCX_RNDV", ZPP_ENV_BOOL, "0",
+     "1 keeps UCX's rendezvous protocol (single-copy cma reads inside a node). Off by default: in "
+     "UCX 1.13 a cma read from a peer that died aborts the reading process, so one dead rank "
+     "would take its healthy neighbours down (docs/transports.md)"},
     {"ZPP_UCX_CONNECT_ALL", ZPP_ENV_INT, "256",
      "communicators of up to this many ranks make every endpoint at creation, while all nodes are "
      "reachable (UCX 1.13 connects tcp blocking: a connection first made after a link went down "

@@ -1,10 +1,12 @@
 /* Shared-memory rings for small intra-node messages; see shm_ring.h. */
 #include "shm_ring.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <linux/membarrier.h>
 #include <sys/random.h>
@@ -62,8 +64,39 @@ static void makeName(char* name) {
   snprintf(name, ZPP_SHM_NAME_LEN, "/zpp-%d-%016llx", (int)getpid(), (unsigned long long)rnd);
 }
 
+/* An inbox name lives only during creation (it is unlinked as soon as every
+ * local rank has mapped it), so one that stays behind belongs to a rank
+ * killed while creating. Its creator held an flock on it until the unlink;
+ * a name that nobody locks, older than STALE_SEC (a creator locks within
+ * microseconds of making it), is removed. Locks, unlike pids, mean the same
+ * in every pid namespace that shares /dev/shm. */
+#define STALE_SEC 10
+static void sweepStale(void) {
+  DIR* d = opendir("/dev/shm");
+  if (d == NULL) return;
+  struct dirent* e;
+  time_t now = time(NULL);
+  while ((e = readdir(d)) != NULL) {
+    if (strncmp(e->d_name, "zpp-", 4) != 0) continue;
+    char name[ZPP_SHM_NAME_LEN + 2];
+    if (snprintf(name, sizeof(name), "/%s", e->d_name) >= (int)sizeof(name)) continue;
+    int fd = shm_open(name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+    if (fd < 0) continue; /* another user's, or gone */
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_uid == geteuid() && now - st.st_mtime > STALE_SEC &&
+        flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      ZPP_INFO(NET, "removing %s, left behind by a rank that died creating its communicator", name);
+      shm_unlink(name);
+    }
+    close(fd);
+  }
+  closedir(d);
+}
+
 zppResult_t zppShmInboxCreate(zppShmInbox_t* box, int nRings, size_t maxPayload) {
   memset(box, 0, sizeof(*box));
+  box->lockFd = -1;
+  sweepStale();
   uint32_t slotBytes = (uint32_t)(ZPP_SHM_LINE + (maxPayload + ZPP_SHM_LINE - 1) / ZPP_SHM_LINE * ZPP_SHM_LINE);
   size_t perSlots = (size_t)nRings * slotBytes;
   size_t nSlots = INBOX_BUDGET_BYTES / (perSlots ? perSlots : 1);
@@ -76,6 +109,7 @@ zppResult_t zppShmInboxCreate(zppShmInbox_t* box, int nRings, size_t maxPayload)
   if (fd < 0)
     RING_FAIL("shm_open(%s): %s", box->name, strerror(errno));
   box->owner = 1;
+  (void)flock(fd, LOCK_EX | LOCK_NB); /* new and O_EXCL: nobody else holds it */
   /* posix_fallocate returns the error instead of setting errno. */
   int err = ftruncate(fd, (off_t)bytes) != 0 ? errno : posix_fallocate(fd, 0, (off_t)bytes);
   if (err != 0) {
@@ -87,12 +121,13 @@ zppResult_t zppShmInboxCreate(zppShmInbox_t* box, int nRings, size_t maxPayload)
   }
   void* base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   err = errno;
-  close(fd);
   if (base == MAP_FAILED) {
+    close(fd);
     shm_unlink(box->name);
     box->unlinked = 1;
     RING_FAIL("mmap of %s (%zu bytes): %s", box->name, bytes, strerror(err));
   }
+  box->lockFd = fd; /* kept, with its lock, until the name is unlinked */
   box->base = base;
   box->bytes = bytes;
   box->nRings = (uint32_t)nRings;
@@ -112,6 +147,7 @@ zppResult_t zppShmInboxCreate(zppShmInbox_t* box, int nRings, size_t maxPayload)
 
 zppResult_t zppShmInboxOpen(zppShmInbox_t* box, const char* name) {
   memset(box, 0, sizeof(*box));
+  box->lockFd = -1;
   snprintf(box->name, sizeof(box->name), "%s", name);
   int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
   if (fd < 0) RING_FAIL("shm_open(%s): %s", name, strerror(errno));
@@ -147,6 +183,8 @@ void zppShmInboxUnlink(zppShmInbox_t* box) {
   if (shm_unlink(box->name) != 0 && errno != ENOENT)
     ZPP_WARN(NET, "shm_unlink(%s): %s", box->name, strerror(errno));
   box->unlinked = 1;
+  if (box->lockFd > 0) close(box->lockFd);
+  box->lockFd = -1;
 }
 
 void zppShmInboxClose(zppShmInbox_t* box) {

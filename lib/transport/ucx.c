@@ -295,6 +295,20 @@ static zppResult_t openWorker(zppUcx_t* u) {
       ZPP_FAILGOTO(zppInvalidArgument, res, out, NET, "ZPP_UCX_NET_DEVICES='%s': %s", devices,
                    ucs_status_string(st));
   }
+  int keepRndv = 0;
+  ZPPCHECKGOTO(zppEnvGetBool("ZPP_UCX_RNDV", &keepRndv), res, out);
+  if (!keepRndv) {
+    /* Rendezvous inside a node reads the sender's memory with cma, and UCX
+     * 1.13 treats a failed cma read on an endpoint without peer-failure
+     * handling (all shared-memory endpoints: sysv/posix have none) as fatal:
+     * a rank killed mid-transfer aborted a neighbour in 1 trial of 5. Eager
+     * messages over shared memory never fail, so a dead local peer is left
+     * to the pid watch. */
+    st = ucp_config_modify(config, "RNDV_THRESH", "inf");
+    if (st != UCS_OK)
+      ZPP_FAILGOTO(zppSystemError, res, out, NET, "UCX: cannot turn rendezvous off: %s",
+                   ucs_status_string(st));
+  }
   ucp_params_t params;
   memset(&params, 0, sizeof(params));
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/prctl.h>
+#include <sys/random.h>
 #endif
 
 /* The placement suffix of "NxL/...": ranks r of a block layout moved to
@@ -126,6 +127,21 @@ int zppLaunchFreePort(void) {
   return tryBind(0, &port) ? port : 0;
 }
 
+/* The torchrun-style ranks' ZPP_SECRET: made before the fork, the same in
+ * every rank of one launch. */
+static char launchSecret[33];
+
+static void makeLaunchSecret(void) {
+  unsigned char b[16];
+  if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    srand((unsigned)(ts.tv_nsec ^ getpid()));
+    for (size_t i = 0; i < sizeof(b); i++) b[i] = (unsigned char)rand();
+  }
+  for (size_t i = 0; i < sizeof(b); i++) snprintf(launchSecret + 2 * i, 3, "%02x", b[i]);
+}
+
 static void setEnvInt(const char* name, int v) {
   char buf[16];
   snprintf(buf, sizeof(buf), "%d", v);
@@ -155,6 +171,8 @@ static void setupChild(const zppLaunchOpts_t* o, int rank, int nranks, const int
     setEnvInt("LOCAL_WORLD_SIZE", localSize);
     setenv("MASTER_ADDR", "127.0.0.1", 1);
     setEnvInt("MASTER_PORT", masterPort);
+    /* zppCommInitFromEnv wants a secret; the caller's own wins. */
+    if (getenv("ZPP_SECRET") == NULL) setenv("ZPP_SECRET", launchSecret, 1);
   }
   for (const char* const* e = o->env; e && *e; e++) {
     const char* eq = strchr(*e, '=');
@@ -228,6 +246,7 @@ int zppLaunch(const zppLaunchOpts_t* opts, zppLaunchFn fn, void* arg) {
       return 2;
     }
     masterPort = port - offset;
+    makeLaunchSecret();
   }
   int fds[2] = {-1, -1};
   if (o.idMode == ZPP_LAUNCH_ID_RANK0 && pipe(fds) != 0) {

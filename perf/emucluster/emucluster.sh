@@ -724,7 +724,7 @@ launch_mpi() {
   # one namespace, because OpenMPI decides locality per daemon.
   # shellcheck disable=SC2054 # commas inside MCA values
   args+=(--mca pml ob1 --mca btl self,vader,tcp --mca osc '^ucx')
-  args+=(-x MASTER_ADDR -x MASTER_PORT -x EMUCLUSTER_SUBNET -x EMUCLUSTER_RANKS_PER_NODE)
+  args+=(-x MASTER_ADDR -x MASTER_PORT -x ZPP_SECRET -x EMUCLUSTER_SUBNET -x EMUCLUSTER_RANKS_PER_NODE)
   args+=(-x EMUCLUSTER_PLACEMENT -x EMUCLUSTER_NODES)
   ((PREFIX_OUT == 0)) || [[ -n $LOG_DIR ]] || args+=(--tag-output)
   [[ -z $LOG_DIR ]] || args+=(-x EMUCLUSTER_LOG_DIR)
@@ -857,6 +857,10 @@ else
   print_cluster
   ((CHECK_RATE == 0)) || check_rates
 fi
+# zppCommInitFromEnv refuses a rendezvous without a secret: one per run
+# unless the caller brought one.
+[[ -n ${ZPP_SECRET:-} ]] || ZPP_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+export ZPP_SECRET
 
 if ((${#CMD[@]} == 0)); then
   exit 0

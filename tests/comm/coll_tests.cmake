@@ -41,7 +41,7 @@ zpp_coll_test(test_coll_6_nodes_3x2_rd ARGS 6 3x2 ENV "ZPP_ALGO_REDUCESCATTER=rd
 
 # Faults and bad input: each case its own process, the times asserted inside.
 zpp_test_executable(test_coll_faults SOURCES test_coll_faults.c LIBS zpp_coll_testlib zpp_launch)
-foreach(case kill stall mismatch abort args)
+foreach(case kill stall mismatch abort args roots)
   zpp_test(test_coll_faults_${case} EXE test_coll_faults ARGS ${case} LABELS comm)
 endforeach()
 # A stress shim, not a test of its own: LD_PRELOAD it to delay every
@@ -91,7 +91,7 @@ zpp_test(test_coll_netns_linkdown
 if(ZPP_HAVE_UCX)
   zpp_test_executable(test_shm_rings SOURCES test_shm_rings.c
                       LIBS zpp_coll_testlib zpp_launch PkgConfig::UCX)
-  foreach(case ring order off paths queued_error)
+  foreach(case ring order off paths queued_error stale)
     zpp_test(test_shm_rings_${case} EXE test_shm_rings ARGS ${case} LABELS comm)
   endforeach()
   # A lost wake-up only costs time (a sleep ends within 100 ms): timed cases.
@@ -99,3 +99,21 @@ if(ZPP_HAVE_UCX)
     zpp_test(test_shm_rings_${case} EXE test_shm_rings ARGS ${case} LABELS comm timing)
   endforeach()
 endif()
+
+# A dead or stopped peer, 20 trials per size and layout (issue 19): every
+# survivor errs within ZPP_TIMEOUT + a margin, the resumed rank errs too.
+zpp_test_executable(test_coll_deadpeer SOURCES test_coll_deadpeer.c LIBS zpp_coll_testlib zpp_launch)
+foreach(mode kill stop)
+  foreach(layout 1 2x2)
+    foreach(bytes 4096 4194304)
+      # A stop trial waits out the timeout: 1 s keeps 20 of them near a minute.
+      if(mode STREQUAL "stop")
+        set(timeout 1)
+      else()
+        set(timeout 2)
+      endif()
+      zpp_test(test_coll_deadpeer_${mode}_${layout}_${bytes} EXE test_coll_deadpeer
+               ARGS ${mode} ${bytes} ${layout} 20 LABELS comm TIMEOUT 300 ENV ZPP_TIMEOUT=${timeout})
+    endforeach()
+  endforeach()
+endforeach()

@@ -6,6 +6,7 @@
  *   test_coll_faults mismatch  other count / op / type / collective on one rank
  *   test_coll_faults abort     zppCommAbort from another thread unblocks a rank
  *   test_coll_faults args      bad arguments and streams, comm still usable after
+ *   test_coll_faults roots     broadcasts whose ranks name different roots fail in the call
  *
  * Every failure must reach every surviving rank as an error (never success
  * with wrong data) within the bound the test asserts.
@@ -225,6 +226,63 @@ static int testMismatch(void) {
   return 0;
 }
 
+/* ---- broadcast roots that disagree ------------------------------------------ */
+
+/* Two groups that each agree within (ranks 0,1 say root 0, ranks 2,3 say
+ * root 2), or every rank its own root: no rank's receive meets the other
+ * group's messages, and each group "succeeded" with its own root's data in
+ * 20 of 20 runs until the broadcast checked that the roots agree. */
+typedef struct {
+  size_t count;
+  int everyRankRoot;
+} rootsCase_t;
+
+static int rootsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  const rootsCase_t* rc = arg;
+  zppComm_t comm;
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  cfg.timeoutSec = 5;
+  REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
+  int32_t* buf = calloc(rc->count, sizeof(int32_t));
+  REQUIRE(buf);
+  int root = rc->everyRankRoot ? rank : (rank < 2 ? 0 : 2);
+  for (size_t i = 0; i < rc->count; i++) buf[i] = rank == root ? 1000 + root : -1;
+  double t0 = zppClockNow();
+  zppResult_t res = zppBroadcast(buf, buf, rc->count, zppInt32, root, comm, NULL);
+  record(rank, comm, res, t0);
+  zppCommDestroy(comm);
+  free(buf);
+  return 0;
+}
+
+static int testRoots(void) {
+  const size_t counts[2] = {16, 1024};
+  int bad = 0, runs = 0;
+  for (int trial = 0; trial < 10; trial++)
+    for (int k = 0; k < 4; k++) {
+      rootsCase_t rc = {counts[k & 1], k >> 1};
+      const char* layout = trial & 1 ? "2x2" : NULL; /* flat inside a node, binomial across */
+      int status[4];
+      launch(4, layout, rootsBody, &rc, status);
+      runs++;
+      for (int r = 0; r < 4; r++) {
+        int ok = status[r] == 0 &&
+                 (shared->result[r] == zppInvalidUsage || shared->result[r] == zppRemoteError) &&
+                 shared->elapsed[r] < 5.0 + 3.0;
+        if (!ok) {
+          printf("roots: %zu elements, %s, layout %s: rank %d: status %d result %d after %.2f s\n",
+                 rc.count, rc.everyRankRoot ? "every rank its own root" : "roots 0 and 2",
+                 layout ? layout : "1 node", r, status[r], shared->result[r], shared->elapsed[r]);
+          bad++;
+        }
+      }
+    }
+  printf("roots: %d launches, %d rank outcomes wrong; rank 0's last reason: %s\n", runs, bad,
+         shared->reason[0]);
+  CHECK_MSG(bad == 0, "%d rank outcomes wrong", bad);
+  return 0;
+}
+
 /* ---- abort from another thread -------------------------------------------- */
 
 static void* aborter(void* arg) {
@@ -338,8 +396,10 @@ int main(int argc, char** argv) {
     testAbort();
   else if (strcmp(which, "args") == 0)
     testArgs();
+  else if (strcmp(which, "roots") == 0)
+    testRoots();
   else {
-    fprintf(stderr, "usage: %s kill|stall|mismatch|abort|args\n", argv[0]);
+    fprintf(stderr, "usage: %s kill|stall|mismatch|abort|args|roots\n", argv[0]);
     return 2;
   }
   printf("%s: %.1f s\n", which, zppClockNow() - t0);

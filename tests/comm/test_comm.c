@@ -306,6 +306,34 @@ static void testAbort(void) {
   CHECK(zppLaunch(&o, abortBody, NULL) == 0);
 }
 
+/* ---- the root made by zppGetUniqueId follows the ranks' config timeout -- */
+
+/* zppGetUniqueId has no config: its root took ZPP_TIMEOUT (1 s here) and
+ * gave up on a rank 2 s late although every rank's config said 10 s. */
+static int rootTimeoutBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  if (rank == nranks - 1) {
+    struct timespec ts = {2, 0};
+    nanosleep(&ts, NULL);
+  }
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  cfg.timeoutSec = 10;
+  zppComm_t comm;
+  zppResult_t res = zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg);
+  CHECK_MSG(res == zppSuccess, "rank %d: init returned %d: %s", rank, (int)res,
+            zppGetLastError(NULL));
+  if (res == zppSuccess) zppCommDestroy(comm);
+  return zppTestRankResult();
+}
+
+static void testRootTimeout(void) {
+  static const char* const env[] = {"ZPP_TIMEOUT=1", NULL};
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 3;
+  o.env = env;
+  o.timeoutSec = 60;
+  CHECK(zppLaunch(&o, rootTimeoutBody, NULL) == 0);
+}
+
 int main(int argc, char** argv) {
   const char* only = argc > 1 ? argv[1] : NULL;
 #define RUN(name, fn) ZPP_TEST_RUN(only, name, fn)
@@ -315,5 +343,6 @@ int main(int argc, char** argv) {
   RUN("config", testConfigPrecedence);
   RUN("topofile", testTopoFile);
   RUN("abort", testAbort);
+  RUN("roottimeout", testRootTimeout);
   return zppTestExit("test_comm");
 }

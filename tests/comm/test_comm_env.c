@@ -87,6 +87,7 @@ static void ompiEnv(int rank, int nranks, void* arg) {
   setenv("OMPI_COMM_WORLD_SIZE", v, 1);
   snprintf(v, sizeof(v), "127.0.0.1:%d", rootPort);
   setenv("ZPP_ROOT", v, 1);
+  setenv("ZPP_SECRET", "ompi-test", 1); /* what a user exports before mpirun */
   unsetenv("RANK");
   unsetenv("MASTER_ADDR");
   unsetenv("MASTER_PORT");
@@ -150,12 +151,37 @@ static void testSecret(void) {
   CHECK(zppLaunch(&o, secretBody, NULL) == 0);
 }
 
+/* ---- no ZPP_SECRET, accepted with ZPP_UNAUTHENTICATED_RENDEZVOUS=1 ----- */
+
+static void unauthenticatedEnv(int rank, int nranks, void* arg) {
+  unsetenv("ZPP_SECRET"); /* the launcher's own */
+  setenv("ZPP_UNAUTHENTICATED_RENDEZVOUS", "1", 1);
+}
+
+static int unauthenticatedBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppComm_t comm;
+  REQUIRE(zppCommInitFromEnv(&comm, NULL) == zppSuccess);
+  CHECK(zppCommDestroy(comm) == zppSuccess);
+  return zppTestRankResult();
+}
+
+static void testUnauthenticated(void) {
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 2;
+  o.idMode = ZPP_LAUNCH_ID_NONE;
+  o.torchrunEnv = 1;
+  o.timeoutSec = 60;
+  o.setupRank = unauthenticatedEnv;
+  CHECK(zppLaunch(&o, unauthenticatedBody, NULL) == 0);
+}
+
 /* ---- missing or garbled variables: an error naming the variable ------- */
 
 static const char* allVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
                                 "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                 "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "ZPP_ROOT",
-                                "ZPP_SECRET", "ZPP_MASTER_PORT_OFFSET", NULL};
+                                "ZPP_SECRET", "ZPP_MASTER_PORT_OFFSET",
+                                "ZPP_UNAUTHENTICATED_RENDEZVOUS", NULL};
 
 static void expectEnvError(const char* settings, const char* named) {
   for (const char** v = allVars; *v; v++) unsetenv(*v);
@@ -192,6 +218,11 @@ static void testBadEnv(void) {
   expectEnvError("RANK=1 WORLD_SIZE=2 ZPP_ROOT=127.0.0.1:http", "ZPP_ROOT");
   expectEnvError("OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE");
   expectEnvError("OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_SIZE=1", "OMPI_COMM_WORLD_RANK=1");
+  /* No secret: refused (one derived from the address, port and job id is
+   * computable by anyone who can reach the root), unless accepted. */
+  expectEnvError("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29400", "ZPP_SECRET");
+  expectEnvError("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29400 "
+                 "ZPP_UNAUTHENTICATED_RENDEZVOUS=0", "ZPP_UNAUTHENTICATED_RENDEZVOUS=1");
   for (const char** v = allVars; *v; v++) unsetenv(*v);
   CHECK_EQ_INT(zppCommInitFromEnv(NULL, NULL), zppInvalidArgument);
 }
@@ -203,5 +234,6 @@ int main(int argc, char** argv) {
   RUN("torchrun", testTorchrun);
   RUN("ompi", testOmpi);
   RUN("secret", testSecret);
+  RUN("unauthenticated", testUnauthenticated);
   return zppTestExit("test_comm_env");
 }

@@ -74,6 +74,7 @@ static int driverMain(const char* self) {
   setenv("MASTER_ADDR", "127.0.0.1", 1);
   setenv("MASTER_PORT", masterPort, 1);
   setenv("ZPP_TIMEOUT", "30", 1);
+  setenv("ZPP_SECRET", "test_comm_mpi-loopback-only", 1); /* the ranks inherit it */
   unsetenv("ZPP_ROOT");
   unsetenv("ZPP_MASTER_PORT_OFFSET");
   /* Containers run tests as root; OpenMPI refuses that unless told. */

@@ -28,6 +28,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <sys/time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -414,9 +416,59 @@ static int queuedErrorCase(void) {
   return zppLaunch(&o, queuedErrorBody, NULL);
 }
 
+/* ---- a segment left by a rank killed while creating ---------------------- */
+
+/* A rank killed between making its inbox and the unlink left its 2 MiB
+ * /dev/shm/zpp-<pid>-* behind. The next inbox made on the machine removes
+ * such a name when nobody holds its creator's lock and it is older than
+ * 10 s; a name whose creator is alive (locked) stays. */
+static int staleBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppComm_t comm;
+  REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
+  zppCommDestroy(comm);
+  return 0;
+}
+
+static int makeOld(const char* name, int lock) {
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(ftruncate(fd, 4096) == 0);
+  if (lock) REQUIRE(flock(fd, LOCK_EX | LOCK_NB) == 0);
+  char path[96];
+  snprintf(path, sizeof(path), "/dev/shm%s", name);
+  struct timeval old[2];
+  gettimeofday(&old[0], NULL);
+  old[0].tv_sec -= 60;
+  old[1] = old[0];
+  REQUIRE(utimes(path, old) == 0);
+  if (!lock) close(fd);
+  return fd;
+}
+
+static int staleCase(void) {
+  char dead[64], alive[64], dpath[96], apath[96];
+  snprintf(dead, sizeof(dead), "/zpp-%d-deadbeefdeadbeef", (int)getpid());
+  snprintf(alive, sizeof(alive), "/zpp-%d-a11vea11vea11ve0", (int)getpid());
+  snprintf(dpath, sizeof(dpath), "/dev/shm%s", dead);
+  snprintf(apath, sizeof(apath), "/dev/shm%s", alive);
+  makeOld(dead, 0);
+  int held = makeOld(alive, 1);
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 2;
+  o.timeoutSec = 60;
+  CHECK_EQ_INT(zppLaunch(&o, staleBody, NULL), 0);
+  CHECK_MSG(access(dpath, F_OK) != 0, "%s (nobody's, a minute old) is still there", dpath);
+  CHECK_MSG(access(apath, F_OK) == 0, "%s (locked by a live process) was removed", apath);
+  close(held);
+  shm_unlink(alive);
+  shm_unlink(dead);
+  return zppTestExit("stale");
+}
+
 int main(int argc, char** argv) {
   const char* which = argc > 1 ? argv[1] : "";
   if (strcmp(which, "ring") == 0) return ringCase();
+  if (strcmp(which, "stale") == 0) return staleCase();
   if (strcmp(which, "order") == 0) return orderCase(1);
   if (strcmp(which, "off") == 0) return orderCase(0);
   if (strcmp(which, "wake") == 0) return wakeCase(0, 2);

@@ -165,7 +165,9 @@ def case_zeropp(exe, tmp):
     bp, bz = plain["bytes_per_step"], zpp["bytes_per_step"]
     ops = bz["by_op"]
     check(set(ops) >= {"qwz", "hpz", "qgz"}, "ZeRO++ byte counters: %r" % ops)
-    check(ops["hpz"]["inter_node"] == 0 and ops["hpz"]["intra_node"] > 0,
+    # Across nodes only the stale-weights handshake (24 bytes per rank and
+    # other group per gather), no weights.
+    check(ops["hpz"]["inter_node"] < 0.02 * ops["hpz"]["intra_node"] and ops["hpz"]["intra_node"] > 0,
           "hpZ backward gathers crossed nodes: %r" % ops["hpz"])
     check(bz["inter_node"] < 0.35 * bp["inter_node"],
           "ZeRO++ moved %.0f bytes across nodes per step, plain %.0f" % (bz["inter_node"], bp["inter_node"]))
@@ -281,10 +283,11 @@ def case_launch(exe, tmp):
     # torchrun-style environment: two processes started here.
     port = free_master_port()
     path = os.path.join(tmp, "env.json")
+    secret = os.urandom(16).hex()  # zppCommInitFromEnv refuses to start without one
     procs = []
     for r in range(2):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), ZPP_TIMEOUT="60")
+                   MASTER_PORT=str(port), ZPP_TIMEOUT="60", ZPP_SECRET=secret)
         procs.append(subprocess.Popen([exe, "--zeropp", "--steps", "5", "-q", "--json", path] + SMALL,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
     for r, p in enumerate(procs):
@@ -322,7 +325,8 @@ def case_emucluster(exe, tmp, script):
     check(doc["ranks"] == 4 and doc["nodes"] == 2 and doc["launcher"] == "env", "emucluster: %r" %
           {k: doc[k] for k in ("ranks", "nodes", "launcher")})
     plain, zpp = doc["runs"]
-    check(zpp["bytes_per_step"]["by_op"]["hpz"]["inter_node"] == 0, "hpZ crossed nodes")
+    hpz = zpp["bytes_per_step"]["by_op"]["hpz"]
+    check(hpz["inter_node"] < 0.02 * hpz["intra_node"], "hpZ crossed nodes: %r" % hpz)
     check(zpp["bytes_per_step"]["inter_node"] < 0.35 * plain["bytes_per_step"]["inter_node"],
           "ZeRO++ bytes across nodes %r against %r" % (zpp["bytes_per_step"], plain["bytes_per_step"]))
     print("emucluster: 2 nodes x 2 ranks, speed-up %.2fx, loss %+.2f%%" %

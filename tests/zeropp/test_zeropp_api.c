@@ -234,6 +234,11 @@ static int caseUneven(int rank, int n, const zppUniqueId* id) {
   float* out = xmalloc(rc * sizeof(float));
   for (size_t i = 0; i < rc * (size_t)n; i++) in[i] = (float)(rank + 1) * (float)(i % 7);
   CHECK(zppQgzReduceScatter(in, out, rc, zppFloat32, zppSum, 4, comm, NULL) == zppInvalidUsage);
+  /* Nothing to move (no tensors, or counts of 0): success, as on even nodes
+   * and as NCCL's count 0 (it was refused here and accepted there). */
+  CHECK_EQ_INT(zppQgzReduceScatterCoalesced(0, NULL, NULL, NULL, zppFloat32, zppSum, 4, comm, NULL),
+               zppSuccess);
+  CHECK_EQ_INT(zppQgzReduceScatter(NULL, NULL, 0, zppFloat32, zppSum, 4, comm, NULL), zppSuccess);
   CHECK(zppReduceScatter(in, out, rc, zppFloat32, zppSum, comm, NULL) == zppSuccess);
   float tri = (float)(n * (n + 1) / 2);
   for (size_t i = 0; i < rc; i++)
@@ -263,7 +268,8 @@ static int caseUneven(int rank, int n, const zppUniqueId* id) {
   zppCommStats_t s;
   REQUIRE(zppCommGetStats(comm, &s) == zppSuccess);
   CHECK(memcmp(g, g2, rc * 2 * (size_t)n) == 0 && memcmp(g, want, rc * 2 * (size_t)n) == 0);
-  CHECK_EQ_INT(s.interNodeBytes[zppOpHpZ], 0);
+  /* Across nodes only the handshake's 24-byte summaries, no weights. */
+  CHECK(s.interNodeBytes[zppOpHpZ] <= 24 * (uint64_t)n);
   CHECK(zppParamDestroy(p) == zppSuccess);
   free(g);
   free(g2);

@@ -484,7 +484,8 @@ def test_zeropp(bin_, schema_path, outdir):
     g = inter("reducescatter", "qgz", "bfloat16", "sum", big)
     if None not in (ag, rs, q, h, g) and ag > 0 and rs > 0:
         check(q < 0.55 * ag, "qwz sends %.3f of plain all-gather's bytes across nodes" % (q / ag))
-        check(h == 0, "hpz backward gather sent %r bytes across nodes" % h)
+        # Only the stale-weights handshake (24 bytes per rank and other group).
+        check(h < 0.001 * ag, "hpz backward gather sent %r bytes across nodes" % h)
         check(g < 0.3 * rs, "qgz sends %.3f of plain reduce-scatter's bytes across nodes" % (g / rs))
     else:
         check(False, "missing rows or counters: %r" % [ag, rs, q, h, g])
@@ -511,12 +512,13 @@ def test_env(bin_, schema_path, outdir):
     if os.path.exists(path):
         os.remove(path)
     port = free_master_port()
+    secret = os.urandom(16).hex()  # zppCommInitFromEnv refuses to start without one
     procs = []
     for r in range(2):
         e = dict(os.environ)
         e.pop("ZPP_PERF_INJECT_ERROR", None)
         e.update({"RANK": str(r), "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                  "MASTER_PORT": str(port), "ZPP_TIMEOUT": "60"})
+                  "MASTER_PORT": str(port), "ZPP_TIMEOUT": "60", "ZPP_SECRET": secret})
         procs.append(subprocess.Popen(
             [bin_, "--layout", "2x1", "-t", "allgather,reducescatter", "-d", "half", "-b", "1K",
              "-e", "16K", "-f", "4", "-n", "2", "-w", "1", "-q", "-J", path],

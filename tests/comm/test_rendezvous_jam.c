@@ -1,0 +1,338 @@
+/*
+ * Nothing outside the job can stop it from starting (issue 19). A jammer
+ * process floods the rendezvous root's port, or every rank's ring listener,
+ * with connections that say nothing, trickle bytes or send garbage; the job
+ * must start anyway, and soon, and the root must not spin.
+ *
+ *   test_rendezvous_jam root IDLE SLOW GARBAGE [NOFILE]
+ *       the root (in this process) gets IDLE silent, SLOW trickling and
+ *       GARBAGE connections before 4 ranks join; NOFILE > 0 lowers this
+ *       process's open-file limit to that first (the root runs here).
+ *   test_rendezvous_jam ring PER_LISTENER
+ *       PER_LISTENER silent connections to every rank's ring listener while
+ *       the last rank is late.
+ *
+ * Asserts: every rank's init succeeds within START_BOUND seconds of the last
+ * rank starting; the root's process used under half a core meanwhile; its
+ * WARN lines about dropped connections are few (rate-limited).
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/bootstrap/wire.h"
+#include "testutil.h"
+#include "perf/common/launch.h"
+
+enum { NRANKS = 4 };
+#define START_BOUND 8.0 /* s: the hello expiry (2 s) and a loaded machine's slack */
+
+typedef struct {
+  volatile double lastStart, ready[NRANKS];
+  volatile int result[NRANKS];
+  volatile int listenerPid[NRANKS];
+  volatile int ringMade;
+} shared_t;
+static shared_t* sh;
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleepSec(double s) {
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+static int connectTo(const struct sockaddr_in* a) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, (const struct sockaddr*)a, sizeof(*a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* The root's address from the id. */
+static void idAddr(const zppUniqueId* id, struct sockaddr_in* a) {
+  memset(a, 0, sizeof(*a));
+  a->sin_family = AF_INET;
+  memcpy(&a->sin_addr.s_addr, id->internal + ZPP_ID_OFF_IP, 4);
+  memcpy(&a->sin_port, id->internal + ZPP_ID_OFF_PORT, 2);
+}
+
+typedef struct {
+  const zppUniqueId* id;
+  int delayRank; /* sleeps before init: -1 none */
+} bodyArg_t;
+
+static int body(int rank, int nranks, const zppUniqueId* unused, void* arg) {
+  const bodyArg_t* a = arg;
+  sh->listenerPid[rank] = (int)getpid();
+  if (rank == a->delayRank) sleepSec(1.5);
+  double t0 = now();
+  if (t0 > sh->lastStart) sh->lastStart = t0;
+  zppComm_t comm;
+  zppResult_t res = zppCommInitRank(&comm, nranks, *a->id, rank);
+  sh->ready[rank] = now();
+  sh->result[rank] = (int)res;
+  if (res == zppSuccess) zppCommDestroy(comm);
+  return res == zppSuccess ? 0 : 1;
+}
+
+static double cpuSec(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+         ru.ru_stime.tv_usec * 1e-6;
+}
+
+static int launchRanks(const zppUniqueId* id, int delayRank) {
+  bodyArg_t a = {id, delayRank};
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = NRANKS;
+  o.idMode = ZPP_LAUNCH_ID_NONE;
+  o.timeoutSec = 60;
+  return zppLaunch(&o, body, &a);
+}
+
+static void checkStart(const char* what, int rc) {
+  CHECK_MSG(rc == 0, "%s: the ranks failed (launch %d)", what, rc);
+  double last = 0;
+  for (int r = 0; r < NRANKS; r++) {
+    CHECK_MSG(sh->result[r] == zppSuccess, "%s: rank %d: init returned %d", what, r, sh->result[r]);
+    if (sh->ready[r] > last) last = sh->ready[r];
+  }
+  double took = last - sh->lastStart;
+  printf("%s: the job started %.2f s after its last rank did\n", what, took);
+  CHECK_MSG(took < START_BOUND, "%s: the job took %.2f s to start (bound %.1f)", what, took,
+            START_BOUND);
+}
+
+/* Counts the lines of a file holding `needle`. */
+static int countLines(const char* path, const char* needle) {
+  FILE* f = fopen(path, "r");
+  if (f == NULL) return -1;
+  char line[2048];
+  int n = 0;
+  while (fgets(line, sizeof(line), f)) n += strstr(line, needle) != NULL;
+  fclose(f);
+  return n;
+}
+
+/* ---- the root ------------------------------------------------------------ */
+
+static void jamRoot(const struct sockaddr_in* root, int idle, int slow, int garbage, int readyFd) {
+  struct rlimit rl;
+  getrlimit(RLIMIT_NOFILE, &rl);
+  rl.rlim_cur = rl.rlim_max; /* the jammer's own limit is not the root's */
+  setrlimit(RLIMIT_NOFILE, &rl);
+  int total = idle + slow + garbage, made = 0;
+  int* fds = calloc((size_t)total, sizeof(int));
+  unsigned char junk[300];
+  for (size_t i = 0; i < sizeof(junk); i++) junk[i] = (unsigned char)(i * 131 + 7);
+  for (int i = 0; i < total; i++) {
+    fds[i] = connectTo(root);
+    if (fds[i] < 0) continue;
+    made++;
+    if (i >= idle + slow) (void)!write(fds[i], junk, sizeof(junk));
+  }
+  char c = 1;
+  (void)!write(readyFd, &c, 1);
+  printf("jammer: %d of %d connections made\n", made, total);
+  fflush(stdout);
+  /* Slow ones: a byte each, every 0.5 s, until killed. */
+  for (;;) {
+    for (int i = idle; i < idle + slow; i++)
+      if (fds[i] >= 0) (void)!send(fds[i], "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    sleepSec(0.5);
+  }
+}
+
+static void testRoot(int idle, int slow, int garbage, int nofile) {
+  char logPath[64];
+  snprintf(logPath, sizeof(logPath), "/tmp/zpp-jam-%d.log", (int)getpid());
+  setenv("ZPP_DEBUG_FILE", logPath, 1);
+  setenv("ZPP_DEBUG", "WARN", 1);
+  if (nofile > 0) {
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = (rlim_t)nofile;
+    REQUIRE(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+  }
+  zppUniqueId id;
+  REQUIRE(zppGetUniqueId(&id) == zppSuccess);
+  unsetenv("ZPP_DEBUG_FILE"); /* the ranks log to stderr */
+  struct sockaddr_in root;
+  idAddr(&id, &root);
+  int p[2];
+  REQUIRE(pipe(p) == 0);
+  pid_t jammer = fork();
+  if (jammer == 0) {
+    close(p[0]);
+    jamRoot(&root, idle, slow, garbage, p[1]);
+    _exit(0);
+  }
+  close(p[1]);
+  char c;
+  REQUIRE(read(p[0], &c, 1) == 1);
+  double cpu0 = cpuSec(), t0 = now();
+  memset((void*)sh, 0, sizeof(*sh));
+  int rc = launchRanks(&id, -1);
+  double cpu = cpuSec() - cpu0, wall = now() - t0;
+  kill(jammer, SIGKILL);
+  waitpid(jammer, NULL, 0);
+  char what[160];
+  snprintf(what, sizeof(what), "root: %d idle, %d slow, %d garbage, nofile %d", idle, slow,
+           garbage, nofile);
+  checkStart(what, rc);
+  /* The root thread is this process's only busy one (the ranks are
+   * children, not counted): spinning showed as a whole core. */
+  printf("%s: root process used %.2f s of CPU in %.2f s\n", what, cpu, wall);
+  CHECK_MSG(cpu < 0.5 * wall + 0.2, "%s: the root used %.2f s of CPU in %.2f s", what, cpu, wall);
+  sleepSec(0.3); /* the root thread's last report */
+  int warns = countLines(logPath, " WARN ");
+  printf("%s: %d WARN lines\n", what, warns);
+  CHECK_MSG(warns <= 2 + (int)(wall / 5.0), "%s: %d WARN lines (rate-limited: one per 5 s)", what,
+            warns);
+  unlink(logPath);
+}
+
+/* ---- ring listeners ------------------------------------------------------ */
+
+/* Inodes of the listening TCP sockets (IPv4) on this machine. */
+static int listeningInodes(unsigned long* inodes, int* ports, int max) {
+  FILE* f = fopen("/proc/net/tcp", "r");
+  if (f == NULL) return 0;
+  char line[512];
+  int n = 0;
+  (void)!fgets(line, sizeof(line), f);
+  while (n < max && fgets(line, sizeof(line), f)) {
+    unsigned st, port;
+    unsigned long inode;
+    if (sscanf(line, "%*d: %*x:%x %*x:%*x %x %*x:%*x %*x:%*x %*x %*d %*d %lu", &port, &st, &inode) ==
+            3 &&
+        st == 0x0A) {
+      inodes[n] = inode;
+      ports[n++] = (int)port;
+    }
+  }
+  fclose(f);
+  return n;
+}
+
+/* Port of a listening socket that process pid holds, or 0. */
+/* (The ranks are forks of this process and hold the root's listening
+ * socket too: `skip` is its port.) */
+static int listenerPort(int pid, const unsigned long* inodes, const int* ports, int nInodes,
+                        int skip) {
+  char dir[64];
+  snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
+  DIR* d = opendir(dir);
+  if (d == NULL) return 0;
+  struct dirent* e;
+  int port = 0;
+  while (port == 0 && (e = readdir(d)) != NULL) {
+    char path[320], target[64];
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    ssize_t len = readlink(path, target, sizeof(target) - 1);
+    if (len <= 0) continue;
+    target[len] = '\0';
+    unsigned long ino;
+    if (sscanf(target, "socket:[%lu]", &ino) != 1) continue;
+    for (int i = 0; i < nInodes; i++)
+      if (inodes[i] == ino && ports[i] != skip) port = ports[i];
+  }
+  closedir(d);
+  return port;
+}
+
+typedef struct {
+  int perListener, rootPort;
+  struct in_addr ip; /* the ranks listen on the interface that reached the root */
+} ringJam_t;
+
+/* Finds ranks 0..2's ring listeners (rank 3 is late) and connects to each.
+ * A process, not a thread: a thread inside malloc while the launcher forks
+ * the ranks deadlocked a rank in UCX's memory hooks. Runs until killed. */
+static void ringJammer(const ringJam_t* j) {
+  int done[NRANKS] = {0};
+  int nfds = 0; /* held open until the process is killed */
+  double giveUp = now() + 10.0;
+  while (now() < giveUp) {
+    unsigned long inodes[512];
+    int ports[512];
+    int n = listeningInodes(inodes, ports, 512);
+    int left = 0;
+    for (int r = 0; r < NRANKS - 1; r++) {
+      if (done[r]) continue;
+      left++;
+      if (sh->listenerPid[r] == 0) continue;
+      int port = listenerPort(sh->listenerPid[r], inodes, ports, n, j->rootPort);
+      if (port == 0) continue;
+      struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+      a.sin_addr = j->ip;
+      for (int k = 0; k < j->perListener; k++) nfds += connectTo(&a) >= 0;
+      done[r] = 1;
+    }
+    if (left == 0) break;
+    sleepSec(0.01);
+  }
+  sh->ringMade = nfds;
+  for (;;) sleepSec(1.0);
+}
+
+static void testRing(int perListener) {
+  zppUniqueId id;
+  REQUIRE(zppGetUniqueId(&id) == zppSuccess);
+  memset((void*)sh, 0, sizeof(*sh));
+  struct sockaddr_in root;
+  idAddr(&id, &root);
+  ringJam_t j = {perListener, ntohs(root.sin_port), root.sin_addr};
+  pid_t jammer = fork();
+  if (jammer == 0) {
+    ringJammer(&j);
+    _exit(0);
+  }
+  int rc = launchRanks(&id, NRANKS - 1);
+  kill(jammer, SIGKILL);
+  waitpid(jammer, NULL, 0);
+  char what[96];
+  snprintf(what, sizeof(what), "ring: %d silent connections per listener (%d made)", perListener,
+           sh->ringMade);
+  CHECK_MSG(sh->ringMade >= perListener, "%s: the jammer found no listener", what);
+  checkStart(what, rc);
+}
+
+int main(int argc, char** argv) {
+  sh = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(sh != MAP_FAILED);
+  const char* which = argc > 1 ? argv[1] : "";
+  double t0 = now();
+  if (strcmp(which, "root") == 0 && argc >= 5)
+    testRoot(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc > 5 ? atoi(argv[5]) : 0);
+  else if (strcmp(which, "ring") == 0 && argc >= 3)
+    testRing(atoi(argv[2]));
+  else {
+    fprintf(stderr, "usage: %s root IDLE SLOW GARBAGE [NOFILE] | ring PER_LISTENER\n", argv[0]);
+    return 2;
+  }
+  printf("%s: %.1f s\n", which, now() - t0);
+  return zppTestExit(which);
+}
