@@ -6,7 +6,7 @@
  *
  * NOT YET RUN ON A GPU: this path compiles in CI but no machine this was
  * written on had a GPU. The host path (zeropp_host.h) is the tested one.
- * Arguments are validated by the caller (lib/zeropp_api.c).
+ * Arguments are validated by the caller (api/zeropp_api.c).
  */
 #ifndef ZPP_ZEROPP_DEVICE_H_
 #define ZPP_ZEROPP_DEVICE_H_

@@ -2,7 +2,7 @@
  * ZeRO++ operations on host buffers as the API layer issues them: each call
  * becomes one job on the communicator's host executor (in issue order with
  * the plain collectives; blocking with stream NULL, queued with a
- * zppHostStream_t). Arguments are validated by the caller (lib/zeropp_api.c).
+ * zppHostStream_t). Arguments are validated by the caller (api/zeropp_api.c).
  */
 #ifndef ZPP_ZEROPP_HOST_H_
 #define ZPP_ZEROPP_HOST_H_

@@ -2,11 +2,11 @@
 # Small-message latency of zpp's plain collectives against OpenMPI's on this
 # machine: runs zpp-perf under mpirun several times (each run interleaves
 # ours and MPI's iterations in rounds) and prints, per row, the median over
-# the runs of ours/MPI (perf/zpp-perf-compare.py). The target of the
+# the runs of ours/MPI (perf/zpp-perf/zpp-perf-compare.py). The target of the
 # communicator issue is a latency within 1.2x of OpenMPI's: a median ratio
 # of at least 0.833, which --min-ratio checks (exit 1 below it).
 #
-#   perf/latency-vs-mpi.sh [-k RUNS] [-np RANKS] [--min-ratio R] [--out DIR] [-- ZPP-PERF ARGS]
+#   perf/zpp-perf/latency-vs-mpi.sh [-k RUNS] [-np RANKS] [--min-ratio R] [--out DIR] [-- ZPP-PERF ARGS]
 #
 # Defaults: 7 runs of 4 ranks, all-gather, all-reduce, reduce-scatter,
 # all-to-all and broadcast of float from 64 B to 4 KiB, 2000 iterations in

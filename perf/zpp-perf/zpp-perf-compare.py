@@ -13,7 +13,7 @@ With --min-ratio R the exit status is 1 when a row's median ratio is below R
 below it are marked. A missing or unreadable file, or runs without a
 baseline, exit 2.
 
-    perf/zpp-perf-compare.py [--min-ratio R] [--json OUT] RUN.json [RUN.json ...]
+    perf/zpp-perf/zpp-perf-compare.py [--min-ratio R] [--json OUT] RUN.json [RUN.json ...]
 """
 import argparse
 import json

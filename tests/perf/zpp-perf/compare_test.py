@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""perf/zpp-perf-compare.py on made-up runs: the medians over runs, the
+"""perf/zpp-perf/zpp-perf-compare.py on made-up runs: the medians over runs, the
 --min-ratio verdict and its exit status, and the errors (exit 2)."""
 import json
 import os
