@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "zpp.h"
+#include "perf/common/launch.h"
 #include "perf_check.h"
 #include "perf_device.h"
 #include "perf_math.h"
@@ -151,8 +152,12 @@ typedef struct zppPerfArgs {
   const char* jsonPath;     /* -J; the SVG goes next to it */
   const char* svgPath;      /* --svg, overrides the derived path */
   int forkRanks;            /* -N, 0 when not forking */
-  int layoutNodes, layoutPerNode; /* --layout NxL, 0 when not given */
-  int layoutCyclic;         /* --layout NxL/cyclic: rank r on node r % N */
+  /* --layout, in the launcher's forms (perf/common/launch.h: NxL, NxL/cyclic,
+   * NxL/shuffle:SEED, a,b,c, @n0,n1,...); NULL when not given. layoutNodeOf
+   * holds each of its layoutRanks ranks' node. */
+  const char* layout;
+  int layoutRanks;
+  int layoutNodeOf[ZPP_LAUNCH_MAX_RANKS];
   int quiet;
   int device;               /* --device: zpp's calls on device buffers and a CUDA stream */
   int timeoutSec;           /* --timeout: sets ZPP_TIMEOUT for the library */

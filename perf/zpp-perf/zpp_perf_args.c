@@ -119,8 +119,9 @@ void zppPerfUsage(FILE* f) {
       "  -N, --ranks N           fork N ranks on this machine\n"
       "      --device            zpp's calls on device buffers and a CUDA stream (one GPU\n"
       "                          per local rank, round robin); needs CUDA and NCCL\n"
-      "      --layout NxL[/cyclic]  N nodes of L ranks: sets ZPP_HOSTID per rank, nodes\n"
-      "                          in blocks of ranks, or taken in turn with /cyclic\n"
+      "      --layout LAYOUT     sets ZPP_HOSTID per rank: NxL (N nodes of L ranks, in\n"
+      "                          blocks), NxL/cyclic (nodes taken in turn),\n"
+      "                          NxL/shuffle:SEED, a,b,c or @n0,n1,...\n"
       "      --timeout SEC       bound on every wait (sets ZPP_TIMEOUT)\n"
       "  -h, --help, -V, --version\n"
       "\n"
@@ -434,13 +435,12 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
         a->forkRanks = (int)v;
         break;
       case OPT_LAYOUT: {
-        int nodes = 0, per = 0, used = 0;
-        if (sscanf(optarg, "%dx%d%n", &nodes, &per, &used) != 2 || nodes < 1 || per < 1 ||
-            (optarg[used] != '\0' && strcmp(optarg + used, "/cyclic") != 0))
-          return zppPerfUsageError("bad layout --layout %s (want NODESxRANKS[/cyclic], e.g. 2x2)", optarg);
-        a->layoutNodes = nodes;
-        a->layoutPerNode = per;
-        a->layoutCyclic = optarg[used] != '\0';
+        int n = zppLaunchParseLayout(optarg, a->layoutNodeOf, ZPP_LAUNCH_MAX_RANKS);
+        if (n < 1)
+          return zppPerfUsageError("bad layout --layout %s (want NxL, NxL/cyclic, NxL/shuffle:SEED, "
+                                   "a,b,c or @n0,n1,...; e.g. 2x2)", optarg);
+        a->layout = optarg;
+        a->layoutRanks = n;
         break;
       }
       case OPT_BASELINE:
@@ -497,7 +497,7 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
   if (a->nRedops == 0) a->redops[a->nRedops++] = zppSum;
   if ((rc = zppPerfBuildTasks(a, &tt)) != 0) return rc;
 
-  if (a->layoutNodes > 0 && a->forkRanks > 0 && a->layoutNodes * a->layoutPerNode != a->forkRanks)
+  if (a->layout != NULL && a->forkRanks > 0 && a->layoutRanks != a->forkRanks)
     return zppPerfUsageError("--layout does not multiply out to -N %s", "");
   if (a->forkRanks > 0 && a->root >= a->forkRanks) return zppPerfUsageError("-r is not a rank of -N%s", "");
   if (a->baseline == ZPP_PERF_BASELINE_MPI) {

@@ -21,10 +21,9 @@
 #define ZPP_PERF_LAUNCH_DEADLINE_SEC 2.0e6
 
 void zppPerfApplyLayout(const zppPerfArgs_t* a, int rank) {
-  if (a->layoutNodes <= 0) return;
+  if (a->layout == NULL || rank >= a->layoutRanks) return; /* a count mismatch is reported later */
   char host[32];
-  snprintf(host, sizeof host, "node%d",
-           a->layoutCyclic ? rank % a->layoutNodes : rank / a->layoutPerNode);
+  snprintf(host, sizeof host, "node%d", a->layoutNodeOf[rank]);
   setenv("ZPP_HOSTID", host, 1);
 }
 
@@ -80,15 +79,10 @@ int zppPerfForkRun(const zppPerfArgs_t* a) {
     fprintf(stderr, "zpp-perf: -N %d: at most %d ranks on one machine\n", n, ZPP_LAUNCH_MAX_RANKS);
     return ZPP_PERF_EXIT_USAGE;
   }
-  char layout[32];
   int status[ZPP_LAUNCH_MAX_RANKS];
   zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
   o.nranks = n;
-  if (a->layoutNodes > 0) {
-    snprintf(layout, sizeof layout, "%dx%d%s", a->layoutNodes, a->layoutPerNode,
-             a->layoutCyclic ? "/cyclic" : "");
-    o.layout = layout;
-  }
+  o.layout = a->layout;
   o.timeoutSec = ZPP_PERF_LAUNCH_DEADLINE_SEC;
   o.statusOut = status;
   o.quiet = 1; /* our own report below: a wrong result is not a crash */

@@ -560,10 +560,10 @@ int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
       return ZPP_PERF_EXIT_USAGE;
     }
   }
-  if (a->layoutNodes > 0 && a->layoutNodes * a->layoutPerNode != env->nranks) {
+  if (a->layout != NULL && a->layoutRanks != env->nranks) {
     if (env->rank == 0)
-      fprintf(stderr, "zpp-perf: --layout %dx%d does not match the %d ranks\n", a->layoutNodes,
-              a->layoutPerNode, env->nranks);
+      fprintf(stderr, "zpp-perf: --layout %s has %d ranks, not the %d ranks\n", a->layout,
+              a->layoutRanks, env->nranks);
     return ZPP_PERF_EXIT_USAGE;
   }
   long nSizes = zppPerfSizeSeq(a->minBytes, a->maxBytes, a->stepBytes, a->stepFactor, NULL, 0);
