@@ -39,10 +39,10 @@ int zppPerfDeviceOpen(zppComm_t comm, int localRank, void** stream, char* err, s
   }
   if (fewest < 1) {
     if (ndev < 1)
-      snprintf(err, errLen, "--device needs a CUDA GPU and none was found (%s)",
+      snprintf(err, errLen, "needs a CUDA GPU and none was found (%s)",
                e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
     else
-      snprintf(err, errLen, "--device: another rank has no CUDA GPU");
+      snprintf(err, errLen, "another rank has no CUDA GPU");
     (void)cudaGetLastError();
     return -1;
   }

@@ -285,7 +285,7 @@ void zhRunTest(const zhTestMsg_t* m, zhProgress_t* prog, zhResultMsg_t* res, uin
     if ((r = zppCommTopology(comm, &topo)) != zppSuccess)
       zhFailCall(res, comm, "zppCommTopology", r);
     else if (zppPerfDeviceOpen(comm, topo.localRank, &b.stream, err, sizeof err) != 0)
-      zhFail(res, "%s", err);
+      zhFail(res, "--device: %s", err);
   }
   size_t bytes = (size_t)m->bytes;
   if (res->status == 0 && m->calibrate) bytes = zhCalibrate(m, comm, &b, prog, res, deadline);

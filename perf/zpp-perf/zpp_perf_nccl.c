@@ -43,45 +43,32 @@ static zppResult_t zppPerfNcclFail(int rank, const char* what, ncclResult_t r) {
 
 zppResult_t zppPerfNcclInit(const zppPerfEnv_t* env, const zppPerfArgs_t* a) {
   (void)a;
-  /* cudaGetDeviceCount leaves its output unset on failure (error 35 here). */
-  int ndev = 0;
-  cudaError_t e = cudaGetDeviceCount(&ndev);
-  if (e != cudaSuccess) ndev = 0;
-  /* Every rank must agree before any of them starts NCCL. */
-  double mine = ndev, fewest = 0;
-  zppResult_t res = zppAllReduce(&mine, &fewest, 1, zppFloat64, zppMin, env->comm, NULL);
-  if (res != zppSuccess) {
-    zppPerfLibError(env, "agreeing on GPUs (allreduce)", res);
-    return res;
-  }
-  if (fewest < 1) {
-    if (ndev < 1)
-      fprintf(stderr, "zpp-perf: rank %d: --baseline nccl needs a CUDA GPU and none was found (%s)\n",
-              env->rank, e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
+  /* Every rank must agree on having a GPU before any of them starts NCCL. */
+  char err[256];
+  void* stream = NULL;
+  if (zppPerfDeviceOpen(env->comm, env->topo.localRank, &stream, err, sizeof err) != 0) {
+    fprintf(stderr, "zpp-perf: rank %d: --baseline nccl: %s\n", env->rank, err);
     return zppInvalidUsage;
   }
-  if ((e = cudaSetDevice(env->topo.localRank % ndev)) != cudaSuccess)
-    return zppPerfCudaFail(env->rank, "cudaSetDevice", e);
+  zppPerfNcclStream = (cudaStream_t)stream;
   ncclUniqueId uid;
   memset(&uid, 0, sizeof uid);
   ncclResult_t nr;
   if (env->rank == 0 && (nr = ncclGetUniqueId(&uid)) != ncclSuccess)
     return zppPerfNcclFail(env->rank, "ncclGetUniqueId", nr);
-  res = zppBroadcast(&uid, &uid, sizeof uid, zppUint8, 0, env->comm, NULL);
+  zppResult_t res = zppBroadcast(&uid, &uid, sizeof uid, zppUint8, 0, env->comm, NULL);
   if (res != zppSuccess) {
     zppPerfLibError(env, "sending the NCCL id (broadcast)", res);
     return res;
   }
   if ((nr = ncclCommInitRank(&zppPerfNccl, env->nranks, uid, env->rank)) != ncclSuccess)
     return zppPerfNcclFail(env->rank, "ncclCommInitRank", nr);
-  if ((e = cudaStreamCreate(&zppPerfNcclStream)) != cudaSuccess)
-    return zppPerfCudaFail(env->rank, "cudaStreamCreate", e);
   return zppSuccess;
 }
 
 void zppPerfNcclFinalize(void) {
   if (zppPerfNccl != NULL) ncclCommDestroy(zppPerfNccl);
-  if (zppPerfNcclStream != NULL) cudaStreamDestroy(zppPerfNcclStream);
+  zppPerfDeviceClose(zppPerfNcclStream);
   cudaFree(zppPerfDevSend);
   cudaFree(zppPerfDevRecv);
   zppPerfNccl = NULL;

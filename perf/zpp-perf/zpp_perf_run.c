@@ -407,7 +407,7 @@ static void* zppPerfAlloc(size_t count, zppDataType_t dtype) {
 zppResult_t zppPerfDeviceInit(const zppPerfEnv_t* env, void** stream) {
   char err[256];
   if (zppPerfDeviceOpen(env->comm, env->topo.localRank, stream, err, sizeof err) == 0) return zppSuccess;
-  fprintf(stderr, "zpp-perf: rank %d: %s\n", env->rank, err);
+  fprintf(stderr, "zpp-perf: rank %d: --device: %s\n", env->rank, err);
   return zppInvalidUsage;
 }
 
