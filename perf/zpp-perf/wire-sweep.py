@@ -79,6 +79,8 @@ def run_point(args, rate, layout, dtype, sizes, json_path):
         cmd += ["--tbf-burst", args.burst]
     if args.queue:
         cmd += ["--tbf-latency", args.queue]
+    if args.host_queue:
+        cmd += ["--host-queue", args.host_queue]
     ops = modes_for(layout, args.modes)
     cmd += ["--", args.zpp_perf, "-q", "-t", ",".join(o for o, _ in ops),
             "-m", ",".join(sorted({m for _, ms in ops for m in ms})), "-d", dtype,
@@ -185,7 +187,8 @@ def main():
     ap.add_argument("--layouts", default="2x2,4x1,2x1", help="NxL, comma separated")
     ap.add_argument("--modes", default="plain,qwz,qgz")
     ap.add_argument("--burst", help="tbf burst of every link, e.g. 64k (emucluster's default: 2 ms of the rate)")
-    ap.add_argument("--queue", help="tbf queue as its latency, e.g. 1ms (default 5ms): shallow switch buffers")
+    ap.add_argument("--queue", help="the switch ports' queue as its latency, e.g. 1ms (default 5ms): shallow switch buffers")
+    ap.add_argument("--host-queue", help="the nodes' own queue in packets (default 1000), or 'switch' (as --queue)")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--check", action="store_true", help="check every result (slower)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per emulated run")

@@ -172,6 +172,9 @@ def case_usage(script, _):
         (["-n", "0"], "1..200 nodes"),
         (["--link-down", "1"], "NODE@SECONDS"),
         (["--subnet", "10.300.0"], "--subnet"),
+        (["--host-queue", "0"], "--host-queue"),
+        (["--host-queue", "deep"], "--host-queue"),
+        (["--tbf-latency", "5"], "--tbf-latency"),
         (["--bogus"], "unknown option"),
     ]
     for args, msg in bad:
@@ -270,6 +273,46 @@ def case_node_rate(script, _):
         fast = rep["links"][0]["egress_bps"]
         check(slow < fast / 3, "node 2 (%.0f) is not clearly slower than node 0 (%.0f)" % (slow, fast))
     run.assert_clean()
+
+
+def tbf_options(ns, dev):
+    out = subprocess.run(["tc", "-j", "-n", ns, "qdisc", "show", "dev", dev], capture_output=True,
+                         text=True, check=True).stdout
+    q = [x for x in json.loads(out) if x.get("kind") == "tbf"]
+    check(len(q) == 1, "%s %s: no tbf qdisc (%s)" % (ns, dev, out.strip()))
+    return q[0]["options"] if q else {}
+
+
+def case_queues(script, _):
+    """The two sides of a link get their own queue: the hub's (the switch
+    port) --tbf-latency, the node's (the host's NIC queue) --host-queue
+    packets of 1514 bytes, or the switch port's with 'switch'. tc reports a
+    tbf queue as the wait it allows: (limit - burst) / rate."""
+    need_netns()
+    rate = 200_000_000
+    burst = 50_000  # 2 ms of 200 Mbit/s
+    cases = [([], 1000 * 1514, 5000), (["--host-queue", "100", "--tbf-latency", "1ms"], 100 * 1514, 1000),
+             (["--host-queue", "switch"], None, 5000)]
+    for extra, host_limit, switch_us in cases:
+        prefix = "zppq%d" % os.getpid()
+        run = Run(script, ["-n", "2", "-r", "200mbit", "--no-check-rate", "--keep", "--prefix", prefix]
+                  + extra, cmd=["true"])
+        run.prefix = prefix
+        try:
+            check(run.rc == 0, "%s: exit %d" % (extra, run.rc))
+            for k in range(2):
+                host = tbf_options("%s-n%d" % (prefix, k), "veth0")
+                hub = tbf_options("%s-hub" % prefix, "node%d" % k)
+                want_host = switch_us if host_limit is None else (host_limit - burst) / (rate / 8) * 1e6
+                log("%s node %d: host queue %s us (want %.0f), switch %s us (want %d)"
+                    % (extra, k, host.get("lat"), want_host, hub.get("lat"), switch_us))
+                check(abs(host.get("lat", -1) - want_host) <= 0.01 * want_host + 1,
+                      "%s: node %d's own queue %s us, want %.0f" % (extra, k, host.get("lat"), want_host))
+                check(hub.get("lat") == switch_us,
+                      "%s: node %d's switch port queue %s us, want %d" % (extra, k, hub.get("lat"), switch_us))
+        finally:
+            subprocess.run([script, "--cleanup", "--prefix", prefix], capture_output=True)
+        run.assert_clean()
 
 
 def case_env(script, _):
