@@ -5,9 +5,9 @@
  * must start anyway, and soon, and the root must not spin.
  *
  *   test_rendezvous_jam root IDLE SLOW GARBAGE [NOFILE]
- *       the root (in this process) gets IDLE silent, SLOW trickling and
- *       GARBAGE connections before 4 ranks join; NOFILE > 0 lowers this
- *       process's open-file limit to that first (the root runs here).
+ *       the root (in a process of its own) gets IDLE silent, SLOW
+ *       trickling and GARBAGE connections before 4 ranks join; NOFILE > 0
+ *       lowers the root process's open-file limit to that first.
  *   test_rendezvous_jam ring PER_LISTENER [TIMES]
  *       PER_LISTENER silent connections to every rank's ring listener while
  *       the last rank is late; TIMES jobs in a row (1): the hang that the
