@@ -29,13 +29,17 @@ zppResult_t zppCollPipelineParams(size_t* chunkBytes, int* depth);
 typedef struct {
   void* buf[ZPP_SCRATCH_POOL_SLOTS];
   size_t bytes[ZPP_SCRATCH_POOL_SLOTS];
+  size_t used[ZPP_SCRATCH_POOL_SLOTS];    /* the largest request since the last trim */
+  int smallCalls[ZPP_SCRATCH_POOL_SLOTS]; /* calls in a row that needed under a quarter */
 } zppScratchPool_t;
 
 /* Matches zppCollCtx_t's scratch callback (owner = the pool); NULL when out
  * of memory or the slot is out of range. */
 void* zppScratchPoolGet(void* pool, int slot, size_t bytes);
-/* Gives back slots above 64 MiB, so that a one-off huge call does not pin
- * its buffers for the communicator's life. */
+/* Called after every call: gives a slot back once ZPP_SCRATCH_TRIM_CALLS
+ * calls in a row needed under a quarter of it, so that a one-off huge call
+ * does not pin its buffers for the communicator's life, while a loop of
+ * large calls keeps them. */
 void zppScratchPoolTrim(zppScratchPool_t* pool);
 void zppScratchPoolFree(zppScratchPool_t* pool);
 

@@ -61,6 +61,7 @@ foreach(case net noshm stream)
 endforeach()
 
 zpp_test(test_reduce_ops SOURCES test_reduce_ops.c LABELS "comm" TIMEOUT 60)
+zpp_test(test_scratch_pool SOURCES test_scratch_pool.c LABELS "comm" TIMEOUT 30)
 
 # The adaptive busy-poll window: its rules, and two ranks sharing a core.
 zpp_test_executable(test_busy_poll SOURCES test_busy_poll.c LIBS zpp_coll_testlib zpp_launch)
