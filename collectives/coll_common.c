@@ -41,12 +41,10 @@ zppResult_t zppCollPipelineParams(size_t* chunkBytes, int* depth) {
   return zppSuccess;
 }
 
-/* Giving back and faulting in a large buffer costs every call that needs
- * it again: freeing the 134 MB of a 256 MiB qwZ on 4 ranks after each call
- * cost it 4-5% at 1 Gbit/s (0.87-0.90 of the wire against 0.91-0.93 kept).
- * A slot goes back only after this many calls in a row needed under a
- * quarter of it (the device scratch's rule, lib/transport/nccl.c). */
-#define ZPP_SCRATCH_TRIM_CALLS 64
+/* Why not free large slots after every call: giving back and faulting in a
+ * large buffer costs every call that needs it again. Freeing the 134 MB of a
+ * 256 MiB qwZ on 4 ranks after each call cost it 4-5% at 1 Gbit/s (0.87-0.90
+ * of the wire against 0.92-0.93 kept). */
 
 void* zppScratchPoolGet(void* owner, int slot, size_t bytes) {
   zppScratchPool_t* pool = owner;
@@ -62,17 +60,14 @@ void* zppScratchPoolGet(void* owner, int slot, size_t bytes) {
 
 void zppScratchPoolTrim(zppScratchPool_t* pool) {
   for (int i = 0; i < ZPP_SCRATCH_POOL_SLOTS; i++) {
-    size_t used = pool->used[i];
+    size_t used = pool->used[i], keep;
     pool->used[i] = 0;
-    if (pool->buf[i] == NULL || used >= pool->bytes[i] / 4) {
-      pool->smallCalls[i] = 0;
-      continue;
-    }
-    if (++pool->smallCalls[i] >= ZPP_SCRATCH_TRIM_CALLS) {
+    if (pool->buf[i] == NULL) {
+      pool->trim[i] = (zppTrimRule_t){0};
+    } else if (zppTrimAfterUse(&pool->trim[i], pool->bytes[i], used, &keep)) {
       free(pool->buf[i]);
       pool->buf[i] = NULL;
       pool->bytes[i] = 0;
-      pool->smallCalls[i] = 0;
     }
   }
 }

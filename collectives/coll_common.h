@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "zpp.h"
+#include "lib/core/trim.h"
 #include "topology/topo.h"
 
 /* Ranks in ring order, node by node (a ring visits each node once, so each
@@ -29,17 +30,16 @@ zppResult_t zppCollPipelineParams(size_t* chunkBytes, int* depth);
 typedef struct {
   void* buf[ZPP_SCRATCH_POOL_SLOTS];
   size_t bytes[ZPP_SCRATCH_POOL_SLOTS];
-  size_t used[ZPP_SCRATCH_POOL_SLOTS];    /* the largest request since the last trim */
-  int smallCalls[ZPP_SCRATCH_POOL_SLOTS]; /* calls in a row that needed under a quarter */
+  size_t used[ZPP_SCRATCH_POOL_SLOTS]; /* the largest request since the last trim */
+  zppTrimRule_t trim[ZPP_SCRATCH_POOL_SLOTS];
 } zppScratchPool_t;
 
 /* Matches zppCollCtx_t's scratch callback (owner = the pool); NULL when out
  * of memory or the slot is out of range. */
 void* zppScratchPoolGet(void* pool, int slot, size_t bytes);
-/* Called after every call: gives a slot back once ZPP_SCRATCH_TRIM_CALLS
- * calls in a row needed under a quarter of it, so that a one-off huge call
- * does not pin its buffers for the communicator's life, while a loop of
- * large calls keeps them. */
+/* Called after every call: gives a slot back by lib/core/trim.h's rule
+ * (64 calls in a row that needed under a quarter of it). The slot is freed,
+ * not shrunk: the next call that needs it allocates its own size. */
 void zppScratchPoolTrim(zppScratchPool_t* pool);
 void zppScratchPoolFree(zppScratchPool_t* pool);
 

@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "lib/comm.h"
+#include "lib/core/trim.h"
 
 struct zppNccl {
   struct zppComm* comm;
@@ -19,8 +20,7 @@ struct zppNccl {
   zppNcclWork_t work;
   void* scratch;
   size_t scratchBytes;
-  int smallCalls;     /* calls in a row that needed under a quarter of the scratch */
-  size_t smallMax;    /* the largest of them */
+  zppTrimRule_t trim; /* when the scratch goes back (lib/core/trim.h) */
 };
 
 /* Our result codes and data types are NCCL's, value for value. */
@@ -219,24 +219,10 @@ zppResult_t zppNcclScratch(zppNccl_t* n, size_t bytes, void** out) {
   if (!n->haveWork) ZPP_FAIL(zppInternalError, CUDA, "zppNcclScratch before zppNcclGetWork");
   cudaStream_t k = (cudaStream_t)n->work.kernels;
   if (bytes == 0) bytes = 16;
-  size_t want = n->scratchBytes;
-  if (bytes > n->scratchBytes) {
-    want = bytes;
-    n->smallCalls = 0;
-    n->smallMax = 0;
-  } else if (bytes < n->scratchBytes / 4) {
-    if (bytes > n->smallMax) n->smallMax = bytes;
-    /* A one-off large call should not pin its memory for the rest of the
-     * job, nor should alternating sizes make every call reallocate. */
-    if (++n->smallCalls >= ZPP_NCCL_TRIM_CALLS) {
-      want = n->smallMax;
-      n->smallCalls = 0;
-      n->smallMax = 0;
-    }
-  } else {
-    n->smallCalls = 0;
-    n->smallMax = 0;
-  }
+  size_t want = n->scratchBytes, keep = 0;
+  if (bytes > n->scratchBytes) want = bytes;
+  /* Trimmed to the largest recent need, never below this call's. */
+  if (zppTrimAfterUse(&n->trim, n->scratchBytes, bytes, &keep)) want = keep;
   if (want != n->scratchBytes || n->scratch == NULL) {
     if (n->scratch) CUDAWORK(cudaFreeAsync(n->scratch, k));
     n->scratch = NULL;

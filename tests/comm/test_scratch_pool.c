@@ -1,7 +1,7 @@
 /*
  * The host collectives' scratch pool (collectives/coll_common.c) keeps its
  * buffers across calls and gives a slot back only after
- * ZPP_SCRATCH_TRIM_CALLS (64) calls in a row needed under a quarter of it.
+ * ZPP_TRIM_CALLS (64, lib/core/trim.h) calls in a row needed under a quarter of it.
  * Freeing large buffers after every call made each call fault them in again
  * (qwZ at 256 MiB on 4 ranks lost 4-5% of its wire speed to it).
  */
@@ -11,7 +11,7 @@
 #include "collectives/coll_common.h"
 #include "testutil.h"
 
-enum { TRIM_CALLS = 64 };
+enum { TRIM_CALLS = ZPP_TRIM_CALLS };
 
 /* One "call": the requests it makes, then the trim that follows every call. */
 static void call(zppScratchPool_t* p, int slot, size_t bytes) {
