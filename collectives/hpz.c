@@ -132,7 +132,7 @@ zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type,
     ZPPCHECKGOTO(zppEnvGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunkBytes), res, fail);
     zppCollCtx_t probe = {.chunkBytes = chunkBytes > 0 ? (size_t)chunkBytes : 1};
     ZPPCHECKGOTO(zppCollQwzLayout(count, type, bits, p->block,
-                              zppZeroppChunkElems(&probe, type, p->block), &p->layout),
+                              zppZeroppChunkElems(&probe, type, p->block, 1), &p->layout),
                  res, fail);
     p->shardBytes = p->layout.shardPacked;
   } else {

@@ -223,7 +223,9 @@ zppResult_t zppCollQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a) {
   zppP2pReq_t** reqs = NULL;
   ZPP_CALLOCGOTO(g.inter, (size_t)g.N, res, out);
   for (int n = 0; n < g.N; n++) g.inter[n] = topo->nodeRanks[n][g.lr];
-  ZPPCHECKGOTO(planChunks(&g, zppZeroppChunkElems(c, a->type, a->block)), res, out);
+  /* The inter-node all-to-all sends to N - 1 nodes at once: they share the
+   * chunk (zppZeroppChunkElems). */
+  ZPPCHECKGOTO(planChunks(&g, zppZeroppChunkElems(c, a->type, a->block, g.N - 1)), res, out);
   if (g.nChunks == 0) goto out;
 
   ZPP_CALLOCGOTO(reqs, (size_t)NSLOTS * 2 * (size_t)(g.L + g.N), res, out);

@@ -39,9 +39,21 @@ zppResult_t zppZeroppEnd(zppCollCtx_t* c, zppResult_t res, int agreed);
  * worker is progressed). */
 void zppZeroppProgress(const zppCollCtx_t* c);
 /* Elements per pipeline chunk for a type and block: ZPP_PIPELINE_CHUNK_BYTES
- * of input, rounded down to whole blocks (at least one block), so that
- * chunked quantization is the same as quantizing the whole buffer. */
-size_t zppZeroppChunkElems(const zppCollCtx_t* c, zppDataType_t type, int block);
+ * of input shared among `fanIn` flows, rounded down to whole blocks (at least
+ * one block), so that chunked quantization is the same as quantizing the
+ * whole buffer.
+ *
+ * fanIn: how many peers send into one node's link at once, each with a
+ * chunk's message per pipeline slot (qwZ's ring: 1; qgZ's inter-node
+ * all-to-all: nodes - 1). Splitting the chunk among them keeps the bytes in
+ * flight towards one switch port near one chunk's worth whatever the node
+ * count: on 4x1 at 100 Mbit/s with a 5 ms switch queue, whole 256 KiB chunks
+ * to three peers at once lost 4% of their packets there and ran qgZ at
+ * 0.84-0.90 of its wire; split, at 0.93-0.95 (docs/zeropp.md). Never below
+ * ZPP_ZEROPP_MIN_SPLIT_CHUNK bytes (unless the pipeline chunk itself is):
+ * many nodes would otherwise cut messages down to their per-message cost. */
+#define ZPP_ZEROPP_MIN_SPLIT_CHUNK 16384
+size_t zppZeroppChunkElems(const zppCollCtx_t* c, zppDataType_t type, int block, int fanIn);
 /* The transport's mismatch formatter (a zppSigFormatter_t) for plain and
  * ZeRO++ signatures alike. */
 void zppZeroppDescribeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t len);

@@ -150,8 +150,11 @@ void zppZeroppProgress(const zppCollCtx_t* c) {
   if (c->p2p) (void)zppP2pPoll(c->p2p);
 }
 
-size_t zppZeroppChunkElems(const zppCollCtx_t* c, zppDataType_t type, int block) {
-  size_t e = c->chunkBytes / zppTypeSize(type);
+size_t zppZeroppChunkElems(const zppCollCtx_t* c, zppDataType_t type, int block, int fanIn) {
+  size_t bytes = c->chunkBytes / (size_t)(fanIn > 1 ? fanIn : 1);
+  if (bytes < ZPP_ZEROPP_MIN_SPLIT_CHUNK)
+    bytes = c->chunkBytes < ZPP_ZEROPP_MIN_SPLIT_CHUNK ? c->chunkBytes : ZPP_ZEROPP_MIN_SPLIT_CHUNK;
+  size_t e = bytes / zppTypeSize(type);
   e -= e % (size_t)block;
   return e < (size_t)block ? (size_t)block : e;
 }
@@ -165,7 +168,7 @@ static zppResult_t qwzJob(struct zppComm* comm, void* arg) {
   ZPPCHECK(zppZeroppBegin(comm, a->kind, a->type, -1, vals, 3, &c));
   zppQwzLayout_t l;
   zppResult_t res =
-      zppCollQwzLayout(a->count, a->type, a->bits, a->block, zppZeroppChunkElems(&c, a->type, a->block), &l);
+      zppCollQwzLayout(a->count, a->type, a->bits, a->block, zppZeroppChunkElems(&c, a->type, a->block, 1), &l);
   if (res == zppSuccess) {
     void* packed = zppCollScratch(&c, ZPP_ZSCRATCH_PACKED, (size_t)c.nranks * l.shardPacked);
     if (packed == NULL) {
