@@ -14,6 +14,11 @@ node sends the same share, so the busiest link carries wire_bytes_inter / N
 each way. Layouts without inter-node bytes (1xL) have no wire limit; their
 rows show the time only.
 
+One emulated run can be slow by chance (a TCP timeout costs 200 ms, 5-25% of
+a point at these rates): --repeats K runs every point K times and reports the
+median time, with the range of the K ratios beside it, so that a single bad
+run neither hides nor invents a shortfall.
+
 Writes a table, DIR/wire-sweep.json (every point, with the command that
 measured it) and DIR/wire-sweep.svg (the ratio against size, one line per
 mode, layout, type and rate). Docs: docs/zpp-perf.md, "Wire sweep".
@@ -27,6 +32,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -115,19 +121,45 @@ def points_of(doc, rate_text, layout, cmd, links):
     return out
 
 
+def merge_repeats(runs):
+    """Points of K identical runs -> one point each: the median time (and the
+    ratio from it), the K times and the range of their ratios."""
+    groups = {}
+    for pts in runs:
+        for p in pts:
+            key = (p["rate"], p["layout"], p["op"], p["mode"], p["dtype"], p["bytes"])
+            groups.setdefault(key, []).append(p)
+    out = []
+    for same in groups.values():
+        m = dict(same[0])
+        times = [p["time_us"] for p in same]
+        m["time_us"] = statistics.median(times)
+        m["times_us"] = times
+        m["wrong"] = sum(p["wrong"] for p in same)
+        m["commands"] = [p["command"] for p in same]
+        wire = m["wire_time_us"]
+        ratios = [wire / t for t in times if wire > 0 and t > 0]
+        m["ratio"] = wire / m["time_us"] if wire > 0 and m["time_us"] > 0 else None
+        m["ratio_min"] = min(ratios) if ratios else None
+        m["ratio_max"] = max(ratios) if ratios else None
+        out.append(m)
+    return out
+
+
 def svg(points, path, title):
-    """The ratio against size (log), one polyline per series."""
+    """The ratio against size (log), one polyline per series; with repeats, a
+    bar from the lowest to the highest run's ratio at each point."""
     series = {}
     for p in points:
         if p["ratio"] is None:
             continue
         key = (p["op"], p["mode"], p["layout"], p["dtype"], p["rate"])
-        series.setdefault(key, []).append((p["bytes"], p["ratio"]))
+        series.setdefault(key, []).append((p["bytes"], p["ratio"], p.get("ratio_min"), p.get("ratio_max")))
     W, H, L, R, T, B = 1000, max(560, 90 + 16 * len(series)), 70, 330, 50, 60
     pw, ph = W - L - R, H - T - B
-    sizes = [b for s in series.values() for b, _ in s] or [1 << 20]
+    sizes = [b for s in series.values() for b, *_ in s] or [1 << 20]
     x0, x1 = math.log2(min(sizes)) - 0.5, math.log2(max(sizes)) + 0.5
-    ymax = max([1.1] + [r for s in series.values() for _, r in s])
+    ymax = max([1.1] + [max(r, hi or 0) for s in series.values() for _, r, _, hi in s])
 
     def px(b):
         return L + (math.log2(b) - x0) / (x1 - x0) * pw
@@ -164,10 +196,15 @@ def svg(points, path, title):
         pts.sort()
         d = "" if key[1] != "plain" else ' stroke-dasharray="6,4"'
         out.append(f'<polyline fill="none" stroke="{c}" stroke-width="2"{d} points="'
-                   + " ".join(f"{px(b):.1f},{py(r):.1f}" for b, r in pts) + '"/>')
-        for b, r in pts:
+                   + " ".join(f"{px(b):.1f},{py(r):.1f}" for b, r, *_ in pts) + '"/>')
+        for b, r, lo, hi in pts:
+            span = ""
+            if lo is not None and hi is not None:
+                span = f" (runs {lo:.3f}-{hi:.3f})"
+                out.append(f'<line x1="{px(b):.1f}" y1="{py(lo):.1f}" x2="{px(b):.1f}" y2="{py(hi):.1f}" '
+                           f'stroke="{c}" stroke-width="1.5"/>')
             out.append(f'<circle cx="{px(b):.1f}" cy="{py(r):.1f}" r="3" fill="{c}">'
-                       f'<title>{b} B: {r:.3f}</title></circle>')
+                       f'<title>{b} B: {r:.3f}{span}</title></circle>')
         out.append(f'<line x1="{L + pw + 12}" y1="{ly}" x2="{L + pw + 36}" y2="{ly}" stroke="{c}" '
                    f'stroke-width="2"{d}/>')
         out.append(f'<text x="{L + pw + 42}" y="{ly + 4}">{" ".join(key)}</text>')
@@ -190,6 +227,9 @@ def main():
     ap.add_argument("--queue", help="the switch ports' queue as its latency, e.g. 1ms (default 5ms): shallow switch buffers")
     ap.add_argument("--host-queue", help="the nodes' own queue in packets (default 1000), or 'switch' (as --queue)")
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="emulated runs per point: the median time counts, the ratios' range is shown"
+                    " (default %(default)s)")
     ap.add_argument("--check", action="store_true", help="check every result (slower)")
     ap.add_argument("--timeout", type=int, default=1800, help="seconds per emulated run")
     ap.add_argument("--zpp-perf", default=os.path.join(ROOT, "build", "bin", "zpp-perf"))
@@ -201,6 +241,8 @@ def main():
     for r in rates:
         parse_rate(r)
     layouts = [parse_layout(t) for t in args.layouts.split(",")]
+    if args.repeats < 1:
+        ap.error("--repeats wants 1 or more")
     os.makedirs(args.out, exist_ok=True)
     if os.geteuid() != 0:
         print("wire-sweep: the emulated cluster needs root (network namespaces, tc)", file=sys.stderr)
@@ -210,28 +252,34 @@ def main():
     for rate in rates:
         for layout in layouts:
             for dtype in args.dtypes.split(","):
-                tag = f"{rate}-{layout[0]}x{layout[1]}-{dtype}"
-                path = os.path.join(args.out, f"run-{tag}.json")
-                doc, cmd = run_point(args, rate, layout, dtype, (lo, hi), path)
-                if doc is None:
-                    continue
-                links = None
-                try:
-                    with open(path[:-5] + "-links.json") as f:
-                        links = json.load(f)
-                except OSError:
-                    pass
-                points += points_of(doc, rate, layout, cmd, links)
+                runs = []
+                for k in range(args.repeats):
+                    tag = f"{rate}-{layout[0]}x{layout[1]}-{dtype}" + (f"-{k + 1}" if args.repeats > 1 else "")
+                    path = os.path.join(args.out, f"run-{tag}.json")
+                    doc, cmd = run_point(args, rate, layout, dtype, (lo, hi), path)
+                    if doc is None:
+                        continue
+                    links = None
+                    try:
+                        with open(path[:-5] + "-links.json") as f:
+                            links = json.load(f)
+                    except OSError:
+                        pass
+                    runs.append(points_of(doc, rate, layout, cmd, links))
+                points += merge_repeats(runs) if args.repeats > 1 else [p for r in runs for p in r]
 
     print(f"{'rate':>8} {'layout':>6} {'op':>13} {'mode':>5} {'dtype':>8} {'bytes':>10} "
-          f"{'time ms':>9} {'wire ms':>9} {'ratio':>6}")
+          f"{'time ms':>9} {'wire ms':>9} {'ratio':>6}" + (f" {'range':>11}" if args.repeats > 1 else ""))
     for p in points:
         ratio = f"{p['ratio']:.3f}" if p["ratio"] is not None else "-"
+        span = ""
+        if args.repeats > 1:
+            span = f" {p['ratio_min']:.3f}-{p['ratio_max']:.3f}" if p["ratio"] is not None else f" {'-':>11}"
         print(f"{p['rate']:>8} {p['layout']:>6} {p['op']:>13} {p['mode']:>5} {p['dtype']:>8} "
-              f"{p['bytes']:>10} {p['time_us'] / 1e3:9.2f} {p['wire_time_us'] / 1e3:9.2f} {ratio:>6}")
+              f"{p['bytes']:>10} {p['time_us'] / 1e3:9.2f} {p['wire_time_us'] / 1e3:9.2f} {ratio:>6}{span}")
     bad = [p for p in points if p["wrong"]]
     doc = {"tool": "wire-sweep", "burst": args.burst, "queue": args.queue, "iters": args.iters,
-           "points": points}
+           "repeats": args.repeats, "points": points}
     with open(os.path.join(args.out, "wire-sweep.json"), "w") as f:
         json.dump(doc, f, indent=1)
     svg(points, os.path.join(args.out, "wire-sweep.svg"),

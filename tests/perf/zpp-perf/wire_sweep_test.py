@@ -6,7 +6,9 @@ zpp's own byte counters and the link rate. A call cannot beat its wire: a
 ratio above 1 (plus the link's burst allowance) means the bytes or the
 busiest link are miscounted. Under load the ratio only falls, so the check
 holds on a busy machine. Also: every mode that applies has its point, the
-one-node layout has no wire limit, and the picture is written.
+one-node layout has no wire limit, and the picture is written. Run with
+--repeats 2: each point carries both runs' times, its time is their median and
+its ratio lies within the two runs' ratios.
 
   wire_sweep_test.py SWEEP ZPP_PERF OUTDIR
 """
@@ -24,7 +26,7 @@ def main():
     # 8 MiB at 500 Mbit/s: each node sends 2-4 MiB, the default burst
     # (2 ms of the rate, 125 kB) is at most 6% of it.
     cmd = [sys.executable, sweep, "--rates", "500mbit", "--sizes", "8M:8M", "--dtypes", "bfloat16",
-           "--layouts", "2x1,1x2", "--iters", "2", "--check", "--timeout", "240",
+           "--layouts", "2x1,1x2", "--iters", "2", "--repeats", "2", "--check", "--timeout", "240",
            "--zpp-perf", zpp_perf, "--out", out]
     res = subprocess.run(cmd)
     if res.returncode == 77:
@@ -43,6 +45,9 @@ def main():
         fails.append(f"points {sorted(got)}, want {sorted(want)}")
     for p in pts:
         tag = f"{p['layout']} {p['op']} {p['mode']}"
+        times = p.get("times_us") or []
+        if len(times) != 2 or p["time_us"] != (times[0] + times[1]) / 2:
+            fails.append(f"{tag}: times {times}, time {p['time_us']}: want two runs and their median")
         if p["layout"] == "1x2":
             if p["ratio"] is not None or p["wire_time_us"] != 0:
                 fails.append(f"{tag}: one node has no wire limit, got ratio {p['ratio']}")
@@ -50,6 +55,8 @@ def main():
         if p["ratio"] is None or not 0 < p["ratio"] <= 1.07:
             fails.append(f"{tag}: ratio {p['ratio']} (wire {p['wire_time_us']:.0f} us, "
                          f"time {p['time_us']:.0f} us): outside (0, 1.07]")
+        elif not p["ratio_min"] <= p["ratio"] <= p["ratio_max"]:
+            fails.append(f"{tag}: ratio {p['ratio']} outside its runs' {p['ratio_min']}-{p['ratio_max']}")
         print(f"wire_sweep_test: {tag}: {p['ratio']:.3f} of the wire limit")
     if not os.path.getsize(os.path.join(out, "wire-sweep.svg")):
         fails.append("empty wire-sweep.svg")
