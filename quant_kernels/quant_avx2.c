@@ -63,22 +63,6 @@ ZPP_AVX2_INLINE void avx2Store8(void* out, zppDataType_t dtype, size_t i, __m256
   }
 }
 
-/* One element, scalar, for the tails. */
-ZPP_AVX2_INLINE float avx2LoadOne(const void* in, zppDataType_t dtype, size_t i) {
-  if (dtype == zppFloat32) return ((const float*)in)[i];
-  uint16_t h = ((const uint16_t*)in)[i];
-  return dtype == zppFloat16 ? zppHalfToFloat(h) : zppF32FromBits((uint32_t)h << 16);
-}
-
-ZPP_AVX2_INLINE void avx2StoreOne(void* out, zppDataType_t dtype, size_t i, float y) {
-  if (dtype == zppFloat32)
-    ((float*)out)[i] = y;
-  else if (dtype == zppFloat16)
-    ((uint16_t*)out)[i] = zppFloatToHalf(y);
-  else
-    ((uint16_t*)out)[i] = zppFloatToBf16(y);
-}
-
 ZPP_AVX2_INLINE uint32_t avx2HmaxU32(__m256i v) {
   __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
@@ -251,12 +235,10 @@ ZPP_AVX2_INLINE void avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t 
       _mm_storeu_si128((__m128i*)(d + i / 2), _mm256_castsi256_si128(p));
     }
   }
-  if (i < len) {
-    /* Only a segment's last, short block gets here. */
-    float tmp[32];
-    for (size_t k = i; k < len; k++) tmp[k - i] = avx2LoadOne(x, dtype, k);
-    zppQuantEncodeSpanRef(tmp, 0, len - i, bp, bits, data, base + i);
-  }
+  /* Only a segment's last, short block gets here. */
+  if (i < len)
+    zppQuantEncodeDtypeRef((const uint8_t*)x + i * (dtype == zppFloat32 ? 4 : 2), dtype, len - i, bp,
+                           bits, data, base + i);
 }
 
 /* Scales and data of a block whose parameters are known. */
@@ -267,13 +249,8 @@ ZPP_AVX2_INLINE void avx2EncodeWithParams(const void* x, zppDataType_t dtype, si
     memset(data + (bits == 8 ? base : base / 2), 0, zppQuantDataBytes(len, bits));
   } else if (bp->p != 1.0f) {
     /* max |x| < 2^-64: the x * 2^64 step of the reference. Such blocks are
-     * rare enough to take the scalar path, 32 elements at a time. */
-    for (size_t i = 0; i < len; i += 32) {
-      float tmp[32];
-      size_t n = len - i < 32 ? len - i : 32;
-      for (size_t k = 0; k < n; k++) tmp[k] = avx2LoadOne(x, dtype, i + k);
-      zppQuantEncodeSpanRef(tmp, 0, n, bp, bits, data, base + i);
-    }
+     * rare enough to take the scalar path. */
+    zppQuantEncodeDtypeRef(x, dtype, len, bp, bits, data, base);
   } else {
     avx2EncodeBlock(x, dtype, len, bits, bp, data, base, pf);
   }
@@ -538,7 +515,7 @@ ZPP_AVX2_INLINE void avx2DequantizeT(const uint8_t* packed, size_t count, int bi
       /* A NaN scale decodes to the output type's canonical NaN. */
       const __m256 vnan = _mm256_castsi256_ps(_mm256_set1_epi32((int)ZPP_QUANT_NAN_BITS));
       for (; i + 8 <= hi; i += 8) avx2Store8(out, dtype, i, vnan);
-      for (; i < hi; i++) avx2StoreOne(out, dtype, i, zppF32FromBits(ZPP_QUANT_NAN_BITS));
+      for (; i < hi; i++) zppQuantStoreOne(out, dtype, i, zppF32FromBits(ZPP_QUANT_NAN_BITS));
       continue;
     }
     if (bits == 4 && dtype != zppFloat32) {
@@ -552,7 +529,7 @@ ZPP_AVX2_INLINE void avx2DequantizeT(const uint8_t* packed, size_t count, int bi
         avx2StoreDecoded16(out, dtype, i + 16, _mm256_mul_ps(q.v2, vs), _mm256_mul_ps(q.v3, vs));
       }
     }
-    for (; i < hi; i++) avx2StoreOne(out, dtype, i, (float)zppQuantGetQ(data, bits, i) * s);
+    for (; i < hi; i++) zppQuantStoreOne(out, dtype, i, (float)zppQuantGetQ(data, bits, i) * s);
   }
 }
 
@@ -595,18 +572,18 @@ ZPP_AVX2_INLINE void avx2Finish(const float* buf, size_t len, float divisor, voi
   if (divisor == 1.0f) {
     /* x / 1 == x exactly: skip the division. */
     for (; i + 8 <= len; i += 8) avx2Store8(out, dtype, c0 + i, _mm256_loadu_ps(buf + i));
-    for (; i < len; i++) avx2StoreOne(out, dtype, c0 + i, buf[i]);
+    for (; i < len; i++) zppQuantStoreOne(out, dtype, c0 + i, buf[i]);
   } else if ((db & 0x007fffffu) == 0 && (db & 0x7f800000u) != 0) {
     /* A power of two (a world size of 8, 64, ...): 1 / divisor is exact, so
      * x * (1 / divisor) is the same real number as x / divisor, rounded
      * once the same way: identical, and far cheaper than a division. */
     const __m256 vr = _mm256_set1_ps(1.0f / divisor);
     for (; i + 8 <= len; i += 8) avx2Store8(out, dtype, c0 + i, _mm256_mul_ps(_mm256_loadu_ps(buf + i), vr));
-    for (; i < len; i++) avx2StoreOne(out, dtype, c0 + i, buf[i] / divisor);
+    for (; i < len; i++) zppQuantStoreOne(out, dtype, c0 + i, buf[i] / divisor);
   } else {
     for (; i + 8 <= len; i += 8)
       avx2Store8(out, dtype, c0 + i, _mm256_div_ps(_mm256_loadu_ps(buf + i), vd));
-    for (; i < len; i++) avx2StoreOne(out, dtype, c0 + i, buf[i] / divisor);
+    for (; i < len; i++) zppQuantStoreOne(out, dtype, c0 + i, buf[i] / divisor);
   }
 }
 
@@ -686,7 +663,7 @@ static void avx2FromFloat(const float* in, size_t n, void* out, zppDataType_t dt
   } else {
     for (; i + 8 <= n; i += 8) avx2Store8(out, zppBfloat16, i, _mm256_loadu_ps(in + i));
   }
-  for (; i < n; i++) avx2StoreOne(out, dtype, i, in[i]);
+  for (; i < n; i++) zppQuantStoreOne(out, dtype, i, in[i]);
 }
 
 const zppQuantImpl_t zppQuantImplAvx2 = {

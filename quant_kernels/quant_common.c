@@ -30,30 +30,47 @@ static int cpuRunsAvx2(void) {
 }
 #endif
 
+#if defined(ZPP_QUANT_HAVE_AVX512)
+static int cpuRunsAvx512(void) {
+  /* Every extension quant_avx512.c is compiled for; libgcc's avx512 checks
+   * include the OS saving the ZMM and mask state (XGETBV). */
+  return cpuRunsAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vbmi") &&
+         __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("avx512bf16");
+}
+#endif
+
 const zppQuantImpl_t* zppQuantImplGet(const char* name) {
   if (name == NULL) return NULL;
   if (strcmp(name, "scalar") == 0) return &zppQuantImplScalar;
 #if defined(ZPP_QUANT_HAVE_AVX2)
   if (strcmp(name, "avx2") == 0 && cpuRunsAvx2()) return &zppQuantImplAvx2;
 #endif
+#if defined(ZPP_QUANT_HAVE_AVX512)
+  if (strcmp(name, "avx512") == 0 && cpuRunsAvx512()) return &zppQuantImplAvx512;
+#endif
   return NULL;
 }
 
-/* ZPP_QUANT_IMPL: auto (AVX2 when the CPU has it), avx2 or scalar. A value
- * we cannot honour is not an error the codecs could return (every codec call
- * would fail), so it is a warning at the default log level naming what is
- * used instead: never a silent fallback. */
+/* ZPP_QUANT_IMPL: auto (AVX-512 when the CPU has it, else AVX2 when it has
+ * that), avx512, avx2 or scalar. A value we cannot honour is not an error the
+ * codecs could return (every codec call would fail), so it is a warning at
+ * the default log level naming what is used instead: never a silent
+ * fallback. */
 static void implInit(void) {
   const char* want = zppEnvGetString("ZPP_QUANT_IMPL");
   const zppQuantImpl_t* avx2 = zppQuantImplGet("avx2");
-  const zppQuantImpl_t* best = avx2 ? avx2 : &zppQuantImplScalar;
+  const zppQuantImpl_t* avx512 = zppQuantImplGet("avx512");
+  const zppQuantImpl_t* best = avx512 ? avx512 : avx2 ? avx2 : &zppQuantImplScalar;
   const zppQuantImpl_t* use = best;
   if (want[0] == '\0' || strcasecmp(want, "auto") == 0) {
     use = best;
   } else if (strcasecmp(want, "scalar") == 0) {
     use = &zppQuantImplScalar;
   } else if (strcasecmp(want, "avx2") == 0) {
-    if (avx2 == NULL)
+    if (avx2 != NULL)
+      use = avx2;
+    else
       ZPP_WARN(QUANT, "ZPP_QUANT_IMPL=avx2, but %s: using the scalar codecs",
 #if defined(ZPP_QUANT_HAVE_AVX2)
                "this CPU lacks AVX2 or F16C"
@@ -61,9 +78,21 @@ static void implInit(void) {
                "this build has no AVX2 codecs (not an x86-64 compiler with -mavx2 -mf16c)"
 #endif
       );
+  } else if (strcasecmp(want, "avx512") == 0) {
+    if (avx512 != NULL)
+      use = avx512;
+    else
+      ZPP_WARN(QUANT, "ZPP_QUANT_IMPL=avx512, but %s: using %s",
+#if defined(ZPP_QUANT_HAVE_AVX512)
+               "this CPU lacks one of AVX-512 F/BW/VL/VBMI/VBMI2/BF16, AVX2, F16C",
+#else
+               "this build has no AVX-512 codecs (not an x86-64 compiler with -mavx512vbmi2 "
+               "-mavx512bf16)",
+#endif
+               best->name);
   } else {
-    ZPP_WARN(QUANT, "ZPP_QUANT_IMPL='%s' is not one of auto, avx2, scalar: using auto (%s)", want,
-             best->name);
+    ZPP_WARN(QUANT, "ZPP_QUANT_IMPL='%s' is not one of auto, avx512, avx2, scalar: using auto (%s)",
+             want, best->name);
   }
   ZPP_INFO(QUANT, "CPU codecs: %s", use->name);
   atomic_store(&activeImpl, use);
@@ -76,8 +105,9 @@ const zppQuantImpl_t* zppQuantImplActive(void) {
 
 zppResult_t zppQuantImplSelect(const char* name) {
   pthread_once(&implOnce, implInit);
-  if (name == NULL || (strcmp(name, "scalar") != 0 && strcmp(name, "avx2") != 0))
-    ZPP_FAIL(zppInvalidArgument, QUANT, "unknown codec implementation '%s' (scalar, avx2)",
+  if (name == NULL ||
+      (strcmp(name, "scalar") != 0 && strcmp(name, "avx2") != 0 && strcmp(name, "avx512") != 0))
+    ZPP_FAIL(zppInvalidArgument, QUANT, "unknown codec implementation '%s' (scalar, avx2, avx512)",
              name ? name : "(null)");
   const zppQuantImpl_t* impl = zppQuantImplGet(name);
   if (impl == NULL)

@@ -1,14 +1,16 @@
 /*
  * Internal interface between the codec front end (quant_common.c: argument
  * checks, headers, padding, dispatch) and the CPU implementations
- * (quant_scalar.c, the reference; quant_avx2.c). Kernels receive validated
- * arguments only: pointers non-NULL where count > 0, bits 4 or 8, block a
- * power of two in [32, 4096], dtype fp32/fp16/bf16, headers already checked.
+ * (quant_scalar.c, the reference; quant_avx2.c; quant_avx512.c). Kernels
+ * receive validated arguments only: pointers non-NULL where count > 0, bits 4
+ * or 8, block a power of two in [32, 4096], dtype fp32/fp16/bf16, headers
+ * already checked.
  * They write the scales and data of a segment; the front end writes header
  * and padding.
  *
  * Tests and benchmarks reach a given implementation by name through
- * zppQuantImplGet / zppQuantImplSelect, to compare scalar against AVX2.
+ * zppQuantImplGet / zppQuantImplSelect, to compare scalar against the
+ * vector implementations.
  */
 #ifndef ZPP_QUANT_IMPL_H_
 #define ZPP_QUANT_IMPL_H_
@@ -61,9 +63,14 @@ extern const zppQuantImpl_t zppQuantImplScalar;
 #if defined(ZPP_QUANT_HAVE_AVX2)
 extern const zppQuantImpl_t zppQuantImplAvx2;
 #endif
+#if defined(ZPP_QUANT_HAVE_AVX512)
+/* fp16/bf16 quantize and dequantize with AVX-512 (F, BW, VL, VBMI, VBMI2, BF16);
+ * everything else is the AVX2 implementation's. */
+extern const zppQuantImpl_t zppQuantImplAvx512;
+#endif
 
-/* The implementation called `name` ("scalar", "avx2"), or NULL when it is
- * not built in or this CPU cannot run it. */
+/* The implementation called `name` ("scalar", "avx2", "avx512"), or NULL
+ * when it is not built in or this CPU cannot run it. */
 const zppQuantImpl_t* zppQuantImplGet(const char* name);
 
 /* Makes `name` the implementation the public functions use, overriding

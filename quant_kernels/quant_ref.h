@@ -1,11 +1,11 @@
 /*
  * The per-block and per-element arithmetic of zpp_quant.h, written once.
- * quant_scalar.c is built from these; quant_avx2.c uses them for block setup
- * and for the few elements its vector loops leave over, so that both follow
- * the exact same sequence of fp32 operations and agree bit for bit.
- * Everything here is static inline: the AVX2 file compiles this header with
- * -mavx2, and a non-static inline copy could leak AVX2 code into callers on
- * CPUs without it.
+ * quant_scalar.c is built from these; quant_avx2.c and quant_avx512.c use
+ * them for block setup and for the few elements their vector loops leave
+ * over, so that all follow the exact same sequence of fp32 operations and
+ * agree bit for bit. Everything here is static inline: the vector files
+ * compile this header with -mavx2 or -mavx512*, and a non-static inline copy
+ * could leak such code into callers on CPUs without it.
  */
 #ifndef ZPP_QUANT_REF_H_
 #define ZPP_QUANT_REF_H_
@@ -13,6 +13,7 @@
 #include <float.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "quant_kernels/quant_impl.h"
 #include "quant_kernels/zpp_half.h"
@@ -137,6 +138,56 @@ static inline void zppQuantEncodeSpanRef(const float* x, size_t lo, size_t hi,
 /* Data bytes of `len` elements starting at an even element. */
 static inline size_t zppQuantDataBytes(size_t len, int bits) {
   return bits == 8 ? len : (len + 1) / 2;
+}
+
+/* One element of dtype widened exactly, or rounded from fp32 into dtype: for
+ * the few elements a vector loop leaves over. */
+static inline float zppQuantLoadOne(const void* in, zppDataType_t dtype, size_t i) {
+  if (dtype == zppFloat32) return ((const float*)in)[i];
+  uint16_t h = ((const uint16_t*)in)[i];
+  return dtype == zppFloat16 ? zppHalfToFloat(h) : zppF32FromBits((uint32_t)h << 16);
+}
+
+static inline void zppQuantStoreOne(void* out, zppDataType_t dtype, size_t i, float y) {
+  if (dtype == zppFloat32)
+    ((float*)out)[i] = y;
+  else if (dtype == zppFloat16)
+    ((uint16_t*)out)[i] = zppFloatToHalf(y);
+  else
+    ((uint16_t*)out)[i] = zppFloatToBf16(y);
+}
+
+/* Scalar encode of x[0..len) of dtype (a block, or the rest of one, starting
+ * at element `base`, even), 32 elements at a time through fp32: the vector
+ * codes' path for blocks with max |x| < 2^-64 and for short last blocks. */
+static inline void zppQuantEncodeDtypeRef(const void* x, zppDataType_t dtype, size_t len,
+                                          const zppQuantBlockParams_t* bp, int bits, uint8_t* data,
+                                          size_t base) {
+  for (size_t i = 0; i < len; i += 32) {
+    float tmp[32];
+    size_t n = len - i < 32 ? len - i : 32;
+    for (size_t k = 0; k < n; k++) tmp[k] = zppQuantLoadOne(x, dtype, i + k);
+    zppQuantEncodeSpanRef(tmp, 0, n, bp, bits, data, base + i);
+  }
+}
+
+/* Scale and data of one block x[0..len) of dtype, element by element: the
+ * reference's block step, and the vector codes' path for a segment's last,
+ * short block. */
+static inline void zppQuantBlockRef(const void* x, zppDataType_t dtype, size_t len, int bits,
+                                    uint8_t* scales, size_t b, uint8_t* data, size_t base) {
+  uint32_t amax = 0;
+  for (size_t i = 0; i < len; i++) {
+    uint32_t m = zppF32Bits(zppQuantLoadOne(x, dtype, i)) & 0x7fffffffu;
+    if (m > amax) amax = m;
+  }
+  zppQuantBlockParams_t bp = zppQuantBlockSetup(amax, zppQuantQmax(bits));
+  zppQuantStoreScale(scales, b, bp.scale);
+  if (bp.kind != ZPP_QBLOCK_NORMAL) {
+    memset(data + (bits == 8 ? base : base / 2), 0, zppQuantDataBytes(len, bits));
+    return;
+  }
+  zppQuantEncodeDtypeRef(x, dtype, len, &bp, bits, data, base);
 }
 
 #endif /* ZPP_QUANT_REF_H_ */

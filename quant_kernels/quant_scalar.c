@@ -34,36 +34,16 @@ static void scalarFromFloat(const float* in, size_t n, void* out, zppDataType_t 
   }
 }
 
-/* One block of fp32 values x[0..len) into scale b and data starting at
- * element `base` (a block start, so even). */
-static void scalarQuantizeBlock(const float* x, size_t len, int bits, uint8_t* scales, size_t b,
-                                uint8_t* data, size_t base) {
-  uint32_t amax = 0;
-  for (size_t i = 0; i < len; i++) {
-    uint32_t m = zppF32Bits(x[i]) & 0x7fffffffu;
-    if (m > amax) amax = m;
-  }
-  zppQuantBlockParams_t bp = zppQuantBlockSetup(amax, zppQuantQmax(bits));
-  zppQuantStoreScale(scales, b, bp.scale);
-  if (bp.kind != ZPP_QBLOCK_NORMAL) {
-    memset(data + (bits == 8 ? base : base / 2), 0, zppQuantDataBytes(len, bits));
-    return;
-  }
-  zppQuantEncodeSpanRef(x, 0, len, &bp, bits, data, base);
-}
-
 static void scalarQuantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                            uint8_t* packed) {
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
   size_t esize = dtype == zppFloat32 ? 4 : 2;
-  float buf[ZPP_QUANT_MAX_BLOCK];
   size_t nb = zppQuantNumBlocks(count, block);
   for (size_t b = 0; b < nb; b++) {
     size_t lo = b * (size_t)block;
     size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
-    scalarToFloat((const uint8_t*)in + lo * esize, dtype, len, buf);
-    scalarQuantizeBlock(buf, len, bits, scales, b, data, lo);
+    zppQuantBlockRef((const uint8_t*)in + lo * esize, dtype, len, bits, scales, b, data, lo);
   }
 }
 
@@ -145,7 +125,7 @@ static void scalarReduceRequant(const uint8_t* packed, size_t stride, int n, siz
     for (int k = 0; k < n; k++)
       scalarDecodeRange(packed + (size_t)k * stride, count, bits_in, block_in, lo, hi, buf,
                         k == 0 ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD);
-    scalarQuantizeBlock(buf, hi - lo, bits_out, scales, b, data, lo);
+    zppQuantBlockRef(buf, zppFloat32, hi - lo, bits_out, scales, b, data, lo);
   }
 }
 

@@ -165,7 +165,8 @@ zppResult_t zppQuantizeReordered(const void* in, zppDataType_t dtype, size_t par
                                  size_t part_stride, int nparts, int local_size, int bits,
                                  int block, void* packed);
 
-/* The CPU implementation in use: "avx2" or "scalar" (ZPP_QUANT_IMPL, cpuid). */
+/* The CPU implementation in use: "avx512", "avx2" or "scalar" (ZPP_QUANT_IMPL,
+ * cpuid). */
 const char* zppQuantImplName(void);
 
 #ifdef __cplusplus

@@ -19,8 +19,8 @@
 // GPU benchmarks (bench_kernels_gpu.cu, same binary) can join the summary
 // with their own baseline (a device-to-device copy).
 //
-// Both CPU implementations run (avx2 where the CPU has it, and scalar):
-// filter with --benchmark_filter, e.g. '/avx2/|memcpy'.
+// Every CPU implementation runs (avx512 and avx2 where the CPU has them, and
+// scalar): filter with --benchmark_filter, e.g. '/avx512/|memcpy'.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -300,6 +300,7 @@ int main(int argc, char** argv) {
   const size_t sizes[] = {256u << 10, 4u << 20, 64u << 20};
   const zppDataType_t types[] = {zppFloat32, zppFloat16, zppBfloat16};
   std::vector<const char*> impls;
+  if (zppQuantImplGet("avx512")) impls.push_back("avx512");
   if (zppQuantImplGet("avx2")) impls.push_back("avx2");
   impls.push_back("scalar");
   for (size_t bytes : sizes)
@@ -310,9 +311,11 @@ int main(int argc, char** argv) {
     }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  std::string names;
+  for (const char* impl : impls) names += (names.empty() ? "" : " + ") + std::string(impl);
   std::printf("zpp-bench-kernels: CPU codecs %s (default %s), blocks int8 %d / int4 %d\n",
-              zppQuantImplGet("avx2") ? "avx2 + scalar" : "scalar only", zppQuantImplName(),
-              ZPP_QUANT_DEFAULT_BLOCK_INT8, ZPP_QUANT_DEFAULT_BLOCK_INT4);
+              names.c_str(), zppQuantImplName(), ZPP_QUANT_DEFAULT_BLOCK_INT8,
+              ZPP_QUANT_DEFAULT_BLOCK_INT4);
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();

@@ -5,17 +5,18 @@
 
 #include "quant_kernels/zpp_half.h"
 
-int qtImpls(const char* names[2]) {
+int qtImpls(const char* names[QT_MAX_IMPLS]) {
+  static const char* vector[] = {"avx2", "avx512"};
+  static int noted = 0;
   int n = 0;
   names[n++] = "scalar";
-  if (zppQuantImplGet("avx2") != NULL) {
-    names[n++] = "avx2";
-  } else {
-    static int noted = 0;
-    if (!noted)
-      printf("note: no AVX2+F16C on this CPU or build: scalar checks only, no avx2 comparison\n");
-    noted = 1;
+  for (size_t k = 0; k < sizeof vector / sizeof vector[0]; k++) {
+    if (zppQuantImplGet(vector[k]) != NULL)
+      names[n++] = vector[k];
+    else if (!noted)
+      printf("note: no %s codecs on this CPU or build: not compared\n", vector[k]);
   }
+  noted = 1;
   return n;
 }
 

@@ -14,9 +14,11 @@
 #include "quant_kernels/zpp_quant.h"
 #include "testutil.h"
 
-/* Implementations this machine runs: "scalar" always, "avx2" when built
- * and supported (a printed note otherwise). Returns how many. */
-int qtImpls(const char* names[2]);
+/* Implementations this machine runs: "scalar" always (first), "avx2" and
+ * "avx512" when built and supported (a printed note otherwise). Returns how
+ * many, at most QT_MAX_IMPLS. */
+#define QT_MAX_IMPLS 3
+int qtImpls(const char* names[QT_MAX_IMPLS]);
 
 /* Makes `name` the implementation behind the public functions (REQUIREs). */
 void qtUse(const char* name);

@@ -220,7 +220,7 @@ static void checkFormatsDistinct(void) {
 }
 
 int main(void) {
-  const char* impls[2];
+  const char* impls[QT_MAX_IMPLS];
   int nimpl = qtImpls(impls);
   zppTestRng_t rng;
   zppTestRngSeed(&rng, 0x5eed0001);

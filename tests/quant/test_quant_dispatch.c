@@ -1,8 +1,9 @@
 /*
  * The choice of CPU implementation: ZPP_QUANT_IMPL is read once, on first
  * use, so each setting runs in a fresh child process. auto (or unset) picks
- * AVX2 when the CPU has it; scalar always works; avx2 on a CPU without it,
- * or a value we do not know, is a warning naming what is used instead.
+ * AVX-512 when the CPU (and build) has it, else AVX2 when it has that; scalar
+ * always works; avx512 or avx2 where unavailable, or a value we do not know,
+ * is a warning naming what is used instead.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -51,16 +52,29 @@ static void runChild(const char* value, char* name, size_t nameLen, char* err, s
 
 int main(void) {
   int haveAvx2 = zppQuantImplGet("avx2") != NULL; /* does not choose anything yet */
-  const char* best = haveAvx2 ? "avx2" : "scalar";
+  int haveAvx512 = zppQuantImplGet("avx512") != NULL;
+  CHECK(!haveAvx512 || haveAvx2); /* the AVX-512 file calls the AVX2 one */
+  const char* best = haveAvx512 ? "avx512" : haveAvx2 ? "avx2" : "scalar";
   if (!haveAvx2) printf("note: no AVX2+F16C here: avx2 requests must fall back to scalar with a warning\n");
+  if (!haveAvx512)
+    printf("note: no AVX-512 codecs here: avx512 requests must fall back to %s with a warning\n", best);
   struct {
     const char* value;
     const char* want;
     int warns;
   } cases[] = {
-      {NULL, best, 0},       {"auto", best, 0},    {"AUTO", best, 0},   {"", best, 0},
-      {"scalar", "scalar", 0}, {"Scalar", "scalar", 0}, {"avx2", best, !haveAvx2},
-      {"avx512", best, 1},   {"sclar", best, 1},
+      {NULL, best, 0},
+      {"auto", best, 0},
+      {"AUTO", best, 0},
+      {"", best, 0},
+      {"scalar", "scalar", 0},
+      {"Scalar", "scalar", 0},
+      {"avx2", haveAvx2 ? "avx2" : "scalar", !haveAvx2},
+      {"AVX2", haveAvx2 ? "avx2" : "scalar", !haveAvx2},
+      {"avx512", haveAvx512 ? "avx512" : best, !haveAvx512},
+      {"Avx512", haveAvx512 ? "avx512" : best, !haveAvx512},
+      {"avx512f", best, 1},
+      {"sclar", best, 1},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     char name[64], err[4096];
@@ -76,8 +90,12 @@ int main(void) {
   CHECK(zppQuantImplSelect("scalar") == zppSuccess);
   CHECK(strcmp(zppQuantImplName(), "scalar") == 0);
   CHECK(zppQuantImplSelect("avx2") == (haveAvx2 ? zppSuccess : zppInvalidUsage));
+  CHECK(strcmp(zppQuantImplName(), haveAvx2 ? "avx2" : "scalar") == 0);
+  CHECK(zppQuantImplSelect("avx512") == (haveAvx512 ? zppSuccess : zppInvalidUsage));
   CHECK(strcmp(zppQuantImplName(), best) == 0);
   CHECK(zppQuantImplSelect("fast") == zppInvalidArgument);
+  CHECK(zppQuantImplSelect("AVX512") == zppInvalidArgument); /* names are exact here */
   CHECK(strcmp(zppQuantImplName(), best) == 0); /* a refused request changes nothing */
+  CHECK(zppQuantImplGet("avx512") == NULL || strcmp(zppQuantImplGet("avx512")->name, "avx512") == 0);
   return zppTestExit("test_quant_dispatch");
 }

@@ -286,7 +286,7 @@ static void checkInvalidArguments(void) {
 }
 
 int main(void) {
-  const char* impls[2];
+  const char* impls[QT_MAX_IMPLS];
   int nimpl = qtImpls(impls);
   checkSizes();
   for (int i = 0; i < nimpl; i++) {

@@ -19,7 +19,7 @@
 #include "quant_kernels/zpp_half.h"
 #include "quant_testlib.h"
 
-static const char* gImpls[2];
+static const char* gImpls[QT_MAX_IMPLS];
 static int gNimpl;
 static const zppDataType_t kTypes[3] = {zppFloat32, zppFloat16, zppBfloat16};
 
@@ -95,7 +95,7 @@ static int sameFloat(float a, float b) {
 
 static void checkAccumulate(const inputs_t* in, const char* what) {
   size_t count = in->count;
-  float* acc[2];
+  float* acc[QT_MAX_IMPLS];
   for (int k = 0; k < gNimpl; k++) {
     qtUse(gImpls[k]);
     acc[k] = malloc(count * sizeof(float) + 4);
@@ -133,7 +133,7 @@ static void checkSum(const inputs_t* in, const char* what) {
   for (size_t d = 0; d < sizeof divisors / sizeof divisors[0]; d++)
     for (int t = 0; t < 3; t++) {
       zppDataType_t T = kTypes[t];
-      void* out[2];
+      void* out[QT_MAX_IMPLS];
       for (int k = 0; k < gNimpl; k++) {
         qtUse(gImpls[k]);
         out[k] = malloc(count * 4 + 8);
@@ -167,7 +167,7 @@ static void checkSum(const inputs_t* in, const char* what) {
 static void checkReduceRequant(const inputs_t* in, int bitsOut, int blockOut, const char* what) {
   size_t count = in->count;
   size_t size = zppQuantPackedSize(count, bitsOut, blockOut);
-  uint8_t* out[2];
+  uint8_t* out[QT_MAX_IMPLS];
   uint8_t* composed = malloc(size);
   float* sums = malloc(count * sizeof(float) + 4);
   REQUIRE(composed && sums);

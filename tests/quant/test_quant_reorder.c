@@ -11,7 +11,7 @@
 
 #include "quant_testlib.h"
 
-static const char* gImpls[2];
+static const char* gImpls[QT_MAX_IMPLS];
 static int gNimpl;
 
 /* The order for a few shapes, written out by hand. */
@@ -60,7 +60,7 @@ static void checkShape(int W, int L, size_t partCount, size_t partStride, zppDat
   /* Tag each partition by its size so that a swapped one cannot match. */
   for (int p = 0; p < W && partCount > 0; p++) qtSet(in, dtype, (size_t)p * partStride, (float)(p + 1));
   size_t seg = zppQuantPackedSize(partCount, bits, block);
-  uint8_t* out[2];
+  uint8_t* out[QT_MAX_IMPLS];
   uint8_t* alone = malloc(seg);
   REQUIRE(alone != NULL);
   char what[128];

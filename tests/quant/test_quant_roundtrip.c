@@ -1,6 +1,7 @@
 /*
  * Round trips over every dtype, int8 and int4, every block size, the sizes
- * 0, 1, block-1, block, block+1, odd multi-block counts and 2^20+3, and data
+ * 0, 1, block-1, block, block+1, odd multi-block counts, 2^20+3 and (16-bit
+ * types, implementations against each other only) 2^22+4133, and data
  * that is normal, uniform, wide in dynamic range, and tiny (subnormal
  * scales). For each segment:
  *   - the header, and every scale and q recomputed from the spec's formulas
@@ -20,7 +21,7 @@
 #include "quant_kernels/zpp_half.h"
 #include "quant_testlib.h"
 
-static const char* gImpls[2];
+static const char* gImpls[QT_MAX_IMPLS];
 static int gNimpl;
 static const zppDataType_t kTypes[3] = {zppFloat32, zppFloat16, zppBfloat16};
 
@@ -147,8 +148,8 @@ static void checkCase(const void* in, zppDataType_t dtype, size_t count, int bit
                       int outs, const char* label) {
   char what[160];
   size_t size = zppQuantPackedSize(count, bits, block);
-  uint8_t* seg[2];
-  void* out[2][3];
+  uint8_t* seg[QT_MAX_IMPLS];
+  void* out[QT_MAX_IMPLS][3];
   for (int k = 0; k < gNimpl; k++) {
     seg[k] = malloc(size + 16);
     REQUIRE(seg[k] != NULL);
@@ -217,6 +218,55 @@ static void checkLarge(zppTestRng_t* rng) {
         for (int b = 0; b < 3; b++) checkCase(in, kTypes[t], count, bits, blocks[b], d == QT_WIDE ? OUT_BF16 : OUT_ALL, "large");
     }
   free(in);
+}
+
+/* Segments past 4M 16-bit elements: the AVX-512 quantize switches to its
+ * streaming schedule there. Every implementation's bytes and decoding must
+ * still be the reference's, with zero, non-finite and (bf16) tiny blocks
+ * among the normal ones. */
+static void checkHuge(zppTestRng_t* rng) {
+  size_t count = ((size_t)1 << 22) + 4096 + 37;
+  const int blocks[] = {32, 64, 256, 4096};
+  for (int t = 1; t < 3; t++) {
+    zppDataType_t dt = kTypes[t];
+    uint16_t* in = malloc(count * 2);
+    uint16_t* y[QT_MAX_IMPLS];
+    REQUIRE(in != NULL);
+    qtFill(in, dt, count, QT_NORMAL, rng);
+    for (int k = 0; k < 8192; k++)
+      in[(size_t)3 << 20 | (size_t)k] = (k & 1) ? 0x8000 : 0; /* zero blocks */
+    for (int k = 0; k < 4096; k++)
+      in[((size_t)1 << 22) + (size_t)k] = (k & 1) ? 0x0001 : 0x8002; /* tiny (bf16) */
+    qtSet(in, dt, 12345, NAN);
+    qtSet(in, dt, ((size_t)1 << 21) + 777, INFINITY);
+    qtSet(in, dt, count - 2, -INFINITY);
+    for (int bits = 8; bits >= 4; bits -= 4)
+      for (int bi = 0; bi < 4; bi++) {
+        size_t size = zppQuantPackedSize(count, bits, blocks[bi]);
+        uint8_t* seg[QT_MAX_IMPLS];
+        for (int k = 0; k < gNimpl; k++) {
+          seg[k] = malloc(size);
+          y[k] = malloc(count * 2);
+          REQUIRE(seg[k] != NULL && y[k] != NULL);
+          qtUse(gImpls[k]);
+          CHECK(zppQuantize(in, dt, count, bits, blocks[bi], seg[k]) == zppSuccess);
+          CHECK(zppDequantize(seg[k], count, bits, blocks[bi], y[k], dt) == zppSuccess);
+        }
+        for (int k = 1; k < gNimpl; k++) {
+          CHECK_MSG(memcmp(seg[0], seg[k], size) == 0,
+                    "huge %s int%d block %d: %s and %s packed bytes differ", qtTypeName(dt), bits,
+                    blocks[bi], gImpls[0], gImpls[k]);
+          size_t d = qtFirstDiff(y[0], y[k], dt, count);
+          CHECK_MSG(d == (size_t)-1, "huge %s int%d block %d: %s and %s decode differently at %zu",
+                    qtTypeName(dt), bits, blocks[bi], gImpls[0], gImpls[k], d);
+        }
+        for (int k = 0; k < gNimpl; k++) {
+          free(seg[k]);
+          free(y[k]);
+        }
+      }
+    free(in);
+  }
 }
 
 /* Zero blocks (+0 and -0) and blocks with Inf or NaN among normal blocks. */
@@ -352,5 +402,6 @@ int main(void) {
   checkSpecialBlocks(&rng);
   checkExtremes();
   checkLarge(&rng);
+  checkHuge(&rng);
   return zppTestExit("test_quant_roundtrip");
 }
