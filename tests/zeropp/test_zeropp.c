@@ -22,10 +22,15 @@
  *   bucket of 60 small tensors sharing chunks equals 60 separate calls.
  * SUITE config: plain zppAllGather / zppReduceScatter on a communicator whose
  *   config turns qwZ and qgZ on give what the explicit calls give.
+ * SUITE split (run with ZPP_PIPELINE_CHUNK_BYTES=SPLIT_CHUNK_BYTES): qgZ's
+ *   inter-node all-to-all shares the chunk among its N - 1 peers; its results
+ *   stay exact over many split chunks, and the bytes it sends show that the
+ *   split is in effect (each chunk is a segment with its own header).
  * Every suite runs on any placement of ranks on nodes (LAYOUT "2x2/cyclic",
  * "3x2/shuffle:1", ...): expectations follow each rank's node and local rank
  * as the topology gives them, never arithmetic on rank numbers.
- * Runs with ZPP_PIPELINE_CHUNK_BYTES=ZT_CHUNK_BYTES (set by ctest).
+ * Runs with ZPP_PIPELINE_CHUNK_BYTES=ZT_CHUNK_BYTES (set by ctest), except
+ * SUITE split.
  */
 #include <math.h>
 #include <stdio.h>
@@ -541,6 +546,35 @@ static void suiteCounters(const ctx_t* c) {
   free(recv);
 }
 
+/* The pipeline chunk SUITE split runs with: large enough that 64 KiB / (N - 1)
+ * stays above the 16 KiB floor (collectives/zeropp.h) on 3 and 4 nodes. */
+#define SPLIT_CHUNK_BYTES 65536
+
+static void suiteSplit(const ctx_t* c) {
+  /* qgZ's elements per chunk: the pipeline chunk over N - 1 peers, at least
+   * 16 KiB, whole blocks (the rule of zppZeroppChunkElems, restated). */
+  size_t bytes = c->N > 2 ? SPLIT_CHUNK_BYTES / (size_t)(c->N - 1) : SPLIT_CHUNK_BYTES;
+  if (bytes < 16384) bytes = 16384;
+  const zppDataType_t t = zppBfloat16;
+  const int bits = 4, block = ztBlock(4);
+  size_t ce = bytes / 2 - bytes / 2 % (size_t)block;
+  const size_t rc = 5 * ce + 77; /* several split chunks and a short one */
+
+  zppCommStats_t s;
+  statsDelta(c, &s);
+  testQgz(c, t, bits, zppSum, rc, 0, 0, 801);
+  statsDelta(c, &s);
+  uint64_t run = ztPackedInChunks(rc, bits, block, ce);
+  CHECK_EQ_INT(s.interNodeBytes[zppOpQgZ], (uint64_t)(c->N - 1) * run);
+  if (c->N > 2) /* the unsplit cut would send fewer headers */
+    CHECK(run != ztPackedInChunks(rc, bits, block, SPLIT_CHUNK_BYTES / 2 - SPLIT_CHUNK_BYTES / 2 % block));
+
+  testQgz(c, zppFloat32, 8, zppAvg, 3 * ce + 5, 0, 0, 802);
+  testQgz(c, t, bits, zppAvg, rc, 1, 0, 803);
+  testQgz(c, zppFloat16, 4, zppSum, rc, 0, 1, 804);
+  testCoalesced(c, t, bits);
+}
+
 /* ---- launch ---------------------------------------------------------------- */
 
 static void runSuite(zppComm_t comm, const char* suite) {
@@ -587,6 +621,7 @@ static void runSuite(zppComm_t comm, const char* suite) {
   else if (strcmp(suite, "counters") == 0) suiteCounters(&c);
   else if (strcmp(suite, "wrap") == 0) suiteWrap(&c);
   else if (strcmp(suite, "config") == 0) suiteConfig(&c);
+  else if (strcmp(suite, "split") == 0) suiteSplit(&c);
   else REQUIRE(!"unknown suite");
   if (c.rank == 0) printf("rank 0: %ld checks, %d failed\n", zppTestChecks, zppTestFailures);
   free(c.nodeOf);

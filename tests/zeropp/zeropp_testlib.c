@@ -37,11 +37,15 @@ size_t ztChunkElems(zppDataType_t t, int block) {
   return e < (size_t)block ? (size_t)block : e;
 }
 
-size_t ztQwzShardPacked(size_t count, zppDataType_t t, int bits, int block) {
-  size_t ce = ztChunkElems(t, block), total = 0;
+size_t ztPackedInChunks(size_t count, int bits, int block, size_t ce) {
+  size_t total = 0;
   for (size_t off = 0; off < count; off += ce)
     total += zppQuantPackedSize(count - off < ce ? count - off : ce, bits, block);
   return total;
+}
+
+size_t ztQwzShardPacked(size_t count, zppDataType_t t, int bits, int block) {
+  return ztPackedInChunks(count, bits, block, ztChunkElems(t, block));
 }
 
 size_t ztQgzRunBytes(size_t rc, zppDataType_t t, int bits, int block) {

@@ -27,6 +27,8 @@ int ztBlock(int bits);
 
 /* qwZ: bytes of one packed shard (chunks of ztChunkElems laid end to end). */
 size_t ztQwzShardPacked(size_t count, zppDataType_t t, int bits, int block);
+/* Bytes of count elements packed in chunks of ce elements laid end to end. */
+size_t ztPackedInChunks(size_t count, int bits, int block, size_t ce);
 /* The decoded shard every rank must hold: quantize the whole shard, decode.
  * Returns the number of elements outside the codec's bound against the
  * input (0 expected). */
