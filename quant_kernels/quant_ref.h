@@ -171,14 +171,21 @@ static inline void zppQuantEncodeDtypeRef(const void* x, zppDataType_t dtype, si
   }
 }
 
-/* Scale and data of one block x[0..len) of dtype, element by element: the
- * reference's block step, and the vector codes' path for a segment's last,
- * short block. */
+/* Scale and data of one block x[0..len) of dtype (len <= ZPP_QUANT_MAX_BLOCK),
+ * element by element: the reference's block step, and the vector codes'
+ * path for a segment's last, short block. 16-bit input is widened once, into
+ * a block of fp32 that both passes read (the scalar codecs' only copy). */
 static inline void zppQuantBlockRef(const void* x, zppDataType_t dtype, size_t len, int bits,
                                     uint8_t* scales, size_t b, uint8_t* data, size_t base) {
+  float buf[ZPP_QUANT_MAX_BLOCK];
+  const float* f = (const float*)x;
+  if (dtype != zppFloat32) {
+    for (size_t i = 0; i < len; i++) buf[i] = zppQuantLoadOne(x, dtype, i);
+    f = buf;
+  }
   uint32_t amax = 0;
   for (size_t i = 0; i < len; i++) {
-    uint32_t m = zppF32Bits(zppQuantLoadOne(x, dtype, i)) & 0x7fffffffu;
+    uint32_t m = zppF32Bits(f[i]) & 0x7fffffffu;
     if (m > amax) amax = m;
   }
   zppQuantBlockParams_t bp = zppQuantBlockSetup(amax, zppQuantQmax(bits));
@@ -187,7 +194,7 @@ static inline void zppQuantBlockRef(const void* x, zppDataType_t dtype, size_t l
     memset(data + (bits == 8 ? base : base / 2), 0, zppQuantDataBytes(len, bits));
     return;
   }
-  zppQuantEncodeDtypeRef(x, dtype, len, &bp, bits, data, base);
+  zppQuantEncodeSpanRef(f, 0, len, &bp, bits, data, base);
 }
 
 #endif /* ZPP_QUANT_REF_H_ */
