@@ -210,6 +210,7 @@ typedef struct {
   double timeUs;        /* median over iterations of the max over ranks */
   double timeUsMean;    /* mean of the same per-iteration maxima */
   double timeUsMin;
+  double timeUsSteady;  /* the slowest rank's back-to-back loop time per call */
   double algbw, busbw;  /* busbw: see zpp_perf_run.c for compressed modes */
   double effBusbw;      /* from the bytes the caller asked to move */
   double wireInter;     /* bytes sent across nodes per call, all ranks together */

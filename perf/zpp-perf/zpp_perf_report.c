@@ -249,6 +249,8 @@ static void zppPerfJsonRecord(FILE* f, const zppPerfRecord_t* r, const zppPerfRu
   zppPerfJsonNumber(f, r->timeUsMean);
   zppPerfJsonKey(f, "time_us_min", &first);
   zppPerfJsonNumber(f, r->timeUsMin);
+  zppPerfJsonKey(f, "time_us_steady", &first);
+  zppPerfJsonNumber(f, r->timeUsSteady);
   zppPerfJsonKey(f, "algbw", &first);
   zppPerfJsonNumber(f, r->algbw);
   zppPerfJsonKey(f, "busbw", &first);

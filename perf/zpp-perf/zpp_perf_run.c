@@ -26,6 +26,16 @@
  * scheduler hiccup stretched (nccl-tests prints the mean over the loop; the
  * mean is in the JSON as time_us_mean).
  *
+ * The calls run back to back, and on a ring a rank waits only for its
+ * predecessor: a rank held up in one call starts the next late, and its
+ * successor waits for it in that next call, and so on around the ring. One
+ * hiccup then stretches up to nranks consecutive per-iteration maxima (each
+ * on another rank) while the loop as a whole lost it once, and when hiccups
+ * come every few calls the median moves with them. So every rank also times
+ * its whole loop (each round from a barrier): time_us_steady, the slowest
+ * rank's loop time per call, is what a stream of calls costs, as a trainer
+ * issuing them one after the other pays it.
+ *
  * busbw: for plain modes nccl-tests' formula, and the effective busbw is the
  * same number. For compressed modes the effective busbw applies the formula
  * to the bytes the caller asked to move (the speed the trainer sees) while
@@ -273,8 +283,8 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   }
 
   times = malloc((size_t)a->iters * sizeof *times);
-  maxIn = malloc(((size_t)a->iters + 2) * sizeof *maxIn);
-  maxOut = malloc(((size_t)a->iters + 2) * sizeof *maxOut);
+  maxIn = malloc(((size_t)a->iters + 3) * sizeof *maxIn);
+  maxOut = malloc(((size_t)a->iters + 3) * sizeof *maxOut);
   if (interleave) baseTimes = malloc((size_t)a->iters * sizeof *baseTimes);
   if (times == NULL || maxIn == NULL || maxOut == NULL || (interleave && baseTimes == NULL)) {
     fprintf(stderr, "zpp-perf: rank %d: out of memory\n", env->rank);
@@ -290,16 +300,19 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   double inter = 0, intra = 0;
   int haveStats = 1;
   int done = 0;
+  double loopTime = 0; /* this rank's timed loops, end to end */
   for (int r = 0; r < rounds; r++) {
     int n = zppPerfRoundIters(a->iters, rounds, r);
-    /* Every rank done with the baseline's round, and its traffic out of the
-     * links (the barrier's messages queue behind it), before our round:
-     * else our first call waits for the baseline's slowest rank and is
-     * charged for it (a main job without it had 64 MiB qgZ at 1.9x plain
-     * instead of 3-4.7x). The baseline's rounds start with its own barrier. */
-    if (interleave && (res = zppPerfBarrier(env)) != zppSuccess) goto out;
+    /* Every rank done with the warm-up or the baseline's round, and its
+     * traffic out of the links (the barrier's messages queue behind it),
+     * before our round: else our first call waits for the slowest rank of
+     * what came before and is charged for it (a main job without it had
+     * 64 MiB qgZ at 1.9x plain instead of 3-4.7x). The baseline's rounds
+     * start with its own barrier. */
+    if ((res = zppPerfBarrier(env)) != zppSuccess) goto out;
     zppCommStats_t s0, s1;
     haveStats = haveStats && zppCommGetStats(env->comm, &s0) == zppSuccess;
+    double loopStart = zppClockNow();
     for (int i = done; i < done + n; i++) {
       zppPerfCallAt(call, i);
       double t0 = zppClockNow();
@@ -312,6 +325,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
         goto out;
       }
     }
+    loopTime += zppClockNow() - loopStart;
     haveStats = haveStats && zppCommGetStats(env->comm, &s1) == zppSuccess;
     if (haveStats) {
       double inter0, intra0, inter1, intra1;
@@ -330,10 +344,11 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   memcpy(maxIn, times, (size_t)a->iters * sizeof *times);
   maxIn[a->iters] = chk.maxError;
   maxIn[a->iters + 1] = chk.maxBound;
+  maxIn[a->iters + 2] = loopTime / a->iters;
   /* A rank without counters sends -1, which survives the sum as < 0. */
   double sumIn[4] = {(double)chk.wrong, haveStats ? inter : -1e300, haveStats ? intra : -1e300, 0.0};
   double sumOut[4];
-  if ((res = zppAllReduce(maxIn, maxOut, (size_t)a->iters + 2, zppFloat64, zppMax, env->comm,
+  if ((res = zppAllReduce(maxIn, maxOut, (size_t)a->iters + 3, zppFloat64, zppMax, env->comm,
                           NULL)) != zppSuccess ||
       (res = zppAllReduce(sumIn, sumOut, 4, zppFloat64, zppSum, env->comm, NULL)) != zppSuccess) {
     zppPerfLibError(env, "reducing the results (allreduce)", res);
@@ -344,6 +359,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   rec->timeUs = tMed * 1e6;
   rec->timeUsMin = maxOut[0] * 1e6;
   rec->timeUsMean = zppPerfMean(maxOut, (size_t)a->iters) * 1e6;
+  rec->timeUsSteady = maxOut[a->iters + 2] * 1e6;
   rec->algbw = zppPerfAlgBw(rec->counts.bytes, tMed);
   rec->effBusbw = zppPerfBusBw(call->coll, call->nranks, rec->counts.bytes, tMed);
   rec->checked = a->check;

@@ -169,6 +169,11 @@ def check_arithmetic(doc):
         per = r["ranks"] if r["op"] in ("allgather", "reducescatter", "alltoall") else 1
         check(r["count"] == r["api_count"] * per, tag + ": count != api_count * ranks")
         check(r["time_us_min"] <= r["time_us"] * (1 + 1e-9), tag + ": min time above the median")
+        # Each rank's loop time per call is its mean call time plus the loop's
+        # own few instructions, and no rank's mean exceeds the mean of the
+        # per-iteration maxima.
+        check(0 < r["time_us_steady"] <= r["time_us_mean"] * (1 + 1e-3) + 2.0,
+              "%s: steady time %r us, mean of the maxima %r us" % (tag, r["time_us_steady"], r["time_us_mean"]))
 
 
 def check_svg(path, nseries):
@@ -291,7 +296,7 @@ def test_validator(schema_path):
     rec = {"op": "allgather", "mode": "plain", "compressed": False, "dtype": "bfloat16",
            "redop": None, "root": None, "ranks": 4, "nodes": 2, "bytes": 1024, "count": 512,
            "api_count": 128, "time_us": 10.0, "time_us_mean": 11.0, "time_us_min": 9.0,
-           "algbw": 0.1024, "busbw": 0.0768, "effective_busbw": 0.0768, "wire_bytes_inter": 1536,
+           "time_us_steady": 10.5, "algbw": 0.1024, "busbw": 0.0768, "effective_busbw": 0.0768, "wire_bytes_inter": 1536,
            "wire_bytes_intra": 768, "checked": True, "max_error": 0, "bound": 0, "wrong": 0}
     header = {"tool": "zpp-perf", "version": "1.0", "zpp_version": "0.1.0", "ranks": 4, "nodes": 2,
               "layout": "2x2", "date": "2026-01-02T03:04:05Z", "host": "h", "launcher": "fork",
