@@ -3,7 +3,8 @@
 wire limit, over link rates, sizes, types, layouts and the shaped links' queue.
 
 For every point it runs zpp-perf inside an emulated cluster (perf/emucluster/emucluster.sh,
-needs root) and computes:
+needs root), one cluster per collective and mode (see sections()), and
+computes:
 
   wire time = bytes the busiest node link carries one way / link rate
   ratio     = wire time / measured time    (1.0: the call runs at its wire limit)
@@ -78,32 +79,33 @@ def parse_layout(text):
     return int(m.group(1)), int(m.group(2))
 
 
-def modes_for(layout, wanted):
-    """(op, modes) pairs that apply to a layout: qwZ beside the plain
-    all-gather, qgZ beside the plain reduce-scatter."""
-    out = []
-    ag = [m for m in ("plain", "qwz") if m in wanted]
-    rs = [m for m in ("plain", "qgz") if m in wanted]
-    if ag:
-        out.append(("allgather", ag))
-    if rs:
-        out.append(("reducescatter", rs))
-    return out
+def sections(wanted):
+    """The (op, mode) pairs swept: qwZ beside the plain all-gather, qgZ beside
+    the plain reduce-scatter. Each runs in an emulated cluster of its own
+    (fresh processes and connections): in one process, calls that follow
+    another section's long transfers stalled for 100-150 ms at a time (qwZ
+    64 MiB after plain 256 MiB all-gathers on 4x1 at 1 Gbit/s: 0.73 of the
+    wire against 0.945 alone; docs/zpp-perf.md), so a point would measure
+    what ran before it."""
+    return [(op, m) for op, modes in (("allgather", ("plain", "qwz")), ("reducescatter", ("plain", "qgz")))
+            for m in modes if m in wanted]
 
 
-def run_point(args, rate, layout, dtype, sizes, json_path):
+def run_point(args, rate, layout, dtype, sizes, section, json_path, check_rate):
+    """One section's emulated run; the links' rates are measured (iperf3,
+    into json_path's -links.json) when check_rate says so."""
     nodes, per = layout
     lo, hi = sizes
-    cmd = ["bash", EMUCLUSTER, "-q", "-n", str(nodes), "-l", str(per), "-r", rate, "--rate-json", json_path[:-5] + "-links.json", "--timeout", str(args.timeout)]
+    op, mode = section
+    cmd = ["bash", EMUCLUSTER, "-q", "-n", str(nodes), "-l", str(per), "-r", rate, "--timeout", str(args.timeout)]
+    cmd += ["--rate-json", json_path[:-5] + "-links.json"] if check_rate else ["--no-check-rate"]
     if args.burst:
         cmd += ["--tbf-burst", args.burst]
     if args.queue:
         cmd += ["--tbf-latency", args.queue]
     if args.host_queue:
         cmd += ["--host-queue", args.host_queue]
-    ops = modes_for(layout, args.modes)
-    cmd += ["--", args.zpp_perf, "-q", "-t", ",".join(o for o, _ in ops),
-            "-m", ",".join(sorted({m for _, ms in ops for m in ms})), "-d", dtype,
+    cmd += ["--", args.zpp_perf, "-q", "-t", op, "-m", mode, "-d", dtype,
             "-b", str(lo), "-e", str(hi), "-f", str(args.factor), "-n", str(args.iters),
             "-w", "1", "-c", "1" if args.check else "0", "-J", json_path]
     print("wire-sweep: " + " ".join(cmd), file=sys.stderr, flush=True)
@@ -282,20 +284,22 @@ def main():
     for rate in rates:
         for layout in layouts:
             for dtype in args.dtypes.split(","):
-                runs = []
+                runs = [[] for _ in range(args.repeats)]
                 for k in range(args.repeats):
-                    tag = f"{rate}-{layout[0]}x{layout[1]}-{dtype}" + (f"-{k + 1}" if args.repeats > 1 else "")
-                    path = os.path.join(args.out, f"run-{tag}.json")
-                    doc, cmd = run_point(args, rate, layout, dtype, (lo, hi), path)
-                    if doc is None:
-                        continue
-                    links = None
-                    try:
-                        with open(path[:-5] + "-links.json") as f:
-                            links = json.load(f)
-                    except OSError:
-                        pass
-                    runs.append(points_of(doc, rate, layout, cmd, links))
+                    links = None  # measured in the first section's run, shared by the others
+                    for i, (op, mode) in enumerate(sections(args.modes)):
+                        tag = f"{rate}-{layout[0]}x{layout[1]}-{dtype}-{op}-{mode}" + \
+                            (f"-{k + 1}" if args.repeats > 1 else "")
+                        path = os.path.join(args.out, f"run-{tag}.json")
+                        doc, cmd = run_point(args, rate, layout, dtype, (lo, hi), (op, mode), path, i == 0)
+                        if i == 0:
+                            try:
+                                with open(path[:-5] + "-links.json") as f:
+                                    links = json.load(f)
+                            except OSError:
+                                pass
+                        if doc is not None:
+                            runs[k] += points_of(doc, rate, layout, cmd, links)
                 points += merge_repeats(runs) if args.repeats > 1 else [p for r in runs for p in r]
 
     def ratio_cells(p, key):
