@@ -57,6 +57,8 @@ Cluster:
       --host-queue P      the node's own queue in front of its link, in
                           packets (default 1000, a NIC's txqueuelen), or
                           'switch': as deep as the switch port's (--tbf-latency)
+      --tcp-cc NAME       TCP congestion control in the nodes (default cubic,
+                          Linux's default; 'host': the host's, e.g. bbr)
       --subnet A.B.C      the /24 the nodes live in (default 10.213.0); node k
                           is A.B.C.(k+1), the hub A.B.C.254. Private to the run.
       --prefix NAME       namespace name prefix (default zpp<pid>)
@@ -153,6 +155,14 @@ TBF_BURST=
 # of the wire, varying from run to run; a host never drops that much.
 HOST_QUEUE_PKTS=1000
 HOST_PKT_BYTES=1514
+# TCP congestion control inside the nodes. A new namespace inherits the
+# host's default, and that default decides results: this VM's is bbr, under
+# which a call that followed long transfers stalled 100-200 ms at a time
+# (qwZ 64 MiB after 256 MiB all-gathers on 4x1 at 1 Gbit/s: one call in
+# three at 320-410 ms, 17 runs of 17); with cubic, none did (3 runs).
+# cubic, Linux's own default, unless --tcp-cc says otherwise ('host': keep
+# the host's).
+TCP_CC=cubic
 
 # --- names ------------------------------------------------------------------
 
@@ -292,6 +302,7 @@ while [[ $# -gt 0 ]]; do
     --tbf-burst) need_arg "$@"; TBF_BURST=$2; shift 2 ;;
     --tbf-latency) need_arg "$@"; TBF_LATENCY=$2; shift 2 ;;
     --host-queue) need_arg "$@"; HOST_QUEUE_PKTS=$2; shift 2 ;;
+    --tcp-cc) need_arg "$@"; TCP_CC=$2; shift 2 ;;
     --prefix) need_arg "$@"; PREFIX=$2; shift 2 ;;
     --check-rate) CHECK_RATE=1; shift ;;
     --no-check-rate) CHECK_RATE=0; shift ;;
@@ -591,6 +602,13 @@ shape() { # ns dev bps side(host|switch)
     die $EX_SETUP "tc could not shape $dev in $ns to $(fmt_rate "$bps")"
 }
 
+set_tcp_cc() { # ns
+  [[ $TCP_CC == host ]] && return 0
+  local err
+  err=$(ip netns exec "$1" sysctl -qw "net.ipv4.tcp_congestion_control=$TCP_CC" 2>&1) ||
+    die $EX_SETUP "cannot use TCP congestion control '$TCP_CC' in $1: $err (available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null); try: modprobe tcp_$TCP_CC)"
+}
+
 build_cluster() {
   local hub k ns err
   hub=$(ns_hub)
@@ -618,6 +636,7 @@ build_cluster() {
     ip -n "$ns" link set lo up
     ip -n "$ns" addr add "$(node_ip "$k")/24" dev "$NODE_IF"
     ip -n "$ns" link set "$NODE_IF" up
+    set_tcp_cc "$ns"
     # Egress of the node side shapes what the node sends, egress of the hub
     # side what it receives: a full-duplex link of that rate.
     shape "$ns" "$NODE_IF" "${NODE_BPS[k]}" host
@@ -628,7 +647,9 @@ build_cluster() {
 print_cluster() {
   ((QUIET == 0)) || return 0
   local k
-  say "$NODES nodes x $RPN ranks ($PLACEMENT), prefix $PREFIX, subnet $SUBNET.0/24, hub $SUBNET.$HUB_HOST"
+  local cc=$TCP_CC
+  [[ $cc != host ]] || cc="$(cat /proc/sys/net/ipv4/tcp_congestion_control) (the host's)"
+  say "$NODES nodes x $RPN ranks ($PLACEMENT), prefix $PREFIX, subnet $SUBNET.0/24, hub $SUBNET.$HUB_HOST, tcp $cc"
   for ((k = 0; k < NODES; k++)); do
     local r="unshaped"
     ((NODE_BPS[k] == 0)) || r=$(fmt_rate "${NODE_BPS[k]}")

@@ -315,6 +315,26 @@ def case_queues(script, _):
         run.assert_clean()
 
 
+def case_tcp_cc(script, _):
+    """The nodes' TCP congestion control: cubic unless --tcp-cc says
+    otherwise, the host's with 'host', and a clear setup error (nothing
+    left behind) for one the kernel does not have."""
+    need_netns()
+    with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+        host_cc = f.read().strip()
+    show = ["sh", "-c", "echo cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control)"]
+    for extra, want in (([], "cubic"), (["--tcp-cc", "reno"], "reno"), (["--tcp-cc", "host"], host_cc)):
+        run = Run(script, ["-q", "-n", "2", "--no-check-rate"] + extra, cmd=show)
+        got = [line.split("cc=")[1] for line in run.out.splitlines() if "cc=" in line]
+        check(run.rc == 0 and got == [want, want], "%s: exit %d, nodes say %s, want %s twice"
+              % (extra, run.rc, got, want))
+        run.assert_clean()
+    run = Run(script, ["-q", "-n", "2", "--no-check-rate", "--tcp-cc", "nosuchcc"], cmd=["true"])
+    check(run.rc != 0 and "congestion control 'nosuchcc'" in run.err,
+          "an unknown congestion control: exit %d, stderr %r" % (run.rc, run.err[-300:]))
+    run.assert_clean()
+
+
 def case_env(script, _):
     """2 nodes x 2 ranks: each rank runs in its node's namespace with the right
     environment, and MASTER_ADDR:MASTER_PORT reaches rank 0 from other nodes.
