@@ -82,11 +82,11 @@ def parse_layout(text):
 def sections(wanted):
     """The (op, mode) pairs swept: qwZ beside the plain all-gather, qgZ beside
     the plain reduce-scatter. Each runs in an emulated cluster of its own
-    (fresh processes and connections): in one process, calls that follow
-    another section's long transfers stalled for 100-150 ms at a time (qwZ
-    64 MiB after plain 256 MiB all-gathers on 4x1 at 1 Gbit/s: 0.73 of the
-    wire against 0.945 alone; docs/zpp-perf.md), so a point would measure
-    what ran before it."""
+    (fresh processes and connections), so that a point measures its own
+    collective and not the state the one before left: under bbr, calls
+    that followed another section's long transfers stalled for 100-200 ms
+    at a time (qwZ 64 MiB after plain 256 MiB all-gathers on 4x1 at
+    1 Gbit/s: 0.73 of the wire against 0.945 alone; docs/zpp-perf.md)."""
     return [(op, m) for op, modes in (("allgather", ("plain", "qwz")), ("reducescatter", ("plain", "qgz")))
             for m in modes if m in wanted]
 
