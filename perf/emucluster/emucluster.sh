@@ -604,9 +604,11 @@ shape() { # ns dev bps side(host|switch)
 
 set_tcp_cc() { # ns
   [[ $TCP_CC == host ]] && return 0
-  local err
-  err=$(ip netns exec "$1" sysctl -qw "net.ipv4.tcp_congestion_control=$TCP_CC" 2>&1) ||
-    die $EX_SETUP "cannot use TCP congestion control '$TCP_CC' in $1: $err (available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null); try: modprobe tcp_$TCP_CC)"
+  # /proc/sys/net is the writer's namespace's; no sysctl(8), which minimal
+  # Debian images lack (procps). The kernel answers an unknown name with an
+  # I/O error, which says nothing: the message names what there is instead.
+  ip netns exec "$1" sh -c 'echo "$1" > /proc/sys/net/ipv4/tcp_congestion_control' sh "$TCP_CC" 2>/dev/null ||
+    die $EX_SETUP "cannot use TCP congestion control '$TCP_CC' in $1 (available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null); try: modprobe tcp_$TCP_CC)"
 }
 
 build_cluster() {
