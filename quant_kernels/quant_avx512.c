@@ -53,27 +53,35 @@
 
 /* ---- quantize: block maxima ------------------------------------------------------- */
 
-/* Dword k of the result = the max over the 32 words of m[k] (zero-extended).
- * Each level pairs two vectors: a mask blend keeps a's lanes in one half and
- * b's in the other, one shuffle brings the two other halves opposite them,
- * and a max halves each vector's share: 15 shuffles for 16 blocks. */
-ZPP_AVX512_INLINE __m512i avx512TransposeMax16(const __m512i m[16]) {
+/* Dword k of the result = the max over all lanes of m[k]: its 32 words
+ * (zero-extended) when `words`, else its 16 dwords (unsigned). Each level
+ * pairs two vectors: a mask blend keeps a's lanes in one half and b's in the
+ * other, one shuffle brings the two other halves opposite them, and a max
+ * halves each vector's share: 15 shuffles for 16 blocks. */
+ZPP_AVX512_INLINE __m512i avx512MaxLanes(__m512i a, __m512i b, int words) {
+  return words ? _mm512_max_epu16(a, b) : _mm512_max_epu32(a, b);
+}
+
+ZPP_AVX512_INLINE __m512i avx512TransposeMax16(const __m512i m[16], int words) {
   __m512i r[8], s[4], t[2];
   for (int j = 0; j < 8; j++) /* 256-bit halves: r[j] = (block 2j, block 2j+1) */
-    r[j] = _mm512_max_epu16(_mm512_mask_blend_epi64(0xf0, m[2 * j], m[2 * j + 1]),
-                            _mm512_shuffle_i64x2(m[2 * j], m[2 * j + 1], 0x4e));
+    r[j] = avx512MaxLanes(_mm512_mask_blend_epi64(0xf0, m[2 * j], m[2 * j + 1]),
+                          _mm512_shuffle_i64x2(m[2 * j], m[2 * j + 1], 0x4e), words);
   const __m512i swap128 = _mm512_setr_epi64(2, 3, 8, 9, 6, 7, 12, 13);
   for (int j = 0; j < 4; j++) /* 128-bit lanes: blocks 4j, 4j+2, 4j+1, 4j+3 */
-    s[j] = _mm512_max_epu16(_mm512_mask_blend_epi64(0xcc, r[2 * j], r[2 * j + 1]),
-                            _mm512_permutex2var_epi64(r[2 * j], swap128, r[2 * j + 1]));
+    s[j] = avx512MaxLanes(_mm512_mask_blend_epi64(0xcc, r[2 * j], r[2 * j + 1]),
+                          _mm512_permutex2var_epi64(r[2 * j], swap128, r[2 * j + 1]), words);
   for (int j = 0; j < 2; j++) /* 64-bit */
-    t[j] = _mm512_max_epu16(_mm512_mask_blend_epi64(0xaa, s[2 * j], s[2 * j + 1]),
-                            _mm512_alignr_epi8(s[2 * j + 1], s[2 * j], 8));
-  /* 32-bit: dword i now holds block bitrev4(i) (its even and odd words) */
-  __m512i v =
-      _mm512_max_epu16(_mm512_mask_blend_epi32(0xaaaa, t[0], t[1]), _mm512_shrdi_epi64(t[0], t[1], 32));
-  v = _mm512_max_epu16(v, _mm512_srli_epi32(v, 16));
-  v = _mm512_and_si512(v, _mm512_set1_epi32(0xffff));
+    t[j] = avx512MaxLanes(_mm512_mask_blend_epi64(0xaa, s[2 * j], s[2 * j + 1]),
+                          _mm512_alignr_epi8(s[2 * j + 1], s[2 * j], 8), words);
+  /* 32-bit: dword i now holds block bitrev4(i) (for words, its even and
+   * odd words) */
+  __m512i v = avx512MaxLanes(_mm512_mask_blend_epi32(0xaaaa, t[0], t[1]),
+                             _mm512_shrdi_epi64(t[0], t[1], 32), words);
+  if (words) {
+    v = _mm512_max_epu16(v, _mm512_srli_epi32(v, 16));
+    v = _mm512_and_si512(v, _mm512_set1_epi32(0xffff));
+  }
   return _mm512_permutexvar_epi32(
       _mm512_setr_epi32(0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15), v);
 }
@@ -214,15 +222,12 @@ typedef struct {
   unsigned special;  /* blocks that are zero, non-finite or below 2^-64 */
 } avx512Group_t;
 
-/* Scales and reciprocals of up to sixteen blocks from their max vectors:
- * the transpose network, then one vector division each, the same IEEE
+/* Scales and reciprocals of up to sixteen blocks from their max |x| as fp32
+ * bits (lane k: block k), one vector division each, the same IEEE
  * operations as zppQuantBlockSetup. Stores the g scales. */
-ZPP_AVX512_INLINE void avx512GroupSetup(const __m512i m[16], zppDataType_t dtype, int Q, size_t g,
-                                        uint8_t* scales, avx512Group_t* gp) {
+ZPP_AVX512_INLINE void avx512GroupSetupBits(__m512i abits, int Q, size_t g, uint8_t* scales,
+                                            avx512Group_t* gp) {
   const __m512 vq = _mm512_set1_ps((float)Q);
-  __m512i v = avx512TransposeMax16(m);
-  __m512i abits = dtype == zppFloat16 ? _mm512_castps_si512(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)))
-                                      : _mm512_slli_epi32(v, 16);
   __m512 a = _mm512_castsi512_ps(abits);
   __mmask16 nonfinite = _mm512_cmpgt_epi32_mask(abits, _mm512_set1_epi32(0x7f7fffff));
   __mmask16 tiny = _mm512_cmplt_epi32_mask(abits, _mm512_set1_epi32((int)ZPP_QUANT_TINY_BITS));
@@ -235,6 +240,15 @@ ZPP_AVX512_INLINE void avx512GroupSetup(const __m512i m[16], zppDataType_t dtype
   _mm512_storeu_ps(gp->inv, inv);
   _mm512_storeu_si512(gp->amax, abits);
   gp->special = (unsigned)(nonfinite | tiny); /* tiny includes zero */
+}
+
+/* The same from the max vectors of sixteen 16-bit blocks (avx512Max32). */
+ZPP_AVX512_INLINE void avx512GroupSetup(const __m512i m[16], zppDataType_t dtype, int Q, size_t g,
+                                        uint8_t* scales, avx512Group_t* gp) {
+  __m512i v = avx512TransposeMax16(m, 1);
+  __m512i abits = dtype == zppFloat16 ? _mm512_castps_si512(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(v)))
+                                      : _mm512_slli_epi32(v, 16);
+  avx512GroupSetupBits(abits, Q, g, scales, gp);
 }
 
 /* The max vectors of the n blocks at x (zero beyond them). */
@@ -500,22 +514,316 @@ static void avx512Dequantize(const uint8_t* packed, size_t count, int bits, int 
   }
 }
 
+/* ---- reductions of int4 segments ------------------------------------------------- */
+
+/* qgZ's steps between and after its hops sum n int4 segments in fp32. A
+ * segment's 32 elements at i (i a multiple of 32: never across a block)
+ * are 16 bytes; vpmovzxbd puts byte j in dword j, vpermps looks the low
+ * nibble of each dword up in the block's 16 possible values q * scale
+ * (a 16-float table: exactly the products the arithmetic path computes),
+ * and after a shift the high nibble. That gives the even elements in one
+ * vector and the odd ones in another, and the sums stay in that order: an
+ * int4 output pairs exactly those (even in the low nibble), int8 and the
+ * dtype outputs interleave them with one shuffle. Per 32 elements and input
+ * that is a load, a shift, two lookups and two adds, where the AVX2 decode
+ * needs unpacking, conversion and multiplies, and the sums of a group stay
+ * in registers across all inputs instead of crossing an L1 buffer each
+ * time.
+ *
+ * The buffer of sums holds each 32-element group as its 16 even elements,
+ * then its 16 odd ones. */
+
+#define AVX512_SUM_BATCH 16 /* inputs whose tables sit in registers and L1 at once */
+
+/* q * s for the 16 nibbles (q = n for n < 8, n - 16 otherwise). For the
+ * first input of a sum, 0 + q * s: the spec's sum starts from +0, which
+ * turns a -0 product into +0; adding it here once per block is the same
+ * operation as adding it per element. */
+ZPP_AVX512_INLINE __m512 avx512TableF32(float s, int first) {
+  __m512 y = _mm512_mul_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1),
+                           _mm512_set1_ps(s));
+  return first ? _mm512_add_ps(_mm512_setzero_ps(), y) : y;
+}
+
+/* Sums over inputs [k0, k0 + kn) of the groups [c0, c1) (multiples of 32)
+ * into buf (group g at buf + 32 g, even then odd elements). k0 == 0 starts
+ * the sums, else they continue from buf. */
+ZPP_AVX512_INLINE void avx512SumGroupsBatch(const uint8_t* packed, size_t stride, int k0, int kn,
+                                            size_t count, int block, size_t c0, size_t c1,
+                                            float* buf) {
+  const int lg = zppQuantLog2(block);
+  const size_t off = zppQuantDataOffset(count, block);
+  __m512 tab[AVX512_SUM_BATCH];
+  const uint8_t* data[AVX512_SUM_BATCH];
+  for (int k = 0; k < kn; k++) data[k] = packed + (size_t)(k0 + k) * stride + off;
+  for (size_t i = c0; i < c1;) {
+    size_t b = i >> lg, end = (b + 1) << lg;
+    if (end > c1) end = c1;
+    for (int k = 0; k < kn; k++) {
+      const uint8_t* seg = packed + (size_t)(k0 + k) * stride;
+      tab[k] = avx512TableF32(zppQuantLoadScale(zppQuantScalesPtr(seg), b), k0 + k == 0);
+    }
+    for (; i < end; i += 32) {
+      float* dst = buf + (i - c0);
+      __m512 e, o;
+      int k = 0;
+      if (k0 == 0) {
+        __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(data[0] + i / 2)));
+        e = _mm512_permutexvar_ps(d, tab[0]);
+        o = _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), tab[0]);
+        k = 1;
+      } else {
+        e = _mm512_loadu_ps(dst);
+        o = _mm512_loadu_ps(dst + 16);
+      }
+      for (; k < kn; k++) {
+        __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(data[k] + i / 2)));
+        e = _mm512_add_ps(e, _mm512_permutexvar_ps(d, tab[k]));
+        o = _mm512_add_ps(o, _mm512_permutexvar_ps(_mm512_srli_epi32(d, 4), tab[k]));
+      }
+      _mm512_storeu_ps(dst, e);
+      _mm512_storeu_ps(dst + 16, o);
+    }
+  }
+}
+
+/* The spec's sums of elements [c0, c1) of n int4 segments into buf: the
+ * whole groups by table, a last partial group (only at the segment's end)
+ * element by element, spread into the group layout with zeros after it. */
+static void avx512SumInt4(const uint8_t* packed, size_t stride, int n, size_t count, int block,
+                          size_t c0, size_t c1, float* buf) {
+  size_t whole = c0 + ((c1 - c0) & ~(size_t)31);
+  for (int k0 = 0; k0 < n; k0 += AVX512_SUM_BATCH) {
+    int kn = n - k0 < AVX512_SUM_BATCH ? n - k0 : AVX512_SUM_BATCH;
+    if (block == 64) /* qgZ's default: the block walk with a constant */
+      avx512SumGroupsBatch(packed, stride, k0, kn, count, 64, c0, whole, buf);
+    else
+      avx512SumGroupsBatch(packed, stride, k0, kn, count, block, c0, whole, buf);
+  }
+  if (whole == c1) return;
+  float tail[32] = {0};
+  for (int k = 0; k < n; k++) {
+    const uint8_t* seg = packed + (size_t)k * stride;
+    float s = zppQuantLoadScale(zppQuantScalesPtr(seg), whole / (size_t)block);
+    zppQuantDecodeSpanRef(seg + zppQuantDataOffset(count, block), 4, whole, c1, s, tail,
+                          k == 0 ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD);
+  }
+  float* g = buf + (whole - c0);
+  for (size_t j = 0; j < 16; j++) {
+    g[j] = tail[2 * j];
+    g[16 + j] = tail[2 * j + 1];
+  }
+}
+
+/* len elements of the group layout at buf back into element order. */
+static void avx512Interleave(const float* buf, size_t len, float* out) {
+  for (size_t i = 0; i < len; i++) out[i] = buf[(i & ~(size_t)31) + ((i & 31) >> 1) + 16 * (i & 1)];
+}
+
+/* The block max vector (magnitude bits, unsigned) of len elements at buf. */
+ZPP_AVX512_INLINE __m512i avx512SumBlockMax(const float* buf, size_t len) {
+  const __m512i mag = _mm512_set1_epi32(0x7fffffff);
+  __m512i m0 = _mm512_setzero_si512(), m1 = m0;
+  for (size_t i = 0; i < len; i += 32) {
+    m0 = _mm512_max_epu32(m0, _mm512_and_si512(_mm512_loadu_si512(buf + i), mag));
+    m1 = _mm512_max_epu32(m1, _mm512_and_si512(_mm512_loadu_si512(buf + i + 16), mag));
+  }
+  return _mm512_max_epu32(m0, m1);
+}
+
+/* One block of sums (group layout, len a multiple of 32) encoded into d, its
+ * first data byte: x * inv rounded by vcvtps2dq, as avx512EncodeBlock. */
+ZPP_AVX512_INLINE void avx512SumEncodeBlock(const float* buf, size_t len, int bits, float inv,
+                                            uint8_t* d) {
+  const __m512 vinv = _mm512_set1_ps(inv);
+  size_t i = 0;
+  avx512Q32_t q[2];
+  if (bits == 8) {
+    for (; i < len; i += 32) {
+      q[0].a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i), vinv));
+      q[0].b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i + 16), vinv));
+      _mm256_storeu_si256((__m256i*)(d + i), avx512Int8x32(q[0], zppBfloat16));
+    }
+    return;
+  }
+  for (; i + 64 <= len; i += 64) {
+    for (int h = 0; h < 2; h++) {
+      q[h].a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i + 32 * h), vinv));
+      q[h].b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i + 32 * h + 16), vinv));
+    }
+    __m512i n0 = avx512Int4x32(q[0], zppBfloat16), n1 = avx512Int4x32(q[1], zppBfloat16);
+    _mm256_storeu_si256((__m256i*)(d + i / 2),
+                        _mm512_castsi512_si256(_mm512_permutex2var_epi8(n0, avx512IdxLowBytes(), n1)));
+  }
+  if (i < len) { /* a block of 32 */
+    q[0].a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i), vinv));
+    q[0].b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i + 16), vinv));
+    _mm_storeu_si128((__m128i*)(d + i / 2),
+                     _mm512_castsi512_si128(
+                         _mm512_permutexvar_epi8(avx512IdxLowBytes(), avx512Int4x32(q[0], zppBfloat16))));
+  }
+}
+
+/* Quantizes the sums of elements [c0, c1) (buf in group layout; c0 a
+ * multiple of the output block) into blocks c0 / block on: whole blocks
+ * sixteen at a time (their maxima through the transpose network, one
+ * division for the scales and one for the reciprocals), blocks with a zero,
+ * non-finite or tiny max and a short last block through the reference. */
+ZPP_AVX512_INLINE void avx512RequantSums(const float* buf, size_t c0, size_t c1, int bits, int block,
+                                         uint8_t* scales, uint8_t* data) {
+  const size_t bs = (size_t)block, full = (c1 - c0) / bs, b0 = c0 / bs;
+  const int Q = zppQuantQmax(bits);
+  float nat[ZPP_QUANT_MAX_BLOCK];
+  for (size_t g0 = 0; g0 < full; g0 += 16) {
+    size_t g = full - g0 < 16 ? full - g0 : 16;
+    __m512i m[16];
+    for (size_t k = 0; k < 16; k++)
+      m[k] = k < g ? avx512SumBlockMax(buf + (g0 + k) * bs, bs) : _mm512_setzero_si512();
+    avx512Group_t gp;
+    avx512GroupSetupBits(avx512TransposeMax16(m, 0), Q, g, scales + 4 * (b0 + g0), &gp);
+    for (size_t k = 0; k < g; k++) {
+      size_t b = b0 + g0 + k, base = b * bs;
+      const float* x = buf + (g0 + k) * bs;
+      if ((gp.special >> k) & 1u) {
+        avx512Interleave(x, bs, nat);
+        zppQuantBlockRef(nat, zppFloat32, bs, bits, scales, b, data, base);
+      } else {
+        avx512SumEncodeBlock(x, bs, bits, gp.inv[k], data + (bits == 8 ? base : base / 2));
+      }
+    }
+  }
+  size_t lo = c0 + full * bs;
+  if (lo < c1) {
+    avx512Interleave(buf + (lo - c0), c1 - lo, nat);
+    zppQuantBlockRef(nat, zppFloat32, c1 - lo, bits, scales, lo / bs, data, lo);
+  }
+}
+
+static void avx512ReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
+                                int block_in, int bits_out, int block_out, uint8_t* packed_out) {
+  if (bits_in == 8) {
+    zppQuantImplAvx2.reduceRequant(packed, stride, n, count, bits_in, block_in, bits_out, block_out,
+                                   packed_out);
+    return;
+  }
+  /* Chunks of whole output blocks: the sums of one stay in L1 between the
+   * two passes of the requantization. */
+  uint8_t* scales = packed_out + ZPP_QUANT_HEADER_BYTES;
+  uint8_t* data = packed_out + zppQuantDataOffset(count, block_out);
+  size_t chunk = (size_t)block_out > ZPP_QUANT_CHUNK ? (size_t)block_out : ZPP_QUANT_CHUNK;
+  float buf[ZPP_QUANT_CHUNK > ZPP_QUANT_MAX_BLOCK ? ZPP_QUANT_CHUNK : ZPP_QUANT_MAX_BLOCK];
+  for (size_t c0 = 0; c0 < count; c0 += chunk) {
+    size_t c1 = count - c0 < chunk ? count : c0 + chunk;
+    avx512SumInt4(packed, stride, n, count, block_in, c0, c1, buf);
+    if (bits_out == 8)
+      avx512RequantSums(buf, c0, c1, 8, block_out, scales, data);
+    else
+      avx512RequantSums(buf, c0, c1, 4, block_out, scales, data);
+  }
+}
+
+/* Sums of a group divided as zppDequantizeSum does: not at all for a
+ * divisor of 1 (x / 1 is x), by the reciprocal for a power of two (exact,
+ * so the product is the same correctly rounded quotient), else dividing. */
+typedef enum { AVX512_DIV_NONE, AVX512_DIV_RECIP, AVX512_DIV_TRUE } avx512DivKind_t;
+
+ZPP_AVX512_INLINE __m512 avx512Divide(__m512 x, avx512DivKind_t kind, __m512 v) {
+  if (kind == AVX512_DIV_NONE) return x;
+  return kind == AVX512_DIV_RECIP ? _mm512_mul_ps(x, v) : _mm512_div_ps(x, v);
+}
+
+/* fp32 -> bf16 with zppFloatToBf16's NaN case, the result in the high word. */
+ZPP_AVX512_INLINE __m512i avx512Bf16RoundHighNan(__m512 y) {
+  __m512i u = _mm512_castps_si512(y);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                          _mm512_set1_epi32(0x7f800000));
+  return _mm512_mask_or_epi32(avx512Bf16RoundHigh(y), nan, u, _mm512_set1_epi32(0x00400000));
+}
+
+/* A group's quotients (even elements e, odd o) stored in element order as
+ * dtype at out + i. */
+ZPP_AVX512_INLINE void avx512StoreGroup(__m512 e, __m512 o, void* out, zppDataType_t dtype, size_t i) {
+  if (dtype == zppFloat32) {
+    float* f = (float*)out + i;
+    _mm512_storeu_ps(f, _mm512_permutex2var_ps(e, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5,
+                                                                   21, 6, 22, 7, 23), o));
+    _mm512_storeu_ps(f + 16, _mm512_permutex2var_ps(e, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12,
+                                                                        28, 13, 29, 14, 30, 15, 31), o));
+    return;
+  }
+  __m512i a, b, idx;
+  if (dtype == zppFloat16) {
+    a = _mm512_castsi256_si512(_mm512_cvtps_ph(e, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    b = _mm512_castsi256_si512(_mm512_cvtps_ph(o, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    idx = _mm512_set_epi32(0x002f000f, 0x002e000e, 0x002d000d, 0x002c000c, 0x002b000b, 0x002a000a,
+                           0x00290009, 0x00280008, 0x00270007, 0x00260006, 0x00250005, 0x00240004,
+                           0x00230003, 0x00220002, 0x00210001, 0x00200000); /* words j, 32 + j */
+  } else {
+    a = avx512Bf16RoundHighNan(e);
+    b = avx512Bf16RoundHighNan(o);
+    idx = _mm512_set_epi32(0x003f001f, 0x003d001d, 0x003b001b, 0x00390019, 0x00370017, 0x00350015,
+                           0x00330013, 0x00310011, 0x002f000f, 0x002d000d, 0x002b000b, 0x00290009,
+                           0x00270007, 0x00250005, 0x00230003, 0x00210001); /* high words */
+  }
+  _mm512_storeu_si512((uint16_t*)out + i, _mm512_permutex2var_epi16(a, idx, b));
+}
+
+ZPP_AVX512_INLINE void avx512SumT(const uint8_t* packed, size_t stride, int n, size_t count, int block,
+                                  float divisor, void* out, zppDataType_t dtype, avx512DivKind_t kind) {
+  const __m512 v = _mm512_set1_ps(kind == AVX512_DIV_RECIP ? 1.0f / divisor : divisor);
+  float buf[ZPP_QUANT_CHUNK];
+  for (size_t c0 = 0; c0 < count; c0 += ZPP_QUANT_CHUNK) {
+    size_t c1 = count - c0 < ZPP_QUANT_CHUNK ? count : c0 + ZPP_QUANT_CHUNK;
+    avx512SumInt4(packed, stride, n, count, block, c0, c1, buf);
+    size_t i = c0;
+    for (; i + 32 <= c1; i += 32) {
+      const float* g = buf + (i - c0);
+      avx512StoreGroup(avx512Divide(_mm512_loadu_ps(g), kind, v),
+                       avx512Divide(_mm512_loadu_ps(g + 16), kind, v), out, dtype, i);
+    }
+    if (i < c1) {
+      float nat[32];
+      avx512Interleave(buf + (i - c0), c1 - i, nat);
+      for (size_t j = 0; j < c1 - i; j++)
+        zppQuantStoreOne(out, dtype, i + j, kind == AVX512_DIV_NONE ? nat[j] : nat[j] / divisor);
+    }
+  }
+}
+
+static void avx512Sum(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
+                      float divisor, void* out, zppDataType_t dtype) {
+  if (bits == 8) {
+    zppQuantImplAvx2.sum(packed, stride, n, count, bits, block, divisor, out, dtype);
+    return;
+  }
+  uint32_t db = zppF32Bits(divisor);
+  avx512DivKind_t kind = divisor == 1.0f                                            ? AVX512_DIV_NONE
+                         : (db & 0x007fffffu) == 0 && (db & 0x7f800000u) != 0 ? AVX512_DIV_RECIP
+                                                                                    : AVX512_DIV_TRUE;
+  /* dtype and divisor kind as constants: one loop each */
+#define ZPP_AVX512_SUM_DT(dt)                                                         \
+  do {                                                                                \
+    if (kind == AVX512_DIV_NONE)                                                      \
+      avx512SumT(packed, stride, n, count, block, divisor, out, dt, AVX512_DIV_NONE);  \
+    else if (kind == AVX512_DIV_RECIP)                                                \
+      avx512SumT(packed, stride, n, count, block, divisor, out, dt, AVX512_DIV_RECIP); \
+    else                                                                              \
+      avx512SumT(packed, stride, n, count, block, divisor, out, dt, AVX512_DIV_TRUE);  \
+  } while (0)
+  if (dtype == zppFloat32)
+    ZPP_AVX512_SUM_DT(zppFloat32);
+  else if (dtype == zppFloat16)
+    ZPP_AVX512_SUM_DT(zppFloat16);
+  else
+    ZPP_AVX512_SUM_DT(zppBfloat16);
+#undef ZPP_AVX512_SUM_DT
+}
+
 /* ---- the rest: the AVX2 functions ------------------------------------------------ */
 
 static void avx512Accumulate(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
                              int block, float* acc, int accumulate) {
   zppQuantImplAvx2.accumulate(packed, stride, n, count, bits, block, acc, accumulate);
-}
-
-static void avx512Sum(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
-                      float divisor, void* out, zppDataType_t dtype) {
-  zppQuantImplAvx2.sum(packed, stride, n, count, bits, block, divisor, out, dtype);
-}
-
-static void avx512ReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
-                                int block_in, int bits_out, int block_out, uint8_t* packed_out) {
-  zppQuantImplAvx2.reduceRequant(packed, stride, n, count, bits_in, block_in, bits_out, block_out,
-                                 packed_out);
 }
 
 static void avx512ToFloat(const void* in, zppDataType_t dtype, size_t n, float* out) {

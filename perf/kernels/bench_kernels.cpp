@@ -8,6 +8,7 @@
 //                                                 kernel's output; its packed input is
 //                                                 packed_bytes_per_second)
 //   reduce_requant/<impl>/int4x<n>/<size>         the n packed inputs it reads
+//   dequantize_sum/<impl>/int4x<n>/<size>         the same
 //   memcpy/<bytes>                                memcpy of exactly that many bytes
 // so that quantize and dequantize of one tensor compare with a memcpy of that
 // tensor, and the fused reduce with a memcpy of what it receives.
@@ -192,16 +193,19 @@ void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes
   })->UseRealTime();
 }
 
-// qgZ's fused step between the hops: n int4 inputs of count elements (a bf16
-// gradient of `bytes` per input) summed and requantized to int4.
-void RegisterReduce(const char* impl, int n, size_t bytes) {
+// qgZ's CPU steps over n int4 inputs of count elements each (a bf16
+// gradient of `bytes` per input): the fused step between the hops (sum,
+// requantized to int4) when `requant`, else the last one (sum / n written as
+// bf16, an avg).
+void RegisterReduce(const char* impl, int n, size_t bytes, bool requant) {
   size_t count = bytes / 2;
   int block = DefaultBlock(4);
   size_t seg = zppQuantPackedSize(count, 4, block);
   size_t inBytes = seg * static_cast<size_t>(n);
   RegisterMemcpy(inBytes);
   std::string baseline = MemcpyName(inBytes);
-  std::string name = std::string("reduce_requant/") + impl + "/int4x" + std::to_string(n) + "/" + SizeName(bytes);
+  std::string name = std::string(requant ? "reduce_requant/" : "dequantize_sum/") + impl + "/int4x" +
+                     std::to_string(n) + "/" + SizeName(bytes);
   Register(name, [=](benchmark::State& state) {
     if (!Select(state, impl)) return;
     std::string key = "reduce_in/" + std::to_string(count) + "/" + std::to_string(n);
@@ -211,10 +215,14 @@ void RegisterReduce(const char* impl, int n, size_t bytes) {
       Buffer* one = Packed(zppBfloat16, count, 4, block);
       for (int k = 0; k < n; k++) std::memcpy(in->data + static_cast<size_t>(k) * seg, one->data, seg);
     }
-    Buffer* out = GetBuffer("reduce_out/" + std::to_string(seg), seg);
+    Buffer* out = GetBuffer(requant ? "reduce_out/" + std::to_string(seg) : "sum_out/" + std::to_string(count),
+                            requant ? seg : count * 2);
     for (auto _ : state) {
-      if (zppQuantReduceRequant(in->data, seg, n, count, 4, block, 4, block, out->data) != zppSuccess) {
-        state.SkipWithError("zppQuantReduceRequant failed");
+      zppResult_t r = requant ? zppQuantReduceRequant(in->data, seg, n, count, 4, block, 4, block, out->data)
+                              : zppDequantizeSum(in->data, seg, n, count, 4, block, static_cast<float>(n),
+                                                 out->data, zppBfloat16);
+      if (r != zppSuccess) {
+        state.SkipWithError(requant ? "zppQuantReduceRequant failed" : "zppDequantizeSum failed");
         break;
       }
       benchmark::ClobberMemory();
@@ -307,7 +315,8 @@ int main(int argc, char** argv) {
     for (const char* impl : impls) {
       for (zppDataType_t t : types)
         for (int bits : {8, 4}) RegisterCodec(impl, t, bits, bytes);
-      RegisterReduce(impl, 4, bytes);
+      RegisterReduce(impl, 4, bytes, true);
+      RegisterReduce(impl, 4, bytes, false);
     }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

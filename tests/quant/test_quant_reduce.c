@@ -257,6 +257,41 @@ int main(void) {
             free(in.packed);
           }
       }
+  /* More inputs than the AVX-512 reductions keep tables for at once (16):
+   * their sums continue from the buffer in a second batch. */
+  for (int n = 16; n <= 33; n += 17)
+    for (int block = 32; block <= 64; block *= 2) {
+      inputs_t in;
+      makeInputs(&in, n, 10007, 4, block, 1, &rng);
+      char what[64];
+      snprintf(what, sizeof what, "n=%d int4 block %d count 10007", n, block);
+      checkAccumulate(&in, what);
+      checkSum(&in, what);
+      checkReduceRequant(&in, 4, 64, what);
+      checkReduceRequant(&in, 8, 256, what);
+      free(in.packed);
+    }
+  /* Scales no codec writes but a received segment may carry: -0 and +0
+   * (q * scale is then -0 for some q, which the sum's leading +0 clears),
+   * negative, subnormal and infinite ones, each in the same block of every
+   * input (so that the test's double sums stay exact). Every implementation
+   * must still compute the spec's sums. */
+  for (int bits = 4; bits <= 8; bits += 4) {
+    const float odd[] = {-0.0f, 0.0f, -1.5f, 0x1p-140f, INFINITY, -INFINITY};
+    inputs_t in;
+    makeInputs(&in, 3, 10007, bits, 64, 0, &rng);
+    for (int k = 0; k < 3; k++)
+      for (int j = 0; j < 6; j++)
+        zppQuantStoreScale(in.packed + (size_t)k * in.stride + ZPP_QUANT_HEADER_BYTES, (size_t)(j * 9),
+                           odd[j]);
+    char what[64];
+    snprintf(what, sizeof what, "int%d odd scales", bits);
+    checkAccumulate(&in, what);
+    checkSum(&in, what);
+    checkReduceRequant(&in, 4, 64, what);
+    checkReduceRequant(&in, 8, 256, what);
+    free(in.packed);
+  }
   /* A large case: 2^20 + 3 elements, the qgZ shape (int4 in, int4 out, block 64). */
   {
     inputs_t in;
