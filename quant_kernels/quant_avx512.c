@@ -7,8 +7,10 @@
  * order (x * inv rounded to nearest even by vcvtps2dq; q * scale rounded by
  * vcvtps2ph or the bf16 rounding), the block setup as vector divisions of
  * the very operations of zppQuantBlockSetup, and quant_ref.h for rare blocks
- * and short tails. fp32 tensors and the reductions are quant_avx2.c's
- * functions, reached through zppQuantImplAvx2: they were not made faster.
+ * and short tails. The int4 reductions (qgZ's steps between and after its
+ * hops) are here too; fp32 tensors, int8 reductions and accumulate are
+ * quant_avx2.c's functions, reached through zppQuantImplAvx2: they were not
+ * made faster.
  *
  * Why this is faster than quant_avx2.c on Zen 4. That core runs a 512-bit
  * operation on its 256-bit pipes over two cycles, so plain element-wise
@@ -717,6 +719,8 @@ static void avx512ReduceRequant(const uint8_t* packed, size_t stride, int n, siz
     avx512SumInt4(packed, stride, n, count, block_in, c0, c1, buf);
     if (bits_out == 8)
       avx512RequantSums(buf, c0, c1, 8, block_out, scales, data);
+    else if (block_out == 64)
+      avx512RequantSums(buf, c0, c1, 4, 64, scales, data);
     else
       avx512RequantSums(buf, c0, c1, 4, block_out, scales, data);
   }

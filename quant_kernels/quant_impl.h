@@ -64,8 +64,9 @@ extern const zppQuantImpl_t zppQuantImplScalar;
 extern const zppQuantImpl_t zppQuantImplAvx2;
 #endif
 #if defined(ZPP_QUANT_HAVE_AVX512)
-/* fp16/bf16 quantize and dequantize with AVX-512 (F, BW, VL, VBMI, VBMI2, BF16);
- * everything else is the AVX2 implementation's. */
+/* fp16/bf16 quantize and dequantize, and the sums of int4 segments
+ * (zppDequantizeSum, zppQuantReduceRequant), with AVX-512 (F, BW, VL, VBMI,
+ * VBMI2, BF16); everything else is the AVX2 implementation's. */
 extern const zppQuantImpl_t zppQuantImplAvx512;
 #endif
 
