@@ -329,6 +329,11 @@ def case_tcp_cc(script, _):
         check(run.rc == 0 and got == [want, want], "%s: exit %d, nodes say %s, want %s twice"
               % (extra, run.rc, got, want))
         run.assert_clean()
+    # Every rank of a node sees its node's setting, whichever ranks it holds.
+    run = Run(script, ["-q", "-n", "2", "-l", "2", "--placement", "cyclic", "--no-check-rate"], cmd=show)
+    got = [line.split("cc=")[1] for line in run.out.splitlines() if "cc=" in line]
+    check(run.rc == 0 and got == ["cubic"] * 4, "2x2 cyclic: exit %d, ranks say %s" % (run.rc, got))
+    run.assert_clean()
     run = Run(script, ["-q", "-n", "2", "--no-check-rate", "--tcp-cc", "nosuchcc"], cmd=["true"])
     check(run.rc != 0 and "congestion control 'nosuchcc'" in run.err,
           "an unknown congestion control: exit %d, stderr %r" % (run.rc, run.err[-300:]))
