@@ -712,8 +712,8 @@ static void avx512ReduceRequant(const uint8_t* packed, size_t stride, int n, siz
    * two passes of the requantization. */
   uint8_t* scales = packed_out + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed_out + zppQuantDataOffset(count, block_out);
-  size_t chunk = (size_t)block_out > ZPP_QUANT_CHUNK ? (size_t)block_out : ZPP_QUANT_CHUNK;
-  float buf[ZPP_QUANT_CHUNK > ZPP_QUANT_MAX_BLOCK ? ZPP_QUANT_CHUNK : ZPP_QUANT_MAX_BLOCK];
+  const size_t chunk = zppQuantReduceChunk(block_out);
+  float buf[ZPP_QUANT_REDUCE_BUF];
   for (size_t c0 = 0; c0 < count; c0 += chunk) {
     size_t c1 = count - c0 < chunk ? count : c0 + chunk;
     avx512SumInt4(packed, stride, n, count, block_in, c0, c1, buf);
