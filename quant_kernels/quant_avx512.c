@@ -435,13 +435,22 @@ ZPP_AVX512_INLINE void avx512DecodeInt8x32(const uint8_t* data, size_t i, __m512
   }
 }
 
+/* q * s for the 16 nibbles (q = n for n < 8, n - 16 otherwise). For the
+ * first input of a sum, 0 + q * s: the spec's sum starts from +0, which
+ * turns a -0 product into +0; adding it here once per block is the same
+ * operation as adding it per element. */
+ZPP_AVX512_INLINE __m512 avx512TableF32(float s, int first) {
+  __m512 y = _mm512_mul_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1),
+                           _mm512_set1_ps(s));
+  return first ? _mm512_add_ps(_mm512_setzero_ps(), y) : y;
+}
+
 /* A block's 16 possible outputs (q * scale for nibble 0..15, q = n for n < 8
  * and n - 16 otherwise, rounded to dtype: the same operations as decoding
  * each element), in words 0..15 and again in 16..31, so that vpermw, which
  * reads 5 index bits, can ignore bit 4. */
 ZPP_AVX512_INLINE __m512i avx512Table(float s, zppDataType_t dtype) {
-  __m512 y = _mm512_mul_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1),
-                           _mm512_set1_ps(s));
+  __m512 y = avx512TableF32(s, 0);
   if (dtype == zppFloat16)
     return _mm512_broadcast_i64x4(_mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   const __m512i hiWords = _mm512_set_epi32(
@@ -536,16 +545,6 @@ static void avx512Dequantize(const uint8_t* packed, size_t count, int bits, int 
  * then its 16 odd ones. */
 
 #define AVX512_SUM_BATCH 16 /* inputs whose tables sit in registers and L1 at once */
-
-/* q * s for the 16 nibbles (q = n for n < 8, n - 16 otherwise). For the
- * first input of a sum, 0 + q * s: the spec's sum starts from +0, which
- * turns a -0 product into +0; adding it here once per block is the same
- * operation as adding it per element. */
-ZPP_AVX512_INLINE __m512 avx512TableF32(float s, int first) {
-  __m512 y = _mm512_mul_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1),
-                           _mm512_set1_ps(s));
-  return first ? _mm512_add_ps(_mm512_setzero_ps(), y) : y;
-}
 
 /* Sums over inputs [k0, k0 + kn) of the groups [c0, c1) (multiples of 32)
  * into buf (group g at buf + 32 g, even then odd elements). k0 == 0 starts

@@ -159,7 +159,7 @@ HOST_PKT_BYTES=1514
 # host's default, and that default decides results: this VM's is bbr, under
 # which a call that followed long transfers stalled 100-200 ms at a time
 # (qwZ 64 MiB after 256 MiB all-gathers on 4x1 at 1 Gbit/s: one call in
-# three at 320-410 ms, 17 runs of 17); with cubic, none did (3 runs).
+# three at 320-410 ms, 19 runs of 19); with cubic, none did (18 runs).
 # cubic, Linux's own default, unless --tcp-cc says otherwise ('host': keep
 # the host's).
 TCP_CC=cubic
