@@ -128,6 +128,8 @@ def main():
     ap.add_argument("--links-4x1")
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--cyclic", help="zpp-perf JSON of 2x2 with ranks placed on nodes in turn")
+    ap.add_argument("--loopback", action="store_true",
+                    help="the figures come from loopback, not shaped links: show them, judge no target")
     args = ap.parse_args()
     results = []
     blocks = load(args.two_by_two)
@@ -137,7 +139,15 @@ def main():
     if args.four_by_one:
         links = load(args.links_4x1) if args.links_4x1 else None
         four_by_one(load(args.four_by_one), links, rate_bits(args.rate), results)
-    if results:
+    if results and args.loopback:
+        # The targets are ratios on 1 Gbit/s links; on loopback the wire is
+        # memory and the CPU decides, so a PASS or MISS would be about
+        # another experiment.
+        print("targets: not measured: these figures come from loopback, not from shaped links "
+              "(run the main job as root for the emulated cluster)")
+        for name, _, value in results:
+            print(f"  --    {name}: {value} on loopback")
+    elif results:
         print("targets:")
         for name, ok, value in results:
             print(f"  {verdict(ok)}  {name}: {value}")

@@ -458,10 +458,19 @@ if ((LOOPBACK == 0)); then
   command -v ip >/dev/null || missing+=("ip (Debian: iproute2)")
   command -v tc >/dev/null || missing+=("tc (Debian: iproute2)")
   command -v unshare >/dev/null || missing+=("unshare (Debian: util-linux)")
+  [[ $TCP_CC == host ]] || command -v flock >/dev/null || missing+=("flock (Debian: util-linux)")
   ((CHECK_RATE == 0)) || command -v iperf3 >/dev/null || missing+=("iperf3 (Debian: iperf3; or --no-check-rate)")
 fi
 ((MPI == 0)) || command -v mpirun >/dev/null || missing+=("mpirun (Debian: openmpi-bin)")
-((${#missing[@]} == 0)) || die $EX_SETUP "missing tools: ${missing[*]}"
+for tool in "${missing[@]}"; do echo "$PROG: error: missing tool: $tool" >&2; done
+((${#missing[@]} == 0)) || die $EX_SETUP "${#missing[@]} tools missing (above)"
+
+# --- what the host must offer ---------------------------------------------------------------------
+
+# Kernel features probed up front, and the congestion control the nodes
+# choose (a host-wide list gates it), in their own file.
+# shellcheck source-path=SCRIPTDIR source=emucluster-host.sh
+source "$HERE/emucluster-host.sh"
 
 # --- state and teardown ------------------------------------------------------------------------
 
@@ -514,6 +523,7 @@ teardown() {
   trap '' INT TERM
   set +e
   local p ns
+  restore_allowed_cc
   for p in "${HELPER_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; done
   ((${#RANK_PIDS[@]} == 0)) || stop_ranks
   if ((KEEP)) && ((${#CREATED_NS[@]})); then
@@ -602,25 +612,11 @@ shape() { # ns dev bps side(host|switch)
     die $EX_SETUP "tc could not shape $dev in $ns to $(fmt_rate "$bps")"
 }
 
-set_tcp_cc() { # ns
-  [[ $TCP_CC == host ]] && return 0
-  # /proc/sys/net is the writer's namespace's; no sysctl(8), which minimal
-  # Debian images lack (procps). The kernel answers an unknown name with an
-  # I/O error, which says nothing: the message names what there is instead.
-  ip netns exec "$1" sh -c 'echo "$1" > /proc/sys/net/ipv4/tcp_congestion_control' sh "$TCP_CC" 2>/dev/null ||
-    die $EX_SETUP "cannot use TCP congestion control '$TCP_CC' in $1 (available: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control 2>/dev/null); try: modprobe tcp_$TCP_CC)"
-}
-
 build_cluster() {
-  local hub k ns err
+  local hub k ns
   hub=$(ns_hub)
   add_ns "$hub"
-  # Probe tbf once, on the hub's loopback, so a kernel without sch_tbf gets
-  # one clear message instead of a failure in the middle of the build.
-  if ! err=$(tc -n "$hub" qdisc add dev lo root tbf rate 1gbit burst 32k latency 5ms 2>&1); then
-    die $EX_SETUP "the kernel has no tbf qdisc ($err); try: modprobe sch_tbf"
-  fi
-  tc -n "$hub" qdisc del dev lo root 2>/dev/null || true
+  check_host "$hub"
   ip -n "$hub" link set lo up
   # forward_delay 0: ports forward at once instead of after 15 s of "learning".
   ip -n "$hub" link add br0 type bridge forward_delay 0 || die $EX_SETUP "cannot create the bridge (kernel without bridge support?)"
@@ -638,12 +634,12 @@ build_cluster() {
     ip -n "$ns" link set lo up
     ip -n "$ns" addr add "$(node_ip "$k")/24" dev "$NODE_IF"
     ip -n "$ns" link set "$NODE_IF" up
-    set_tcp_cc "$ns"
     # Egress of the node side shapes what the node sends, egress of the hub
     # side what it receives: a full-duplex link of that rate.
     shape "$ns" "$NODE_IF" "${NODE_BPS[k]}" host
     shape "$hub" "node$k" "${NODE_BPS[k]}" switch
   done
+  set_nodes_tcp_cc
 }
 
 print_cluster() {

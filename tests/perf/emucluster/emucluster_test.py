@@ -186,6 +186,34 @@ def case_usage(script, _):
     check(r.returncode == 0 and "--node-rate" in r.stdout, "--help")
 
 
+def case_host(script, _):
+    """What the host lacks is named before anything is built, one line each
+    with how to get it: here two tools hidden from PATH, and a congestion
+    control the kernel does not have (a probe in the hub namespace)."""
+    need_netns()
+    hidden = {"iperf3", "flock"}
+    with tempfile.TemporaryDirectory() as bindir:
+        for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+            for name in os.listdir(d) if os.path.isdir(d) else ():
+                dst = os.path.join(bindir, name)
+                if name not in hidden and not os.path.exists(dst):
+                    os.symlink(os.path.join(d, name), dst)
+        before = namespaces()
+        r = subprocess.run([script, "-n", "2", "--", "true"], capture_output=True, text=True,
+                           env=dict(os.environ, PATH=bindir))
+        log("exit %d: %s" % (r.returncode, r.stderr.strip()))
+        check(r.returncode == 1, "missing tools: exit %d, want 1 (setup)" % r.returncode)
+        for line in ("missing tool: flock (Debian: util-linux)", "missing tool: iperf3 (Debian: iperf3"):
+            check(line in r.stderr, "no line %r in %r" % (line, r.stderr))
+        check(namespaces() == before, "namespaces were created before the check")
+    run = Run(script, ["-n", "2", "--tcp-cc", "nosuchcc"], cmd=["true"])
+    lines = [ln for ln in run.err.splitlines() if "error:" in ln]
+    check(run.rc == 1 and any("'nosuchcc' is not in this kernel" in ln and "modprobe tcp_nosuchcc" in ln
+                              for ln in lines), "unknown congestion control: exit %d, %r" % (run.rc, lines))
+    check("iperf3" not in run.err and "starting" not in run.err, "the run went on after the check")
+    run.assert_clean()
+
+
 def as_nobody(argv):
     if os.geteuid() != 0:
         return argv
@@ -315,28 +343,90 @@ def case_queues(script, _):
         run.assert_clean()
 
 
+CC_ALLOWED = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+CC_LOCK = "/run/zpp-emucluster-tcp-cc.lock"  # emucluster-host.sh's, so runs side by side agree
+
+
+def read_allowed_cc():
+    with open(CC_ALLOWED) as f:
+        return f.read().split()
+
+
+def write_allowed_cc(names):
+    """Sets the host-wide list under the script's own lock, so that a cluster
+    being built beside this test never restores over it mid-choice."""
+    import fcntl
+    with open(CC_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with open(CC_ALLOWED, "w") as f:
+            f.write(" ".join(names) + "\n")
+
+
+# Each rank prints its namespace's setting, the algorithm a fresh TCP
+# connection inside the node really runs, and the host-wide allowed list as
+# the rank sees it: the script must have put that back before any rank ran.
+SHOW_CC = ["python3", "-c", """
+import socket
+with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+    cc = f.read().strip()
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen()
+c = socket.create_connection(l.getsockname()); a, _ = l.accept()
+conn = {s.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).rstrip(b"\\0").decode() for s in (c, a)}
+with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as f:
+    allowed = ",".join(f.read().split())
+print("cc=%s conn=%s allowed=%s" % (cc, ",".join(sorted(conn)), allowed))
+"""]
+
+
+def ranks_cc(run):
+    return [line.split("cc=")[1].split(" allowed=")[0] for line in run.out.splitlines() if "cc=" in line]
+
+
+def ranks_allowed(run):
+    return [line.split(" allowed=")[1] for line in run.out.splitlines() if " allowed=" in line]
+
+
 def case_tcp_cc(script, _):
     """The nodes' TCP congestion control: cubic unless --tcp-cc says
     otherwise, the host's with 'host', and a clear setup error (nothing
-    left behind) for one the kernel does not have."""
+    left behind) for one the kernel does not have. A fresh kernel 6.18 allowed
+    namespaces only "reno bbr": the host-wide list is narrowed so here, the
+    nodes must still run cubic, and the list must come back as it was."""
     need_netns()
     with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
         host_cc = f.read().strip()
-    show = ["sh", "-c", "echo cc=$(cat /proc/sys/net/ipv4/tcp_congestion_control)"]
+    before = read_allowed_cc()
+    narrow = [n for n in before if n != "cubic"] or ["reno"]
+    try:
+        write_allowed_cc(narrow)
+        run = Run(script, ["-q", "-n", "2", "--no-check-rate"], cmd=SHOW_CC)
+        check(run.rc == 0 and ranks_cc(run) == ["cubic conn=cubic"] * 2,
+              "allowed list %s: exit %d, nodes say %s, want cubic on both, for the namespace and its "
+              "connections" % (narrow, run.rc, ranks_cc(run)))
+        check("added cubic" in run.err, "the script did not say that it changed the host-wide list")
+        check(ranks_allowed(run) == [",".join(narrow)] * 2, "the ranks saw the allowed list %s, want %s: "
+              "the script must put it back before they start" % (ranks_allowed(run), narrow))
+        check(read_allowed_cc() == narrow, "the allowed list is %s after the run, was %s"
+              % (read_allowed_cc(), narrow))
+        run.assert_clean()
+    finally:
+        write_allowed_cc(before)
+    check(read_allowed_cc() == before, "could not restore the allowed list %s" % before)
     for extra, want in (([], "cubic"), (["--tcp-cc", "reno"], "reno"), (["--tcp-cc", "host"], host_cc)):
-        run = Run(script, ["-q", "-n", "2", "--no-check-rate"] + extra, cmd=show)
-        got = [line.split("cc=")[1] for line in run.out.splitlines() if "cc=" in line]
-        check(run.rc == 0 and got == [want, want], "%s: exit %d, nodes say %s, want %s twice"
-              % (extra, run.rc, got, want))
+        run = Run(script, ["-q", "-n", "2", "--no-check-rate"] + extra, cmd=SHOW_CC)
+        want_line = "%s conn=%s" % (want, want)
+        check(run.rc == 0 and ranks_cc(run) == [want_line] * 2, "%s: exit %d, nodes say %s, want %s twice"
+              % (extra, run.rc, ranks_cc(run), want_line))
         run.assert_clean()
     # Every rank of a node sees its node's setting, whichever ranks it holds.
-    run = Run(script, ["-q", "-n", "2", "-l", "2", "--placement", "cyclic", "--no-check-rate"], cmd=show)
-    got = [line.split("cc=")[1] for line in run.out.splitlines() if "cc=" in line]
-    check(run.rc == 0 and got == ["cubic"] * 4, "2x2 cyclic: exit %d, ranks say %s" % (run.rc, got))
+    run = Run(script, ["-q", "-n", "2", "-l", "2", "--placement", "cyclic", "--no-check-rate"], cmd=SHOW_CC)
+    check(run.rc == 0 and ranks_cc(run) == ["cubic conn=cubic"] * 4,
+          "2x2 cyclic: exit %d, ranks say %s" % (run.rc, ranks_cc(run)))
     run.assert_clean()
     run = Run(script, ["-q", "-n", "2", "--no-check-rate", "--tcp-cc", "nosuchcc"], cmd=["true"])
     check(run.rc != 0 and "congestion control 'nosuchcc'" in run.err,
           "an unknown congestion control: exit %d, stderr %r" % (run.rc, run.err[-300:]))
+    check(read_allowed_cc() == before, "a failed run changed the allowed list to %s" % read_allowed_cc())
     run.assert_clean()
 
 
