@@ -13,6 +13,7 @@ packages=(
   iproute2 iperf3                    # emulated cluster (netns, tc)
   libjemalloc2                       # destroyed-handle tests under another allocator
   python3                            # JSON schema checks in tests
+  python3-prometheus-client          # its parser checks zpp-health --prometheus
   python3-venv python3-dev           # torch's environment, torch_zpp's build
 )
 

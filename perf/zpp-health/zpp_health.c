@@ -151,6 +151,10 @@ static int zhCoordinatorMain(const zppHealthArgs_t* a, zhCtl_t* ctl, double t0) 
       fprintf(stderr, "zpp-health: %s\n", err);
       if (code == ZPP_HEALTH_EXIT_OK) code = ZPP_HEALTH_EXIT_USAGE;
     }
+    if (a->promPath && zhWritePrometheus(&c, a->promPath, err, sizeof err) != 0) {
+      fprintf(stderr, "zpp-health: %s\n", err);
+      if (code == ZPP_HEALTH_EXIT_OK) code = ZPP_HEALTH_EXIT_USAGE;
+    }
   }
   zhQuitMsg_t q;
   memset(&q, 0, sizeof q);
@@ -173,6 +177,9 @@ static int zhCoordinatorLost(const zppHealthArgs_t* a, int rank, int nranks, con
     fflush(stdout);
     if (a->jsonPath && zhWriteFallbackJson(a, nranks, problem, why, zppClockNow() - t0) != 0)
       fprintf(stderr, "zpp-health: cannot write %s\n", a->jsonPath);
+    char err[400];
+    if (a->promPath && zhWriteFallbackPrometheus(a->promPath, nranks, problem, err, sizeof err) != 0)
+      fprintf(stderr, "zpp-health: %s\n", err);
   }
   return ZPP_HEALTH_EXIT_HUNG;
 }

@@ -11,6 +11,7 @@
  *   zpp_health_locate.c  rank 0: expectation, bisection, pair tests
  *   zpp_health_run.c     rank 0: the run from start to verdict, wrong-data search, baseline
  *   zpp_health_report.c  summary, JSON, progress line
+ *   zpp_health_prom.c    Prometheus metrics (--prometheus)
  *
  * Data moves only through zpp communicators made for each test among the
  * ranks it concerns (a unique id from rank 0, sent over the control plane),
@@ -88,6 +89,7 @@ typedef struct {
   double timeLimitSec;       /* total run time */
   /* output */
   const char* jsonPath;
+  const char* promPath;      /* --prometheus: textfile-collector metrics */
   int quiet, verbose;
   int progress;              /* -1 auto (a terminal), 0 off, 1 on */
 } zppHealthArgs_t;
@@ -366,6 +368,11 @@ int zhWriteJson(const zhCoord_t* c, const char* path, char* err, size_t errLen);
 int zhWriteFallbackJson(const zppHealthArgs_t* a, int nranks, const char* problem, const char* why,
                         double elapsed);
 void zhFormatRate(double gbps, char* buf, size_t len);
+
+/* zpp_health_prom.c: --prometheus, for node_exporter's textfile collector */
+int zhWritePrometheus(const zhCoord_t* c, const char* path, char* err, size_t errLen);
+/* Written by rank 1 when rank 0 (the coordinator) hung or died. */
+int zhWriteFallbackPrometheus(const char* path, int nranks, const char* problem, char* err, size_t errLen);
 const char* zhVerdictName(int code);
 
 #endif /* ZPP_HEALTH_H_ */

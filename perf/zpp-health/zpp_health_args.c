@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "perf_device.h"
 #include "perf_math.h"
@@ -72,6 +73,9 @@ static void zhUsage(FILE* f) {
 "      --time-limit S      bound on the whole run; localization stops in time (600)\n"
 "Output:\n"
 "  -J, --json FILE         the report as JSON\n"
+"      --prometheus FILE   the verdict and every measured rate as Prometheus\n"
+"                          metrics (node_exporter textfile collector: FILE in its\n"
+"                          folder, named *.prom), replaced whole at the end\n"
 "  -q, --quiet             only the verdict line\n"
 "  -v, --verbose           one line per test; the library's own log as configured\n"
 "      --progress, --no-progress  the progress line (default: on a terminal)\n"
@@ -86,6 +90,17 @@ static int zhBad(const char* fmt, const char* v) {
   fprintf(stderr, fmt, v);
   fprintf(stderr, " (see zpp-health --help)\n");
   return ZPP_HEALTH_EXIT_USAGE;
+}
+
+/* The folder a report goes to must take a new file: found before the run,
+ * not after minutes of measuring. */
+static int zhFolderWritable(const char* path) {
+  char dir[4096];
+  const char* slash = strrchr(path, '/');
+  if (slash == NULL) return access(".", W_OK);
+  if ((size_t)(slash - path) >= sizeof dir) return -1;
+  snprintf(dir, sizeof dir, "%.*s", slash == path ? 1 : (int)(slash - path), path);
+  return access(dir, W_OK);
 }
 
 static int zhParseInt(const char* s, long lo, long hi, int* out) {
@@ -148,7 +163,7 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
   enum {
     O_LAYOUT = 1000, O_CTLPORT, O_TARGET, O_MAXSIZE, O_TRIALS, O_EXPECT, O_BASELINE, O_SAVE,
     O_THRESHOLD, O_LTHRESHOLD, O_P2P, O_NOLOC, O_PAR, O_SER, O_TIMEOUT, O_LIMIT, O_PROG, O_NOPROG,
-    O_DEVICE
+    O_DEVICE, O_PROM
   };
   static const struct option longOpts[] = {
       {"nranks", required_argument, 0, 'N'},        {"layout", required_argument, 0, O_LAYOUT},
@@ -164,7 +179,7 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
       {"time-limit", required_argument, 0, O_LIMIT}, {"json", required_argument, 0, 'J'},
       {"quiet", no_argument, 0, 'q'},               {"verbose", no_argument, 0, 'v'},
       {"progress", no_argument, 0, O_PROG},         {"no-progress", no_argument, 0, O_NOPROG},
-      {"device", no_argument, 0, O_DEVICE},
+      {"device", no_argument, 0, O_DEVICE},         {"prometheus", required_argument, 0, O_PROM},
       {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
@@ -243,6 +258,7 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
         if (zhParseSeconds(v, 1.0, &a->timeLimitSec)) return zhBad("--time-limit '%s': seconds, at least 1", v);
         break;
       case 'J': a->jsonPath = v; break;
+      case O_PROM: a->promPath = v; break;
       case 'q': a->quiet = 1; break;
       case 'v': a->verbose = 1; break;
       case O_PROG: a->progress = 1; break;
@@ -270,6 +286,11 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
     return zhBad("--device: this zpp-health was built without CUDA and NCCL%s", "");
   if (a->jsonPath && a->saveBaselinePath && strcmp(a->jsonPath, a->saveBaselinePath) == 0)
     return zhBad("-J and --save-baseline name the same file '%s'", a->jsonPath);
+  if (a->promPath && ((a->jsonPath && strcmp(a->promPath, a->jsonPath) == 0) ||
+                      (a->saveBaselinePath && strcmp(a->promPath, a->saveBaselinePath) == 0)))
+    return zhBad("--prometheus names the same file as -J or --save-baseline: '%s'", a->promPath);
+  if (a->promPath && zhFolderWritable(a->promPath) != 0)
+    return zhBad("--prometheus '%s': its folder does not exist or is not writable", a->promPath);
   return 0;
 }
 

@@ -23,6 +23,7 @@ shape one or two nodes to 200 Mbit/s for real.
 import json
 import os
 import pty
+import re
 import shutil
 import socket
 import subprocess
@@ -156,6 +157,149 @@ def check_slow_named(doc, want):
     for s in doc["suspects"]:
         check(s["busbw_gbps"] is not None and s["busbw_gbps"] < req,
               "%s named at %s GB/s, not below the required %s" % (s.get("node"), s["busbw_gbps"], req))
+
+
+# --- Prometheus metrics (--prometheus) -----------------------------------------------------
+
+PROM_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*$")
+PROM_SAMPLE = re.compile(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$')
+PROM_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"(,|$)')
+
+
+def parse_prometheus(text):
+    """The text exposition format, strictly: every family has one HELP and
+    one TYPE line before its samples, names and labels are well formed, no
+    series twice, the file ends with a newline. Returns
+    {name: {frozenset(labels.items()): value}}."""
+    check(text.endswith("\n"), "the metrics file does not end with a newline")
+    fams, seen_help, seen_type, current = {}, set(), set(), None
+    for n, line in enumerate(text.splitlines(), 1):
+        where = "line %d %r" % (n, line)
+        if line.startswith("# HELP "):
+            name = line.split(" ")[2]
+            check(PROM_NAME.match(name) and name not in seen_help, "bad or repeated HELP: " + where)
+            check(len(line.split(" ", 3)) == 4 and line.split(" ", 3)[3], "HELP without text: " + where)
+            seen_help.add(name)
+            current = name
+            continue
+        if line.startswith("# TYPE "):
+            parts = line.split(" ")
+            check(len(parts) == 4 and parts[2] == current and parts[3] == "gauge" and current not in seen_type,
+                  "TYPE must follow its HELP, once, as a gauge: " + where)
+            seen_type.add(current)
+            fams[current] = {}
+            continue
+        check(not line.startswith("#") and line.strip(), "stray line: " + where)
+        m = PROM_SAMPLE.match(line)
+        check(m and m.group(1) == current and current in seen_type, "sample outside its family: " + where)
+        labels = {}
+        body = m.group(3) or ""
+        pos = 0
+        while pos < len(body):
+            lm = PROM_LABEL.match(body, pos)
+            check(lm, "bad labels: " + where)
+            check(lm.group(1) not in labels, "label twice: " + where)
+            labels[lm.group(1)] = lm.group(2).replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
+            pos = lm.end()
+        try:
+            value = float(m.group(4))
+        except ValueError:
+            raise Fail("value is not a number: " + where)
+        key = frozenset(labels.items())
+        check(key not in fams[current], "series twice: " + where)
+        fams[current][key] = value
+    return fams
+
+
+def cross_check_prometheus(path):
+    """The same file through the Prometheus project's own Python parser
+    (Debian: python3-prometheus-client), in whichever python has it."""
+    code = ("import sys\nfrom prometheus_client.parser import text_string_to_metric_families as p\n"
+            "print(sum(len(f.samples) for f in p(open(sys.argv[1]).read())))")
+    for py in (sys.executable, "/usr/bin/python3"):
+        if not os.path.exists(py):
+            continue
+        r = subprocess.run([py, "-c", code, path], capture_output=True, text=True)
+        if r.returncode == 0:
+            return int(r.stdout)
+        if "No module named" not in r.stderr:
+            raise Fail("prometheus_client cannot parse %s: %s" % (path, r.stderr.strip()[-300:]))
+    log("prometheus_client is not installed (Debian: python3-prometheus-client): own parser only")
+    return None
+
+
+def one(fams, name, **labels):
+    series = fams.get(name, {})
+    key = frozenset(labels.items())
+    check(key in series, "no %s%s in the metrics" % (name, labels or ""))
+    return series[key]
+
+
+def check_prometheus(path, doc, rc):
+    """The metrics say what the JSON of the same run says."""
+    check(os.path.exists(path), "--prometheus: no file written")
+    with open(path) as f:
+        text = f.read()
+    fams = parse_prometheus(text)
+    n = sum(len(v) for v in fams.values())
+    other = cross_check_prometheus(path)
+    check(other is None or other == n, "prometheus_client read %s samples, we read %d" % (other, n))
+    check(one(fams, "zpp_health_exit_code") == rc, "exit code metric %s, tool exited %d"
+          % (one(fams, "zpp_health_exit_code"), rc))
+    states = {dict(k)["verdict"]: v for k, v in fams["zpp_health_verdict"].items()}
+    check(states.get(doc["verdict"]) == 1 and sum(states.values()) == 1,
+          "verdict series %s, want only %s at 1" % (states, doc["verdict"]))
+    check(one(fams, "zpp_health_ranks") == doc["ranks"], "ranks")
+    check(abs(one(fams, "zpp_health_last_run_timestamp_seconds") - time.time()) < 600, "timestamp is not now")
+    check(one(fams, "zpp_health_complete") == (1 if doc["complete"] else 0), "complete")
+    got = set()
+    for key in fams.get("zpp_health_suspect", {}):
+        lab = dict(key)
+        got.add((lab["kind"], lab["problem"], lab["target"]))
+    want = set()
+    for s in doc["suspects"]:
+        if s["kind"] == "link":
+            target = "-".join(s["nodes"])
+        elif s["kind"] == "set":
+            target = ",".join(s["nodes"])
+        elif s["kind"] == "rank":
+            target = str(s["rank"])
+        else:
+            target = s["node"]
+        want.add((s["kind"], s["problem"], target))
+    check(got == want, "suspect series %s, the JSON names %s" % (sorted(got), sorted(want)))
+    if "measured" not in doc or doc["measured"].get("allreduce_busbw_gbps") is None:
+        return fams
+    m = doc["measured"]
+    check(abs(one(fams, "zpp_health_allreduce_busbw_bytes_per_second") - m["allreduce_busbw_gbps"] * 1e9)
+          <= 1e-5 * m["allreduce_busbw_gbps"] * 1e9 + 1, "all-ranks busbw differs from the JSON's")
+    check(one(fams, "zpp_health_wrong_elements") == m["wrong_elements"], "wrong elements differ")
+    req = doc["expected"]["required_busbw_gbps"]
+    if req is None:
+        check("zpp_health_required_busbw_bytes_per_second" not in fams, "a required busbw the JSON lacks")
+    else:
+        check(abs(one(fams, "zpp_health_required_busbw_bytes_per_second") - req * 1e9) <= 1e-5 * req * 1e9,
+              "required busbw differs")
+    # Every node and link that a two-node test measured has its rate, and the
+    # rates are the JSON's tests' medians.
+    # A link's series is its latest test, a node's its best test with any peer.
+    pairs, best = {}, {}
+    for t in doc["tests"]:
+        if len(t["nodes"]) == 2 and not t["failed"] and t["median_gbps"] is not None:
+            pairs[tuple(sorted(t["nodes"], key=[u["name"] for u in doc["node_list"]].index))] = t["median_gbps"]
+            for name in t["nodes"]:
+                best[name] = max(best.get(name, 0.0), t["median_gbps"])
+    links = {(dict(k)["node_a"], dict(k)["node_b"]): v for k, v in fams.get("zpp_health_link_busbw_bytes_per_second",
+                                                                              {}).items()}
+    check(set(links) == set(pairs), "link series %s, measured pairs %s" % (sorted(links), sorted(pairs)))
+    for pair, gbps in pairs.items():
+        check(abs(links[pair] - gbps * 1e9) <= 1e-5 * gbps * 1e9, "link %s: %s, JSON %s" % (pair, links[pair], gbps))
+    nodes = {dict(k)["node"]: v for k, v in fams.get("zpp_health_node_busbw_bytes_per_second", {}).items()}
+    check(set(nodes) == set(best), "node series %s, nodes in two-node tests %s" % (sorted(nodes), sorted(best)))
+    for name, gbps in best.items():
+        check(abs(nodes[name] - gbps * 1e9) <= 1e-5 * gbps * 1e9,
+              "node %s: %s, want its best test %s" % (name, nodes[name], gbps))
+    return fams
 
 
 # --- cases ---------------------------------------------------------------------------------
@@ -357,6 +501,36 @@ def case_coordinator_hang(h):
     check(doc is not None and doc["verdict"] == "hung_or_dead", "no fallback report")
     check(doc["suspects"][0]["rank"] == 0 and doc["suspects"][0]["problem"] == "hung", "%s" % doc["suspects"])
     check(dt < 25, "took %.1f s" % dt)
+
+
+def case_prometheus(h):
+    """--prometheus: a node named slow and a rank that sends wrong data
+    appear as the JSON of the same run names them, in a file that both our
+    strict reader and prometheus_client's parser accept; rank 1 writes one
+    when the coordinator hangs; an unwritable folder is a usage error before
+    any rank starts."""
+    for name, fault, args, verdict in (("prom-slow", SLOW % 2, [], None),
+                                       ("prom-corrupt", "corrupt:rank=1", ["--timeout", "10"], "wrong_data")):
+        prom = os.path.join(h.outdir, name + ".prom")
+        if os.path.exists(prom):
+            os.remove(prom)
+        rc, doc, out, err, dt = h.loop(name, fault, args + ["--prometheus", prom])
+        check_report(doc, rc, verdict or doc["verdict"])
+        fams = check_prometheus(prom, doc, rc)
+        check(not [f for f in os.listdir(h.outdir) if ".prom.tmp." in f], "a temporary file was left")
+        if verdict is None and doc["verdict"] == "slow":
+            node2 = one(fams, "zpp_health_node_busbw_bytes_per_second", node="node2")
+            check(node2 < one(fams, "zpp_health_required_busbw_bytes_per_second"),
+                  "slow node2 at %s, not below the required rate" % node2)
+    prom = os.path.join(h.outdir, "prom-coordinator.prom")
+    if os.path.exists(prom):
+        os.remove(prom)
+    rc, doc, out, err, dt = h.loop("prom-coordinator", "hang:rank=0", ["--timeout", "4", "--prometheus", prom],
+                                   timeout=60)
+    check(rc == 4, "coordinator hang: exit %d, want 4" % rc)
+    check_prometheus(prom, doc, rc)
+    rc, out, err, dt = run([h.bin, "-N", "2", "--prometheus", "/nonexistent-dir/x.prom"], timeout=30)
+    check(rc == 2 and "--prometheus" in err and dt < 5, "unwritable --prometheus: exit %d, %r" % (rc, err))
 
 
 def case_baseline(h):
