@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "perf/common/launch.h"
 #include "train.h"
@@ -22,6 +23,31 @@
 #ifndef ZPP_EXAMPLE_DATA
 #define ZPP_EXAMPLE_DATA "examples/data/corpus.txt"
 #endif
+
+/* The default text: an installed zpp-train finds it at this path relative to
+ * its own directory (bin/ -> share/zpp/, cmake/install.cmake), wherever the
+ * prefix has moved; a zpp-train in the build tree finds none there and takes
+ * the source tree's. */
+static const char* trDefaultData(void) {
+#ifdef ZPP_EXAMPLE_DATA_FROM_BIN
+  static char path[PATH_MAX];
+  static int looked = 0;
+  if (!looked) {
+    looked = 1;
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+      exe[n] = '\0';
+      char* slash = strrchr(exe, '/');
+      if (slash) *slash = '\0';
+      int len = snprintf(path, sizeof path, "%s/%s", exe, ZPP_EXAMPLE_DATA_FROM_BIN);
+      if (len <= 0 || (size_t)len >= sizeof path || access(path, R_OK) != 0) path[0] = '\0';
+    }
+  }
+  if (path[0]) return path;
+#endif
+  return ZPP_EXAMPLE_DATA;
+}
 
 /* Out of reach: the trainer's own waits are bounded by ZPP_TIMEOUT. */
 #define TR_LAUNCH_DEADLINE_SEC 2.0e6
@@ -76,7 +102,7 @@ static void trUsage(FILE* f) {
 "  -h, --help\n"
 "\n"
 "Exit: 0 ok, 1 error (a rank failed, the loss diverged), 2 bad arguments.\n",
-          ZPP_EXAMPLE_DATA);
+          trDefaultData());
 }
 
 static int trBad(const char* fmt, const char* a, const char* b) {
@@ -162,7 +188,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
   a->prefetch = 2;
   a->interleave = 10;
   a->type = zppBfloat16;
-  a->data = ZPP_EXAMPLE_DATA;
+  a->data = trDefaultData();
   a->steps = 200;
   a->batch = 64;
   a->context = 16;

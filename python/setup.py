@@ -117,9 +117,9 @@ if not glob.glob(os.path.join(zpp_lib, "libzpp.so*")):
 cuda_incs, no_device = device_path(zpp_build)
 defines, libraries, include_dirs = [], ["zpp"], [os.path.abspath(zpp_inc)]
 if zpp_build is not None:
-    # zpp.h includes zpp_version.h, which the build generates (an install
-    # puts both in include/).
-    include_dirs.append(os.path.join(zpp_build, "generated"))
+    # zpp.h includes zpp_version.h, which the build generates into
+    # build/include/ (an install puts both in include/).
+    include_dirs.append(os.path.join(zpp_build, "include"))
 if cuda_incs:
     defines.append(("ZPP_TORCH_CUDA", "1"))
     libraries.append("c10_cuda")
