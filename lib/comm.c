@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "handles.h"
+#include "launcher_env.h"
 #include "lib/comm_internal.h"
 #include "lib/transport/transport.h"
 #include "params.h"
@@ -80,25 +81,20 @@ zppResult_t zppCommStateResolveSettings(const zppConfig_t* config, zppCommSettin
     t.timeoutFrom = zppEnvIsSet("ZPP_TIMEOUT") ? "ZPP_TIMEOUT" : "default";
   }
 
-  const char* env = zppEnvGetString("ZPP_HOSTID");
   if (config && config->hostId) {
     ZPPCHECK(checkHostId(config->hostId, "config"));
     snprintf(t.hostId, sizeof(t.hostId), "%s", config->hostId);
     t.hostIdFrom = "config";
-  } else if (env[0]) {
-    ZPPCHECK(checkHostId(env, "ZPP_HOSTID"));
-    snprintf(t.hostId, sizeof(t.hostId), "%s", env);
-    t.hostIdFrom = "ZPP_HOSTID";
   } else {
     char host[256];
-    SYSCHECK(gethostname(host, sizeof(host)), "gethostname");
-    host[sizeof(host) - 1] = '\0';
+    t.hostIdFrom = zppLauncherHostId(host, sizeof(host));
+    SYSCHECK(t.hostIdFrom == NULL ? -1 : 0, "gethostname");
+    if (strcmp(t.hostIdFrom, "ZPP_HOSTID") == 0) ZPPCHECK(checkHostId(host, "ZPP_HOSTID"));
     /* A host name longer than a host id: its head is still unique enough in
      * practice, and a node identity must never fail a launch. */
     snprintf(t.hostId, sizeof(t.hostId), "%.*s", ZPP_HOSTID_MAX - 1, host);
     for (char* p = t.hostId; *p; p++)
       if (!isgraph((unsigned char)*p)) *p = '_';
-    t.hostIdFrom = "host name";
   }
 
   snprintf(t.name, sizeof(t.name), "%s", config && config->commName ? config->commName : "zpp");

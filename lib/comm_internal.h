@@ -16,7 +16,7 @@ typedef struct {
   char hostId[ZPP_HOSTID_MAX];
   char name[64];
   const char* timeoutFrom; /* "config", "ZPP_TIMEOUT" or "default" */
-  const char* hostIdFrom;  /* "config", "ZPP_HOSTID" or "host name" */
+  const char* hostIdFrom;  /* "config", "ZPP_HOSTID", "SLURMD_NODENAME" or "host name" */
   zppCompressSettings_t compress; /* ZeRO++ compression, with where each value came from */
 } zppCommSettings_t;
 

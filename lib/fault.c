@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "launcher_env.h"
 #include "log.h"
 #include "params.h"
 #include "clock.h"
@@ -152,7 +153,7 @@ int zppFaultParse(const char* text, zppFaultSet_t* out, char* err, size_t errLen
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static atomic_int enabled;          /* read on every message */
 static zppFaultSet_t faults;
-static int launcherRank = -1;        /* RANK & co., -1 when none is set */
+static int launcherRank = -1;        /* RANK & co. (launcher_env.h), -1 when none is set */
 static atomic_uint_fast64_t sent;    /* messages this process has sent */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static double bucketFree;            /* slow: when the token bucket is next free */
@@ -169,12 +170,7 @@ static void readEnv(void) {
     ZPP_ERR(ENV, "ZPP_FAULT='%s': %s; no fault is injected", text, err);
     return;
   }
-  static const char* const vars[] = {"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"};
-  for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]) && launcherRank < 0; i++) {
-    const char* v = getenv(vars[i]);
-    uint64_t r;
-    if (v && parseUnsigned(v, &r) == 0 && r < (1u << 20)) launcherRank = (int)r;
-  }
+  launcherRank = zppLauncherEnvRank();
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   rng = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ 0x9e3779b97f4a7c15ull;

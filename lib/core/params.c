@@ -19,7 +19,8 @@ static const zppEnvInfo_t paramTable[] = {
      "seconds any wait may take (rendezvous, bootstrap, collectives) before it fails with an "
      "error; zppConfig_t.timeoutSec overrides"},
     {"ZPP_HOSTID", ZPP_ENV_STRING, "",
-     "node identity of this rank (default: the host name); ranks with the same id form one node, "
+     "node identity of this rank (default: SLURMD_NODENAME under Slurm, else the host name); "
+     "ranks with the same id form one node, "
      "which is how one machine plays several; zppConfig_t.hostId overrides"},
     {"ZPP_TOPO_FILE", ZPP_ENV_STRING, "",
      "file of \"rank host-id\" lines that replaces every rank's host id at communicator init "
@@ -29,7 +30,8 @@ static const zppEnvInfo_t paramTable[] = {
      "default: the first non-loopback interface that is up, else loopback"},
     {"ZPP_ROOT", ZPP_ENV_STRING, "",
      "host:port of the rendezvous root for zppCommInitFromEnv (rank 0 listens there); default "
-     "MASTER_ADDR and MASTER_PORT + ZPP_MASTER_PORT_OFFSET"},
+     "MASTER_ADDR and MASTER_PORT + ZPP_MASTER_PORT_OFFSET; under srun, what of those is unset "
+     "comes from the step's first node and a port derived from SLURM_JOB_ID and SLURM_STEP_ID"},
     {"ZPP_MASTER_PORT_OFFSET", ZPP_ENV_INT, "1",
      "zppCommInitFromEnv's root listens on MASTER_PORT plus this, because torch's own store "
      "already listens on MASTER_PORT under torchrun"},

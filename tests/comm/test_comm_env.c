@@ -1,15 +1,21 @@
 /*
  * zppCommInitFromEnv in forked ranks: torchrun's variables (rank 0 opening
  * the root at MASTER_PORT + 1, started last), ZPP_ROOT, OpenMPI's
- * variables, ZPP_SECRET; and missing or garbled variables, each an error
- * that names the variable.
+ * variables, ZPP_SECRET; srun's variables with the root and the node
+ * identities Slurm gives (tests/slurm runs them under a real srun); and
+ * missing or garbled variables, each an error that names the variable.
  */
+#include <netinet/in.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lib/comm.h"
+#include "lib/core/launcher_env.h"
 #include "lib/core/log.h"
 #include "testutil.h"
 #include "perf/common/launch.h"
@@ -116,6 +122,88 @@ static void testOmpi(void) {
   CHECK(zppLaunch(&o, ompiBody, NULL) == 0);
 }
 
+/* ---- srun: SLURM_PROCID/NTASKS/LOCALID, the root from the step -------- */
+
+static char slurmJob[32];
+
+static int portFree(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_in a;
+  memset(&a, 0, sizeof(a));
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  int ok = bind(fd, (struct sockaddr*)&a, sizeof(a)) == 0;
+  close(fd);
+  return ok;
+}
+
+/* What srun gives a task of `srun -N 2 -n 4` (block), with node names of
+ * which only the first must resolve: task 0's, where the root is. */
+static void slurmEnv(int rank, int nranks, void* arg) {
+  static const char* const clear[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                      "MASTER_PORT", "ZPP_ROOT", "ZPP_HOSTID", NULL};
+  for (const char* const* v = clear; *v; v++) unsetenv(*v);
+  char v[64];
+  snprintf(v, sizeof(v), "%d", rank);
+  setenv("SLURM_PROCID", v, 1);
+  snprintf(v, sizeof(v), "%d", rank % 2);
+  setenv("SLURM_LOCALID", v, 1);
+  snprintf(v, sizeof(v), "%d", nranks);
+  setenv("SLURM_NTASKS", v, 1);
+  setenv("SLURM_STEP_ID", "0", 1);
+  setenv("SLURM_JOB_ID", slurmJob, 1);
+  setenv("SLURM_STEP_NODELIST", "127.0.0.1,zppnode2", 1);
+  setenv("SLURMD_NODENAME", rank < 2 ? "127.0.0.1" : "zppnode2", 1);
+  setenv("ZPP_SECRET", "what-the-user-exported-before-srun", 1);
+}
+
+static int slurmBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppComm_t comm = NULL;
+  REQUIRE(zppCommInitFromEnv(&comm, NULL) == zppSuccess);
+  /* Two nodes of two from SLURMD_NODENAME alone: one host name here. */
+  checkComm(comm, rank, nranks, rank % 2, 2);
+  CHECK_MSG(strcmp(comm->hostId, rank < 2 ? "127.0.0.1" : "zppnode2") == 0, "host id %s",
+            comm->hostId);
+  zppCommDestroy(comm);
+  return zppTestRankResult();
+}
+
+static void testSlurm(void) {
+  /* A job id whose derived port is free now. */
+  int job = (int)getpid() * 7;
+  for (int tries = 0; tries < 50; tries++, job++) {
+    snprintf(slurmJob, sizeof(slurmJob), "%d", job);
+    if (portFree(zppSlurmPort(slurmJob, "0"))) break;
+  }
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 4;
+  o.idMode = ZPP_LAUNCH_ID_NONE;
+  o.setupRank = slurmEnv;
+  o.timeoutSec = 60;
+  CHECK(zppLaunch(&o, slurmBody, NULL) == 0);
+}
+
+/* One task (srun -n 1, srun --pty bash): no rendezvous, so no secret. */
+static int oneTaskBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  unsetenv("ZPP_SECRET");
+  unsetenv("SLURM_STEP_NODELIST");
+  zppComm_t comm = NULL;
+  REQUIRE(zppCommInitFromEnv(&comm, NULL) == zppSuccess);
+  checkComm(comm, 0, 1, 0, 1);
+  zppCommDestroy(comm);
+  return zppTestRankResult();
+}
+
+static void testSlurmOneTask(void) {
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 1;
+  o.idMode = ZPP_LAUNCH_ID_NONE;
+  o.setupRank = slurmEnv;
+  o.timeoutSec = 60;
+  CHECK(zppLaunch(&o, oneTaskBody, NULL) == 0);
+}
+
 /* ---- ZPP_SECRET: a rank with another secret is refused --------------- */
 
 static void secretEnv(int rank, int nranks, void* arg) {
@@ -181,7 +269,10 @@ static const char* allVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR
                                 "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                 "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "ZPP_ROOT",
                                 "ZPP_SECRET", "ZPP_MASTER_PORT_OFFSET",
-                                "ZPP_UNAUTHENTICATED_RENDEZVOUS", NULL};
+                                "ZPP_UNAUTHENTICATED_RENDEZVOUS", "SLURM_PROCID", "SLURM_NTASKS",
+                                "SLURM_LOCALID", "SLURM_STEP_ID", "SLURM_JOB_ID",
+                                "SLURM_STEP_NODELIST", "SLURM_DISTRIBUTION", "SLURMD_NODENAME",
+                                NULL};
 
 static void expectEnvError(const char* settings, const char* named) {
   for (const char** v = allVars; *v; v++) unsetenv(*v);
@@ -223,6 +314,23 @@ static void testBadEnv(void) {
   expectEnvError("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29400", "ZPP_SECRET");
   expectEnvError("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29400 "
                  "ZPP_UNAUTHENTICATED_RENDEZVOUS=0", "ZPP_UNAUTHENTICATED_RENDEZVOUS=1");
+  /* srun: bad or missing variables, the batch script that is no task. */
+  expectEnvError("SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_JOB_ID=7", "SLURM_STEP_ID");
+  expectEnvError("SLURM_PROCID=z SLURM_NTASKS=4 SLURM_STEP_ID=0", "SLURM_PROCID='z'");
+  expectEnvError("SLURM_PROCID=1 SLURM_STEP_ID=0", "SLURM_NTASKS");
+  expectEnvError("SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7",
+                 "SLURM_STEP_NODELIST");
+  expectEnvError("SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7 "
+                 "SLURM_STEP_NODELIST=n[01-", "SLURM_STEP_NODELIST='n[01-'");
+  expectEnvError("SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_STEP_NODELIST=n1",
+                 "SLURM_JOB_ID");
+  expectEnvError("SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7 "
+                 "SLURM_STEP_NODELIST=n[1-2] SLURMD_NODENAME=n2", "SLURMD_NODENAME");
+  expectEnvError("SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7 "
+                 "SLURM_STEP_NODELIST=n[1-2] SLURM_DISTRIBUTION=arbitrary", "SLURM_DISTRIBUTION");
+  /* Slurm hands out no secret either. */
+  expectEnvError("SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7 "
+                 "SLURM_STEP_NODELIST=n[1-2]", "ZPP_SECRET");
   for (const char** v = allVars; *v; v++) unsetenv(*v);
   CHECK_EQ_INT(zppCommInitFromEnv(NULL, NULL), zppInvalidArgument);
 }
@@ -235,5 +343,7 @@ int main(int argc, char** argv) {
   RUN("ompi", testOmpi);
   RUN("secret", testSecret);
   RUN("unauthenticated", testUnauthenticated);
+  RUN("slurm", testSlurm);
+  RUN("slurm-one-task", testSlurmOneTask);
   return zppTestExit("test_comm_env");
 }
