@@ -5,7 +5,10 @@
  *   mpirun     with MPI built in, the unique id goes out by MPI_Bcast;
  *              without, OMPI_COMM_WORLD_* and MASTER_ADDR/PORT;
  *   RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (torchrun, perf/emucluster/emucluster.sh);
+ *   srun       SLURM_PROCID/SLURM_NTASKS, the root from the step;
  *   nothing    one rank.
+ * The launchers' variables are read by the library's one table of them
+ * (lib/core/launcher_env.h), as zppCommInitFromEnv reads them.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -15,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/core/launcher_env.h"
 #include "perf/common/launch.h"
 #include "train.h"
 #include "train_mpi.h"
@@ -430,22 +434,25 @@ static int trForkRun(const trArgs_t* a, const tdCorpus_t* corpus, const mlpShape
   return worst;
 }
 
-static int trEnvRank(void) {
-  static const char* const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK"};
-  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-    const char* v = getenv(vars[i]);
-    if (v != NULL && v[0] != '\0') return atoi(v);
-  }
-  return -1;
-}
-
-static int trLauncherEnv(void) {
-  return (getenv("RANK") != NULL && getenv("WORLD_SIZE") != NULL) ||
-         getenv("OMPI_COMM_WORLD_SIZE") != NULL;
+/* The launcher's rank count in the environment (torchrun, OpenMPI, MPICH,
+ * srun); 0 without one, -1 when its variables are wrong (zppCommInitFromEnv
+ * then says which). */
+static int trEnvRanks(const char** launcher) {
+  zppLauncherEnv_t l;
+  char err[600];
+  int found = zppLauncherEnvRead(&l, err, sizeof err);
+  *launcher = found != 1 ? "env" : strcmp(l.launcher, "OpenMPI") == 0 ? "mpirun"
+                                   : strcmp(l.launcher, "Slurm") == 0   ? "srun"
+                                                                        : "env";
+  return found == 1 ? l.nranks : found;
 }
 
 int main(int argc, char** argv) {
-  int envRank = trEnvRank();
+  int envRank = zppLauncherEnvRank();
+  const char* envLauncher = "env";
+  int envRanks = trEnvRanks(&envLauncher);
+  /* A one-task srun step is a shell (srun --pty bash), not a launch of ranks. */
+  int launched = envRanks != 0 && !(envRanks == 1 && strcmp(envLauncher, "srun") == 0);
   int mpi = 0;
   if (trMpiAvailable() && trMpiLaunched()) {
     if (trMpiInit(&argc, &argv) != 0) return TR_EXIT_ERROR;
@@ -455,11 +462,11 @@ int main(int argc, char** argv) {
   trArgs_t a;
   int code = trParseArgs(argc, argv, &a);
   /* --layout alone forks its ranks; under a launcher it only names nodes. */
-  if (code == 0 && a.layoutNodes > 0 && a.forkRanks == 0 && !mpi && !trLauncherEnv())
+  if (code == 0 && a.layoutNodes > 0 && a.forkRanks == 0 && !mpi && !launched)
     a.forkRanks = a.layoutNodes * a.layoutPerNode;
-  if (code == 0 && a.forkRanks > 0 && (mpi || trLauncherEnv())) {
+  if (code == 0 && a.forkRanks > 0 && (mpi || launched)) {
     if (!trSilent)
-      fprintf(stderr, "zpp-train: -N forks the ranks here: do not combine it with mpirun or "
+      fprintf(stderr, "zpp-train: -N forks the ranks here: do not combine it with mpirun, srun or "
                       "RANK/WORLD_SIZE (the launcher already made the ranks)\n");
     code = TR_EXIT_USAGE;
   }
@@ -511,11 +518,11 @@ int main(int argc, char** argv) {
       trLibError(&env, "zppCommInitRankConfig", res);
       code = TR_EXIT_ERROR;
     }
-  } else if (trLauncherEnv()) {
-    env.launcher = getenv("OMPI_COMM_WORLD_SIZE") != NULL ? "mpirun" : "env";
+  } else if (envRanks != 0) {
+    env.launcher = envLauncher;
     trApplyLayout(&a, envRank);
     if ((res = zppCommInitFromEnv(&env.comm, &cfg)) != zppSuccess) {
-      trLibError(&env, "zppCommInitFromEnv (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)", res);
+      trLibError(&env, "zppCommInitFromEnv (the launcher's environment)", res);
       code = TR_EXIT_ERROR;
     } else {
       zppCommUserRank(env.comm, &env.rank);

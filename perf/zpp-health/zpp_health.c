@@ -17,19 +17,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/core/launcher_env.h"
 #include "lib/fault.h"
 #include "perf/common/launch.h"
 #include "zpp_health.h"
 
 static void zhOwnHostId(char* out, size_t len) {
   /* The library's rule for a rank's node, so that our units are its nodes. */
-  const char* h = getenv("ZPP_HOSTID");
-  if (h && h[0]) {
-    snprintf(out, len, "%s", h);
-    return;
-  }
-  if (gethostname(out, len) != 0) snprintf(out, len, "unknown");
-  out[len - 1] = '\0';
+  if (zppLauncherHostId(out, len) == NULL) snprintf(out, len, "unknown");
 }
 
 static void zhHelloOf(zhHello_t* h, int rank, int nranks) {
@@ -327,37 +322,22 @@ static int zhForkRun(zppHealthArgs_t* a) {
   return ZPP_HEALTH_EXIT_HUNG;
 }
 
-/* 0 unset, 1 parsed into *out, -1 not an integer in [0, max]. */
-static int zhEnvInt(const char* name, long max, int* out) {
-  const char* v = getenv(name);
-  if (v == NULL) return 0;
-  char* end = NULL;
-  long x = strtol(v, &end, 10);
-  if (end == v || *end != '\0' || x < 0 || x > max) return -1;
-  *out = (int)x;
-  return 1;
-}
-
 static int zhEnvRun(zppHealthArgs_t* a) {
-  static const char* const vars[][2] = {
-      {"RANK", "WORLD_SIZE"}, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}};
-  int rank = -1, nranks = -1;
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0] && rank < 0; i++) {
-    int gr = zhEnvInt(vars[i][0], ZH_MAX_RANKS, &rank);
-    if (gr == 0) continue;
-    if (gr < 0 || zhEnvInt(vars[i][1], ZH_MAX_RANKS, &nranks) != 1) {
-      fprintf(stderr, "zpp-health: %s='%s' / %s='%s': not a rank and a size\n", vars[i][0],
-              getenv(vars[i][0]), vars[i][1], getenv(vars[i][1]) ? getenv(vars[i][1]) : "(unset)");
-      return ZPP_HEALTH_EXIT_USAGE;
-    }
-  }
-  if (rank < 0) {
-    fprintf(stderr, "zpp-health: no launcher environment (RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK, PMI_RANK): "
-            "start it with mpirun or torchrun, or fork local ranks with -N RANKS\n");
+  char err[600];
+  zppLauncherEnv_t l;
+  int found = zppLauncherEnvRead(&l, err, sizeof err);
+  if (found == 0) {
+    fprintf(stderr, "zpp-health: no launcher environment: %s; or fork local ranks with -N RANKS\n", err);
     return ZPP_HEALTH_EXIT_USAGE;
   }
-  if (nranks < 2 || rank >= nranks) {
-    fprintf(stderr, "zpp-health: rank %d of %d: needs at least 2 ranks\n", rank, nranks);
+  if (found < 0) {
+    fprintf(stderr, "zpp-health: %s\n", err);
+    return ZPP_HEALTH_EXIT_USAGE;
+  }
+  int rank = l.rank, nranks = l.nranks;
+  if (nranks < 2 || nranks > ZH_MAX_RANKS) {
+    fprintf(stderr, "zpp-health: rank %d of %d (%s): needs 2..%d ranks\n", rank, nranks, l.sizeVar,
+            ZH_MAX_RANKS);
     return ZPP_HEALTH_EXIT_USAGE;
   }
   if (a->layoutNodes > 0) {
@@ -373,28 +353,13 @@ static int zhEnvRun(zppHealthArgs_t* a) {
   }
   /* Rank 0's control port: the rendezvous port zppCommInitFromEnv would
    * open. zpp-health never calls it, so the port is ours. */
-  int port = 0;
-  const char* root = getenv("ZPP_ROOT");
-  if (root && root[0]) {
-    const char* colon = strrchr(root, ':');
-    if (colon == NULL || colon == root || sscanf(colon + 1, "%d", &port) != 1 || port < 1 || port > 65535) {
-      fprintf(stderr, "zpp-health: ZPP_ROOT='%s' is not host:port\n", root);
-      return ZPP_HEALTH_EXIT_USAGE;
-    }
-    snprintf(a->ctlHost, sizeof a->ctlHost, "%.*s", (int)(colon - root), root);
-  } else {
-    const char* addr = getenv("MASTER_ADDR");
-    int mport = 0, offset = 1, have = zhEnvInt("MASTER_PORT", 65535, &mport);
-    if (addr == NULL || addr[0] == '\0' || (have != 1 && a->ctlPort == 0)) {
-      fprintf(stderr, "zpp-health: MASTER_ADDR and MASTER_PORT (or ZPP_ROOT=host:port) must name rank 0's "
-              "host and a port, as for zppCommInitFromEnv\n");
-      return ZPP_HEALTH_EXIT_USAGE;
-    }
-    const char* off = getenv("ZPP_MASTER_PORT_OFFSET");
-    if (off) offset = atoi(off);
-    snprintf(a->ctlHost, sizeof a->ctlHost, "%s", addr);
-    port = mport + offset;
+  zppLauncherRoot_t root;
+  if (zppLauncherRootRead(&l, a->ctlPort == 0, &root, err, sizeof err) != 0) {
+    fprintf(stderr, "zpp-health: %s\n", err);
+    return ZPP_HEALTH_EXIT_USAGE;
   }
+  snprintf(a->ctlHost, sizeof a->ctlHost, "%s", root.host);
+  int port = root.port;
   if (a->ctlPort) port = a->ctlPort;
   if (port < 1 || port > 65535) {
     fprintf(stderr, "zpp-health: control port %d out of range (--ctl-port)\n", port);

@@ -9,36 +9,38 @@
  *                  by MPI_Bcast (and --baseline mpi becomes possible);
  *                  without MPI: OMPI_COMM_WORLD_* plus MASTER_ADDR/PORT;
  *   torchrun-style RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
+ *   srun           SLURM_PROCID, SLURM_NTASKS; the root from the step
+ *                  (lib/core/launcher_env.h reads all of these);
  *   nothing        one rank.
  */
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/core/launcher_env.h"
 #include "zpp_perf.h"
 
-/* This process's rank as the launcher's environment tells it, -1 if none. */
-static int zppPerfEnvRank(void) {
-  static const char* const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "RANK"};
-  for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
-    const char* v = getenv(vars[i]);
-    if (v != NULL && v[0] != '\0') return atoi(v);
-  }
-  return -1;
-}
-
-static int zppPerfTorchrunEnv(void) {
-  return getenv("RANK") != NULL && getenv("WORLD_SIZE") != NULL;
+/* The launcher's rank count in the environment (torchrun, OpenMPI, MPICH,
+ * srun); 0 without one, -1 when its variables are wrong (the library's
+ * zppCommInitFromEnv then says which). */
+static int zppPerfEnvRanks(const char** launcher) {
+  zppLauncherEnv_t l;
+  char err[600];
+  int found = zppLauncherEnvRead(&l, err, sizeof err);
+  *launcher = found != 1 ? "env" : strcmp(l.launcher, "OpenMPI") == 0 ? "mpirun"
+                                   : strcmp(l.launcher, "Slurm") == 0   ? "srun"
+                                                                        : "env";
+  return found == 1 ? l.nranks : found;
 }
 
 static int zppPerfOmpiEnv(void) { return getenv("OMPI_COMM_WORLD_SIZE") != NULL; }
 
 /* Communicator from the launcher's environment, without MPI in between. */
 static int zppPerfInitFromEnv(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
-  zppPerfApplyLayout(a, zppPerfEnvRank());
+  zppPerfApplyLayout(a, zppLauncherEnvRank());
   zppResult_t res = zppCommInitFromEnv(&env->comm, NULL);
   if (res != zppSuccess) {
-    env->rank = zppPerfEnvRank();
-    zppPerfLibError(env, "zppCommInitFromEnv (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT)", res);
+    env->rank = zppLauncherEnvRank();
+    zppPerfLibError(env, "zppCommInitFromEnv (the launcher's environment)", res);
     return ZPP_PERF_EXIT_ERROR;
   }
   zppCommUserRank(env->comm, &env->rank);
@@ -78,7 +80,9 @@ static int zppPerfInitSingle(zppPerfEnv_t* env) {
 }
 
 int main(int argc, char** argv) {
-  int envRank = zppPerfEnvRank();
+  int envRank = zppLauncherEnvRank();
+  const char* envLauncher = "env";
+  int envRanks = zppPerfEnvRanks(&envLauncher);
   int mpi = 0;
   if (zppPerfMpiAvailable() && (zppPerfMpiLaunched() || zppPerfOmpiEnv())) {
     if (zppPerfMpiInit(&argc, &argv) != 0) return ZPP_PERF_EXIT_ERROR;
@@ -104,10 +108,11 @@ int main(int argc, char** argv) {
     setenv("ZPP_QUANT_BLOCK", b, 1);
   }
   if (args.forkRanks > 0) {
-    if (mpi || zppPerfTorchrunEnv() || zppPerfOmpiEnv()) {
+    /* A one-task srun step is a shell (srun --pty bash), not a launch of ranks. */
+    if (mpi || (envRanks != 0 && !(envRanks == 1 && strcmp(envLauncher, "srun") == 0))) {
       if (envRank <= 0)
-        fprintf(stderr, "zpp-perf: -N forks the ranks itself: do not combine it with mpirun or "
-                        "RANK/WORLD_SIZE\n");
+        fprintf(stderr, "zpp-perf: -N forks the ranks itself: do not combine it with mpirun, srun "
+                        "or RANK/WORLD_SIZE\n");
       if (mpi) zppPerfMpiFinalize();
       return ZPP_PERF_EXIT_USAGE;
     }
@@ -126,8 +131,8 @@ int main(int argc, char** argv) {
   if (mpi) {
     env.launcher = "mpirun";
     rc = zppPerfInitMpi(&args, &env);
-  } else if (zppPerfTorchrunEnv() || zppPerfOmpiEnv()) {
-    env.launcher = zppPerfOmpiEnv() ? "mpirun" : "env";
+  } else if (envRanks != 0) {
+    env.launcher = envLauncher;
     rc = zppPerfInitFromEnv(&args, &env);
   } else {
     env.launcher = "single";
