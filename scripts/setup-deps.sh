@@ -15,6 +15,7 @@ packages=(
   python3                            # JSON schema checks in tests
   python3-prometheus-client          # its parser checks zpp-health --prometheus
   python3-venv python3-dev           # torch's environment, torch_zpp's build
+  slurmctld slurmd slurm-client munge  # srun tests (label slurm): a private Slurm, 3.3 MB
 )
 
 missing=()
