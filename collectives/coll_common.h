@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "zpp.h"
-#include "lib/core/trim.h"
+#include "core/trim.h"
 #include "topology/topo.h"
 
 /* Ranks in ring order, node by node (a ring visits each node once, so each
@@ -37,7 +37,7 @@ typedef struct {
 /* Matches zppCollCtx_t's scratch callback (owner = the pool); NULL when out
  * of memory or the slot is out of range. */
 void* zppScratchPoolGet(void* pool, int slot, size_t bytes);
-/* Called after every call: gives a slot back by lib/core/trim.h's rule
+/* Called after every call: gives a slot back by core/trim.h's rule
  * (64 calls in a row that needed under a quarter of it). The slot is freed,
  * not shrunk: the next call that needs it allocates its own size. */
 void zppScratchPoolTrim(zppScratchPool_t* pool);

@@ -8,7 +8,7 @@
  *   srun       SLURM_PROCID/SLURM_NTASKS, the root from the step;
  *   nothing    one rank.
  * The launchers' variables are read by the library's one table of them
- * (lib/core/launcher_env.h), as zppCommInitFromEnv reads them.
+ * (core/launcher_env.h), as zppCommInitFromEnv reads them.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -18,7 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "lib/core/launcher_env.h"
+#include "core/launcher_env.h"
 #include "perf/common/launch.h"
 #include "train.h"
 #include "train_mpi.h"

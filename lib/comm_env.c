@@ -4,7 +4,7 @@
  * Rank and size come from torchrun (RANK, WORLD_SIZE, LOCAL_RANK), OpenMPI
  * (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK), MPICH (PMI_RANK/SIZE) or srun
  * (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, with SLURM_STEP_ID), the
- * first whose rank variable is set (lib/core/launcher_env.h, the one table
+ * first whose rank variable is set (core/launcher_env.h, the one table
  * the tools read too). The rendezvous root is ZPP_ROOT=host:port, else
  * MASTER_ADDR and MASTER_PORT + ZPP_MASTER_PORT_OFFSET (default 1: under
  * torchrun, torch's own store already listens on MASTER_PORT); under srun

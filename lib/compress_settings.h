@@ -4,7 +4,7 @@
  * the size under which calls stay plain, and the hpZ group size.
  * Explicit config beats the environment (ZPP_QWZ_BITS, ZPP_QGZ_BITS,
  * ZPP_QUANT_BLOCK, ZPP_COMPRESS_MIN_BYTES, ZPP_HPZ_GROUP), which beats the
- * defaults (in the parameter table, lib/core/params.c: compression off, so
+ * defaults (in the parameter table, core/params.c: compression off, so
  * that a trainer that only renamed its NCCL calls stays exact until it asks);
  * the communicator logs at INFO what it applied.
  */

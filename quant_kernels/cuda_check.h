@@ -1,5 +1,5 @@
 /*
- * CUDA members of the check-macro family (see lib/core/check.h): the call
+ * CUDA members of the check-macro family (see core/check.h): the call
  * that sees a CUDA error logs it once under the CUDA subsystem with the
  * runtime's own message and returns zppUnhandledCudaError, as NCCL's
  * CUDACHECK does. Usable from C and from CUDA C++ (log.h has no C++ linkage

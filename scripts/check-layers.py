@@ -13,7 +13,7 @@ The layers, top to bottom (docs/code-style.md draws them):
     lib/bootstrap/  rendezvous
     topology/       who is on which node
     quant_kernels/  codecs (beside the runtime: no communication inside)
-    lib/core/       logging, check macros, parameter table
+    core/       logging, check macros, parameter table
     include/        zpp.h, the public header
 
 A layer includes itself and what LAYERS lists for it, nothing else. Tests,
@@ -28,7 +28,7 @@ import tempfile
 # Longest prefix first: a file belongs to the first layer whose folder holds it.
 FOLDERS = [
     ("include/", "public"),
-    ("lib/core/", "core"),
+    ("core/", "core"),
     ("lib/bootstrap/", "bootstrap"),
     ("lib/transport/", "transport"),
     ("lib/", "runtime"),
@@ -59,7 +59,7 @@ TRANSPORT_PRIVATE = re.compile(r"^lib/transport/(ucx|ucx_internal|shm_ring|busy_
 PRIVATE_VISIBLE_TO = {"transport", "runtime"}
 
 GENERATED = {"zpp_build_config.h", "zpp_version.h"}
-SEARCH = ["", "lib/core/", "include/"]  # after the including file's own folder
+SEARCH = ["", "core/", "include/"]  # after the including file's own folder
 SOURCES = (".c", ".h", ".cu", ".cpp", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

@@ -10,7 +10,7 @@
 
 #include "check.h"
 #include "lib/comm.h"
-#include "lib/core/trim.h"
+#include "core/trim.h"
 
 struct zppNccl {
   struct zppComm* comm;
@@ -20,7 +20,7 @@ struct zppNccl {
   zppNcclWork_t work;
   void* scratch;
   size_t scratchBytes;
-  zppTrimRule_t trim; /* when the scratch goes back (lib/core/trim.h) */
+  zppTrimRule_t trim; /* when the scratch goes back (core/trim.h) */
 };
 
 /* Our result codes and data types are NCCL's, value for value. */

@@ -45,7 +45,7 @@ zppResult_t zppNcclGetWork(zppNccl_t* nccl, zppNcclWork_t** out);
  * this function: stream-ordered on the work's kernel stream, where it grows
  * (the old buffer freed behind everything queued there) and is trimmed once
  * ZPP_TRIM_CALLS calls in a row needed under a quarter of it
- * (lib/core/trim.h). Callers order their other streams after the kernel
+ * (core/trim.h). Callers order their other streams after the kernel
  * stream before using it. */
 zppResult_t zppNcclScratch(zppNccl_t* nccl, size_t bytes, void** out);
 /* Bytes of scratch held now (tests, zpp-perf). */

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "lib/core/launcher_env.h"
+#include "core/launcher_env.h"
 #include "lib/fault.h"
 #include "perf/common/launch.h"
 #include "zpp_health.h"

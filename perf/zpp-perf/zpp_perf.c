@@ -10,13 +10,13 @@
  *                  without MPI: OMPI_COMM_WORLD_* plus MASTER_ADDR/PORT;
  *   torchrun-style RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT;
  *   srun           SLURM_PROCID, SLURM_NTASKS; the root from the step
- *                  (lib/core/launcher_env.h reads all of these);
+ *                  (core/launcher_env.h reads all of these);
  *   nothing        one rank.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/core/launcher_env.h"
+#include "core/launcher_env.h"
 #include "zpp_perf.h"
 
 /* The launcher's rank count in the environment (torchrun, OpenMPI, MPICH,

@@ -17,7 +17,7 @@
 
 #include "lib/bootstrap/bootstrap.h"
 #include "lib/bootstrap/wire.h"
-#include "lib/core/log.h"
+#include "core/log.h"
 #include "testutil.h"
 #include "perf/common/launch.h"
 #include "clock.h"

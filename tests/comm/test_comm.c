@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "lib/comm.h"
-#include "lib/core/log.h"
+#include "core/log.h"
 #include "testutil.h"
 #include "perf/common/launch.h"
 #include "clock.h"

@@ -15,8 +15,8 @@
 #include <unistd.h>
 
 #include "lib/comm.h"
-#include "lib/core/launcher_env.h"
-#include "lib/core/log.h"
+#include "core/launcher_env.h"
+#include "core/log.h"
 #include "testutil.h"
 #include "perf/common/launch.h"
 #include "clock.h"

@@ -1,5 +1,5 @@
 /*
- * The launchers' environment (lib/core/launcher_env.h) without launching
+ * The launchers' environment (core/launcher_env.h) without launching
  * anything: Slurm host lists, the derived port, which launcher wins when
  * several are set (srun torchrun, mpirun inside an allocation), the batch
  * script that is no rank, and where the rendezvous root is.
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/core/launcher_env.h"
+#include "core/launcher_env.h"
 #include "testutil.h"
 
 static const char* allVars[] = {

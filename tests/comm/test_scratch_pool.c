@@ -1,7 +1,7 @@
 /*
  * The host collectives' scratch pool (collectives/coll_common.c) keeps its
  * buffers across calls and gives a slot back only after
- * ZPP_TRIM_CALLS (64, lib/core/trim.h) calls in a row needed under a quarter of it.
+ * ZPP_TRIM_CALLS (64, core/trim.h) calls in a row needed under a quarter of it.
  * Freeing large buffers after every call made each call fault them in again
  * (qwZ at 256 MiB on 4 ranks lost 4-5% of its wire speed to it).
  */

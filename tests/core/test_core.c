@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "zpp.h"
-#include "lib/core/params.h"
+#include "core/params.h"
 #include "testutil.h"
 
 int main(void) {

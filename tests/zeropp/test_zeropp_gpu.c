@@ -125,7 +125,7 @@ static void suite(zppComm_t comm, int rank, int nranks, cudaStream_t stream, int
 }
 
 /* Many calls on the communicator's reused work set, sizes alternating so
- * that the scratch grows and is trimmed (ZPP_TRIM_CALLS = 64, lib/core/trim.h). */
+ * that the scratch grows and is trimmed (ZPP_TRIM_CALLS = 64, core/trim.h). */
 static void manyCalls(zppComm_t comm, int rank, int nranks, cudaStream_t stream) {
   for (int i = 0; i < 200; i++) {
     call_t c = {i % 70 == 0 ? (size_t)5 << 20 : 4099, zppBfloat16, 4, zppSum, 0};

@@ -4,7 +4,7 @@
 
 #include "zpp.h"
 #include "zpp_build_config.h"
-#include "lib/core/params.h"
+#include "core/params.h"
 #include "quant_kernels/zpp_quant.h"
 
 static const char* yesNo(int v) { return v ? "yes" : "no"; }
