@@ -1,14 +1,21 @@
 /*
- * Plain collectives on host buffers, over the host transport's tagged
+ * Collectives on host buffers, over the host transport's tagged
  * send/receive (lib/transport/p2p.h: an interface, not UCX's type). One
- * algorithm per file; coll_host.c picks one per call and
- * runs it on the communicator's host executor.
+ * algorithm per file; the job files (coll_host.c for the plain ones,
+ * zeropp_host.c and hpz.c for ZeRO++) pick one per call and run it on the
+ * communicator's host executor.
  *
- * Every algorithm gets a context with this call's sequence number and
- * signature (they go into every message tag, see lib/transport/p2p.h), the
- * ring order of the ranks, and scratch memory. Algorithms never return with
- * a transfer in flight on success; on error the caller quiesces the
- * transport.
+ * Every algorithm runs inside one operation of the collective context
+ * (coll_ctx.c), the same road for plain and ZeRO++ calls:
+ *
+ *   zppCollBegin   health and leftover checks, the next sequence number
+ *   zppCollSign    the call's signature (goes into every message tag)
+ *   ... the algorithm: zppCollScratch, zppCollProgress, zppCollChunkElems
+ *   zppCollEnd     remembered as the last operation; on failure the
+ *                  communicator is broken and the transport quiesced
+ *
+ * Algorithms never return with a transfer in flight on success; on error
+ * zppCollEnd quiesces the transport.
  */
 #ifndef ZPP_COLL_H_
 #define ZPP_COLL_H_
@@ -20,10 +27,12 @@
 #include "lib/transport/p2p.h"
 
 struct zppComm;
+struct zppCollState;
 
 typedef struct {
   struct zppComm* comm;
-  zppP2p_t* p2p;
+  struct zppCollState* state; /* the communicator's context (coll_ctx.c) */
+  zppP2p_t* p2p;              /* NULL on one rank */
   int rank;
   int nranks;
   const int* ring;    /* ranks in ring order: node by node, so that each node link carries one flow */
@@ -31,19 +40,71 @@ typedef struct {
   zppMsgId_t id;      /* seq, sig and kind of this call; step is set per message */
   size_t chunkBytes;  /* pipelining unit */
   int depth;          /* chunks in flight per pipeline */
-  void* (*scratch)(void* owner, int slot, size_t bytes); /* NULL when out of memory */
-  void* scratchOwner;
+  int ranksShareCores; /* zppP2pRanksShareCores: the same on every rank */
 } zppCollCtx_t;
 
+/* ---- the collective context (coll_ctx.c) --------------------------------- */
+
+/* Opens one operation of kind on the executor thread: fails with the
+ * communicator's error if it is broken, with a peer's if one gave up, with a
+ * mismatch if the last operation left messages behind; else takes the next
+ * sequence number. Every Begin that succeeds is closed by one zppCollEnd. */
+zppResult_t zppCollBegin(struct zppComm* comm, zppOpKind_t kind, zppCollCtx_t* c);
+/* The signature: kind, type, op (< 0: none) and a hash of vals and the
+ * pipeline chunk, the values that must agree across ranks. */
+void zppCollSign(zppCollCtx_t* c, zppDataType_t type, int op, const uint64_t* vals, int nvals);
+/* Closes it: remembered as the last operation; on failure (unless every
+ * rank involved agreed on it, `agreed`) the communicator is marked broken
+ * and the transport quiesced; big scratch is trimmed. Returns res. */
+zppResult_t zppCollEnd(zppCollCtx_t* c, zppResult_t res, int agreed);
+
+/* Scratch kept between calls of the communicator: slots 0..3 (see
+ * ZPP_ZSCRATCH_* for the ZeRO++ ones); NULL when out of memory. */
+void* zppCollScratch(const zppCollCtx_t* c, int slot, size_t bytes);
+/* Lets the transport move data between compute steps (sends progress only
+ * when the worker is progressed). */
+void zppCollProgress(const zppCollCtx_t* c);
+/* Elements per pipeline chunk for a type and block: the pipeline chunk's
+ * bytes of input shared among `fanIn` flows, rounded down to whole blocks
+ * (at least one block), so that chunked quantization is the same as
+ * quantizing the whole buffer.
+ *
+ * fanIn: how many peers send into one node's link at once, each with a
+ * chunk's message per pipeline slot (qwZ's ring: 1; qgZ's inter-node
+ * all-to-all: nodes - 1). Splitting the chunk among them keeps the bytes in
+ * flight towards one switch port near one chunk's worth whatever the node
+ * count: on 4x1 at 100 Mbit/s with a 5 ms switch queue, whole 256 KiB chunks
+ * to three peers at once lost 4% of their packets there and ran qgZ at
+ * 0.84-0.90 of its wire; split, at 0.93-0.95 (docs/zeropp.md). Never below
+ * ZPP_COLL_MIN_SPLIT_CHUNK bytes (unless the pipeline chunk itself is):
+ * many nodes would otherwise cut messages down to their per-message cost. */
+#define ZPP_COLL_MIN_SPLIT_CHUNK 16384
+size_t zppCollChunkElems(const zppCollCtx_t* c, zppDataType_t type, int block, int fanIn);
+/* The same for a chunk size of one's own (before any operation runs). */
+size_t zppCollChunkElemsFor(size_t chunkBytes, zppDataType_t type, int block, int fanIn);
+
+/* The plain collectives' algorithm for a kind (ZPP_ALGO_*) and the size
+ * below which its latency algorithm runs (ZPP_*_SMALL_BYTES). SMALL: all-gather
+ * recursive doubling (power of two ranks, else Bruck), reduce-scatter direct,
+ * all-reduce recursive doubling, broadcast binomial. SMALL_ALT: all-gather
+ * Bruck, reduce-scatter recursive doubling, broadcast flat. */
+typedef enum {
+  ZPP_COLL_ALGO_AUTO = 0,
+  ZPP_COLL_ALGO_BANDWIDTH = 1,
+  ZPP_COLL_ALGO_SMALL = 2,
+  ZPP_COLL_ALGO_SMALL_ALT = 3
+} zppCollAlgo_t;
+zppResult_t zppCollAlgoSetting(zppOpKind_t kind, zppCollAlgo_t* algo, int64_t* smallBytes);
+/* The same, read at the kind's first call on this communicator and kept. */
+zppResult_t zppCollAlgoFor(const zppCollCtx_t* c, zppOpKind_t kind, zppCollAlgo_t* algo, int64_t* smallBytes);
+/* Every setting the context reads, checked (communicator creation calls it,
+ * so a typo fails there, naming the variable). */
+zppResult_t zppCollSettingsCheck(void);
 
 static inline zppMsgId_t zppCollMsg(const zppCollCtx_t* c, uint32_t step) {
   zppMsgId_t id = c->id;
   id.step = step;
   return id;
-}
-
-static inline void* zppCollScratch(const zppCollCtx_t* c, int slot, size_t bytes) {
-  return c->scratch(c->scratchOwner, slot, bytes);
 }
 
 /* nblocks blocks over count elements, as even as possible: the first

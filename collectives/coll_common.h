@@ -1,9 +1,8 @@
 /*
- * What the plain collectives (coll_host.c) and the ZeRO++ ones
- * (zeropp_host.c) share on the host: the node-ordered ring, the pipeline
- * settings, the scratch pool and the message signatures. One definition, so
- * the two families cannot drift apart (they share the transport's sequence
- * space and one mismatch formatter reads both kinds of signature).
+ * The pieces the collective context (coll_ctx.c) is made of: the
+ * node-ordered ring, the pipeline settings, the scratch pool and the
+ * message signatures. Kept apart from the context so that each can be
+ * tested alone.
  */
 #ifndef ZPP_COLL_COMMON_H_
 #define ZPP_COLL_COMMON_H_
@@ -34,9 +33,9 @@ typedef struct {
   zppTrimRule_t trim[ZPP_SCRATCH_POOL_SLOTS];
 } zppScratchPool_t;
 
-/* Matches zppCollCtx_t's scratch callback (owner = the pool); NULL when out
- * of memory or the slot is out of range. */
-void* zppScratchPoolGet(void* pool, int slot, size_t bytes);
+/* A slot of at least `bytes`; NULL when out of memory or the slot is out of
+ * range. */
+void* zppScratchPoolGet(zppScratchPool_t* pool, int slot, size_t bytes);
 /* Called after every call: gives a slot back by core/trim.h's rule
  * (64 calls in a row that needed under a quarter of it). The slot is freed,
  * not shrunk: the next call that needs it allocates its own size. */

@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll_common.h"
 #include "zeropp_host.h"
 
 #include "check.h"
@@ -128,11 +129,11 @@ zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type,
   if (bits) {
     p->block = zppCompressBlock(&comm->compress, bits);
     /* The chunking the forward gather will use (fixed per communicator). */
-    int64_t chunkBytes = 0;
-    ZPPCHECKGOTO(zppEnvGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunkBytes), res, fail);
-    zppCollCtx_t probe = {.chunkBytes = chunkBytes > 0 ? (size_t)chunkBytes : 1};
+    size_t chunkBytes = 0;
+    int depth = 0;
+    ZPPCHECKGOTO(zppCollPipelineParams(&chunkBytes, &depth), res, fail);
     ZPPCHECKGOTO(zppCollQwzLayout(count, type, bits, p->block,
-                              zppZeroppChunkElems(&probe, type, p->block, 1), &p->layout),
+                                  zppCollChunkElemsFor(chunkBytes, type, p->block, 1), &p->layout),
                  res, fail);
     p->shardBytes = p->layout.shardPacked;
   } else {
@@ -181,7 +182,7 @@ void zppHpzDestroy(struct zppParam* p) {
   /* Jobs run in issue order: once this one ran, none of the parameter's
    * gathers is queued or running. */
   if (zppHandleIsLive(p->comm, ZPP_HANDLE_COMM) && p->comm->transports)
-    (void)zppExecutorSubmit(p->comm->transports->exec, barrierJob, NULL, 0, NULL);
+    (void)zppExecutorSubmit(p->comm->transports->exec, barrierJob, NULL, NULL, 0, NULL);
   p->magic = 0;
   free(p->secondary);
   free(p->members);
@@ -422,7 +423,8 @@ static zppResult_t gatherJob(struct zppComm* comm, void* arg) {
   zppOpKind_t kind = a->backward ? zppOpHpZ : (p->bits ? zppOpQwZ : zppOpAllGather);
   uint64_t vals[4] = {p->count, (uint64_t)p->bits, (uint64_t)p->block, (uint64_t)a->backward};
   zppCollCtx_t c;
-  ZPPCHECK(zppZeroppBegin(comm, kind, p->type, -1, vals, 4, &c));
+  ZPPCHECK(zppCollBegin(comm, kind, &c));
+  zppCollSign(&c, p->type, -1, vals, 4);
   zppResult_t res = zppSuccess;
   int agreed = 0;
   if (!a->backward) {
@@ -432,7 +434,7 @@ static zppResult_t gatherJob(struct zppComm* comm, void* arg) {
       p->fingerprint = fp;
       atomic_store(&p->secVersion, p->groupSize ? a->version : ZPP_PARAM_NO_VERSION);
     }
-    return zppZeroppEnd(&c, res, 0);
+    return zppCollEnd(&c, res, 0);
   }
   int valid = p->groupSize > 0 && atomic_load(&p->secVersion) == a->version;
   int useGroup = valid;
@@ -456,12 +458,12 @@ static zppResult_t gatherJob(struct zppComm* comm, void* arg) {
       atomic_store(&p->secVersion, p->groupSize ? a->version : ZPP_PARAM_NO_VERSION);
     }
   }
-  return zppZeroppEnd(&c, res, agreed);
+  return zppCollEnd(&c, res, agreed);
 }
 
 zppResult_t zppHpzIssueGather(struct zppParam* p, const void* shard, void* full, int backward,
                               zppHostStream_t stream) {
   gatherArgs_t a = {.p = p, .shard = shard, .full = full, .backward = backward};
   a.version = atomic_load(&p->version);
-  return zppExecutorSubmit(p->comm->transports->exec, gatherJob, &a, sizeof(a), stream);
+  return zppExecutorSubmit(p->comm->transports->exec, gatherJob, NULL, &a, sizeof(a), stream);
 }

@@ -140,7 +140,7 @@ static zppResult_t stage1(qgz_t* g, int t) {
           ZPPCHECK(zppQuantize(sendAt(g, p, (size_t)g->owner[n][j]), a->type, p->len, a->bits,
                                a->block, dst + (size_t)N * p->pre + (size_t)n * p->bytes));
       }
-      zppZeroppProgress(g->c);
+      zppCollProgress(g->c);
     }
     if (L > 1)
       ZPPCHECK(zppGroupAllToAllPost(g->c, g->intra, L, g->lr, g->q[s], s1, g->a1[s], s1, s1,
@@ -189,7 +189,7 @@ static zppResult_t stage2(qgz_t* g, int t) {
       ZPPCHECK(zppQuantReduceRequant(g->a1[s] + (size_t)N * p->pre + (size_t)n * p->bytes, s1, L,
                                      p->len, a->bits, a->block, a->bits, a->block, dst + p->pre));
     }
-    zppZeroppProgress(g->c);
+    zppCollProgress(g->c);
   }
   return zppGroupAllToAllPost(g->c, g->inter, N, g->node, g->r[s], s2, g->a2[s], s2, s2,
                               (uint32_t)(2 * t + 1), g->reqInter[s]);
@@ -224,8 +224,8 @@ zppResult_t zppCollQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a) {
   ZPP_CALLOCGOTO(g.inter, (size_t)g.N, res, out);
   for (int n = 0; n < g.N; n++) g.inter[n] = topo->nodeRanks[n][g.lr];
   /* The inter-node all-to-all sends to N - 1 nodes at once: they share the
-   * chunk (zppZeroppChunkElems). */
-  ZPPCHECKGOTO(planChunks(&g, zppZeroppChunkElems(c, a->type, a->block, g.N - 1)), res, out);
+   * chunk (zppCollChunkElems). */
+  ZPPCHECKGOTO(planChunks(&g, zppCollChunkElems(c, a->type, a->block, g.N - 1)), res, out);
   if (g.nChunks == 0) goto out;
 
   ZPP_CALLOCGOTO(reqs, (size_t)NSLOTS * 2 * (size_t)(g.L + g.N), res, out);

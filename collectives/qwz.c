@@ -130,7 +130,7 @@ zppResult_t zppCollQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* 
     /* Decoding after the forward is posted: the bytes leave while we work.
      * In place, the own chunk is overwritten only after it was quantized. */
     ZPPCHECKGOTO(decodeChunk(l, seg, recv, sb, ch), res, out);
-    zppZeroppProgress(c);
+    zppCollProgress(c);
   }
   /* The last step's chunks are not forwarded: decode them as they come. */
   for (size_t k = K - (size_t)C; k < K; k++) {

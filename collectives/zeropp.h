@@ -1,10 +1,11 @@
 /*
  * ZeRO++ algorithms on host buffers (internal): qwZ (qwz.c), qgZ (qgz.c),
  * hpZ (hpz.c), the group exchanges they share (group_alltoall.c) and the
- * per-communicator state and executor plumbing (zeropp_host.c).
+ * executor jobs (zeropp_host.c).
  *
- * Every algorithm runs inside one executor job with a zppCollCtx_t (see
- * coll.h): this call's sequence number and signature go into every tag, so
+ * Every algorithm runs inside one operation of the collective context (see
+ * coll.h), as the plain collectives do: this call's sequence number and
+ * signature go into every tag, so
  * ranks that disagree on the call, its type, count, bits or block get an
  * error instead of mixed data; the packed segments' headers are checked
  * again when they are decoded. Messages carry zppOpQwZ / zppOpHpZ /
@@ -21,44 +22,8 @@
 
 struct zppComm;
 
-/* ---- per-communicator state and jobs (zeropp_host.c) --------------------- */
-
-/* Scratch slots of the ZeRO++ state (kept between calls up to a limit). */
+/* Scratch slots of the collective context that ZeRO++ uses. */
 enum { ZPP_ZSCRATCH_PACKED = 0, ZPP_ZSCRATCH_PIPE = 1, ZPP_ZSCRATCH_AUX = 2, ZPP_ZSCRATCH_SLOTS = 3 };
-
-/* Opens one operation: the next sequence number, a signature over kind, type,
- * op and the values that must agree across ranks, the node-ordered ring, the
- * pipelining parameters and scratch. Runs on the executor thread. */
-zppResult_t zppZeroppBegin(struct zppComm* comm, zppOpKind_t kind, zppDataType_t type, int op,
-                           const uint64_t* vals, int nvals, zppCollCtx_t* c);
-/* Closes it: on failure marks the communicator broken (unless the failure
- * was agreed by every rank involved, see `agreed`) and quiesces the
- * transport; trims big scratch. Returns res. */
-zppResult_t zppZeroppEnd(zppCollCtx_t* c, zppResult_t res, int agreed);
-/* Lets UCX move data between compute steps (sends progress only when the
- * worker is progressed). */
-void zppZeroppProgress(const zppCollCtx_t* c);
-/* Elements per pipeline chunk for a type and block: ZPP_PIPELINE_CHUNK_BYTES
- * of input shared among `fanIn` flows, rounded down to whole blocks (at least
- * one block), so that chunked quantization is the same as quantizing the
- * whole buffer.
- *
- * fanIn: how many peers send into one node's link at once, each with a
- * chunk's message per pipeline slot (qwZ's ring: 1; qgZ's inter-node
- * all-to-all: nodes - 1). Splitting the chunk among them keeps the bytes in
- * flight towards one switch port near one chunk's worth whatever the node
- * count: on 4x1 at 100 Mbit/s with a 5 ms switch queue, whole 256 KiB chunks
- * to three peers at once lost 4% of their packets there and ran qgZ at
- * 0.84-0.90 of its wire; split, at 0.93-0.95 (docs/zeropp.md). Never below
- * ZPP_ZEROPP_MIN_SPLIT_CHUNK bytes (unless the pipeline chunk itself is):
- * many nodes would otherwise cut messages down to their per-message cost. */
-#define ZPP_ZEROPP_MIN_SPLIT_CHUNK 16384
-size_t zppZeroppChunkElems(const zppCollCtx_t* c, zppDataType_t type, int block, int fanIn);
-/* The transport's mismatch formatter (a zppSigFormatter_t) for plain and
- * ZeRO++ signatures alike. */
-void zppZeroppDescribeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t len);
-/* Frees the state (comm destroy, after the executor stopped). */
-void zppZeroppFree(struct zppComm* comm);
 
 /* ---- group exchanges (group_alltoall.c) ---------------------------------- */
 

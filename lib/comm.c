@@ -158,7 +158,6 @@ out:
 static void commFree(struct zppComm* comm) {
   if (comm == NULL) return;
   zppTransportsDestroy(comm);
-  if (comm->zeroppFree) comm->zeroppFree(comm); /* after the executor (in the transports) stopped */
   zppTopoDestroy(comm->topo);
   zppBootstrapDestroy(comm->bootstrap);
   pthread_mutex_destroy(&comm->errorLock);

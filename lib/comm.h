@@ -15,7 +15,6 @@
 #include "lib/compress_settings.h"
 
 struct zppTransports; /* lib/transport/: UCX host transport, NCCL device transport */
-struct zppZeropp;     /* collectives/zeropp_host.c: ZeRO++ state, made by the first ZeRO++ job */
 
 struct zppComm {
   unsigned magic;            /* ZPP_COMM_MAGIC while alive: catches use after destroy */
@@ -32,10 +31,6 @@ struct zppComm {
   pthread_mutex_t errorLock;
   char lastError[512];       /* reason for asyncError, for zppGetLastError */
   zppCompressSettings_t compress; /* ZeRO++ settings (lib/compress_settings.c) */
-  struct zppZeropp* zeropp;  /* touched by executor jobs only; freed at destroy */
-  /* Frees zeropp. Set by the collectives when they make it, so that the
-   * communicator (below them) frees their state without naming them. */
-  void (*zeroppFree)(struct zppComm* comm);
 };
 
 #define ZPP_COMM_MAGIC 0x7a70636du /* "zpcm" */

@@ -7,12 +7,10 @@
 #include <string.h>
 
 #include "check.h"
+#include "handles.h"
 #include "lib/comm.h"
 
-#define STREAM_MAGIC 0x7a706873u /* "zphs" */
-
 struct zppHostStream {
-  unsigned magic;
   pthread_mutex_t lock;
   pthread_cond_t cond;
   int pending;        /* jobs queued or running */
@@ -22,6 +20,7 @@ struct zppHostStream {
 typedef struct job {
   struct job* next;
   zppJobFn_t fn;
+  zppJobDropFn_t drop;
   zppHostStream_t stream;
   struct waiter* waiter; /* blocking caller, or NULL */
   _Alignas(16) unsigned char arg[ZPP_JOB_ARG_MAX];
@@ -49,48 +48,27 @@ struct zppExecutor {
   void (*stateFree)(void*);
 };
 
-/* ---- the registry of live host streams --------------------------------- */
+/* ---- host streams ---------------------------------------------------------- */
 
-static pthread_mutex_t registryLock = PTHREAD_MUTEX_INITIALIZER;
-static zppHostStream_t* registry = NULL;
-static int registryCount = 0, registryCap = 0;
-
-static int registryFind(const void* s) {
-  for (int i = 0; i < registryCount; i++)
-    if ((const void*)registry[i] == s) return i;
-  return -1;
-}
-
-int zppExecStreamIsValid(const void* stream) {
-  if (stream == NULL) return 0;
-  pthread_mutex_lock(&registryLock);
-  int found = registryFind(stream) >= 0;
-  pthread_mutex_unlock(&registryLock);
-  return found;
-}
+/* Live streams are found in the one registry of live handles
+ * (core/handles.h): a lookup takes no lock, and every host collective makes
+ * one. */
+int zppExecStreamIsValid(const void* stream) { return zppHandleIsLive(stream, ZPP_HANDLE_STREAM); }
 
 zppResult_t zppHostStreamCreate(zppHostStream_t* out) {
   ZPP_ARGCHECK(out != NULL, "zppHostStreamCreate: stream pointer is NULL");
   zppHostStream_t s = NULL;
   ZPP_CALLOC(s, 1);
-  s->magic = STREAM_MAGIC;
   pthread_mutex_init(&s->lock, NULL);
   pthread_cond_init(&s->cond, NULL);
   s->error = zppSuccess;
-  pthread_mutex_lock(&registryLock);
-  if (registryCount == registryCap) {
-    int cap = registryCap ? 2 * registryCap : 16;
-    zppHostStream_t* grown = realloc(registry, (size_t)cap * sizeof(*grown));
-    if (grown == NULL) {
-      pthread_mutex_unlock(&registryLock);
-      free(s);
-      ZPP_FAIL(zppSystemError, ALL, "out of memory registering a host stream");
-    }
-    registry = grown;
-    registryCap = cap;
+  zppResult_t res = zppHandleRegister(s, ZPP_HANDLE_STREAM);
+  if (res != zppSuccess) {
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    return res;
   }
-  registry[registryCount++] = s;
-  pthread_mutex_unlock(&registryLock);
   *out = s;
   return zppSuccess;
 }
@@ -121,11 +99,9 @@ zppResult_t zppHostStreamDestroy(zppHostStream_t s) {
   pthread_mutex_lock(&s->lock);
   while (s->pending > 0) pthread_cond_wait(&s->cond, &s->lock);
   pthread_mutex_unlock(&s->lock);
-  pthread_mutex_lock(&registryLock);
-  int i = registryFind(s);
-  if (i >= 0) registry[i] = registry[--registryCount];
-  pthread_mutex_unlock(&registryLock);
-  s->magic = 0;
+  /* Two destroys racing: only the one that unregisters it frees it. */
+  ZPP_ARGCHECK(zppHandleUnregister(s, ZPP_HANDLE_STREAM), "zppHostStreamDestroy: %p is not a live host stream",
+               (void*)s);
   pthread_cond_destroy(&s->cond);
   pthread_mutex_destroy(&s->lock);
   free(s);
@@ -169,7 +145,13 @@ static void* executorMain(void* arg) {
     if (e->head == NULL) e->tail = NULL;
     e->busy = 1;
     pthread_mutex_unlock(&e->lock);
-    zppResult_t res = atomic_load(&e->aborted) ? abortedResult(e) : j->fn(e->comm, j->arg);
+    zppResult_t res = zppSuccess;
+    if (atomic_load(&e->aborted)) {
+      res = abortedResult(e);
+      if (j->drop) j->drop(j->arg);
+    } else {
+      res = j->fn(e->comm, j->arg);
+    }
     finishJob(e, j, res);
     pthread_mutex_lock(&e->lock);
     e->busy = 0;
@@ -198,11 +180,17 @@ fail:
   return res;
 }
 
-zppResult_t zppExecutorSubmit(zppExecutor_t* e, zppJobFn_t fn, const void* arg, size_t argBytes,
-                              zppHostStream_t stream) {
-  if (argBytes > ZPP_JOB_ARG_MAX)
-    ZPP_FAIL(zppInternalError, ALL, "job arguments of %zu bytes exceed %d", argBytes,
-             ZPP_JOB_ARG_MAX);
+/* The job will never run: its arguments' owner frees them. */
+static void dropArgs(zppJobDropFn_t drop, const void* arg) {
+  if (drop) drop((void*)arg);
+}
+
+zppResult_t zppExecutorSubmit(zppExecutor_t* e, zppJobFn_t fn, zppJobDropFn_t drop, const void* arg,
+                              size_t argBytes, zppHostStream_t stream) {
+  if (argBytes > ZPP_JOB_ARG_MAX) {
+    dropArgs(drop, arg);
+    ZPP_FAIL(zppInternalError, ALL, "job arguments of %zu bytes exceed %d", argBytes, ZPP_JOB_ARG_MAX);
+  }
   if (stream == NULL) {
     /* Nothing queued or running: run it right here. Handing it to the
      * thread would cost two thread switches, a good part of a small
@@ -212,7 +200,13 @@ zppResult_t zppExecutorSubmit(zppExecutor_t* e, zppJobFn_t fn, const void* arg, 
       e->busy = 1;
       e->callers++;
       pthread_mutex_unlock(&e->lock);
-      zppResult_t res = atomic_load(&e->aborted) ? abortedResult(e) : fn(e->comm, (void*)arg);
+      zppResult_t res = zppSuccess;
+      if (atomic_load(&e->aborted)) {
+        res = abortedResult(e);
+        dropArgs(drop, arg);
+      } else {
+        res = fn(e->comm, (void*)arg);
+      }
       pthread_mutex_lock(&e->lock);
       e->busy = 0;
       /* Wake the thread only for jobs queued meanwhile, and the destroyer
@@ -225,9 +219,13 @@ zppResult_t zppExecutorSubmit(zppExecutor_t* e, zppJobFn_t fn, const void* arg, 
     }
     pthread_mutex_unlock(&e->lock);
   }
-  job_t* j = NULL;
-  ZPP_CALLOC(j, 1);
+  job_t* j = calloc(1, sizeof(*j));
+  if (j == NULL) {
+    dropArgs(drop, arg);
+    ZPP_FAIL(zppSystemError, ALL, "out of memory queueing a host operation");
+  }
   j->fn = fn;
+  j->drop = drop;
   if (argBytes) memcpy(j->arg, arg, argBytes);
   waiter_t w = {0, zppSuccess};
   if (stream) {
@@ -242,6 +240,7 @@ zppResult_t zppExecutorSubmit(zppExecutor_t* e, zppJobFn_t fn, const void* arg, 
   if (e->stopping) {
     pthread_mutex_unlock(&e->lock);
     j->waiter = NULL;
+    if (j->drop) j->drop(j->arg);
     finishJob(e, j, zppInvalidUsage);
     ZPP_FAIL(zppInvalidUsage, ALL, "operation issued on a communicator being destroyed");
   }

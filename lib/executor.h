@@ -24,6 +24,10 @@ typedef struct zppExecutor zppExecutor_t;
  * never two at a time; arg points to the job's copy of the arguments given to
  * zppExecutorSubmit (or to them, inline). */
 typedef zppResult_t (*zppJobFn_t)(struct zppComm* comm, void* arg);
+/* Called instead of the job when it will never run (the communicator was
+ * aborted, or is being destroyed), with the job's copy of the arguments, so
+ * that what they hold is freed all the same. */
+typedef void (*zppJobDropFn_t)(void* arg);
 
 #define ZPP_JOB_ARG_MAX 128
 
@@ -37,12 +41,14 @@ void zppExecutorDestroy(zppExecutor_t* exec);
 
 /* Issues fn with a copy of argBytes bytes of arg (at most ZPP_JOB_ARG_MAX).
  * stream NULL: returns fn's result once it ran. stream a host stream:
- * returns zppSuccess once queued. */
-zppResult_t zppExecutorSubmit(zppExecutor_t* exec, zppJobFn_t fn, const void* arg, size_t argBytes,
-                              zppHostStream_t stream);
+ * returns zppSuccess once queued. Exactly one of fn and drop (when not
+ * NULL) runs, whatever happens, also when this returns an error. */
+zppResult_t zppExecutorSubmit(zppExecutor_t* exec, zppJobFn_t fn, zppJobDropFn_t drop, const void* arg,
+                              size_t argBytes, zppHostStream_t stream);
 
 /* 1 if stream is a live host stream made by zppHostStreamCreate. Looks the
- * pointer up without touching it (it may be a cudaStream_t). */
+ * pointer up in the registry of live handles without touching it (it may be
+ * a cudaStream_t), with no lock. */
 int zppExecStreamIsValid(const void* stream);
 
 /* A slot for the layer above: state only jobs touch (on the executor

@@ -124,5 +124,5 @@ static zppResult_t peerTransportsJob(struct zppComm* comm, void* arg) {
 zppResult_t zppTransportsPeerTransports(struct zppComm* comm, int peer, char* buf, size_t len) {
   ZPPCHECK(zppCommStateCheckUsable(comm));
   peerQuery_t q = {peer, buf, len};
-  return zppExecutorSubmit(comm->transports->exec, peerTransportsJob, &q, sizeof(q), NULL);
+  return zppExecutorSubmit(comm->transports->exec, peerTransportsJob, NULL, &q, sizeof(q), NULL);
 }

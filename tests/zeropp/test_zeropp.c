@@ -552,7 +552,7 @@ static void suiteCounters(const ctx_t* c) {
 
 static void suiteSplit(const ctx_t* c) {
   /* qgZ's elements per chunk: the pipeline chunk over N - 1 peers, at least
-   * 16 KiB, whole blocks (the rule of zppZeroppChunkElems, restated). */
+   * 16 KiB, whole blocks (the rule of zppCollChunkElems, restated). */
   size_t bytes = c->N > 2 ? SPLIT_CHUNK_BYTES / (size_t)(c->N - 1) : SPLIT_CHUNK_BYTES;
   if (bytes < 16384) bytes = 16384;
   const zppDataType_t t = zppBfloat16;
