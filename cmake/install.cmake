@@ -34,7 +34,7 @@ install(PROGRAMS perf/zpp-perf/zpp-perf-compare.py DESTINATION ${CMAKE_INSTALL_B
         RENAME zpp-perf-compare)
 
 # The emulated cluster finds its parts beside itself (emucluster.sh resolves
-# its own path with readlink -f, sources emucluster-rate.sh and hands
+# its own path with readlink -f, sources its emucluster-*.sh parts and hands
 # netns-rsh to mpirun), so they go into one folder, and bin/ gets a link.
 # A directory rule, not a list: a part added later comes along.
 set(_zpp_emu_dir ${CMAKE_INSTALL_LIBEXECDIR}/zpp/emucluster)

@@ -1,10 +1,54 @@
 # What the emulated cluster needs from the host, for perf/emucluster/emucluster.sh, sourced
-# by it (not a program of its own): every kernel feature is probed before
-# anything is built, each missing one reported on a line of its own with how
-# to get it, and the one host-wide setting the cluster may touch (which TCP
-# congestion controls a namespace may choose) is changed for the moment the
-# nodes choose theirs, under a lock, and put back.
+# by it (not a program of its own): root and the tools it runs are checked
+# first (without root, the message says how to run it as root or on
+# loopback); every kernel feature is probed before anything is built, each
+# missing one reported on a line of its own with how to get it; and the one
+# host-wide setting the cluster may touch (which TCP congestion controls a
+# namespace may choose) is changed for the moment the nodes choose theirs,
+# under a lock, and put back.
 # shellcheck shell=bash disable=SC2154 # variables are the main script's
+
+# --- root and tools -----------------------------------------------------------
+
+cmd_string() {
+  local s="" a
+  for a in "$@"; do s+=" $(printf '%q' "$a")"; done
+  echo "${s# }"
+}
+
+not_root_message() {
+  local cmd="${CMD[*]:+ -- $(cmd_string "${CMD[@]}")}"
+  cat >&2 <<EOF
+$PROG: needs root: network namespaces, veth links and tc shaping need
+CAP_NET_ADMIN, and you are uid $(id -u). Nothing was set up.
+
+  As root:          sudo $0 -n $NODES -l $RPN -r $RATE_ARG$cmd
+
+  Without root, the same $WORLD ranks can run on this machine, unshaped, each
+  with ZPP_HOSTID=node<k> so that one machine plays $NODES nodes:
+
+                    $0 --loopback -n $NODES -l $RPN$cmd
+
+  (zpp-perf and zpp-health fork local ranks themselves with -N $WORLD.)
+EOF
+}
+
+check_tools() {
+  local missing=() tool
+  for tool in setsid awk; do command -v $tool >/dev/null || missing+=("$tool (util-linux/gawk)"); done
+  if ((LOOPBACK == 0)); then
+    command -v ip >/dev/null || missing+=("ip (Debian: iproute2)")
+    command -v tc >/dev/null || missing+=("tc (Debian: iproute2)")
+    command -v unshare >/dev/null || missing+=("unshare (Debian: util-linux)")
+    [[ $TCP_CC == host ]] || command -v flock >/dev/null || missing+=("flock (Debian: util-linux)")
+    ((CHECK_RATE == 0)) || command -v iperf3 >/dev/null || missing+=("iperf3 (Debian: iperf3; or --no-check-rate)")
+  fi
+  ((MPI == 0)) || command -v mpirun >/dev/null || missing+=("mpirun (Debian: openmpi-bin)")
+  for tool in "${missing[@]}"; do echo "$PROG: error: missing tool: $tool" >&2; done
+  ((${#missing[@]} == 0)) || die $EX_SETUP "${#missing[@]} tools missing (above)"
+}
+
+# --- kernel features -----------------------------------------------------------
 
 HOST_PROBLEMS=()
 problem() { HOST_PROBLEMS+=("$*"); }

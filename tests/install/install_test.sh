@@ -74,14 +74,15 @@ for d in "$src"/docs/*; do
 done
 
 # The emulated cluster runs from its link in bin/ and finds, beside its real
-# path, every part it names as "$HERE/...": those it sources and netns-rsh.
+# path, every part it or its parts name as "$HERE/...": those it sources and
+# netns-rsh (named by emucluster-ranks.sh).
 emu=$prefix/$ZPP_BINDIR/zpp-emucluster
 if [[ -L $emu ]]; then
   [[ $(readlink "$emu") != /* ]] || fail "bin/zpp-emucluster is an absolute link: the prefix cannot move"
   emu_dir=$(dirname "$(readlink -f "$emu")")
   [[ $emu_dir == "$prefix"/* ]] || fail "zpp-emucluster resolves to $emu_dir, outside the prefix"
   # shellcheck disable=SC2016  # the literal text $HERE, as the script spells it
-  parts=$(grep -o '\$HERE/[A-Za-z0-9._-]*' "$emu_dir/emucluster.sh" | sort -u | sed 's#\$HERE/##')
+  parts=$(grep -oh '\$HERE/[A-Za-z0-9._-]*' "$emu_dir"/emucluster*.sh | sort -u | sed 's#\$HERE/##')
   [[ -n $parts ]] || fail "emucluster.sh names no part beside itself: this check is out of date"
   for p in $parts; do
     [[ -f $emu_dir/$p ]] || fail "the emulated cluster's part $p is not installed beside emucluster.sh"
