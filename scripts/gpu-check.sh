@@ -27,7 +27,7 @@ prepare() {
     -DZPP_WITH_UCX=ON >"$dev/cmake.log"
   cmake --build "$dev/build" -j"$(nproc)" --target "${progs[@]}" >"$dev/build.log" ||
     { tail -30 "$dev/build.log"; exit 1; }
-  rm -rf "$dev/bin" "$dev/lib"
+  rm -rf "${dev:?}/bin" "${dev:?}/lib"
   mkdir -p "$dev/bin" "$dev/lib"
   for p in "${progs[@]}"; do
     [[ -x $dev/build/bin/$p ]] || { echo "gpu-check: $p was not built" >&2; exit 1; }
@@ -67,7 +67,7 @@ run() {
   ncclVersion=$(python3 -c 'import torch; v = torch.cuda.nccl.version(); print(v[0] * 10000 + v[1] * 100 + v[2])' \
     2>/dev/null || echo 0)
   echo "NCCL version code (PyTorch's): $ncclVersion" | tee -a "$out/versions.txt"
-  local status=0 step
+  local status=0
   step() { # name command...: runs it, logs it, remembers a failure
     local name=$1
     shift

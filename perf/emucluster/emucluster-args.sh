@@ -3,6 +3,7 @@
 # options, checks them all before anything is built, and derives what the rest
 # of the script uses (each node's rate in bit/s, the link faults, WORLD).
 # shellcheck shell=bash disable=SC2154 # variables are the main script's
+# shellcheck disable=SC2034 # the options set here are read by the other parts
 
 usage() {
   cat <<EOF
@@ -47,7 +48,7 @@ Rate check (before COMMAND):
                           a run within tolerance stops early (default 2)
       --rate-tolerance P  percent a measured rate may miss the asked one
                           and still count as ok (default 10)
-      --strict-rate       a link off its rate is an error (exit $EX_RATE)
+      --strict-rate       a link off its rate is an error (exit "$EX_RATE")
 Running:
       --mpi               start the ranks with mpirun across the nodes
       --mpi-args "ARGS"   extra mpirun arguments (word-split)
@@ -56,7 +57,7 @@ Running:
       --master-port P     MASTER_PORT (default 29500: node 0's namespace is
                           fresh, so any port is free there; --loopback picks
                           a free one)
-      --timeout S         stop all ranks after S seconds (exit $EX_TIMEOUT)
+      --timeout S         stop all ranks after S seconds (exit "$EX_TIMEOUT")
       --no-fail-fast      when a rank fails, let the others finish
       --grace S           seconds between SIGTERM and SIGKILL (default 3)
       --link-down K@S[+D] take node K's link down S seconds after the ranks
@@ -133,7 +134,7 @@ QUIET=0
 ACTION=run
 CMD=()
 
-need_arg() { [[ $# -ge 2 ]] || die $EX_USAGE "$1 needs a value (see --help)"; }
+need_arg() { [[ $# -ge 2 ]] || die "$EX_USAGE" "$1 needs a value (see --help)"; }
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 is_num() { [[ $1 =~ ^[0-9]+(\.[0-9]+)?$ ]]; }
 
@@ -147,7 +148,7 @@ parse_args() {
       -r | --rate) need_arg "$@"; RATE_ARG=$2; shift 2 ;;
       --node-rate)
         need_arg "$@"
-        [[ $2 =~ ^([0-9]+)=(.+)$ ]] || die $EX_USAGE "--node-rate wants K=RATE, e.g. 2=200mbit (got '$2')"
+        [[ $2 =~ ^([0-9]+)=(.+)$ ]] || die "$EX_USAGE" "--node-rate wants K=RATE, e.g. 2=200mbit (got '$2')"
         NODE_RATE_ARG[${BASH_REMATCH[1]}]=${BASH_REMATCH[2]}
         shift 2 ;;
       --subnet) need_arg "$@"; SUBNET=$2; shift 2 ;;
@@ -179,61 +180,61 @@ parse_args() {
       --cleanup) ACTION=cleanup; shift ;;
       -h | --help) usage; exit 0 ;;
       --) shift; CMD=("$@"); break ;;
-      -*) die $EX_USAGE "unknown option '$1' (see --help)" ;;
+      -*) die "$EX_USAGE" "unknown option '$1' (see --help)" ;;
       *) CMD=("$@"); break ;;
     esac
   done
 
-  is_uint "$NODES" && ((NODES >= 1 && NODES <= 200)) || die $EX_USAGE "-n wants 1..200 nodes (got '$NODES')"
-  is_uint "$RPN" && ((RPN >= 1 && RPN <= 64)) || die $EX_USAGE "-l wants 1..64 ranks per node (got '$RPN')"
+  { is_uint "$NODES" && ((NODES >= 1 && NODES <= 200)); } || die "$EX_USAGE" "-n wants 1..200 nodes (got '$NODES')"
+  { is_uint "$RPN" && ((RPN >= 1 && RPN <= 64)); } || die "$EX_USAGE" "-l wants 1..64 ranks per node (got '$RPN')"
   [[ -z $TBF_BURST || $TBF_BURST =~ ^[0-9]+[kKmM]?b?$ ]] ||
-    die $EX_USAGE "--tbf-burst wants bytes, e.g. 64k (got '$TBF_BURST')"
+    die "$EX_USAGE" "--tbf-burst wants bytes, e.g. 64k (got '$TBF_BURST')"
   [[ $TBF_LATENCY =~ ^[0-9]+(\.[0-9]+)?(us|ms|s)$ ]] ||
-    die $EX_USAGE "--tbf-latency wants a time, e.g. 1ms (got '$TBF_LATENCY')"
+    die "$EX_USAGE" "--tbf-latency wants a time, e.g. 1ms (got '$TBF_LATENCY')"
   [[ $HOST_QUEUE_PKTS == switch ]] || { is_uint "$HOST_QUEUE_PKTS" && ((HOST_QUEUE_PKTS >= 1 && HOST_QUEUE_PKTS <= 100000)); } ||
-    die $EX_USAGE "--host-queue wants 1..100000 packets or 'switch' (got '$HOST_QUEUE_PKTS')"
+    die "$EX_USAGE" "--host-queue wants 1..100000 packets or 'switch' (got '$HOST_QUEUE_PKTS')"
   [[ $PLACEMENT == blocks || $PLACEMENT == cyclic ]] ||
-    die $EX_USAGE "--placement wants blocks or cyclic (got '$PLACEMENT')"
-  [[ $SUBNET =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]] &&
-    ((BASH_REMATCH[1] < 256 && BASH_REMATCH[2] < 256 && BASH_REMATCH[3] < 256)) ||
-    die $EX_USAGE "--subnet wants the first three octets of a /24, e.g. 10.213.0 (got '$SUBNET')"
+    die "$EX_USAGE" "--placement wants blocks or cyclic (got '$PLACEMENT')"
+  { [[ $SUBNET =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})$ ]] &&
+    ((BASH_REMATCH[1] < 256 && BASH_REMATCH[2] < 256 && BASH_REMATCH[3] < 256)); } ||
+    die "$EX_USAGE" "--subnet wants the first three octets of a /24, e.g. 10.213.0 (got '$SUBNET')"
   [[ -z $MASTER_PORT_ARG ]] || { is_uint "$MASTER_PORT_ARG" && ((MASTER_PORT_ARG > 0 && MASTER_PORT_ARG < 65536)); } ||
-    die $EX_USAGE "--master-port wants a TCP port (got '$MASTER_PORT_ARG')"
-  is_num "$RATE_SECONDS" && is_uint "$RATE_TRIES" && ((RATE_TRIES >= 1)) && is_num "$RATE_TOL" ||
-    die $EX_USAGE "--rate-seconds, --rate-tries, --rate-tolerance want positive numbers"
-  [[ -z $TIMEOUT ]] || is_num "$TIMEOUT" || die $EX_USAGE "--timeout wants seconds (got '$TIMEOUT')"
-  is_num "$GRACE" || die $EX_USAGE "--grace wants seconds (got '$GRACE')"
+    die "$EX_USAGE" "--master-port wants a TCP port (got '$MASTER_PORT_ARG')"
+  { is_num "$RATE_SECONDS" && is_uint "$RATE_TRIES" && ((RATE_TRIES >= 1)) && is_num "$RATE_TOL"; } ||
+    die "$EX_USAGE" "--rate-seconds, --rate-tries, --rate-tolerance want positive numbers"
+  [[ -z $TIMEOUT ]] || is_num "$TIMEOUT" || die "$EX_USAGE" "--timeout wants seconds (got '$TIMEOUT')"
+  is_num "$GRACE" || die "$EX_USAGE" "--grace wants seconds (got '$GRACE')"
   if [[ -n $PREFIX ]]; then
     # The prefix names namespaces and hostnames; keep it to safe characters.
-    [[ $PREFIX =~ ^[A-Za-z0-9_.]{1,32}$ ]] || die $EX_USAGE "--prefix wants 1-32 of [A-Za-z0-9_.] (got '$PREFIX')"
+    [[ $PREFIX =~ ^[A-Za-z0-9_.]{1,32}$ ]] || die "$EX_USAGE" "--prefix wants 1-32 of [A-Za-z0-9_.] (got '$PREFIX')"
   fi
 
-  RATE_BPS=$(parse_rate "$RATE_ARG") || die $EX_USAGE "bad rate '$RATE_ARG': use bits per second, e.g. 200mbit, 1gbit, 1.5g, or none"
+  RATE_BPS=$(parse_rate "$RATE_ARG") || die "$EX_USAGE" "bad rate '$RATE_ARG': use bits per second, e.g. 200mbit, 1gbit, 1.5g, or none"
   declare -ga NODE_BPS=()
   for ((k = 0; k < NODES; k++)); do NODE_BPS[k]=$RATE_BPS; done
   for k in "${!NODE_RATE_ARG[@]}"; do
-    ((k < NODES)) || die $EX_USAGE "--node-rate names node $k, but there are only $NODES nodes (0..$((NODES - 1)))"
+    ((k < NODES)) || die "$EX_USAGE" "--node-rate names node $k, but there are only $NODES nodes (0..$((NODES - 1)))"
     NODE_BPS[k]=$(parse_rate "${NODE_RATE_ARG[$k]}") ||
-      die $EX_USAGE "bad rate '${NODE_RATE_ARG[$k]}' for node $k: use bits per second, e.g. 200mbit"
+      die "$EX_USAGE" "bad rate '${NODE_RATE_ARG[$k]}' for node $k: use bits per second, e.g. 200mbit"
   done
 
   declare -ga LD_NODE=() LD_AT=() LD_FOR=()
   for spec in "${LINK_DOWN[@]}"; do
     [[ $spec =~ ^([0-9]+)@([0-9]+(\.[0-9]+)?)(\+([0-9]+(\.[0-9]+)?))?$ ]] ||
-      die $EX_USAGE "--link-down wants NODE@SECONDS[+DURATION], e.g. 1@5 or 1@5+3 (got '$spec')"
-    ((BASH_REMATCH[1] < NODES)) || die $EX_USAGE "--link-down names node ${BASH_REMATCH[1]}, but there are only $NODES nodes"
+      die "$EX_USAGE" "--link-down wants NODE@SECONDS[+DURATION], e.g. 1@5 or 1@5+3 (got '$spec')"
+    ((BASH_REMATCH[1] < NODES)) || die "$EX_USAGE" "--link-down names node ${BASH_REMATCH[1]}, but there are only $NODES nodes"
     LD_NODE+=("${BASH_REMATCH[1]}")
     LD_AT+=("${BASH_REMATCH[2]}")
     LD_FOR+=("${BASH_REMATCH[5]}")
   done
 
   if [[ -n $LOG_DIR ]]; then
-    mkdir -p "$LOG_DIR" || die $EX_USAGE "cannot create --log-dir '$LOG_DIR'"
+    mkdir -p "$LOG_DIR" || die "$EX_USAGE" "cannot create --log-dir '$LOG_DIR'"
     LOG_DIR=$(readlink -f "$LOG_DIR")
   fi
   if [[ -n $RATE_JSON ]]; then
     # Fail now rather than after the measurement; an old file is replaced then.
-    [[ -w $(dirname "$RATE_JSON") ]] || die $EX_USAGE "cannot write --rate-json '$RATE_JSON' (directory not writable)"
+    [[ -w $(dirname "$RATE_JSON") ]] || die "$EX_USAGE" "cannot write --rate-json '$RATE_JSON' (directory not writable)"
     rm -f "$RATE_JSON"
   fi
 

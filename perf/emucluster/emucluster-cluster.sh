@@ -105,7 +105,7 @@ remove_cluster() { # prefix
 # machine, or remove those whose owner died (with --prefix, that one). Exits.
 maintenance() {
   local found=0 removed=0 p pid state
-  [[ $(id -u) == 0 ]] || { echo "$PROG: --$ACTION needs root (network namespaces)" >&2; exit $EX_SKIP; }
+  [[ $(id -u) == 0 ]] || { echo "$PROG: --$ACTION needs root (network namespaces)" >&2; exit "$EX_SKIP"; }
   if [[ $ACTION == list ]]; then
     while read -r p pid state; do
       found=1
@@ -139,14 +139,14 @@ add_ns() {
   local ns=$1 err
   if ! err=$(ip netns add "$ns" 2>&1); then
     if [[ -e /run/netns/$ns ]]; then
-      die $EX_SETUP "namespace $ns already exists (a crashed run? see: $PROG --list / --cleanup)"
+      die "$EX_SETUP" "namespace $ns already exists (a crashed run? see: $PROG --list / --cleanup)"
     fi
-    ((${#CREATED_NS[@]} == 0)) || die $EX_SETUP "ip netns add $ns failed: $err"
+    ((${#CREATED_NS[@]} == 0)) || die "$EX_SETUP" "ip netns add $ns failed: $err"
     # Root without CAP_SYS_ADMIN/NET_ADMIN (an unprivileged container) cannot
     # emulate anything: that is "cannot run here", not a failure.
     echo "$PROG: cannot create network namespaces here: $err" >&2
     echo "$PROG: run it on a machine (or privileged container) where 'ip netns add' works, or use --loopback" >&2
-    exit $EX_SKIP
+    exit "$EX_SKIP"
   fi
   CREATED_NS+=("$ns")
 }
@@ -159,7 +159,7 @@ shape() { # ns dev bps side(host|switch)
   [[ $side == switch || $HOST_QUEUE_PKTS == switch ]] ||
     queue=(limit $((HOST_QUEUE_PKTS * HOST_PKT_BYTES)))
   tc -n "$ns" qdisc replace dev "$dev" root tbf rate "${bps}bit" burst "$burst" "${queue[@]}" ||
-    die $EX_SETUP "tc could not shape $dev in $ns to $(fmt_rate "$bps")"
+    die "$EX_SETUP" "tc could not shape $dev in $ns to $(fmt_rate "$bps")"
 }
 
 build_cluster() {
@@ -169,7 +169,7 @@ build_cluster() {
   check_host "$hub"
   ip -n "$hub" link set lo up
   # forward_delay 0: ports forward at once instead of after 15 s of "learning".
-  ip -n "$hub" link add br0 type bridge forward_delay 0 || die $EX_SETUP "cannot create the bridge (kernel without bridge support?)"
+  ip -n "$hub" link add br0 type bridge forward_delay 0 || die "$EX_SETUP" "cannot create the bridge (kernel without bridge support?)"
   ip -n "$hub" addr add "$SUBNET.$HUB_HOST/24" dev br0
   ip -n "$hub" link set br0 up
   for ((k = 0; k < NODES; k++)); do
@@ -178,7 +178,7 @@ build_cluster() {
     # Both ends are created directly inside their namespaces: no interface
     # ever appears in the host's namespace, even for a moment.
     ip link add "$NODE_IF" netns "$ns" type veth peer name "node$k" netns "$hub" ||
-      die $EX_SETUP "cannot create the veth pair for node $k"
+      die "$EX_SETUP" "cannot create the veth pair for node $k"
     ip -n "$hub" link set "node$k" master br0
     ip -n "$hub" link set "node$k" up
     ip -n "$ns" link set lo up

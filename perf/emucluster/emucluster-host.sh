@@ -45,7 +45,7 @@ check_tools() {
   fi
   ((MPI == 0)) || command -v mpirun >/dev/null || missing+=("mpirun (Debian: openmpi-bin)")
   for tool in "${missing[@]}"; do echo "$PROG: error: missing tool: $tool" >&2; done
-  ((${#missing[@]} == 0)) || die $EX_SETUP "${#missing[@]} tools missing (above)"
+  ((${#missing[@]} == 0)) || die "$EX_SETUP" "${#missing[@]} tools missing (above)"
 }
 
 # --- kernel features -----------------------------------------------------------
@@ -112,7 +112,7 @@ check_host() { # hub namespace
   if ((${#HOST_PROBLEMS[@]})); then
     local p
     for p in "${HOST_PROBLEMS[@]}"; do echo "$PROG: error: $p" >&2; done
-    die $EX_SETUP "this host cannot build the emulated cluster (${#HOST_PROBLEMS[@]} missing, above); nothing was left behind"
+    die "$EX_SETUP" "this host cannot build the emulated cluster (${#HOST_PROBLEMS[@]} missing, above); nothing was left behind"
   fi
 }
 
@@ -139,20 +139,21 @@ restore_allowed_cc() {
 set_nodes_tcp_cc() {
   [[ $TCP_CC == host ]] && return 0
   local lock k ns allowed
-  exec {lock}>"$CC_LOCK" || die $EX_SETUP "cannot open the lock $CC_LOCK (EMUCLUSTER_LOCK_DIR names another folder)"
-  flock -w 60 "$lock" || die $EX_SETUP "another emulated cluster has held $CC_LOCK for 60 s"
+  exec {lock}>"$CC_LOCK" || die "$EX_SETUP" "cannot open the lock $CC_LOCK (EMUCLUSTER_LOCK_DIR names another folder)"
+  flock -w 60 "$lock" || die "$EX_SETUP" "another emulated cluster has held $CC_LOCK for 60 s"
   allowed=$(cat "$CC_ALLOWED")
   if ! in_words "$TCP_CC" "$allowed"; then
     CC_RESTORE=$allowed
     echo "$allowed $TCP_CC" >"$CC_ALLOWED" 2>/dev/null ||
-      die $EX_SETUP "cannot add '$TCP_CC' to net.ipv4.tcp_allowed_congestion_control ('$allowed'); or --tcp-cc with one of those"
+      die "$EX_SETUP" "cannot add '$TCP_CC' to net.ipv4.tcp_allowed_congestion_control ('$allowed'); or --tcp-cc with one of those"
   fi
   for ((k = 0; k < NODES; k++)); do
     ns=$(ns_node "$k")
     # /proc/sys/net is the writer's namespace's; no sysctl(8), which minimal
     # Debian images lack (procps).
+    # shellcheck disable=SC2016 # "$1" is the inner sh's argument
     ip netns exec "$ns" sh -c 'echo "$1" > /proc/sys/net/ipv4/tcp_congestion_control' sh "$TCP_CC" 2>/dev/null ||
-      die $EX_SETUP "cannot use TCP congestion control '$TCP_CC' in $ns (available: $(cat "$CC_AVAILABLE" 2>/dev/null); allowed: $(cat "$CC_ALLOWED" 2>/dev/null))"
+      die "$EX_SETUP" "cannot use TCP congestion control '$TCP_CC' in $ns (available: $(cat "$CC_AVAILABLE" 2>/dev/null); allowed: $(cat "$CC_ALLOWED" 2>/dev/null))"
   done
   if [[ -n $CC_RESTORE ]]; then
     restore_allowed_cc

@@ -73,6 +73,7 @@ launch_plain() {
         envs+=(EMUCLUSTER_NS="$ns" EMUCLUSTER_IFACE="$NODE_IF")
         # The node's own hostname (in a private UTS namespace, the host's is
         # untouched) so that code keyed on gethostname sees distinct nodes.
+        # shellcheck disable=SC2016 # "$0", "$@" are the inner sh's arguments
         launcher=(setsid ip netns exec "$ns" unshare --uts -- env "${defsig[@]}" "${envs[@]}"
           sh -c 'hostname "$0" && exec "$@"' "$ns")
       fi
@@ -85,6 +86,7 @@ launch_plain() {
         local pid=$!
         exec {o}>&- {e}>&-
         RANK_PIDS+=("$pid")
+        # shellcheck disable=SC2004 # associative (declared -A by the main script): the key is the pid
         RANK_OF_PID[$pid]=$r
         continue
       else
@@ -191,6 +193,7 @@ wait_ranks() {
     sleep 0.1
   done
   FIRST_FAIL=$first_fail
+  # shellcheck disable=SC2034 # the exit code of the main script
   FIRST_CODE=$first_code
 }
 

@@ -39,7 +39,7 @@ check_rates() {
   for ((i = 0; i < 50; i++)); do
     if ! command -v ss >/dev/null; then sleep 0.5; break; fi
     if ip netns exec "$hub" ss -Hltn "sport = :$IPERF_PORT" 2>/dev/null | grep -q .; then break; fi
-    kill -0 "$srv" 2>/dev/null || die $EX_SETUP "iperf3 server did not start: $(cat "$WORKDIR/iperf3-server.log")"
+    kill -0 "$srv" 2>/dev/null || die "$EX_SETUP" "iperf3 server did not start: $(cat "$WORKDIR/iperf3-server.log")"
     sleep 0.1
   done
 
@@ -116,7 +116,7 @@ EOF
   fi
   if ((RATE_OK == 0)); then
     if ((STRICT_RATE)); then
-      die $EX_RATE "a link missed its rate by more than $RATE_TOL% (--strict-rate)"
+      die "$EX_RATE" "a link missed its rate by more than $RATE_TOL% (--strict-rate)"
     fi
     warn "a link missed its rate by more than $RATE_TOL%; results that depend on it are suspect"
   fi

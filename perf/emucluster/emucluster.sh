@@ -66,7 +66,7 @@ parse_args "$@"
 [[ $ACTION == run ]] || maintenance
 if ((LOOPBACK == 0)) && [[ $(id -u) != 0 ]]; then
   not_root_message
-  exit $EX_SKIP
+  exit "$EX_SKIP"
 fi
 check_tools
 
@@ -98,7 +98,7 @@ if ((LOOPBACK)); then
   MASTER_ADDR=127.0.0.1
   [[ -n $MASTER_PORT_ARG ]] || MASTER_PORT_ARG=$(free_port)
   ((CHECK_RATE == 0)) || say "--loopback: no links to shape or measure"
-  ((${#LINK_DOWN[@]} == 0)) || die $EX_USAGE "--link-down needs the emulated links (not --loopback)"
+  ((${#LINK_DOWN[@]} == 0)) || die "$EX_USAGE" "--link-down needs the emulated links (not --loopback)"
   CHECK_RATE=0
 else
   build_cluster
@@ -127,7 +127,7 @@ ELAPSED=$(awk -v a="$START_TIME" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b
 report_ranks
 say "ranks ran for $ELAPSED s"
 if ((TIMED_OUT)); then
-  exit $EX_TIMEOUT
+  exit "$EX_TIMEOUT"
 fi
 if [[ -n $FIRST_FAIL ]]; then
   exit "$FIRST_CODE"

@@ -18,9 +18,11 @@ while (($#)); do
 done
 [[ -f build/torch/env.sh ]] || { echo "run scripts/setup-torch.sh first" >&2; exit 1; }
 ZPP_TORCH_SKIP=
+# shellcheck source=/dev/null # written by scripts/setup-torch.sh
 source build/torch/env.sh
 [[ -z $ZPP_TORCH_SKIP ]] || { echo "no torch: $ZPP_TORCH_SKIP" >&2; exit 77; }
 # gloo must use the node's (shaped) interface; one compute thread per rank.
+# shellcheck disable=SC2016 # $EMUCLUSTER_IFACE is the rank's, expanded by its sh
 exec perf/emucluster/emucluster.sh -n "$nodes" -l "$rpn" -r "$rate" -q -- env \
   PYTHONPATH="$ZPP_TORCH_SITE" OMP_NUM_THREADS=1 PYTHONUNBUFFERED=1 \
   sh -c 'GLOO_SOCKET_IFNAME=$EMUCLUSTER_IFACE exec "$0" "$@"' \

@@ -21,6 +21,7 @@ runs=7
 np=4
 min_ratio=""
 out=""
+# shellcheck disable=SC2054 # the commas belong to zpp-perf's -t list
 perf_args=(-t allgather,allreduce,reducescatter,alltoall,broadcast -r rotate -d float -b 64 -e 4K -f 8
            -n 2000 -w 100 --rounds 10)
 

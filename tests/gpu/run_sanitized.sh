@@ -12,10 +12,9 @@ rc=$?
 if [ "$rc" -ne 0 ]; then
   exit "$rc"
 fi
-extra=
-if [ "$tool" = memcheck ]; then
-  extra="--leak-check full"
-fi
 # --error-exitcode: a finding fails the test even when the program's own
 # checks pass.
-exec "$san" --tool "$tool" $extra --error-exitcode 99 "$bin" "$@"
+if [ "$tool" = memcheck ]; then
+  exec "$san" --tool "$tool" --leak-check full --error-exitcode 99 "$bin" "$@"
+fi
+exec "$san" --tool "$tool" --error-exitcode 99 "$bin" "$@"

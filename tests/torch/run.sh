@@ -12,7 +12,7 @@ if [[ ! -f "$env" ]]; then
   exit 77
 fi
 ZPP_TORCH_SKIP=
-# shellcheck disable=SC1090
+# shellcheck source=/dev/null # written by scripts/setup-torch.sh
 source "$env"
 if [[ -n "$ZPP_TORCH_SKIP" ]]; then
   echo "SKIPPED: $ZPP_TORCH_SKIP"
