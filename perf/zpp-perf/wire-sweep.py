@@ -201,7 +201,7 @@ def svg(points, path, title, ratio_key):
                "#17becf", "#7f7f7f", "#bcbd22"]
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
            f'font-family="sans-serif" font-size="12">',
-           f'<rect width="100%" height="100%" fill="white"/>',
+           '<rect width="100%" height="100%" fill="white"/>',
            f'<text x="{L}" y="22" font-size="15" font-weight="bold">{title}</text>',
            f'<text x="{L}" y="40" fill="#555">wire time (busiest link, one way, at the asked rate)'
            f' / measured time ({TIME_LABEL[ratio_key]}); 1.0 = at the wire limit</text>',
@@ -254,7 +254,8 @@ def main():
     ap.add_argument("--layouts", default="2x2,4x1,2x1", help="NxL, comma separated")
     ap.add_argument("--modes", default="plain,qwz,qgz")
     ap.add_argument("--burst", help="tbf burst of every link, e.g. 64k (emucluster's default: 2 ms of the rate)")
-    ap.add_argument("--queue", help="the switch ports' queue as its latency, e.g. 1ms (default 5ms): shallow switch buffers")
+    ap.add_argument("--queue",
+                    help="the switch ports' queue as its latency, e.g. 1ms (default 5ms): shallow switch buffers")
     ap.add_argument("--host-queue", help="the nodes' own queue in packets (default 1000), or 'switch' (as --queue)")
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=1,

@@ -22,15 +22,15 @@ import json
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pylib"))
-from zpptest import SKIP, check, free_master_port  # noqa: E402
-from zpptest import Fail as Failure  # noqa: E402
 import tempfile
 import xml.etree.ElementTree as ET
+
+from zpptest import SKIP, check, free_master_port  # noqa: E402
+from zpptest import Fail as Failure  # noqa: E402
 
 # A small model: about 45 thousand parameters, milliseconds per step.
 SMALL = ["--hidden", "128", "--embed", "16", "--context", "8", "--batch", "64"]
@@ -194,7 +194,8 @@ def case_outputs(exe, tmp):
               "%s: steps %r" % (r["mode"], [s["step"] for s in r["steps"]]))
         for s in r["steps"]:
             for k in ("loss", "time_s", "comm_busy_s", "comm_exposed_s", "compute_s"):
-                check(isinstance(s[k], (int, float)) and s[k] >= 0, "%s step %d: %s = %r" % (r["mode"], s["step"], k, s[k]))
+                check(isinstance(s[k], (int, float)) and s[k] >= 0,
+                      "%s step %d: %s = %r" % (r["mode"], s["step"], k, s[k]))
         check([e["step"] for e in r["evals"]] == [5, 10, 12], "%s: evals at %r" % (r["mode"], r["evals"]))
     check(doc["comparison"]["speedup"] > 0, "comparison: %r" % doc["comparison"])
     root = ET.parse(svg).getroot()

@@ -93,7 +93,7 @@ class Cluster:
     def tail(self, name, n=3):
         try:
             with open(self.path("log", name)) as f:
-                return " | ".join(l.strip() for l in f.read().splitlines()[-n:])
+                return " | ".join(line.strip() for line in f.read().splitlines()[-n:])
         except OSError:
             return "(no log)"
 
@@ -181,7 +181,7 @@ PartitionName=zpp Nodes={nodelist} Default=YES MaxTime=10 State=UP
             r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], env=self.env,
                                capture_output=True, text=True, timeout=20)
             states = r.stdout.strip().replace("\n", ", ")
-            idle = [l.split()[0] for l in r.stdout.splitlines() if l.split()[1:] == ["idle"]]
+            idle = [line.split()[0] for line in r.stdout.splitlines() if line.split()[1:] == ["idle"]]
             if sorted(idle) == sorted(NODES):
                 log("slurm up: %s (slurmctld port %d, slurmd %d and %d)" % (states, ctld, d1, d2))
                 return

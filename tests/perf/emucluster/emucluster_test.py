@@ -22,9 +22,8 @@ TOL = 0.10  # the measured rate must land within 10% of the asked one
 
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "pylib"))
-from zpptest import SKIP, Fail, check, log  # noqa: E402
 import zpptest  # noqa: E402
-
+from zpptest import SKIP, Fail, check, log  # noqa: E402
 
 # --- environment ------------------------------------------------------------
 
@@ -149,9 +148,9 @@ def check_env(rows, nodes, rpn, prefix, master_ip):
     seen = set()
     for r in rows:
         rank = int(r["rank"])
-        k, l = rank // rpn, rank % rpn
+        k, local = rank // rpn, rank % rpn
         seen.add(rank)
-        want = {"world": str(world), "local": str(l), "lws": str(rpn), "hostid": "node%d" % k,
+        want = {"world": str(world), "local": str(local), "lws": str(rpn), "hostid": "node%d" % k,
                 "group": str(k), "master": master_ip, "ns": "%s-n%d" % (prefix, k),
                 "node": str(k)}
         for key, val in want.items():

@@ -25,14 +25,14 @@ import os
 import pty
 import re
 import shutil
-import socket
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "pylib"))
-from zpptest import SKIP, Fail, check, log, free_master_port  # noqa: E402
-import zpptest  # noqa: E402
 import time
+
+import zpptest  # noqa: E402
+from zpptest import SKIP, Fail, check, free_master_port, log  # noqa: E402
 
 BASE = "slow:rate=200mbit"          # every loopback link
 SLOW = "slow:rank=%d,rate=40mbit"   # a slow node: a fifth of the others
@@ -395,7 +395,8 @@ def case_device(h):
         log("skip: this zpp-health was built without CUDA and NCCL")
         sys.exit(SKIP)
     check(rc == 5, "--device without a GPU: exit %d, want 5 (the check could not run)" % rc)
-    check("GPU" in out + err or "CUDA" in out + err, "--device: the reason does not name the GPU: " + (out + err)[-300:])
+    check("GPU" in out + err or "CUDA" in out + err,
+          "--device: the reason does not name the GPU: " + (out + err)[-300:])
     check(dt < 30, "--device without a GPU took %.1f s to fail" % dt)
 
 
@@ -541,7 +542,7 @@ def case_baseline(h):
     check_report(doc, rc, "healthy")
     check(os.path.exists(path), "no baseline written")
     with open(path) as f:
-        kv = dict(l.split(None, 1) for l in f if l.strip() and not l.startswith("#"))
+        kv = dict(line.split(None, 1) for line in f if line.strip() and not line.startswith("#"))
     check(kv["zpp-health-baseline"].strip() == "1", "baseline header")
     saved = float(kv["allreduce_busbw_gbps"])
     check(abs(saved - doc["measured"]["allreduce_busbw_gbps"]) <= 1e-5 * saved + 1e-9, "saved busbw differs")

@@ -38,7 +38,7 @@ def main():
     with open(os.path.join(out, "wire-sweep.json")) as f:
         doc = json.load(f)
     pts = doc["points"]
-    want = {(l, op, m) for l in ("2x1", "1x2") for op, m in
+    want = {(layout, op, m) for layout in ("2x1", "1x2") for op, m in
             (("allgather", "plain"), ("allgather", "qwz"), ("reducescatter", "plain"),
              ("reducescatter", "qgz"))}
     got = {(p["layout"], p["op"], p["mode"]) for p in pts}

@@ -28,8 +28,9 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "pylib"))
-from zpptest import SKIP, Tally, free_master_port  # noqa: E402
 import xml.etree.ElementTree as ET
+
+from zpptest import SKIP, Tally, free_master_port  # noqa: E402
 
 _tally = Tally()
 failures = _tally.failures
@@ -90,7 +91,7 @@ def validate(doc, schema, root=None, path="$"):
             return ["%s: %r is not of type %s" % (path, doc, types)]
     if "const" in schema and doc != schema["const"]:
         errs.append("%s: %r is not %r" % (path, doc, schema["const"]))
-    if "enum" in schema and not any(doc == e and type(doc) == type(e) for e in schema["enum"]):
+    if "enum" in schema and not any(doc == e and type(doc) is type(e) for e in schema["enum"]):
         errs.append("%s: %r not in %r" % (path, doc, schema["enum"]))
     if isinstance(doc, (int, float)) and not isinstance(doc, bool):
         if "minimum" in schema and doc < schema["minimum"]:
@@ -160,7 +161,8 @@ def check_arithmetic(doc):
         algbw = r["bytes"] / (r["time_us"] * 1e-6) / 1e9
         check(close(r["algbw"], algbw, 1e-5), "%s: algbw %r, bytes/time gives %r" % (tag, r["algbw"], algbw))
         want = r["algbw"] * bus_factor(r["op"], r["ranks"])
-        check(close(r["effective_busbw"], want, 1e-5), "%s: effective busbw %r, want %r" % (tag, r["effective_busbw"], want))
+        check(close(r["effective_busbw"], want, 1e-5),
+              "%s: effective busbw %r, want %r" % (tag, r["effective_busbw"], want))
         if not r["compressed"]:
             check(r["busbw"] == r["effective_busbw"], tag + ": plain busbw differs from effective")
         tsize = {"int8": 1, "uint8": 1, "half": 2, "bfloat16": 2, "int32": 4, "uint32": 4,
@@ -296,8 +298,8 @@ def test_validator(schema_path):
     rec = {"op": "allgather", "mode": "plain", "compressed": False, "dtype": "bfloat16",
            "redop": None, "root": None, "ranks": 4, "nodes": 2, "bytes": 1024, "count": 512,
            "api_count": 128, "time_us": 10.0, "time_us_mean": 11.0, "time_us_min": 9.0,
-           "time_us_steady": 10.5, "algbw": 0.1024, "busbw": 0.0768, "effective_busbw": 0.0768, "wire_bytes_inter": 1536,
-           "wire_bytes_intra": 768, "checked": True, "max_error": 0, "bound": 0, "wrong": 0}
+           "time_us_steady": 10.5, "algbw": 0.1024, "busbw": 0.0768, "effective_busbw": 0.0768,
+           "wire_bytes_inter": 1536, "wire_bytes_intra": 768, "checked": True, "max_error": 0, "bound": 0, "wrong": 0}
     header = {"tool": "zpp-perf", "version": "1.0", "zpp_version": "0.1.0", "ranks": 4, "nodes": 2,
               "layout": "2x2", "date": "2026-01-02T03:04:05Z", "host": "h", "launcher": "fork",
               "iters": 5, "rounds": 1, "warmup": 1, "check": True, "time_statistic": "median",
@@ -396,8 +398,8 @@ def test_schema(bin_, schema_path, outdir):
     check(len(doc["records"]) == 3, "-r rotate: want 3 records, got %d" % len(doc["records"]))
     for r in doc["records"]:
         check(r["root"] == -1 and r["checked"] and r["wrong"] == 0, "-r rotate record: %s" % r)
-    rows = [l for l in out.splitlines() if l.strip() and not l.startswith("#")]
-    check(rows and all(l.split()[4] == "rot" for l in rows), "-r rotate: table rows %s" % rows)
+    rows = [line for line in out.splitlines() if line.strip() and not line.startswith("#")]
+    check(rows and all(row.split()[4] == "rot" for row in rows), "-r rotate: table rows %s" % rows)
 
 
 def test_inject(bin_, schema_path, outdir):
@@ -639,7 +641,8 @@ def test_mpi_rounds(bin_, schema_path, outdir):
         check(bt is not None and bt > 0, tag + ": baseline time %r not positive" % bt)
         check(r.get("baseline_wrong") == 0, tag + ": MPI baseline wrong: %r" % r.get("baseline_wrong"))
         if r.get("baseline_busbw"):
-            check(close(r["ratio"], r["effective_busbw"] / r["baseline_busbw"], 1e-5), tag + ": ratio is not ours/theirs")
+            check(close(r["ratio"], r["effective_busbw"] / r["baseline_busbw"], 1e-5),
+                  tag + ": ratio is not ours/theirs")
     check_arithmetic(doc)
     if "qwz" in modes:
         # Interleaved, each row measures its own baseline: medians of separately
