@@ -29,6 +29,9 @@ except ImportError:  # pip's isolated build: torch must come from the environmen
              "'pip install --no-build-isolation ./python' in the environment that has torch")
 
 here = os.path.dirname(os.path.abspath(__file__))
+# torch_zpp/csrc/*.cpp, split as PyTorch's UCC backend is: type and op
+# conversions, the Work, the c10d::Backend, the Python module.
+SOURCES = ["conversions", "work", "backend", "module"]
 
 
 def find_zpp():
@@ -138,7 +141,8 @@ setup(
     ext_modules=[
         CppExtension(
             "torch_zpp._C",
-            ["torch_zpp/csrc/backend.cpp"],
+            ["torch_zpp/csrc/%s.cpp" % f for f in SOURCES],
+            depends=glob.glob(os.path.join(here, "torch_zpp", "csrc", "*.hpp")),
             include_dirs=include_dirs,
             library_dirs=[os.path.abspath(zpp_lib)],
             libraries=libraries,

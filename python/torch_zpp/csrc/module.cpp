@@ -1,0 +1,83 @@
+// torch_zpp._C: the Python face of the backend (torch_zpp/__init__.py
+// registers it). Only argument plumbing and dict building here.
+#include <torch/extension.h>
+
+#include <pybind11/chrono.h>
+
+#include "backend.hpp"
+
+using torch_zpp::Settings;
+using torch_zpp::ZppBackend;
+
+namespace {
+
+py::dict statsDict(ZppBackend& be) {
+  zppCommStats_t s = be.stats();
+  py::dict d;
+  for (int k = 0; k < zppNumOpKinds; k++) {
+    py::dict e;
+    e["calls"] = s.calls[k];
+    e["intra_node_bytes"] = s.intraNodeBytes[k];
+    e["inter_node_bytes"] = s.interNodeBytes[k];
+    d[zppOpKindName(static_cast<zppOpKind_t>(k))] = e;
+  }
+  return d;
+}
+
+py::dict topologyDict(ZppBackend& be) {
+  zppTopology_t t = be.topology();
+  py::dict d;
+  d["nodes"] = t.nNodes;
+  d["node"] = t.node;
+  d["local_rank"] = t.localRank;
+  d["local_size"] = t.localSize;
+  d["uniform"] = static_cast<bool>(t.uniform);
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "zpp as a torch.distributed backend (use torch_zpp, not this module)";
+
+  py::class_<ZppBackend, c10d::Backend, c10::intrusive_ptr<ZppBackend>>(m, "ZppBackend")
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       int timeoutSec, int qwzBits, int qgzBits, int quantBlock,
+                       int64_t compressMinBytes, int hpzGroupSize, const std::string& hostId,
+                       const std::string& commName) {
+             Settings s;
+             s.timeoutSec = timeoutSec;
+             s.qwzBits = qwzBits;
+             s.qgzBits = qgzBits;
+             s.quantBlock = quantBlock;
+             s.compressMinBytes = compressMinBytes;
+             s.hpzGroupSize = hpzGroupSize;
+             s.hostId = hostId;
+             s.commName = commName;
+             return c10::make_intrusive<ZppBackend>(store, rank, size, s);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
+           py::arg("qwz_bits"), py::arg("qgz_bits"), py::arg("quant_block"),
+           py::arg("compress_min_bytes"), py::arg("hpz_group_size"), py::arg("host_id"),
+           py::arg("comm_name"), py::call_guard<py::gil_scoped_release>())
+      .def("qwz_all_gather", &ZppBackend::qwzAllGather, py::arg("output"), py::arg("input"),
+           py::arg("bits"), py::call_guard<py::gil_scoped_release>())
+      .def("qgz_reduce_scatter", &ZppBackend::qgzReduceScatter, py::arg("output"),
+           py::arg("input"), py::arg("op"), py::arg("bits"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("stats", &statsDict)
+      .def("reset_stats", &ZppBackend::resetStats)
+      .def("topology", &topologyDict);
+
+  m.attr("UNDEF_INT") = ZPP_CONFIG_UNDEF_INT;
+  m.def("version", [] {
+    int v = 0;
+    zppGetVersion(&v);
+    return v;
+  });
+#ifdef ZPP_TORCH_CUDA
+  m.attr("has_device_path") = true;
+#else
+  m.attr("has_device_path") = false;
+#endif
+}

@@ -1,0 +1,62 @@
+// torch_zpp: see work.hpp.
+#include "work.hpp"
+
+#include <torch/csrc/distributed/c10d/exception.h>
+
+#ifdef ZPP_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "conversions.hpp"
+
+namespace torch_zpp {
+
+ZppWork::ZppWork(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs)
+    : c10d::Work(rank, type, name),
+      name_(name),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()))) {}
+
+ZppWork::~ZppWork() {
+  if (stream_ != nullptr) zppHostStreamDestroy(stream_);
+}
+
+bool ZppWork::wait(std::chrono::milliseconds timeout) {
+#ifdef ZPP_TORCH_CUDA
+  if (event_) {
+    event_->block(c10::cuda::getCurrentCUDAStream(device_->index()));
+    return true;
+  }
+#endif
+  return c10d::Work::wait(timeout);
+}
+
+void ZppWork::complete(const std::function<std::string()>& reason) {
+  std::exception_ptr err;
+  zppResult_t res = zppSuccess;
+  if (stream_ != nullptr) res = zppHostStreamSynchronize(stream_);
+#ifdef ZPP_TORCH_CUDA
+  if (event_) event_->synchronize();
+#endif
+  if (res != zppSuccess) {
+    err = std::make_exception_ptr(c10::DistBackendError(
+        c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+        zppMessage(res, reason(), name_)));
+  } else {
+    try {
+      for (auto& f : finishers_) f();
+    } catch (...) {
+      err = std::current_exception();
+    }
+  }
+  finishers_.clear();
+  keep_.clear();
+  finish(err);
+  if (err)
+    future_->setError(err);
+  else
+    future_->markCompleted(c10::IValue(outputs_));
+}
+
+}  // namespace torch_zpp
