@@ -95,11 +95,11 @@ void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, i
   const int L = W / N;
   int* byNode = malloc((size_t)W * sizeof(int));
   REQUIRE(byNode != NULL);
-  int k = 0;
+  int filled = 0;
   for (int n = 0; n < N; n++)
     for (int r = 0; r < W; r++)
-      if (nodeOf[r] == n) byNode[k++] = r;
-  REQUIRE(k == W && N * L == W);
+      if (nodeOf[r] == n) byNode[filled++] = r;
+  REQUIRE(filled == W && N * L == W);
   const size_t ts = zppTypeSize(t), ce = ztChunkElems(t, block);
   const float d = op == zppAvg ? (float)W : 1.0f;
   const double uT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-11 : 0x1p-8;
