@@ -1,7 +1,10 @@
 /*
- * Internals of the UCX host transport shared by ucx.c (creation, endpoints,
- * transfers, waits) and ucx_teardown.c (errors, abort, teardown,
- * diagnostics). Not for other layers: they use ucx.h.
+ * Internals of the UCX host transport shared by its files: ucx.c (the hot
+ * path: requests, sends, receives, waits), ucx_wireup.c (creation,
+ * endpoints), ucx_diagnose.c (failure diagnosis), ucx_shm.c (small messages
+ * through shared-memory rings), ucx_teardown.c (quiesce, abort, teardown;
+ * endpoint transport names, byte counts). Not for other layers: they use
+ * ucx.h.
  */
 #ifndef ZPP_TRANSPORT_UCX_INTERNAL_H_
 #define ZPP_TRANSPORT_UCX_INTERNAL_H_
@@ -186,26 +189,62 @@ struct zppUcx {
   _Atomic uint64_t bytesBase[zppNumOpKinds][2];
 };
 
-/* Monotonic seconds. */
-/* Records the cause on the communicator (logged if it is the first error)
- * and returns code. */
-zppResult_t zppUcxFail(zppUcx_t* u, zppResult_t code, const char* fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-const char* zppUcxHostOf(const zppUcx_t* u, int rank);
+/* ---- the hot path (ucx.c) ----------------------------------------------- */
+
+/* The tag of a message from src (see ucx.h for the layout). */
+static inline uint64_t zppUcxMakeTag(int src, const zppMsgId_t* id) {
+  return ((uint64_t)(uint32_t)src << TAG_SRC_SHIFT) | ((uint64_t)(id->seq & 0xffffu) << TAG_SEQ_SHIFT) |
+         ((uint64_t)(id->step & 0xffu) << TAG_STEP_SHIFT) | (uint64_t)(id->sig & ZPP_UCX_SIG_MASK);
+}
 /* Requests come from a pool and never move: UCX callbacks point at them. */
 zppResult_t zppUcxReqAlloc(zppUcx_t* u, zppUcxReq_t** out);
 void zppUcxReqRelease(zppUcx_t* u, zppUcxReq_t* r);
 /* ucp_tag_send_nbx with r as the request UCX completes (done, status set,
  * UCX's request freed): NULL when done inline, else UCX's handle or error. */
 void* zppUcxTagSend(ucp_ep_h ep, const void* buf, size_t bytes, uint64_t tag, zppUcxReq_t* r);
-/* The endpoint to peer, made on first use (see ucx.h for which address). */
-zppResult_t zppUcxGetEp(zppUcx_t* u, int peer, ucp_ep_h* out);
-/* Progresses until no request but the control receives is live, or
- * limitSec passed; returns how many are still live. */
-int zppUcxDrain(zppUcx_t* u, double limitSec);
 /* The error-notice or the wake-up receive: posted for the communicator's
  * life, never waited for. */
 int zppUcxIsControlRecv(const zppUcx_t* u, const zppUcxReq_t* r);
+/* Posts the error-notice receive (into noticeIn), at creation. */
+zppResult_t zppUcxPostNoticeRecv(zppUcx_t* u);
+/* Posts the wake-up receive, or again once it took a wake-up. */
+zppResult_t zppUcxRepostWakeRecv(zppUcx_t* u);
+
+/* ---- creation (ucx_wireup.c) -------------------------------------------- */
+
+/* The endpoint to peer, made on first use (see ucx.h for which address). */
+zppResult_t zppUcxGetEp(zppUcx_t* u, int peer, ucp_ep_h* out);
+
+/* ---- failure diagnosis (ucx_diagnose.c) ---------------------------------- */
+
+/* Records the cause on the communicator (logged if it is the first error)
+ * and returns code. */
+zppResult_t zppUcxFail(zppUcx_t* u, zppResult_t code, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+const char* zppUcxHostOf(const zppUcx_t* u, int rank);
+/* This process's identity (pid, start time, pid namespace, boot id) and its
+ * CPUs, for the exchange at creation. */
+void zppUcxFillRankInfo(rankInfo_t* info);
+/* 1 while the peer's process runs (or cannot be watched). */
+int zppUcxPeerAlive(const peer_t* p);
+/* UCX's error callback of endpoints across nodes (arg: the peer_t). */
+void zppUcxEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
+/* The error another rank announced, once its notice arrived. */
+zppResult_t zppUcxCheckNotice(zppUcx_t* u);
+/* Records a signature mismatch with peer (got: its, want: this rank's). */
+zppResult_t zppUcxMismatchError(zppUcx_t* u, int peer, uint32_t got, uint32_t want);
+/* While r waits: a message of r's collective with another signature,
+ * arrived unasked for, is proof of a mismatch. */
+zppResult_t zppUcxProbeMismatch(zppUcx_t* u, const zppUcxReq_t* r);
+/* For a receive that timed out: a hint for the error message (empty if
+ * none) when a message of its tag waits on the other path. */
+void zppUcxOtherPathHint(zppUcx_t* u, const zppUcxReq_t* r, char* buf, size_t len);
+
+/* ---- teardown (ucx_teardown.c) ------------------------------------------ */
+
+/* Progresses until no request but the control receives is live, or
+ * limitSec passed; returns how many are still live. */
+int zppUcxDrain(zppUcx_t* u, double limitSec);
 
 /* ---- small messages through shared-memory rings (ucx_shm.c) ------------- */
 
