@@ -1,19 +1,18 @@
 /* The collective entry points: validate, then dispatch (host buffers to the
- * host executor and the collectives, device buffers to NCCL). Nothing else
- * happens here. */
+ * host executor and the collectives, device buffers to the collectives'
+ * device branch). Nothing else happens here. */
 #include <stdatomic.h>
 #include <stdint.h>
 
 #include "zpp.h"
 #include "check.h"
-#include "zpp_build_config.h"
+#include "names.h"
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
+#include "collectives/coll_device.h"
 #include "collectives/coll_host.h"
+#include "api/api_check.h"
 #include "api/zeropp_api.h"
-#if ZPP_HAVE_NCCL
-#include "lib/transport/nccl.h"
-#endif
 
 /* What a call asks for, in one place for validation and dispatch. */
 typedef struct {
@@ -24,11 +23,6 @@ typedef struct {
   int inPlace;      /* NCCL's in-place form for this collective */
   int reduction;
 } call_t;
-
-static int overlaps(const void* a, size_t na, const void* b, size_t nb) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return na && nb && x < y + nb && y < x + na;
-}
 
 static zppResult_t validate(struct zppComm* comm, call_t* k) {
   ZPPCHECK(zppCommStateCheckUsable(comm));
@@ -42,11 +36,8 @@ static zppResult_t validate(struct zppComm* comm, call_t* k) {
   if (c->kind == zppOpBroadcast)
     ZPP_ARGCHECK(c->root >= 0 && c->root < n, "%s: root %d is not a rank of this %d-rank communicator",
                  k->name, c->root, n);
-  size_t ts = zppTypeSize(c->type);
-  /* count * typesize * nranks must fit: the largest buffer involved. */
-  if (c->count > SIZE_MAX / ts / (size_t)n || c->count * ts * (size_t)n > (size_t)PTRDIFF_MAX)
-    ZPP_FAIL(zppInvalidArgument, ALL, "%s: count %zu of %zu-byte elements on %d ranks overflows", k->name,
-             c->count, ts, n);
+  ZPPCHECK(zppApiCheckCount(k->name, c->count, c->type, n));
+  size_t ts = zppDtypeSize(c->type);
   size_t bytes = c->count * ts, all = bytes * (size_t)n;
   switch (c->kind) {
     case zppOpAllGather:
@@ -77,7 +68,7 @@ static zppResult_t validate(struct zppComm* comm, call_t* k) {
   ZPP_ARGCHECK(k->sendBytes == 0 || c->sendbuff != NULL, "%s: sendbuff is NULL with count %zu",
                k->name, c->count);
   ZPP_ARGCHECK(c->recvbuff != NULL, "%s: recvbuff is NULL with count %zu", k->name, c->count);
-  if (!k->inPlace && overlaps(c->sendbuff, k->sendBytes, c->recvbuff, k->recvBytes))
+  if (!k->inPlace && zppApiOverlaps(c->sendbuff, k->sendBytes, c->recvbuff, k->recvBytes))
     ZPP_FAIL(zppInvalidUsage, ALL,
              "%s: sendbuff and recvbuff overlap but are not the in-place form (see NCCL's in-place "
              "rules)",
@@ -85,57 +76,21 @@ static zppResult_t validate(struct zppComm* comm, call_t* k) {
   return zppSuccess;
 }
 
-#if ZPP_HAVE_NCCL
-static zppResult_t runDevice(struct zppComm* comm, const call_t* k, void* stream) {
-  const zppHostColl_t* c = &k->c;
-  struct zppNccl* nccl = NULL;
-  if (c->kind == zppOpAllToAll && k->inPlace)
-    ZPP_FAIL(zppInvalidUsage, CUDA, "%s: in-place all-to-all is not supported on device buffers",
-             k->name);
-  ZPPCHECK(zppTransportsGetNccl(comm, &nccl));
-  switch (c->kind) {
-    case zppOpAllGather: return zppNcclAllGather(nccl, c->sendbuff, c->recvbuff, c->count, c->type, stream);
-    case zppOpReduceScatter:
-      return zppNcclReduceScatter(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->op, stream);
-    case zppOpAllReduce:
-      return zppNcclAllReduce(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->op, stream);
-    case zppOpAllToAll: return zppNcclAllToAll(nccl, c->sendbuff, c->recvbuff, c->count, c->type, stream);
-    default:
-      return zppNcclBroadcast(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->root, stream);
-  }
-}
-#endif
-
 static zppResult_t dispatch(struct zppComm* comm, call_t* k, zppStream_t stream) {
   ZPPCHECK(validate(comm, k));
   const zppHostColl_t* c = &k->c;
-  int devRecv = zppTransportsIsDevicePtr(c->recvbuff);
-  int devSend = k->sendBytes ? zppTransportsIsDevicePtr(c->sendbuff) : devRecv;
-  if (devRecv != devSend)
-    ZPP_FAIL(zppInvalidUsage, ALL, "%s: one buffer is device memory and the other host memory",
-             k->name);
-  int isHostStream = zppExecStreamIsValid(stream);
-  if (devRecv) {
-    ZPP_USAGECHECK(!isHostStream, "%s: device buffers need a cudaStream_t, not a zppHostStream_t",
-                   k->name);
-  } else {
-    ZPP_ARGCHECK(stream == NULL || isHostStream,
-                 "%s: host buffers need stream NULL or a zppHostStream_t (got %p: a cudaStream_t, or a "
-                 "destroyed host stream?)",
-                 k->name, stream);
-  }
+  int device = -1;
+  ZPPCHECK(zppApiCheckWhere(k->name, k->sendBytes ? c->sendbuff : NULL, c->recvbuff, stream, &device));
   if (c->count != 0) {
     /* Compression settings may make this a ZeRO++ call (it counts itself),
      * on host and device buffers alike. */
     int taken = 0;
-    zppResult_t res = zppZeroppTryPlain(comm, c, stream, devRecv, &taken);
+    zppResult_t res = zppZeroppTryPlain(comm, c, stream, device, &taken);
     if (taken) return res;
   }
   atomic_fetch_add_explicit(&comm->transports->calls[c->kind], 1, memory_order_relaxed);
   if (c->count == 0) return zppSuccess; /* like NCCL: nothing moves */
-#if ZPP_HAVE_NCCL
-  if (devRecv) return runDevice(comm, k, stream);
-#endif
+  if (device) return zppDeviceCollIssue(comm, c, k->inPlace, stream);
   return zppHostCollIssue(comm, c, (zppHostStream_t)stream);
 }
 

@@ -3,8 +3,8 @@
  * validate, then dispatch to the host executor (collectives/zeropp_host.h).
  * Nothing else happens here.
  *
- * Device buffers: qwZ and qgZ go to the stream-ordered CUDA + NCCL path
- * (collectives/zeropp_device.c, not yet run on a GPU), also when the
+ * Device buffers: qwZ and qgZ go to the collectives' device branch
+ * (collectives/coll_device.h: CUDA codecs and NCCL, not yet run on a GPU), also when the
  * communicator's settings compress a plain call; hpZ parameters take host
  * buffers only. */
 #include "api/zeropp_api.h"
@@ -15,23 +15,17 @@
 
 #include "zpp.h"
 #include "check.h"
+#include "names.h"
 #include "handles.h"
 #include "lib/comm.h"
 #include "lib/compress_settings.h"
 #include "lib/transport/transports.h"
+#include "collectives/coll_device.h"
 #include "collectives/zeropp_host.h"
-#include "zpp_build_config.h"
-#if ZPP_HAVE_NCCL
-#include "collectives/zeropp_device.h"
-#endif
+#include "api/api_check.h"
 
 static int isFloating(zppDataType_t t) {
   return t == zppFloat32 || t == zppFloat16 || t == zppBfloat16;
-}
-
-static int overlaps(const void* a, size_t na, const void* b, size_t nb) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return na && nb && x < y + nb && y < x + na;
 }
 
 static zppResult_t checkType(const char* name, zppDataType_t t) {
@@ -46,58 +40,6 @@ static zppResult_t checkBits(const char* name, int bits) {
   return zppSuccess;
 }
 
-/* count * typesize * nranks must fit: the largest buffer involved. */
-static zppResult_t checkSize(const char* name, size_t count, zppDataType_t t, int nranks) {
-  size_t ts = zppTypeSize(t);
-  if (count > SIZE_MAX / ts / (size_t)nranks || count * ts * (size_t)nranks > (size_t)PTRDIFF_MAX)
-    ZPP_FAIL(zppInvalidArgument, ALL, "%s: count %zu of %zu-byte elements on %d ranks overflows",
-             name, count, ts, nranks);
-  return zppSuccess;
-}
-
-/* Where the buffers live (*device: 1 device memory, 0 host), with the
- * stream that fits: a cudaStream_t for device buffers, NULL or a host stream
- * for host buffers. NULL pointers say nothing (count 0). */
-static zppResult_t checkWhere(const char* name, const void* a, const void* b, zppStream_t stream,
-                              int* device) {
-  int da = a ? zppTransportsIsDevicePtr(a) : -1, db = b ? zppTransportsIsDevicePtr(b) : -1;
-  if (da < 0 && db < 0 && *device < 0) {
-    /* Nothing to move and nothing known: any stream will do (NCCL's count 0). */
-    *device = 0;
-    return zppSuccess;
-  }
-  if (da >= 0 && db >= 0 && da != db)
-    ZPP_FAIL(zppInvalidUsage, ALL, "%s: one buffer is device memory and the other host memory", name);
-  int dev = da >= 0 ? da : (db >= 0 ? db : (*device > 0));
-  if (*device >= 0 && dev != *device)
-    ZPP_FAIL(zppInvalidUsage, ALL, "%s: some tensors are in device memory, others in host memory", name);
-  int isHostStream = zppExecStreamIsValid(stream);
-  if (dev) {
-    ZPP_USAGECHECK(!isHostStream, "%s: device buffers need a cudaStream_t, not a zppHostStream_t", name);
-  } else {
-    ZPP_ARGCHECK(stream == NULL || isHostStream,
-                 "%s: host buffers need stream NULL or a zppHostStream_t (got %p: a cudaStream_t, or "
-                 "a destroyed host stream?)",
-                 name, stream);
-  }
-  *device = dev;
-  return zppSuccess;
-}
-
-/* The explicit calls on device memory need the NCCL transport. */
-static zppResult_t checkDevicePath(const char* name, int device) {
-#if ZPP_HAVE_NCCL
-  (void)name;
-  (void)device;
-  return zppSuccess;
-#else
-  if (device)
-    ZPP_FAIL(zppInvalidUsage, ALL, "%s: device buffers need NCCL, and this zpp was built without it",
-             name);
-  return zppSuccess;
-#endif
-}
-
 static void countCall(struct zppComm* comm, zppOpKind_t kind) {
   atomic_fetch_add_explicit(&comm->transports->calls[kind], 1, memory_order_relaxed);
 }
@@ -110,19 +52,18 @@ static zppResult_t qwzValidate(const char* name, const void* sendbuff, void* rec
   ZPPCHECK(zppCommStateCheckUsable(comm));
   ZPPCHECK(checkType(name, type));
   ZPPCHECK(checkBits(name, bits));
-  ZPPCHECK(checkSize(name, count, type, comm->nranks));
+  ZPPCHECK(zppApiCheckCount(name, count, type, comm->nranks));
   *device = -1;
-  if (count == 0) return checkWhere(name, NULL, NULL, stream, device);
-  size_t bytes = count * zppTypeSize(type);
+  if (count == 0) return zppApiCheckWhere(name, NULL, NULL, stream, device);
+  size_t bytes = count * zppDtypeSize(type);
   ZPP_ARGCHECK(sendbuff != NULL && recvbuff != NULL, "%s: NULL buffer with count %zu", name, count);
   int inPlace = (const char*)sendbuff == (const char*)recvbuff + (size_t)comm->rank * bytes;
-  if (!inPlace && overlaps(sendbuff, bytes, recvbuff, bytes * (size_t)comm->nranks))
+  if (!inPlace && zppApiOverlaps(sendbuff, bytes, recvbuff, bytes * (size_t)comm->nranks))
     ZPP_FAIL(zppInvalidUsage, ALL,
              "%s: sendbuff and recvbuff overlap but are not the in-place form (sendbuff = "
              "recvbuff + rank * sendcount)",
              name);
-  ZPPCHECK(checkWhere(name, sendbuff, recvbuff, stream, device));
-  return checkDevicePath(name, *device);
+  return zppApiCheckWhere(name, sendbuff, recvbuff, stream, device);
 }
 
 static zppResult_t qwzIssue(zppComm_t comm, const void* sendbuff, void* recvbuff, size_t count,
@@ -130,11 +71,7 @@ static zppResult_t qwzIssue(zppComm_t comm, const void* sendbuff, void* recvbuff
   countCall(comm, zppOpQwZ);
   if (count == 0) return zppSuccess;
   int block = zppCompressBlock(&comm->compress, bits);
-#if ZPP_HAVE_NCCL
-  if (device) return zppZeroppDeviceQwz(comm, sendbuff, recvbuff, count, type, bits, block, stream);
-#else
-  (void)device;
-#endif
+  if (device) return zppDeviceQwzIssue(comm, sendbuff, recvbuff, count, type, bits, block, stream);
   zppQwzCall_t call = {sendbuff, recvbuff, count, type, bits, block, zppOpQwZ};
   return zppZeroppIssueQwz(comm, &call, (zppHostStream_t)stream);
 }
@@ -163,24 +100,24 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
   ZPP_ARGCHECK(ntensors >= 0, "%s: ntensors %d is negative", name, ntensors);
   ZPP_ARGCHECK(ntensors == 0 || (sendbuffs && recvbuffs && counts),
                "%s: NULL array with %d tensors", name, ntensors);
-  size_t ts = zppTypeSize(type), total = 0;
+  size_t ts = zppDtypeSize(type), total = 0;
   for (int t = 0; t < ntensors; t++) {
     size_t count = counts[t];
-    ZPPCHECK(checkSize(name, count, type, comm->nranks));
+    ZPPCHECK(zppApiCheckCount(name, count, type, comm->nranks));
     total += count;
     if (count == 0) continue;
     size_t bytes = count * ts, all = bytes * (size_t)comm->nranks;
     ZPP_ARGCHECK(sendbuffs[t] != NULL && recvbuffs[t] != NULL, "%s: tensor %d: NULL buffer with count %zu",
                  name, t, count);
     int inPlace = (const char*)recvbuffs[t] == (const char*)sendbuffs[t] + (size_t)comm->rank * bytes;
-    if (!inPlace && overlaps(sendbuffs[t], all, recvbuffs[t], bytes))
+    if (!inPlace && zppApiOverlaps(sendbuffs[t], all, recvbuffs[t], bytes))
       ZPP_FAIL(zppInvalidUsage, ALL,
                "%s: tensor %d: sendbuff and recvbuff overlap but are not the in-place form "
                "(recvbuff = sendbuff + rank * recvcount)",
                name, t);
-    ZPPCHECK(checkWhere(name, sendbuffs[t], recvbuffs[t], stream, device));
+    ZPPCHECK(zppApiCheckWhere(name, sendbuffs[t], recvbuffs[t], stream, device));
   }
-  ZPPCHECK(checkWhere(name, NULL, NULL, stream, device));
+  ZPPCHECK(zppApiCheckWhere(name, NULL, NULL, stream, device));
   /* After the arguments, and only when there is data: a call that moves
    * nothing (no tensors, counts of 0) succeeds on any nodes, as NCCL's
    * count 0 does; it was refused on uneven nodes and accepted on even ones. */
@@ -191,7 +128,7 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
              "nodes hold different numbers of ranks (node 0: %d, see ZPP_DEBUG=INFO TOPO): use "
              "zppReduceScatter",
              name, topo->nodeSize[0]);
-  return checkDevicePath(name, *device);
+  return zppSuccess;
 }
 
 static zppResult_t qgzIssue(zppComm_t comm, int ntensors, const void* const* sendbuffs,
@@ -203,11 +140,7 @@ static zppResult_t qgzIssue(zppComm_t comm, int ntensors, const void* const* sen
   if (total == 0) return zppSuccess;
   zppQgzArgs_t a = {ntensors, sendbuffs, recvbuffs, counts, type, op, bits,
                     zppCompressBlock(&comm->compress, bits)};
-#if ZPP_HAVE_NCCL
-  if (device) return zppZeroppDeviceQgz(comm, &a, stream);
-#else
-  (void)device;
-#endif
+  if (device) return zppDeviceQgzIssue(comm, &a, stream);
   return zppZeroppIssueQgz(comm, &a, (zppHostStream_t)stream);
 }
 
@@ -245,7 +178,7 @@ zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, z
   *taken = 0;
   const zppCompressSettings_t* s = &comm->compress;
   if (comm->nranks < 2 || !isFloating(call->type)) return zppSuccess;
-  size_t bytes = call->count * zppTypeSize(call->type) * (size_t)comm->nranks;
+  size_t bytes = call->count * zppDtypeSize(call->type) * (size_t)comm->nranks;
   if (bytes < s->compressMinBytes) return zppSuccess;
   if (call->kind == zppOpAllGather && s->qwzBits) {
     *taken = 1;
@@ -290,7 +223,7 @@ zppResult_t zppParamCreate(zppComm_t comm, size_t shardcount, zppDataType_t data
   ZPPCHECK(checkBits(name, bits));
   if (bits == 0) bits = comm->compress.qwzBits;
   if (bits) ZPPCHECK(checkType(name, datatype));
-  ZPPCHECK(checkSize(name, shardcount, datatype, comm->nranks));
+  ZPPCHECK(zppApiCheckCount(name, shardcount, datatype, comm->nranks));
   struct zppParam* p = NULL;
   ZPPCHECK(zppHpzCreate(comm, shardcount, datatype, bits, &p));
   zppResult_t res = zppHandleRegister(p, ZPP_HANDLE_PARAM);
@@ -307,18 +240,18 @@ static zppResult_t paramGather(zppParam_t p, const void* shard, void* full, zppS
   const char* name = backward ? "zppParamGatherBackward" : "zppParamGatherForward";
   ZPPCHECK(checkParam(p, name));
   ZPPCHECK(zppCommStateCheckUsable(p->comm));
-  size_t bytes = p->count * zppTypeSize(p->type);
+  size_t bytes = p->count * zppDtypeSize(p->type);
   if (p->count) {
     ZPP_ARGCHECK(shard != NULL && full != NULL, "%s: NULL buffer with %zu elements per shard", name,
                  p->count);
     /* The shard is the primary copy of the weights: an in-place gather would
      * overwrite it with its quantized image. */
-    if (overlaps(shard, bytes, full, bytes * (size_t)p->comm->nranks))
+    if (zppApiOverlaps(shard, bytes, full, bytes * (size_t)p->comm->nranks))
       ZPP_FAIL(zppInvalidUsage, ALL, "%s: shard and full overlap: the gather needs its own output",
                name);
   }
   int device = -1;
-  ZPPCHECK(checkWhere(name, p->count ? shard : NULL, p->count ? full : NULL, stream, &device));
+  ZPPCHECK(zppApiCheckWhere(name, p->count ? shard : NULL, p->count ? full : NULL, stream, &device));
   if (device)
     ZPP_FAIL(zppInvalidUsage, ALL,
              "%s: hpZ parameters take host buffers in this version (device buffers: use "

@@ -9,11 +9,12 @@
 #include "reduce_ops.h"
 
 #include "check.h"
+#include "names.h"
 
 zppResult_t zppCollAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t count,
                                     zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks, r = c->rank;
-  const size_t bytes = count * zppTypeSize(type);
+  const size_t bytes = count * zppDtypeSize(type);
   char* tmp = zppCollScratch(c, 0, bytes);
   if (tmp == NULL) ZPP_FAIL(zppSystemError, COLL, "out of memory for all-reduce scratch");
   if (in != out) memcpy(out, in, bytes);

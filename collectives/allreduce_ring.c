@@ -7,6 +7,7 @@
 #include "reduce_ops.h"
 
 #include "check.h"
+#include "names.h"
 
 /* The all-gather's messages are numbered after the reduce-scatter's (tags
  * would also match in order, but distinct steps read better in traces). */
@@ -15,7 +16,7 @@
 zppResult_t zppCollAllReduceRing(zppCollCtx_t* c, const void* in, void* out, size_t count,
                              zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks, r = c->rank;
-  const size_t ts = zppTypeSize(type);
+  const size_t ts = zppDtypeSize(type);
   char* mine = (char*)out + zppBlockOffset(count, n, r) * ts;
   ZPPCHECK(zppCollReduceScatterRing(c, in, mine, count, type, op));
   if (op == zppAvg) zppReduceFinishAvg(mine, zppBlockCount(count, n, r), type, n);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "check.h"
+#include "names.h"
 #include "params.h"
 
 zppResult_t zppCollRingCreate(const zppTopo_t* topo, int nranks, int** ringOut, int** posOut) {
@@ -79,11 +80,6 @@ void zppScratchPoolFree(zppScratchPool_t* pool) {
   }
 }
 
-static const char* const kindNames[zppNumOpKinds] = {"AllGather", "ReduceScatter", "AllReduce", "AllToAll",
-                                                     "Broadcast", "QwZ",           "HpZ",       "QgZ"};
-static const char* const typeNames[] = {"int8",   "uint8",   "int32",   "uint32", "int64",
-                                        "uint64", "float16", "float32", "float64", "bfloat16"};
-static const char* const opNames[] = {"sum", "prod", "max", "min", "avg"};
 #define SIG_NO_OP 7u
 
 uint32_t zppCollSig(zppOpKind_t kind, zppDataType_t type, int op, const uint64_t* vals, int nvals) {
@@ -102,11 +98,12 @@ uint32_t zppCollSig(zppOpKind_t kind, zppDataType_t type, int op, const uint64_t
 
 void zppCollDescribeSig(uint32_t sig, char* buf, size_t len) {
   unsigned kind = (sig >> 17) & 7u, type = (sig >> 13) & 15u, op = (sig >> 10) & 7u;
-  const char* tn = type < sizeof(typeNames) / sizeof(typeNames[0]) ? typeNames[type] : "?";
-  if (op < sizeof(opNames) / sizeof(opNames[0]))
-    snprintf(buf, len, "%s(%s, %s; #%03x)", kindNames[kind], tn, opNames[op], sig & 0x3ffu);
+  const char* kn = zppOpKindCallName((zppOpKind_t)kind);
+  const char* tn = zppDtypeName((zppDataType_t)type);
+  if (op < zppNumOps)
+    snprintf(buf, len, "%s(%s, %s; #%03x)", kn, tn, zppRedOpName((zppRedOp_t)op), sig & 0x3ffu);
   else
-    snprintf(buf, len, "%s(%s; #%03x)", kindNames[kind], tn, sig & 0x3ffu);
+    snprintf(buf, len, "%s(%s; #%03x)", kn, tn, sig & 0x3ffu);
 }
 
 void zppCollDescribeMismatch(uint32_t theirs, uint32_t mine, const char* hashHint, char* buf,

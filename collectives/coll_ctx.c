@@ -23,6 +23,7 @@
 #include "coll_common.h"
 
 #include "check.h"
+#include "names.h"
 #include "params.h"
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
@@ -179,7 +180,7 @@ void zppCollSign(zppCollCtx_t* c, zppDataType_t type, int op, const uint64_t* va
   all[n++] = (uint64_t)c->chunkBytes;
   c->id.sig = zppCollSig((zppOpKind_t)c->id.opKind, type, op, all, n);
   ZPP_DBG(COLL, "%s: rank %d: %s seq %u sig 0x%05x", c->comm->name, c->rank,
-          zppOpKindName((zppOpKind_t)c->id.opKind), c->id.seq, c->id.sig);
+          zppOpKindString((zppOpKind_t)c->id.opKind), c->id.seq, c->id.sig);
 }
 
 zppResult_t zppCollEnd(zppCollCtx_t* c, zppResult_t res, int agreed) {
@@ -193,7 +194,7 @@ zppResult_t zppCollEnd(zppCollCtx_t* c, zppResult_t res, int agreed) {
      * broken (the transport recorded why, unless the failure was local). */
     if (atomic_load(&comm->asyncError) == zppSuccess)
       zppCommStateSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
-                           zppOpKindName((zppOpKind_t)c->id.opKind), zppGetErrorString(res));
+                           zppOpKindString((zppOpKind_t)c->id.opKind), zppResultString(res));
     if (c->p2p) zppP2pQuiesce(c->p2p);
   }
   /* After the quiesce: until then a receive may still land in scratch. */
@@ -229,7 +230,7 @@ size_t zppCollChunkElemsFor(size_t chunkBytes, zppDataType_t type, int block, in
   size_t bytes = chunkBytes / (size_t)(fanIn > 1 ? fanIn : 1);
   if (bytes < ZPP_COLL_MIN_SPLIT_CHUNK)
     bytes = chunkBytes < ZPP_COLL_MIN_SPLIT_CHUNK ? chunkBytes : ZPP_COLL_MIN_SPLIT_CHUNK;
-  size_t e = bytes / zppTypeSize(type);
+  size_t e = bytes / zppDtypeSize(type);
   e -= e % (size_t)block;
   return e < (size_t)block ? (size_t)block : e;
 }

@@ -13,6 +13,7 @@
 #include "reduce_ops.h"
 
 #include "check.h"
+#include "names.h"
 #include "params.h"
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
@@ -34,7 +35,7 @@ static zppResult_t chooseAlgo(const zppCollCtx_t* c, const zppHostColl_t* a, con
     *out = algo;
     return zppSuccess;
   }
-  size_t ts = zppTypeSize(a->type);
+  size_t ts = zppDtypeSize(a->type);
   size_t bytes = a->count * ts;
   if (a->kind == zppOpAllGather || a->kind == zppOpReduceScatter) bytes *= (size_t)nranks;
   if (a->kind == zppOpAllReduce && a->count < (size_t)nranks)
@@ -58,7 +59,7 @@ static zppResult_t chooseAlgo(const zppCollCtx_t* c, const zppHostColl_t* a, con
 
 static zppResult_t runLocal(const zppHostColl_t* a) {
   /* One rank: every collective is a copy (and avg divides by one). */
-  size_t bytes = a->count * zppTypeSize(a->type);
+  size_t bytes = a->count * zppDtypeSize(a->type);
   if (a->sendbuff != a->recvbuff && bytes) memcpy(a->recvbuff, a->sendbuff, bytes);
   return zppSuccess;
 }
@@ -85,7 +86,7 @@ static zppResult_t broadcastAgree(zppCollCtx_t* c) {
 
 static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, zppCollAlgo_t algo) {
   const int n = c->nranks;
-  const size_t ts = zppTypeSize(a->type);
+  const size_t ts = zppDtypeSize(a->type);
   const size_t bytes = a->count * ts;
   char* recv = a->recvbuff;
   switch (a->kind) {
@@ -148,7 +149,7 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
   zppCollSign(&c, a->type, reduction ? (int)a->op : -1, vals, sigValsOf(a, algo, vals));
   if (res == zppSuccess) {
     ZPP_DBG(COLL, "%s: rank %d: %s seq %u count %zu algorithm %s", comm->name, comm->rank,
-            zppOpKindName(a->kind), c.id.seq, a->count, algo == ZPP_COLL_ALGO_BANDWIDTH ? "bandwidth" : "latency");
+            zppOpKindString(a->kind), c.id.seq, a->count, algo == ZPP_COLL_ALGO_BANDWIDTH ? "bandwidth" : "latency");
     res = runAlgo(&c, a, algo);
   }
   return zppCollEnd(&c, res, 0);

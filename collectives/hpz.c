@@ -50,6 +50,7 @@
 #include "zeropp_host.h"
 
 #include "check.h"
+#include "names.h"
 #include "handles.h"
 #include "params.h"
 #include "lib/comm.h"
@@ -119,7 +120,6 @@ zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type,
   zppResult_t res = zppSuccess;
   struct zppParam* p = NULL;
   ZPP_CALLOCGOTO(p, 1, res, fail);
-  p->magic = ZPP_PARAM_MAGIC;
   p->comm = comm;
   p->count = count;
   p->type = type;
@@ -137,7 +137,7 @@ zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type,
                  res, fail);
     p->shardBytes = p->layout.shardPacked;
   } else {
-    p->shardBytes = count * zppTypeSize(type);
+    p->shardBytes = count * zppDtypeSize(type);
   }
   int groupIndex = 0;
   p->groupSize = pickGroup(p, &groupIndex);
@@ -183,7 +183,6 @@ void zppHpzDestroy(struct zppParam* p) {
    * gathers is queued or running. */
   if (zppHandleIsLive(p->comm, ZPP_HANDLE_COMM) && p->comm->transports)
     (void)zppExecutorSubmit(p->comm->transports->exec, barrierJob, NULL, NULL, 0, NULL);
-  p->magic = 0;
   free(p->secondary);
   free(p->members);
   free(p);
@@ -193,7 +192,7 @@ void zppHpzDestroy(struct zppParam* p) {
 
 /* The global gather; refreshes the secondary. */
 static zppResult_t globalGather(zppCollCtx_t* c, struct zppParam* p, const void* shard, void* full) {
-  const size_t ts = zppTypeSize(p->type);
+  const size_t ts = zppDtypeSize(p->type);
   const char* src = NULL;
   if (p->bits) {
     char* packed = zppCollScratch(c, ZPP_ZSCRATCH_PACKED, (size_t)c->nranks * p->shardBytes);
@@ -224,7 +223,7 @@ static zppResult_t decodeMember(void* arg, int member) {
   groupRecv_t* r = arg;
   struct zppParam* p = r->p;
   if (!p->bits) return zppSuccess; /* raw shards landed in place */
-  size_t ts = zppTypeSize(p->type);
+  size_t ts = zppDtypeSize(p->type);
   for (int b = r->lo[member]; b < r->lo[member] + r->cnt[member]; b++)
     ZPPCHECK(zppCollQwzDecodeShard(&p->layout, (char*)r->packed + (size_t)b * p->shardBytes,
                                (char*)r->full + (size_t)b * p->count * ts));
@@ -234,7 +233,7 @@ static zppResult_t decodeMember(void* arg, int member) {
 /* Every member's share, from the group only; own share from memory. */
 static zppResult_t groupGather(zppCollCtx_t* c, struct zppParam* p, void* full) {
   const int g = p->groupSize;
-  const size_t ts = zppTypeSize(p->type);
+  const size_t ts = zppDtypeSize(p->type);
   zppResult_t res = zppSuccess;
   groupRecv_t r = {.p = p, .full = full};
   void** recvs = NULL;
@@ -419,7 +418,7 @@ out:
 static zppResult_t gatherJob(struct zppComm* comm, void* arg) {
   const gatherArgs_t* a = arg;
   struct zppParam* p = a->p;
-  const size_t shardBytes = p->count * zppTypeSize(p->type);
+  const size_t shardBytes = p->count * zppDtypeSize(p->type);
   zppOpKind_t kind = a->backward ? zppOpHpZ : (p->bits ? zppOpQwZ : zppOpAllGather);
   uint64_t vals[4] = {p->count, (uint64_t)p->bits, (uint64_t)p->block, (uint64_t)a->backward};
   zppCollCtx_t c;

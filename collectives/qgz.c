@@ -42,6 +42,7 @@
 #include "zeropp.h"
 
 #include "check.h"
+#include "names.h"
 #include "lib/comm.h"
 #include "quant_kernels/zpp_quant.h"
 
@@ -216,7 +217,7 @@ zppResult_t zppCollQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a) {
   g.node = topo->nodeOf[c->rank];
   g.L = topo->nodeSize[g.node];
   g.lr = topo->localRankOf[c->rank];
-  g.ts = zppTypeSize(a->type);
+  g.ts = zppDtypeSize(a->type);
   g.divisor = a->op == zppAvg ? (float)c->nranks : 1.0f;
   g.intra = topo->nodeRanks[g.node];
   g.owner = (const int* const*)topo->nodeRanks;

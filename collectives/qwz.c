@@ -23,6 +23,7 @@
 #include "zeropp.h"
 
 #include "check.h"
+#include "names.h"
 #include "quant_kernels/zpp_quant.h"
 
 zppResult_t zppCollQwzLayout(size_t count, zppDataType_t type, int bits, int block, size_t chunkElems,
@@ -66,7 +67,7 @@ static char* segAt(const zppQwzLayout_t* l, void* packedAll, int shard, int ch) 
 
 static zppResult_t decodeChunk(const zppQwzLayout_t* l, const void* seg, void* recv, int shard,
                                int ch) {
-  size_t ts = zppTypeSize(l->type);
+  size_t ts = zppDtypeSize(l->type);
   char* out = (char*)recv + ((size_t)shard * l->count + (size_t)ch * l->chunkElems) * ts;
   return zppDequantize(seg, chunkCount(l, ch), l->bits, l->block, out, l->type);
 }
@@ -78,7 +79,7 @@ zppResult_t zppCollQwzDecodeShard(const zppQwzLayout_t* l, const void* packedSha
 }
 
 static zppResult_t quantizeChunk(const zppQwzLayout_t* l, const void* send, void* seg, int ch) {
-  size_t ts = zppTypeSize(l->type);
+  size_t ts = zppDtypeSize(l->type);
   const char* in = (const char*)send + (size_t)ch * l->chunkElems * ts;
   return zppQuantize(in, l->type, chunkCount(l, ch), l->bits, l->block, seg);
 }

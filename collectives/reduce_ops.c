@@ -4,81 +4,11 @@
 #include <stdint.h>
 #include <string.h>
 
-/* ---- 16-bit float formats ------------------------------------------------ */
+#include "quant_kernels/zpp_half.h"
 
-static inline float halfToFloat(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t man = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (man << 13); /* Inf, NaN (payload kept) */
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112u) << 23) | (man << 13);
-  } else if (man == 0) {
-    bits = sign;
-  } else {
-    /* Subnormal: exactly man * 2^-24. */
-    float v = (float)man * 0x1p-24f;
-    memcpy(&bits, &v, sizeof(bits));
-    bits |= sign;
-  }
-  float f;
-  memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-static inline uint16_t floatToHalf(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof(x));
-  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-  uint32_t absx = x & 0x7fffffffu;
-  if (absx > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((absx >> 13) & 0x3ffu)); /* NaN */
-  if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: Inf */
-  if (absx < 0x38800000u) {
-    /* Below the smallest normal half (2^-14) the step is 2^-24. Scaling by
-     * 2^24 is exact and the integer conversion truncates, so round to
-     * nearest even by hand. */
-    float a;
-    memcpy(&a, &absx, sizeof(a));
-    float scaled = a * 0x1p24f; /* exact: a power-of-two scale */
-    uint32_t q = (uint32_t)scaled;
-    float rest = scaled - (float)q;
-    if (rest > 0.5f || (rest == 0.5f && (q & 1u))) q++;
-    return (uint16_t)(sign | q);
-  }
-  /* Normal: re-bias the exponent, round the 13 dropped mantissa bits to
-   * nearest even; a carry into the exponent is the right result. */
-  uint32_t bits = absx - 0x38000000u; /* exponent -112 */
-  uint32_t lsb = (bits >> 13) & 1u;
-  bits += 0xfffu + lsb;
-  return (uint16_t)(sign | (bits >> 13));
-}
-
-static inline float bf16ToFloat(uint16_t b) {
-  uint32_t bits = (uint32_t)b << 16;
-  float f;
-  memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-static inline uint16_t floatToBf16(float f) {
-  uint32_t x;
-  memcpy(&x, &f, sizeof(x));
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN */
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return (uint16_t)(x >> 16);
-}
-
-/* The exported conversions wrap the static ones: in the shared library (-fPIC)
- * an exported function may be interposed, so the compiler would call it per
- * element instead of inlining it, and the loops below would not vectorize
- * (bf16 sum, -fPIC -O2: 51 ms of CPU per 16 MiB that way, 8 ms inlined). */
-float zppHalfToFloat(uint16_t h) { return halfToFloat(h); }
-uint16_t zppFloatToHalf(float f) { return floatToHalf(f); }
-float zppBf16ToFloat(uint16_t b) { return bf16ToFloat(b); }
-uint16_t zppFloatToBf16(float f) { return floatToBf16(f); }
-
+/* fp16 and bf16 go through quant_kernels/zpp_half.h, the one copy of the
+ * conversions (the codecs match it bit for bit): static inline there, so the
+ * loops below inline and vectorize them. */
 /* ---- loops ----------------------------------------------------------------- */
 
 #define OP_SUM(a, b) ((a) + (b))
@@ -178,8 +108,8 @@ FLOAT_LOOPS(double)
     }                                                                                         \
   }
 
-HALF_LOOPS(fp16, halfToFloat, floatToHalf)
-HALF_LOOPS(bf16, bf16ToFloat, floatToBf16)
+HALF_LOOPS(fp16, zppHalfToFloat, zppFloatToHalf)
+HALF_LOOPS(bf16, zppBf16ToFloat, zppFloatToBf16)
 
 void zppReduce(void* dst, const void* a, const void* b, size_t n, zppDataType_t type,
                zppRedOp_t op) {
@@ -218,12 +148,12 @@ void zppReduceFinishAvg(void* buf, size_t n, zppDataType_t type, int nranks) {
     case zppFloat64: DIV_LOOP(double, double); break;
     case zppFloat16: {
       uint16_t* p = buf;
-      for (size_t i = 0; i < n; i++) p[i] = floatToHalf(halfToFloat(p[i]) / (float)nranks);
+      for (size_t i = 0; i < n; i++) p[i] = zppFloatToHalf(zppHalfToFloat(p[i]) / (float)nranks);
       break;
     }
     case zppBfloat16: {
       uint16_t* p = buf;
-      for (size_t i = 0; i < n; i++) p[i] = floatToBf16(bf16ToFloat(p[i]) / (float)nranks);
+      for (size_t i = 0; i < n; i++) p[i] = zppFloatToBf16(zppBf16ToFloat(p[i]) / (float)nranks);
       break;
     }
     default: break;

@@ -20,10 +20,4 @@ void zppReduce(void* dst, const void* a, const void* b, size_t count, zppDataTyp
 /* buf[i] /= nranks (integer division for integer types). */
 void zppReduceFinishAvg(void* buf, size_t count, zppDataType_t type, int nranks);
 
-/* Conversions, exposed for tests. */
-float zppHalfToFloat(uint16_t h);
-uint16_t zppFloatToHalf(float f);
-float zppBf16ToFloat(uint16_t b);
-uint16_t zppFloatToBf16(float f);
-
 #endif /* ZPP_REDUCE_OPS_H_ */

@@ -11,11 +11,12 @@
 #include "reduce_ops.h"
 
 #include "check.h"
+#include "names.h"
 
 zppResult_t zppCollReduceScatterDirect(zppCollCtx_t* c, const void* in, void* out, size_t total,
                                    zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks, r = c->rank;
-  const size_t ts = zppTypeSize(type);
+  const size_t ts = zppDtypeSize(type);
   const size_t mine = zppBlockCount(total, n, r) * ts;
   const char* inp = in;
   zppResult_t res = zppSuccess;

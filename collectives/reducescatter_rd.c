@@ -10,11 +10,12 @@
 #include "coll.h"
 
 #include "check.h"
+#include "names.h"
 
 zppResult_t zppCollReduceScatterRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t total,
                                         zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks, r = c->rank;
-  const size_t ts = zppTypeSize(type);
+  const size_t ts = zppDtypeSize(type);
   /* Slot 0 is the all-reduce's own. */
   char* all = zppCollScratch(c, 1, total * ts);
   if (all == NULL) ZPP_FAIL(zppSystemError, COLL, "out of memory for reduce-scatter scratch");

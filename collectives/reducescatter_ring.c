@@ -32,11 +32,12 @@
 #include "reduce_ops.h"
 
 #include "check.h"
+#include "names.h"
 
 zppResult_t zppCollReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, size_t total,
                                  zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks;
-  const size_t ts = zppTypeSize(type);
+  const size_t ts = zppDtypeSize(type);
   const int pos = c->ringPos[c->rank];
   const int next = c->ring[(pos + 1) % n];
   const int prev = c->ring[(pos + n - 1) % n];

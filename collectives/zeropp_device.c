@@ -31,6 +31,7 @@
 #include "quant_kernels/zpp_quant_cuda.h"
 
 #include "check.h"
+#include "names.h"
 #include "params.h"
 #include "lib/comm.h"
 #include "lib/transport/nccl.h"
@@ -61,7 +62,7 @@ static size_t deviceChunkElems(zppDataType_t type, int block) {
   int64_t chunk = 0;
   if (zppEnvGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunk) != zppSuccess || chunk < 1) chunk = 1;
   size_t bytes = (size_t)chunk < DEVICE_MIN_CHUNK_BYTES ? DEVICE_MIN_CHUNK_BYTES : (size_t)chunk;
-  size_t e = bytes / zppTypeSize(type);
+  size_t e = bytes / zppDtypeSize(type);
   e -= e % (size_t)block;
   return e < (size_t)block ? (size_t)block : e;
 }
@@ -128,7 +129,7 @@ static zppResult_t getNccl(struct zppComm* comm, ncclComm_t* out) {
 
 static zppResult_t qwzIssue(devCall_t* d, ncclComm_t nc, int rank, int W, const char* send,
                             char* recv, const zppQwzLayout_t* l) {
-  const size_t ts = zppTypeSize(l->type);
+  const size_t ts = zppDtypeSize(l->type);
   char* base = d->scratch;
   for (int ch = 0; ch < l->nChunks; ch++) {
     size_t off = (size_t)ch * l->chunkElems;
@@ -300,7 +301,7 @@ zppResult_t zppZeroppDeviceQgz(struct zppComm* comm, const zppQgzArgs_t* a, void
   g.intra = topo->nodeRanks[g.node];
   g.nodeRanks = (const int* const*)topo->nodeRanks;
   g.owners = ownersOf(&g);
-  g.ts = zppTypeSize(a->type);
+  g.ts = zppDtypeSize(a->type);
   g.ce = deviceChunkElems(a->type, a->block);
   g.P = zppQuantPackedSize(g.ce, a->bits, a->block);
   const int W = g.N * g.L;

@@ -33,11 +33,9 @@ zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args, zp
 
 /* ---- hpZ partitioned parameters (hpz.c) ---------------------------------- */
 
-#define ZPP_PARAM_MAGIC 0x7a707061u /* "zppa" */
 #define ZPP_PARAM_NO_VERSION UINT64_MAX
 
 struct zppParam {
-  unsigned magic;
   struct zppComm* comm;
   size_t count;       /* shard elements */
   zppDataType_t type;

@@ -8,17 +8,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "names.h"
 #include "train.h"
 #include "zero3.h"
 
-const char* trTypeName(zppDataType_t t) {
-  switch (t) {
-    case zppFloat32: return "fp32";
-    case zppBfloat16: return "bf16";
-    case zppFloat16: return "fp16";
-    default: return "?";
-  }
-}
+const char* trTypeName(zppDataType_t t) { return zppDtypeShortName(t); }
 
 static void trModeLabel(const trRun_t* r, char* out, size_t len) {
   const char* ov = r->overlap ? "" : ", no overlap";

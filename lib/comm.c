@@ -1,7 +1,8 @@
 /*
  * Communicator lifecycle: settings (explicit config, then environment, then
- * defaults), bootstrap, topology, transports; destroy, abort, queries.
- * The launch from a launcher's environment is in comm_env.c.
+ * defaults), bootstrap, topology, transports; destroy, abort, errors. The
+ * public calls that reach these are in api/comm_api.c; the launch from a
+ * launcher's environment is in comm_env.c.
  */
 #include "lib/comm.h"
 
@@ -174,7 +175,6 @@ zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUn
     free(comm);
     ZPP_FAIL(zppSystemError, INIT, "pthread_mutex_init failed");
   }
-  comm->magic = ZPP_COMM_MAGIC;
   ZPPCHECKGOTO(zppHandleRegister(comm, ZPP_HANDLE_COMM), res, err_free);
   comm->rank = rank;
   comm->nranks = nranks;
@@ -197,33 +197,13 @@ err_free:
   return res;
 }
 
-zppResult_t zppCommInitRankConfig(zppComm_t* comm, int nranks, zppUniqueId commId, int rank,
-                                  zppConfig_t* config) {
-  ZPP_ARGCHECK(comm != NULL, "zppCommInitRank: comm (the output) is NULL");
-  ZPP_ARGCHECK(nranks >= 1, "zppCommInitRank: nranks=%d must be at least 1", nranks);
-  ZPP_ARGCHECK(rank >= 0 && rank < nranks, "zppCommInitRank: rank %d out of range 0..%d", rank,
-               nranks - 1);
-  zppCommSettings_t s;
-  ZPPCHECK(zppCommStateResolveSettings(config, &s));
-  ZPPCHECK(zppCommStateInitWithSettings(comm, nranks, &commId, rank, &s));
-  return zppSuccess;
-}
-
-zppResult_t zppCommInitRank(zppComm_t* comm, int nranks, zppUniqueId commId, int rank) {
-  ZPPCHECK(zppCommInitRankConfig(comm, nranks, commId, rank, NULL));
-  return zppSuccess;
-}
-
-zppResult_t zppGetUniqueId(zppUniqueId* uniqueId) {
-  ZPP_ARGCHECK(uniqueId != NULL, "zppGetUniqueId: uniqueId is NULL");
+zppResult_t zppCommStateNewUniqueId(zppUniqueId* id) {
   zppCommSettings_t s;
   ZPPCHECK(zppCommStateResolveSettings(NULL, &s));
-  ZPPCHECK(zppBootstrapCreateRoot(uniqueId, NULL, 0, -1, NULL, 0, s.timeoutSec));
-  return zppSuccess;
+  return zppBootstrapCreateRoot(id, NULL, 0, -1, NULL, 0, s.timeoutSec);
 }
 
-/* Public calls accept a handle that is NULL-checked and alive. */
-static zppResult_t checkHandle(const struct zppComm* comm, const char* call) {
+zppResult_t zppCommStateCheckLive(const struct zppComm* comm, const char* call) {
   ZPP_ARGCHECK(comm != NULL, "%s: comm is NULL", call);
   /* Looked up, not read from the object: it may have been freed. */
   ZPP_ARGCHECK(zppHandleIsLive(comm, ZPP_HANDLE_COMM),
@@ -240,16 +220,14 @@ static zppResult_t takeHandle(struct zppComm* comm, const char* call) {
   return zppSuccess;
 }
 
-zppResult_t zppCommDestroy(zppComm_t comm) {
-  if (comm == NULL) return zppSuccess;
+zppResult_t zppCommStateDestroy(struct zppComm* comm) {
   ZPPCHECK(takeHandle(comm, "zppCommDestroy"));
   ZPP_INFO(INIT, "comm %s rank %d/%d destroyed", comm->name, comm->rank, comm->nranks);
   commFree(comm);
   return zppSuccess;
 }
 
-zppResult_t zppCommAbort(zppComm_t comm) {
-  if (comm == NULL) return zppSuccess;
+zppResult_t zppCommStateAbort(struct zppComm* comm) {
   ZPPCHECK(takeHandle(comm, "zppCommAbort"));
   atomic_store(&comm->aborted, 1);
   /* Not through zppCommStateSetError: an abort is asked for, not an error to log. */
@@ -269,45 +247,10 @@ zppResult_t zppCommAbort(zppComm_t comm) {
   return zppSuccess;
 }
 
-zppResult_t zppCommCount(const zppComm_t comm, int* count) {
-  ZPPCHECK(checkHandle(comm, "zppCommCount"));
-  ZPP_ARGCHECK(count != NULL, "zppCommCount: count is NULL");
-  *count = comm->nranks;
-  return zppSuccess;
-}
-
-zppResult_t zppCommUserRank(const zppComm_t comm, int* rank) {
-  ZPPCHECK(checkHandle(comm, "zppCommUserRank"));
-  ZPP_ARGCHECK(rank != NULL, "zppCommUserRank: rank is NULL");
-  *rank = comm->rank;
-  return zppSuccess;
-}
-
-zppResult_t zppCommGetAsyncError(zppComm_t comm, zppResult_t* asyncError) {
-  ZPPCHECK(checkHandle(comm, "zppCommGetAsyncError"));
-  ZPP_ARGCHECK(asyncError != NULL, "zppCommGetAsyncError: asyncError is NULL");
-  *asyncError = (zppResult_t)atomic_load(&comm->asyncError);
-  return zppSuccess;
-}
-
-const char* zppGetLastError(zppComm_t comm) {
+const char* zppCommStateLastError(const struct zppComm* comm) {
   if (zppHandleIsLive(comm, ZPP_HANDLE_COMM) && atomic_load(&comm->asyncError) != zppSuccess)
     return comm->lastError;
   return zppLogLastError();
-}
-
-zppResult_t zppCommTopology(const zppComm_t comm, zppTopology_t* topology) {
-  ZPPCHECK(checkHandle(comm, "zppCommTopology"));
-  ZPP_ARGCHECK(topology != NULL, "zppCommTopology: topology is NULL");
-  const zppTopo_t* t = comm->topo;
-  zppTopology_t out;
-  out.nNodes = t->nNodes;
-  out.node = t->nodeOf[comm->rank];
-  out.localRank = t->localRankOf[comm->rank];
-  out.localSize = t->nodeSize[out.node];
-  out.uniform = t->uniform;
-  *topology = out;
-  return zppSuccess;
 }
 
 void zppCommStateSetError(struct zppComm* comm, zppResult_t error, const char* fmt, ...) {

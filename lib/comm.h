@@ -17,7 +17,6 @@
 struct zppTransports; /* lib/transport/: UCX host transport, NCCL device transport */
 
 struct zppComm {
-  unsigned magic;            /* ZPP_COMM_MAGIC while alive: catches use after destroy */
   int rank;
   int nranks;
   double timeoutSec;         /* bound on every wait */
@@ -33,7 +32,9 @@ struct zppComm {
   zppCompressSettings_t compress; /* ZeRO++ settings (lib/compress_settings.c) */
 };
 
-#define ZPP_COMM_MAGIC 0x7a70636du /* "zpcm" */
+/* The reason the communicator broke, or the last error logged anywhere
+ * (zppGetLastError's answer). */
+const char* zppCommStateLastError(const struct zppComm* comm);
 
 /* Records the first error that broke the communicator and its reason; later
  * calls fail fast with it. Thread safe. */

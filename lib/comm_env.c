@@ -73,8 +73,7 @@ static void deriveSecret(const envLaunch_t* e, char* buf, size_t len) {
   snprintf(buf, len, "zpp-env:%s:%d:%s", e->root.host, e->root.port, job);
 }
 
-zppResult_t zppCommInitFromEnv(zppComm_t* comm, zppConfig_t* config) {
-  ZPP_ARGCHECK(comm != NULL, "zppCommInitFromEnv: comm (the output) is NULL");
+zppResult_t zppCommStateInitFromEnv(zppComm_t* comm, const zppConfig_t* config) {
   envLaunch_t e;
   memset(&e, 0, sizeof(e));
   ZPPCHECK(readLaunch(&e));
@@ -86,7 +85,7 @@ zppResult_t zppCommInitFromEnv(zppComm_t* comm, zppConfig_t* config) {
     /* Nobody to meet (srun -n 1, an interactive step): a root of our own
      * with a random secret, as zppGetUniqueId makes. */
     ZPP_INFO(ENV, "zppCommInitFromEnv: %s launch, one rank: no rendezvous", e.launcher);
-    ZPPCHECK(zppGetUniqueId(&id));
+    ZPPCHECK(zppCommStateNewUniqueId(&id));
   } else {
     const zppLauncherRoot_t* r = &e.root;
     char derived[400];

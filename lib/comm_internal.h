@@ -1,6 +1,6 @@
 /*
- * Communicator construction shared by lib/comm.c and lib/comm_env.c
- * (internal; the collectives use lib/comm.h).
+ * Communicator construction and destruction, for the public calls in
+ * api/comm_api.c (internal; the collectives use lib/comm.h).
  */
 #ifndef ZPP_COMM_INTERNAL_H_
 #define ZPP_COMM_INTERNAL_H_
@@ -27,5 +27,19 @@ zppResult_t zppCommStateResolveSettings(const zppConfig_t* config, zppCommSettin
 /* Bootstrap, topology and transports for arguments already checked. */
 zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
                                     const zppCommSettings_t* s);
+
+/* A launch from the launcher's environment (comm_env.c). */
+zppResult_t zppCommStateInitFromEnv(zppComm_t* out, const zppConfig_t* config);
+
+/* A unique id with a root of its own, as zppGetUniqueId makes. */
+zppResult_t zppCommStateNewUniqueId(zppUniqueId* id);
+
+/* Not NULL, and alive (looked up in the live-handle registry, never read
+ * from the object); call names the public call in the message. */
+zppResult_t zppCommStateCheckLive(const struct zppComm* comm, const char* call);
+/* Take the handle out of the registry (of two calls on one handle exactly
+ * one gets it), then free it; abort first stops every wait. */
+zppResult_t zppCommStateDestroy(struct zppComm* comm);
+zppResult_t zppCommStateAbort(struct zppComm* comm);
 
 #endif /* ZPP_COMM_INTERNAL_H_ */

@@ -55,8 +55,7 @@ struct zppExecutor {
  * one. */
 int zppExecStreamIsValid(const void* stream) { return zppHandleIsLive(stream, ZPP_HANDLE_STREAM); }
 
-zppResult_t zppHostStreamCreate(zppHostStream_t* out) {
-  ZPP_ARGCHECK(out != NULL, "zppHostStreamCreate: stream pointer is NULL");
+zppResult_t zppExecStreamCreate(zppHostStream_t* out) {
   zppHostStream_t s = NULL;
   ZPP_CALLOC(s, 1);
   pthread_mutex_init(&s->lock, NULL);
@@ -73,9 +72,7 @@ zppResult_t zppHostStreamCreate(zppHostStream_t* out) {
   return zppSuccess;
 }
 
-zppResult_t zppHostStreamSynchronize(zppHostStream_t s) {
-  ZPP_ARGCHECK(zppExecStreamIsValid(s), "zppHostStreamSynchronize: %p is not a live host stream",
-               (void*)s);
+zppResult_t zppExecStreamSynchronize(zppHostStream_t s) {
   pthread_mutex_lock(&s->lock);
   while (s->pending > 0) pthread_cond_wait(&s->cond, &s->lock);
   zppResult_t res = s->error;
@@ -84,18 +81,14 @@ zppResult_t zppHostStreamSynchronize(zppHostStream_t s) {
   return res;
 }
 
-zppResult_t zppHostStreamQuery(zppHostStream_t s) {
-  ZPP_ARGCHECK(zppExecStreamIsValid(s), "zppHostStreamQuery: %p is not a live host stream", (void*)s);
+zppResult_t zppExecStreamQuery(zppHostStream_t s) {
   pthread_mutex_lock(&s->lock);
   zppResult_t res = s->pending > 0 ? zppInProgress : s->error;
   pthread_mutex_unlock(&s->lock);
   return res;
 }
 
-zppResult_t zppHostStreamDestroy(zppHostStream_t s) {
-  if (s == NULL) return zppSuccess;
-  ZPP_ARGCHECK(zppExecStreamIsValid(s), "zppHostStreamDestroy: %p is not a live host stream",
-               (void*)s);
+zppResult_t zppExecStreamDestroy(zppHostStream_t s) {
   pthread_mutex_lock(&s->lock);
   while (s->pending > 0) pthread_cond_wait(&s->cond, &s->lock);
   pthread_mutex_unlock(&s->lock);

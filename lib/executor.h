@@ -8,7 +8,8 @@
  * caller's own thread when nothing else is queued or running); with a
  * zppHostStream_t it is queued and the caller goes on; the stream counts its
  * jobs and keeps the first error (zppHostStreamSynchronize reports it).
- * The host stream API itself (zppHostStream*) lives in executor.c.
+ * The public host stream calls (api/stream_api.c) check their arguments and
+ * call the zppExecStream* functions below.
  */
 #ifndef ZPP_EXECUTOR_H_
 #define ZPP_EXECUTOR_H_
@@ -45,6 +46,15 @@ void zppExecutorDestroy(zppExecutor_t* exec);
  * NULL) runs, whatever happens, also when this returns an error. */
 zppResult_t zppExecutorSubmit(zppExecutor_t* exec, zppJobFn_t fn, zppJobDropFn_t drop, const void* arg,
                               size_t argBytes, zppHostStream_t stream);
+
+/* Host streams: made, waited for (the first error since the last
+ * synchronize), asked (zppInProgress while jobs are pending) and destroyed
+ * (after its jobs ran; zppInvalidArgument when it is not live, so that of
+ * two destroys exactly one frees it). */
+zppResult_t zppExecStreamCreate(zppHostStream_t* out);
+zppResult_t zppExecStreamSynchronize(zppHostStream_t s);
+zppResult_t zppExecStreamQuery(zppHostStream_t s);
+zppResult_t zppExecStreamDestroy(zppHostStream_t s);
 
 /* 1 if stream is a live host stream made by zppHostStreamCreate. Looks the
  * pointer up in the registry of live handles without touching it (it may be

@@ -13,6 +13,7 @@
 #include <strings.h>
 
 #include "check.h"
+#include "names.h"
 #include "params.h"
 #include "quant_kernels/quant_impl.h"
 #include "quant_kernels/zpp_quant.h"
@@ -344,7 +345,7 @@ zppResult_t zppQuantizeReordered(const void* in, zppDataType_t dtype, size_t par
     ZPP_FAIL(zppInvalidArgument, QUANT, "%s: %d partitions of stride %zu overflow", fn, nparts,
              part_stride);
   const zppQuantImpl_t* impl = zppQuantImplActive();
-  size_t esize = zppTypeSize(dtype);
+  size_t esize = zppDtypeSize(dtype);
   size_t segSize = zppQuantPackedSize(part_count, bits, block);
   int nodes = nparts / local_size;
   /* Segment k = j * N + n holds partition p = n * L + j: local rank j's

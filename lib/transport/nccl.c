@@ -9,6 +9,7 @@
 #include <nccl.h>
 
 #include "check.h"
+#include "names.h"
 #include "lib/comm.h"
 #include "core/trim.h"
 
@@ -38,32 +39,6 @@ _Static_assert((int)zppAvg == (int)ncclAvg, "reduction ops differ from NCCL's");
 
 /* Without a usable device every pointer is host memory; asked once, since a
  * machine without a GPU answers every CUDA call with an error. */
-static pthread_once_t probeOnce = PTHREAD_ONCE_INIT;
-static int haveDevice = 0;
-
-static void probeDevices(void) {
-  int n = 0; /* cudaGetDeviceCount leaves it unset on error */
-  cudaError_t err = cudaGetDeviceCount(&n);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    ZPP_INFO(CUDA, "no CUDA device (%s): every buffer is host memory", cudaGetErrorString(err));
-    n = 0;
-  }
-  haveDevice = n > 0;
-}
-
-int zppNcclIsDevicePtr(const void* ptr) {
-  pthread_once(&probeOnce, probeDevices);
-  if (!haveDevice || ptr == NULL) return 0;
-  struct cudaPointerAttributes attr;
-  memset(&attr, 0, sizeof(attr));
-  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
-    (void)cudaGetLastError(); /* an unregistered host pointer on old CUDA */
-    return 0;
-  }
-  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
-}
-
 /* NCCL before 2.30 refuses two ranks on one GPU ("Duplicate GPU detected");
  * say so in our words before NCCL fails with its own. */
 static zppResult_t checkSharedGpu(zppNccl_t* n, int ncclVersion) {
@@ -277,7 +252,7 @@ zppResult_t zppNcclAllReduce(zppNccl_t* n, const void* sendbuff, void* recvbuff,
 zppResult_t zppNcclAllToAll(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t count,
                             zppDataType_t type, void* stream) {
   ZPPCHECK(usable(n));
-  size_t bytes = count * zppTypeSize(type);
+  size_t bytes = count * zppDtypeSize(type);
   int nranks = n->comm->nranks;
   NCCLCHECK(ncclGroupStart());
   for (int p = 0; p < nranks; p++) {

@@ -15,9 +15,6 @@
 struct zppComm;
 typedef struct zppNccl zppNccl_t;
 
-/* 1 when ptr is device or managed memory; any CUDA error means host. */
-int zppNcclIsDevicePtr(const void* ptr);
-
 zppResult_t zppNcclCreate(struct zppComm* comm, zppNccl_t** out);
 /* Thread safe: stops NCCL work in flight (ncclCommAbort). */
 void zppNcclAbort(zppNccl_t* nccl);

@@ -74,15 +74,6 @@ void zppTransportsDestroy(struct zppComm* comm) {
   comm->transports = NULL;
 }
 
-int zppTransportsIsDevicePtr(const void* ptr) {
-#if ZPP_HAVE_NCCL
-  return zppNcclIsDevicePtr(ptr);
-#else
-  (void)ptr;
-  return 0;
-#endif
-}
-
 zppResult_t zppTransportsGetNccl(struct zppComm* comm, struct zppNccl** out) {
 #if ZPP_HAVE_NCCL
   struct zppTransports* t = comm->transports;

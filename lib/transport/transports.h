@@ -29,10 +29,6 @@ struct zppTransports {
   _Atomic uint64_t calls[zppNumOpKinds]; /* collectives issued, by kind */
 };
 
-/* 1 when ptr is device (or managed) memory that NCCL can use; host memory,
- * pinned host memory, and any CUDA error (no device, no driver) mean 0. */
-int zppTransportsIsDevicePtr(const void* ptr);
-
 /* The device transport, created on first use (collective: every rank's first
  * device-buffer operation makes it). zppInvalidUsage without NCCL. */
 zppResult_t zppTransportsGetNccl(struct zppComm* comm, struct zppNccl** out);

@@ -37,7 +37,7 @@ int zppUcxDrain(zppUcx_t* u, double limitSec) {
 static void sendNotices(zppUcx_t* u) {
   u->noticeOut.rank = u->rank;
   u->noticeOut.code = atomic_load(&u->comm->asyncError);
-  snprintf(u->noticeOut.reason, sizeof(u->noticeOut.reason), "%s", zppGetLastError(u->comm));
+  snprintf(u->noticeOut.reason, sizeof(u->noticeOut.reason), "%s", zppCommStateLastError(u->comm));
   for (int p = 0; p < u->nranks; p++) {
     /* Existing endpoints only: making one now means a tcp connect, which
      * UCX 1.13 does blocking: to a node whose link is down it would hang

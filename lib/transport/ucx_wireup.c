@@ -351,6 +351,7 @@ zppResult_t zppUcxCreate(struct zppComm* comm, zppUcx_t** out) {
   u->rank = comm->rank;
   u->nranks = comm->nranks;
   u->efd = -1;
+  u->wakeFd = -1; /* a failure before the eventfd must not close fd 0 */
   u->live.next = u->live.prev = &u->live;
   if (u->nranks > (1 << TAG_SRC_BITS))
     ZPP_FAILGOTO(zppInvalidArgument, res, fail, NET, "the UCX transport supports at most %d ranks",

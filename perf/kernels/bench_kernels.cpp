@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "names.h"
 #include "quant_kernels/quant_impl.h"
 #include "quant_kernels/zpp_half.h"
 #include "quant_kernels/zpp_quant.h"
@@ -68,7 +69,7 @@ Buffer* GetBuffer(const std::string& key, size_t bytes) {
 }
 
 size_t TypeSize(zppDataType_t t) { return t == zppFloat32 ? 4 : 2; }
-const char* TypeName(zppDataType_t t) { return t == zppFloat32 ? "fp32" : t == zppFloat16 ? "fp16" : "bf16"; }
+const char* TypeName(zppDataType_t t) { return zppDtypeShortName(t); }
 int DefaultBlock(int bits) { return bits == 8 ? ZPP_QUANT_DEFAULT_BLOCK_INT8 : ZPP_QUANT_DEFAULT_BLOCK_INT4; }
 
 std::string SizeName(size_t bytes) {

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "names.h"
 #include "quant_kernels/zpp_half.h"
 #include "quant_kernels/zpp_quant_cuda.h"
 
@@ -50,7 +51,7 @@ int defaultBlock(int bits) {
 }
 
 const char* typeName(zppDataType_t t) {
-  return t == zppFloat32 ? "fp32" : t == zppFloat16 ? "fp16" : "bf16";
+  return zppDtypeShortName(t);
 }
 
 size_t typeSize(zppDataType_t t) { return t == zppFloat32 ? 4 : 2; }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "names.h"
 #include "perf/common/launch.h"
 #include "zpp_perf.h"
 
@@ -29,19 +30,12 @@ typedef struct {
   int value;
 } zppPerfName_t;
 
-/* The first name of each value is the one printed (nccl-tests' names). */
-static const zppPerfName_t zppPerfTypeNames[] = {
-    {"int8", zppInt8},       {"char", zppInt8},        {"uint8", zppUint8},
-    {"int32", zppInt32},     {"int", zppInt32},        {"uint32", zppUint32},
-    {"int64", zppInt64},     {"uint64", zppUint64},    {"half", zppFloat16},
-    {"fp16", zppFloat16},    {"float16", zppFloat16},  {"float", zppFloat32},
-    {"fp32", zppFloat32},    {"float32", zppFloat32},  {"double", zppFloat64},
-    {"fp64", zppFloat64},    {"float64", zppFloat64},  {"bfloat16", zppBfloat16},
-    {"bf16", zppBfloat16},   {NULL, 0}};
-
-static const zppPerfName_t zppPerfOpNames[] = {
-    {"sum", zppSum}, {"prod", zppProd}, {"max", zppMax}, {"min", zppMin}, {"avg", zppAvg},
-    {NULL, 0}};
+/* Types are printed with nccl-tests' names (its output and ours read
+ * alike); any spelling core/names.h knows is accepted. */
+static const char* const zppPerfTypeNames[zppNumTypes] = {
+    [zppInt8] = "int8",     [zppUint8] = "uint8", [zppInt32] = "int32",   [zppUint32] = "uint32",
+    [zppInt64] = "int64",   [zppUint64] = "uint64", [zppFloat16] = "half", [zppFloat32] = "float",
+    [zppFloat64] = "double", [zppBfloat16] = "bfloat16"};
 
 static const zppPerfName_t zppPerfCollAliases[] = {
     {"allgather", ZPP_PERF_ALLGATHER},         {"all_gather", ZPP_PERF_ALLGATHER},
@@ -63,14 +57,10 @@ static int zppPerfLookup(const zppPerfName_t* table, const char* name, int* valu
   return -1;
 }
 
-static const char* zppPerfNameOf(const zppPerfName_t* table, int value) {
-  for (const zppPerfName_t* t = table; t->name != NULL; t++)
-    if (t->value == value) return t->name;
-  return "?";
+const char* zppPerfTypeName(zppDataType_t dtype) {
+  return (int)dtype >= 0 && dtype < zppNumTypes ? zppPerfTypeNames[dtype] : "?";
 }
-
-const char* zppPerfTypeName(zppDataType_t dtype) { return zppPerfNameOf(zppPerfTypeNames, dtype); }
-const char* zppPerfRedOpName(zppRedOp_t op) { return zppPerfNameOf(zppPerfOpNames, op); }
+const char* zppPerfRedOpName(zppRedOp_t op) { return zppRedOpName(op); }
 
 void zppPerfUsage(FILE* f) {
   fprintf(f,
@@ -182,11 +172,10 @@ static int zppPerfAddDtype(const char* item, zppPerfArgs_t* a) {
     for (int t = 0; t < zppNumTypes; t++) a->dtypes[a->nDtypes++] = (zppDataType_t)t;
     return 0;
   }
-  int v;
-  if (zppPerfLookup(zppPerfTypeNames, item, &v) != 0)
-    return zppPerfUsageError("unknown data type '%s'", item);
+  zppDataType_t v;
+  if (zppDtypeParse(item, &v) != 0) return zppPerfUsageError("unknown data type '%s'", item);
   if (a->nDtypes >= ZPP_PERF_MAX_LIST) return zppPerfUsageError("too many data types at '%s'", item);
-  a->dtypes[a->nDtypes++] = (zppDataType_t)v;
+  a->dtypes[a->nDtypes++] = v;
   return 0;
 }
 
@@ -196,11 +185,11 @@ static int zppPerfAddRedop(const char* item, zppPerfArgs_t* a) {
     for (int o = 0; o < zppNumOps; o++) a->redops[a->nRedops++] = (zppRedOp_t)o;
     return 0;
   }
-  int v;
-  if (zppPerfLookup(zppPerfOpNames, item, &v) != 0)
+  zppRedOp_t v;
+  if (zppRedOpParse(item, &v) != 0)
     return zppPerfUsageError("unknown reduction op '%s' (sum, prod, max, min, avg)", item);
   if (a->nRedops >= ZPP_PERF_MAX_LIST) return zppPerfUsageError("too many ops at '%s'", item);
-  a->redops[a->nRedops++] = (zppRedOp_t)v;
+  a->redops[a->nRedops++] = v;
   return 0;
 }
 

@@ -4,21 +4,16 @@
 #include <time.h>
 
 #include "collectives/reduce_ops.h"
+#include "names.h"
+#include "quant_kernels/zpp_half.h"
 
 int collTestIsSigned(zppDataType_t t) {
   return t != zppUint8 && t != zppUint32 && t != zppUint64;
 }
 
-const char* collTestTypeName(zppDataType_t t) {
-  static const char* n[] = {"int8",   "uint8",   "int32",   "uint32",  "int64",
-                            "uint64", "float16", "float32", "float64", "bfloat16"};
-  return (int)t >= 0 && t < zppNumTypes ? n[t] : "?";
-}
+const char* collTestTypeName(zppDataType_t t) { return zppDtypeName(t); }
 
-const char* collTestOpName(zppRedOp_t op) {
-  static const char* n[] = {"sum", "prod", "max", "min", "avg"};
-  return (int)op >= 0 && op < zppNumOps ? n[op] : "?";
-}
+const char* collTestOpName(zppRedOp_t op) { return zppRedOpName(op); }
 
 int64_t collTestValue(zppDataType_t t, zppRedOp_t op, int r, size_t i, int seed) {
   uint64_t h = (uint64_t)r * 7u + (uint64_t)i * 13u + (uint64_t)seed * 5u + (i >> 10);

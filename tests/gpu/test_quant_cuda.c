@@ -23,6 +23,7 @@
 
 #include "gpu_dev.h"
 #include "log.h"
+#include "names.h"
 #include "quant_kernels/zpp_half.h"
 #include "quant_kernels/zpp_quant.h"
 #include "testutil.h"
@@ -39,7 +40,7 @@ static int quick;
 static zppTestRng_t rng;
 
 static const char* typeName(zppDataType_t t) {
-  return t == zppFloat32 ? "fp32" : t == zppFloat16 ? "fp16" : "bf16";
+  return zppDtypeShortName(t);
 }
 
 static uint64_t rnd(void) { return zppTestRngNext(&rng); }

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "names.h"
 #include "quant_kernels/zpp_half.h"
 
 int qtImpls(const char* names[QT_MAX_IMPLS]) {
@@ -25,7 +26,7 @@ void qtUse(const char* name) { REQUIRE(zppQuantImplSelect(name) == zppSuccess); 
 size_t qtTypeSize(zppDataType_t dtype) { return dtype == zppFloat32 ? 4 : 2; }
 
 const char* qtTypeName(zppDataType_t dtype) {
-  return dtype == zppFloat32 ? "fp32" : dtype == zppFloat16 ? "fp16" : "bf16";
+  return zppDtypeShortName(dtype);
 }
 
 uint32_t qtBits(const void* buf, zppDataType_t dtype, size_t i) {

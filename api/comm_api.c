@@ -1,0 +1,84 @@
+/* The communicator's public calls: check the arguments, then ask the
+ * runtime (lib/comm.c, lib/comm_env.c). Creation also checks every
+ * collective setting of the environment, so that a typo in ZPP_ALGO_* fails
+ * here, naming it, not in some later call. */
+#include <stdatomic.h>
+
+#include "zpp.h"
+#include "check.h"
+#include "lib/comm.h"
+#include "lib/comm_internal.h"
+#include "collectives/coll.h"
+
+zppResult_t zppGetUniqueId(zppUniqueId* uniqueId) {
+  ZPP_ARGCHECK(uniqueId != NULL, "zppGetUniqueId: uniqueId is NULL");
+  return zppCommStateNewUniqueId(uniqueId);
+}
+
+zppResult_t zppCommInitRankConfig(zppComm_t* comm, int nranks, zppUniqueId commId, int rank,
+                                  zppConfig_t* config) {
+  ZPP_ARGCHECK(comm != NULL, "zppCommInitRank: comm (the output) is NULL");
+  ZPP_ARGCHECK(nranks >= 1, "zppCommInitRank: nranks=%d must be at least 1", nranks);
+  ZPP_ARGCHECK(rank >= 0 && rank < nranks, "zppCommInitRank: rank %d out of range 0..%d", rank, nranks - 1);
+  ZPPCHECK(zppCollSettingsCheck());
+  zppCommSettings_t s;
+  ZPPCHECK(zppCommStateResolveSettings(config, &s));
+  return zppCommStateInitWithSettings(comm, nranks, &commId, rank, &s);
+}
+
+zppResult_t zppCommInitRank(zppComm_t* comm, int nranks, zppUniqueId commId, int rank) {
+  return zppCommInitRankConfig(comm, nranks, commId, rank, NULL);
+}
+
+zppResult_t zppCommInitFromEnv(zppComm_t* comm, zppConfig_t* config) {
+  ZPP_ARGCHECK(comm != NULL, "zppCommInitFromEnv: comm (the output) is NULL");
+  ZPPCHECK(zppCollSettingsCheck());
+  return zppCommStateInitFromEnv(comm, config);
+}
+
+zppResult_t zppCommDestroy(zppComm_t comm) {
+  if (comm == NULL) return zppSuccess;
+  return zppCommStateDestroy(comm);
+}
+
+zppResult_t zppCommAbort(zppComm_t comm) {
+  if (comm == NULL) return zppSuccess;
+  return zppCommStateAbort(comm);
+}
+
+zppResult_t zppCommCount(const zppComm_t comm, int* count) {
+  ZPPCHECK(zppCommStateCheckLive(comm, "zppCommCount"));
+  ZPP_ARGCHECK(count != NULL, "zppCommCount: count is NULL");
+  *count = comm->nranks;
+  return zppSuccess;
+}
+
+zppResult_t zppCommUserRank(const zppComm_t comm, int* rank) {
+  ZPPCHECK(zppCommStateCheckLive(comm, "zppCommUserRank"));
+  ZPP_ARGCHECK(rank != NULL, "zppCommUserRank: rank is NULL");
+  *rank = comm->rank;
+  return zppSuccess;
+}
+
+zppResult_t zppCommGetAsyncError(zppComm_t comm, zppResult_t* asyncError) {
+  ZPPCHECK(zppCommStateCheckLive(comm, "zppCommGetAsyncError"));
+  ZPP_ARGCHECK(asyncError != NULL, "zppCommGetAsyncError: asyncError is NULL");
+  *asyncError = (zppResult_t)atomic_load(&comm->asyncError);
+  return zppSuccess;
+}
+
+const char* zppGetLastError(zppComm_t comm) { return zppCommStateLastError(comm); }
+
+zppResult_t zppCommTopology(const zppComm_t comm, zppTopology_t* topology) {
+  ZPPCHECK(zppCommStateCheckLive(comm, "zppCommTopology"));
+  ZPP_ARGCHECK(topology != NULL, "zppCommTopology: topology is NULL");
+  const zppTopo_t* t = comm->topo;
+  zppTopology_t out;
+  out.nNodes = t->nNodes;
+  out.node = t->nodeOf[comm->rank];
+  out.localRank = t->localRankOf[comm->rank];
+  out.localSize = t->nodeSize[out.node];
+  out.uniform = t->uniform;
+  *topology = out;
+  return zppSuccess;
+}

@@ -1,0 +1,18 @@
+/* The accounting's public calls (lib/stats.c counts). */
+#include "zpp.h"
+#include "check.h"
+#include "lib/comm_internal.h"
+#include "lib/stats.h"
+
+zppResult_t zppCommGetStats(const zppComm_t comm, zppCommStats_t* stats) {
+  ZPPCHECK(zppCommStateCheckLive(comm, "zppCommGetStats"));
+  ZPP_ARGCHECK(stats != NULL, "zppCommGetStats: stats is NULL");
+  zppStatsRead(comm, stats);
+  return zppSuccess;
+}
+
+zppResult_t zppCommResetStats(zppComm_t comm) {
+  ZPPCHECK(zppCommStateCheckLive(comm, "zppCommResetStats"));
+  zppStatsReset(comm);
+  return zppSuccess;
+}

@@ -1,0 +1,65 @@
+/* The device branch of every collective (coll_device.h). */
+#include "coll_device.h"
+
+#include "check.h"
+#include "zpp_build_config.h"
+
+#if ZPP_HAVE_NCCL
+#include "lib/transport/nccl.h"
+#include "lib/transport/transports.h"
+#include "zeropp_device.h"
+
+int zppDeviceCollAvailable(void) { return 1; }
+
+zppResult_t zppDeviceCollIssue(struct zppComm* comm, const zppHostColl_t* c, int inPlace, void* stream) {
+  struct zppNccl* nccl = NULL;
+  if (c->kind == zppOpAllToAll && inPlace)
+    ZPP_FAIL(zppInvalidUsage, CUDA, "zppAllToAll: in-place all-to-all is not supported on device buffers");
+  ZPPCHECK(zppTransportsGetNccl(comm, &nccl));
+  switch (c->kind) {
+    case zppOpAllGather: return zppNcclAllGather(nccl, c->sendbuff, c->recvbuff, c->count, c->type, stream);
+    case zppOpReduceScatter:
+      return zppNcclReduceScatter(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->op, stream);
+    case zppOpAllReduce:
+      return zppNcclAllReduce(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->op, stream);
+    case zppOpAllToAll: return zppNcclAllToAll(nccl, c->sendbuff, c->recvbuff, c->count, c->type, stream);
+    case zppOpBroadcast:
+      return zppNcclBroadcast(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->root, stream);
+    default: ZPP_FAIL(zppInternalError, CUDA, "device collective of unknown kind %d", (int)c->kind);
+  }
+}
+
+zppResult_t zppDeviceQwzIssue(struct zppComm* comm, const void* send, void* recv, size_t count,
+                              zppDataType_t type, int bits, int block, void* stream) {
+  return zppZeroppDeviceQwz(comm, send, recv, count, type, bits, block, stream);
+}
+
+zppResult_t zppDeviceQgzIssue(struct zppComm* comm, const zppQgzArgs_t* args, void* stream) {
+  return zppZeroppDeviceQgz(comm, args, stream);
+}
+
+#else /* a build without NCCL: device buffers are refused, never taken for host memory */
+
+int zppDeviceCollAvailable(void) { return 0; }
+
+static zppResult_t noDevicePath(void) {
+  ZPP_FAIL(zppInvalidUsage, ALL, "device buffers need NCCL, and this zpp was built without it");
+}
+
+zppResult_t zppDeviceCollIssue(struct zppComm* comm, const zppHostColl_t* c, int inPlace, void* stream) {
+  (void)comm, (void)c, (void)inPlace, (void)stream;
+  return noDevicePath();
+}
+
+zppResult_t zppDeviceQwzIssue(struct zppComm* comm, const void* send, void* recv, size_t count,
+                              zppDataType_t type, int bits, int block, void* stream) {
+  (void)comm, (void)send, (void)recv, (void)count, (void)type, (void)bits, (void)block, (void)stream;
+  return noDevicePath();
+}
+
+zppResult_t zppDeviceQgzIssue(struct zppComm* comm, const zppQgzArgs_t* args, void* stream) {
+  (void)comm, (void)args, (void)stream;
+  return noDevicePath();
+}
+
+#endif
