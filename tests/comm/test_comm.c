@@ -220,6 +220,17 @@ static void testArgs(void) {
   CHECK_EQ_INT(zppCommInitRank(&comm, 1, id, 0), zppInvalidArgument);
   CHECK(strstr(zppGetLastError(NULL), "ZPP_HOSTID") != NULL);
   unsetenv("ZPP_HOSTID");
+  /* Collective settings are checked when the communicator is made, naming
+   * the variable: a bad ZPP_ALGO_BROADCAST once failed the first qgZ call. */
+  const char* bad[][2] = {{"ZPP_ALGO_BROADCAST", "tree"}, {"ZPP_ALGO_ALLREDUCE", "bruck"},
+                          {"ZPP_ALLGATHER_SMALL_BYTES", "big"}, {"ZPP_PIPELINE_DEPTH", "0"}};
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    setenv(bad[i][0], bad[i][1], 1);
+    CHECK_EQ_INT(zppCommInitRank(&comm, 1, id, 0), zppInvalidArgument);
+    CHECK_MSG(strstr(zppGetLastError(NULL), bad[i][0]) != NULL, "%s=%s: %s", bad[i][0], bad[i][1],
+              zppGetLastError(NULL));
+    unsetenv(bad[i][0]);
+  }
   CHECK(comm == (zppComm_t)0x1); /* never written on failure */
 
   CHECK_EQ_INT(zppGetUniqueId(NULL), zppInvalidArgument);
