@@ -10,14 +10,14 @@ import json
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "torch"))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-import torch_zpp  # noqa: E402
+
 import fsdp_model  # noqa: E402
+import torch_zpp  # noqa: E402
 
 
 def link_tx_bytes():

@@ -20,6 +20,7 @@ SIZES = [0, 1, 7, 1000, 70001]
 def body(rank):
     import torch
     import torch.distributed as dist
+
     import torch_zpp
 
     dist.init_process_group("gloo")

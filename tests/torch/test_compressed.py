@@ -22,6 +22,7 @@ QB = {8: (127, 256), 4: (7, 64)}  # bits: (Q, default block)
 def body(rank):
     import torch
     import torch.distributed as dist
+
     import torch_zpp
 
     dist.init_process_group("gloo")

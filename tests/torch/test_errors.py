@@ -23,6 +23,7 @@ TIMEOUT = 20  # ZPP_TIMEOUT for these runs: every failure must show well before
 def body(rank, case):
     import torch
     import torch.distributed as dist
+
     import torch_zpp  # noqa: F401
 
     dist.init_process_group("zpp")

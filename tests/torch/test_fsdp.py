@@ -21,7 +21,6 @@ as 2 nodes x 2, exactly as it does on gloo.
    gloo's, and the replicate groups' all-reduces crossed nodes.
 """
 import math
-import os
 import sys
 
 import launch
@@ -32,8 +31,9 @@ STEPS = 12
 def body(rank):
     import torch
     import torch.distributed as dist
-    import torch_zpp
+
     import fsdp_model
+    import torch_zpp
 
     dist.init_process_group("zpp")
     W = dist.get_world_size()
@@ -97,9 +97,9 @@ def body(rank):
     rep = torch_zpp.stats(mesh.get_group("replicate"))["allreduce"]
     if rank == 0:
         print("params %d" % fsdp_model.nparams())
-        for name, l in (("gloo", ref), ("zpp checked", checked), ("zpp plain", plain),
-                        ("zpp qwZ+qgZ", zeropp), ("zpp HSDP", hsdp)):
-            print("%-12s %s" % (name, " ".join("%.4f" % x for x in l)), flush=True)
+        for name, losses in (("gloo", ref), ("zpp checked", checked), ("zpp plain", plain),
+                             ("zpp qwZ+qgZ", zeropp), ("zpp HSDP", hsdp)):
+            print("%-12s %s" % (name, " ".join("%.4f" % x for x in losses)), flush=True)
         print("stats: qwz calls %d, qgz calls %d, allgather calls %d, reducescatter calls %d"
               % (st["qwz"]["calls"], st["qgz"]["calls"], st["allgather"]["calls"],
                  st["reducescatter"]["calls"]))
