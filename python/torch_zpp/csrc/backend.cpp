@@ -66,7 +66,7 @@ ZppBackend::ZppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
   if (!s.commName.empty()) config.commName = s.commName.c_str();
   zppResult_t res = zppCommInitRankConfig(&comm_, size, id, rank, &config);
   if (res != zppSuccess) throwZpp(res, nullptr, "zppCommInitRankConfig");
-  worker_ = std::thread([this] { completionLoop(); });
+  worker_ = std::thread([this] { workerLoop(); });
 }
 
 ZppBackend::~ZppBackend() { shutdown(); }
@@ -84,8 +84,8 @@ void ZppBackend::shutdown() {
   comm_ = nullptr;
 }
 
-// zppCommAbort frees the communicator, so the completion thread reads its
-// error only under commLock_.
+// zppCommAbort frees the communicator, so the worker takes it, and reads its
+// error, only under commLock_. The works still queued then fail at once.
 void ZppBackend::abort() {
   {
     std::lock_guard<std::mutex> commLock(commLock_);
@@ -321,8 +321,6 @@ c10::intrusive_ptr<ZppWork> ZppBackend::newWork(c10d::OpType type, const char* c
   } else {
     TORCH_CHECK(sample.device().is_cpu(), "zpp ", call, ": tensors on ", sample.device(),
                 " are not supported (cpu and cuda are)");
-    zppResult_t res = zppHostStreamCreate(&w->stream_);
-    if (res != zppSuccess) throwZpp(res, comm_, call);
   }
   return w;
 }
@@ -345,31 +343,32 @@ at::Tensor ZppBackend::output(ZppWork& w, const at::Tensor& t) {
   return c;
 }
 
-// A call refused at issue time (bad arguments, broken communicator) first
-// waits for what this work already queued (its buffers must outlive it),
-// then raises.
-void ZppBackend::issue(ZppWork& w, const char* call,
-                       const std::function<zppResult_t(zppComm_t, zppStream_t)>& fn) {
-  zppStream_t st = w.stream_;
+void ZppBackend::issue(ZppWork& w, const char* call, ZppWork::Call fn) {
+  if (!w.device_) {
+    w.calls_.push_back(std::move(fn));
+    return;
+  }
 #ifdef ZPP_TORCH_CUDA
-  if (w.device_) {
-    c10::cuda::CUDAGuard guard(*w.device_);
-    st = c10::cuda::getCurrentCUDAStream(w.device_->index()).stream();
+  // zpp must see this group's calls in the same order on every rank: host
+  // works queued before this call go first. The worker itself (a future's
+  // callback) needs no wait: it runs between two works, at the same point
+  // on every rank.
+  if (std::this_thread::get_id() != worker_.get_id()) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    doneCv_.wait(lock, [&] { return done_ >= lastHost_; });
   }
+  c10::cuda::CUDAGuard guard(*w.device_);
+  zppResult_t res = fn(comm_, c10::cuda::getCurrentCUDAStream(w.device_->index()).stream());
+  if (res != zppSuccess) throwZpp(res, comm_, call);
 #endif
-  zppResult_t res = fn(comm_, st);
-  if (res != zppSuccess) {
-    if (w.stream_ != nullptr) zppHostStreamSynchronize(w.stream_);
-    throwZpp(res, comm_, call);
-  }
 }
 
 c10::intrusive_ptr<c10d::Work> ZppBackend::submit(const c10::intrusive_ptr<ZppWork>& w) {
 #ifdef ZPP_TORCH_CUDA
   if (w->device_) {
     // Stream-ordered like NCCL's work: the caller's stream already holds the
-    // operation; the event lets the completion thread finish the future, and
-    // the outputs' memory must not be reused before then.
+    // operation; the event lets the worker finish the future, and the
+    // outputs' memory must not be reused before then.
     auto stream = c10::cuda::getCurrentCUDAStream(w->device_->index());
     w->event_ = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
     w->event_->record(stream);
@@ -377,13 +376,36 @@ c10::intrusive_ptr<c10d::Work> ZppBackend::submit(const c10::intrusive_ptr<ZppWo
       c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream);
   }
 #endif
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
+  w->seq_ = ++issued_;
+  if (!w->device_) lastHost_ = w->seq_;
   queue_.push_back(w);
-  cv_.notify_all();
+  cv_.notify_one();
   return w;
 }
 
-void ZppBackend::completionLoop() {
+zppResult_t ZppBackend::runCalls(ZppWork& w, std::string& why) {
+  for (auto& call : w.calls_) {
+    zppComm_t comm;
+    {
+      std::lock_guard<std::mutex> commLock(commLock_);
+      comm = comm_;
+    }
+    // An abort between here and the call frees comm: zpp then refuses the
+    // stale handle, and the reason below says it was an abort.
+    zppResult_t res = comm == nullptr ? zppInvalidUsage : call(comm, nullptr);
+    if (res != zppSuccess) {
+      std::lock_guard<std::mutex> commLock(commLock_);
+      // The reason the communicator broke, or the one this thread (the one
+      // that made the call) logged: an argument zpp refused.
+      why = comm_ == nullptr ? "the process group was aborted" : zppGetLastError(comm_);
+      return res;
+    }
+  }
+  return zppSuccess;
+}
+
+void ZppBackend::workerLoop() {
   for (;;) {
     c10::intrusive_ptr<ZppWork> w;
     {
@@ -393,11 +415,14 @@ void ZppBackend::completionLoop() {
       w = queue_.front();
       queue_.pop_front();
     }
-    w->complete([this] {
-      std::lock_guard<std::mutex> commLock(commLock_);
-      if (comm_ == nullptr) return std::string("the process group was aborted");
-      return std::string(zppGetLastError(comm_));
-    });
+    std::string why;
+    zppResult_t res = runCalls(*w, why);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = w->seq_;
+    }
+    doneCv_.notify_all();
+    w->complete(res, why);
   }
 }
 

@@ -7,13 +7,22 @@
 // PyTorch's own UCC backend: conversions, the Work (work.hpp), the backend
 // (this), the Python module (module.cpp).
 //
-// Host tensors: every call is queued on a zpp host stream of its own and
-// returns at once; a completion thread per backend waits for the streams in
-// issue order (zpp runs a communicator's operations in issue order anyway),
-// copies results into outputs that were not contiguous, and completes the
-// Work and its future. Device tensors (compiled in only when libzpp has NCCL
-// and torch has CUDA, see setup.py): zpp's device path on torch's current
-// stream, as NCCL-backed process groups do.
+// Host tensors: the group's calls form one ordered stream. A call checks
+// its arguments, queues a Work and returns at once; one worker thread per
+// backend runs the queued works in issue order, each zpp call blocking on
+// the worker (zpp runs it right there when nothing else is queued on the
+// communicator, which nothing is: the worker is its only host caller), and
+// completes each Work the moment its own calls return: that return is the
+// operation's completion marker, and its result is the operation's own, so
+// an error lands on the Work that caused it. No zpp host stream is made per
+// call, and none is needed: zppHostStreamSynchronize can only say that
+// everything queued on a stream is done, which would make a Work wait for
+// the calls issued after it (see docs/pytorch.md, "Hot path").
+//
+// Device tensors (compiled in only when libzpp has NCCL and torch has CUDA,
+// see setup.py): zpp's device path on torch's current stream, issued by the
+// caller, as NCCL-backed process groups do; the worker waits for their
+// events in the same queue.
 #pragma once
 
 #include <torch/extension.h>
@@ -23,6 +32,7 @@
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -117,11 +127,15 @@ class ZppBackend : public c10d::Backend {
   // A contiguous tensor zpp may write; copied back to t after completion
   // when t itself is not contiguous.
   at::Tensor output(ZppWork& w, const at::Tensor& t);
-  // Issues one zpp call, fn(comm, stream), for the work.
-  void issue(ZppWork& w, const char* call,
-             const std::function<zppResult_t(zppComm_t, zppStream_t)>& fn);
+  // Adds one zpp call to the work: host calls run later on the worker,
+  // device calls now on torch's current stream.
+  void issue(ZppWork& w, const char* call, ZppWork::Call fn);
+  // Queues the work for the worker; gives it its place in the issue order.
   c10::intrusive_ptr<c10d::Work> submit(const c10::intrusive_ptr<ZppWork>& w);
-  void completionLoop();
+  // The worker: runs and completes the queued works in order.
+  void workerLoop();
+  // Runs w's host calls, stopping at the first error; why gets its reason.
+  zppResult_t runCalls(ZppWork& w, std::string& why);
 
   c10::intrusive_ptr<c10d::Work> allreduceMany(const char* call, c10d::OpType type,
                                                std::vector<at::Tensor>& tensors,
@@ -138,9 +152,13 @@ class ZppBackend : public c10d::Backend {
                          const c10d::ReduceOp& rop, int bits);
 
   zppComm_t comm_ = nullptr;
-  std::mutex mutex_;
-  std::condition_variable cv_;
+  std::mutex mutex_;  // guards the queue and the counters below
+  std::condition_variable cv_;      // the worker waits for work
+  std::condition_variable doneCv_;  // device calls wait for earlier host works
   std::deque<c10::intrusive_ptr<ZppWork>> queue_;
+  uint64_t issued_ = 0;    // works queued so far; the last one's seq_
+  uint64_t lastHost_ = 0;  // seq_ of the last host work queued
+  uint64_t done_ = 0;      // seq_ of the last work whose calls have returned
   bool stopping_ = false;
   std::mutex commLock_;  // comm_ against abort() from another thread
   std::thread worker_;

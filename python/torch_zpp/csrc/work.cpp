@@ -18,10 +18,6 @@ ZppWork::ZppWork(int rank, c10d::OpType type, const char* name, std::vector<at::
       future_(c10::make_intrusive<c10::ivalue::Future>(
           c10::ListType::create(c10::TensorType::get()))) {}
 
-ZppWork::~ZppWork() {
-  if (stream_ != nullptr) zppHostStreamDestroy(stream_);
-}
-
 bool ZppWork::wait(std::chrono::milliseconds timeout) {
 #ifdef ZPP_TORCH_CUDA
   if (event_) {
@@ -32,17 +28,15 @@ bool ZppWork::wait(std::chrono::milliseconds timeout) {
   return c10d::Work::wait(timeout);
 }
 
-void ZppWork::complete(const std::function<std::string()>& reason) {
+void ZppWork::complete(zppResult_t res, const std::string& why) {
   std::exception_ptr err;
-  zppResult_t res = zppSuccess;
-  if (stream_ != nullptr) res = zppHostStreamSynchronize(stream_);
 #ifdef ZPP_TORCH_CUDA
   if (event_) event_->synchronize();
 #endif
   if (res != zppSuccess) {
     err = std::make_exception_ptr(c10::DistBackendError(
         c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-        zppMessage(res, reason(), name_)));
+        zppMessage(res, why, name_)));
   } else {
     try {
       for (auto& f : finishers_) f();
@@ -50,6 +44,7 @@ void ZppWork::complete(const std::function<std::string()>& reason) {
       err = std::current_exception();
     }
   }
+  calls_.clear();
   finishers_.clear();
   keep_.clear();
   finish(err);

@@ -10,6 +10,7 @@
 #include <c10/core/Event.h>
 #endif
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -22,18 +23,22 @@ namespace torch_zpp {
 
 class ZppBackend;
 
-// Host tensors: the calls run on a zpp host stream of the work's own; the
-// backend's completion thread calls complete(). Device tensors (where
-// compiled in): the calls are on torch's current stream; an event marks
-// their end.
+// Host tensors: the work holds its zpp calls until the backend's worker runs
+// them, blocking, in issue order; the worker then calls complete() with
+// their result. Device tensors (where compiled in): the calls are already on
+// torch's current stream; an event marks their end and complete() waits for
+// it.
 class ZppWork : public c10d::Work {
  public:
+  // One zpp call; stream NULL on the worker (host), torch's current stream
+  // on the caller (device).
+  using Call = std::function<zppResult_t(zppComm_t, zppStream_t)>;
+
   ZppWork(int rank, c10d::OpType type, const char* name, std::vector<at::Tensor> outputs);
-  ~ZppWork() override;
 
   // Device work orders the caller's current stream after the operation and
   // returns, as NCCL's does: the host does not wait. Host work waits for
-  // the completion thread (and raises zpp's error).
+  // the worker (and raises zpp's error).
   bool wait(std::chrono::milliseconds timeout) override;
 
   std::vector<at::Tensor> result() override { return outputs_; }
@@ -42,16 +47,18 @@ class ZppWork : public c10d::Work {
  private:
   friend class ZppBackend;
 
-  // Runs on the completion thread: waits for the work, then finishes it.
-  // reason() gives the communicator's error once the work failed.
-  void complete(const std::function<std::string()>& reason);
+  // On the worker, after the calls ran: res is their first error (with why,
+  // zpp's reason) or zppSuccess. Copies into the caller's outputs, then
+  // completes the Work and its future; the buffers are let go.
+  void complete(zppResult_t res, const std::string& why);
 
   std::string name_;
+  uint64_t seq_ = 0;  // the backend's issue order, 1, 2, ...
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keep_;                  // buffers zpp reads or writes
+  std::vector<Call> calls_;                       // host: run by the worker
   std::vector<std::function<void()>> finishers_;  // copies into the caller's outputs
-  zppHostStream_t stream_ = nullptr;
-  std::optional<c10::Device> device_;  // set for CUDA tensors
+  std::optional<c10::Device> device_;             // set for CUDA tensors
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 #ifdef ZPP_TORCH_CUDA
   std::unique_ptr<c10::Event> event_;
