@@ -22,6 +22,7 @@ zppResult_t zppApiCheckCount(const char* name, size_t count, zppDataType_t type,
  * zppHostStream_t for host memory. NULL pointers say nothing (count 0).
  * *device: -1 on the first call of a call's buffers (nothing known yet),
  * then 1 device, 0 host; every buffer of a call must agree. */
-zppResult_t zppApiCheckWhere(const char* name, const void* a, const void* b, zppStream_t stream, int* device);
+zppResult_t zppApiCheckWhere(const char* name, const void* a, const void* b, zppStream_t stream,
+                             int* device);
 
 #endif /* ZPP_API_CHECK_H_ */

@@ -65,8 +65,8 @@ static zppResult_t validate(struct zppComm* comm, call_t* k) {
       break;
   }
   if (c->count == 0) return zppSuccess;
-  ZPP_ARGCHECK(k->sendBytes == 0 || c->sendbuff != NULL, "%s: sendbuff is NULL with count %zu",
-               k->name, c->count);
+  ZPP_ARGCHECK(k->sendBytes == 0 || c->sendbuff != NULL, "%s: sendbuff is NULL with count %zu", k->name,
+               c->count);
   ZPP_ARGCHECK(c->recvbuff != NULL, "%s: recvbuff is NULL with count %zu", k->name, c->count);
   if (!k->inPlace && zppApiOverlaps(c->sendbuff, k->sendBytes, c->recvbuff, k->recvBytes))
     ZPP_FAIL(zppInvalidUsage, ALL,
@@ -102,7 +102,8 @@ zppResult_t zppAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
 }
 
 zppResult_t zppReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                             zppDataType_t datatype, zppRedOp_t op, zppComm_t comm, zppStream_t stream) {
+                             zppDataType_t datatype, zppRedOp_t op, zppComm_t comm,
+                             zppStream_t stream) {
   call_t k = {.name = "zppReduceScatter",
               .c = {zppOpReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0},
               .reduction = 1};

@@ -19,7 +19,8 @@ zppResult_t zppCommInitRankConfig(zppComm_t* comm, int nranks, zppUniqueId commI
                                   zppConfig_t* config) {
   ZPP_ARGCHECK(comm != NULL, "zppCommInitRank: comm (the output) is NULL");
   ZPP_ARGCHECK(nranks >= 1, "zppCommInitRank: nranks=%d must be at least 1", nranks);
-  ZPP_ARGCHECK(rank >= 0 && rank < nranks, "zppCommInitRank: rank %d out of range 0..%d", rank, nranks - 1);
+  ZPP_ARGCHECK(rank >= 0 && rank < nranks, "zppCommInitRank: rank %d out of range 0..%d", rank,
+               nranks - 1);
   ZPPCHECK(zppCollSettingsCheck());
   zppCommSettings_t s;
   ZPPCHECK(zppCommStateResolveSettings(config, &s));

@@ -16,7 +16,8 @@ zppResult_t zppHostStreamSynchronize(zppHostStream_t stream) {
 }
 
 zppResult_t zppHostStreamQuery(zppHostStream_t stream) {
-  ZPP_ARGCHECK(zppExecStreamIsValid(stream), "zppHostStreamQuery: %p is not a live host stream", (void*)stream);
+  ZPP_ARGCHECK(zppExecStreamIsValid(stream), "zppHostStreamQuery: %p is not a live host stream",
+               (void*)stream);
   return zppExecStreamQuery(stream);
 }
 

@@ -98,8 +98,8 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
   ZPP_ARGCHECK(op == zppSum || op == zppAvg, "%s: reduction op %d: qgZ supports zppSum and zppAvg",
                name, (int)op);
   ZPP_ARGCHECK(ntensors >= 0, "%s: ntensors %d is negative", name, ntensors);
-  ZPP_ARGCHECK(ntensors == 0 || (sendbuffs && recvbuffs && counts),
-               "%s: NULL array with %d tensors", name, ntensors);
+  ZPP_ARGCHECK(ntensors == 0 || (sendbuffs && recvbuffs && counts), "%s: NULL array with %d tensors",
+               name, ntensors);
   size_t ts = zppDtypeSize(type), total = 0;
   for (int t = 0; t < ntensors; t++) {
     size_t count = counts[t];
@@ -107,8 +107,8 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
     total += count;
     if (count == 0) continue;
     size_t bytes = count * ts, all = bytes * (size_t)comm->nranks;
-    ZPP_ARGCHECK(sendbuffs[t] != NULL && recvbuffs[t] != NULL, "%s: tensor %d: NULL buffer with count %zu",
-                 name, t, count);
+    ZPP_ARGCHECK(sendbuffs[t] != NULL && recvbuffs[t] != NULL,
+                 "%s: tensor %d: NULL buffer with count %zu", name, t, count);
     int inPlace = (const char*)recvbuffs[t] == (const char*)sendbuffs[t] + (size_t)comm->rank * bytes;
     if (!inPlace && zppApiOverlaps(sendbuffs[t], all, recvbuffs[t], bytes))
       ZPP_FAIL(zppInvalidUsage, ALL,
@@ -138,8 +138,8 @@ static zppResult_t qgzIssue(zppComm_t comm, int ntensors, const void* const* sen
   size_t total = 0;
   for (int t = 0; t < ntensors; t++) total += counts[t];
   if (total == 0) return zppSuccess;
-  zppQgzArgs_t a = {ntensors, sendbuffs, recvbuffs, counts, type, op, bits,
-                    zppCompressBlock(&comm->compress, bits)};
+  zppQgzArgs_t a = {ntensors, sendbuffs, recvbuffs, counts,
+                    type,     op,        bits,      zppCompressBlock(&comm->compress, bits)};
   if (device) return zppDeviceQgzIssue(comm, &a, stream);
   return zppZeroppIssueQgz(comm, &a, (zppHostStream_t)stream);
 }
@@ -155,8 +155,8 @@ zppResult_t zppQgzReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
   void* recvs[1] = {recvbuff};
   size_t counts[1] = {recvcount};
   int device = 0;
-  ZPPCHECK(qgzValidate("zppQgzReduceScatter", 1, sends, recvs, counts, datatype, op, bits, comm,
-                       stream, &device));
+  ZPPCHECK(qgzValidate("zppQgzReduceScatter", 1, sends, recvs, counts, datatype, op, bits, comm, stream,
+                       &device));
   return qgzIssue(comm, 1, sends, recvs, counts, datatype, op, qgzBits(comm, bits), stream, device);
 }
 
@@ -167,8 +167,8 @@ zppResult_t zppQgzReduceScatterCoalesced(int ntensors, const void* const* sendbu
   int device = 0;
   ZPPCHECK(qgzValidate("zppQgzReduceScatterCoalesced", ntensors, sendbuffs, recvbuffs, recvcounts,
                        datatype, op, bits, comm, stream, &device));
-  return qgzIssue(comm, ntensors, sendbuffs, recvbuffs, recvcounts, datatype, op,
-                  qgzBits(comm, bits), stream, device);
+  return qgzIssue(comm, ntensors, sendbuffs, recvbuffs, recvcounts, datatype, op, qgzBits(comm, bits),
+                  stream, device);
 }
 
 /* ---- plain calls under compression settings ------------------------------ */
@@ -208,8 +208,10 @@ zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, z
 
 static zppResult_t checkParam(const struct zppParam* p, const char* name) {
   ZPP_ARGCHECK(p != NULL, "%s: param is NULL", name);
-  ZPP_ARGCHECK(zppHandleIsLive(p, ZPP_HANDLE_PARAM), "%s: not a live parameter (destroyed, or "
-               "not made by zppParamCreate)", name);
+  ZPP_ARGCHECK(zppHandleIsLive(p, ZPP_HANDLE_PARAM),
+               "%s: not a live parameter (destroyed, or "
+               "not made by zppParamCreate)",
+               name);
   return zppSuccess;
 }
 

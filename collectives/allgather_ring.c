@@ -7,7 +7,7 @@
 #include "check.h"
 
 zppResult_t zppCollAllGatherRing(zppCollCtx_t* c, void* recv, size_t total, size_t elemBytes,
-                             uint32_t stepBase) {
+                                 uint32_t stepBase) {
   const int n = c->nranks;
   const int pos = c->ringPos[c->rank];
   const int next = c->ring[(pos + 1) % n];

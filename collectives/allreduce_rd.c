@@ -12,7 +12,7 @@
 #include "names.h"
 
 zppResult_t zppCollAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t count,
-                                    zppDataType_t type, zppRedOp_t op) {
+                                        zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks, r = c->rank;
   const size_t bytes = count * zppDtypeSize(type);
   char* tmp = zppCollScratch(c, 0, bytes);

@@ -14,7 +14,7 @@
 #define ALLGATHER_STEP_BASE 128u
 
 zppResult_t zppCollAllReduceRing(zppCollCtx_t* c, const void* in, void* out, size_t count,
-                             zppDataType_t type, zppRedOp_t op) {
+                                 zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks, r = c->rank;
   const size_t ts = zppDtypeSize(type);
   char* mine = (char*)out + zppBlockOffset(count, n, r) * ts;

@@ -27,16 +27,17 @@ zppResult_t zppCollAllToAllPairwise(zppCollCtx_t* c, const void* in, void* out, 
   /* ZPP_PIPELINE_DEPTH is at most 64 (coll_common.c). */
   enum { MAX_DEPTH = 64 };
   zppP2pReq_t* reqs[2 * MAX_DEPTH] = {NULL};
-  if (depth > MAX_DEPTH) ZPP_FAIL(zppInternalError, COLL, "all-to-all depth %d over %d", depth, MAX_DEPTH);
+  if (depth > MAX_DEPTH)
+    ZPP_FAIL(zppInternalError, COLL, "all-to-all depth %d over %d", depth, MAX_DEPTH);
   for (int s = 1; s < n; s++) {
     int slot = s % depth;
     ZPPCHECK(zppP2pWaitAll(c->p2p, &reqs[2 * slot], 2));
     int to = (r + s) % n, from = (r - s + n) % n;
     zppMsgId_t id = zppCollMsg(c, (uint32_t)s);
-    ZPPCHECK(zppP2pIsend(c->p2p, to, src + (size_t)to * blockBytes, blockBytes, &id,
-                         &reqs[2 * slot + 1]));
-    ZPPCHECK(zppP2pIrecv(c->p2p, from, dst + (size_t)from * blockBytes, blockBytes, &id,
-                         &reqs[2 * slot]));
+    ZPPCHECK(
+        zppP2pIsend(c->p2p, to, src + (size_t)to * blockBytes, blockBytes, &id, &reqs[2 * slot + 1]));
+    ZPPCHECK(
+        zppP2pIrecv(c->p2p, from, dst + (size_t)from * blockBytes, blockBytes, &id, &reqs[2 * slot]));
   }
   return zppP2pWaitAll(c->p2p, reqs, 2 * depth);
 }

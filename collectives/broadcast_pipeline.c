@@ -31,9 +31,9 @@ zppResult_t zppCollBroadcastPipeline(zppCollCtx_t* c, void* buf, size_t bytes, i
       for (; posted < nChunks && posted < k + (size_t)depth; posted++) {
         size_t plen = bytes - posted * chunk < chunk ? bytes - posted * chunk : chunk;
         zppMsgId_t id = zppCollMsg(c, (uint32_t)posted);
-        ZPPCHECKGOTO(zppP2pIrecv(c->p2p, prev, data + posted * chunk, plen, &id,
-                                 &reqs[posted % (size_t)depth]),
-                     res, out);
+        ZPPCHECKGOTO(
+            zppP2pIrecv(c->p2p, prev, data + posted * chunk, plen, &id, &reqs[posted % (size_t)depth]),
+            res, out);
       }
       ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, &reqs[slot], 1), res, out);
     }

@@ -35,11 +35,11 @@ typedef struct {
   zppP2p_t* p2p;              /* NULL on one rank */
   int rank;
   int nranks;
-  const int* ring;    /* ranks in ring order: node by node, so that each node link carries one flow */
-  const int* ringPos; /* rank -> position in ring */
-  zppMsgId_t id;      /* seq, sig and kind of this call; step is set per message */
-  size_t chunkBytes;  /* pipelining unit */
-  int depth;          /* chunks in flight per pipeline */
+  const int* ring;     /* ranks in ring order: node by node, so that each node link carries one flow */
+  const int* ringPos;  /* rank -> position in ring */
+  zppMsgId_t id;       /* seq, sig and kind of this call; step is set per message */
+  size_t chunkBytes;   /* pipelining unit */
+  int depth;           /* chunks in flight per pipeline */
   int ranksShareCores; /* zppP2pRanksShareCores: the same on every rank */
 } zppCollCtx_t;
 
@@ -96,7 +96,8 @@ typedef enum {
 } zppCollAlgo_t;
 zppResult_t zppCollAlgoSetting(zppOpKind_t kind, zppCollAlgo_t* algo, int64_t* smallBytes);
 /* The same, read at the kind's first call on this communicator and kept. */
-zppResult_t zppCollAlgoFor(const zppCollCtx_t* c, zppOpKind_t kind, zppCollAlgo_t* algo, int64_t* smallBytes);
+zppResult_t zppCollAlgoFor(const zppCollCtx_t* c, zppOpKind_t kind, zppCollAlgo_t* algo,
+                           int64_t* smallBytes);
 /* Every setting the context reads, checked (communicator creation calls it,
  * so a typo fails there, naming the variable). */
 zppResult_t zppCollSettingsCheck(void);
@@ -121,7 +122,7 @@ static inline size_t zppBlockOffset(size_t count, int nblocks, int b) {
 /* Block r: count elements of elemBytes at recv + offset(r) (zppBlock* with
  * total elements `total`; equal blocks when total = nranks * count). */
 zppResult_t zppCollAllGatherRing(zppCollCtx_t* c, void* recv, size_t total, size_t elemBytes,
-                             uint32_t stepBase);
+                                 uint32_t stepBase);
 zppResult_t zppCollAllGatherBruck(zppCollCtx_t* c, void* recv, size_t blockBytes);
 /* Power-of-two rank counts only. */
 zppResult_t zppCollAllGatherRecDoubling(zppCollCtx_t* c, void* recv, size_t blockBytes);
@@ -130,17 +131,17 @@ zppResult_t zppCollAllGatherRecDoubling(zppCollCtx_t* c, void* recv, size_t bloc
  * receives this rank's reduced block (may alias in's own block). zppAvg is
  * left as a sum: the caller divides. */
 zppResult_t zppCollReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, size_t total,
-                                 zppDataType_t type, zppRedOp_t op);
+                                     zppDataType_t type, zppRedOp_t op);
 zppResult_t zppCollReduceScatterDirect(zppCollCtx_t* c, const void* in, void* out, size_t total,
-                                   zppDataType_t type, zppRedOp_t op);
+                                       zppDataType_t type, zppRedOp_t op);
 zppResult_t zppCollReduceScatterRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t total,
-                                        zppDataType_t type, zppRedOp_t op);
+                                            zppDataType_t type, zppRedOp_t op);
 
 /* ---- all-reduce (avg divided inside) --------------------------------------- */
 zppResult_t zppCollAllReduceRing(zppCollCtx_t* c, const void* in, void* out, size_t count,
-                             zppDataType_t type, zppRedOp_t op);
+                                 zppDataType_t type, zppRedOp_t op);
 zppResult_t zppCollAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t count,
-                                    zppDataType_t type, zppRedOp_t op);
+                                        zppDataType_t type, zppRedOp_t op);
 
 /* ---- all-to-all: blockBytes to each peer; in == out allowed --------------- */
 zppResult_t zppCollAllToAllPairwise(zppCollCtx_t* c, const void* in, void* out, size_t blockBytes);

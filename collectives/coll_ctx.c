@@ -35,8 +35,8 @@ struct zppCollState {
   zppScratchPool_t scratch;
   size_t chunkBytes;
   int depth;
-  int ranksShareCores;    /* zppP2pRanksShareCores: the same on every rank */
-  int haveLast;           /* an operation ran: lastSeq and lastSig are set */
+  int ranksShareCores; /* zppP2pRanksShareCores: the same on every rank */
+  int haveLast;        /* an operation ran: lastSeq and lastSig are set */
   /* Read at a kind's first call and kept: the environment is not read on a
    * latency-bound path. */
   int algoKnown[zppNumOpKinds];
@@ -55,7 +55,8 @@ static const struct {
     [zppOpReduceScatter] = {"ZPP_ALGO_REDUCESCATTER", "ZPP_REDUCESCATTER_SMALL_BYTES", "ring", "direct",
                             "rd"},
     [zppOpAllReduce] = {"ZPP_ALGO_ALLREDUCE", "ZPP_ALLREDUCE_SMALL_BYTES", "ring", "rd", NULL},
-    [zppOpBroadcast] = {"ZPP_ALGO_BROADCAST", "ZPP_BROADCAST_SMALL_BYTES", "pipeline", "binomial", "flat"},
+    [zppOpBroadcast] = {"ZPP_ALGO_BROADCAST", "ZPP_BROADCAST_SMALL_BYTES", "pipeline", "binomial",
+                        "flat"},
 };
 
 zppResult_t zppCollAlgoSetting(zppOpKind_t kind, zppCollAlgo_t* algo, int64_t* smallBytes) {
@@ -76,8 +77,8 @@ zppResult_t zppCollAlgoSetting(zppOpKind_t kind, zppCollAlgo_t* algo, int64_t* s
     ZPP_FAIL(zppInvalidArgument, ENV, "%s='%s': expected auto, %s, %s or %s", name, v,
              algoVars[kind].bandwidth, algoVars[kind].small, algoVars[kind].alt);
   else
-    ZPP_FAIL(zppInvalidArgument, ENV, "%s='%s': expected auto, %s or %s", name, v, algoVars[kind].bandwidth,
-             algoVars[kind].small);
+    ZPP_FAIL(zppInvalidArgument, ENV, "%s='%s': expected auto, %s or %s", name, v,
+             algoVars[kind].bandwidth, algoVars[kind].small);
   return zppEnvGetInt(algoVars[kind].smallVar, smallBytes);
 }
 
@@ -213,7 +214,8 @@ void zppCollProgress(const zppCollCtx_t* c) {
   if (c->p2p) (void)zppP2pPoll(c->p2p);
 }
 
-zppResult_t zppCollAlgoFor(const zppCollCtx_t* c, zppOpKind_t kind, zppCollAlgo_t* algo, int64_t* smallBytes) {
+zppResult_t zppCollAlgoFor(const zppCollCtx_t* c, zppOpKind_t kind, zppCollAlgo_t* algo,
+                           int64_t* smallBytes) {
   struct zppCollState* st = c->state;
   if (kind < 0 || kind >= zppNumOpKinds)
     ZPP_FAIL(zppInternalError, COLL, "algorithm setting of unknown kind %d", (int)kind);

@@ -11,18 +11,22 @@
 
 int zppDeviceCollAvailable(void) { return 1; }
 
-zppResult_t zppDeviceCollIssue(struct zppComm* comm, const zppHostColl_t* c, int inPlace, void* stream) {
+zppResult_t zppDeviceCollIssue(struct zppComm* comm, const zppHostColl_t* c, int inPlace,
+                               void* stream) {
   struct zppNccl* nccl = NULL;
   if (c->kind == zppOpAllToAll && inPlace)
-    ZPP_FAIL(zppInvalidUsage, CUDA, "zppAllToAll: in-place all-to-all is not supported on device buffers");
+    ZPP_FAIL(zppInvalidUsage, CUDA,
+             "zppAllToAll: in-place all-to-all is not supported on device buffers");
   ZPPCHECK(zppTransportsGetNccl(comm, &nccl));
   switch (c->kind) {
-    case zppOpAllGather: return zppNcclAllGather(nccl, c->sendbuff, c->recvbuff, c->count, c->type, stream);
+    case zppOpAllGather:
+      return zppNcclAllGather(nccl, c->sendbuff, c->recvbuff, c->count, c->type, stream);
     case zppOpReduceScatter:
       return zppNcclReduceScatter(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->op, stream);
     case zppOpAllReduce:
       return zppNcclAllReduce(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->op, stream);
-    case zppOpAllToAll: return zppNcclAllToAll(nccl, c->sendbuff, c->recvbuff, c->count, c->type, stream);
+    case zppOpAllToAll:
+      return zppNcclAllToAll(nccl, c->sendbuff, c->recvbuff, c->count, c->type, stream);
     case zppOpBroadcast:
       return zppNcclBroadcast(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->root, stream);
     default: ZPP_FAIL(zppInternalError, CUDA, "device collective of unknown kind %d", (int)c->kind);
@@ -46,7 +50,8 @@ static zppResult_t noDevicePath(void) {
   ZPP_FAIL(zppInvalidUsage, ALL, "device buffers need NCCL, and this zpp was built without it");
 }
 
-zppResult_t zppDeviceCollIssue(struct zppComm* comm, const zppHostColl_t* c, int inPlace, void* stream) {
+zppResult_t zppDeviceCollIssue(struct zppComm* comm, const zppHostColl_t* c, int inPlace,
+                               void* stream) {
   (void)comm, (void)c, (void)inPlace, (void)stream;
   return noDevicePath();
 }

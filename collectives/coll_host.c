@@ -79,8 +79,8 @@ static zppResult_t broadcastAgree(zppCollCtx_t* c) {
   zppMsgId_t id = zppCollMsg(c, 255);
   unsigned char mine = 1, theirs = 0;
   for (int k = 1; k < n; k <<= 1)
-    ZPPCHECK(zppP2pSendRecv(c->p2p, (c->rank + k) % n, &mine, 1, (c->rank - k + n) % n, &theirs, 1,
-                            &id));
+    ZPPCHECK(
+        zppP2pSendRecv(c->p2p, (c->rank + k) % n, &mine, 1, (c->rank - k + n) % n, &theirs, 1, &id));
   return zppSuccess;
 }
 
@@ -93,8 +93,10 @@ static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, zppCollAlgo_
     case zppOpAllGather: {
       char* own = recv + (size_t)c->rank * bytes;
       if ((const char*)a->sendbuff != own) memcpy(own, a->sendbuff, bytes);
-      if (algo == ZPP_COLL_ALGO_SMALL && (n & (n - 1)) == 0) return zppCollAllGatherRecDoubling(c, recv, bytes);
-      if (algo == ZPP_COLL_ALGO_SMALL || algo == ZPP_COLL_ALGO_SMALL_ALT) return zppCollAllGatherBruck(c, recv, bytes);
+      if (algo == ZPP_COLL_ALGO_SMALL && (n & (n - 1)) == 0)
+        return zppCollAllGatherRecDoubling(c, recv, bytes);
+      if (algo == ZPP_COLL_ALGO_SMALL || algo == ZPP_COLL_ALGO_SMALL_ALT)
+        return zppCollAllGatherBruck(c, recv, bytes);
       return zppCollAllGatherRing(c, recv, a->count * (size_t)n, ts, 0);
     }
     case zppOpReduceScatter: {
@@ -112,8 +114,7 @@ static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, zppCollAlgo_
       if (algo == ZPP_COLL_ALGO_SMALL)
         return zppCollAllReduceRecDoubling(c, a->sendbuff, recv, a->count, a->type, a->op);
       return zppCollAllReduceRing(c, a->sendbuff, recv, a->count, a->type, a->op);
-    case zppOpAllToAll:
-      return zppCollAllToAllPairwise(c, a->sendbuff, recv, bytes);
+    case zppOpAllToAll: return zppCollAllToAllPairwise(c, a->sendbuff, recv, bytes);
     case zppOpBroadcast:
       if (c->rank == a->root && a->sendbuff != recv) memcpy(recv, a->sendbuff, bytes);
       if (algo == ZPP_COLL_ALGO_SMALL)
@@ -123,8 +124,7 @@ static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, zppCollAlgo_
       else
         ZPPCHECK(zppCollBroadcastPipeline(c, recv, bytes, a->root));
       return broadcastAgree(c);
-    default:
-      ZPP_FAIL(zppInternalError, COLL, "host collective of unknown kind %d", (int)a->kind);
+    default: ZPP_FAIL(zppInternalError, COLL, "host collective of unknown kind %d", (int)a->kind);
   }
 }
 
@@ -149,7 +149,8 @@ static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
   zppCollSign(&c, a->type, reduction ? (int)a->op : -1, vals, sigValsOf(a, algo, vals));
   if (res == zppSuccess) {
     ZPP_DBG(COLL, "%s: rank %d: %s seq %u count %zu algorithm %s", comm->name, comm->rank,
-            zppOpKindString(a->kind), c.id.seq, a->count, algo == ZPP_COLL_ALGO_BANDWIDTH ? "bandwidth" : "latency");
+            zppOpKindString(a->kind), c.id.seq, a->count,
+            algo == ZPP_COLL_ALGO_BANDWIDTH ? "bandwidth" : "latency");
     res = runAlgo(&c, a, algo);
   }
   return zppCollEnd(&c, res, 0);

@@ -8,10 +8,9 @@
 
 #include "check.h"
 
-zppResult_t zppGroupAllToAllPost(zppCollCtx_t* c, const int* members, int n, int me,
-                                 const void* send, size_t sendStride, void* recv,
-                                 size_t recvStride, size_t bytes, uint32_t step,
-                                 zppP2pReq_t** reqs) {
+zppResult_t zppGroupAllToAllPost(zppCollCtx_t* c, const int* members, int n, int me, const void* send,
+                                 size_t sendStride, void* recv, size_t recvStride, size_t bytes,
+                                 uint32_t step, zppP2pReq_t** reqs) {
   zppMsgId_t id = zppCollMsg(c, step);
   for (int i = 0; i < 2 * n; i++) reqs[i] = NULL;
   /* Receives first, so that data arriving early lands in place; then the
@@ -30,10 +29,9 @@ zppResult_t zppGroupAllToAllPost(zppCollCtx_t* c, const int* members, int n, int
   return zppSuccess;
 }
 
-zppResult_t zppGroupAllGatherV(zppCollCtx_t* c, const int* members, int n, int me,
-                               const void* mine, size_t myBytes, void* const* recvs,
-                               const size_t* recvBytes, uint32_t step, zppGroupRecvFn onRecv,
-                               void* arg) {
+zppResult_t zppGroupAllGatherV(zppCollCtx_t* c, const int* members, int n, int me, const void* mine,
+                               size_t myBytes, void* const* recvs, const size_t* recvBytes,
+                               uint32_t step, zppGroupRecvFn onRecv, void* arg) {
   if (n <= 1) return zppSuccess;
   zppResult_t res = zppSuccess;
   zppMsgId_t id = zppCollMsg(c, step);
@@ -41,8 +39,7 @@ zppResult_t zppGroupAllGatherV(zppCollCtx_t* c, const int* members, int n, int m
   if (reqs == NULL) ZPP_FAIL(zppSystemError, COLL, "out of memory");
   for (int d = 1; d < n; d++) {
     int i = (me - d + n) % n;
-    ZPPCHECKGOTO(zppP2pIrecv(c->p2p, members[i], recvs[i], recvBytes[i], &id, &reqs[2 * i]), res,
-                 out);
+    ZPPCHECKGOTO(zppP2pIrecv(c->p2p, members[i], recvs[i], recvBytes[i], &id, &reqs[2 * i]), res, out);
   }
   for (int d = 1; d < n; d++) {
     int j = (me + d) % n;

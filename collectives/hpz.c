@@ -162,10 +162,11 @@ zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type,
                      p->secondaryBytes);
     }
   }
-  ZPP_INFO(COLL, "%s: rank %d: hpZ parameter of %zu elements per shard, %d bits, group of %d, "
+  ZPP_INFO(COLL,
+           "%s: rank %d: hpZ parameter of %zu elements per shard, %d bits, group of %d, "
            "secondary holds shards %d..%d (%zu bytes)",
-           comm->name, comm->rank, count, bits, p->groupSize, p->shardLo,
-           p->shardLo + p->shardCnt - 1, p->secondaryBytes);
+           comm->name, comm->rank, count, bits, p->groupSize, p->shardLo, p->shardLo + p->shardCnt - 1,
+           p->secondaryBytes);
   *out = p;
   return zppSuccess;
 fail:
@@ -226,7 +227,7 @@ static zppResult_t decodeMember(void* arg, int member) {
   size_t ts = zppDtypeSize(p->type);
   for (int b = r->lo[member]; b < r->lo[member] + r->cnt[member]; b++)
     ZPPCHECK(zppCollQwzDecodeShard(&p->layout, (char*)r->packed + (size_t)b * p->shardBytes,
-                               (char*)r->full + (size_t)b * p->count * ts));
+                                   (char*)r->full + (size_t)b * p->count * ts));
   return zppSuccess;
 }
 
@@ -253,15 +254,15 @@ static zppResult_t groupGather(zppCollCtx_t* c, struct zppParam* p, void* full) 
     recvs[i] = land + (size_t)r.lo[i] * p->shardBytes;
     recvBytes[i] = (size_t)r.cnt[i] * p->shardBytes;
   }
-  ZPPCHECKGOTO(zppGroupAllGatherV(c, p->members, g, p->groupPos, p->secondary, p->secondaryBytes,
-                                  recvs, recvBytes, 1, decodeMember, &r),
+  ZPPCHECKGOTO(zppGroupAllGatherV(c, p->members, g, p->groupPos, p->secondary, p->secondaryBytes, recvs,
+                                  recvBytes, 1, decodeMember, &r),
                res, out);
   /* Own share last: the peers' messages were already on their way. */
   if (p->bits) {
     for (int b = p->shardLo; b < p->shardLo + p->shardCnt; b++)
       ZPPCHECKGOTO(zppCollQwzDecodeShard(&p->layout,
-                                     (char*)p->secondary + (size_t)(b - p->shardLo) * p->shardBytes,
-                                     (char*)full + (size_t)b * p->count * ts),
+                                         (char*)p->secondary + (size_t)(b - p->shardLo) * p->shardBytes,
+                                         (char*)full + (size_t)b * p->count * ts),
                    res, out);
   } else if (p->secondaryBytes) {
     memcpy((char*)full + (size_t)p->shardLo * p->shardBytes, p->secondary, p->secondaryBytes);
@@ -315,9 +316,9 @@ static zppResult_t allGatherHandshakes(zppCollCtx_t* c, const int* members, int 
     bytes[i] = sizeof(handshake_t);
   }
   all[pos] = *mine;
-  ZPPCHECKGOTO(zppGroupAllGatherV(c, members, g, pos, mine, sizeof(*mine), recvs, bytes, step,
-                                  NULL, NULL),
-               res, out);
+  ZPPCHECKGOTO(
+      zppGroupAllGatherV(c, members, g, pos, mine, sizeof(*mine), recvs, bytes, step, NULL, NULL), res,
+      out);
   for (int i = 0; i < g; i++)
     if (all[i].magic != HANDSHAKE_MAGIC)
       ZPP_FAILGOTO(zppInvalidUsage, res, out, COLL, "%s: hpZ: rank %d sent a malformed handshake",

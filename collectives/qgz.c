@@ -57,8 +57,8 @@ typedef struct {
 } piece_t;
 
 typedef struct {
-  int k0, k1;  /* pieces [k0, k1) */
-  size_t sum;  /* bytes of one segment of every piece: one node's run */
+  int k0, k1; /* pieces [k0, k1) */
+  size_t sum; /* bytes of one segment of every piece: one node's run */
 } chunk_t;
 
 typedef struct {
@@ -67,17 +67,17 @@ typedef struct {
   int N, L, node, lr;
   size_t ts;
   float divisor;
-  const int* intra; /* the node's ranks, local order */
-  int* inter;       /* [N] the ranks of this local rank, node order */
+  const int* intra;        /* the node's ranks, local order */
+  int* inter;              /* [N] the ranks of this local rank, node order */
   const int* const* owner; /* [N][L] the rank of local rank j on node n */
   piece_t* pieces;
   chunk_t* chunks;
   int nChunks;
-  size_t s1max;     /* largest N * chunk.sum */
-  char* q[NSLOTS];  /* L * s1max: quantized, by destination local rank */
-  char* a1[NSLOTS]; /* L * s1max: received from each local peer */
-  char* r[NSLOTS];  /* N * sum: reduced, by destination node */
-  char* a2[NSLOTS]; /* N * sum: received from each node */
+  size_t s1max;                   /* largest N * chunk.sum */
+  char* q[NSLOTS];                /* L * s1max: quantized, by destination local rank */
+  char* a1[NSLOTS];               /* L * s1max: received from each local peer */
+  char* r[NSLOTS];                /* N * sum: reduced, by destination node */
+  char* a2[NSLOTS];               /* N * sum: received from each node */
   zppP2pReq_t** reqIntra[NSLOTS]; /* 2L */
   zppP2pReq_t** reqInter[NSLOTS]; /* 2N */
 } qgz_t;
@@ -101,7 +101,8 @@ static zppResult_t planChunks(qgz_t* g, size_t ce) {
       p->off = off;
       p->len = a->counts[t] - off < ce ? a->counts[t] - off : ce;
       p->bytes = zppQuantPackedSize(p->len, a->bits, a->block);
-      if (p->bytes == 0) ZPP_FAIL(zppInvalidArgument, COLL, "qgZ: %zu elements too many to pack", p->len);
+      if (p->bytes == 0)
+        ZPP_FAIL(zppInvalidArgument, COLL, "qgZ: %zu elements too many to pack", p->len);
       if (open == NULL || fill + p->len > ce) {
         open = &g->chunks[g->nChunks++];
         open->k0 = k;
@@ -138,8 +139,8 @@ static zppResult_t stage1(qgz_t* g, int t) {
         /* Local rank j's partitions, one per node in node order, as one run:
          * segment n of the piece is the partition of owner(n, j). */
         for (int n = 0; n < N; n++)
-          ZPPCHECK(zppQuantize(sendAt(g, p, (size_t)g->owner[n][j]), a->type, p->len, a->bits,
-                               a->block, dst + (size_t)N * p->pre + (size_t)n * p->bytes));
+          ZPPCHECK(zppQuantize(sendAt(g, p, (size_t)g->owner[n][j]), a->type, p->len, a->bits, a->block,
+                               dst + (size_t)N * p->pre + (size_t)n * p->bytes));
       }
       zppCollProgress(g->c);
     }
@@ -153,8 +154,8 @@ static zppResult_t stage1(qgz_t* g, int t) {
     char* dst = (n == g->node ? g->a2[s] : g->r[s]) + (size_t)n * s2;
     for (int k = ch->k0; k < ch->k1; k++) {
       const piece_t* p = &g->pieces[k];
-      ZPPCHECK(zppQuantize(sendAt(g, p, (size_t)g->owner[n][0]), a->type, p->len, a->bits,
-                           a->block, dst + p->pre));
+      ZPPCHECK(zppQuantize(sendAt(g, p, (size_t)g->owner[n][0]), a->type, p->len, a->bits, a->block,
+                           dst + p->pre));
     }
   }
   return zppGroupAllToAllPost(g->c, g->inter, N, g->node, g->r[s], s2, g->a2[s], s2, s2,
@@ -166,8 +167,8 @@ static zppResult_t finish(qgz_t* g, const chunk_t* ch, const char* in, size_t st
   for (int k = ch->k0; k < ch->k1; k++) {
     const piece_t* p = &g->pieces[k];
     char* out = (char*)a->recv[p->t] + p->off * g->ts;
-    ZPPCHECK(zppDequantizeSum(in + p->pre, stride, n, p->len, a->bits, a->block, g->divisor, out,
-                              a->type));
+    ZPPCHECK(
+        zppDequantizeSum(in + p->pre, stride, n, p->len, a->bits, a->block, g->divisor, out, a->type));
   }
   return zppSuccess;
 }
@@ -206,8 +207,7 @@ static zppResult_t stage3(qgz_t* g, int t) {
 
 zppResult_t zppCollQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a) {
   const zppTopo_t* topo = c->comm->topo;
-  if (!topo->uniform)
-    ZPP_FAIL(zppInvalidUsage, COLL, "qgZ needs nodes of equal size");
+  if (!topo->uniform) ZPP_FAIL(zppInvalidUsage, COLL, "qgZ needs nodes of equal size");
   zppResult_t res = zppSuccess;
   qgz_t g;
   memset(&g, 0, sizeof(g));

@@ -27,7 +27,7 @@
 #include "quant_kernels/zpp_quant.h"
 
 zppResult_t zppCollQwzLayout(size_t count, zppDataType_t type, int bits, int block, size_t chunkElems,
-                         zppQwzLayout_t* l) {
+                             zppQwzLayout_t* l) {
   if (!zppQuantValidParams(bits, block) || chunkElems == 0 || chunkElems % (size_t)block != 0)
     ZPP_FAIL(zppInternalError, COLL, "qwZ layout: bits %d block %d chunk %zu", bits, block, chunkElems);
   memset(l, 0, sizeof(*l));
@@ -38,8 +38,8 @@ zppResult_t zppCollQwzLayout(size_t count, zppDataType_t type, int bits, int blo
   l->chunkElems = chunkElems;
   size_t nChunks = count == 0 ? 0 : (count + chunkElems - 1) / chunkElems;
   if (nChunks > (size_t)1 << 24)
-    ZPP_FAIL(zppInvalidArgument, COLL, "qwZ: %zu elements make %zu chunks: raise ZPP_PIPELINE_CHUNK_BYTES",
-             count, nChunks);
+    ZPP_FAIL(zppInvalidArgument, COLL,
+             "qwZ: %zu elements make %zu chunks: raise ZPP_PIPELINE_CHUNK_BYTES", count, nChunks);
   l->nChunks = (int)nChunks;
   l->chunkPacked = zppQuantPackedSize(chunkElems, bits, block);
   if (nChunks > 0) {
@@ -85,7 +85,7 @@ static zppResult_t quantizeChunk(const zppQwzLayout_t* l, const void* send, void
 }
 
 zppResult_t zppCollQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* send, void* recv,
-                      void* packedAll) {
+                          void* packedAll) {
   const int n = c->nranks, C = l->nChunks, me = c->rank;
   if (C == 0) return zppSuccess;
   if (n == 1) {
@@ -113,9 +113,9 @@ zppResult_t zppCollQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* 
     int s = (int)(k / (size_t)C), ch = (int)(k % (size_t)C);
     int rb = c->ring[(pos - s - 1 + 2 * n) % n];
     zppMsgId_t id = zppCollMsg(c, (uint32_t)k);
-    ZPPCHECKGOTO(zppP2pIrecv(c->p2p, prev, segAt(l, packedAll, rb, ch), chunkBytes(l, ch), &id,
-                             &rreq[k]),
-                 res, out);
+    ZPPCHECKGOTO(
+        zppP2pIrecv(c->p2p, prev, segAt(l, packedAll, rb, ch), chunkBytes(l, ch), &id, &rreq[k]), res,
+        out);
   }
   for (size_t k = 0; k < K; k++) {
     int s = (int)(k / (size_t)C), ch = (int)(k % (size_t)C);

@@ -19,23 +19,23 @@
 
 /* Integers: arithmetic on the unsigned type, so overflow wraps instead of
  * being undefined. */
-#define INT_LOOPS(T, U)                                                                      \
-  static void reduce_##T(T* dst, const T* a, const T* b, size_t n, zppRedOp_t op) {          \
-    switch (op) {                                                                            \
-      case zppSum:                                                                           \
-      case zppAvg:                                                                           \
-        for (size_t i = 0; i < n; i++) dst[i] = (T)((U)a[i] + (U)b[i]);                      \
-        break;                                                                               \
-      case zppProd:                                                                          \
-        for (size_t i = 0; i < n; i++) dst[i] = (T)((U)a[i] * (U)b[i]);                      \
-        break;                                                                               \
-      case zppMax:                                                                           \
-        for (size_t i = 0; i < n; i++) dst[i] = a[i] > b[i] ? a[i] : b[i];                   \
-        break;                                                                               \
-      default:                                                                               \
-        for (size_t i = 0; i < n; i++) dst[i] = a[i] < b[i] ? a[i] : b[i];                   \
-        break;                                                                               \
-    }                                                                                        \
+#define INT_LOOPS(T, U)                                                             \
+  static void reduce_##T(T* dst, const T* a, const T* b, size_t n, zppRedOp_t op) { \
+    switch (op) {                                                                   \
+      case zppSum:                                                                  \
+      case zppAvg:                                                                  \
+        for (size_t i = 0; i < n; i++) dst[i] = (T)((U)a[i] + (U)b[i]);             \
+        break;                                                                      \
+      case zppProd:                                                                 \
+        for (size_t i = 0; i < n; i++) dst[i] = (T)((U)a[i] * (U)b[i]);             \
+        break;                                                                      \
+      case zppMax:                                                                  \
+        for (size_t i = 0; i < n; i++) dst[i] = a[i] > b[i] ? a[i] : b[i];          \
+        break;                                                                      \
+      default:                                                                      \
+        for (size_t i = 0; i < n; i++) dst[i] = a[i] < b[i] ? a[i] : b[i];          \
+        break;                                                                      \
+    }                                                                               \
   }
 
 INT_LOOPS(int8_t, uint8_t)
@@ -45,23 +45,23 @@ INT_LOOPS(uint32_t, uint32_t)
 INT_LOOPS(int64_t, uint64_t)
 INT_LOOPS(uint64_t, uint64_t)
 
-#define FLOAT_LOOPS(T)                                                                     \
-  static void reduce_##T(T* dst, const T* a, const T* b, size_t n, zppRedOp_t op) {        \
-    switch (op) {                                                                          \
-      case zppSum:                                                                         \
-      case zppAvg:                                                                         \
-        for (size_t i = 0; i < n; i++) dst[i] = OP_SUM(a[i], b[i]);                        \
-        break;                                                                             \
-      case zppProd:                                                                        \
-        for (size_t i = 0; i < n; i++) dst[i] = OP_PROD(a[i], b[i]);                       \
-        break;                                                                             \
-      case zppMax:                                                                         \
-        for (size_t i = 0; i < n; i++) dst[i] = OP_MAX(a[i], b[i]);                        \
-        break;                                                                             \
-      default:                                                                             \
-        for (size_t i = 0; i < n; i++) dst[i] = OP_MIN(a[i], b[i]);                        \
-        break;                                                                             \
-    }                                                                                      \
+#define FLOAT_LOOPS(T)                                                              \
+  static void reduce_##T(T* dst, const T* a, const T* b, size_t n, zppRedOp_t op) { \
+    switch (op) {                                                                   \
+      case zppSum:                                                                  \
+      case zppAvg:                                                                  \
+        for (size_t i = 0; i < n; i++) dst[i] = OP_SUM(a[i], b[i]);                 \
+        break;                                                                      \
+      case zppProd:                                                                 \
+        for (size_t i = 0; i < n; i++) dst[i] = OP_PROD(a[i], b[i]);                \
+        break;                                                                      \
+      case zppMax:                                                                  \
+        for (size_t i = 0; i < n; i++) dst[i] = OP_MAX(a[i], b[i]);                 \
+        break;                                                                      \
+      default:                                                                      \
+        for (size_t i = 0; i < n; i++) dst[i] = OP_MIN(a[i], b[i]);                 \
+        break;                                                                      \
+    }                                                                               \
   }
 
 FLOAT_LOOPS(float)
@@ -73,46 +73,45 @@ FLOAT_LOOPS(double)
  * alias checks (a ring reduce-scatter of bf16 gradients spends its CPU time
  * here). Element-wise, so vectorizing changes no result. */
 #define HALF_BLOCK 64
-#define HALF_LOOPS(NAME, TO_F, FROM_F)                                                        \
-  static void reduce_##NAME(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n,    \
-                            zppRedOp_t op) {                                                  \
-    uint16_t ta[HALF_BLOCK] = {0}, tb[HALF_BLOCK] = {0}, td[HALF_BLOCK];                                \
-    for (size_t i = 0; i < n; i += HALF_BLOCK) {                                              \
-      size_t m = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;                                     \
-      if (m == HALF_BLOCK) { /* constant size: inlined copies */                             \
-        memcpy(ta, a + i, sizeof(ta));                                                        \
-        memcpy(tb, b + i, sizeof(tb));                                                        \
-      } else {                                                                                \
-        memcpy(ta, a + i, m * sizeof(uint16_t));                                              \
-        memcpy(tb, b + i, m * sizeof(uint16_t));                                              \
-      }                                                                                       \
-      switch (op) {                                                                           \
-        case zppSum:                                                                          \
-        case zppAvg:                                                                          \
-          for (int j = 0; j < HALF_BLOCK; j++) td[j] = FROM_F(OP_SUM(TO_F(ta[j]), TO_F(tb[j]))); \
-          break;                                                                              \
-        case zppProd:                                                                         \
+#define HALF_LOOPS(NAME, TO_F, FROM_F)                                                            \
+  static void reduce_##NAME(uint16_t* dst, const uint16_t* a, const uint16_t* b, size_t n,        \
+                            zppRedOp_t op) {                                                      \
+    uint16_t ta[HALF_BLOCK] = {0}, tb[HALF_BLOCK] = {0}, td[HALF_BLOCK];                          \
+    for (size_t i = 0; i < n; i += HALF_BLOCK) {                                                  \
+      size_t m = n - i < HALF_BLOCK ? n - i : HALF_BLOCK;                                         \
+      if (m == HALF_BLOCK) { /* constant size: inlined copies */                                  \
+        memcpy(ta, a + i, sizeof(ta));                                                            \
+        memcpy(tb, b + i, sizeof(tb));                                                            \
+      } else {                                                                                    \
+        memcpy(ta, a + i, m * sizeof(uint16_t));                                                  \
+        memcpy(tb, b + i, m * sizeof(uint16_t));                                                  \
+      }                                                                                           \
+      switch (op) {                                                                               \
+        case zppSum:                                                                              \
+        case zppAvg:                                                                              \
+          for (int j = 0; j < HALF_BLOCK; j++) td[j] = FROM_F(OP_SUM(TO_F(ta[j]), TO_F(tb[j])));  \
+          break;                                                                                  \
+        case zppProd:                                                                             \
           for (int j = 0; j < HALF_BLOCK; j++) td[j] = FROM_F(OP_PROD(TO_F(ta[j]), TO_F(tb[j]))); \
-          break;                                                                              \
-        case zppMax:                                                                          \
-          for (int j = 0; j < HALF_BLOCK; j++) td[j] = FROM_F(OP_MAX(TO_F(ta[j]), TO_F(tb[j]))); \
-          break;                                                                              \
-        default:                                                                              \
-          for (int j = 0; j < HALF_BLOCK; j++) td[j] = FROM_F(OP_MIN(TO_F(ta[j]), TO_F(tb[j]))); \
-          break;                                                                              \
-      }                                                                                       \
-      if (m == HALF_BLOCK)                                                                    \
-        memcpy(dst + i, td, sizeof(td));                                                      \
-      else                                                                                    \
-        memcpy(dst + i, td, m * sizeof(uint16_t));                                            \
-    }                                                                                         \
+          break;                                                                                  \
+        case zppMax:                                                                              \
+          for (int j = 0; j < HALF_BLOCK; j++) td[j] = FROM_F(OP_MAX(TO_F(ta[j]), TO_F(tb[j])));  \
+          break;                                                                                  \
+        default:                                                                                  \
+          for (int j = 0; j < HALF_BLOCK; j++) td[j] = FROM_F(OP_MIN(TO_F(ta[j]), TO_F(tb[j])));  \
+          break;                                                                                  \
+      }                                                                                           \
+      if (m == HALF_BLOCK)                                                                        \
+        memcpy(dst + i, td, sizeof(td));                                                          \
+      else                                                                                        \
+        memcpy(dst + i, td, m * sizeof(uint16_t));                                                \
+    }                                                                                             \
   }
 
 HALF_LOOPS(fp16, zppHalfToFloat, zppFloatToHalf)
 HALF_LOOPS(bf16, zppBf16ToFloat, zppFloatToBf16)
 
-void zppReduce(void* dst, const void* a, const void* b, size_t n, zppDataType_t type,
-               zppRedOp_t op) {
+void zppReduce(void* dst, const void* a, const void* b, size_t n, zppDataType_t type, zppRedOp_t op) {
   switch (type) {
     case zppInt8: reduce_int8_t(dst, a, b, n, op); break;
     case zppUint8: reduce_uint8_t(dst, a, b, n, op); break;
@@ -129,10 +128,10 @@ void zppReduce(void* dst, const void* a, const void* b, size_t n, zppDataType_t 
 }
 
 /* W: a type wide enough for nranks (an int8 cannot hold 200 ranks). */
-#define DIV_LOOP(T, W)                                                    \
-  do {                                                                    \
-    T* p = buf;                                                           \
-    for (size_t i = 0; i < n; i++) p[i] = (T)((W)p[i] / (W)nranks);       \
+#define DIV_LOOP(T, W)                                              \
+  do {                                                              \
+    T* p = buf;                                                     \
+    for (size_t i = 0; i < n; i++) p[i] = (T)((W)p[i] / (W)nranks); \
   } while (0)
 
 void zppReduceFinishAvg(void* buf, size_t n, zppDataType_t type, int nranks) {

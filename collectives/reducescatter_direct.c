@@ -14,7 +14,7 @@
 #include "names.h"
 
 zppResult_t zppCollReduceScatterDirect(zppCollCtx_t* c, const void* in, void* out, size_t total,
-                                   zppDataType_t type, zppRedOp_t op) {
+                                       zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks, r = c->rank;
   const size_t ts = zppDtypeSize(type);
   const size_t mine = zppBlockCount(total, n, r) * ts;

@@ -13,7 +13,7 @@
 #include "names.h"
 
 zppResult_t zppCollReduceScatterRecDoubling(zppCollCtx_t* c, const void* in, void* out, size_t total,
-                                        zppDataType_t type, zppRedOp_t op) {
+                                            zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks, r = c->rank;
   const size_t ts = zppDtypeSize(type);
   /* Slot 0 is the all-reduce's own. */

@@ -35,7 +35,7 @@
 #include "names.h"
 
 zppResult_t zppCollReduceScatterRing(zppCollCtx_t* c, const void* in, void* out, size_t total,
-                                 zppDataType_t type, zppRedOp_t op) {
+                                     zppDataType_t type, zppRedOp_t op) {
   const int n = c->nranks;
   const size_t ts = zppDtypeSize(type);
   const int pos = c->ringPos[c->rank];
@@ -63,8 +63,8 @@ zppResult_t zppCollReduceScatterRing(zppCollCtx_t* c, const void* in, void* out,
   zppP2pReq_t** sendReq[2] = {reqs + 2 * (size_t)nChunks, reqs + 3 * (size_t)nChunks};
 
   /* Block sent in step s; the block received in step s is sent in s+1. */
-#define SEND_BLOCK(s) c->ring[(pos - (s) - 1 + 2 * n) % n]
-#define RECV_BLOCK(s) c->ring[(pos - (s) - 2 + 2 * n) % n]
+#define SEND_BLOCK(s) c->ring[(pos - (s)-1 + 2 * n) % n]
+#define RECV_BLOCK(s) c->ring[(pos - (s)-2 + 2 * n) % n]
 #define CHUNK_OFF(b, k) zppBlockOffset(zppBlockCount(total, n, (b)), nChunks, (k))
 #define CHUNK_LEN(b, k) zppBlockCount(zppBlockCount(total, n, (b)), nChunks, (k))
 #define BUF(s, k) (bufs + ((size_t)((s) % 2) * (size_t)nChunks + (size_t)(k)) * slotElems * ts)
@@ -73,9 +73,8 @@ zppResult_t zppCollReduceScatterRing(zppCollCtx_t* c, const void* in, void* out,
   for (int k = 0; k < nChunks; k++) {
     int rb = RECV_BLOCK(0);
     zppMsgId_t id = zppCollMsg(c, (uint32_t)k);
-    ZPPCHECKGOTO(zppP2pIrecv(c->p2p, prev, BUF(0, k), CHUNK_LEN(rb, k) * ts, &id,
-                             &recvReq[0][k]),
-                 res, out);
+    ZPPCHECKGOTO(zppP2pIrecv(c->p2p, prev, BUF(0, k), CHUNK_LEN(rb, k) * ts, &id, &recvReq[0][k]), res,
+                 out);
   }
   for (int k = 0; k < nChunks; k++) {
     int sb = SEND_BLOCK(0);
@@ -109,9 +108,9 @@ zppResult_t zppCollReduceScatterRing(zppCollCtx_t* c, const void* in, void* out,
       ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, &sendReq[q][k], 1), res, out);
       const int nb = RECV_BLOCK(s + 1);
       zppMsgId_t rid = zppCollMsg(c, (uint32_t)((s + 1) * nChunks + k));
-      ZPPCHECKGOTO(zppP2pIrecv(c->p2p, prev, BUF(s + 1, k), CHUNK_LEN(nb, k) * ts, &rid,
-                               &recvReq[q][k]),
-                   res, out);
+      ZPPCHECKGOTO(
+          zppP2pIrecv(c->p2p, prev, BUF(s + 1, k), CHUNK_LEN(nb, k) * ts, &rid, &recvReq[q][k]), res,
+          out);
     }
   }
   ZPPCHECKGOTO(zppP2pWaitAll(c->p2p, reqs, 4 * nChunks), res, out);

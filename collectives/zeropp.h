@@ -31,25 +31,23 @@ enum { ZPP_ZSCRATCH_PACKED = 0, ZPP_ZSCRATCH_PIPE = 1, ZPP_ZSCRATCH_AUX = 2, ZPP
  * member j gets `bytes` from send + j * sendStride, and this rank receives
  * member i's into recv + i * recvStride. The own slot moves nothing (the
  * caller put its data there). reqs: 2n entries, waited by the caller. */
-zppResult_t zppGroupAllToAllPost(zppCollCtx_t* c, const int* members, int n, int me,
-                                 const void* send, size_t sendStride, void* recv,
-                                 size_t recvStride, size_t bytes, uint32_t step,
-                                 zppP2pReq_t** reqs);
+zppResult_t zppGroupAllToAllPost(zppCollCtx_t* c, const int* members, int n, int me, const void* send,
+                                 size_t sendStride, void* recv, size_t recvStride, size_t bytes,
+                                 uint32_t step, zppP2pReq_t** reqs);
 /* Each member sends the same `bytes` to every other member; member i's
  * lands at recvs[i] with recvBytes[i]. onRecv(arg, i) runs as each arrives
  * (in order of distance from this rank), so decoding overlaps the rest. */
 typedef zppResult_t (*zppGroupRecvFn)(void* arg, int member);
-zppResult_t zppGroupAllGatherV(zppCollCtx_t* c, const int* members, int n, int me,
-                               const void* mine, size_t myBytes, void* const* recvs,
-                               const size_t* recvBytes, uint32_t step, zppGroupRecvFn onRecv,
-                               void* arg);
+zppResult_t zppGroupAllGatherV(zppCollCtx_t* c, const int* members, int n, int me, const void* mine,
+                               size_t myBytes, void* const* recvs, const size_t* recvBytes,
+                               uint32_t step, zppGroupRecvFn onRecv, void* arg);
 
 /* ---- qwZ (qwz.c) ------------------------------------------------------------ */
 
 /* How one rank's shard is cut into chunks and packed: nChunks segments of
  * chunkElems elements (the last one shorter), laid end to end. */
 typedef struct {
-  size_t count;       /* elements of one shard */
+  size_t count; /* elements of one shard */
   zppDataType_t type;
   int bits;
   int block;
@@ -60,12 +58,12 @@ typedef struct {
 } zppQwzLayout_t;
 
 zppResult_t zppCollQwzLayout(size_t count, zppDataType_t type, int bits, int block, size_t chunkElems,
-                         zppQwzLayout_t* l);
+                             zppQwzLayout_t* l);
 /* Quantized all-gather over the node-ordered ring. packedAll (nranks *
  * shardPacked bytes) receives every rank's packed shard; recv the decoded
  * result in l->type. send may be the in-place block of recv. */
 zppResult_t zppCollQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* send, void* recv,
-                      void* packedAll);
+                          void* packedAll);
 /* Decodes one packed shard into out (l->count elements). */
 zppResult_t zppCollQwzDecodeShard(const zppQwzLayout_t* l, const void* packedShard, void* out);
 

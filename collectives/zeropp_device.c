@@ -37,10 +37,10 @@
 #include "lib/transport/nccl.h"
 #include "lib/transport/transports.h"
 
-#define NCCLCHK(call)                                                                   \
-  do {                                                                                  \
-    ncclResult_t nres_ = (call);                                                        \
-    if (nres_ != ncclSuccess && nres_ != ncclInProgress)                                \
+#define NCCLCHK(call)                                                                        \
+  do {                                                                                       \
+    ncclResult_t nres_ = (call);                                                             \
+    if (nres_ != ncclSuccess && nres_ != ncclInProgress)                                     \
       ZPP_FAIL((zppResult_t)nres_, CUDA, "%s failed: %s", #call, ncclGetErrorString(nres_)); \
   } while (0)
 
@@ -105,7 +105,8 @@ static zppResult_t callOpen(struct zppComm* comm, devCall_t* d, void* stream, si
 static zppResult_t callClose(devCall_t* d, zppResult_t res) {
   if (d->k && d->c) {
     if (cudaEventRecord(d->cDone, d->c) == cudaSuccess) (void)cudaStreamWaitEvent(d->k, d->cDone, 0);
-    if (cudaEventRecord(d->kDone, d->k) == cudaSuccess) (void)cudaStreamWaitEvent(d->caller, d->kDone, 0);
+    if (cudaEventRecord(d->kDone, d->k) == cudaSuccess)
+      (void)cudaStreamWaitEvent(d->caller, d->kDone, 0);
   }
   return res;
 }
@@ -121,14 +122,15 @@ static zppResult_t getNccl(struct zppComm* comm, ncclComm_t* out) {
   struct zppNccl* n = NULL;
   ZPPCHECK(zppTransportsGetNccl(comm, &n));
   *out = (ncclComm_t)zppNcclHandle(n);
-  if (*out == NULL) ZPP_FAIL(zppInvalidUsage, CUDA, "%s: the NCCL communicator was aborted", comm->name);
+  if (*out == NULL)
+    ZPP_FAIL(zppInvalidUsage, CUDA, "%s: the NCCL communicator was aborted", comm->name);
   return zppSuccess;
 }
 
 /* ---- qwZ ------------------------------------------------------------------- */
 
-static zppResult_t qwzIssue(devCall_t* d, ncclComm_t nc, int rank, int W, const char* send,
-                            char* recv, const zppQwzLayout_t* l) {
+static zppResult_t qwzIssue(devCall_t* d, ncclComm_t nc, int rank, int W, const char* send, char* recv,
+                            const zppQwzLayout_t* l) {
   const size_t ts = zppDtypeSize(l->type);
   char* base = d->scratch;
   for (int ch = 0; ch < l->nChunks; ch++) {
@@ -137,7 +139,8 @@ static zppResult_t qwzIssue(devCall_t* d, ncclComm_t nc, int rank, int W, const 
     size_t P = zppQuantPackedSize(cnt, l->bits, l->block);
     /* Chunk ch of every shard side by side: one in-place all-gather. */
     char* slab = base + (size_t)W * (size_t)ch * l->chunkPacked;
-    ZPPCHECK(zppQuantizeCuda(send + off * ts, l->type, cnt, l->bits, l->block, slab + (size_t)rank * P, d->k));
+    ZPPCHECK(zppQuantizeCuda(send + off * ts, l->type, cnt, l->bits, l->block, slab + (size_t)rank * P,
+                             d->k));
     ZPPCHECK(after(d->c, d->k, d->ev[1 + ch % NSLOTS]));
     NCCLCHK(ncclAllGather(slab + (size_t)rank * P, slab, P, ncclUint8, nc, d->c));
     ZPPCHECK(after(d->k, d->c, d->ev[1 + NSLOTS + ch % NSLOTS]));
@@ -180,7 +183,7 @@ typedef struct {
   owners_t owners;
   size_t ts, ce, rc;
   int nChunks;
-  size_t P;      /* packed bytes of a full chunk (slot size unit) */
+  size_t P; /* packed bytes of a full chunk (slot size unit) */
   char* q[NSLOTS];
   char* a1[NSLOTS];
   char* r[NSLOTS];
@@ -194,8 +197,8 @@ static size_t chunkLen(const qgzDev_t* g, int ch) {
 
 /* Grouped exchange among `n` peers: region i of send to peer i, region i of
  * recv from peer i; the own region is copied on the same stream. */
-static zppResult_t exchange(qgzDev_t* g, const int* peers, int n, int me, const char* send,
-                            char* recv, size_t bytes) {
+static zppResult_t exchange(qgzDev_t* g, const int* peers, int n, int me, const char* send, char* recv,
+                            size_t bytes) {
   CUDACHECK(cudaMemcpyAsync(recv + (size_t)me * bytes, send + (size_t)me * bytes, bytes,
                             cudaMemcpyDeviceToDevice, g->d->c));
   if (n == 1) return zppSuccess;
@@ -206,8 +209,8 @@ static zppResult_t exchange(qgzDev_t* g, const int* peers, int n, int me, const 
     ncclResult_t r2 = ncclRecv(recv + (size_t)i * bytes, bytes, ncclUint8, peers[i], g->nc, g->d->c);
     if (r1 != ncclSuccess || r2 != ncclSuccess) {
       (void)ncclGroupEnd();
-      ZPP_FAIL((zppResult_t)(r1 != ncclSuccess ? r1 : r2), CUDA, "qgZ: ncclSend/ncclRecv with rank %d failed",
-               peers[i]);
+      ZPP_FAIL((zppResult_t)(r1 != ncclSuccess ? r1 : r2), CUDA,
+               "qgZ: ncclSend/ncclRecv with rank %d failed", peers[i]);
     }
   }
   NCCLCHK(ncclGroupEnd());
@@ -235,13 +238,13 @@ static zppResult_t qgzStage1(qgzDev_t* g, int ch) {
     ZPPCHECK(zppQuantizeReorderedCuda(in, a->type, len, g->rc, W, g->L, a->bits, a->block, g->q[s],
                                       g->d->k));
   else if (g->owners == OWNERS_IN_TURN) /* one "node" of W: segment k is partition k */
-    ZPPCHECK(zppQuantizeReorderedCuda(in, a->type, len, g->rc, W, 1, a->bits, a->block, g->q[s],
-                                      g->d->k));
+    ZPPCHECK(
+        zppQuantizeReorderedCuda(in, a->type, len, g->rc, W, 1, a->bits, a->block, g->q[s], g->d->k));
   else
     for (int k = 0; k < W; k++) {
       int owner = g->nodeRanks[k % g->N][k / g->N];
-      ZPPCHECK(zppQuantizeReorderedCuda(in + (size_t)owner * g->rc * g->ts, a->type, len, g->rc, 1,
-                                        1, a->bits, a->block, g->q[s] + (size_t)k * P, g->d->k));
+      ZPPCHECK(zppQuantizeReorderedCuda(in + (size_t)owner * g->rc * g->ts, a->type, len, g->rc, 1, 1,
+                                        a->bits, a->block, g->q[s] + (size_t)k * P, g->d->k));
     }
   ZPPCHECK(after(g->d->c, g->d->k, g->d->ev[1 + s]));
   if (g->L == 1 && g->N > 1) return zppSuccess; /* no intra hop: stage 2 sends q across */
@@ -258,10 +261,12 @@ static zppResult_t qgzStage2(qgzDev_t* g, int ch) {
   if (L > 1 || N == 1) {
     ZPPCHECK(after(g->d->k, g->d->c, g->d->ev[1 + NSLOTS + s]));
     if (N == 1)
-      return zppDequantizeSumCuda(g->a1[s], P, L, len, a->bits, a->block, divisor, out, a->type, g->d->k);
+      return zppDequantizeSumCuda(g->a1[s], P, L, len, a->bits, a->block, divisor, out, a->type,
+                                  g->d->k);
     for (int n = 0; n < N; n++)
       ZPPCHECK(zppQuantReduceRequantCuda(g->a1[s] + (size_t)n * P, (size_t)N * P, L, len, a->bits,
-                                         a->block, a->bits, a->block, g->r[s] + (size_t)n * P, g->d->k));
+                                         a->block, a->bits, a->block, g->r[s] + (size_t)n * P,
+                                         g->d->k));
     ZPPCHECK(after(g->d->c, g->d->k, g->d->ev[1 + s]));
     across = g->r[s];
   }
@@ -282,7 +287,8 @@ static zppResult_t qgzStage3(qgzDev_t* g, int ch) {
   ZPPCHECK(after(g->d->k, g->d->c, g->d->ev[1 + NSLOTS + s]));
   float divisor = a->op == zppAvg ? (float)(g->N * g->L) : 1.0f;
   char* out = (char*)a->recv[g->t] + (size_t)ch * g->ce * g->ts;
-  return zppDequantizeSumCuda(g->a2[s], P, g->N, len, a->bits, a->block, divisor, out, a->type, g->d->k);
+  return zppDequantizeSumCuda(g->a2[s], P, g->N, len, a->bits, a->block, divisor, out, a->type,
+                              g->d->k);
 }
 
 zppResult_t zppZeroppDeviceQgz(struct zppComm* comm, const zppQgzArgs_t* a, void* stream) {

@@ -16,7 +16,6 @@
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
 
-
 /* ---- qwZ job ------------------------------------------------------------------ */
 
 static zppResult_t qwzJob(struct zppComm* comm, void* arg) {
@@ -26,8 +25,8 @@ static zppResult_t qwzJob(struct zppComm* comm, void* arg) {
   ZPPCHECK(zppCollBegin(comm, a->kind, &c));
   zppCollSign(&c, a->type, -1, vals, 3);
   zppQwzLayout_t l;
-  zppResult_t res =
-      zppCollQwzLayout(a->count, a->type, a->bits, a->block, zppCollChunkElems(&c, a->type, a->block, 1), &l);
+  zppResult_t res = zppCollQwzLayout(a->count, a->type, a->bits, a->block,
+                                     zppCollChunkElems(&c, a->type, a->block, 1), &l);
   if (res == zppSuccess) {
     void* packed = zppCollScratch(&c, ZPP_ZSCRATCH_PACKED, (size_t)c.nranks * l.shardPacked);
     if (packed == NULL) {

@@ -37,16 +37,16 @@ zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args, zp
 
 struct zppParam {
   struct zppComm* comm;
-  size_t count;       /* shard elements */
+  size_t count; /* shard elements */
   zppDataType_t type;
-  int bits;           /* 0: plain gathers, the secondary holds raw shards */
+  int bits; /* 0: plain gathers, the secondary holds raw shards */
   int block;
   zppQwzLayout_t layout; /* bits != 0 */
-  size_t shardBytes;  /* one shard as the secondary holds it (packed or raw) */
-  int groupSize;      /* ranks of the hpZ group; 0: no usable group (global fallback) */
-  int groupPos;       /* this rank's position in it */
-  int* members;       /* [groupSize] ranks of the group */
-  int shardLo;        /* first shard this rank's secondary holds */
+  size_t shardBytes;     /* one shard as the secondary holds it (packed or raw) */
+  int groupSize;         /* ranks of the hpZ group; 0: no usable group (global fallback) */
+  int groupPos;          /* this rank's position in it */
+  int* members;          /* [groupSize] ranks of the group */
+  int shardLo;           /* first shard this rank's secondary holds */
   int shardCnt;
   void* secondary;
   size_t secondaryBytes;

@@ -17,9 +17,7 @@ static _Atomic uintptr_t table[BUCKETS][SLOTS];
 static pthread_mutex_t writeLock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Handles are malloc'ed: 16-byte aligned, so the kind fits the low bits. */
-static uintptr_t entry(const void* h, zppHandleKind_t kind) {
-  return (uintptr_t)h | (uintptr_t)kind;
-}
+static uintptr_t entry(const void* h, zppHandleKind_t kind) { return (uintptr_t)h | (uintptr_t)kind; }
 
 static void buckets(const void* h, unsigned* b1, unsigned* b2) {
   uint64_t x = (uint64_t)(uintptr_t)h >> 4;
@@ -34,8 +32,7 @@ static _Atomic uintptr_t* find(const void* h, zppHandleKind_t kind) {
   uintptr_t want = entry(h, kind);
   for (int k = 0; k < 2; k++)
     for (int i = 0; i < SLOTS; i++)
-      if (atomic_load_explicit(&table[b[k]][i], memory_order_acquire) == want)
-        return &table[b[k]][i];
+      if (atomic_load_explicit(&table[b[k]][i], memory_order_acquire) == want) return &table[b[k]][i];
   return NULL;
 }
 
@@ -65,6 +62,4 @@ int zppHandleUnregister(const void* h, zppHandleKind_t kind) {
   return slot != NULL;
 }
 
-int zppHandleIsLive(const void* h, zppHandleKind_t kind) {
-  return h != NULL && find(h, kind) != NULL;
-}
+int zppHandleIsLive(const void* h, zppHandleKind_t kind) { return h != NULL && find(h, kind) != NULL; }

@@ -56,8 +56,8 @@ int zppLauncherEnvRead(zppLauncherEnv_t* e, char* err, size_t errLen) {
       return -1;
     }
     if (t.rank < 0 || t.rank >= t.nranks) {
-      snprintf(err, errLen, "%s=%d out of range 0..%d (%s=%d)", launchers[i].rank, t.rank,
-               t.nranks - 1, launchers[i].size, t.nranks);
+      snprintf(err, errLen, "%s=%d out of range 0..%d (%s=%d)", launchers[i].rank, t.rank, t.nranks - 1,
+               launchers[i].size, t.nranks);
       return -1;
     }
     *e = t;
@@ -157,19 +157,20 @@ static int slurmHost(const zppLauncherEnv_t* e, zppLauncherRoot_t* r, char* err,
   const char* list = getenv("SLURM_STEP_NODELIST");
   const char* dist = getenv("SLURM_DISTRIBUTION");
   if (list == NULL || list[0] == '\0') {
-    snprintf(err, errLen, "MASTER_ADDR is not set, nor SLURM_STEP_NODELIST (srun sets it): set "
-                          "MASTER_ADDR to task 0's host, or ZPP_ROOT=host:port");
+    snprintf(err, errLen,
+             "MASTER_ADDR is not set, nor SLURM_STEP_NODELIST (srun sets it): set "
+             "MASTER_ADDR to task 0's host, or ZPP_ROOT=host:port");
     return -1;
   }
   if (dist && strncmp(dist, "arbitrary", 9) == 0) {
-    snprintf(err, errLen, "SLURM_DISTRIBUTION=%s: task 0 need not run on the first node of "
-                          "SLURM_STEP_NODELIST; set MASTER_ADDR to its host, or ZPP_ROOT=host:port",
+    snprintf(err, errLen,
+             "SLURM_DISTRIBUTION=%s: task 0 need not run on the first node of "
+             "SLURM_STEP_NODELIST; set MASTER_ADDR to its host, or ZPP_ROOT=host:port",
              dist);
     return -1;
   }
   if (zppSlurmFirstHost(list, r->host, sizeof(r->host)) != 0) {
-    snprintf(err, errLen, "SLURM_STEP_NODELIST='%s' is not a Slurm host list; set MASTER_ADDR",
-             list);
+    snprintf(err, errLen, "SLURM_STEP_NODELIST='%s' is not a Slurm host list; set MASTER_ADDR", list);
     return -1;
   }
   r->hostFrom = "SLURM_STEP_NODELIST";
@@ -177,9 +178,10 @@ static int slurmHost(const zppLauncherEnv_t* e, zppLauncherRoot_t* r, char* err,
    * until the timeout: say it at once. */
   const char* node = getenv("SLURMD_NODENAME");
   if (e->rank == 0 && node && node[0] && strcmp(node, r->host) != 0) {
-    snprintf(err, errLen, "task 0 runs on %s (SLURMD_NODENAME), not on %s, the first node of "
-                          "SLURM_STEP_NODELIST='%s' (SLURM_DISTRIBUTION=%s): set MASTER_ADDR to "
-                          "task 0's host, or ZPP_ROOT=host:port",
+    snprintf(err, errLen,
+             "task 0 runs on %s (SLURMD_NODENAME), not on %s, the first node of "
+             "SLURM_STEP_NODELIST='%s' (SLURM_DISTRIBUTION=%s): set MASTER_ADDR to "
+             "task 0's host, or ZPP_ROOT=host:port",
              node, r->host, list, dist ? dist : "(unset)");
     return -1;
   }
@@ -215,8 +217,9 @@ int zppLauncherRootRead(const zppLauncherEnv_t* e, int needPort, zppLauncherRoot
   } else if (slurm) {
     if (slurmHost(e, r, err, errLen) != 0) return -1;
   } else {
-    snprintf(err, errLen, "MASTER_ADDR is not set: torchrun sets it; under mpirun export "
-                          "MASTER_ADDR and MASTER_PORT, or ZPP_ROOT=host:port");
+    snprintf(err, errLen,
+             "MASTER_ADDR is not set: torchrun sets it; under mpirun export "
+             "MASTER_ADDR and MASTER_PORT, or ZPP_ROOT=host:port");
     return -1;
   }
   if (port && port[0]) {
@@ -243,8 +246,9 @@ int zppLauncherRootRead(const zppLauncherEnv_t* e, int needPort, zppLauncherRoot
   const char* job = getenv("SLURM_JOB_ID");
   const char* step = getenv("SLURM_STEP_ID");
   if (job == NULL || job[0] == '\0' || step == NULL || step[0] == '\0') {
-    snprintf(err, errLen, "MASTER_PORT is not set, nor SLURM_JOB_ID and SLURM_STEP_ID to derive "
-                          "one from: set MASTER_PORT, or ZPP_ROOT=host:port");
+    snprintf(err, errLen,
+             "MASTER_PORT is not set, nor SLURM_JOB_ID and SLURM_STEP_ID to derive "
+             "one from: set MASTER_PORT, or ZPP_ROOT=host:port");
     return -1;
   }
   r->port = zppSlurmPort(job, step);

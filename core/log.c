@@ -101,7 +101,8 @@ static void logInit(void) {
       if (end != level && *end == '\0' && v >= 0 && v <= ZPP_LOG_TRACE) {
         logLevel = (zppLogLevel_t)v;
       } else {
-        fprintf(stderr, "zpp: ZPP_DEBUG='%s' is not one of NONE ERROR WARN INFO DEBUG TRACE; using WARN\n",
+        fprintf(stderr,
+                "zpp: ZPP_DEBUG='%s' is not one of NONE ERROR WARN INFO DEBUG TRACE; using WARN\n",
                 level);
       }
     }

@@ -50,10 +50,10 @@ void zppLogWrite(zppLogLevel_t level, zppLogSubsys_t subsys, const char* file, i
 
 /* Errors always reach zppLogWrite, even when the level hides them, so that
  * zppLogLastError() has the reason behind a failed call. */
-#define ZPP_LOG_(level, subsys, ...)                                      \
-  do {                                                                    \
-    if ((level) == ZPP_LOG_ERROR || zppLogEnabled((level), (subsys)))     \
-      zppLogWrite((level), (subsys), __FILE__, __LINE__, __VA_ARGS__);    \
+#define ZPP_LOG_(level, subsys, ...)                                   \
+  do {                                                                 \
+    if ((level) == ZPP_LOG_ERROR || zppLogEnabled((level), (subsys)))  \
+      zppLogWrite((level), (subsys), __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 
 #define ZPP_ERR(subsys, ...) ZPP_LOG_(ZPP_LOG_ERROR, ZPP_SUBSYS_##subsys, __VA_ARGS__)

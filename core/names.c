@@ -9,25 +9,30 @@ static const struct {
   const char* shortName;
   size_t size;
 } dtypes[zppNumTypes] = {
-    [zppInt8] = {"int8", "int8", 1},          [zppUint8] = {"uint8", "uint8", 1},
-    [zppInt32] = {"int32", "int32", 4},       [zppUint32] = {"uint32", "uint32", 4},
-    [zppInt64] = {"int64", "int64", 8},       [zppUint64] = {"uint64", "uint64", 8},
-    [zppFloat16] = {"float16", "fp16", 2},    [zppFloat32] = {"float32", "fp32", 4},
-    [zppFloat64] = {"float64", "fp64", 8},    [zppBfloat16] = {"bfloat16", "bf16", 2},
+    [zppInt8] = {"int8", "int8", 1},       [zppUint8] = {"uint8", "uint8", 1},
+    [zppInt32] = {"int32", "int32", 4},    [zppUint32] = {"uint32", "uint32", 4},
+    [zppInt64] = {"int64", "int64", 8},    [zppUint64] = {"uint64", "uint64", 8},
+    [zppFloat16] = {"float16", "fp16", 2}, [zppFloat32] = {"float32", "fp32", 4},
+    [zppFloat64] = {"float64", "fp64", 8}, [zppBfloat16] = {"bfloat16", "bf16", 2},
 };
 
 /* The C and NCCL names beside ours. */
 static const struct {
   const char* name;
   zppDataType_t type;
-} dtypeAliases[] = {{"char", zppInt8}, {"int", zppInt32}, {"half", zppFloat16},
-                    {"float", zppFloat32}, {"double", zppFloat64}};
+} dtypeAliases[] = {{"char", zppInt8},
+                    {"int", zppInt32},
+                    {"half", zppFloat16},
+                    {"float", zppFloat32},
+                    {"double", zppFloat64}};
 
 static int validType(zppDataType_t t) { return (int)t >= 0 && t < zppNumTypes; }
 
 size_t zppDtypeSize(zppDataType_t type) { return validType(type) ? dtypes[type].size : 0; }
 const char* zppDtypeName(zppDataType_t type) { return validType(type) ? dtypes[type].name : "?"; }
-const char* zppDtypeShortName(zppDataType_t type) { return validType(type) ? dtypes[type].shortName : "?"; }
+const char* zppDtypeShortName(zppDataType_t type) {
+  return validType(type) ? dtypes[type].shortName : "?";
+}
 
 int zppDtypeParse(const char* text, zppDataType_t* type) {
   if (text == NULL) return -1;
@@ -62,10 +67,14 @@ static const struct {
   const char* name;
   const char* call;
 } kinds[zppNumOpKinds] = {
-    [zppOpAllGather] = {"allgather", "AllGather"}, [zppOpReduceScatter] = {"reducescatter", "ReduceScatter"},
-    [zppOpAllReduce] = {"allreduce", "AllReduce"}, [zppOpAllToAll] = {"alltoall", "AllToAll"},
-    [zppOpBroadcast] = {"broadcast", "Broadcast"}, [zppOpQwZ] = {"qwz", "QwZ"},
-    [zppOpHpZ] = {"hpz", "HpZ"},                   [zppOpQgZ] = {"qgz", "QgZ"},
+    [zppOpAllGather] = {"allgather", "AllGather"},
+    [zppOpReduceScatter] = {"reducescatter", "ReduceScatter"},
+    [zppOpAllReduce] = {"allreduce", "AllReduce"},
+    [zppOpAllToAll] = {"alltoall", "AllToAll"},
+    [zppOpBroadcast] = {"broadcast", "Broadcast"},
+    [zppOpQwZ] = {"qwz", "QwZ"},
+    [zppOpHpZ] = {"hpz", "HpZ"},
+    [zppOpQgZ] = {"qgz", "QgZ"},
 };
 
 static int validKind(zppOpKind_t k) { return (int)k >= 0 && k < zppNumOpKinds; }

@@ -163,8 +163,8 @@ zppResult_t zppEnvGetBool(const char* name, int* value) {
              strcasecmp(text, "off") == 0) {
     *value = 0;
   } else {
-    ZPP_FAIL(zppInvalidArgument, ENV, "%s='%s' is not a boolean (0/1, true/false, yes/no, on/off)", name,
-             text);
+    ZPP_FAIL(zppInvalidArgument, ENV, "%s='%s' is not a boolean (0/1, true/false, yes/no, on/off)",
+             name, text);
   }
   return zppSuccess;
 }

@@ -28,10 +28,22 @@ const char* mlpLayerName(int layer) {
 /* in and out of a fully connected layer (the embedding has no such shape). */
 static void mlpDims(const mlpShape_t* s, int layer, int* in, int* out) {
   switch (layer) {
-    case MLP_FC1: *in = s->context * s->embed; *out = s->hidden; break;
-    case MLP_FC2: *in = s->hidden; *out = s->hidden; break;
-    case MLP_OUT: *in = s->hidden; *out = s->vocab; break;
-    default: *in = s->vocab; *out = s->embed; break; /* the table: V rows of E */
+    case MLP_FC1:
+      *in = s->context * s->embed;
+      *out = s->hidden;
+      break;
+    case MLP_FC2:
+      *in = s->hidden;
+      *out = s->hidden;
+      break;
+    case MLP_OUT:
+      *in = s->hidden;
+      *out = s->vocab;
+      break;
+    default:
+      *in = s->vocab;
+      *out = s->embed;
+      break; /* the table: V rows of E */
   }
 }
 
@@ -136,8 +148,8 @@ static inline float mlpDot(const float* restrict a, const float* restrict b, int
 
 /* Y[b][o] = bias[o] + X[b] . W[o]: a sample's output depends on that sample
  * and W only, whatever else is in the slice. */
-MLP_HOT static void mlpLinear(const float* X, int n, int in, const float* W, const float* bias,
-                              int out, float* Y) {
+MLP_HOT static void mlpLinear(const float* X, int n, int in, const float* W, const float* bias, int out,
+                              float* Y) {
   for (int o0 = 0; o0 < out; o0 += MLP_ROW_BLOCK) {
     int o1 = o0 + MLP_ROW_BLOCK < out ? o0 + MLP_ROW_BLOCK : out;
     for (int b = 0; b < n; b++) {

@@ -23,7 +23,7 @@
 #define TR_MAX_RUNS 4
 
 typedef struct {
-  int forkRanks;          /* -N: fork this many local ranks (0: launcher or one rank) */
+  int forkRanks;                  /* -N: fork this many local ranks (0: launcher or one rank) */
   int layoutNodes, layoutPerNode; /* --layout NxL (0: none) */
   int plain, zeropp, compare;     /* which runs: plain, ZeRO++, or both */
   int compareOverlap;             /* both, each with and without overlap */
@@ -51,11 +51,11 @@ typedef struct {
   zcOptions_t opt;
   int overlap;
   int nsteps;
-  double* loss;     /* global mean loss of each step's batch */
-  double* time;     /* seconds per step, slowest rank */
-  double* busy;     /* rank 0's communication busy time per step */
-  double* exposed;  /* rank 0's time inside communication calls per step */
-  double* compute;  /* rank 0's compute time per step */
+  double* loss;    /* global mean loss of each step's batch */
+  double* time;    /* seconds per step, slowest rank */
+  double* busy;    /* rank 0's communication busy time per step */
+  double* exposed; /* rank 0's time inside communication calls per step */
+  double* compute; /* rank 0's compute time per step */
   int nevals;
   int* evalStep;
   double* evalLoss;
@@ -63,7 +63,7 @@ typedef struct {
   /* means over ranks and steps */
   double busyMean, exposedMean, computeMean, hiddenShare;
   double intraBytes[zppNumOpKinds], interBytes[zppNumOpKinds]; /* per step, summed over ranks */
-  size_t secondaryBytes; /* rank 0 */
+  size_t secondaryBytes;                                       /* rank 0 */
   char* sampleText;
 } trRun_t;
 
@@ -81,8 +81,8 @@ typedef struct {
  * the communicator is aborted (env->comm becomes NULL) and the sessions are
  * left for the process's exit. */
 typedef struct trSession trSession_t;
-int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, int overlap,
-                  trRun_t* run, trSession_t** out);
+int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, int overlap, trRun_t* run,
+                  trSession_t** out);
 /* Up to count more steps (fewer at the end). */
 int trSessionSteps(const trArgs_t* a, trEnv_t* env, trSession_t* s, int count);
 int trSessionClose(const trArgs_t* a, trEnv_t* env, trSession_t* s);
@@ -94,8 +94,7 @@ void trPrintStep(const trArgs_t* a, const trRun_t* run, int step);
 void trPrintSummary(const trArgs_t* a, const trEnv_t* env, const trRun_t* runs, int nruns);
 int trWriteJson(const char* path, const trArgs_t* a, const trEnv_t* env, const trRun_t* runs,
                 int nruns);
-int trWriteSvg(const char* path, const trArgs_t* a, const trEnv_t* env, const trRun_t* runs,
-               int nruns);
+int trWriteSvg(const char* path, const trArgs_t* a, const trEnv_t* env, const trRun_t* runs, int nruns);
 const char* trTypeName(zppDataType_t t);
 
 /* The rank's error, in one line with the library's reason. */

@@ -47,8 +47,10 @@ int tdLoad(const char* path, size_t minTokens, tdCorpus_t* c, char* err, size_t 
   size_t ntrain = n / 10 * 9;
   if (n - ntrain < minTokens || ntrain < minTokens) {
     free(buf);
-    tdErr(err, errlen, "the corpus %s has %zu bytes: too short for a context of this size "
-          "(each of its 90%% / 10%% parts needs at least %zu)", path, n, minTokens);
+    tdErr(err, errlen,
+          "the corpus %s has %zu bytes: too short for a context of this size "
+          "(each of its 90%% / 10%% parts needs at least %zu)",
+          path, n, minTokens);
     return -1;
   }
   int seen[256] = {0};

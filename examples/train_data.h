@@ -32,7 +32,6 @@ void tdTrainBatch(const tdCorpus_t* c, int context, uint64_t seed, long step, in
 
 /* Samples [first, first + count) of the fixed held-out set of total
  * windows, spread evenly over the held-out part. */
-void tdEvalBatch(const tdCorpus_t* c, int context, int total, int first, int count, int* ctx,
-                 int* tgt);
+void tdEvalBatch(const tdCorpus_t* c, int context, int total, int first, int count, int* ctx, int* tgt);
 
 #endif /* ZPP_EXAMPLE_TRAIN_DATA_H_ */

@@ -40,11 +40,12 @@ void trPrintHeader(const trArgs_t* a, const trEnv_t* env, const trRun_t* run) {
   printf("zpp-train: %s, %d rank%s on %d node%s, %s weights and gradients, %s overlap\n", mode,
          env->nranks, env->nranks == 1 ? "" : "s", env->topo.nNodes, env->topo.nNodes == 1 ? "" : "s",
          trTypeName(a->type), run->overlap ? "with" : "without");
-  printf("zpp-train: char MLP V=%d C=%d E=%d H=%d: %zu parameters (%.2f MB as %s), batch %d "
-         "(%d per rank), %d steps, lr %g, seed %llu\n",
-         env->shape.vocab, env->shape.context, env->shape.embed, env->shape.hidden, params,
-         (double)params * (double)zppTypeSize(a->type) / 1e6, trTypeName(a->type), a->batch,
-         a->batch / env->nranks, a->steps, a->lr, (unsigned long long)a->seed);
+  printf(
+      "zpp-train: char MLP V=%d C=%d E=%d H=%d: %zu parameters (%.2f MB as %s), batch %d "
+      "(%d per rank), %d steps, lr %g, seed %llu\n",
+      env->shape.vocab, env->shape.context, env->shape.embed, env->shape.hidden, params,
+      (double)params * (double)zppTypeSize(a->type) / 1e6, trTypeName(a->type), a->batch,
+      a->batch / env->nranks, a->steps, a->lr, (unsigned long long)a->seed);
   printf("%-11s %6s %12s %10s %12s %12s %12s\n", "run", "step", "loss", "ms/step", "comm busy ms",
          "exposed ms", "compute ms");
   fflush(stdout);
@@ -71,12 +72,13 @@ void trPrintSummary(const trArgs_t* a, const trEnv_t* env, const trRun_t* runs, 
     const trRun_t* r = &runs[i];
     char mode[96];
     trModeLabel(r, mode, sizeof mode);
-    printf("zpp-train: %s: final loss %.6f (step %d), held-out loss %.6f; step %.1f ms median "
-           "(%.1f mean); communication per step %.1f ms busy, %.1f ms exposed: %.0f%% hidden; "
-           "%.2f MB across nodes per step (all ranks)\n",
-           mode, r->nsteps > 0 ? r->loss[r->nsteps - 1] : NAN, r->nsteps,
-           r->nevals > 0 ? r->evalLoss[r->nevals - 1] : NAN, 1e3 * r->medianStep, 1e3 * r->meanStep,
-           1e3 * r->busyMean, 1e3 * r->exposedMean, 100.0 * r->hiddenShare, trInterTotal(r) / 1e6);
+    printf(
+        "zpp-train: %s: final loss %.6f (step %d), held-out loss %.6f; step %.1f ms median "
+        "(%.1f mean); communication per step %.1f ms busy, %.1f ms exposed: %.0f%% hidden; "
+        "%.2f MB across nodes per step (all ranks)\n",
+        mode, r->nsteps > 0 ? r->loss[r->nsteps - 1] : NAN, r->nsteps,
+        r->nevals > 0 ? r->evalLoss[r->nevals - 1] : NAN, 1e3 * r->medianStep, 1e3 * r->meanStep,
+        1e3 * r->busyMean, 1e3 * r->exposedMean, 100.0 * r->hiddenShare, trInterTotal(r) / 1e6);
     if (r->sampleText != NULL) printf("zpp-train: %s: sample: %s\n", r->mode, r->sampleText);
   }
   /* Runs come in pairs (plain, ZeRO++), with overlap first. */
@@ -85,10 +87,11 @@ void trPrintSummary(const trArgs_t* a, const trEnv_t* env, const trRun_t* runs, 
     if (!(z->medianStep > 0) || p->nsteps == 0 || z->nsteps == 0) continue;
     double l0 = p->loss[p->nsteps - 1], l1 = z->loss[z->nsteps - 1];
     double v0 = p->evalLoss[p->nevals - 1], v1 = z->evalLoss[z->nevals - 1];
-    printf("zpp-train: ZeRO++ against plain%s: step time %.2fx faster (median %.1f / %.1f ms); "
-           "final loss %+.2f%%, held-out loss %+.2f%%\n", p->overlap ? "" : " without overlap",
-           p->medianStep / z->medianStep, 1e3 * p->medianStep, 1e3 * z->medianStep,
-           100.0 * (l1 - l0) / l0, 100.0 * (v1 - v0) / v0);
+    printf(
+        "zpp-train: ZeRO++ against plain%s: step time %.2fx faster (median %.1f / %.1f ms); "
+        "final loss %+.2f%%, held-out loss %+.2f%%\n",
+        p->overlap ? "" : " without overlap", p->medianStep / z->medianStep, 1e3 * p->medianStep,
+        1e3 * z->medianStep, 100.0 * (l1 - l0) / l0, 100.0 * (v1 - v0) / v0);
   }
   if (nruns == 4 && runs[0].medianStep > 0 && runs[1].medianStep > 0)
     printf("zpp-train: overlap against none: plain %.2fx, ZeRO++ %.2fx faster\n",
@@ -102,18 +105,24 @@ static void trJsonString(FILE* f, const char* s) {
   fputc('"', f);
   for (; *s; s++) {
     unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-    else if (ch == '\n') fputs("\\n", f);
-    else if (ch < 0x20 || ch >= 0x7f) fprintf(f, "\\u%04x", ch);
-    else fputc(ch, f);
+    if (ch == '"' || ch == '\\')
+      fprintf(f, "\\%c", ch);
+    else if (ch == '\n')
+      fputs("\\n", f);
+    else if (ch < 0x20 || ch >= 0x7f)
+      fprintf(f, "\\u%04x", ch);
+    else
+      fputc(ch, f);
   }
   fputc('"', f);
 }
 
 /* JSON has no NaN or Infinity: null stands for them. */
 static void trJsonNum(FILE* f, double v) {
-  if (isfinite(v)) fprintf(f, "%.17g", v);
-  else fputs("null", f);
+  if (isfinite(v))
+    fprintf(f, "%.17g", v);
+  else
+    fputs("null", f);
 }
 
 static void trJsonRun(FILE* f, const trRun_t* r) {
@@ -128,8 +137,10 @@ static void trJsonRun(FILE* f, const trRun_t* r) {
   for (int s = 0; s < r->nsteps; s++) {
     fprintf(f, "       {\"step\": %d, \"loss\": ", s + 1);
     trJsonNum(f, r->loss[s]);
-    fprintf(f, ", \"time_s\": %.6f, \"comm_busy_s\": %.6f, \"comm_exposed_s\": %.6f, \"compute_s\": %.6f}%s\n",
-            r->time[s], r->busy[s], r->exposed[s], r->compute[s], s + 1 < r->nsteps ? "," : "");
+    fprintf(
+        f,
+        ", \"time_s\": %.6f, \"comm_busy_s\": %.6f, \"comm_exposed_s\": %.6f, \"compute_s\": %.6f}%s\n",
+        r->time[s], r->busy[s], r->exposed[s], r->compute[s], s + 1 < r->nsteps ? "," : "");
   }
   fprintf(f, "     ],\n     \"evals\": [");
   for (int e = 0; e < r->nevals; e++) {
@@ -142,11 +153,13 @@ static void trJsonRun(FILE* f, const trRun_t* r) {
   fprintf(f, ", \"final_val_loss\": ");
   trJsonNum(f, r->nevals > 0 ? r->evalLoss[r->nevals - 1] : NAN);
   fprintf(f, ",\n     \"median_step_s\": %.6f, \"mean_step_s\": %.6f,\n", r->medianStep, r->meanStep);
-  fprintf(f, "     \"comm_busy_s_per_step\": %.6f, \"comm_exposed_s_per_step\": %.6f, "
-             "\"compute_s_per_step\": %.6f, \"hidden_share\": %.4f,\n",
+  fprintf(f,
+          "     \"comm_busy_s_per_step\": %.6f, \"comm_exposed_s_per_step\": %.6f, "
+          "\"compute_s_per_step\": %.6f, \"hidden_share\": %.4f,\n",
           r->busyMean, r->exposedMean, r->computeMean, r->hiddenShare);
-  fprintf(f, "     \"secondary_bytes\": %zu,\n     \"bytes_per_step\": {\"inter_node\": %.0f, \"by_op\": {",
-          r->secondaryBytes, trInterTotal(r));
+  fprintf(
+      f, "     \"secondary_bytes\": %zu,\n     \"bytes_per_step\": {\"inter_node\": %.0f, \"by_op\": {",
+      r->secondaryBytes, trInterTotal(r));
   int first = 1;
   for (int k = 0; k < zppNumOpKinds; k++) {
     if (r->intraBytes[k] == 0 && r->interBytes[k] == 0) continue;
@@ -171,19 +184,23 @@ int trWriteJson(const char* path, const trArgs_t* a, const trEnv_t* env, const t
   }
   const mlpShape_t* s = &env->shape;
   fprintf(f, "{\n  \"tool\": \"zpp-train\", \"format\": 1,\n");
-  fprintf(f, "  \"ranks\": %d, \"nodes\": %d, \"ranks_per_node\": %d, \"uniform\": %s, \"launcher\": \"%s\",\n",
+  fprintf(f,
+          "  \"ranks\": %d, \"nodes\": %d, \"ranks_per_node\": %d, \"uniform\": %s, \"launcher\": "
+          "\"%s\",\n",
           env->nranks, env->topo.nNodes, env->topo.localSize, env->topo.uniform ? "true" : "false",
           env->launcher);
-  fprintf(f, "  \"model\": {\"kind\": \"char-mlp\", \"vocab\": %d, \"context\": %d, \"embed\": %d, "
-             "\"hidden\": %d, \"params\": %zu, \"layers\": [",
+  fprintf(f,
+          "  \"model\": {\"kind\": \"char-mlp\", \"vocab\": %d, \"context\": %d, \"embed\": %d, "
+          "\"hidden\": %d, \"params\": %zu, \"layers\": [",
           s->vocab, s->context, s->embed, s->hidden, mlpTotalParams(s));
   for (int l = 0; l < MLP_NLAYERS; l++)
     fprintf(f, "%s{\"name\": \"%s\", \"params\": %zu}", l ? ", " : "", mlpLayerName(l),
             mlpLayerParams(s, l));
   fprintf(f, "]},\n  \"train\": {\"data\": ");
   trJsonString(f, a->data);
-  fprintf(f, ", \"data_bytes\": %zu, \"steps\": %d, \"batch\": %d, \"lr\": %.9g, \"seed\": %llu, "
-             "\"dtype\": \"%s\", \"bucket_mb\": %g, \"overlap\": %s, \"eval_samples\": %d},\n",
+  fprintf(f,
+          ", \"data_bytes\": %zu, \"steps\": %d, \"batch\": %d, \"lr\": %.9g, \"seed\": %llu, "
+          "\"dtype\": \"%s\", \"bucket_mb\": %g, \"overlap\": %s, \"eval_samples\": %d},\n",
           env->corpus.n, a->steps, a->batch, a->lr, (unsigned long long)a->seed, trTypeName(a->type),
           a->bucketMB, a->overlap ? "true" : "false", a->evalSamples);
   fprintf(f, "  \"runs\": [\n");
@@ -309,8 +326,9 @@ static void trPanel(FILE* f, trPanel_t* p, const char* ylabel, const trRun_t* ru
     if (which == 0) {
       /* One batch's loss is noisy: the mean of the last TR_SMOOTH steps
        * on top, where a difference between the runs shows. */
-      fprintf(f, "<polyline class=\"loss-mean\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"",
-              colour, dash);
+      fprintf(
+          f, "<polyline class=\"loss-mean\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"",
+          colour, dash);
       double sum = 0;
       for (int s = 0; s < runs[i].nsteps; s++) {
         sum += runs[i].loss[s];
@@ -321,10 +339,11 @@ static void trPanel(FILE* f, trPanel_t* p, const char* ylabel, const trRun_t* ru
     }
     if (which == 0) /* held-out losses as dots on the same axis */
       for (int e = 0; e < runs[i].nevals; e++)
-        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"white\" stroke=\"%s\" "
-                   "stroke-width=\"2\"><title>held-out loss %.4f at step %d</title></circle>\n",
-                trX(p, runs[i].evalStep[e]), trY(p, runs[i].evalLoss[e]), colour,
-                runs[i].evalLoss[e], runs[i].evalStep[e]);
+        fprintf(f,
+                "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"white\" stroke=\"%s\" "
+                "stroke-width=\"2\"><title>held-out loss %.4f at step %d</title></circle>\n",
+                trX(p, runs[i].evalStep[e]), trY(p, runs[i].evalLoss[e]), colour, runs[i].evalLoss[e],
+                runs[i].evalStep[e]);
   }
 }
 
@@ -340,15 +359,19 @@ int trWriteSvg(const char* path, const trArgs_t* a, const trEnv_t* env, const tr
   int legendH = 20 * nruns + 10;
   int h = SVG_TOP + 2 * SVG_PANEL_H + SVG_GAP + 40 + legendH;
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-             "font-family=\"sans-serif\" font-size=\"12\">\n", SVG_W, h, SVG_W, h);
+  fprintf(f,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+          "font-family=\"sans-serif\" font-size=\"12\">\n",
+          SVG_W, h, SVG_W, h);
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-  fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"15\" font-weight=\"bold\">zpp-train: ZeRO-3 char MLP, "
-             "%zu parameters, %d rank%s on %d node%s</text>\n",
+  fprintf(f,
+          "<text x=\"%d\" y=\"24\" font-size=\"15\" font-weight=\"bold\">zpp-train: ZeRO-3 char MLP, "
+          "%zu parameters, %d rank%s on %d node%s</text>\n",
           SVG_LEFT, mlpTotalParams(&env->shape), env->nranks, env->nranks == 1 ? "" : "s",
           env->topo.nNodes, env->topo.nNodes == 1 ? "" : "s");
-  fprintf(f, "<text x=\"%d\" y=\"44\" fill=\"#555\">batch %d, %s communication, seed %llu; "
-             "thin: loss of each batch, thick: mean of the last %d; circles: held-out loss%s</text>\n",
+  fprintf(f,
+          "<text x=\"%d\" y=\"44\" fill=\"#555\">batch %d, %s communication, seed %llu; "
+          "thin: loss of each batch, thick: mean of the last %d; circles: held-out loss%s</text>\n",
           SVG_LEFT, a->batch, trTypeName(a->type), (unsigned long long)a->seed, TR_SMOOTH,
           nruns == 4 ? "; dashed: without overlap (same losses)" : "");
   trPanel_t loss = {SVG_TOP, 0, 1, steps}, time = {SVG_TOP + SVG_PANEL_H + SVG_GAP, 0, 1, steps};
@@ -364,8 +387,9 @@ int trWriteSvg(const char* path, const trArgs_t* a, const trEnv_t* env, const tr
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
             SVG_LEFT, ly - 4, SVG_LEFT + 24, ly - 4, trColours[i % 2],
             r->overlap ? "" : " stroke-dasharray=\"6,4\"");
-    fprintf(f, "<text x=\"%d\" y=\"%d\">%s: final loss %.4f, held-out %.4f, %.1f ms/step median, "
-               "%.0f%% of communication hidden</text>\n",
+    fprintf(f,
+            "<text x=\"%d\" y=\"%d\">%s: final loss %.4f, held-out %.4f, %.1f ms/step median, "
+            "%.0f%% of communication hidden</text>\n",
             SVG_LEFT + 30, ly, mode, r->nsteps ? r->loss[r->nsteps - 1] : NAN,
             r->nevals ? r->evalLoss[r->nevals - 1] : NAN, 1e3 * r->medianStep, 100 * r->hiddenShare);
   }

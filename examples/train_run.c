@@ -16,8 +16,8 @@ static double trNow(void) {
 }
 
 void trLibError(const trEnv_t* env, const char* what, zppResult_t res) {
-  fprintf(stderr, "zpp-train: rank %d: %s failed: %s (%s)\n", env->rank, what,
-          zppGetErrorString(res), zppGetLastError(env->comm));
+  fprintf(stderr, "zpp-train: rank %d: %s failed: %s (%s)\n", env->rank, what, zppGetErrorString(res),
+          zppGetLastError(env->comm));
 }
 
 void trRunFree(trRun_t* run) {
@@ -50,8 +50,7 @@ static double trMedian(const double* v, int n) {
 
 /* Mean loss over the fixed held-out windows, this rank's share of them in
  * chunks (each chunk is a forward pass: four weight gathers). */
-static zppResult_t trEval(const trArgs_t* a, trEnv_t* env, z3Trainer_t* t, zcComm_t zc,
-                          double* loss) {
+static zppResult_t trEval(const trArgs_t* a, trEnv_t* env, z3Trainer_t* t, zcComm_t zc, double* loss) {
   int total = a->evalSamples;
   int lo = (int)((long)total * env->rank / env->nranks);
   int hi = (int)((long)total * (env->rank + 1) / env->nranks);
@@ -207,8 +206,8 @@ static void trSessionFree(trSession_t* s) {
   free(s);
 }
 
-int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, int overlap,
-                  trRun_t* run, trSession_t** out) {
+int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, int overlap, trRun_t* run,
+                  trSession_t** out) {
   memset(run, 0, sizeof *run);
   run->mode = opt->mode == zcModePlain ? "plain" : "zeropp";
   run->opt = *opt;

@@ -11,16 +11,16 @@
 #define Z3_MAX_SLOTS (Z3_MAX_PREFETCH + 1)
 
 typedef struct {
-  size_t count;   /* parameters of the layer */
-  size_t padded;  /* count rounded up to a multiple of the rank count */
-  size_t shard;   /* padded / nranks: this rank's part */
-  float* master;  /* shard: fp32 master weights */
-  float* m;       /* shard: Adam's first moment */
-  float* v;       /* shard: Adam's second moment */
-  void* wshard;   /* shard in the communication type (== master for fp32) */
-  void* gshard;   /* shard of the averaged gradient, communication type */
-  float* gfull;   /* padded: this rank's full gradient, fp32 */
-  void* gsend;    /* padded: the same in the communication type (== gfull for fp32) */
+  size_t count;  /* parameters of the layer */
+  size_t padded; /* count rounded up to a multiple of the rank count */
+  size_t shard;  /* padded / nranks: this rank's part */
+  float* master; /* shard: fp32 master weights */
+  float* m;      /* shard: Adam's first moment */
+  float* v;      /* shard: Adam's second moment */
+  void* wshard;  /* shard in the communication type (== master for fp32) */
+  void* gshard;  /* shard of the averaged gradient, communication type */
+  float* gfull;  /* padded: this rank's full gradient, fp32 */
+  void* gsend;   /* padded: the same in the communication type (== gfull for fp32) */
   zcParam_t param;
 } z3Layer_t;
 
@@ -30,9 +30,9 @@ struct z3Trainer {
   int rank, nranks, slice;
   size_t tsize;
   z3Layer_t layer[MLP_NLAYERS];
-  int slots;                       /* prefetch + 1 */
-  void* gathered[Z3_MAX_SLOTS];    /* gathered weights: the layer computing, those arriving */
-  float* work;                     /* the gathered weights as fp32 (bf16 only) */
+  int slots;                    /* prefetch + 1 */
+  void* gathered[Z3_MAX_SLOTS]; /* gathered weights: the layer computing, those arriving */
+  float* work;                  /* the gathered weights as fp32 (bf16 only) */
   zcStream_t gatherStream[Z3_MAX_SLOTS];
   zcStream_t rsStream[MLP_NLAYERS]; /* one per bucket: each bucket's optimizer step waits
                                      * for that bucket only */
@@ -112,8 +112,8 @@ void z3Destroy(z3Trainer_t* t) {
   free(t);
 }
 
-zppResult_t z3Create(z3Trainer_t** out, const z3Config_t* cfg, zcComm_t comm, int rank,
-                     int nranks, char* err, size_t errlen) {
+zppResult_t z3Create(z3Trainer_t** out, const z3Config_t* cfg, zcComm_t comm, int rank, int nranks,
+                     char* err, size_t errlen) {
   if (cfg->type != zppFloat32 && cfg->type != zppBfloat16) {
     z3Err(err, errlen, "communication type must be fp32 or bf16");
     return zppInvalidArgument;
@@ -150,8 +150,7 @@ zppResult_t z3Create(z3Trainer_t** out, const z3Config_t* cfg, zcComm_t comm, in
     L->gfull = calloc(L->padded, sizeof(float));
     L->wshard = cfg->type == zppFloat32 ? (void*)L->master : malloc(L->shard * t->tsize);
     L->gsend = cfg->type == zppFloat32 ? (void*)L->gfull : malloc(L->padded * t->tsize);
-    if (!L->master || !L->m || !L->v || !L->gshard || !L->gfull || !L->wshard || !L->gsend)
-      goto oom;
+    if (!L->master || !L->m || !L->v || !L->gshard || !L->gfull || !L->wshard || !L->gsend) goto oom;
     /* Every rank draws the whole layer, so the model is the same for any
      * rank count; only this rank's part is kept. */
     float* full = calloc(L->padded, sizeof(float));
@@ -175,8 +174,10 @@ zppResult_t z3Create(z3Trainer_t** out, const z3Config_t* cfg, zcComm_t comm, in
   if (cfg->type != zppFloat32 && (t->work = malloc(maxPadded * sizeof(float))) == NULL) goto oom;
   if (mlpActsAlloc(&t->acts, &cfg->shape, t->slice) != 0) goto oom;
   res = zppSuccess;
-  for (int i = 0; i < t->slots && res == zppSuccess; i++) res = zcStreamCreate(comm, &t->gatherStream[i]);
-  for (int i = 0; i < MLP_NLAYERS && res == zppSuccess; i++) res = zcStreamCreate(comm, &t->rsStream[i]);
+  for (int i = 0; i < t->slots && res == zppSuccess; i++)
+    res = zcStreamCreate(comm, &t->gatherStream[i]);
+  for (int i = 0; i < MLP_NLAYERS && res == zppSuccess; i++)
+    res = zcStreamCreate(comm, &t->rsStream[i]);
   if (res != zppSuccess) {
     z3Err(err, errlen, "creating streams: %s", zppGetErrorString(res));
     z3Destroy(t);
@@ -235,8 +236,8 @@ static const float* z3Weights(z3Trainer_t* t, int slot, int layer) {
 typedef void (*z3ComputeFn)(z3Trainer_t* t, int k, int layer, const float* w, void* arg);
 typedef zppResult_t (*z3AfterFn)(z3Trainer_t* t, int k, int layer, void* arg);
 
-static zppResult_t z3RunUses(z3Trainer_t* t, int nuse, z3ComputeFn compute, z3AfterFn after,
-                             void* arg, double* computeTime) {
+static zppResult_t z3RunUses(z3Trainer_t* t, int nuse, z3ComputeFn compute, z3AfterFn after, void* arg,
+                             double* computeTime) {
   zppResult_t res = zppSuccess;
   int ahead = t->slots - 1, issued = 0;
   for (int k = 0; k < nuse; k++) {
@@ -299,8 +300,8 @@ static zppResult_t z3AfterTrain(z3Trainer_t* t, int k, int layer, void* arg) {
   /* avg: the mean over ranks of the per-rank mean over their slices, i.e.
    * the gradient of the mean loss over the global batch. */
   zcStream_t st = t->rsStream[c->nbuckets++];
-  zppResult_t res = zcReduceScatterCoalesced(c->n, c->send, c->recv, c->counts, t->cfg.type, zppAvg,
-                                             t->comm, st);
+  zppResult_t res =
+      zcReduceScatterCoalesced(c->n, c->send, c->recv, c->counts, t->cfg.type, zppAvg, t->comm, st);
   c->n = 0;
   c->bytes = 0;
   if (res == zppSuccess && !t->cfg.overlap) res = zcStreamSynchronize(st);

@@ -40,22 +40,22 @@ typedef struct {
   float lr, beta1, beta2, eps;
   size_t bucketBytes; /* gradients are reduce-scattered in buckets of at least this */
   int overlap;        /* 0: every collective is waited for right after it is issued */
-  int prefetch;       /* with overlap: gathers in flight ahead of the computing layer, 1..Z3_MAX_PREFETCH */
+  int prefetch; /* with overlap: gathers in flight ahead of the computing layer, 1..Z3_MAX_PREFETCH */
   uint64_t seed;
-  int evalCap;        /* most evaluation samples one rank computes at once */
+  int evalCap; /* most evaluation samples one rank computes at once */
 } z3Config_t;
 
 typedef struct z3Trainer z3Trainer_t;
 
 typedef struct {
-  double lossSum;   /* this rank's sum of per-sample losses */
-  double compute;   /* seconds outside communication calls and waits */
+  double lossSum; /* this rank's sum of per-sample losses */
+  double compute; /* seconds outside communication calls and waits */
 } z3StepInfo_t;
 
 /* Shards the initial weights (every rank builds the same full layers from
  * the seed and keeps its part). Writes a reason into err on failure. */
-zppResult_t z3Create(z3Trainer_t** out, const z3Config_t* cfg, zcComm_t comm, int rank,
-                     int nranks, char* err, size_t errlen);
+zppResult_t z3Create(z3Trainer_t** out, const z3Config_t* cfg, zcComm_t comm, int rank, int nranks,
+                     char* err, size_t errlen);
 void z3Destroy(z3Trainer_t* t);
 
 /* One training step on this rank's slice (batch / nranks samples). */

@@ -10,15 +10,15 @@
 typedef struct zcOp {
   struct zcOp* next;
   zcStream_t owner;
-  zppHostStream_t hs;      /* this operation's own stream, from the pool */
+  zppHostStream_t hs; /* this operation's own stream, from the pool */
   double issued;
-  zppResult_t issueError;  /* a multi-call operation that only half queued */
+  zppResult_t issueError; /* a multi-call operation that only half queued */
 } zcOp_t;
 
 struct zcStream {
   zcComm_t comm;
-  int pending;        /* operations issued and not yet seen finished */
-  zppResult_t error;  /* first error since the last synchronize */
+  int pending;       /* operations issued and not yet seen finished */
+  zppResult_t error; /* first error since the last synchronize */
 };
 
 struct zcComm {
@@ -231,8 +231,10 @@ static zppResult_t zcIssue(zcComm_t c, zcStream_t s, zcCallFn fn, const void* ar
   }
   pthread_mutex_lock(&c->lock);
   c->times.exposed += issuedEnd - op->issued;
-  if (c->tail != NULL) c->tail->next = op;
-  else c->head = op;
+  if (c->tail != NULL)
+    c->tail->next = op;
+  else
+    c->head = op;
   c->tail = op;
   owner->pending++;
   pthread_cond_signal(&c->work);
@@ -282,8 +284,8 @@ static zppResult_t zcCallParamBackward(const void* v, zppHostStream_t hs, int* q
   return r;
 }
 
-zppResult_t zcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                        zppDataType_t datatype, zcComm_t comm, zcStream_t stream) {
+zppResult_t zcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, zppDataType_t datatype,
+                        zcComm_t comm, zcStream_t stream) {
   zcArgs_t a = {sendbuff, recvbuff, sendcount, datatype, zppSum, 0, comm, NULL};
   return zcIssue(comm, stream, zcCallAllGather, &a);
 }
@@ -322,10 +324,9 @@ static zppResult_t zcCallBucket(const void* v, zppHostStream_t hs, int* queued) 
   return zppSuccess;
 }
 
-zppResult_t zcReduceScatterCoalesced(int ntensors, const void* const* sendbuffs,
-                                     void* const* recvbuffs, const size_t* recvcounts,
-                                     zppDataType_t datatype, zppRedOp_t op, zcComm_t comm,
-                                     zcStream_t stream) {
+zppResult_t zcReduceScatterCoalesced(int ntensors, const void* const* sendbuffs, void* const* recvbuffs,
+                                     const size_t* recvcounts, zppDataType_t datatype, zppRedOp_t op,
+                                     zcComm_t comm, zcStream_t stream) {
   if (comm == NULL || ntensors < 0 || (ntensors > 0 && (!sendbuffs || !recvbuffs || !recvcounts)))
     return zppInvalidArgument;
   if (ntensors == 0) return zppSuccess;
@@ -335,8 +336,7 @@ zppResult_t zcReduceScatterCoalesced(int ntensors, const void* const* sendbuffs,
 
 /* ---- parameters --------------------------------------------------------- */
 
-zppResult_t zcParamCreate(zcComm_t comm, size_t shardcount, zppDataType_t datatype,
-                          zcParam_t* out) {
+zppResult_t zcParamCreate(zcComm_t comm, size_t shardcount, zppDataType_t datatype, zcParam_t* out) {
   if (comm == NULL || out == NULL) return zppInvalidArgument;
   zcParam_t p = calloc(1, sizeof *p);
   if (p == NULL) return zppSystemError;

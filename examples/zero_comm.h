@@ -53,8 +53,10 @@ typedef struct {
   int hpz;     /* ZeRO++: 1 = backward gathers from the node's secondary partition */
 } zcOptions_t;
 
-#define ZC_OPTIONS_PLAIN {zcModePlain, 0, 0, 0}
-#define ZC_OPTIONS_ZEROPP {zcModeZeroPP, 8, 4, 1}
+#define ZC_OPTIONS_PLAIN \
+  { zcModePlain, 0, 0, 0 }
+#define ZC_OPTIONS_ZEROPP \
+  { zcModeZeroPP, 8, 4, 1 }
 
 typedef struct zcComm* zcComm_t;
 typedef struct zcStream* zcStream_t;
@@ -82,8 +84,8 @@ zppResult_t zcStreamSynchronize(zcStream_t s);
 zppResult_t zcStreamDestroy(zcStream_t s);
 
 /* Stream NULL: the call returns when done (and its time counts as exposed). */
-zppResult_t zcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                        zppDataType_t datatype, zcComm_t comm, zcStream_t stream);
+zppResult_t zcAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, zppDataType_t datatype,
+                        zcComm_t comm, zcStream_t stream);
 zppResult_t zcAllReduce(const void* sendbuff, void* recvbuff, size_t count, zppDataType_t datatype,
                         zppRedOp_t op, zcComm_t comm, zcStream_t stream);
 /* A bucket of reduce-scatters, tensor t: sendbuffs[t] holds recvcounts[t] *
@@ -91,15 +93,13 @@ zppResult_t zcAllReduce(const void* sendbuff, void* recvbuff, size_t count, zppD
  * group of ncclReduceScatter); ZeRO++: one zppQgzReduceScatterCoalesced.
  * The arrays are copied; the buffers must live until the stream is
  * synchronized. */
-zppResult_t zcReduceScatterCoalesced(int ntensors, const void* const* sendbuffs,
-                                     void* const* recvbuffs, const size_t* recvcounts,
-                                     zppDataType_t datatype, zppRedOp_t op, zcComm_t comm,
-                                     zcStream_t stream);
+zppResult_t zcReduceScatterCoalesced(int ntensors, const void* const* sendbuffs, void* const* recvbuffs,
+                                     const size_t* recvcounts, zppDataType_t datatype, zppRedOp_t op,
+                                     zcComm_t comm, zcStream_t stream);
 
 /* A layer's sharded parameters. Plain: the gathers are zppAllGather. ZeRO++:
  * a zppParam_t (hpZ) or, without hpZ, zppQwzAllGather both ways. */
-zppResult_t zcParamCreate(zcComm_t comm, size_t shardcount, zppDataType_t datatype,
-                          zcParam_t* out);
+zppResult_t zcParamCreate(zcComm_t comm, size_t shardcount, zppDataType_t datatype, zcParam_t* out);
 zppResult_t zcParamGatherForward(zcParam_t p, const void* shard, void* full, zcStream_t stream);
 zppResult_t zcParamGatherBackward(zcParam_t p, const void* shard, void* full, zcStream_t stream);
 /* After every write of the shard (an optimizer step, a checkpoint load). */

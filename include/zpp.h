@@ -18,7 +18,7 @@ extern "C" {
 /* ZPP_MAJOR, ZPP_MINOR, ZPP_PATCH: generated from CMake's project version. */
 #include "zpp_version.h"
 /* Same encoding as NCCL_VERSION_CODE for 2.9+: major*10000 + minor*100 + patch. */
-#define ZPP_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
+#define ZPP_VERSION(major, minor, patch) ((major)*10000 + (minor)*100 + (patch))
 #define ZPP_VERSION_CODE ZPP_VERSION(ZPP_MAJOR, ZPP_MINOR, ZPP_PATCH)
 
 /* The library is built with hidden visibility: what zpp.h marks ZPP_API is
@@ -44,28 +44,26 @@ typedef enum {
 
 /* Data types: numerically identical to ncclDataType_t. */
 typedef enum {
-  zppInt8 = 0, zppChar = 0,
+  zppInt8 = 0,
+  zppChar = 0,
   zppUint8 = 1,
-  zppInt32 = 2, zppInt = 2,
+  zppInt32 = 2,
+  zppInt = 2,
   zppUint32 = 3,
   zppInt64 = 4,
   zppUint64 = 5,
-  zppFloat16 = 6, zppHalf = 6,
-  zppFloat32 = 7, zppFloat = 7,
-  zppFloat64 = 8, zppDouble = 8,
+  zppFloat16 = 6,
+  zppHalf = 6,
+  zppFloat32 = 7,
+  zppFloat = 7,
+  zppFloat64 = 8,
+  zppDouble = 8,
   zppBfloat16 = 9,
   zppNumTypes = 10
 } zppDataType_t;
 
 /* Reduction operations: numerically identical to ncclRedOp_t. */
-typedef enum {
-  zppSum = 0,
-  zppProd = 1,
-  zppMax = 2,
-  zppMin = 3,
-  zppAvg = 4,
-  zppNumOps = 5
-} zppRedOp_t;
+typedef enum { zppSum = 0, zppProd = 1, zppMax = 2, zppMin = 3, zppAvg = 4, zppNumOps = 5 } zppRedOp_t;
 
 /* Writes ZPP_VERSION_CODE of the library actually loaded (may differ from
  * the header the caller compiled against). */
@@ -76,7 +74,6 @@ ZPP_API const char* zppGetErrorString(zppResult_t result);
 
 /* Size in bytes of one element of a data type, 0 for an invalid type. */
 ZPP_API size_t zppTypeSize(zppDataType_t datatype);
-
 
 /* ---------------------------------------------------------------------------
  * Communicators
@@ -110,32 +107,32 @@ typedef struct {
   size_t size;
   unsigned int magic;
   unsigned int version;
-  int timeoutSec;      /* every wait (bootstrap, collectives); env ZPP_TIMEOUT; default 300 s */
-  const char* hostId;  /* node identity of this rank; env ZPP_HOSTID, else host name */
-  const char* commName;/* shown in logs */
+  int timeoutSec;       /* every wait (bootstrap, collectives); env ZPP_TIMEOUT; default 300 s */
+  const char* hostId;   /* node identity of this rank; env ZPP_HOSTID, else host name */
+  const char* commName; /* shown in logs */
   /* ZeRO++ compression applied to the plain calls (explicit calls below
    * choose per call). 0 = off (the default: a renamed NCCL call stays exact
    * until compression is asked for), 8 or 4 = bits per element. */
-  int qwzBits;         /* zppAllGather of fp32/fp16/bf16; env ZPP_QWZ_BITS */
-  int qgzBits;         /* zppReduceScatter sum/avg of fp32/fp16/bf16; env ZPP_QGZ_BITS */
-  int quantBlock;      /* elements per scale; env ZPP_QUANT_BLOCK (0: codec default) */
+  int qwzBits;             /* zppAllGather of fp32/fp16/bf16; env ZPP_QWZ_BITS */
+  int qgzBits;             /* zppReduceScatter sum/avg of fp32/fp16/bf16; env ZPP_QGZ_BITS */
+  int quantBlock;          /* elements per scale; env ZPP_QUANT_BLOCK (0: codec default) */
   size_t compressMinBytes; /* smaller calls stay plain (latency); env ZPP_COMPRESS_MIN_BYTES */
-  int hpzGroupSize;    /* ranks sharing a secondary partition; env ZPP_HPZ_GROUP (0: the node) */
+  int hpzGroupSize;        /* ranks sharing a secondary partition; env ZPP_HPZ_GROUP (0: the node) */
 } zppConfig_t;
 
-#define ZPP_CONFIG_INITIALIZER                                          \
-  {                                                                     \
-    sizeof(zppConfig_t), /* size */                                     \
-    ZPP_CONFIG_MAGIC,    /* magic */                                    \
-    ZPP_VERSION_CODE,    /* version */                                  \
-    ZPP_CONFIG_UNDEF_INT, /* timeoutSec */                              \
-    ZPP_CONFIG_UNDEF_PTR, /* hostId */                                  \
-    ZPP_CONFIG_UNDEF_PTR, /* commName */                                \
-    ZPP_CONFIG_UNDEF_INT, /* qwzBits */                                 \
-    ZPP_CONFIG_UNDEF_INT, /* qgzBits */                                 \
-    ZPP_CONFIG_UNDEF_INT, /* quantBlock */                              \
-    ZPP_CONFIG_UNDEF_SIZE, /* compressMinBytes */                       \
-    ZPP_CONFIG_UNDEF_INT  /* hpzGroupSize */                            \
+#define ZPP_CONFIG_INITIALIZER                        \
+  {                                                   \
+    sizeof(zppConfig_t),       /* size */             \
+        ZPP_CONFIG_MAGIC,      /* magic */            \
+        ZPP_VERSION_CODE,      /* version */          \
+        ZPP_CONFIG_UNDEF_INT,  /* timeoutSec */       \
+        ZPP_CONFIG_UNDEF_PTR,  /* hostId */           \
+        ZPP_CONFIG_UNDEF_PTR,  /* commName */         \
+        ZPP_CONFIG_UNDEF_INT,  /* qwzBits */          \
+        ZPP_CONFIG_UNDEF_INT,  /* qgzBits */          \
+        ZPP_CONFIG_UNDEF_INT,  /* quantBlock */       \
+        ZPP_CONFIG_UNDEF_SIZE, /* compressMinBytes */ \
+        ZPP_CONFIG_UNDEF_INT   /* hpzGroupSize */     \
   }
 
 /* Creates a unique id on the rendezvous root (call on one rank only). The
@@ -184,11 +181,11 @@ ZPP_API const char* zppGetLastError(zppComm_t comm);
 
 /* Where this rank sits: nodes are numbered in order of their lowest rank. */
 typedef struct {
-  int nNodes;     /* nodes in the communicator */
-  int node;       /* this rank's node */
-  int localRank;  /* index of this rank within its node */
-  int localSize;  /* ranks on this rank's node */
-  int uniform;    /* 1 if every node holds the same number of ranks */
+  int nNodes;    /* nodes in the communicator */
+  int node;      /* this rank's node */
+  int localRank; /* index of this rank within its node */
+  int localSize; /* ranks on this rank's node */
+  int uniform;   /* 1 if every node holds the same number of ranks */
 } zppTopology_t;
 ZPP_API zppResult_t zppCommTopology(const zppComm_t comm, zppTopology_t* topology);
 
@@ -225,9 +222,7 @@ ZPP_API zppResult_t zppAllReduce(const void* sendbuff, void* recvbuff, size_t co
 ZPP_API zppResult_t zppAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                                 zppDataType_t datatype, zppComm_t comm, zppStream_t stream);
 ZPP_API zppResult_t zppBroadcast(const void* sendbuff, void* recvbuff, size_t count,
-                                 zppDataType_t datatype, int root, zppComm_t comm,
-                                 zppStream_t stream);
-
+                                 zppDataType_t datatype, int root, zppComm_t comm, zppStream_t stream);
 
 /* ---------------------------------------------------------------------------
  * Accounting: bytes this rank sent, split by whether the peer is on the same
@@ -241,9 +236,9 @@ typedef enum {
   zppOpAllReduce = 2,
   zppOpAllToAll = 3,
   zppOpBroadcast = 4,
-  zppOpQwZ = 5,       /* quantized weight all-gather */
-  zppOpHpZ = 6,       /* hierarchical (secondary-partition) gather */
-  zppOpQgZ = 7,       /* quantized gradient reduce-scatter */
+  zppOpQwZ = 5, /* quantized weight all-gather */
+  zppOpHpZ = 6, /* hierarchical (secondary-partition) gather */
+  zppOpQgZ = 7, /* quantized gradient reduce-scatter */
   zppNumOpKinds = 8
 } zppOpKind_t;
 
@@ -257,7 +252,6 @@ ZPP_API zppResult_t zppCommGetStats(const zppComm_t comm, zppCommStats_t* stats)
 ZPP_API zppResult_t zppCommResetStats(zppComm_t comm);
 /* A short name for an operation kind ("allgather", "qwz", ...). */
 ZPP_API const char* zppOpKindName(zppOpKind_t kind);
-
 
 /* ---------------------------------------------------------------------------
  * ZeRO++ collectives, explicit form. bits: 8 or 4 (0: the communicator's
@@ -278,8 +272,8 @@ ZPP_API zppResult_t zppQwzAllGather(const void* sendbuff, void* recvbuff, size_t
  * op: zppSum or zppAvg (divides by the world size). Needs nodes of equal
  * size (else zppInvalidUsage). */
 ZPP_API zppResult_t zppQgzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                        zppDataType_t datatype, zppRedOp_t op, int bits,
-                                        zppComm_t comm, zppStream_t stream);
+                                        zppDataType_t datatype, zppRedOp_t op, int bits, zppComm_t comm,
+                                        zppStream_t stream);
 
 /* qgZ over a bucket of tensors in one call: tensor t has recvcounts[t]
  * elements per rank, sendbuffs[t] holds recvcounts[t] * nranks. */
@@ -304,8 +298,8 @@ ZPP_API zppResult_t zppQgzReduceScatterCoalesced(int ntensors, const void* const
  * bits: 8 or 4, or 0 for the communicator's qwzBits (0 there: plain gathers,
  * any data type). Destroy parameters before their communicator. */
 typedef struct zppParam* zppParam_t;
-ZPP_API zppResult_t zppParamCreate(zppComm_t comm, size_t shardcount, zppDataType_t datatype,
-                                   int bits, zppParam_t* param);
+ZPP_API zppResult_t zppParamCreate(zppComm_t comm, size_t shardcount, zppDataType_t datatype, int bits,
+                                   zppParam_t* param);
 ZPP_API zppResult_t zppParamGatherForward(zppParam_t param, const void* shard, void* full,
                                           zppStream_t stream);
 ZPP_API zppResult_t zppParamGatherBackward(zppParam_t param, const void* shard, void* full,

@@ -56,11 +56,11 @@ static zppResult_t checkConfig(const zppConfig_t* c) {
 
 static zppResult_t checkHostId(const char* id, const char* from) {
   size_t len = strlen(id);
-  ZPP_ARGCHECK(len >= 1 && len < ZPP_HOSTID_MAX, "%s: host id '%s' must be 1..%d characters", from,
-               id, ZPP_HOSTID_MAX - 1);
+  ZPP_ARGCHECK(len >= 1 && len < ZPP_HOSTID_MAX, "%s: host id '%s' must be 1..%d characters", from, id,
+               ZPP_HOSTID_MAX - 1);
   for (size_t i = 0; i < len; i++)
-    ZPP_ARGCHECK(isgraph((unsigned char)id[i]),
-                 "%s: host id '%s' must be printable, without spaces", from, id);
+    ZPP_ARGCHECK(isgraph((unsigned char)id[i]), "%s: host id '%s' must be printable, without spaces",
+                 from, id);
   return zppSuccess;
 }
 
@@ -167,7 +167,7 @@ static void commFree(struct zppComm* comm) {
 }
 
 zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
-                                    const zppCommSettings_t* s) {
+                                         const zppCommSettings_t* s) {
   zppResult_t res = zppSuccess;
   struct zppComm* comm = NULL;
   ZPP_CALLOC(comm, 1);
@@ -182,8 +182,8 @@ zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUn
   snprintf(comm->hostId, sizeof(comm->hostId), "%s", s->hostId);
   snprintf(comm->name, sizeof(comm->name), "%s", s->name);
   zppLogSetRank(rank);
-  ZPP_INFO(INIT, "comm %s rank %d/%d: timeout %.0f s (%s), host id '%s' (%s)", comm->name, rank,
-           nranks, s->timeoutSec, s->timeoutFrom, s->hostId, s->hostIdFrom);
+  ZPP_INFO(INIT, "comm %s rank %d/%d: timeout %.0f s (%s), host id '%s' (%s)", comm->name, rank, nranks,
+           s->timeoutSec, s->timeoutFrom, s->hostId, s->hostIdFrom);
   zppCompressApply(comm, &s->compress);
   ZPPCHECKGOTO(zppBootstrapInit(id, rank, nranks, s->hostId, s->timeoutSec, &comm->bootstrap), res,
                err_free);

@@ -19,16 +19,16 @@ struct zppTransports; /* lib/transport/: UCX host transport, NCCL device transpo
 struct zppComm {
   int rank;
   int nranks;
-  double timeoutSec;         /* bound on every wait */
+  double timeoutSec; /* bound on every wait */
   char hostId[ZPP_HOSTID_MAX];
-  char name[64];             /* for logs */
+  char name[64]; /* for logs */
   zppBootstrap_t* bootstrap;
   zppTopo_t* topo;
   struct zppTransports* transports;
-  _Atomic int asyncError;    /* zppResult_t; zppSuccess while healthy */
-  _Atomic int aborted;       /* set by zppCommAbort from any thread */
+  _Atomic int asyncError; /* zppResult_t; zppSuccess while healthy */
+  _Atomic int aborted;    /* set by zppCommAbort from any thread */
   pthread_mutex_t errorLock;
-  char lastError[512];       /* reason for asyncError, for zppGetLastError */
+  char lastError[512];            /* reason for asyncError, for zppGetLastError */
   zppCompressSettings_t compress; /* ZeRO++ settings (lib/compress_settings.c) */
 };
 

@@ -102,8 +102,10 @@ zppResult_t zppCommStateInitFromEnv(zppComm_t* comm, const zppConfig_t* config) 
       deriveSecret(&e, derived, sizeof(derived));
       secret = derived;
       if (e.rank == 0)
-        ZPP_WARN(ENV, "zppCommInitFromEnv: no ZPP_SECRET, ZPP_UNAUTHENTICATED_RENDEZVOUS=1: anyone "
-                      "who can reach %s:%d can join or fail this job", r->host, r->port);
+        ZPP_WARN(ENV,
+                 "zppCommInitFromEnv: no ZPP_SECRET, ZPP_UNAUTHENTICATED_RENDEZVOUS=1: anyone "
+                 "who can reach %s:%d can join or fail this job",
+                 r->host, r->port);
     }
     ZPP_INFO(ENV, "zppCommInitFromEnv: %s launch, rank %d of %d, local rank %d, root %s (%s):%d (%s)",
              e.launcher, e.rank, e.nranks, e.localRank, r->host, r->hostFrom, r->port, r->portFrom);
@@ -111,12 +113,14 @@ zppResult_t zppCommStateInitFromEnv(zppComm_t* comm, const zppConfig_t* config) 
       /* Every interface: MASTER_ADDR may name this host by any of them. The
        * id that CreateRoot writes is not used; every rank builds the same one
        * from the name below. */
-      zppResult_t res = zppBootstrapCreateRoot(&id, "0.0.0.0", r->port, e.nranks,
-                                               (const unsigned char*)secret, strlen(secret),
-                                               s.timeoutSec);
+      zppResult_t res =
+          zppBootstrapCreateRoot(&id, "0.0.0.0", r->port, e.nranks, (const unsigned char*)secret,
+                                 strlen(secret), s.timeoutSec);
       if (res != zppSuccess && strcmp(r->portFrom, "SLURM_JOB_ID and SLURM_STEP_ID") == 0)
-        ZPP_WARN(ENV, "zppCommInitFromEnv: port %d was derived from SLURM_JOB_ID and "
-                      "SLURM_STEP_ID; if another job holds it, set MASTER_PORT", r->port);
+        ZPP_WARN(ENV,
+                 "zppCommInitFromEnv: port %d was derived from SLURM_JOB_ID and "
+                 "SLURM_STEP_ID; if another job holds it, set MASTER_PORT",
+                 r->port);
       ZPPCHECK(res);
     }
     ZPPCHECK(zppBootstrapMakeId(&id, r->host, r->port, (const unsigned char*)secret, strlen(secret)));

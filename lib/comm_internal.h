@@ -15,8 +15,8 @@ typedef struct {
   double timeoutSec;
   char hostId[ZPP_HOSTID_MAX];
   char name[64];
-  const char* timeoutFrom; /* "config", "ZPP_TIMEOUT" or "default" */
-  const char* hostIdFrom;  /* "config", "ZPP_HOSTID", "SLURMD_NODENAME" or "host name" */
+  const char* timeoutFrom;        /* "config", "ZPP_TIMEOUT" or "default" */
+  const char* hostIdFrom;         /* "config", "ZPP_HOSTID", "SLURMD_NODENAME" or "host name" */
   zppCompressSettings_t compress; /* ZeRO++ compression, with where each value came from */
 } zppCommSettings_t;
 
@@ -26,7 +26,7 @@ zppResult_t zppCommStateResolveSettings(const zppConfig_t* config, zppCommSettin
 
 /* Bootstrap, topology and transports for arguments already checked. */
 zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
-                                    const zppCommSettings_t* s);
+                                         const zppCommSettings_t* s);
 
 /* A launch from the launcher's environment (comm_env.c). */
 zppResult_t zppCommStateInitFromEnv(zppComm_t* out, const zppConfig_t* config);

@@ -10,9 +10,8 @@
 #include "lib/comm.h"
 #include "quant_kernels/zpp_quant.h"
 
-static const char* envNames[ZPP_COMPRESS_NFIELDS] = {"ZPP_QWZ_BITS", "ZPP_QGZ_BITS",
-                                                     "ZPP_QUANT_BLOCK", "ZPP_COMPRESS_MIN_BYTES",
-                                                     "ZPP_HPZ_GROUP"};
+static const char* envNames[ZPP_COMPRESS_NFIELDS] = {"ZPP_QWZ_BITS", "ZPP_QGZ_BITS", "ZPP_QUANT_BLOCK",
+                                                     "ZPP_COMPRESS_MIN_BYTES", "ZPP_HPZ_GROUP"};
 
 static zppResult_t checkBits(int v, const char* from, const char* what) {
   ZPP_ARGCHECK(v == 0 || v == 4 || v == 8, "%s: %s=%d: expected 0 (off), 4 or 8", from, what, v);
@@ -21,8 +20,8 @@ static zppResult_t checkBits(int v, const char* from, const char* what) {
 
 static zppResult_t checkBlock(int v, const char* from) {
   ZPP_ARGCHECK(v == 0 || zppQuantValidParams(8, v),
-               "%s: quantBlock=%d: expected 0 (codec default) or a power of two in [%d, %d]", from,
-               v, ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
+               "%s: quantBlock=%d: expected 0 (codec default) or a power of two in [%d, %d]", from, v,
+               ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
   return zppSuccess;
 }
 
@@ -60,8 +59,8 @@ zppResult_t zppCompressResolve(const zppConfig_t* config, zppCompressSettings_t*
   ZPPCHECK(resolveInt(config ? config->qgzBits : undef, ZPP_COMPRESS_QGZ_BITS, 0, 8, &s.qgzBits,
                       &s.from[ZPP_COMPRESS_QGZ_BITS]));
   ZPPCHECK(checkBits(s.qgzBits, s.from[ZPP_COMPRESS_QGZ_BITS], "qgzBits"));
-  ZPPCHECK(resolveInt(config ? config->quantBlock : undef, ZPP_COMPRESS_BLOCK, 0,
-                      ZPP_QUANT_MAX_BLOCK, &s.quantBlock, &s.from[ZPP_COMPRESS_BLOCK]));
+  ZPPCHECK(resolveInt(config ? config->quantBlock : undef, ZPP_COMPRESS_BLOCK, 0, ZPP_QUANT_MAX_BLOCK,
+                      &s.quantBlock, &s.from[ZPP_COMPRESS_BLOCK]));
   ZPPCHECK(checkBlock(s.quantBlock, s.from[ZPP_COMPRESS_BLOCK]));
   ZPPCHECK(resolveInt(config ? config->hpzGroupSize : undef, ZPP_COMPRESS_HPZ_GROUP, 0, 1 << 20,
                       &s.hpzGroupSize, &s.from[ZPP_COMPRESS_HPZ_GROUP]));

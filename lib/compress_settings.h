@@ -17,15 +17,21 @@
 
 struct zppComm;
 
-enum { ZPP_COMPRESS_QWZ_BITS, ZPP_COMPRESS_QGZ_BITS, ZPP_COMPRESS_BLOCK, ZPP_COMPRESS_MIN_BYTES,
-       ZPP_COMPRESS_HPZ_GROUP, ZPP_COMPRESS_NFIELDS };
+enum {
+  ZPP_COMPRESS_QWZ_BITS,
+  ZPP_COMPRESS_QGZ_BITS,
+  ZPP_COMPRESS_BLOCK,
+  ZPP_COMPRESS_MIN_BYTES,
+  ZPP_COMPRESS_HPZ_GROUP,
+  ZPP_COMPRESS_NFIELDS
+};
 
 typedef struct {
-  int qwzBits;             /* 0 (plain zppAllGather), 8 or 4 */
-  int qgzBits;             /* 0 (plain zppReduceScatter), 8 or 4 */
-  int quantBlock;          /* 0: the codec's default for the bits in use */
-  size_t compressMinBytes; /* plain calls moving fewer bytes stay plain */
-  int hpzGroupSize;        /* 0: the node */
+  int qwzBits;                            /* 0 (plain zppAllGather), 8 or 4 */
+  int qgzBits;                            /* 0 (plain zppReduceScatter), 8 or 4 */
+  int quantBlock;                         /* 0: the codec's default for the bits in use */
+  size_t compressMinBytes;                /* plain calls moving fewer bytes stay plain */
+  int hpzGroupSize;                       /* 0: the node */
   const char* from[ZPP_COMPRESS_NFIELDS]; /* "config", the variable's name, or "default" */
 } zppCompressSettings_t;
 

@@ -13,8 +13,8 @@
 struct zppHostStream {
   pthread_mutex_t lock;
   pthread_cond_t cond;
-  int pending;        /* jobs queued or running */
-  zppResult_t error;  /* first error since the last synchronize */
+  int pending;       /* jobs queued or running */
+  zppResult_t error; /* first error since the last synchronize */
 };
 
 typedef struct job {
@@ -40,7 +40,7 @@ struct zppExecutor {
   pthread_cond_t doneCond; /* blocking callers wait for their job */
   job_t* head;
   job_t* tail;
-  int busy;     /* a job runs (on the thread, or inline on a blocking caller) */
+  int busy; /* a job runs (on the thread, or inline on a blocking caller) */
   int stopping;
   int callers; /* threads inside a blocking submit */
   _Atomic int aborted;
@@ -93,8 +93,8 @@ zppResult_t zppExecStreamDestroy(zppHostStream_t s) {
   while (s->pending > 0) pthread_cond_wait(&s->cond, &s->lock);
   pthread_mutex_unlock(&s->lock);
   /* Two destroys racing: only the one that unregisters it frees it. */
-  ZPP_ARGCHECK(zppHandleUnregister(s, ZPP_HANDLE_STREAM), "zppHostStreamDestroy: %p is not a live host stream",
-               (void*)s);
+  ZPP_ARGCHECK(zppHandleUnregister(s, ZPP_HANDLE_STREAM),
+               "zppHostStreamDestroy: %p is not a live host stream", (void*)s);
   pthread_cond_destroy(&s->cond);
   pthread_mutex_destroy(&s->lock);
   free(s);
@@ -163,8 +163,7 @@ zppResult_t zppExecutorCreate(struct zppComm* comm, zppExecutor_t** out) {
   pthread_cond_init(&e->doneCond, NULL);
   int rc = pthread_create(&e->thread, NULL, executorMain, e);
   if (rc != 0)
-    ZPP_FAILGOTO(zppSystemError, res, fail, ALL, "creating the host executor thread: %s",
-                 strerror(rc));
+    ZPP_FAILGOTO(zppSystemError, res, fail, ALL, "creating the host executor thread: %s", strerror(rc));
   e->threadStarted = 1;
   *out = e;
   return zppSuccess;

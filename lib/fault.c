@@ -34,8 +34,8 @@ static int parseRate(const char* s, double* bps) {
   static const struct {
     const char* unit;
     double mult;
-  } units[] = {{"", 1},          {"bit", 1},    {"k", 1e3},   {"kbit", 1e3}, {"m", 1e6},
-               {"mbit", 1e6},    {"g", 1e9},    {"gbit", 1e9}, {"t", 1e12}, {"tbit", 1e12}};
+  } units[] = {{"", 1},       {"bit", 1}, {"k", 1e3},    {"kbit", 1e3}, {"m", 1e6},
+               {"mbit", 1e6}, {"g", 1e9}, {"gbit", 1e9}, {"t", 1e12},   {"tbit", 1e12}};
   for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
     if (strcasecmp(end, units[i].unit) == 0) {
       *bps = v * units[i].mult;
@@ -87,7 +87,7 @@ static int parseSpec(const char* text, size_t len, zppFaultSpec_t* sp, char* err
   }
   sp->kind = (zppFaultKind_t)k;
   int haveRate = 0, haveDelay = 0;
-  for (char* save = NULL, *opt = opts ? strtok_r(opts, ",", &save) : NULL; opt;
+  for (char *save = NULL, *opt = opts ? strtok_r(opts, ",", &save) : NULL; opt;
        opt = strtok_r(NULL, ",", &save)) {
     char* val = strchr(opt, '=');
     if (val == NULL) {
@@ -151,12 +151,12 @@ int zppFaultParse(const char* text, zppFaultSet_t* out, char* err, size_t errLen
 /* ---- state ---------------------------------------------------------------- */
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static atomic_int enabled;          /* read on every message */
+static atomic_int enabled; /* read on every message */
 static zppFaultSet_t faults;
-static int launcherRank = -1;        /* RANK & co. (launcher_env.h), -1 when none is set */
-static atomic_uint_fast64_t sent;    /* messages this process has sent */
+static int launcherRank = -1;     /* RANK & co. (launcher_env.h), -1 when none is set */
+static atomic_uint_fast64_t sent; /* messages this process has sent */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static double bucketFree;            /* slow: when the token bucket is next free */
+static double bucketFree; /* slow: when the token bucket is next free */
 static uint32_t drawnSeq[ZPP_FAULT_NUM_KINDS];
 static int drawnHit[ZPP_FAULT_NUM_KINDS], drawnAny[ZPP_FAULT_NUM_KINDS];
 static uint64_t rng;

@@ -53,12 +53,12 @@ typedef enum {
 
 typedef struct {
   zppFaultKind_t kind;
-  int rank;          /* -1: every rank */
-  double rateBps;    /* slow: bits per second (0: no rate limit) */
-  double delayUs;    /* slow: extra microseconds per message */
-  double prob;       /* fraction of collectives affected, (0, 1] */
-  uint64_t after;    /* first message (1-based) the fault applies to */
-  uint64_t seed;     /* prob= draws: 0 from the clock, else this */
+  int rank;       /* -1: every rank */
+  double rateBps; /* slow: bits per second (0: no rate limit) */
+  double delayUs; /* slow: extra microseconds per message */
+  double prob;    /* fraction of collectives affected, (0, 1] */
+  uint64_t after; /* first message (1-based) the fault applies to */
+  uint64_t seed;  /* prob= draws: 0 from the clock, else this */
 } zppFaultSpec_t;
 
 typedef struct {

@@ -29,7 +29,8 @@ void zppStatsRead(const struct zppComm* comm, zppCommStats_t* stats) {
 void zppStatsReset(struct zppComm* comm) {
   struct zppTransports* t = comm->transports;
   if (t) {
-    for (int k = 0; k < zppNumOpKinds; k++) atomic_store_explicit(&t->calls[k], 0, memory_order_relaxed);
+    for (int k = 0; k < zppNumOpKinds; k++)
+      atomic_store_explicit(&t->calls[k], 0, memory_order_relaxed);
 #if ZPP_HAVE_UCX
     if (t->ucx) zppUcxResetBytes(t->ucx);
 #endif

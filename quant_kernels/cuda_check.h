@@ -21,34 +21,33 @@ extern "C" {
 }
 #endif
 
-#define CUDACHECK(cmd)                                                           \
-  do {                                                                           \
-    cudaError_t zppCudaErr_ = (cmd);                                             \
-    if (zppCudaErr_ != cudaSuccess) {                                            \
-      ZPP_FAIL(zppUnhandledCudaError, CUDA, "CUDA call '%s' failed: %s (%d)",    \
-               #cmd, cudaGetErrorString(zppCudaErr_), (int)zppCudaErr_);         \
-    }                                                                            \
+#define CUDACHECK(cmd)                                                              \
+  do {                                                                              \
+    cudaError_t zppCudaErr_ = (cmd);                                                \
+    if (zppCudaErr_ != cudaSuccess) {                                               \
+      ZPP_FAIL(zppUnhandledCudaError, CUDA, "CUDA call '%s' failed: %s (%d)", #cmd, \
+               cudaGetErrorString(zppCudaErr_), (int)zppCudaErr_);                  \
+    }                                                                               \
   } while (0)
 
-#define CUDACHECKGOTO(cmd, res, label)                                           \
-  do {                                                                           \
-    cudaError_t zppCudaErr_ = (cmd);                                             \
-    if (zppCudaErr_ != cudaSuccess) {                                            \
-      ZPP_FAILGOTO(zppUnhandledCudaError, res, label, CUDA,                      \
-                   "CUDA call '%s' failed: %s (%d)", #cmd,                       \
-                   cudaGetErrorString(zppCudaErr_), (int)zppCudaErr_);           \
-    }                                                                            \
+#define CUDACHECKGOTO(cmd, res, label)                                                              \
+  do {                                                                                              \
+    cudaError_t zppCudaErr_ = (cmd);                                                                \
+    if (zppCudaErr_ != cudaSuccess) {                                                               \
+      ZPP_FAILGOTO(zppUnhandledCudaError, res, label, CUDA, "CUDA call '%s' failed: %s (%d)", #cmd, \
+                   cudaGetErrorString(zppCudaErr_), (int)zppCudaErr_);                              \
+    }                                                                                               \
   } while (0)
 
 /* After a <<<...>>> launch: a launch reports bad configurations (too many
  * threads, no kernel image for this GPU) only through cudaGetLastError. */
-#define CUDALAUNCHCHECK(what)                                                    \
-  do {                                                                           \
-    cudaError_t zppCudaErr_ = cudaGetLastError();                                \
-    if (zppCudaErr_ != cudaSuccess) {                                            \
-      ZPP_FAIL(zppUnhandledCudaError, CUDA, "kernel launch '%s' failed: %s (%d)", \
-               (what), cudaGetErrorString(zppCudaErr_), (int)zppCudaErr_);       \
-    }                                                                            \
+#define CUDALAUNCHCHECK(what)                                                             \
+  do {                                                                                    \
+    cudaError_t zppCudaErr_ = cudaGetLastError();                                         \
+    if (zppCudaErr_ != cudaSuccess) {                                                     \
+      ZPP_FAIL(zppUnhandledCudaError, CUDA, "kernel launch '%s' failed: %s (%d)", (what), \
+               cudaGetErrorString(zppCudaErr_), (int)zppCudaErr_);                        \
+    }                                                                                     \
   } while (0)
 
 #endif /* ZPP_CUDA_CHECK_H_ */

@@ -42,7 +42,8 @@ ZPP_AVX2_INLINE __m256i avx2Bf16Round(__m256 y) {
   __m256i u = _mm256_castps_si256(y);
   __m256i hi = _mm256_srli_epi32(u, 16);
   __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+  __m256i r =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
   __m256i nanv = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
   __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
                                      _mm256_set1_epi32(0x7f800000));
@@ -90,9 +91,12 @@ ZPP_AVX2_INLINE uint32_t avx2AbsMaxBits(const void* x, zppDataType_t dtype, size
     const float* f = (const float*)x;
     for (; i + 32 <= len; i += 32) {
       m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i)), mask));
-      m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i + 8)), mask));
-      m2 = _mm256_max_epu32(m2, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i + 16)), mask));
-      m3 = _mm256_max_epu32(m3, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i + 24)), mask));
+      m1 =
+          _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i + 8)), mask));
+      m2 = _mm256_max_epu32(m2,
+                            _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i + 16)), mask));
+      m3 = _mm256_max_epu32(m3,
+                            _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i + 24)), mask));
     }
     for (; i + 8 <= len; i += 8)
       m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i)), mask));
@@ -123,7 +127,6 @@ ZPP_AVX2_INLINE uint32_t avx2AbsMaxBits(const void* x, zppDataType_t dtype, size
   return dtype == zppFloat16 ? zppF32Bits(zppHalfToFloat((uint16_t)amax)) : amax << 16;
 }
 
-
 /* A vector whose lanes' max is the block's max |x| as integer bits: fp32
  * magnitude bits, or fp16/bf16 magnitude bits in 32-bit lanes. Integer max
  * works because magnitude bits order like the values, NaN above Inf above
@@ -136,7 +139,8 @@ ZPP_AVX2_INLINE __m256i avx2BlockMaxVec(const void* x, zppDataType_t dtype, size
     __m256i m0 = _mm256_setzero_si256(), m1 = m0;
     for (; i + 16 <= len; i += 16) {
       m0 = _mm256_max_epu32(m0, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i)), mask));
-      m1 = _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i + 8)), mask));
+      m1 =
+          _mm256_max_epu32(m1, _mm256_and_si256(_mm256_loadu_si256((const __m256i*)(f + i + 8)), mask));
     }
     return _mm256_max_epu32(m0, m1);
   }
@@ -227,7 +231,8 @@ ZPP_AVX2_INLINE void avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t 
       avx2Prefetch32(pf, dtype, i + 32);
       __m256i n0 = avx2Nibbles(avx2Quant32(x, dtype, i, vinv));
       __m256i n1 = avx2Nibbles(avx2Quant32(x, dtype, i + 32, vinv));
-      _mm256_storeu_si256((__m256i*)(d + i / 2), _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n1), 0xd8));
+      _mm256_storeu_si256((__m256i*)(d + i / 2),
+                          _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n1), 0xd8));
     }
     for (; i + 32 <= len; i += 32) {
       __m256i n0 = avx2Nibbles(avx2Quant32(x, dtype, i, vinv));
@@ -289,7 +294,8 @@ ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, siz
     __m256i nonfinite = _mm256_cmpgt_epi32(abits, _mm256_set1_epi32(0x7f7fffff));
     __m256i tiny = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)ZPP_QUANT_TINY_BITS), abits);
     __m256i zero = _mm256_cmpeq_epi32(abits, _mm256_setzero_si256());
-    __m256 p = _mm256_blendv_ps(_mm256_set1_ps(1.0f), _mm256_set1_ps(0x1p64f), _mm256_castsi256_ps(tiny));
+    __m256 p =
+        _mm256_blendv_ps(_mm256_set1_ps(1.0f), _mm256_set1_ps(0x1p64f), _mm256_castsi256_ps(tiny));
     __m256 vq = _mm256_set1_ps(qf);
     __m256 scale = _mm256_div_ps(a, vq);
     __m256 inv = _mm256_div_ps(vq, _mm256_mul_ps(a, p));
@@ -304,7 +310,9 @@ ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, siz
     int zeroMask = _mm256_movemask_ps(_mm256_castsi256_ps(zero));
     for (size_t k = 0; k < g; k++) {
       zppQuantBlockParams_t bp;
-      bp.kind = (nfMask >> k) & 1 ? ZPP_QBLOCK_NONFINITE : (zeroMask >> k) & 1 ? ZPP_QBLOCK_ZERO : ZPP_QBLOCK_NORMAL;
+      bp.kind = (nfMask >> k) & 1     ? ZPP_QBLOCK_NONFINITE
+                : (zeroMask >> k) & 1 ? ZPP_QBLOCK_ZERO
+                                      : ZPP_QBLOCK_NORMAL;
       bp.scale = sc[k];
       bp.inv = iv[k];
       bp.p = pv[k];
@@ -323,20 +331,27 @@ ZPP_AVX2_INLINE void avx2QuantizeT(const void* in, zppDataType_t dtype, size_t c
   avx2QuantizeBlocks(in, dtype, 0, full, bits, block, scales, data);
   size_t lo = full * (size_t)block;
   if (lo < count)
-    avx2QuantizeOneBlock((const uint8_t*)in + lo * esize, dtype, count - lo, bits, scales, full, data, lo);
+    avx2QuantizeOneBlock((const uint8_t*)in + lo * esize, dtype, count - lo, bits, scales, full, data,
+                         lo);
 }
 
 static void avx2Quantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                          uint8_t* packed) {
   if (dtype == zppFloat32) {
-    if (bits == 8) avx2QuantizeT(in, zppFloat32, count, 8, block, packed);
-    else avx2QuantizeT(in, zppFloat32, count, 4, block, packed);
+    if (bits == 8)
+      avx2QuantizeT(in, zppFloat32, count, 8, block, packed);
+    else
+      avx2QuantizeT(in, zppFloat32, count, 4, block, packed);
   } else if (dtype == zppFloat16) {
-    if (bits == 8) avx2QuantizeT(in, zppFloat16, count, 8, block, packed);
-    else avx2QuantizeT(in, zppFloat16, count, 4, block, packed);
+    if (bits == 8)
+      avx2QuantizeT(in, zppFloat16, count, 8, block, packed);
+    else
+      avx2QuantizeT(in, zppFloat16, count, 4, block, packed);
   } else {
-    if (bits == 8) avx2QuantizeT(in, zppBfloat16, count, 8, block, packed);
-    else avx2QuantizeT(in, zppBfloat16, count, 4, block, packed);
+    if (bits == 8)
+      avx2QuantizeT(in, zppBfloat16, count, 8, block, packed);
+    else
+      avx2QuantizeT(in, zppBfloat16, count, 4, block, packed);
   }
 }
 
@@ -411,8 +426,8 @@ ZPP_AVX2_INLINE void avx2DecodeSpan(const uint8_t* data, int bits, size_t lo, si
 }
 
 /* Elements [c0, c1) of a segment (c0 even) into dst[0 .. c1-c0). */
-ZPP_AVX2_INLINE void avx2DecodeRange(const uint8_t* seg, size_t count, int bits, int block,
-                                     size_t c0, size_t c1, float* dst, zppQuantDecodeMode_t mode) {
+ZPP_AVX2_INLINE void avx2DecodeRange(const uint8_t* seg, size_t count, int bits, int block, size_t c0,
+                                     size_t c1, float* dst, zppQuantDecodeMode_t mode) {
   const uint8_t* scales = zppQuantScalesPtr(seg);
   const uint8_t* data = seg + zppQuantDataOffset(count, block);
   const int lg = zppQuantLog2(block); /* shifts, not a 64-bit division per block */
@@ -430,13 +445,19 @@ ZPP_AVX2_INLINE void avx2DecodeRange(const uint8_t* seg, size_t count, int bits,
 static void avx2DecodeRangeAny(const uint8_t* seg, size_t count, int bits, int block, size_t c0,
                                size_t c1, float* dst, zppQuantDecodeMode_t mode) {
   if (bits == 8) {
-    if (mode == ZPP_DECODE_ADD) avx2DecodeRange(seg, count, 8, block, c0, c1, dst, ZPP_DECODE_ADD);
-    else if (mode == ZPP_DECODE_ZERO_ADD) avx2DecodeRange(seg, count, 8, block, c0, c1, dst, ZPP_DECODE_ZERO_ADD);
-    else avx2DecodeRange(seg, count, 8, block, c0, c1, dst, ZPP_DECODE_STORE);
+    if (mode == ZPP_DECODE_ADD)
+      avx2DecodeRange(seg, count, 8, block, c0, c1, dst, ZPP_DECODE_ADD);
+    else if (mode == ZPP_DECODE_ZERO_ADD)
+      avx2DecodeRange(seg, count, 8, block, c0, c1, dst, ZPP_DECODE_ZERO_ADD);
+    else
+      avx2DecodeRange(seg, count, 8, block, c0, c1, dst, ZPP_DECODE_STORE);
   } else {
-    if (mode == ZPP_DECODE_ADD) avx2DecodeRange(seg, count, 4, block, c0, c1, dst, ZPP_DECODE_ADD);
-    else if (mode == ZPP_DECODE_ZERO_ADD) avx2DecodeRange(seg, count, 4, block, c0, c1, dst, ZPP_DECODE_ZERO_ADD);
-    else avx2DecodeRange(seg, count, 4, block, c0, c1, dst, ZPP_DECODE_STORE);
+    if (mode == ZPP_DECODE_ADD)
+      avx2DecodeRange(seg, count, 4, block, c0, c1, dst, ZPP_DECODE_ADD);
+    else if (mode == ZPP_DECODE_ZERO_ADD)
+      avx2DecodeRange(seg, count, 4, block, c0, c1, dst, ZPP_DECODE_ZERO_ADD);
+    else
+      avx2DecodeRange(seg, count, 4, block, c0, c1, dst, ZPP_DECODE_STORE);
   }
 }
 
@@ -449,7 +470,8 @@ ZPP_AVX2_INLINE __m256i avx2Bf16RoundNotNan(__m256 y) {
 }
 
 /* Sixteen decoded (non-NaN) values stored as dtype at element i. */
-ZPP_AVX2_INLINE void avx2StoreDecoded16(void* out, zppDataType_t dtype, size_t i, __m256 y0, __m256 y1) {
+ZPP_AVX2_INLINE void avx2StoreDecoded16(void* out, zppDataType_t dtype, size_t i, __m256 y0,
+                                        __m256 y1) {
   if (dtype == zppBfloat16) {
     __m256i r = _mm256_packus_epi32(avx2Bf16RoundNotNan(y0), avx2Bf16RoundNotNan(y1));
     _mm256_storeu_si256((__m256i*)((uint16_t*)out + i), _mm256_permute4x64_epi64(r, 0xd8));
@@ -477,11 +499,12 @@ ZPP_AVX2_INLINE avx2Table16_t avx2MakeTable(float s, zppDataType_t dtype) {
     t = _mm256_set_m128i(_mm256_cvtps_ph(y1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
                          _mm256_cvtps_ph(y0, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   } else {
-    t = _mm256_permute4x64_epi64(_mm256_packus_epi32(avx2Bf16RoundNotNan(y0), avx2Bf16RoundNotNan(y1)), 0xd8);
+    t = _mm256_permute4x64_epi64(_mm256_packus_epi32(avx2Bf16RoundNotNan(y0), avx2Bf16RoundNotNan(y1)),
+                                 0xd8);
   }
   /* per 128-bit half: low bytes of its 8 entries, then their high bytes */
-  t = _mm256_shuffle_epi8(t, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8,
-                                              10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  t = _mm256_shuffle_epi8(t, _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0,
+                                              2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
   __m128i h0 = _mm256_castsi256_si128(t), h1 = _mm256_extracti128_si256(t, 1);
   avx2Table16_t tab;
   tab.lo = _mm256_broadcastsi128_si256(_mm_unpacklo_epi64(h0, h1));
@@ -490,7 +513,8 @@ ZPP_AVX2_INLINE avx2Table16_t avx2MakeTable(float s, zppDataType_t dtype) {
 }
 
 /* Elements i..i+31 (i even) through the table, stored as 16-bit values. */
-ZPP_AVX2_INLINE void avx2TableDecode32(const uint8_t* data, size_t i, const avx2Table16_t* tab, uint16_t* out) {
+ZPP_AVX2_INLINE void avx2TableDecode32(const uint8_t* data, size_t i, const avx2Table16_t* tab,
+                                       uint16_t* out) {
   __m128i d = _mm_loadu_si128((const __m128i*)(data + i / 2));
   __m128i lo = _mm_and_si128(d, _mm_set1_epi8(0x0f));
   __m128i hi = _mm_and_si128(_mm_srli_epi16(d, 4), _mm_set1_epi8(0x0f));
@@ -536,14 +560,20 @@ ZPP_AVX2_INLINE void avx2DequantizeT(const uint8_t* packed, size_t count, int bi
 static void avx2Dequantize(const uint8_t* packed, size_t count, int bits, int block, void* out,
                            zppDataType_t dtype) {
   if (dtype == zppFloat32) {
-    if (bits == 8) avx2DequantizeT(packed, count, 8, block, out, zppFloat32);
-    else avx2DequantizeT(packed, count, 4, block, out, zppFloat32);
+    if (bits == 8)
+      avx2DequantizeT(packed, count, 8, block, out, zppFloat32);
+    else
+      avx2DequantizeT(packed, count, 4, block, out, zppFloat32);
   } else if (dtype == zppFloat16) {
-    if (bits == 8) avx2DequantizeT(packed, count, 8, block, out, zppFloat16);
-    else avx2DequantizeT(packed, count, 4, block, out, zppFloat16);
+    if (bits == 8)
+      avx2DequantizeT(packed, count, 8, block, out, zppFloat16);
+    else
+      avx2DequantizeT(packed, count, 4, block, out, zppFloat16);
   } else {
-    if (bits == 8) avx2DequantizeT(packed, count, 8, block, out, zppBfloat16);
-    else avx2DequantizeT(packed, count, 4, block, out, zppBfloat16);
+    if (bits == 8)
+      avx2DequantizeT(packed, count, 8, block, out, zppBfloat16);
+    else
+      avx2DequantizeT(packed, count, 4, block, out, zppBfloat16);
   }
 }
 
@@ -578,7 +608,8 @@ ZPP_AVX2_INLINE void avx2Finish(const float* buf, size_t len, float divisor, voi
      * x * (1 / divisor) is the same real number as x / divisor, rounded
      * once the same way: identical, and far cheaper than a division. */
     const __m256 vr = _mm256_set1_ps(1.0f / divisor);
-    for (; i + 8 <= len; i += 8) avx2Store8(out, dtype, c0 + i, _mm256_mul_ps(_mm256_loadu_ps(buf + i), vr));
+    for (; i + 8 <= len; i += 8)
+      avx2Store8(out, dtype, c0 + i, _mm256_mul_ps(_mm256_loadu_ps(buf + i), vr));
     for (; i < len; i++) zppQuantStoreOne(out, dtype, c0 + i, buf[i] / divisor);
   } else {
     for (; i + 8 <= len; i += 8)
@@ -595,15 +626,17 @@ static void avx2Sum(const uint8_t* packed, size_t stride, int n, size_t count, i
     for (int k = 0; k < n; k++)
       avx2DecodeRangeAny(packed + (size_t)k * stride, count, bits, block, c0, c1, buf,
                          k == 0 ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD);
-    if (dtype == zppFloat32) avx2Finish(buf, c1 - c0, divisor, out, zppFloat32, c0);
-    else if (dtype == zppFloat16) avx2Finish(buf, c1 - c0, divisor, out, zppFloat16, c0);
-    else avx2Finish(buf, c1 - c0, divisor, out, zppBfloat16, c0);
+    if (dtype == zppFloat32)
+      avx2Finish(buf, c1 - c0, divisor, out, zppFloat32, c0);
+    else if (dtype == zppFloat16)
+      avx2Finish(buf, c1 - c0, divisor, out, zppFloat16, c0);
+    else
+      avx2Finish(buf, c1 - c0, divisor, out, zppBfloat16, c0);
   }
 }
 
-static void avx2ReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count,
-                              int bits_in, int block_in, int bits_out, int block_out,
-                              uint8_t* packed_out) {
+static void avx2ReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
+                              int block_in, int bits_out, int block_out, uint8_t* packed_out) {
   /* Sum a chunk of whole output blocks into an L1 buffer, then quantize the
    * chunk with the grouped block setup: small output blocks then cost no
    * more per element than large ones. */
@@ -617,12 +650,16 @@ static void avx2ReduceRequant(const uint8_t* packed, size_t stride, int n, size_
       avx2DecodeRangeAny(packed + (size_t)k * stride, count, bits_in, block_in, c0, c1, buf,
                          k == 0 ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD);
     size_t b0 = c0 / (size_t)block_out, full = (c1 - c0) / (size_t)block_out;
-    if (bits_out == 8) avx2QuantizeBlocks(buf, zppFloat32, b0, full, 8, block_out, scales, data);
-    else avx2QuantizeBlocks(buf, zppFloat32, b0, full, 4, block_out, scales, data);
+    if (bits_out == 8)
+      avx2QuantizeBlocks(buf, zppFloat32, b0, full, 8, block_out, scales, data);
+    else
+      avx2QuantizeBlocks(buf, zppFloat32, b0, full, 4, block_out, scales, data);
     size_t lo = c0 + full * (size_t)block_out;
     if (lo < c1) {
-      if (bits_out == 8) avx2QuantizeOneBlock(buf + (lo - c0), zppFloat32, c1 - lo, 8, scales, b0 + full, data, lo);
-      else avx2QuantizeOneBlock(buf + (lo - c0), zppFloat32, c1 - lo, 4, scales, b0 + full, data, lo);
+      if (bits_out == 8)
+        avx2QuantizeOneBlock(buf + (lo - c0), zppFloat32, c1 - lo, 8, scales, b0 + full, data, lo);
+      else
+        avx2QuantizeOneBlock(buf + (lo - c0), zppFloat32, c1 - lo, 4, scales, b0 + full, data, lo);
     }
   }
 }

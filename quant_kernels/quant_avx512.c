@@ -550,8 +550,7 @@ static void avx512Dequantize(const uint8_t* packed, size_t count, int bits, int 
  * into buf (group g at buf + 32 g, even then odd elements). k0 == 0 starts
  * the sums, else they continue from buf. */
 ZPP_AVX512_INLINE void avx512SumGroupsBatch(const uint8_t* packed, size_t stride, int k0, int kn,
-                                            size_t count, int block, size_t c0, size_t c1,
-                                            float* buf) {
+                                            size_t count, int block, size_t c0, size_t c1, float* buf) {
   const int lg = zppQuantLog2(block);
   const size_t off = zppQuantDataOffset(count, block);
   __m512 tab[AVX512_SUM_BATCH];
@@ -660,8 +659,8 @@ ZPP_AVX512_INLINE void avx512SumEncodeBlock(const float* buf, size_t len, int bi
     q[0].a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i), vinv));
     q[0].b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i + 16), vinv));
     _mm_storeu_si128((__m128i*)(d + i / 2),
-                     _mm512_castsi512_si128(
-                         _mm512_permutexvar_epi8(avx512IdxLowBytes(), avx512Int4x32(q[0], zppBfloat16))));
+                     _mm512_castsi512_si128(_mm512_permutexvar_epi8(avx512IdxLowBytes(),
+                                                                    avx512Int4x32(q[0], zppBfloat16))));
   }
 }
 
@@ -748,10 +747,13 @@ ZPP_AVX512_INLINE __m512i avx512Bf16RoundHighNan(__m512 y) {
 ZPP_AVX512_INLINE void avx512StoreGroup(__m512 e, __m512 o, void* out, zppDataType_t dtype, size_t i) {
   if (dtype == zppFloat32) {
     float* f = (float*)out + i;
-    _mm512_storeu_ps(f, _mm512_permutex2var_ps(e, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5,
-                                                                   21, 6, 22, 7, 23), o));
-    _mm512_storeu_ps(f + 16, _mm512_permutex2var_ps(e, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12,
-                                                                        28, 13, 29, 14, 30, 15, 31), o));
+    _mm512_storeu_ps(
+        f, _mm512_permutex2var_ps(
+               e, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), o));
+    _mm512_storeu_ps(
+        f + 16,
+        _mm512_permutex2var_ps(
+            e, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31), o));
     return;
   }
   __m512i a, b, idx;
@@ -800,17 +802,17 @@ static void avx512Sum(const uint8_t* packed, size_t stride, int n, size_t count,
     return;
   }
   uint32_t db = zppF32Bits(divisor);
-  avx512DivKind_t kind = divisor == 1.0f                                            ? AVX512_DIV_NONE
+  avx512DivKind_t kind = divisor == 1.0f                                      ? AVX512_DIV_NONE
                          : (db & 0x007fffffu) == 0 && (db & 0x7f800000u) != 0 ? AVX512_DIV_RECIP
-                                                                                    : AVX512_DIV_TRUE;
+                                                                              : AVX512_DIV_TRUE;
   /* dtype and divisor kind as constants: one loop each */
-#define ZPP_AVX512_SUM_DT(dt)                                                         \
-  do {                                                                                \
-    if (kind == AVX512_DIV_NONE)                                                      \
+#define ZPP_AVX512_SUM_DT(dt)                                                          \
+  do {                                                                                 \
+    if (kind == AVX512_DIV_NONE)                                                       \
       avx512SumT(packed, stride, n, count, block, divisor, out, dt, AVX512_DIV_NONE);  \
-    else if (kind == AVX512_DIV_RECIP)                                                \
+    else if (kind == AVX512_DIV_RECIP)                                                 \
       avx512SumT(packed, stride, n, count, block, divisor, out, dt, AVX512_DIV_RECIP); \
-    else                                                                              \
+    else                                                                               \
       avx512SumT(packed, stride, n, count, block, divisor, out, dt, AVX512_DIV_TRUE);  \
   } while (0)
   if (dtype == zppFloat32)

@@ -112,8 +112,7 @@ zppResult_t zppQuantImplSelect(const char* name) {
              name ? name : "(null)");
   const zppQuantImpl_t* impl = zppQuantImplGet(name);
   if (impl == NULL)
-    ZPP_FAIL(zppInvalidUsage, QUANT, "codec implementation '%s' cannot run on this CPU or build",
-             name);
+    ZPP_FAIL(zppInvalidUsage, QUANT, "codec implementation '%s' cannot run on this CPU or build", name);
   atomic_store(&activeImpl, impl);
   return zppSuccess;
 }
@@ -164,8 +163,8 @@ static zppQuantHeader_t readHeader(const uint8_t* p) {
 static zppResult_t checkParams(const char* fn, int bits, int block) {
   if (!zppQuantValidParams(bits, block))
     ZPP_FAIL(zppInvalidArgument, QUANT,
-             "%s: bits %d / block %d invalid (bits 4 or 8, block a power of two in [%d, %d])", fn,
-             bits, block, ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
+             "%s: bits %d / block %d invalid (bits 4 or 8, block a power of two in [%d, %d])", fn, bits,
+             block, ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
   return zppSuccess;
 }
 
@@ -192,7 +191,8 @@ static const char* headerMismatch(const uint8_t* p, size_t count, int bits, int 
     snprintf(why, len, "magic 0x%08x, expected 0x%08x (not a zpp segment, or read at the wrong offset)",
              h.magic, ZPP_QUANT_MAGIC);
   else if (h.bits != bits)
-    snprintf(why, len, "%d bits, expected %d (compression settings differ across ranks?)", h.bits, bits);
+    snprintf(why, len, "%d bits, expected %d (compression settings differ across ranks?)", h.bits,
+             bits);
   else if (h.blockLog2 != zppQuantLog2(block))
     snprintf(why, len, "block 2^%d, expected %d = 2^%d (compression settings differ across ranks?)",
              h.blockLog2, block, zppQuantLog2(block));
@@ -215,8 +215,8 @@ zppResult_t zppQuantCheckHeader(const void* packed, size_t count, int bits, int 
 }
 
 /* n inputs at packed + k * stride: pointers, stride, and every header. */
-static zppResult_t checkInputs(const char* fn, const void* packed, size_t stride, int n,
-                               size_t count, int bits, int block) {
+static zppResult_t checkInputs(const char* fn, const void* packed, size_t stride, int n, size_t count,
+                               int bits, int block) {
   if (packed == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "%s: packed is NULL", fn);
   if (n < 1) ZPP_FAIL(zppInvalidArgument, QUANT, "%s: n = %d inputs, need at least 1", fn, n);
   ZPPCHECK(checkParams(fn, bits, block));
@@ -229,7 +229,8 @@ static zppResult_t checkInputs(const char* fn, const void* packed, size_t stride
     ZPP_FAIL(zppInvalidArgument, QUANT, "%s: stride %zu times %d inputs overflows", fn, stride, n);
   for (int k = 0; k < n; k++) {
     char why[160];
-    if (headerMismatch((const uint8_t*)packed + (size_t)k * stride, count, bits, block, why, sizeof why))
+    if (headerMismatch((const uint8_t*)packed + (size_t)k * stride, count, bits, block, why,
+                       sizeof why))
       ZPP_FAIL(zppInvalidUsage, QUANT, "%s: input %d of %d: packed segment header: %s", fn, k, n, why);
   }
   return zppSuccess;
@@ -270,11 +271,10 @@ zppResult_t zppDequantize(const void* packed, size_t count, int bits, int block,
   return zppSuccess;
 }
 
-zppResult_t zppDequantizeAccumulate(const void* packed, size_t stride, int n, size_t count,
-                                    int bits, int block, float* acc, int accumulate) {
+zppResult_t zppDequantizeAccumulate(const void* packed, size_t stride, int n, size_t count, int bits,
+                                    int block, float* acc, int accumulate) {
   if (acc == NULL && count > 0)
-    ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeAccumulate: acc is NULL with count %zu",
-             count);
+    ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeAccumulate: acc is NULL with count %zu", count);
   ZPPCHECK(checkInputs("zppDequantizeAccumulate", packed, stride, n, count, bits, block));
   if (count > 0)
     zppQuantImplActive()->accumulate((const uint8_t*)packed, stride, n, count, bits, block, acc,
@@ -297,9 +297,8 @@ zppResult_t zppDequantizeSum(const void* packed, size_t stride, int n, size_t co
   return zppSuccess;
 }
 
-zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size_t count,
-                                  int bits_in, int block_in, int bits_out, int block_out,
-                                  void* packed_out) {
+zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size_t count, int bits_in,
+                                  int block_in, int bits_out, int block_out, void* packed_out) {
   const char* fn = "zppQuantReduceRequant";
   ZPPCHECK(checkParams(fn, bits_out, block_out));
   if (packed_out == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "%s: packed_out is NULL", fn);
@@ -325,8 +324,8 @@ zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size
 }
 
 zppResult_t zppQuantizeReordered(const void* in, zppDataType_t dtype, size_t part_count,
-                                 size_t part_stride, int nparts, int local_size, int bits,
-                                 int block, void* packed) {
+                                 size_t part_stride, int nparts, int local_size, int bits, int block,
+                                 void* packed) {
   const char* fn = "zppQuantizeReordered";
   ZPPCHECK(checkParams(fn, bits, block));
   ZPPCHECK(checkDtype(fn, dtype));
@@ -336,11 +335,11 @@ zppResult_t zppQuantizeReordered(const void* in, zppDataType_t dtype, size_t par
     ZPP_FAIL(zppInvalidArgument, QUANT, "%s: in is NULL with part_count %zu", fn, part_count);
   if (nparts < 1 || local_size < 1 || nparts % local_size != 0)
     ZPP_FAIL(zppInvalidArgument, QUANT,
-             "%s: %d partitions do not split into nodes of %d local ranks (need W = N * L, L >= 1)",
-             fn, nparts, local_size);
+             "%s: %d partitions do not split into nodes of %d local ranks (need W = N * L, L >= 1)", fn,
+             nparts, local_size);
   if (part_stride < part_count)
-    ZPP_FAIL(zppInvalidArgument, QUANT, "%s: part_stride %zu < part_count %zu (partitions overlap)",
-             fn, part_stride, part_count);
+    ZPP_FAIL(zppInvalidArgument, QUANT, "%s: part_stride %zu < part_count %zu (partitions overlap)", fn,
+             part_stride, part_count);
   if (part_stride > 0 && (size_t)(nparts - 1) > SIZE_MAX / 4 / part_stride)
     ZPP_FAIL(zppInvalidArgument, QUANT, "%s: %d partitions of stride %zu overflow", fn, nparts,
              part_stride);

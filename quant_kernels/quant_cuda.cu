@@ -73,14 +73,14 @@ namespace {
 enum { kF32 = 0, kF16 = 1, kBF16 = 2 };
 enum { kModeDequant = 0, kModeAccumulate = 1, kModeSum = 2 };
 
-constexpr int kThreads = 256;        // CTA size, unless one block needs more
-constexpr int kMaxThreads = 512;     // fp32 block 4096 / 8 elements per thread
+constexpr int kThreads = 256;     // CTA size, unless one block needs more
+constexpr int kMaxThreads = 512;  // fp32 block 4096 / 8 elements per thread
 constexpr uint32_t kNaN32 = 0x7fc00000u;
 constexpr uint16_t kNaN16 = 0x7e00u;
 constexpr uint16_t kNaNBf16 = 0x7fc0u;
-constexpr uint32_t kExpMask = 0x7f800000u;   // |x| bits >= this: Inf or NaN
-constexpr uint32_t kTwoPowM64 = 0x1f800000u; // 2^-64
-constexpr uint32_t kTwoPow64 = 0x5f800000u;  // 2^64
+constexpr uint32_t kExpMask = 0x7f800000u;    // |x| bits >= this: Inf or NaN
+constexpr uint32_t kTwoPowM64 = 0x1f800000u;  // 2^-64
+constexpr uint32_t kTwoPow64 = 0x5f800000u;   // 2^64
 
 __device__ __forceinline__ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
@@ -96,8 +96,7 @@ struct Elem {
 
 __device__ __forceinline__ float widen16(uint32_t h, int dt) {
   // Both widenings are exact; bf16 is the top half of an fp32 pattern.
-  return dt == kF16 ? __half2float(__ushort_as_half((unsigned short)h))
-                    : __uint_as_float(h << 16);
+  return dt == kF16 ? __half2float(__ushort_as_half((unsigned short)h)) : __uint_as_float(h << 16);
 }
 
 __device__ __forceinline__ uint32_t narrow16(float f, int dt) {
@@ -118,7 +117,7 @@ __device__ __forceinline__ float canon32(float f) {
 
 struct Geom {
   size_t nblocks;
-  size_t dataOff;   // byte offset of the quantized data in the segment
+  size_t dataOff;  // byte offset of the quantized data in the segment
   size_t dataBytes;
   size_t segBytes;
 };
@@ -141,10 +140,10 @@ __device__ __forceinline__ void writeHeaderAndPadding(uint8_t* seg, size_t count
                                                       int blockLog2, const Geom& g) {
   const unsigned t = threadIdx.x;
   if (t < 4) {
-    uint32_t w = t == 0 ? ZPP_QUANT_MAGIC
-               : t == 1 ? headerWord1(bits, blockLog2)
-               : t == 2 ? (uint32_t)(uint64_t)count
-                        : (uint32_t)((uint64_t)count >> 32);
+    uint32_t w = t == 0   ? ZPP_QUANT_MAGIC
+                 : t == 1 ? headerWord1(bits, blockLog2)
+                 : t == 2 ? (uint32_t)(uint64_t)count
+                          : (uint32_t)((uint64_t)count >> 32);
     reinterpret_cast<uint32_t*>(seg)[t] = w;
   } else if (t < 20) {
     size_t end = g.dataOff + g.dataBytes;
@@ -155,8 +154,7 @@ __device__ __forceinline__ void writeHeaderAndPadding(uint8_t* seg, size_t count
 /* Every decoding thread checks the header of each input it reads (a cache
  * hit after the first warp): one 16-byte load where the segment is 16-byte
  * aligned, as segments laid end to end in a cudaMalloc buffer are. */
-__device__ __forceinline__ bool headerOk(const uint8_t* seg, size_t count, int bits,
-                                         int blockLog2) {
+__device__ __forceinline__ bool headerOk(const uint8_t* seg, size_t count, int bits, int blockLog2) {
   uint4 h;
   if ((reinterpret_cast<uintptr_t>(seg) & 15) == 0) {
     h = __ldg(reinterpret_cast<const uint4*>(seg));
@@ -177,13 +175,17 @@ __device__ __forceinline__ void loadWords(const uint8_t* p, uint32_t (&w)[NW]) {
 #pragma unroll
     for (int i = 0; i < NW / 4; i++) {
       uint4 v = __ldcs(reinterpret_cast<const uint4*>(p) + i);
-      w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+      w[4 * i] = v.x;
+      w[4 * i + 1] = v.y;
+      w[4 * i + 2] = v.z;
+      w[4 * i + 3] = v.w;
     }
   } else if (NW % 2 == 0 && (a & 7) == 0) {
 #pragma unroll
     for (int i = 0; i < NW / 2; i++) {
       uint2 v = __ldcs(reinterpret_cast<const uint2*>(p) + i);
-      w[2 * i] = v.x; w[2 * i + 1] = v.y;
+      w[2 * i] = v.x;
+      w[2 * i + 1] = v.y;
     }
   } else {
 #pragma unroll
@@ -277,8 +279,8 @@ __device__ __forceinline__ void storeElems(void* base, size_t e0, size_t count,
  * data starts 4-byte aligned and the segment is padded to 16 bytes, so a word
  * that starts inside the data ends inside the segment. */
 template <int BITS, int E>
-__device__ __forceinline__ void loadQ(const uint8_t* data, size_t e0, size_t count,
-                                      size_t dataBytes, int (&q)[E]) {
+__device__ __forceinline__ void loadQ(const uint8_t* data, size_t e0, size_t count, size_t dataBytes,
+                                      int (&q)[E]) {
   constexpr int NW = BITS == 8 ? E / 4 : E / 8;
   const size_t boff = BITS == 8 ? e0 : e0 / 2;
   const uint8_t* p = data + boff;
@@ -310,8 +312,8 @@ __device__ __forceinline__ void loadQ(const uint8_t* data, size_t e0, size_t cou
  * of the CTA must call this (shuffles and the barrier are CTA-wide). */
 template <int BITS, int E>
 __device__ __forceinline__ void quantizeStore(const float (&x)[E], size_t e0, size_t count,
-                                              int blockLog2, int groupLog2, uint8_t* seg,
-                                              const Geom& g, uint32_t* smem) {
+                                              int blockLog2, int groupLog2, uint8_t* seg, const Geom& g,
+                                              uint32_t* smem) {
   constexpr int Q = BITS == 8 ? 127 : 7;
 
   uint32_t m = 0;
@@ -391,9 +393,9 @@ __device__ __forceinline__ void quantizeStore(const float (&x)[E], size_t e0, si
  * for a plain quantization). */
 template <int DT, int BITS>
 __global__ void __launch_bounds__(kMaxThreads, 2)
-quantizeKernel(const void* __restrict__ in, size_t partStride, size_t count, int blockLog2,
-               int groupLog2, uint8_t* __restrict__ out, size_t segBytes, int nseg, int nodes,
-               int local) {
+    quantizeKernel(const void* __restrict__ in, size_t partStride, size_t count, int blockLog2,
+                   int groupLog2, uint8_t* __restrict__ out, size_t segBytes, int nseg, int nodes,
+                   int local) {
   constexpr int E = Elem<DT>::kPerThread;
   __shared__ uint32_t smem[kMaxThreads / 32];
   const Geom g = geom(count, BITS, blockLog2);
@@ -414,8 +416,8 @@ quantizeKernel(const void* __restrict__ in, size_t partStride, size_t count, int
  * (n = 1), add them to an fp32 accumulator, or sum, divide and write in DT. */
 template <int DT, int BITS, int MODE>
 __global__ void __launch_bounds__(kThreads)
-decodeKernel(const uint8_t* __restrict__ packed, size_t stride, int n, size_t count,
-             int blockLog2, void* out, int accumulate, float divisor) {
+    decodeKernel(const uint8_t* __restrict__ packed, size_t stride, int n, size_t count, int blockLog2,
+                 void* out, int accumulate, float divisor) {
   constexpr int E = Elem<DT>::kPerThread;
   const size_t e0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * E;
   if (e0 >= count) return;  // no cross-thread work in decoding
@@ -430,7 +432,10 @@ decodeKernel(const uint8_t* __restrict__ packed, size_t stride, int n, size_t co
 #pragma unroll
       for (int i = 0; i < E / 4; i++) {
         float4 v = reinterpret_cast<const float4*>(a)[i];
-        acc[4 * i] = v.x; acc[4 * i + 1] = v.y; acc[4 * i + 2] = v.z; acc[4 * i + 3] = v.w;
+        acc[4 * i] = v.x;
+        acc[4 * i + 1] = v.y;
+        acc[4 * i + 2] = v.z;
+        acc[4 * i + 3] = v.w;
       }
     } else {
 #pragma unroll
@@ -465,9 +470,9 @@ decodeKernel(const uint8_t* __restrict__ packed, size_t stride, int n, size_t co
  * segment (BITS_OUT / blockLog2Out); the CTA tiles follow the output blocks. */
 template <int BITS_IN, int BITS_OUT>
 __global__ void __launch_bounds__(kMaxThreads, 2)
-reduceRequantKernel(const uint8_t* __restrict__ packed, size_t stride, int n, size_t count,
-                    int blockLog2In, int blockLog2Out, int groupLog2Out,
-                    uint8_t* __restrict__ out) {
+    reduceRequantKernel(const uint8_t* __restrict__ packed, size_t stride, int n, size_t count,
+                        int blockLog2In, int blockLog2Out, int groupLog2Out,
+                        uint8_t* __restrict__ out) {
   constexpr int E = 8;
   __shared__ uint32_t smem[kMaxThreads / 32];
   const Geom gi = geom(count, BITS_IN, blockLog2In);
@@ -508,8 +513,8 @@ int blockLog2Of(int block) {
 }
 
 bool validParams(int bits, int block) {
-  return (bits == 4 || bits == 8) && block >= ZPP_QUANT_MIN_BLOCK &&
-         block <= ZPP_QUANT_MAX_BLOCK && (block & (block - 1)) == 0;
+  return (bits == 4 || bits == 8) && block >= ZPP_QUANT_MIN_BLOCK && block <= ZPP_QUANT_MAX_BLOCK &&
+         (block & (block - 1)) == 0;
 }
 
 int dtypeIndex(zppDataType_t dt) {
@@ -535,27 +540,26 @@ bool gridFor(size_t count, size_t perCta, unsigned* grid) {
   return true;
 }
 
-#define QC_ARG(cond, ...) \
-  do {                    \
+#define QC_ARG(cond, ...)                                          \
+  do {                                                             \
     if (!(cond)) ZPP_FAIL(zppInvalidArgument, QUANT, __VA_ARGS__); \
   } while (0)
 
-zppResult_t checkDecodeArgs(const char* fn, const void* packed, size_t stride, int n,
-                            size_t count, int bits, int block) {
+zppResult_t checkDecodeArgs(const char* fn, const void* packed, size_t stride, int n, size_t count,
+                            int bits, int block) {
   QC_ARG(validParams(bits, block), "%s: invalid bits %d / block %d", fn, bits, block);
   QC_ARG(n >= 1, "%s: n = %d inputs, need at least 1", fn, n);
   QC_ARG(packed != NULL, "%s: packed is NULL", fn);
-  QC_ARG(aligned(packed, 4) && stride % 4 == 0,
-         "%s: packed %p / stride %zu not 4-byte aligned", fn, packed, stride);
+  QC_ARG(aligned(packed, 4) && stride % 4 == 0, "%s: packed %p / stride %zu not 4-byte aligned", fn,
+         packed, stride);
   QC_ARG(n <= 1 || stride >= geom(count, bits, blockLog2Of(block)).segBytes,
          "%s: stride %zu smaller than a segment", fn, stride);
   return zppSuccess;
 }
 
 template <int DT, int BITS>
-zppResult_t launchQuantize(const void* in, size_t partStride, size_t count, int block,
-                           uint8_t* out, size_t segBytes, int nseg, int nodes, int local,
-                           cudaStream_t stream) {
+zppResult_t launchQuantize(const void* in, size_t partStride, size_t count, int block, uint8_t* out,
+                           size_t segBytes, int nseg, int nodes, int local, cudaStream_t stream) {
   constexpr int E = Elem<DT>::kPerThread;
   const int bl = blockLog2Of(block);
   const int groupLog2 = bl - (E == 8 ? 3 : 4);
@@ -571,20 +575,27 @@ zppResult_t launchQuantize(const void* in, size_t partStride, size_t count, int 
 }
 
 zppResult_t quantizeDispatch(const void* in, int dt, size_t partStride, size_t count, int bits,
-                             int block, uint8_t* out, size_t segBytes, int nseg, int nodes,
-                             int local, cudaStream_t stream) {
-#define QC_Q(D, B)                                                                         \
-  if (dt == D && bits == B)                                                                \
-    return launchQuantize<D, B>(in, partStride, count, block, out, segBytes, nseg, nodes, \
-                                local, stream);
-  QC_Q(kF32, 8) QC_Q(kF32, 4) QC_Q(kF16, 8) QC_Q(kF16, 4) QC_Q(kBF16, 8) QC_Q(kBF16, 4)
+                             int block, uint8_t* out, size_t segBytes, int nseg, int nodes, int local,
+                             cudaStream_t stream) {
+#define QC_Q(D, B)                                                                               \
+  if (dt == D && bits == B)                                                                      \
+    return launchQuantize<D, B>(in, partStride, count, block, out, segBytes, nseg, nodes, local, \
+                                stream);
+  // clang-format off: one call per line (clang-format 14 rewraps these macro calls on every run)
+  QC_Q(kF32, 8)
+  QC_Q(kF32, 4)
+  QC_Q(kF16, 8)
+  QC_Q(kF16, 4)
+  QC_Q(kBF16, 8)
+  QC_Q(kBF16, 4)
+  // clang-format on
 #undef QC_Q
   ZPP_FAIL(zppInternalError, QUANT, "quantize: no kernel for dtype %d bits %d", dt, bits);
 }
 
 template <int DT, int BITS, int MODE>
-zppResult_t launchDecode(const void* packed, size_t stride, int n, size_t count, int block,
-                         void* out, int accumulate, float divisor, cudaStream_t stream) {
+zppResult_t launchDecode(const void* packed, size_t stride, int n, size_t count, int block, void* out,
+                         int accumulate, float divisor, cudaStream_t stream) {
   constexpr int E = Elem<DT>::kPerThread;
   if (count == 0) return zppSuccess;
   unsigned gx;
@@ -598,19 +609,24 @@ zppResult_t launchDecode(const void* packed, size_t stride, int n, size_t count,
 }
 
 template <int MODE>
-zppResult_t decodeDispatch(const void* packed, size_t stride, int n, size_t count, int bits,
-                           int block, void* out, int dt, int accumulate, float divisor,
-                           cudaStream_t stream) {
-#define QC_D(D, B)                                                                      \
-  if (dt == D && bits == B)                                                             \
-    return launchDecode<D, B, MODE>(packed, stride, n, count, block, out, accumulate, \
-                                    divisor, stream);
+zppResult_t decodeDispatch(const void* packed, size_t stride, int n, size_t count, int bits, int block,
+                           void* out, int dt, int accumulate, float divisor, cudaStream_t stream) {
+#define QC_D(D, B)          \
+  if (dt == D && bits == B) \
+    return launchDecode<D, B, MODE>(packed, stride, n, count, block, out, accumulate, divisor, stream);
   // The accumulator is fp32 only: for that mode the 16-bit slots name the
   // fp32 kernel again, so no useless kernels are instantiated (and the
   // dtype was already checked to be fp32).
   constexpr int F16 = MODE == kModeAccumulate ? kF32 : kF16;
   constexpr int BF16 = MODE == kModeAccumulate ? kF32 : kBF16;
-  QC_D(kF32, 8) QC_D(kF32, 4) QC_D(F16, 8) QC_D(F16, 4) QC_D(BF16, 8) QC_D(BF16, 4)
+  // clang-format off: one call per line (clang-format 14 rewraps these macro calls on every run)
+  QC_D(kF32, 8)
+  QC_D(kF32, 4)
+  QC_D(F16, 8)
+  QC_D(F16, 4)
+  QC_D(BF16, 8)
+  QC_D(BF16, 4)
+  // clang-format on
 #undef QC_D
   ZPP_FAIL(zppInternalError, QUANT, "decode: no kernel for dtype %d bits %d", dt, bits);
 }
@@ -619,9 +635,8 @@ zppResult_t decodeDispatch(const void* packed, size_t stride, int n, size_t coun
 
 /* ---- the C API ------------------------------------------------------------------ */
 
-extern "C" zppResult_t zppQuantizeCuda(const void* in, zppDataType_t dtype, size_t count,
-                                       int bits, int block, void* packed,
-                                       cudaStream_t stream) {
+extern "C" zppResult_t zppQuantizeCuda(const void* in, zppDataType_t dtype, size_t count, int bits,
+                                       int block, void* packed, cudaStream_t stream) {
   const int dt = dtypeIndex(dtype);
   QC_ARG(dt >= 0, "zppQuantizeCuda: unsupported dtype %d", (int)dtype);
   QC_ARG(validParams(bits, block), "zppQuantizeCuda: invalid bits %d / block %d", bits, block);
@@ -630,19 +645,18 @@ extern "C" zppResult_t zppQuantizeCuda(const void* in, zppDataType_t dtype, size
   QC_ARG(aligned(in, elemSize(dt)), "zppQuantizeCuda: in %p misaligned for its dtype", in);
   QC_ARG(aligned(packed, 4), "zppQuantizeCuda: packed %p not 4-byte aligned", packed);
   const size_t segBytes = geom(count, bits, blockLog2Of(block)).segBytes;
-  ZPPCHECK(quantizeDispatch(in, dt, 0, count, bits, block, static_cast<uint8_t*>(packed),
-                            segBytes, 1, 1, 1, stream));
+  ZPPCHECK(quantizeDispatch(in, dt, 0, count, bits, block, static_cast<uint8_t*>(packed), segBytes, 1,
+                            1, 1, stream));
   return zppSuccess;
 }
 
-extern "C" zppResult_t zppQuantizeReorderedCuda(const void* in, zppDataType_t dtype,
-                                                size_t part_count, size_t part_stride,
-                                                int nparts, int local_size, int bits, int block,
-                                                void* packed, cudaStream_t stream) {
+extern "C" zppResult_t zppQuantizeReorderedCuda(const void* in, zppDataType_t dtype, size_t part_count,
+                                                size_t part_stride, int nparts, int local_size,
+                                                int bits, int block, void* packed,
+                                                cudaStream_t stream) {
   const int dt = dtypeIndex(dtype);
   QC_ARG(dt >= 0, "zppQuantizeReorderedCuda: unsupported dtype %d", (int)dtype);
-  QC_ARG(validParams(bits, block), "zppQuantizeReorderedCuda: invalid bits %d / block %d", bits,
-         block);
+  QC_ARG(validParams(bits, block), "zppQuantizeReorderedCuda: invalid bits %d / block %d", bits, block);
   QC_ARG(nparts >= 1 && local_size >= 1 && nparts % local_size == 0,
          "zppQuantizeReorderedCuda: %d partitions do not split into nodes of %d ranks", nparts,
          local_size);
@@ -653,9 +667,8 @@ extern "C" zppResult_t zppQuantizeReorderedCuda(const void* in, zppDataType_t dt
   QC_ARG(aligned(in, elemSize(dt)), "zppQuantizeReorderedCuda: in %p misaligned", in);
   QC_ARG(aligned(packed, 4), "zppQuantizeReorderedCuda: packed %p not 4-byte aligned", packed);
   const size_t segBytes = geom(part_count, bits, blockLog2Of(block)).segBytes;
-  ZPPCHECK(quantizeDispatch(in, dt, part_stride, part_count, bits, block,
-                            static_cast<uint8_t*>(packed), segBytes, nparts,
-                            nparts / local_size, local_size, stream));
+  ZPPCHECK(quantizeDispatch(in, dt, part_stride, part_count, bits, block, static_cast<uint8_t*>(packed),
+                            segBytes, nparts, nparts / local_size, local_size, stream));
   return zppSuccess;
 }
 
@@ -666,28 +679,24 @@ extern "C" zppResult_t zppDequantizeCuda(const void* packed, size_t count, int b
   ZPPCHECK(checkDecodeArgs("zppDequantizeCuda", packed, 0, 1, count, bits, block));
   QC_ARG(count == 0 || out != NULL, "zppDequantizeCuda: out is NULL");
   QC_ARG(aligned(out, elemSize(dt)), "zppDequantizeCuda: out %p misaligned", out);
-  ZPPCHECK(decodeDispatch<kModeDequant>(packed, 0, 1, count, bits, block, out, dt, 0, 1.0f,
-                                        stream));
+  ZPPCHECK(decodeDispatch<kModeDequant>(packed, 0, 1, count, bits, block, out, dt, 0, 1.0f, stream));
   return zppSuccess;
 }
 
 extern "C" zppResult_t zppDequantizeAccumulateCuda(const void* packed, size_t stride, int n,
-                                                   size_t count, int bits, int block,
-                                                   float* acc, int accumulate,
-                                                   cudaStream_t stream) {
-  ZPPCHECK(checkDecodeArgs("zppDequantizeAccumulateCuda", packed, stride, n, count, bits,
-                           block));
+                                                   size_t count, int bits, int block, float* acc,
+                                                   int accumulate, cudaStream_t stream) {
+  ZPPCHECK(checkDecodeArgs("zppDequantizeAccumulateCuda", packed, stride, n, count, bits, block));
   QC_ARG(count == 0 || acc != NULL, "zppDequantizeAccumulateCuda: acc is NULL");
   QC_ARG(aligned(acc, 4), "zppDequantizeAccumulateCuda: acc %p misaligned", (void*)acc);
-  ZPPCHECK(decodeDispatch<kModeAccumulate>(packed, stride, n, count, bits, block, acc, kF32,
-                                           accumulate, 1.0f, stream));
+  ZPPCHECK(decodeDispatch<kModeAccumulate>(packed, stride, n, count, bits, block, acc, kF32, accumulate,
+                                           1.0f, stream));
   return zppSuccess;
 }
 
-extern "C" zppResult_t zppDequantizeSumCuda(const void* packed, size_t stride, int n,
-                                            size_t count, int bits, int block, float divisor,
-                                            void* out, zppDataType_t dtype,
-                                            cudaStream_t stream) {
+extern "C" zppResult_t zppDequantizeSumCuda(const void* packed, size_t stride, int n, size_t count,
+                                            int bits, int block, float divisor, void* out,
+                                            zppDataType_t dtype, cudaStream_t stream) {
   const int dt = dtypeIndex(dtype);
   QC_ARG(dt >= 0, "zppDequantizeSumCuda: unsupported dtype %d", (int)dtype);
   ZPPCHECK(checkDecodeArgs("zppDequantizeSumCuda", packed, stride, n, count, bits, block));
@@ -695,17 +704,15 @@ extern "C" zppResult_t zppDequantizeSumCuda(const void* packed, size_t stride, i
   QC_ARG(aligned(out, elemSize(dt)), "zppDequantizeSumCuda: out %p misaligned", out);
   QC_ARG(isfinite(divisor) && divisor != 0.0f,
          "zppDequantizeSumCuda: divisor %g must be finite and non-zero", (double)divisor);
-  ZPPCHECK(decodeDispatch<kModeSum>(packed, stride, n, count, bits, block, out, dt, 0, divisor,
-                                    stream));
+  ZPPCHECK(
+      decodeDispatch<kModeSum>(packed, stride, n, count, bits, block, out, dt, 0, divisor, stream));
   return zppSuccess;
 }
 
-extern "C" zppResult_t zppQuantReduceRequantCuda(const void* packed, size_t stride, int n,
-                                                 size_t count, int bits_in, int block_in,
-                                                 int bits_out, int block_out, void* packed_out,
-                                                 cudaStream_t stream) {
-  ZPPCHECK(checkDecodeArgs("zppQuantReduceRequantCuda", packed, stride, n, count, bits_in,
-                           block_in));
+extern "C" zppResult_t zppQuantReduceRequantCuda(const void* packed, size_t stride, int n, size_t count,
+                                                 int bits_in, int block_in, int bits_out, int block_out,
+                                                 void* packed_out, cudaStream_t stream) {
+  ZPPCHECK(checkDecodeArgs("zppQuantReduceRequantCuda", packed, stride, n, count, bits_in, block_in));
   QC_ARG(validParams(bits_out, block_out), "zppQuantReduceRequantCuda: invalid bits %d / block %d",
          bits_out, block_out);
   QC_ARG(packed_out != NULL, "zppQuantReduceRequantCuda: packed_out is NULL");
@@ -719,22 +726,28 @@ extern "C" zppResult_t zppQuantReduceRequantCuda(const void* packed, size_t stri
     const uintptr_t inHi = inLo + (size_t)(n - 1) * stride + geom(count, bits_in, blIn).segBytes;
     const uintptr_t outLo = reinterpret_cast<uintptr_t>(packed_out);
     const uintptr_t outHi = outLo + geom(count, bits_out, blOut).segBytes;
-    QC_ARG(!(outLo < inHi && inLo < outHi), "zppQuantReduceRequantCuda: packed_out overlaps the inputs");
+    QC_ARG(!(outLo < inHi && inLo < outHi),
+           "zppQuantReduceRequantCuda: packed_out overlaps the inputs");
   }
   const int threads = block_out / 8 > kThreads ? block_out / 8 : kThreads;
   unsigned gx;
   QC_ARG(gridFor(count, (size_t)threads * 8, &gx), "zppQuantReduceRequantCuda: count too large");
   const uint8_t* src = static_cast<const uint8_t*>(packed);
   uint8_t* dst = static_cast<uint8_t*>(packed_out);
-#define QC_R(BI, BO)                                                                  \
-  if (bits_in == BI && bits_out == BO) {                                              \
-    ZPP_CUDA_LAUNCH((reduceRequantKernel<BI, BO>), gx, threads, stream, src, stride, n, \
-                    count, blIn, blOut, blOut - 3, dst);                                \
-    CUDALAUNCHCHECK("zpp reduce-requantize");                                         \
-    return zppSuccess;                                                                \
+#define QC_R(BI, BO)                                                                                 \
+  if (bits_in == BI && bits_out == BO) {                                                             \
+    ZPP_CUDA_LAUNCH((reduceRequantKernel<BI, BO>), gx, threads, stream, src, stride, n, count, blIn, \
+                    blOut, blOut - 3, dst);                                                          \
+    CUDALAUNCHCHECK("zpp reduce-requantize");                                                        \
+    return zppSuccess;                                                                               \
   }
-  QC_R(8, 8) QC_R(8, 4) QC_R(4, 8) QC_R(4, 4)
+  // clang-format off: one call per line (clang-format 14 rewraps these macro calls on every run)
+  QC_R(8, 8)
+  QC_R(8, 4)
+  QC_R(4, 8)
+  QC_R(4, 4)
+  // clang-format on
 #undef QC_R
-  ZPP_FAIL(zppInternalError, QUANT, "zppQuantReduceRequantCuda: no kernel for %d -> %d bits",
-           bits_in, bits_out);
+  ZPP_FAIL(zppInternalError, QUANT, "zppQuantReduceRequantCuda: no kernel for %d -> %d bits", bits_in,
+           bits_out);
 }

@@ -125,7 +125,8 @@ static inline int zppQuantQmax(int bits) { return bits == 8 ? 127 : 7; }
 
 /* A fused reduce-requantize works in chunks of whole output blocks, at least
  * ZPP_QUANT_CHUNK elements, whose fp32 sums fit ZPP_QUANT_REDUCE_BUF floats. */
-#define ZPP_QUANT_REDUCE_BUF (ZPP_QUANT_CHUNK > ZPP_QUANT_MAX_BLOCK ? ZPP_QUANT_CHUNK : ZPP_QUANT_MAX_BLOCK)
+#define ZPP_QUANT_REDUCE_BUF \
+  (ZPP_QUANT_CHUNK > ZPP_QUANT_MAX_BLOCK ? ZPP_QUANT_CHUNK : ZPP_QUANT_MAX_BLOCK)
 static inline size_t zppQuantReduceChunk(int block_out) {
   return (size_t)block_out > ZPP_QUANT_CHUNK ? (size_t)block_out : ZPP_QUANT_CHUNK;
 }

@@ -109,8 +109,8 @@ static inline float zppQuantApply(float dst, float y, zppQuantDecodeMode_t mode)
 }
 
 /* Scalar decode of elements [lo, hi) of one block with scale s. */
-static inline void zppQuantDecodeSpanRef(const uint8_t* data, int bits, size_t lo, size_t hi,
-                                         float s, float* dst, zppQuantDecodeMode_t mode) {
+static inline void zppQuantDecodeSpanRef(const uint8_t* data, int bits, size_t lo, size_t hi, float s,
+                                         float* dst, zppQuantDecodeMode_t mode) {
   for (size_t i = lo; i < hi; i++) {
     float y = (float)zppQuantGetQ(data, bits, i) * s;
     dst[i - lo] = zppQuantApply(dst[i - lo], y, mode);
@@ -136,9 +136,7 @@ static inline void zppQuantEncodeSpanRef(const float* x, size_t lo, size_t hi,
 }
 
 /* Data bytes of `len` elements starting at an even element. */
-static inline size_t zppQuantDataBytes(size_t len, int bits) {
-  return bits == 8 ? len : (len + 1) / 2;
-}
+static inline size_t zppQuantDataBytes(size_t len, int bits) { return bits == 8 ? len : (len + 1) / 2; }
 
 /* One element of dtype widened exactly, or rounded from fp32 into dtype: for
  * the few elements a vector loop leaves over. */

@@ -97,8 +97,8 @@ static void scalarAccumulate(const uint8_t* packed, size_t stride, int n, size_t
   }
 }
 
-static void scalarSum(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
-                      int block, float divisor, void* out, zppDataType_t dtype) {
+static void scalarSum(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
+                      float divisor, void* out, zppDataType_t dtype) {
   size_t esize = dtype == zppFloat32 ? 4 : 2;
   float buf[ZPP_QUANT_CHUNK];
   for (size_t c0 = 0; c0 < count; c0 += ZPP_QUANT_CHUNK) {
@@ -112,9 +112,8 @@ static void scalarSum(const uint8_t* packed, size_t stride, int n, size_t count,
   }
 }
 
-static void scalarReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count,
-                                int bits_in, int block_in, int bits_out, int block_out,
-                                uint8_t* packed_out) {
+static void scalarReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
+                                int block_in, int bits_out, int block_out, uint8_t* packed_out) {
   uint8_t* scales = packed_out + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed_out + zppQuantDataOffset(count, block_out);
   float buf[ZPP_QUANT_MAX_BLOCK];

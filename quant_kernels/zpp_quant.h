@@ -141,8 +141,8 @@ zppResult_t zppDequantize(const void* packed, size_t count, int bits, int block,
 
 /* acc[i] = (accumulate ? acc[i] : 0) + y_{0,i} + ... + y_{n-1,i} in fp32, the
  * inputs being packed + k * stride for k < n. */
-zppResult_t zppDequantizeAccumulate(const void* packed, size_t stride, int n, size_t count,
-                                    int bits, int block, float* acc, int accumulate);
+zppResult_t zppDequantizeAccumulate(const void* packed, size_t stride, int n, size_t count, int bits,
+                                    int block, float* acc, int accumulate);
 
 /* Sum n inputs (as above), divide by `divisor` in fp32 (1 for sum, the world
  * size for avg: a division, not a multiply by a rounded reciprocal, so that
@@ -152,9 +152,8 @@ zppResult_t zppDequantizeSum(const void* packed, size_t stride, int n, size_t co
 
 /* Fused dequantize-reduce-requantize between qgZ's hops: the sum of n inputs
  * (bits_in/block_in) quantized again into one segment (bits_out/block_out). */
-zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size_t count,
-                                  int bits_in, int block_in, int bits_out, int block_out,
-                                  void* packed_out);
+zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size_t count, int bits_in,
+                                  int block_in, int bits_out, int block_out, void* packed_out);
 
 /* Quantize W = nparts partitions with tensor-slice reordering (see above).
  * Partition p starts at element p * part_stride of `in` and holds part_count
@@ -162,8 +161,8 @@ zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size
  * of every partition). Output: nparts segments of
  * zppQuantPackedSize(part_count, bits, block) bytes each. */
 zppResult_t zppQuantizeReordered(const void* in, zppDataType_t dtype, size_t part_count,
-                                 size_t part_stride, int nparts, int local_size, int bits,
-                                 int block, void* packed);
+                                 size_t part_stride, int nparts, int local_size, int bits, int block,
+                                 void* packed);
 
 /* The CPU implementation in use: "avx512", "avx2" or "scalar" (ZPP_QUANT_IMPL,
  * cpuid). */

@@ -39,8 +39,8 @@ extern "C" {
 
 #include "zpp_quant.h"
 
-zppResult_t zppQuantizeCuda(const void* in, zppDataType_t dtype, size_t count, int bits,
-                            int block, void* packed, cudaStream_t stream);
+zppResult_t zppQuantizeCuda(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                            void* packed, cudaStream_t stream);
 
 zppResult_t zppDequantizeCuda(const void* packed, size_t count, int bits, int block, void* out,
                               zppDataType_t dtype, cudaStream_t stream);

@@ -24,50 +24,50 @@ extern "C" { /* the CUDA tests (.cu) are C++ */
 extern int zppTestFailures;
 extern long zppTestChecks;
 
-#define CHECK(cond)                                                         \
-  do {                                                                      \
-    zppTestChecks++;                                                        \
-    if (!(cond)) {                                                          \
-      zppTestFailures++;                                                    \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    zppTestChecks++;                                                           \
+    if (!(cond)) {                                                             \
+      zppTestFailures++;                                                       \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-    }                                                                       \
+    }                                                                          \
   } while (0)
 
-#define CHECK_MSG(cond, ...)                                                \
-  do {                                                                      \
-    zppTestChecks++;                                                        \
-    if (!(cond)) {                                                          \
-      zppTestFailures++;                                                    \
+#define CHECK_MSG(cond, ...)                                                   \
+  do {                                                                         \
+    zppTestChecks++;                                                           \
+    if (!(cond)) {                                                             \
+      zppTestFailures++;                                                       \
       fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                         \
-      fprintf(stderr, "\n");                                                \
-    }                                                                       \
+      fprintf(stderr, __VA_ARGS__);                                            \
+      fprintf(stderr, "\n");                                                   \
+    }                                                                          \
   } while (0)
 
-#define CHECK_EQ_INT(a, b)                                                  \
-  do {                                                                      \
-    long long a_ = (long long)(a), b_ = (long long)(b);                     \
-    CHECK_MSG(a_ == b_, "%s = %lld, %s = %lld", #a, a_, #b, b_);            \
+#define CHECK_EQ_INT(a, b)                                       \
+  do {                                                           \
+    long long a_ = (long long)(a), b_ = (long long)(b);          \
+    CHECK_MSG(a_ == b_, "%s = %lld, %s = %lld", #a, a_, #b, b_); \
   } while (0)
 
 /* Stops at the first failure of a precondition the rest depends on. */
-#define REQUIRE(cond)                                                       \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
+#define REQUIRE(cond)                                                            \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
       fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); \
-      exit(1);                                                              \
-    }                                                                       \
+      exit(1);                                                                   \
+    }                                                                            \
   } while (0)
 
 /* Runs case fn when no case was named on the command line (only == NULL)
  * or this one was, and prints its wall time. */
-#define ZPP_TEST_RUN(only, name, fn)                                  \
-  do {                                                                \
-    if (!(only) || strcmp((only), (name)) == 0) {                     \
-      double t0_ = zppClockNow();                                      \
-      fn();                                                           \
-      printf("[%s] %.2f s\n", (name), zppClockNow() - t0_);           \
-    }                                                                 \
+#define ZPP_TEST_RUN(only, name, fn)                        \
+  do {                                                      \
+    if (!(only) || strcmp((only), (name)) == 0) {           \
+      double t0_ = zppClockNow();                           \
+      fn();                                                 \
+      printf("[%s] %.2f s\n", (name), zppClockNow() - t0_); \
+    }                                                       \
   } while (0)
 
 /* Prints a summary; returns the process exit code. */

@@ -102,10 +102,9 @@ zppResult_t zppTopoWrite(const zppTopo_t* topo, const char* const* hostIds, cons
                  "spaces or a leading #)",
                  r, hostIds[r] ? hostIds[r] : "(null)");
   FILE* f = fopen(path, "w");
-  if (f == NULL)
-    ZPP_FAIL(zppSystemError, TOPO, "topology: cannot write %s: %s", path, strerror(errno));
-  fprintf(f, "# zpp topology: %d ranks on %d nodes; one \"rank host-id\" line per rank\n",
-          topo->nranks, topo->nNodes);
+  if (f == NULL) ZPP_FAIL(zppSystemError, TOPO, "topology: cannot write %s: %s", path, strerror(errno));
+  fprintf(f, "# zpp topology: %d ranks on %d nodes; one \"rank host-id\" line per rank\n", topo->nranks,
+          topo->nNodes);
   for (int r = 0; r < topo->nranks; r++) fprintf(f, "%d %s\n", r, hostIds[r]);
   int bad = ferror(f);
   if (fclose(f) != 0 || bad)
@@ -147,8 +146,8 @@ zppResult_t zppTopoReadHostIds(const char* path, int nranks, char*** hostIds) {
                    (int)strcspn(line, "\n"), line);
     if (rank < 0 || rank >= nranks)
       ZPP_FAILGOTO(zppInvalidArgument, res, out, TOPO,
-                   "topology: %s:%d: rank %ld out of range 0..%d (the communicator has %d ranks)",
-                   path, lineNo, rank, nranks - 1, nranks);
+                   "topology: %s:%d: rank %ld out of range 0..%d (the communicator has %d ranks)", path,
+                   lineNo, rank, nranks - 1, nranks);
     p = end;
     while (isspace((unsigned char)*p) && *p != '\n') p++;
     size_t n = strcspn(p, " \t\r\n");
@@ -159,15 +158,13 @@ zppResult_t zppTopoReadHostIds(const char* path, int nranks, char*** hostIds) {
                    "topology: %s:%d: host id must be one token of 1..%d characters", path, lineNo,
                    ZPP_HOSTID_MAX - 1);
     if (ids[rank] != NULL)
-      ZPP_FAILGOTO(zppInvalidArgument, res, out, TOPO, "topology: %s:%d: rank %ld listed twice",
-                   path, lineNo, rank);
+      ZPP_FAILGOTO(zppInvalidArgument, res, out, TOPO, "topology: %s:%d: rank %ld listed twice", path,
+                   lineNo, rank);
     ids[rank] = strndup(p, n);
-    if (ids[rank] == NULL)
-      ZPP_FAILGOTO(zppSystemError, res, out, TOPO, "topology: out of memory");
+    if (ids[rank] == NULL) ZPP_FAILGOTO(zppSystemError, res, out, TOPO, "topology: out of memory");
     found++;
   }
-  if (ferror(f))
-    ZPP_FAILGOTO(zppSystemError, res, out, TOPO, "topology: error reading %s", path);
+  if (ferror(f)) ZPP_FAILGOTO(zppSystemError, res, out, TOPO, "topology: error reading %s", path);
   if (found != nranks) {
     int missing = 0;
     while (missing < nranks && ids[missing]) missing++;

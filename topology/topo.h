@@ -21,11 +21,11 @@
 typedef struct {
   int nranks;
   int nNodes;
-  int uniform;        /* every node holds the same number of ranks */
-  int* nodeOf;        /* [nranks] rank -> node */
-  int* localRankOf;   /* [nranks] rank -> local rank */
-  int* nodeSize;      /* [nNodes] ranks on the node */
-  int** nodeRanks;    /* [nNodes][nodeSize] ranks of the node, in local order */
+  int uniform;      /* every node holds the same number of ranks */
+  int* nodeOf;      /* [nranks] rank -> node */
+  int* localRankOf; /* [nranks] rank -> local rank */
+  int* nodeSize;    /* [nNodes] ranks on the node */
+  int** nodeRanks;  /* [nNodes][nodeSize] ranks of the node, in local order */
 } zppTopo_t;
 
 /* Groups ranks by host id (strings compared exactly). */

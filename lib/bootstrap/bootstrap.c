@@ -104,8 +104,8 @@ static void foldSecret(const unsigned char* in, size_t len, unsigned char* out) 
   }
 }
 
-zppResult_t zppBootstrapMakeId(zppUniqueId* id, const char* host, int port,
-                               const unsigned char* secret, size_t secretLen) {
+zppResult_t zppBootstrapMakeId(zppUniqueId* id, const char* host, int port, const unsigned char* secret,
+                               size_t secretLen) {
   ZPP_ARGCHECK(id != NULL, "bootstrap: id is NULL");
   ZPP_ARGCHECK(port > 0 && port <= 65535, "bootstrap: root port %d out of range 1..65535", port);
   ZPP_ARGCHECK(secret != NULL || secretLen == 0, "bootstrap: secret is NULL");
@@ -118,8 +118,7 @@ zppResult_t zppBootstrapMakeId(zppUniqueId* id, const char* host, int port,
 }
 
 zppResult_t zppBootstrapCreateRoot(zppUniqueId* id, const char* bindAddr, int port, int nranks,
-                                   const unsigned char* secret, size_t secretLen,
-                                   double timeoutSec) {
+                                   const unsigned char* secret, size_t secretLen, double timeoutSec) {
   ZPP_ARGCHECK(id != NULL, "bootstrap: id is NULL");
   ZPP_ARGCHECK(port >= 0 && port <= 65535, "bootstrap: root port %d out of range 0..65535", port);
   ZPP_ARGCHECK(nranks == -1 || (nranks >= 1 && nranks <= ZPP_BOOT_MAX_RANKS),
@@ -225,8 +224,7 @@ static zppResult_t joinRoot(zppBootstrap_t* bs, const char* hostId, const zppSoc
   uint32_t status = zppGet32(hdr + 4), len = zppGet32(hdr + 12);
   int nranks = (int)zppGet32(hdr + 8);
   if (zppGet32(hdr) != ZPP_MAGIC_REPLY)
-    ZPP_FAILGOTO(zppRemoteError, res, out, BOOT, "bootstrap: %s is not a zpp bootstrap root",
-                 rootStr);
+    ZPP_FAILGOTO(zppRemoteError, res, out, BOOT, "bootstrap: %s is not a zpp bootstrap root", rootStr);
   if (status != zppSuccess) {
     char msg[ZPP_BOOT_ERRMSG_MAX + 1] = "";
     if (len > ZPP_BOOT_ERRMSG_MAX || status >= zppNumResults || status == zppInProgress)
@@ -342,8 +340,10 @@ static zppResult_t acceptPrev(zppBootstrap_t* bs, int listenFd, int prev, const 
         char as[ZPP_SOCKADDR_STRLEN];
         /* At DEBUG each, in the timeout's message as a count: a flood of
          * them must not flood the log. */
-        ZPP_DBG(BOOT, "bootstrap: rank %d refused a ring connection from %s: wrong secret or not "
-                "rank %d", bs->rank, zppSockAddrStr(&c->from, as), prev);
+        ZPP_DBG(BOOT,
+                "bootstrap: rank %d refused a ring connection from %s: wrong secret or not "
+                "rank %d",
+                bs->rank, zppSockAddrStr(&c->from, as), prev);
         refused++;
       }
       close(c->fd);
@@ -373,8 +373,10 @@ static zppResult_t acceptPrev(zppBootstrap_t* bs, int listenFd, int prev, const 
     }
   }
   if (silent + refused > 0)
-    ZPP_WARN(BOOT, "bootstrap: rank %d dropped %d silent and %d wrong connections to its ring "
-             "listener before rank %d connected", bs->rank, silent, refused, prev);
+    ZPP_WARN(BOOT,
+             "bootstrap: rank %d dropped %d silent and %d wrong connections to its ring "
+             "listener before rank %d connected",
+             bs->rank, silent, refused, prev);
 out:
   for (int i = 0; i < n; i++) close(pend[i].fd);
   return res;
@@ -394,8 +396,7 @@ static zppResult_t connectRing(zppBootstrap_t* bs, int listenFd, const zppSockWa
   memcpy(h + 8, bs->secret, ZPP_SECRET_BYTES);
   zppPut32(h + 40, (uint32_t)bs->rank);
   zppPut32(h + 44, (uint32_t)bs->nranks);
-  snprintf(doing, sizeof(doing), "greeting rank %d (%s)", next,
-           zppSockAddrStr(&bs->addrs[next], as));
+  snprintf(doing, sizeof(doing), "greeting rank %d (%s)", next, zppSockAddrStr(&bs->addrs[next], as));
   ZPPCHECK(zppSockSendAll(bs->nextFd, h, sizeof(h), w, doing));
 
   snprintf(doing, sizeof(doing), "waiting for rank %d to connect", prev);
@@ -495,7 +496,8 @@ static void breakRing(zppBootstrap_t* bs) {
 /* Progress one non-blocking send; 1 when done, 0 to wait, -1 on error. */
 static int sendSome(int fd, sendState_t* s) {
   while (s->done < ZPP_MSG_BYTES + s->len) {
-    const unsigned char* p = s->done < ZPP_MSG_BYTES ? s->hdr + s->done : s->data + (s->done - ZPP_MSG_BYTES);
+    const unsigned char* p =
+        s->done < ZPP_MSG_BYTES ? s->hdr + s->done : s->data + (s->done - ZPP_MSG_BYTES);
     size_t n = s->done < ZPP_MSG_BYTES ? ZPP_MSG_BYTES - s->done : ZPP_MSG_BYTES + s->len - s->done;
     ssize_t k = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k > 0) {
@@ -535,8 +537,8 @@ static int recvSome(int fd, recvState_t* r) {
 /* One ring step: send `slen` bytes to the next rank and receive `rlen`
  * from the previous one at the same time (either may be absent, NULL), so
  * that messages larger than a socket buffer cannot deadlock the ring. */
-static zppResult_t ringStep(zppBootstrap_t* bs, uint32_t op, const zppSockWait_t* w,
-                            const void* sbuf, size_t slen, void* rbuf, size_t rlen) {
+static zppResult_t ringStep(zppBootstrap_t* bs, uint32_t op, const zppSockWait_t* w, const void* sbuf,
+                            size_t slen, void* rbuf, size_t rlen) {
   int next = (bs->rank + 1) % bs->nranks, prev = (bs->rank - 1 + bs->nranks) % bs->nranks;
   sendState_t s = {.data = sbuf, .len = slen};
   recvState_t r = {.data = rbuf, .len = rlen};
@@ -586,8 +588,8 @@ static zppResult_t ringStep(zppBootstrap_t* bs, uint32_t op, const zppSockWait_t
       ZPP_FAIL(zppRemoteError, BOOT, "bootstrap %s: rank %d aborted", opName(op), bs->rank);
     if (rc == 0 && ms == 0)
       ZPP_FAIL(zppRemoteError, BOOT,
-               "bootstrap %s: rank %d timed out after %.1f s (ZPP_TIMEOUT) %s rank %d",
-               opName(op), bs->rank, w->timeoutSec, receiving ? "waiting for" : "sending to",
+               "bootstrap %s: rank %d timed out after %.1f s (ZPP_TIMEOUT) %s rank %d", opName(op),
+               bs->rank, w->timeoutSec, receiving ? "waiting for" : "sending to",
                receiving ? prev : next);
   }
   return zppSuccess;
@@ -636,8 +638,8 @@ zppResult_t zppBootstrapAllGather(zppBootstrap_t* bs, void* data, size_t bytesPe
   if (data == NULL && bytesPerRank > 0)
     ZPP_FAILGOTO(zppInvalidArgument, res, out, BOOT, "bootstrap allgather: data is NULL");
   if (bytesPerRank > ((size_t)1 << 40) / (size_t)bs->nranks)
-    ZPP_FAILGOTO(zppInvalidArgument, res, out, BOOT, "bootstrap allgather: %zu bytes per rank is too much",
-                 bytesPerRank);
+    ZPP_FAILGOTO(zppInvalidArgument, res, out, BOOT,
+                 "bootstrap allgather: %zu bytes per rank is too much", bytesPerRank);
   if (bs->nranks > 1 && bytesPerRank > 0) {
     zppSockWait_t w = {zppClockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
     res = allGather(bs, OP_ALLGATHER, data, bytesPerRank, &w);
@@ -708,8 +710,10 @@ void zppBootstrapDestroy(zppBootstrap_t* bs) {
     double until = zppClockNow() + 10.0;
     while (atomic_load(&bs->busy) > 0 && zppClockNow() < until) sched_yield(), usleep(1000);
     if (atomic_load(&bs->busy) > 0) {
-      ZPP_ERR(BOOT, "bootstrap: rank %d: a thread is still inside a bootstrap call after abort; "
-                    "leaking it rather than freeing it under that thread", bs->rank);
+      ZPP_ERR(BOOT,
+              "bootstrap: rank %d: a thread is still inside a bootstrap call after abort; "
+              "leaking it rather than freeing it under that thread",
+              bs->rank);
       return;
     }
   }

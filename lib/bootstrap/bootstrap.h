@@ -29,14 +29,13 @@ typedef struct zppBootstrap zppBootstrap_t;
  * timeoutSec. secret may be NULL (random, from getrandom); a secret of
  * another length than 32 bytes is folded into 32. */
 zppResult_t zppBootstrapCreateRoot(zppUniqueId* id, const char* bindAddr, int port, int nranks,
-                                   const unsigned char* secret, size_t secretLen,
-                                   double timeoutSec);
+                                   const unsigned char* secret, size_t secretLen, double timeoutSec);
 
 /* Writes the id of a root that someone else opens at host:port with this
  * secret (folded as above): how the ranks of an environment launch find
  * the root that rank 0 opens. Resolves host; does not connect. */
-zppResult_t zppBootstrapMakeId(zppUniqueId* id, const char* host, int port,
-                               const unsigned char* secret, size_t secretLen);
+zppResult_t zppBootstrapMakeId(zppUniqueId* id, const char* host, int port, const unsigned char* secret,
+                               size_t secretLen);
 
 /* Joins the rendezvous as `rank`: connects to the root (retrying until the
  * timeout, since the root may start after us), then to the neighbours in a

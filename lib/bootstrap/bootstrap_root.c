@@ -47,7 +47,7 @@ int zppBootRootsTelling(void) { return atomic_load(&rootsTelling); }
 
 typedef struct {
   int fd;
-  int rank; /* -1 until its hello is accepted */
+  int rank;     /* -1 until its hello is accepted */
   double since; /* when accepted */
   size_t got;
   unsigned char hello[ZPP_HELLO_BYTES];
@@ -114,8 +114,8 @@ static void rootDrop(root_t* r, rootConn_t* c, int* counter) {
 
 /* Best effort: a small reply fits the socket buffer, and a peer that cannot
  * take it is gone anyway. */
-static void rootSendReply(root_t* r, rootConn_t* c, zppResult_t status, const void* payload,
-                          size_t len, double waitSec) {
+static void rootSendReply(root_t* r, rootConn_t* c, zppResult_t status, const void* payload, size_t len,
+                          double waitSec) {
   /* Header and a short payload in one send: a message cut in two by the
    * end of this process would read as a broken connection. */
   unsigned char buf[ZPP_REPLY_BYTES + ZPP_BOOT_ERRMSG_MAX];
@@ -204,8 +204,8 @@ static void rootHello(root_t* r, rootConn_t* c) {
   uint32_t proto = zppGet32(h + 4);
   if (proto != ZPP_BOOT_PROTO) {
     rootFail(r, c, zppInvalidUsage,
-             "rank %d (%s) speaks bootstrap protocol %u, the root %u: mixed zpp versions", rank,
-             from, proto, ZPP_BOOT_PROTO);
+             "rank %d (%s) speaks bootstrap protocol %u, the root %u: mixed zpp versions", rank, from,
+             proto, ZPP_BOOT_PROTO);
     return;
   }
   if (nranks < 1 || nranks > ZPP_BOOT_MAX_RANKS) {
@@ -224,8 +224,8 @@ static void rootHello(root_t* r, rootConn_t* c) {
     r->nranks = nranks;
     r->nranksFrom = rank;
   } else if (nranks != r->nranks) {
-    rootFail(r, c, zppInvalidUsage, "nranks mismatch: rank %d (%s) says nranks=%d but %s says %d",
-             rank, from, nranks, nranksSource(r, src, sizeof(src)), r->nranks);
+    rootFail(r, c, zppInvalidUsage, "nranks mismatch: rank %d (%s) says nranks=%d but %s says %d", rank,
+             from, nranks, nranksSource(r, src, sizeof(src)), r->nranks);
     return;
   }
   if (rank < 0 || rank >= r->nranks) {
@@ -238,8 +238,7 @@ static void rootHello(root_t* r, rootConn_t* c) {
     return;
   }
   if (!zppHostIdValid(h + 56)) {
-    rootFail(r, c, zppInvalidUsage, "rank %d (%s) sent an empty or unterminated host id", rank,
-             from);
+    rootFail(r, c, zppInvalidUsage, "rank %d (%s) sent an empty or unterminated host id", rank, from);
     return;
   }
   c->rank = rank;
@@ -427,7 +426,8 @@ static void* rootMain(void* arg) {
     if (paused && r->acceptPausedUntil - now < left) left = r->acceptPausedUntil - now;
     /* A negative fd is skipped by poll: the listener while accepting pauses. */
     pfds[0] = (struct pollfd){.fd = paused ? -1 : r->listenFd, .events = POLLIN};
-    for (int i = 0; i < r->nconns; i++) pfds[i + 1] = (struct pollfd){.fd = r->conns[i].fd, .events = POLLIN};
+    for (int i = 0; i < r->nconns; i++)
+      pfds[i + 1] = (struct pollfd){.fd = r->conns[i].fd, .events = POLLIN};
     int nfds = r->nconns + 1;
     int ms = (int)(left * 1e3) + 1;
     int rc = poll(pfds, (nfds_t)nfds, ms);
@@ -453,8 +453,8 @@ static void* rootMain(void* arg) {
   return NULL;
 }
 
-zppResult_t zppBootRootStart(int listenFd, const struct sockaddr_in* addr,
-                             const unsigned char* secret, int nranks, double timeoutSec) {
+zppResult_t zppBootRootStart(int listenFd, const struct sockaddr_in* addr, const unsigned char* secret,
+                             int nranks, double timeoutSec) {
   zppResult_t res = zppSuccess;
   root_t* r = NULL;
   ZPP_CALLOC(r, 1);

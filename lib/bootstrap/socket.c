@@ -61,8 +61,7 @@ zppResult_t zppSockFindInterface(struct sockaddr_in* out, char* ifName, size_t i
   int bestScore = 0;
   char seen[256] = "";
   for (const struct ifaddrs* i = list; i; i = i->ifa_next) {
-    if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP))
-      continue;
+    if (i->ifa_addr == NULL || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
     if (strlen(seen) + strlen(i->ifa_name) + 3 < sizeof(seen)) {
       if (seen[0]) strcat(seen, ", ");
       strcat(seen, i->ifa_name);
@@ -157,8 +156,7 @@ zppResult_t zppSockWaitFd(int fd, short events, const zppSockWait_t* w, const ch
       if (errno == EINTR) continue;
       ZPP_FAIL(zppSystemError, BOOT, "bootstrap: poll while %s: %s", doing, strerror(errno));
     }
-    if (np == 2 && p[1].revents)
-      ZPP_FAIL(zppRemoteError, BOOT, "bootstrap: aborted while %s", doing);
+    if (np == 2 && p[1].revents) ZPP_FAIL(zppRemoteError, BOOT, "bootstrap: aborted while %s", doing);
     if (p[0].revents) return zppSuccess;
     if (rc == 0 && ms == 0)
       ZPP_FAIL(zppRemoteError, BOOT, "bootstrap: timed out after %.1f s (ZPP_TIMEOUT) %s",
@@ -179,8 +177,8 @@ static void sleepAbortable(double sec, const zppSockWait_t* w) {
   }
 }
 
-zppResult_t zppSockConnect(const struct sockaddr_in* to, const zppSockWait_t* w,
-                           const char* peerDesc, int* fd) {
+zppResult_t zppSockConnect(const struct sockaddr_in* to, const zppSockWait_t* w, const char* peerDesc,
+                           int* fd) {
   char as[ZPP_SOCKADDR_STRLEN];
   zppSockAddrStr(to, as);
   double backoff = 0.005;
@@ -216,8 +214,8 @@ zppResult_t zppSockConnect(const struct sockaddr_in* to, const zppSockWait_t* w,
       struct sockaddr_in mine, theirs;
       socklen_t l1 = sizeof(mine), l2 = sizeof(theirs);
       if (getsockname(s, (struct sockaddr*)&mine, &l1) == 0 &&
-          getpeername(s, (struct sockaddr*)&theirs, &l2) == 0 &&
-          mine.sin_port == theirs.sin_port && mine.sin_addr.s_addr == theirs.sin_addr.s_addr) {
+          getpeername(s, (struct sockaddr*)&theirs, &l2) == 0 && mine.sin_port == theirs.sin_port &&
+          mine.sin_addr.s_addr == theirs.sin_addr.s_addr) {
         err = ECONNREFUSED;
       }
     }
@@ -230,8 +228,7 @@ zppResult_t zppSockConnect(const struct sockaddr_in* to, const zppSockWait_t* w,
     lastErr = err;
     /* Only an address we can never use is final; refusals and unreachable
      * networks are what a peer that has not started yet looks like. */
-    if (err == EAFNOSUPPORT || err == EINVAL || err == EBADF || err == EACCES || err == EPERM)
-      break;
+    if (err == EAFNOSUPPORT || err == EINVAL || err == EBADF || err == EACCES || err == EPERM) break;
     if (zppClockNow() >= w->deadline) break;
     sleepAbortable(backoff, w);
     backoff = backoff * 2 > 0.25 ? 0.25 : backoff * 2;

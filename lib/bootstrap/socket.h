@@ -48,8 +48,8 @@ zppResult_t zppSockListen(const struct sockaddr_in* addr, int reuseAddr, int* fd
 /* Connects to `to`, retrying refused or unreachable attempts until the
  * deadline: a peer may not be listening yet when we start. peerDesc names
  * the peer in the error. The socket returned is non-blocking. */
-zppResult_t zppSockConnect(const struct sockaddr_in* to, const zppSockWait_t* w,
-                           const char* peerDesc, int* fd);
+zppResult_t zppSockConnect(const struct sockaddr_in* to, const zppSockWait_t* w, const char* peerDesc,
+                           int* fd);
 
 /* Accepts one connection (non-blocking socket out). */
 zppResult_t zppSockAccept(int listenFd, const zppSockWait_t* w, const char* doing, int* fd,

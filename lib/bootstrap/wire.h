@@ -19,11 +19,11 @@
 #define ZPP_BOOT_MAX_RANKS 65536
 #define ZPP_BOOT_ERRMSG_MAX 480
 
-#define ZPP_MAGIC_ID 0x7a706964u     /* "zpid": unique id */
-#define ZPP_MAGIC_HELLO 0x7a70686cu  /* "zphl": rank -> root */
-#define ZPP_MAGIC_REPLY 0x7a707270u  /* "zprp": root -> rank */
-#define ZPP_MAGIC_RING 0x7a707267u   /* "zprg": rank -> next rank, once */
-#define ZPP_MAGIC_MSG 0x7a706d73u    /* "zpms": ring message header */
+#define ZPP_MAGIC_ID 0x7a706964u    /* "zpid": unique id */
+#define ZPP_MAGIC_HELLO 0x7a70686cu /* "zphl": rank -> root */
+#define ZPP_MAGIC_REPLY 0x7a707270u /* "zprp": root -> rank */
+#define ZPP_MAGIC_RING 0x7a707267u  /* "zprg": rank -> next rank, once */
+#define ZPP_MAGIC_MSG 0x7a706d73u   /* "zpms": ring message header */
 
 /* Unique id: magic, proto, ipv4, port, secret; the rest zero. */
 #define ZPP_ID_OFF_MAGIC 0
@@ -92,8 +92,8 @@ static inline int zppHostIdValid(const unsigned char* p) {
 
 /* The root's background thread (bootstrap_root.c). nranks -1: learned from
  * the first rank. */
-zppResult_t zppBootRootStart(int listenFd, const struct sockaddr_in* addr,
-                             const unsigned char* secret, int nranks, double timeoutSec);
+zppResult_t zppBootRootStart(int listenFd, const struct sockaddr_in* addr, const unsigned char* secret,
+                             int nranks, double timeoutSec);
 
 /* How many roots of this process failed and still tell arriving ranks
  * why: a rank that failed waits a little for them before returning,

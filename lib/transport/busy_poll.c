@@ -62,6 +62,7 @@ void zppBusyPollLeaveCore(zppBusyPoll_t* b, int rank) {
   if (sched_setaffinity(0, sizeof(one), &one) != 0) return;
   if (sched_setaffinity(0, sizeof(mask), &mask) != 0)
     ZPP_WARN(NET, "rank %d: could not give back the CPU affinity after moving to cpu %d", rank, target);
-  ZPP_INFO(NET, "rank %d: polling kept failing on cpu %d (a rank it waits for runs there?): moved to cpu %d",
+  ZPP_INFO(NET,
+           "rank %d: polling kept failing on cpu %d (a rank it waits for runs there?): moved to cpu %d",
            rank, cur, target);
 }

@@ -29,12 +29,12 @@ _Static_assert((int)zppRemoteError == (int)ncclRemoteError, "result codes differ
 _Static_assert((int)zppBfloat16 == (int)ncclBfloat16, "data types differ from NCCL's");
 _Static_assert((int)zppAvg == (int)ncclAvg, "reduction ops differ from NCCL's");
 
-#define NCCLCHECK(call)                                                              \
-  do {                                                                               \
-    ncclResult_t nres_ = (call);                                                     \
-    if (nres_ != ncclSuccess && nres_ != ncclInProgress)                             \
-      ZPP_FAIL((zppResult_t)nres_, CUDA, "%s failed: %s (%s)", #call,                \
-               ncclGetErrorString(nres_), ncclGetLastError(NULL));                   \
+#define NCCLCHECK(call)                                                                          \
+  do {                                                                                           \
+    ncclResult_t nres_ = (call);                                                                 \
+    if (nres_ != ncclSuccess && nres_ != ncclInProgress)                                         \
+      ZPP_FAIL((zppResult_t)nres_, CUDA, "%s failed: %s (%s)", #call, ncclGetErrorString(nres_), \
+               ncclGetLastError(NULL));                                                          \
   } while (0)
 
 /* Without a usable device every pointer is host memory; asked once, since a
@@ -82,8 +82,7 @@ zppResult_t zppNcclCreate(struct zppComm* comm, zppNccl_t** out) {
   cudaError_t cerr = cudaGetDevice(&n->device);
   if (cerr != cudaSuccess) {
     (void)cudaGetLastError();
-    ZPP_FAILGOTO(zppUnhandledCudaError, res, fail, CUDA, "cudaGetDevice: %s",
-                 cudaGetErrorString(cerr));
+    ZPP_FAILGOTO(zppUnhandledCudaError, res, fail, CUDA, "cudaGetDevice: %s", cudaGetErrorString(cerr));
   }
   int version = 0;
   if (ncclGetVersion(&version) != ncclSuccess) version = 0;
@@ -94,8 +93,7 @@ zppResult_t zppNcclCreate(struct zppComm* comm, zppNccl_t** out) {
   if (comm->rank == 0) {
     ncclResult_t nres = ncclGetUniqueId(&id);
     if (nres != ncclSuccess)
-      ZPP_FAILGOTO((zppResult_t)nres, res, fail, CUDA, "ncclGetUniqueId: %s",
-                   ncclGetErrorString(nres));
+      ZPP_FAILGOTO((zppResult_t)nres, res, fail, CUDA, "ncclGetUniqueId: %s", ncclGetErrorString(nres));
   }
   ZPPCHECKGOTO(zppBootstrapBroadcast(comm->bootstrap, &id, sizeof(id), 0), res, fail);
   ncclResult_t nres = ncclCommInitRank(&n->nccl, comm->nranks, id, comm->rank);
@@ -147,13 +145,14 @@ void zppNcclDestroy(zppNccl_t* n) {
   free(n);
 }
 
-#define CUDAWORK(call)                                                                        \
-  do {                                                                                        \
-    cudaError_t cerr_ = (call);                                                               \
-    if (cerr_ != cudaSuccess) {                                                               \
-      (void)cudaGetLastError();                                                               \
-      ZPP_FAILGOTO(zppUnhandledCudaError, res, fail, CUDA, "%s: %s", #call, cudaGetErrorString(cerr_)); \
-    }                                                                                         \
+#define CUDAWORK(call)                                                      \
+  do {                                                                      \
+    cudaError_t cerr_ = (call);                                             \
+    if (cerr_ != cudaSuccess) {                                             \
+      (void)cudaGetLastError();                                             \
+      ZPP_FAILGOTO(zppUnhandledCudaError, res, fail, CUDA, "%s: %s", #call, \
+                   cudaGetErrorString(cerr_));                              \
+    }                                                                       \
   } while (0)
 
 zppResult_t zppNcclGetWork(zppNccl_t* n, zppNcclWork_t** out) {

@@ -32,9 +32,9 @@ void* zppNcclHandle(zppNccl_t* nccl);
  * from one host thread at a time (as with NCCL), so no lock is needed. */
 #define ZPP_NCCL_WORK_EVENTS 16
 typedef struct {
-  void* kernels;                       /* cudaStream_t: the codec kernels */
-  void* comms;                         /* cudaStream_t: NCCL */
-  void* events[ZPP_NCCL_WORK_EVENTS];  /* cudaEvent_t, timing disabled */
+  void* kernels;                      /* cudaStream_t: the codec kernels */
+  void* comms;                        /* cudaStream_t: NCCL */
+  void* events[ZPP_NCCL_WORK_EVENTS]; /* cudaEvent_t, timing disabled */
 } zppNcclWork_t;
 zppResult_t zppNcclGetWork(zppNccl_t* nccl, zppNcclWork_t** out);
 

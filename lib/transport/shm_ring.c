@@ -27,10 +27,10 @@
 
 /* A failure here only turns the rings off (the caller says so): a warning,
  * not an error. */
-#define RING_FAIL(...)                \
-  do {                                \
-    ZPP_WARN(NET, __VA_ARGS__);       \
-    return zppSystemError;            \
+#define RING_FAIL(...)          \
+  do {                          \
+    ZPP_WARN(NET, __VA_ARGS__); \
+    return zppSystemError;      \
   } while (0)
 
 typedef struct {
@@ -97,7 +97,8 @@ zppResult_t zppShmInboxCreate(zppShmInbox_t* box, int nRings, size_t maxPayload)
   memset(box, 0, sizeof(*box));
   box->lockFd = -1;
   sweepStale();
-  uint32_t slotBytes = (uint32_t)(ZPP_SHM_LINE + (maxPayload + ZPP_SHM_LINE - 1) / ZPP_SHM_LINE * ZPP_SHM_LINE);
+  uint32_t slotBytes =
+      (uint32_t)(ZPP_SHM_LINE + (maxPayload + ZPP_SHM_LINE - 1) / ZPP_SHM_LINE * ZPP_SHM_LINE);
   size_t perSlots = (size_t)nRings * slotBytes;
   size_t nSlots = INBOX_BUDGET_BYTES / (perSlots ? perSlots : 1);
   if (nSlots < MIN_SLOTS) nSlots = MIN_SLOTS;
@@ -106,8 +107,7 @@ zppResult_t zppShmInboxCreate(zppShmInbox_t* box, int nRings, size_t maxPayload)
 
   makeName(box->name);
   int fd = shm_open(box->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0)
-    RING_FAIL("shm_open(%s): %s", box->name, strerror(errno));
+  if (fd < 0) RING_FAIL("shm_open(%s): %s", box->name, strerror(errno));
   box->owner = 1;
   (void)flock(fd, LOCK_EX | LOCK_NB); /* new and O_EXCL: nobody else holds it */
   /* posix_fallocate returns the error instead of setting errno. */
@@ -116,8 +116,10 @@ zppResult_t zppShmInboxCreate(zppShmInbox_t* box, int nRings, size_t maxPayload)
     close(fd);
     shm_unlink(box->name);
     box->unlinked = 1;
-    RING_FAIL("reserving %zu bytes of shared memory for %s: %s "
-             "(is /dev/shm full or small?)", bytes, box->name, strerror(err));
+    RING_FAIL(
+        "reserving %zu bytes of shared memory for %s: %s "
+        "(is /dev/shm full or small?)",
+        bytes, box->name, strerror(err));
   }
   void* base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   err = errno;
@@ -154,8 +156,7 @@ zppResult_t zppShmInboxOpen(zppShmInbox_t* box, const char* name) {
   struct stat st;
   if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(inboxHeader_t)) {
     close(fd);
-    RING_FAIL("shared memory %s is not an inbox (size %lld)", name,
-             (long long)st.st_size);
+    RING_FAIL("shared memory %s is not an inbox (size %lld)", name, (long long)st.st_size);
   }
   size_t bytes = (size_t)st.st_size;
   void* base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -163,8 +164,8 @@ zppResult_t zppShmInboxOpen(zppShmInbox_t* box, const char* name) {
   close(fd);
   if (base == MAP_FAILED) RING_FAIL("mmap of %s: %s", name, strerror(err));
   const inboxHeader_t* h = base;
-  if (h->magic != INBOX_MAGIC || h->version != INBOX_VERSION || h->bytes != bytes ||
-      h->nRings == 0 || h->nSlots == 0 || h->slotBytes < ZPP_SHM_LINE + h->maxPayload ||
+  if (h->magic != INBOX_MAGIC || h->version != INBOX_VERSION || h->bytes != bytes || h->nRings == 0 ||
+      h->nSlots == 0 || h->slotBytes < ZPP_SHM_LINE + h->maxPayload ||
       inboxBytes(h->nRings, h->nSlots, h->slotBytes) != bytes) {
     munmap(base, bytes);
     RING_FAIL("shared memory %s: not a zpp inbox of this version", name);

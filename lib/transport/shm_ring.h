@@ -41,10 +41,10 @@ typedef struct {
   char name[ZPP_SHM_NAME_LEN]; /* shm_open name, "/zpp-..." */
   void* base;
   size_t bytes;
-  int owner;    /* created by this process: unlinks it */
+  int owner; /* created by this process: unlinks it */
   int unlinked;
-  int lockFd;   /* the owner's, flock'ed until the name is unlinked: a name nobody locks is
-                 * a dead creator's (zppShmInboxCreate sweeps those); -1 or 0: none */
+  int lockFd; /* the owner's, flock'ed until the name is unlinked: a name nobody locks is
+               * a dead creator's (zppShmInboxCreate sweeps those); -1 or 0: none */
   uint32_t nRings, nSlots, slotBytes, maxPayload;
 } zppShmInbox_t;
 

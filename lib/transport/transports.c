@@ -107,7 +107,8 @@ typedef struct {
 static zppResult_t peerTransportsJob(struct zppComm* comm, void* arg) {
   peerQuery_t* q = arg;
 #if ZPP_HAVE_UCX
-  if (comm->transports->ucx) return zppUcxPeerTransports(comm->transports->ucx, q->peer, q->buf, q->len);
+  if (comm->transports->ucx)
+    return zppUcxPeerTransports(comm->transports->ucx, q->peer, q->buf, q->len);
 #endif
   ZPP_FAIL(zppInvalidUsage, NET, "no UCX transport on this communicator");
 }

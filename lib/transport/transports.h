@@ -20,12 +20,12 @@ struct zppNccl;
 struct zppUcx;
 
 struct zppTransports {
-  struct zppUcx* ucx;   /* NULL with one rank or without UCX */
-  zppP2p_t* p2p;        /* ucx as the collectives see it; NULL when ucx is */
-  zppExecutor_t* exec;  /* runs host-buffer operations; owns ucx */
+  struct zppUcx* ucx;  /* NULL with one rank or without UCX */
+  zppP2p_t* p2p;       /* ucx as the collectives see it; NULL when ucx is */
+  zppExecutor_t* exec; /* runs host-buffer operations; owns ucx */
   pthread_mutex_t ncclLock;
-  struct zppNccl* nccl; /* made lazily, under ncclLock */
-  int ncclFailed;       /* creation failed once: do not retry */
+  struct zppNccl* nccl;                  /* made lazily, under ncclLock */
+  int ncclFailed;                        /* creation failed once: do not retry */
   _Atomic uint64_t calls[zppNumOpKinds]; /* collectives issued, by kind */
 };
 

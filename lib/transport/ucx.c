@@ -104,12 +104,12 @@ static zppResult_t postControlRecv(zppUcx_t* u, uint64_t kind, void* buf, size_t
   r->bytes = bytes;
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof(prm));
-  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  prm.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   prm.cb.recv = recvDone;
   prm.user_data = r;
-  void* h = ucp_tag_recv_nbx(u->worker, buf, bytes, TAG_CONTROL | kind,
-                             TAG_CONTROL | TAG_CONTROL_WAKE, &prm);
+  void* h =
+      ucp_tag_recv_nbx(u->worker, buf, bytes, TAG_CONTROL | kind, TAG_CONTROL | TAG_CONTROL_WAKE, &prm);
   if (UCS_PTR_IS_ERR(h)) {
     zppUcxReqRelease(u, r);
     *slot = NULL;
@@ -165,9 +165,10 @@ zppResult_t zppUcxIsend(zppUcx_t* u, int peer, const void* buf, size_t bytes, co
       r = NULL;
     } else if (UCS_PTR_IS_ERR(h)) {
       zppUcxReqRelease(u, r);
-      return zppUcxFail(u, zppRemoteError, "%s: rank %d: send of %zu bytes to rank %d (host %s) failed: %s",
-                      u->comm->name, u->rank, bytes, peer, zppUcxHostOf(u, peer),
-                      ucs_status_string(UCS_PTR_STATUS(h)));
+      return zppUcxFail(u, zppRemoteError,
+                        "%s: rank %d: send of %zu bytes to rank %d (host %s) failed: %s", u->comm->name,
+                        u->rank, bytes, peer, zppUcxHostOf(u, peer),
+                        ucs_status_string(UCS_PTR_STATUS(h)));
     } else {
       r->ucpReq = h;
     }
@@ -211,15 +212,15 @@ zppResult_t zppUcxIrecv(zppUcx_t* u, int peer, void* buf, size_t bytes, const zp
   memset(&prm, 0, sizeof(prm));
   /* Never completed inline: UCX 1.13 does not fill recv_info then, and the
    * sender's tag carries the signature to check. */
-  prm.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  prm.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   prm.cb.recv = recvDone;
   prm.user_data = r;
   void* h = ucp_tag_recv_nbx(u->worker, buf, bytes, r->tag, TAG_MATCH_MASK, &prm);
   if (UCS_PTR_IS_ERR(h)) {
     zppUcxReqRelease(u, r);
     return zppUcxFail(u, zppSystemError, "%s: rank %d: posting a receive from rank %d failed: %s",
-                    u->comm->name, u->rank, peer, ucs_status_string(UCS_PTR_STATUS(h)));
+                      u->comm->name, u->rank, peer, ucs_status_string(UCS_PTR_STATUS(h)));
   }
   r->ucpReq = h;
   *req = r;
@@ -236,18 +237,18 @@ static zppResult_t finishReq(zppUcx_t* u, zppUcxReq_t* r) {
     res = zppUcxMismatchError(u, peer, (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK), r->wantSig);
   } else if (r->status == UCS_ERR_MESSAGE_TRUNCATED) {
     res = zppUcxFail(u, zppInvalidUsage,
-                   "%s: rank %d received more than the %zu bytes it expected from rank %d (host %s): "
-                   "the ranks called collectives with different counts",
-                   name, u->rank, r->bytes, peer, zppUcxHostOf(u, peer));
+                     "%s: rank %d received more than the %zu bytes it expected from rank %d (host %s): "
+                     "the ranks called collectives with different counts",
+                     name, u->rank, r->bytes, peer, zppUcxHostOf(u, peer));
   } else if (r->status != UCS_OK) {
     res = zppUcxFail(u, zppRemoteError, "%s: rank %d: %s of %zu bytes %s rank %d (host %s) failed: %s",
-                   name, u->rank, r->isRecv ? "receive" : "send", r->bytes,
-                   r->isRecv ? "from" : "to", peer, zppUcxHostOf(u, peer), ucs_status_string(r->status));
+                     name, u->rank, r->isRecv ? "receive" : "send", r->bytes, r->isRecv ? "from" : "to",
+                     peer, zppUcxHostOf(u, peer), ucs_status_string(r->status));
   } else if (r->isRecv && r->gotBytes != r->bytes) {
     res = zppUcxFail(u, zppInvalidUsage,
-                   "%s: rank %d received %zu bytes from rank %d (host %s) where it expected %zu: "
-                   "the ranks called collectives with different counts",
-                   name, u->rank, r->gotBytes, peer, zppUcxHostOf(u, peer), r->bytes);
+                     "%s: rank %d received %zu bytes from rank %d (host %s) where it expected %zu: "
+                     "the ranks called collectives with different counts",
+                     name, u->rank, r->gotBytes, peer, zppUcxHostOf(u, peer), r->bytes);
   }
   zppUcxReqRelease(u, r);
   return res;
@@ -337,7 +338,8 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
    * pays off (busy > 0): a rank that shares its core must yield instead. */
   for (int k = 0; !allDone && busy > 0.0 && k < FIRST_POLLS; k++) {
     int moved = zppUcxShmProgress(u);
-    if (k % FIRST_POLLS_PER_UCX == FIRST_POLLS_PER_UCX - 1) moved += (int)ucp_worker_progress(u->worker);
+    if (k % FIRST_POLLS_PER_UCX == FIRST_POLLS_PER_UCX - 1)
+      moved += (int)ucp_worker_progress(u->worker);
     if (moved) allDone = reqsDone(reqs, n);
   }
   for (int i = 0; allDone && i < n; i++) {
@@ -362,9 +364,9 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
         continue;
       }
       if (u->peers[r->peer].state == EP_FAILED)
-        return zppUcxFail(u, zppRemoteError, "%s: rank %d: rank %d (host %s) failed: %s",
-                        u->comm->name, u->rank, r->peer, zppUcxHostOf(u, r->peer),
-                        ucs_status_string(u->peers[r->peer].failStatus));
+        return zppUcxFail(u, zppRemoteError, "%s: rank %d: rank %d (host %s) failed: %s", u->comm->name,
+                          u->rank, r->peer, zppUcxHostOf(u, r->peer),
+                          ucs_status_string(u->peers[r->peer].failStatus));
       if (firstPending < 0) firstPending = i;
       pending++;
     }
@@ -391,10 +393,10 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
       char hint[160];
       zppUcxOtherPathHint(u, r, hint, sizeof(hint));
       return zppUcxFail(u, zppRemoteError,
-                      "%s: rank %d timed out after %.1f s waiting for rank %d (host %s) to %s %zu "
-                      "bytes (ZPP_TIMEOUT): that rank stopped calling, hangs, or its link is down%s",
-                      u->comm->name, u->rank, now - lastDone, r->peer, zppUcxHostOf(u, r->peer),
-                      r->isRecv ? "send" : "receive", r->bytes, hint);
+                        "%s: rank %d timed out after %.1f s waiting for rank %d (host %s) to %s %zu "
+                        "bytes (ZPP_TIMEOUT): that rank stopped calling, hangs, or its link is down%s",
+                        u->comm->name, u->rank, now - lastDone, r->peer, zppUcxHostOf(u, r->peer),
+                        r->isRecv ? "send" : "receive", r->bytes, hint);
     }
     if (now - lastLiveness > LIVENESS_PERIOD_SEC) {
       lastLiveness = now;
@@ -405,8 +407,9 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
         if (!zppUcxPeerAlive(p)) {
           p->state = EP_FAILED;
           p->failStatus = UCS_ERR_CONNECTION_RESET;
-          return zppUcxFail(u, zppRemoteError, "%s: rank %d: rank %d (pid %d on this machine, host %s) exited",
-                          u->comm->name, u->rank, p->rank, (int)p->info.pid, zppUcxHostOf(u, p->rank));
+          return zppUcxFail(
+              u, zppRemoteError, "%s: rank %d: rank %d (pid %d on this machine, host %s) exited",
+              u->comm->name, u->rank, p->rank, (int)p->info.pid, zppUcxHostOf(u, p->rank));
         }
       }
     }

@@ -59,8 +59,8 @@ int zppUcxRanksShareCores(const zppUcx_t* ucx);
 
 /* Posts a send or a receive. The buffer must stay valid until a wait has
  * completed the request (or zppUcxQuiesce ran after an error). */
-zppResult_t zppUcxIsend(zppUcx_t* ucx, int peer, const void* buf, size_t bytes,
-                        const zppMsgId_t* id, zppUcxReq_t** req);
+zppResult_t zppUcxIsend(zppUcx_t* ucx, int peer, const void* buf, size_t bytes, const zppMsgId_t* id,
+                        zppUcxReq_t** req);
 zppResult_t zppUcxIrecv(zppUcx_t* ucx, int peer, void* buf, size_t bytes, const zppMsgId_t* id,
                         zppUcxReq_t** req);
 /* Waits for the n requests (NULL entries are skipped); completed ones are

@@ -109,7 +109,7 @@ void zppUcxEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   p->failStatus = status;
   if (u->closing) return; /* peers closing their side at destroy */
   zppUcxFail(u, zppRemoteError, "%s: rank %d lost rank %d (host %s): %s", u->comm->name, u->rank,
-           p->rank, zppUcxHostOf(u, p->rank), ucs_status_string(status));
+             p->rank, zppUcxHostOf(u, p->rank), ucs_status_string(status));
 }
 
 zppResult_t zppUcxCheckNotice(zppUcx_t* u) {
@@ -123,7 +123,7 @@ zppResult_t zppUcxCheckNotice(zppUcx_t* u) {
   u->noticeIn.reason[sizeof(u->noticeIn.reason) - 1] = '\0';
   zppResult_t code = u->noticeIn.code == zppInvalidUsage ? zppInvalidUsage : zppRemoteError;
   return zppUcxFail(u, code, "%s: rank %d (host %s) failed: %s", u->comm->name, u->noticeIn.rank,
-                  zppUcxHostOf(u, u->noticeIn.rank), u->noticeIn.reason);
+                    zppUcxHostOf(u, u->noticeIn.rank), u->noticeIn.reason);
 }
 
 /* ---- mismatched collectives --------------------------------------------- */
@@ -134,8 +134,9 @@ zppResult_t zppUcxMismatchError(zppUcx_t* u, int peer, uint32_t got, uint32_t wa
     u->sigFormatter(got, want, what, sizeof(what));
   else
     snprintf(what, sizeof(what), "signature 0x%05x while this rank called 0x%05x", got, want);
-  return zppUcxFail(u, zppInvalidUsage, "%s: rank %d: mismatched collectives: rank %d (host %s) called %s",
-                  u->comm->name, u->rank, peer, zppUcxHostOf(u, peer), what);
+  return zppUcxFail(u, zppInvalidUsage,
+                    "%s: rank %d: mismatched collectives: rank %d (host %s) called %s", u->comm->name,
+                    u->rank, peer, zppUcxHostOf(u, peer), what);
 }
 
 /* Ranks in different collectives may never exchange a message this rank
@@ -180,8 +181,10 @@ void zppUcxOtherPathHint(zppUcx_t* u, const zppUcxReq_t* r, char* buf, size_t le
     other = zppUcxShmProbe(u, r->peer, r->tag, TAG_MATCH_MASK, &tag, &bytes);
   }
   if (other)
-    snprintf(buf, len, "; a %zu-byte message of this step from that rank is here: the ranks "
-             "probably called collectives with different counts", bytes);
+    snprintf(buf, len,
+             "; a %zu-byte message of this step from that rank is here: the ranks "
+             "probably called collectives with different counts",
+             bytes);
 }
 
 /* Every message of a collective goes to a receive of the same collective
@@ -218,8 +221,9 @@ zppResult_t zppUcxLeftoverError(zppUcx_t* u, int src, uint64_t tag, uint32_t las
   uint32_t got = (uint32_t)(tag & ZPP_UCX_SIG_MASK);
   uint32_t seq = (uint32_t)((tag & TAG_SEQ_MASK) >> TAG_SEQ_SHIFT);
   if (lastSig != UINT32_MAX && got != lastSig) return zppUcxMismatchError(u, src, got, lastSig);
-  return zppUcxFail(u, zppInvalidUsage,
-                  "%s: rank %d: mismatched collectives: rank %d (host %s) sent a message in collective "
-                  "#%u that this rank did not expect (different broadcast roots?)",
-                  u->comm->name, u->rank, src, zppUcxHostOf(u, src), seq);
+  return zppUcxFail(
+      u, zppInvalidUsage,
+      "%s: rank %d: mismatched collectives: rank %d (host %s) sent a message in collective "
+      "#%u that this rank did not expect (different broadcast roots?)",
+      u->comm->name, u->rank, src, zppUcxHostOf(u, src), seq);
 }

@@ -75,10 +75,10 @@
 #define QUIESCE_WAIT_SEC 0.3
 
 typedef struct {
-  uint32_t fullLen;  /* worker address, every transport */
-  uint32_t netLen;   /* worker address, network transports only */
+  uint32_t fullLen; /* worker address, every transport */
+  uint32_t netLen;  /* worker address, network transports only */
   int32_t pid;
-  int32_t shmMax; /* ZPP_SHM_SMALL_BYTES; 0: no inbox (shmName empty) */
+  int32_t shmMax;    /* ZPP_SHM_SMALL_BYTES; 0: no inbox (shmName empty) */
   int32_t asymFence; /* zppShmAsymFenceRegister() worked */
   int32_t pad;
   uint64_t startTime; /* /proc/<pid>/stat field 22: tells a reused pid apart */
@@ -96,8 +96,8 @@ typedef enum { EP_NONE = 0, EP_OK, EP_FAILED, EP_CLOSED } epState_t;
 typedef struct {
   struct zppUcx* ucx;
   int rank;
-  int sameNode;  /* same topology node: shared-memory endpoint */
-  int watchPid;  /* same machine and pid namespace: liveness by pid */
+  int sameNode; /* same topology node: shared-memory endpoint */
+  int watchPid; /* same machine and pid namespace: liveness by pid */
   epState_t state;
   ucs_status_t failStatus;
   ucp_ep_h ep;
@@ -106,15 +106,15 @@ typedef struct {
   /* Small messages through shared-memory rings (ucx_shm.c), when shmMax > 0:
    * both ways up to shmMax bytes, the same on both sides. */
   size_t shmMax;
-  int shmFence;              /* fence before looking whether it sleeps */
-  zppShmInbox_t shmBox;      /* the peer's inbox, mapped */
-  zppShmRing_t shmIn;        /* its ring in this rank's inbox */
-  zppShmRing_t shmOut;       /* this rank's ring in its inbox */
-  struct zppP2pReq* posted;  /* receives waiting for a message, in post order */
+  int shmFence;             /* fence before looking whether it sleeps */
+  zppShmInbox_t shmBox;     /* the peer's inbox, mapped */
+  zppShmRing_t shmIn;       /* its ring in this rank's inbox */
+  zppShmRing_t shmOut;      /* this rank's ring in its inbox */
+  struct zppP2pReq* posted; /* receives waiting for a message, in post order */
   struct zppP2pReq* postedTail;
   struct shmMsg* unexpected; /* messages taken off the ring before their receive */
   struct shmMsg* unexpectedTail;
-  struct zppP2pReq* queued;  /* sends waiting for a free slot, in send order */
+  struct zppP2pReq* queued; /* sends waiting for a free slot, in send order */
   struct zppP2pReq* queuedTail;
 } peer_t;
 
@@ -134,8 +134,8 @@ struct zppP2pReq {
   int haveTag; /* gotTag is valid */
   /* Through a shared-memory ring (ucx_shm.c) instead of UCX. */
   int viaShm;
-  void* buf;            /* receive buffer */
-  const void* sendBuf;  /* a queued send's data */
+  void* buf;           /* receive buffer */
+  const void* sendBuf; /* a queued send's data */
   uint64_t tag;
   struct zppP2pReq* shmNext; /* in the peer's posted or queued list */
 };
@@ -151,8 +151,8 @@ struct zppUcx {
   int rank;
   int nranks;
   int useShm;
-  double spinSec;  /* ZPP_UCX_SPIN_US: yielding polls before sleeping */
-  zppBusyPoll_t busy; /* polling without yielding (busy_poll.h) */
+  double spinSec;        /* ZPP_UCX_SPIN_US: yielding polls before sleeping */
+  zppBusyPoll_t busy;    /* polling without yielding (busy_poll.h) */
   int64_t connectAllMax; /* ZPP_UCX_CONNECT_ALL */
   int64_t busyPollUs;    /* ZPP_UCX_BUSY_POLL_US: -1 automatic */
   int ranksShareCores;   /* some machine has more ranks than CPUs */
@@ -164,18 +164,18 @@ struct zppUcx {
   int closing;
   char* addrBlob; /* every rank's addresses */
   peer_t* peers;
-  zppUcxReq_t live;    /* list head of requests in flight */
+  zppUcxReq_t live; /* list head of requests in flight */
   zppUcxReq_t* freeList;
-  void** chunks;       /* request pool allocations */
+  void** chunks; /* request pool allocations */
   int nChunks;
   zppUcxReq_t* noticeRecv;
   zppUcxReq_t* wakeRecv; /* takes wake-ups (TAG_CONTROL_WAKE) off the worker */
   char wakeByte;
-  int64_t shmMaxParam;   /* ZPP_SHM_SMALL_BYTES */
+  int64_t shmMaxParam;     /* ZPP_SHM_SMALL_BYTES */
   unsigned leftoverChecks; /* calls of zppUcxCheckLeftovers */
   zppShmInbox_t shmInbox;  /* this rank's (shm_ring.h) */
-  int shmAsymFence;      /* sleeps with membarrier (zppShmAsymFenceRegister) */
-  int* shmPeers;         /* ranks with rings to and from this one */
+  int shmAsymFence;        /* sleeps with membarrier (zppShmAsymFenceRegister) */
+  int* shmPeers;           /* ranks with rings to and from this one */
   int nShmPeers;
   notice_t noticeIn;
   notice_t noticeOut;

@@ -15,8 +15,8 @@ typedef struct {
 
 static zppUcx_t* ucxOf(zppP2p_t* t) { return ((ucxP2p_t*)t)->ucx; }
 
-static zppResult_t ucxIsend(zppP2p_t* t, int peer, const void* buf, size_t bytes,
-                            const zppMsgId_t* id, zppP2pReq_t** req) {
+static zppResult_t ucxIsend(zppP2p_t* t, int peer, const void* buf, size_t bytes, const zppMsgId_t* id,
+                            zppP2pReq_t** req) {
   return zppUcxIsend(ucxOf(t), peer, buf, bytes, id, req);
 }
 static zppResult_t ucxIrecv(zppP2p_t* t, int peer, void* buf, size_t bytes, const zppMsgId_t* id,

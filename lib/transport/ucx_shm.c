@@ -43,8 +43,10 @@ void zppUcxShmCreateInbox(zppUcx_t* u, rankInfo_t* mine) {
   int localSize = topo->nodeSize[topo->nodeOf[u->rank]];
   if (!u->useShm || u->shmMaxParam <= 0 || localSize < 2) return;
   if (zppShmInboxCreate(&u->shmInbox, localSize, (size_t)u->shmMaxParam) != zppSuccess) {
-    ZPP_WARN(NET, "%s: rank %d: no shared-memory rings: small messages inside the node go "
-             "through UCX", u->comm->name, u->rank);
+    ZPP_WARN(NET,
+             "%s: rank %d: no shared-memory rings: small messages inside the node go "
+             "through UCX",
+             u->comm->name, u->rank);
     return;
   }
   mine->shmMax = (int32_t)u->shmMaxParam;
@@ -101,13 +103,16 @@ zppResult_t zppUcxShmConnect(zppUcx_t* u, const rankInfo_t* infos) {
   }
   u->shmAsymFence = mine->asymFence;
   if (u->nShmPeers > 0)
-    ZPP_INFO(NET, "%s: rank %d: messages of up to %d bytes to %d ranks of this node go through "
-             "shared-memory rings of %u slots (sleep handshake: %s)", u->comm->name, u->rank,
-             (int)mine->shmMax, u->nShmPeers, u->shmInbox.nSlots,
+    ZPP_INFO(NET,
+             "%s: rank %d: messages of up to %d bytes to %d ranks of this node go through "
+             "shared-memory rings of %u slots (sleep handshake: %s)",
+             u->comm->name, u->rank, (int)mine->shmMax, u->nShmPeers, u->shmInbox.nSlots,
              mine->asymFence ? "membarrier" : "fences");
   else if (mine->shmMax > 0)
-    ZPP_INFO(NET, "%s: rank %d: shared-memory rings unused: a rank of this node has none, or "
-             "this rank could not map one", u->comm->name, u->rank);
+    ZPP_INFO(NET,
+             "%s: rank %d: shared-memory rings unused: a rank of this node has none, or "
+             "this rank could not map one",
+             u->comm->name, u->rank);
 out:
   free(ok);
   return res;
@@ -141,9 +146,8 @@ static void wakeIfAsleep(zppUcx_t* u, peer_t* p) {
   if (zppUcxGetEp(u, p->rank, &ep) != zppSuccess) return; /* recorded there */
   ucp_request_param_t prm;
   memset(&prm, 0, sizeof(prm));
-  void* h = ucp_tag_send_nbx(ep, &u->wakeByte, 1,
-                             TAG_CONTROL | TAG_CONTROL_WAKE | ((uint64_t)u->rank << TAG_SRC_SHIFT),
-                             &prm);
+  void* h = ucp_tag_send_nbx(
+      ep, &u->wakeByte, 1, TAG_CONTROL | TAG_CONTROL_WAKE | ((uint64_t)u->rank << TAG_SRC_SHIFT), &prm);
   if (UCS_PTR_IS_PTR(h)) {
     /* Not out yet (the peer's queue is full?): push it now, briefly. This
      * rank may go off to compute next, and a wake-up that waits for its next

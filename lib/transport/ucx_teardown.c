@@ -101,8 +101,7 @@ static int shutStuckSockets(int epfd, int depth) {
     }
     int proto = 0, outq = 0;
     socklen_t plen = sizeof(proto);
-    if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &plen) != 0 || proto != IPPROTO_TCP)
-      continue;
+    if (getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &plen) != 0 || proto != IPPROTO_TCP) continue;
     if (ioctl(fd, SIOCOUTQ, &outq) != 0 || outq <= 0) continue;
     if (shutdown(fd, SHUT_WR) == 0) n++;
   }
@@ -113,8 +112,10 @@ static int shutStuckSockets(int epfd, int depth) {
 static void shutStuck(zppUcx_t* u) {
   int n = shutStuckSockets(u->efd, 0);
   if (n > 0)
-    ZPP_INFO(NET, "%s: rank %d: %d tcp connection(s) with unacknowledged data shut down before "
-             "dropping their endpoints", u->comm->name, u->rank, n);
+    ZPP_INFO(NET,
+             "%s: rank %d: %d tcp connection(s) with unacknowledged data shut down before "
+             "dropping their endpoints",
+             u->comm->name, u->rank, n);
 }
 
 static void closeEps(zppUcx_t* u, unsigned mode, double limitSec) {

@@ -84,8 +84,8 @@ zppResult_t zppUcxGetEp(zppUcx_t* u, int peer, ucp_ep_h* out) {
   }
   if (p->state != EP_NONE)
     return zppUcxFail(u, zppRemoteError, "%s: rank %d cannot reach rank %d (host %s): %s",
-                    u->comm->name, u->rank, peer, zppUcxHostOf(u, peer),
-                    p->state == EP_FAILED ? ucs_status_string(p->failStatus) : "endpoint closed");
+                      u->comm->name, u->rank, peer, zppUcxHostOf(u, peer),
+                      p->state == EP_FAILED ? ucs_status_string(p->failStatus) : "endpoint closed");
   ucp_ep_params_t params;
   memset(&params, 0, sizeof(params));
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -104,8 +104,9 @@ zppResult_t zppUcxGetEp(zppUcx_t* u, int peer, ucp_ep_h* out) {
   if (st != UCS_OK) {
     p->state = EP_FAILED;
     p->failStatus = st;
-    return zppUcxFail(u, zppRemoteError, "%s: rank %d cannot create an endpoint to rank %d (host %s): %s",
-                    u->comm->name, u->rank, peer, zppUcxHostOf(u, peer), ucs_status_string(st));
+    return zppUcxFail(u, zppRemoteError,
+                      "%s: rank %d cannot create an endpoint to rank %d (host %s): %s", u->comm->name,
+                      u->rank, peer, zppUcxHostOf(u, peer), ucs_status_string(st));
   }
   p->state = EP_OK;
   ZPP_DBG(NET, "rank %d: endpoint to rank %d (%s address)", u->rank, peer,
@@ -162,8 +163,7 @@ static zppResult_t openWorker(zppUcx_t* u) {
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.estimated_num_eps = (size_t)u->nranks;
   st = ucp_init(&params, config, &u->ctx);
-  if (st != UCS_OK)
-    ZPP_FAILGOTO(zppSystemError, res, out, NET, "ucp_init: %s", ucs_status_string(st));
+  if (st != UCS_OK) ZPP_FAILGOTO(zppSystemError, res, out, NET, "ucp_init: %s", ucs_status_string(st));
 
   ucp_worker_params_t wparams;
   memset(&wparams, 0, sizeof(wparams));
@@ -284,21 +284,23 @@ static zppResult_t flushEps(zppUcx_t* u, double deadline) {
       if (st == UCS_INPROGRESS) {
         /* Shared memory reports no dead peer: watch its process. */
         if (watch && !zppUcxPeerAlive(&u->peers[p]))
-          ZPP_FAILGOTO(zppRemoteError, res, out, NET, "%s: rank %d: rank %d (host %s) died while connecting",
-                       u->comm->name, u->rank, p, zppUcxHostOf(u, p));
+          ZPP_FAILGOTO(zppRemoteError, res, out, NET,
+                       "%s: rank %d: rank %d (host %s) died while connecting", u->comm->name, u->rank,
+                       p, zppUcxHostOf(u, p));
         left++;
         continue;
       }
       ucp_request_free(reqs[p]);
       reqs[p] = NULL;
       if (st != UCS_OK)
-        ZPP_FAILGOTO(zppRemoteError, res, out, NET, "%s: rank %d cannot connect to rank %d (host %s): %s",
-                     u->comm->name, u->rank, p, zppUcxHostOf(u, p), ucs_status_string(st));
+        ZPP_FAILGOTO(zppRemoteError, res, out, NET,
+                     "%s: rank %d cannot connect to rank %d (host %s): %s", u->comm->name, u->rank, p,
+                     zppUcxHostOf(u, p), ucs_status_string(st));
     }
     if (left && zppClockNow() > deadline)
       ZPP_FAILGOTO(zppRemoteError, res, out, NET,
-                   "%s: rank %d: %d endpoints not connected after %.0f s", u->comm->name, u->rank,
-                   left, u->comm->timeoutSec);
+                   "%s: rank %d: %d endpoints not connected after %.0f s", u->comm->name, u->rank, left,
+                   u->comm->timeoutSec);
     if (left) pauseBriefly();
   }
 out:
@@ -357,8 +359,7 @@ zppResult_t zppUcxCreate(struct zppComm* comm, zppUcx_t** out) {
     ZPP_FAILGOTO(zppInvalidArgument, res, fail, NET, "the UCX transport supports at most %d ranks",
                  1 << TAG_SRC_BITS);
   u->wakeFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (u->wakeFd < 0)
-    ZPP_FAILGOTO(zppSystemError, res, fail, NET, "eventfd: %s", strerror(errno));
+  if (u->wakeFd < 0) ZPP_FAILGOTO(zppSystemError, res, fail, NET, "eventfd: %s", strerror(errno));
   ZPPCHECKGOTO(readParams(u), res, fail);
   ZPP_CALLOCGOTO(u->peers, (size_t)u->nranks, res, fail);
   ZPPCHECKGOTO(openWorker(u), res, fail);
@@ -386,8 +387,8 @@ zppResult_t zppUcxCreate(struct zppComm* comm, zppUcx_t** out) {
   ZPPCHECKGOTO(flushEps(u, zppClockNow() + comm->timeoutSec), res, fail);
   ZPPCHECKGOTO(progressingBarrier(u), res, fail);
   if (u->nShmPeers > 0) ZPPCHECKGOTO(zppUcxRepostWakeRecv(u), res, fail);
-  ZPP_INFO(NET, "%s: UCX %s ready, rank %d of %d, shared memory inside the node %s",
-           comm->name, ucp_get_version_string(), u->rank, u->nranks, u->useShm ? "on" : "off");
+  ZPP_INFO(NET, "%s: UCX %s ready, rank %d of %d, shared memory inside the node %s", comm->name,
+           ucp_get_version_string(), u->rank, u->nranks, u->useShm ? "on" : "off");
   *out = u;
   return zppSuccess;
 fail:

@@ -98,8 +98,8 @@ static int tryBind(int port, int* got) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = htons((uint16_t)port);
   socklen_t len = sizeof(a);
-  int ok = bind(s, (struct sockaddr*)&a, sizeof(a)) == 0 &&
-           getsockname(s, (struct sockaddr*)&a, &len) == 0;
+  int ok =
+      bind(s, (struct sockaddr*)&a, sizeof(a)) == 0 && getsockname(s, (struct sockaddr*)&a, &len) == 0;
   close(s);
   if (ok) *got = ntohs(a.sin_port);
   return ok;
@@ -199,7 +199,8 @@ static int childGetId(int rank, int nranks, int fds[2], double timeoutSec, zppUn
   }
   close(fds[1]);
   struct pollfd p = {.fd = fds[0], .events = POLLIN};
-  int got = poll(&p, 1, (int)(timeoutSec * 1e3)) > 0 && read(fds[0], id, sizeof(*id)) == (ssize_t)sizeof(*id);
+  int got =
+      poll(&p, 1, (int)(timeoutSec * 1e3)) > 0 && read(fds[0], id, sizeof(*id)) == (ssize_t)sizeof(*id);
   close(fds[0]);
   if (!got) fprintf(stderr, "zpp_launch: rank %d: no unique id from rank 0\n", rank);
   return got;
@@ -226,7 +227,10 @@ int zppLaunch(const zppLaunchOpts_t* opts, zppLaunchFn fn, void* arg) {
   if (haveLayout) {
     int n = zppLaunchParseLayout(o.layout, nodeOf, ZPP_LAUNCH_MAX_RANKS);
     if (n < 0 || (nranks && n != nranks)) {
-      fprintf(stderr, "zpp_launch: bad layout '%s' for %d ranks (NxL, NxL/cyclic, NxL/shuffle:SEED, a,b,c or @n0,n1,...)\n", o.layout, nranks);
+      fprintf(stderr,
+              "zpp_launch: bad layout '%s' for %d ranks (NxL, NxL/cyclic, NxL/shuffle:SEED, a,b,c or "
+              "@n0,n1,...)\n",
+              o.layout, nranks);
       return 2;
     }
     nranks = n;

@@ -45,7 +45,7 @@ typedef enum {
 #define ZPP_LAUNCH_MAX_RANKS 256
 
 typedef struct {
-  int nranks;        /* 0: taken from the layout */
+  int nranks; /* 0: taken from the layout */
   /* NULL, or the node of each rank, which sets ZPP_HOSTID=node<k> in it:
    *   "NxL"               N nodes of L ranks, in blocks (node k: ranks kL..kL+L-1)
    *   "NxL/cyclic"        the same nodes taken in turn (rank r on node r % N)
@@ -71,7 +71,8 @@ typedef struct {
   int quiet; /* 1: report nothing, even failures (a test that expects them) */
 } zppLaunchOpts_t;
 
-#define ZPP_LAUNCH_OPTS_INIT {0, NULL, 0.0, ZPP_LAUNCH_ID_RANK0, 0, NULL, NULL, NULL, 0}
+#define ZPP_LAUNCH_OPTS_INIT \
+  { 0, NULL, 0.0, ZPP_LAUNCH_ID_RANK0, 0, NULL, NULL, NULL, 0 }
 
 /* Runs fn in opts->nranks processes and waits for all. Returns 0 when every
  * rank returned 0, 77 when every rank returned 0 or 77 and one returned 77

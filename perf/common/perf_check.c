@@ -10,13 +10,11 @@
 int zppPerfTypeValid(zppDataType_t dtype) { return dtype >= 0 && dtype < zppNumTypes; }
 
 int zppPerfTypeIsFloat(zppDataType_t dtype) {
-  return dtype == zppFloat16 || dtype == zppFloat32 || dtype == zppFloat64 ||
-         dtype == zppBfloat16;
+  return dtype == zppFloat16 || dtype == zppFloat32 || dtype == zppFloat64 || dtype == zppBfloat16;
 }
 
 static int zppPerfTypeIsSigned(zppDataType_t dtype) {
-  return dtype == zppInt8 || dtype == zppInt32 || dtype == zppInt64 ||
-         zppPerfTypeIsFloat(dtype);
+  return dtype == zppInt8 || dtype == zppInt32 || dtype == zppInt64 || zppPerfTypeIsFloat(dtype);
 }
 
 double zppPerfTypeUnitRoundoff(zppDataType_t dtype) {
@@ -133,7 +131,8 @@ double zppPerfInputValue(const zppPerfCheckSpec_t* s, int rank, size_t index) {
 }
 
 void zppPerfFillSend(const zppPerfCheckSpec_t* s, void* send, size_t sendCount) {
-  for (size_t i = 0; i < sendCount; i++) zppPerfStore(s->dtype, send, i, zppPerfInputValue(s, s->rank, i));
+  for (size_t i = 0; i < sendCount; i++)
+    zppPerfStore(s->dtype, send, i, zppPerfInputValue(s, s->rank, i));
 }
 
 void zppPerfFillSentinel(zppDataType_t dtype, void* buf, size_t count) {
@@ -182,14 +181,10 @@ double zppPerfExpected(const zppPerfCheckSpec_t* s, size_t i, double* bound) {
       return zppPerfInputValue(s, (int)(i / c), i % c);
     case ZPP_PERF_ALLTOALL: /* block p is what rank p sent to us: its block `rank` */
       return zppPerfInputValue(s, (int)(i / c), (size_t)s->rank * c + i % c);
-    case ZPP_PERF_REDUCESCATTER:
-      return zppPerfReduceAt(s, (size_t)s->rank * c + i, bound);
-    case ZPP_PERF_ALLREDUCE:
-      return zppPerfReduceAt(s, i, bound);
-    case ZPP_PERF_BROADCAST:
-      return zppPerfInputValue(s, s->root, i);
-    default:
-      return NAN;
+    case ZPP_PERF_REDUCESCATTER: return zppPerfReduceAt(s, (size_t)s->rank * c + i, bound);
+    case ZPP_PERF_ALLREDUCE: return zppPerfReduceAt(s, i, bound);
+    case ZPP_PERF_BROADCAST: return zppPerfInputValue(s, s->root, i);
+    default: return NAN;
   }
 }
 
@@ -203,9 +198,12 @@ void zppPerfCheckRecv(const zppPerfCheckSpec_t* s, const void* recv, size_t recv
     if (extra != NULL) bound += extra(s, i, e, arg);
     double got = zppPerfLoad(s->dtype, recv, i);
     double err;
-    if (got == e) err = 0.0; /* also equal infinities */
-    else if (isnan(got)) err = INFINITY;
-    else err = fabs(got - e);
+    if (got == e)
+      err = 0.0; /* also equal infinities */
+    else if (isnan(got))
+      err = INFINITY;
+    else
+      err = fabs(got - e);
     if (err > out->maxError) out->maxError = err;
     if (bound > out->maxBound) out->maxBound = bound;
     if (err > bound) {
@@ -237,8 +235,7 @@ static int zppPerfLevels(int bits) { return bits == 4 ? 7 : bits == 8 ? 127 : 0;
 /* The codec's one-round-trip bound for scale s and input x, decoded to T. */
 static double zppPerfRoundTrip(zppDataType_t dtype, int q, double s, double x) {
   double u = dtype == zppFloat32 ? 0.0 : zppPerfTypeUnitRoundoff(dtype);
-  return s / 2 + 0x1p-21 * q * s + u * (fabs(x) + s) + zppPerfHalfSubnormal(dtype) +
-         (q + 1) * 0x1p-150;
+  return s / 2 + 0x1p-21 * q * s + u * (fabs(x) + s) + zppPerfHalfSubnormal(dtype) + (q + 1) * 0x1p-150;
 }
 
 void zppPerfCodecBoundFree(zppPerfCodecBound_t* b) {

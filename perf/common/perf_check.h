@@ -30,11 +30,11 @@
 typedef struct {
   zppPerfColl_t coll;
   zppDataType_t dtype;
-  zppRedOp_t redop;  /* ignored by allgather, alltoall, broadcast */
+  zppRedOp_t redop; /* ignored by allgather, alltoall, broadcast */
   int nranks;
-  int rank;          /* whose receive buffer is checked */
-  int root;          /* broadcast only */
-  size_t apiCount;   /* the count argument of the call (perf_math.h) */
+  int rank;        /* whose receive buffer is checked */
+  int root;        /* broadcast only */
+  size_t apiCount; /* the count argument of the call (perf_math.h) */
 } zppPerfCheckSpec_t;
 
 /* 1 for the data types zpp-perf knows (every zppDataType_t). */
@@ -64,14 +64,13 @@ double zppPerfExpected(const zppPerfCheckSpec_t* spec, size_t i, double* bound);
 
 /* A compressed mode's extra allowance for element i whose exact value is
  * `exact` (e.g. the codec bound for the block that element came from). */
-typedef double (*zppPerfBoundFn)(const zppPerfCheckSpec_t* spec, size_t i, double exact,
-                                 void* arg);
+typedef double (*zppPerfBoundFn)(const zppPerfCheckSpec_t* spec, size_t i, double exact, void* arg);
 
 typedef struct {
-  uint64_t wrong;     /* elements whose error is past their bound (or NaN) */
-  double maxError;    /* worst |got - exact| over finite elements */
-  double maxBound;    /* largest bound over the elements */
-  long firstWrong;    /* index of the first wrong element, -1 if none */
+  uint64_t wrong;  /* elements whose error is past their bound (or NaN) */
+  double maxError; /* worst |got - exact| over finite elements */
+  double maxBound; /* largest bound over the elements */
+  long firstWrong; /* index of the first wrong element, -1 if none */
 } zppPerfCheckResult_t;
 
 /* Compares recvCount elements of `recv` (spec->rank's receive buffer) with
@@ -112,18 +111,17 @@ void zppPerfCorrupt(zppDataType_t dtype, void* buf, size_t i);
  * for an int8 second hop too.
  * ------------------------------------------------------------------------- */
 typedef struct {
-  int bits;        /* 8 or 4 */
-  int block;       /* elements per scale (qwZ, hpZ) */
-  double* amax;    /* qwZ: [nranks][nblocks] block amax; qgZ: [nranks] partition amax */
+  int bits;     /* 8 or 4 */
+  int block;    /* elements per scale (qwZ, hpZ) */
+  double* amax; /* qwZ: [nranks][nblocks] block amax; qgZ: [nranks] partition amax */
   size_t nblocks;
   double sumE1, e2; /* qgZ: sum_k e1_k and E2 (the per-element parts come later) */
-  double* e1;      /* qgZ: [nranks] */
+  double* e1;       /* qgZ: [nranks] */
 } zppPerfCodecBound_t;
 
 /* Prepare for spec (an allgather for qwZ/hpZ, a reducescatter for qgZ);
  * return 0, or -1 for bad bits/block or no memory. */
-int zppPerfQwzBoundPrepare(const zppPerfCheckSpec_t* spec, int bits, int block,
-                           zppPerfCodecBound_t* b);
+int zppPerfQwzBoundPrepare(const zppPerfCheckSpec_t* spec, int bits, int block, zppPerfCodecBound_t* b);
 int zppPerfQgzBoundPrepare(const zppPerfCheckSpec_t* spec, int bits, zppPerfCodecBound_t* b);
 void zppPerfCodecBoundFree(zppPerfCodecBound_t* b);
 /* zppPerfBoundFn's with arg = the prepared zppPerfCodecBound_t. */

@@ -74,8 +74,10 @@ void zppPerfDeviceFree(void* p) {
   if (p) (void)cudaFree(p);
 }
 
-int zppPerfDeviceCopy(void* dst, const void* src, size_t bytes, int toDevice, char* err, size_t errLen) {
-  cudaError_t e = cudaMemcpy(dst, src, bytes, toDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
+int zppPerfDeviceCopy(void* dst, const void* src, size_t bytes, int toDevice, char* err,
+                      size_t errLen) {
+  cudaError_t e =
+      cudaMemcpy(dst, src, bytes, toDevice ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost);
   return e == cudaSuccess ? 0 : zppPerfDeviceFail(err, errLen, "cudaMemcpy", e);
 }
 
@@ -102,7 +104,8 @@ void* zppPerfDeviceAlloc(size_t bytes) {
   return NULL;
 }
 void zppPerfDeviceFree(void* p) { (void)p; }
-int zppPerfDeviceCopy(void* dst, const void* src, size_t bytes, int toDevice, char* err, size_t errLen) {
+int zppPerfDeviceCopy(void* dst, const void* src, size_t bytes, int toDevice, char* err,
+                      size_t errLen) {
   (void)dst, (void)src, (void)bytes, (void)toDevice;
   return zppPerfNoDevice(err, errLen);
 }

@@ -37,8 +37,7 @@ int zppPerfCounts(zppPerfColl_t coll, size_t sizeBytes, size_t typeSize, int nra
       out->recvCount = c;
       return 0;
     }
-    default:
-      return -1;
+    default: return -1;
   }
 }
 
@@ -48,14 +47,10 @@ double zppPerfBusFactor(zppPerfColl_t coll, int nranks) {
   switch (coll) {
     case ZPP_PERF_ALLGATHER:
     case ZPP_PERF_REDUCESCATTER:
-    case ZPP_PERF_ALLTOALL:
-      return (n - 1.0) / n;
-    case ZPP_PERF_ALLREDUCE:
-      return 2.0 * (n - 1.0) / n;
-    case ZPP_PERF_BROADCAST:
-      return 1.0;
-    default:
-      return 0.0;
+    case ZPP_PERF_ALLTOALL: return (n - 1.0) / n;
+    case ZPP_PERF_ALLREDUCE: return 2.0 * (n - 1.0) / n;
+    case ZPP_PERF_BROADCAST: return 1.0;
+    default: return 0.0;
   }
 }
 
@@ -68,8 +63,8 @@ double zppPerfBusBw(zppPerfColl_t coll, int nranks, size_t bytes, double seconds
   return zppPerfAlgBw(bytes, seconds) * zppPerfBusFactor(coll, nranks);
 }
 
-long zppPerfSizeSeq(size_t minBytes, size_t maxBytes, size_t stepBytes, double stepFactor,
-                    size_t* out, long cap) {
+long zppPerfSizeSeq(size_t minBytes, size_t maxBytes, size_t stepBytes, double stepFactor, size_t* out,
+                    long cap) {
   if (minBytes == 0 || minBytes > maxBytes) return -1;
   int multiply = stepFactor > 1.0;
   if (!multiply && stepBytes == 0) return -1;
@@ -108,10 +103,22 @@ int zppPerfParseSize(const char* text, size_t* bytes) {
   if (errno != 0 || end == p) return -1;
   unsigned long long mult = 1;
   switch (toupper((unsigned char)*end)) {
-    case 'K': mult = 1ull << 10; end++; break;
-    case 'M': mult = 1ull << 20; end++; break;
-    case 'G': mult = 1ull << 30; end++; break;
-    case 'T': mult = 1ull << 40; end++; break;
+    case 'K':
+      mult = 1ull << 10;
+      end++;
+      break;
+    case 'M':
+      mult = 1ull << 20;
+      end++;
+      break;
+    case 'G':
+      mult = 1ull << 30;
+      end++;
+      break;
+    case 'T':
+      mult = 1ull << 40;
+      end++;
+      break;
     default: break;
   }
   if (mult > 1 && (*end == 'i' || *end == 'I')) end++;

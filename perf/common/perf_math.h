@@ -61,8 +61,8 @@ double zppPerfBusBw(zppPerfColl_t coll, int nranks, size_t bytes, double seconds
  * most `cap` sizes into out (out may be NULL to count) and returns how many
  * there are, or -1 when the arguments cannot make a sequence (min 0, min >
  * max, factor <= 1 with step 0). */
-long zppPerfSizeSeq(size_t minBytes, size_t maxBytes, size_t stepBytes, double stepFactor,
-                    size_t* out, long cap);
+long zppPerfSizeSeq(size_t minBytes, size_t maxBytes, size_t stepBytes, double stepFactor, size_t* out,
+                    long cap);
 
 /* "32M", "1G", "4096", "64KiB": K/M/G/T are powers of 1024, an optional "B"
  * or "iB" may follow. Returns 0 and writes *bytes, or -1 on anything else

@@ -47,7 +47,8 @@ namespace {
 // times while Google Benchmark sizes its iteration counts): filled once,
 // pages already touched when timing starts.
 struct Buffer {
-  explicit Buffer(size_t n) : bytes(n), data(static_cast<unsigned char*>(std::aligned_alloc(64, Round(n)))) {
+  explicit Buffer(size_t n)
+      : bytes(n), data(static_cast<unsigned char*>(std::aligned_alloc(64, Round(n)))) {
     if (!data) {
       std::fprintf(stderr, "zpp-bench-kernels: out of memory (%zu bytes)\n", n);
       std::exit(1);
@@ -70,13 +71,18 @@ Buffer* GetBuffer(const std::string& key, size_t bytes) {
 
 size_t TypeSize(zppDataType_t t) { return t == zppFloat32 ? 4 : 2; }
 const char* TypeName(zppDataType_t t) { return zppDtypeShortName(t); }
-int DefaultBlock(int bits) { return bits == 8 ? ZPP_QUANT_DEFAULT_BLOCK_INT8 : ZPP_QUANT_DEFAULT_BLOCK_INT4; }
+int DefaultBlock(int bits) {
+  return bits == 8 ? ZPP_QUANT_DEFAULT_BLOCK_INT8 : ZPP_QUANT_DEFAULT_BLOCK_INT4;
+}
 
 std::string SizeName(size_t bytes) {
   char buf[32];
-  if (bytes % (1 << 20) == 0) std::snprintf(buf, sizeof buf, "%zuMiB", bytes >> 20);
-  else if (bytes % 1024 == 0) std::snprintf(buf, sizeof buf, "%zuKiB", bytes >> 10);
-  else std::snprintf(buf, sizeof buf, "%zuB", bytes);
+  if (bytes % (1 << 20) == 0)
+    std::snprintf(buf, sizeof buf, "%zuMiB", bytes >> 20);
+  else if (bytes % 1024 == 0)
+    std::snprintf(buf, sizeof buf, "%zuKiB", bytes >> 10);
+  else
+    std::snprintf(buf, sizeof buf, "%zuB", bytes);
   return buf;
 }
 
@@ -90,7 +96,8 @@ Buffer* Tensor(zppDataType_t dtype, size_t count) {
     std::normal_distribution<float> normal(0.0f, 0.02f);
     for (size_t i = 0; i < count; i++) {
       float v = normal(rng);
-      if (dtype == zppFloat32) std::memcpy(b->data + 4 * i, &v, 4);
+      if (dtype == zppFloat32)
+        std::memcpy(b->data + 4 * i, &v, 4);
       else {
         uint16_t h = dtype == zppFloat16 ? zppFloatToHalf(v) : zppFloatToBf16(v);
         std::memcpy(b->data + 2 * i, &h, 2);
@@ -106,7 +113,8 @@ Buffer* Packed(zppDataType_t dtype, size_t count, int bits, int block) {
                     std::to_string(bits) + "/" + std::to_string(block);
   bool fresh = gBuffers.find(key) == gBuffers.end();
   Buffer* b = GetBuffer(key, zppQuantPackedSize(count, bits, block));
-  if (fresh && zppQuantize(Tensor(dtype, count)->data, dtype, count, bits, block, b->data) != zppSuccess) {
+  if (fresh &&
+      zppQuantize(Tensor(dtype, count)->data, dtype, count, bits, block, b->data) != zppSuccess) {
     std::fprintf(stderr, "zpp-bench-kernels: quantize failed while preparing inputs\n");
     std::exit(1);
   }
@@ -124,9 +132,9 @@ bool Select(benchmark::State& state, const char* impl) {
 void SetRates(benchmark::State& state, size_t bytes, size_t packedBytes, const std::string& baseline) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
   if (packedBytes)
-    state.counters["packed_bytes_per_second"] = benchmark::Counter(
-        static_cast<double>(state.iterations()) * static_cast<double>(packedBytes), benchmark::Counter::kIsRate,
-        benchmark::Counter::kIs1024);
+    state.counters["packed_bytes_per_second"] =
+        benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(packedBytes),
+                           benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
   if (!baseline.empty()) state.SetLabel("vs=" + baseline);
 }
 
@@ -138,7 +146,8 @@ std::map<size_t, bool> gMemcpyRegistered;
 // --benchmark_enable_random_interleaving shuffles the runs.
 std::map<std::string, int> gRegOrder;
 
-benchmark::internal::Benchmark* Register(const std::string& name, std::function<void(benchmark::State&)> fn) {
+benchmark::internal::Benchmark* Register(const std::string& name,
+                                         std::function<void(benchmark::State&)> fn) {
   gRegOrder.emplace(name, static_cast<int>(gRegOrder.size()));
   return benchmark::RegisterBenchmark(name.c_str(), fn);
 }
@@ -163,7 +172,8 @@ void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes
   size_t count = bytes / TypeSize(dtype);
   int block = DefaultBlock(bits);
   size_t packedBytes = zppQuantPackedSize(count, bits, block);
-  std::string tail = std::string(impl) + "/" + TypeName(dtype) + "/int" + std::to_string(bits) + "/" + SizeName(bytes);
+  std::string tail =
+      std::string(impl) + "/" + TypeName(dtype) + "/int" + std::to_string(bits) + "/" + SizeName(bytes);
   std::string baseline = MemcpyName(bytes);
   RegisterMemcpy(bytes);
   Register("quantize/" + tail, [=](benchmark::State& state) {
@@ -216,12 +226,14 @@ void RegisterReduce(const char* impl, int n, size_t bytes, bool requant) {
       Buffer* one = Packed(zppBfloat16, count, 4, block);
       for (int k = 0; k < n; k++) std::memcpy(in->data + static_cast<size_t>(k) * seg, one->data, seg);
     }
-    Buffer* out = GetBuffer(requant ? "reduce_out/" + std::to_string(seg) : "sum_out/" + std::to_string(count),
-                            requant ? seg : count * 2);
+    Buffer* out =
+        GetBuffer(requant ? "reduce_out/" + std::to_string(seg) : "sum_out/" + std::to_string(count),
+                  requant ? seg : count * 2);
     for (auto _ : state) {
-      zppResult_t r = requant ? zppQuantReduceRequant(in->data, seg, n, count, 4, block, 4, block, out->data)
-                              : zppDequantizeSum(in->data, seg, n, count, 4, block, static_cast<float>(n),
-                                                 out->data, zppBfloat16);
+      zppResult_t r =
+          requant ? zppQuantReduceRequant(in->data, seg, n, count, 4, block, 4, block, out->data)
+                  : zppDequantizeSum(in->data, seg, n, count, 4, block, static_cast<float>(n),
+                                     out->data, zppBfloat16);
       if (r != zppSuccess) {
         state.SkipWithError(requant ? "zppQuantReduceRequant failed" : "zppDequantizeSum failed");
         break;
@@ -275,8 +287,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
       }
       double ratio = Value(e) / Value(b->second);
       bool targeted = o.second.rfind("quantize/", 0) == 0 || o.second.rfind("dequantize/", 0) == 0;
-      std::printf("%-44s %10.2f %10.2f %7.2f%s\n", o.second.c_str(), Value(e) / 1e9, Value(b->second) / 1e9, ratio,
-                  targeted ? (ratio >= 0.8 ? "" : "  < 0.8") : "");
+      std::printf("%-44s %10.2f %10.2f %7.2f%s\n", o.second.c_str(), Value(e) / 1e9,
+                  Value(b->second) / 1e9, ratio, targeted ? (ratio >= 0.8 ? "" : "  < 0.8") : "");
     }
   }
 
@@ -297,7 +309,8 @@ class RatioReporter : public benchmark::ConsoleReporter {
   }
   size_t Samples() const {
     size_t m = 0;
-    for (const auto& kv : entries_) m = std::max(m, kv.second.samples.size() + (std::isnan(kv.second.median) ? 0 : 2));
+    for (const auto& kv : entries_)
+      m = std::max(m, kv.second.samples.size() + (std::isnan(kv.second.median) ? 0 : 2));
     return m;
   }
   std::map<std::string, Entry> entries_;

@@ -50,9 +50,7 @@ int defaultBlock(int bits) {
   return bits == 8 ? ZPP_QUANT_DEFAULT_BLOCK_INT8 : ZPP_QUANT_DEFAULT_BLOCK_INT4;
 }
 
-const char* typeName(zppDataType_t t) {
-  return zppDtypeShortName(t);
-}
+const char* typeName(zppDataType_t t) { return zppDtypeShortName(t); }
 
 size_t typeSize(zppDataType_t t) { return t == zppFloat32 ? 4 : 2; }
 
@@ -117,8 +115,7 @@ cudaError_t fillRandom(void* d, zppDataType_t dt, size_t count) {
   cudaError_t e = cudaMemcpyAsync(d, h.data(), chunk * es, cudaMemcpyHostToDevice, s);
   for (size_t done = chunk; e == cudaSuccess && done < count;) {
     size_t n = done < count - done ? done : count - done;
-    e = cudaMemcpyAsync(static_cast<uint8_t*>(d) + done * es, d, n * es,
-                        cudaMemcpyDeviceToDevice, s);
+    e = cudaMemcpyAsync(static_cast<uint8_t*>(d) + done * es, d, n * es, cudaMemcpyDeviceToDevice, s);
     done += n;
   }
   if (e == cudaSuccess) e = cudaStreamSynchronize(s);
@@ -209,17 +206,15 @@ void BM_Quantize(benchmark::State& st, zppDataType_t dt, int bits, int block, si
     if (!st.error_occurred()) st.SkipWithError("cudaMalloc");
     return;
   }
-  timedAgainstCopy(st, count * typeSize(dt), [&] {
-    return zppQuantizeCuda(in.p, dt, count, bits, block, pk.p, benchStream());
-  });
+  timedAgainstCopy(st, count * typeSize(dt),
+                   [&] { return zppQuantizeCuda(in.p, dt, count, bits, block, pk.p, benchStream()); });
 }
 
 void BM_Dequantize(benchmark::State& st, zppDataType_t dt, int bits, int block, size_t count) {
   DevBuf in, pk, out;
   if (!in.alloc(count * 4) || !pk.alloc(zppQuantPackedSize(count, bits, block)) ||
       !out.alloc(count * typeSize(dt)) || !ok(st, fillRandom(in.p, zppFloat32, count), "fill") ||
-      !ok(st, zppQuantizeCuda(in.p, zppFloat32, count, bits, block, pk.p, benchStream()),
-          "quantize")) {
+      !ok(st, zppQuantizeCuda(in.p, zppFloat32, count, bits, block, pk.p, benchStream()), "quantize")) {
     if (!st.error_occurred()) st.SkipWithError("cudaMalloc");
     return;
   }
@@ -244,8 +239,7 @@ bool makeInputs(benchmark::State& st, DevBuf& pk, int n, size_t count, int bits,
   return ok(st, cudaStreamSynchronize(benchStream()), "quantize");
 }
 
-void BM_ReduceRequant(benchmark::State& st, int n, int bitsIn, int bitsOut, int block,
-                      size_t count) {
+void BM_ReduceRequant(benchmark::State& st, int n, int bitsIn, int bitsOut, int block, size_t count) {
   DevBuf pk, out;
   if (!makeInputs(st, pk, n, count, bitsIn, block)) return;
   if (!out.alloc(zppQuantPackedSize(count, bitsOut, block))) {
@@ -285,13 +279,12 @@ void BM_DequantizeSum(benchmark::State& st, int n, int bits, int block, zppDataT
   }
   const size_t P = zppQuantPackedSize(count, bits, block);
   timedAgainstCopy(st, P * n, [&] {
-    return zppDequantizeSumCuda(pk.p, P, n, count, bits, block, (float)n, out.p, dt,
-                                benchStream());
+    return zppDequantizeSumCuda(pk.p, P, n, count, bits, block, (float)n, out.p, dt, benchStream());
   });
 }
 
-void BM_QuantizeReordered(benchmark::State& st, zppDataType_t dt, int bits, int block, int W,
-                          int L, size_t count) {
+void BM_QuantizeReordered(benchmark::State& st, zppDataType_t dt, int bits, int block, int W, int L,
+                          size_t count) {
   const size_t part = count / W;
   DevBuf in, pk;
   if (!in.alloc(count * typeSize(dt)) || !pk.alloc(zppQuantPackedSize(part, bits, block) * W) ||
@@ -354,8 +347,8 @@ void registerAll() {
       const size_t count = bytes / typeSize(dt);
       for (int bits : {8, 4}) {
         const int block = defaultBlock(bits);
-        const std::string tail = std::string("cuda/") + typeName(dt) + "/int" +
-                                 std::to_string(bits) + "/" + sizeName(bytes);
+        const std::string tail =
+            std::string("cuda/") + typeName(dt) + "/int" + std::to_string(bits) + "/" + sizeName(bytes);
         add("quantize/" + tail, bytes,
             [=](benchmark::State& st) { BM_Quantize(st, dt, bits, block, count); });
         add("dequantize/" + tail, bytes,
@@ -367,8 +360,8 @@ void registerAll() {
     for (int block : {32, 4096}) {
       for (zppDataType_t dt : {zppFloat32, zppFloat16}) {
         const size_t count = bytes / typeSize(dt);
-        const std::string tail = "cuda-b" + std::to_string(block) + "/" + typeName(dt) +
-                                 "/int8/" + sizeName(bytes);
+        const std::string tail =
+            "cuda-b" + std::to_string(block) + "/" + typeName(dt) + "/int8/" + sizeName(bytes);
         add("quantize/" + tail, bytes,
             [=](benchmark::State& st) { BM_Quantize(st, dt, 8, block, count); });
         add("dequantize/" + tail, bytes,
@@ -390,9 +383,8 @@ void registerAll() {
           [=](benchmark::State& st) { BM_DequantizeSum(st, n, 4, b4, zppBfloat16, count); });
     }
     const size_t in8 = zppQuantPackedSize(count, 8, defaultBlock(8)) * 8;
-    add("reduce_requant/cuda/int8x8-int4/" + sizeName(bytes), in8, [=](benchmark::State& st) {
-      BM_ReduceRequant8to4(st, 8, count);
-    });
+    add("reduce_requant/cuda/int8x8-int4/" + sizeName(bytes), in8,
+        [=](benchmark::State& st) { BM_ReduceRequant8to4(st, 8, count); });
   }
 }
 

@@ -56,11 +56,11 @@ static void fill(float* x, size_t n, dataKind_t kind) {
 }
 
 typedef struct {
-  double relRms;   /* ||y - x|| / ||x|| */
-  double meanRel;  /* mean |y - x| / mean |x| */
-  double maxRel;   /* max |y - x| / max |x| */
-  double wireBpe;  /* wire bytes per element */
-  double score;    /* wire bits per element + log2(relRms) */
+  double relRms;  /* ||y - x|| / ||x|| */
+  double meanRel; /* mean |y - x| / mean |x| */
+  double maxRel;  /* max |y - x| / max |x| */
+  double wireBpe; /* wire bytes per element */
+  double score;   /* wire bits per element + log2(relRms) */
 } stats_t;
 
 static int measure(const float* x, size_t n, int bits, int block, float* y, void* packed, stats_t* st) {
@@ -111,8 +111,9 @@ int main(int argc, char** argv) {
   double bestScore[2][DATA_COUNT];
   for (int bi = 0; bi < 2; bi++)
     for (int d = 0; d < DATA_COUNT; d++) bestScore[bi][d] = INFINITY;
-  printf("| bits | block | wire B/elem | data | rel. RMS error | mean rel. error | max err / max |x| | "
-         "score |\n");
+  printf(
+      "| bits | block | wire B/elem | data | rel. RMS error | mean rel. error | max err / max |x| | "
+      "score |\n");
   printf("|---|---|---|---|---|---|---|---|\n");
   for (int d = 0; d < DATA_COUNT; d++) {
     rngState = 0x7a7070717565ull + (uint64_t)d;

@@ -78,8 +78,10 @@ static int zhBuildUnits(zhCoord_t* c, const zhHello_t* hellos) {
     int u = c->unitsAreNodes ? nodeOf[r] : r;
     zhUnit_t* un = &c->units[u];
     if (un->nRanks == 0) {
-      if (c->unitsAreNodes) snprintf(un->name, sizeof un->name, "%s", c->ranks[r].hello.hostId);
-      else snprintf(un->name, sizeof un->name, "rank %d", r);
+      if (c->unitsAreNodes)
+        snprintf(un->name, sizeof un->name, "%s", c->ranks[r].hello.hostId);
+      else
+        snprintf(un->name, sizeof un->name, "rank %d", r);
     }
     un->ranks[un->nRanks++] = r;
     c->ranks[r].unit = u;
@@ -166,7 +168,8 @@ static int zhCoordinatorMain(const zppHealthArgs_t* a, zhCtl_t* ctl, double t0) 
 /* Rank 0 is gone or stuck: nobody will write the report, so rank 1 says it. */
 static int zhCoordinatorLost(const zppHealthArgs_t* a, int rank, int nranks, const char* problem,
                              const char* why, double t0) {
-  if (a->verbose) fprintf(stderr, "zpp-health: rank %d: rank 0 (the coordinator) %s: %s\n", rank, problem, why);
+  if (a->verbose)
+    fprintf(stderr, "zpp-health: rank %d: rank 0 (the coordinator) %s: %s\n", rank, problem, why);
   if (rank == 1) {
     printf("zpp-health: hung_or_dead: rank 0 (the coordinator) %s: %s\n", problem, why);
     fflush(stdout);
@@ -200,7 +203,8 @@ static int zhWorkerMain(const zppHealthArgs_t* a, zhCtl_t* ctl, const char* host
     double now = zppClockNow();
     if (got < 0)
       return zhCoordinatorLost(a, ctl->rank, ctl->nranks, "died",
-                               "its control connection closed without a verdict (the process exited)", t0);
+                               "its control connection closed without a verdict (the process exited)",
+                               t0);
     if (got == 0) {
       if (now - lastHeard > silence) {
         snprintf(why, sizeof why, "no heartbeat for %.0f s (process stopped, or its network is down)",
@@ -294,7 +298,8 @@ static int zhForkRun(zppHealthArgs_t* a) {
   char layout[32];
   int status[ZPP_LAUNCH_MAX_RANKS];
   if (a->forkRanks > ZPP_LAUNCH_MAX_RANKS) {
-    fprintf(stderr, "zpp-health: -N %d: at most %d ranks on one machine\n", a->forkRanks, ZPP_LAUNCH_MAX_RANKS);
+    fprintf(stderr, "zpp-health: -N %d: at most %d ranks on one machine\n", a->forkRanks,
+            ZPP_LAUNCH_MAX_RANKS);
     return ZPP_HEALTH_EXIT_USAGE;
   }
   zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
@@ -327,7 +332,8 @@ static int zhEnvRun(zppHealthArgs_t* a) {
   zppLauncherEnv_t l;
   int found = zppLauncherEnvRead(&l, err, sizeof err);
   if (found == 0) {
-    fprintf(stderr, "zpp-health: no launcher environment: %s; or fork local ranks with -N RANKS\n", err);
+    fprintf(stderr, "zpp-health: no launcher environment: %s; or fork local ranks with -N RANKS\n",
+            err);
     return ZPP_HEALTH_EXIT_USAGE;
   }
   if (found < 0) {
@@ -343,8 +349,8 @@ static int zhEnvRun(zppHealthArgs_t* a) {
   if (a->layoutNodes > 0) {
     /* One machine playing several nodes, as -N --layout does. */
     if (a->layoutNodes * a->layoutPerNode != nranks) {
-      fprintf(stderr, "zpp-health: --layout %dx%d does not make the %d ranks of the launcher\n", a->layoutNodes,
-              a->layoutPerNode, nranks);
+      fprintf(stderr, "zpp-health: --layout %dx%d does not make the %d ranks of the launcher\n",
+              a->layoutNodes, a->layoutPerNode, nranks);
       return ZPP_HEALTH_EXIT_USAGE;
     }
     char host[32];

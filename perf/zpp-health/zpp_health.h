@@ -36,12 +36,12 @@
 
 /* Exit codes, for scheduler prologs (worst first when several apply:
  * hung/dead, wrong data, slow). */
-#define ZPP_HEALTH_EXIT_OK 0     /* healthy */
-#define ZPP_HEALTH_EXIT_SLOW 1   /* bandwidth below the expectation */
-#define ZPP_HEALTH_EXIT_USAGE 2  /* bad arguments, bad baseline file */
-#define ZPP_HEALTH_EXIT_WRONG 3  /* a rank returned or sent wrong data */
-#define ZPP_HEALTH_EXIT_HUNG 4   /* a rank hung, died or never joined */
-#define ZPP_HEALTH_EXIT_ERROR 5  /* the check itself could not run */
+#define ZPP_HEALTH_EXIT_OK 0    /* healthy */
+#define ZPP_HEALTH_EXIT_SLOW 1  /* bandwidth below the expectation */
+#define ZPP_HEALTH_EXIT_USAGE 2 /* bad arguments, bad baseline file */
+#define ZPP_HEALTH_EXIT_WRONG 3 /* a rank returned or sent wrong data */
+#define ZPP_HEALTH_EXIT_HUNG 4  /* a rank hung, died or never joined */
+#define ZPP_HEALTH_EXIT_ERROR 5 /* the check itself could not run */
 
 #define ZH_MAX_RANKS 4096
 #define ZH_MAX_TRIALS 32
@@ -62,36 +62,36 @@ typedef struct {
 
 typedef struct {
   /* launch */
-  int forkRanks;             /* -N */
+  int forkRanks; /* -N */
   int layoutNodes, layoutPerNode;
-  int ctlPort;               /* 0: from the environment (env launch) or picked (-N) */
-  char ctlHost[256];         /* rank 0's address as the others reach it ("" until known) */
+  int ctlPort;       /* 0: from the environment (env launch) or picked (-N) */
+  char ctlHost[256]; /* rank 0's address as the others reach it ("" until known) */
   /* measurement */
-  size_t sizeBytes;          /* 0: auto */
-  double targetSec;          /* auto size: one iteration at least this long */
+  size_t sizeBytes; /* 0: auto */
+  double targetSec; /* auto size: one iteration at least this long */
   size_t maxAutoBytes;
   int trials, iters, warmup;
-  int device;                /* --device: the trials on device buffers (GPUs and NCCL) */
+  int device; /* --device: the trials on device buffers (GPUs and NCCL) */
   /* expectation */
   zhExpectFrom_t expectFrom;
-  double expectGBps;         /* --expect-busbw, in GB/s */
-  char expectText[64];       /* as given, for the report */
+  double expectGBps;   /* --expect-busbw, in GB/s */
+  char expectText[64]; /* as given, for the report */
   const char* baselinePath;
   const char* saveBaselinePath;
   double threshold;
-  double localizeThreshold;  /* sets and pairs: named below this x expectation */
+  double localizeThreshold; /* sets and pairs: named below this x expectation */
   int p2pRounds;
   /* localization */
   int localize;
-  int parallel;              /* -1 auto, 0 serial, 1 parallel */
+  int parallel; /* -1 auto, 0 serial, 1 parallel */
   /* bounds */
-  double timeoutSec;         /* every wait; stalled longer than this (+ grace) is hung */
-  double timeLimitSec;       /* total run time */
+  double timeoutSec;   /* every wait; stalled longer than this (+ grace) is hung */
+  double timeLimitSec; /* total run time */
   /* output */
   const char* jsonPath;
-  const char* promPath;      /* --prometheus: textfile-collector metrics */
+  const char* promPath; /* --prometheus: textfile-collector metrics */
   int quiet, verbose;
-  int progress;              /* -1 auto (a terminal), 0 off, 1 on */
+  int progress; /* -1 auto (a terminal), 0 off, 1 on */
 } zppHealthArgs_t;
 
 /* Parses argv; returns 0, or ZPP_HEALTH_EXIT_USAGE after printing why (or
@@ -118,9 +118,9 @@ enum {
 
 typedef struct {
   int32_t rank, nranks, pid;
-  char hostId[ZH_HOSTID_LEN];  /* the library's node identity: ZPP_HOSTID, else the host name */
+  char hostId[ZH_HOSTID_LEN]; /* the library's node identity: ZPP_HOSTID, else the host name */
   char hostname[ZH_HOSTID_LEN];
-  char bootId[40];             /* ranks of one machine: emulated nodes share its CPUs */
+  char bootId[40]; /* ranks of one machine: emulated nodes share its CPUs */
 } zhHello_t;
 
 typedef struct {
@@ -133,34 +133,34 @@ typedef struct {
 
 typedef struct {
   int32_t testId;
-  int32_t colls;         /* ZH_COLL_* */
-  uint64_t bytes;        /* nccl-tests bytes of the all-reduce (and the all-gather) */
+  int32_t colls;  /* ZH_COLL_* */
+  uint64_t bytes; /* nccl-tests bytes of the all-reduce (and the all-gather) */
   int32_t warmup, trials, iters;
-  int32_t calibrate;     /* 1: first pick the size (all-reduce doubling up to maxBytes) */
+  int32_t calibrate; /* 1: first pick the size (all-reduce doubling up to maxBytes) */
   uint64_t maxBytes;
   double targetSec;
-  double budgetSec;      /* stop starting trials after this long */
+  double budgetSec; /* stop starting trials after this long */
   int32_t nGroup, groupRank;
-  int32_t device;        /* 1: trials on device buffers (--device) */
+  int32_t device; /* 1: trials on device buffers (--device) */
   zppUniqueId id;
 } zhTestMsg_t;
 
 typedef struct {
   int32_t testId, rank, status; /* status 0 ok, else failed (error says why) */
   int32_t nGroup, groupRank;
-  uint64_t bytes;               /* the size used (after calibration) */
-  int32_t nTrials[2];           /* [0] all-reduce, [1] all-gather */
+  uint64_t bytes;     /* the size used (after calibration) */
+  int32_t nTrials[2]; /* [0] all-reduce, [1] all-gather */
   double trialSec[2][ZH_MAX_TRIALS];
-  uint64_t wrongAllreduce;      /* elements of this rank's all-reduce results that were wrong */
+  uint64_t wrongAllreduce; /* elements of this rank's all-reduce results that were wrong */
   uint64_t wrongAllgather;
-  double initSec;               /* communicator creation */
+  double initSec; /* communicator creation */
   char error[320];
   /* followed by uint32_t wrongFrom[nGroup]: all-gather elements wrong per origin */
 } zhResultMsg_t;
 
 typedef struct {
-  int32_t rank, testId;  /* testId -1: idle */
-  double stalledSec;     /* inside a test: seconds without progress */
+  int32_t rank, testId; /* testId -1: idle */
+  double stalledSec;    /* inside a test: seconds without progress */
   uint64_t bytesSent;
 } zhHbMsg_t;
 
@@ -180,8 +180,8 @@ typedef struct {
   /* 0, or the errno of the send that failed (ETIMEDOUT: no room for 10 s).
    * No more sends after one: a half-sent message breaks the framing. */
   atomic_int sendErr;
-  pthread_mutex_t wlock;   /* main and heartbeat thread both write; held to send on fd or close it */
-  char* rbuf;              /* bytes read but not yet a whole message */
+  pthread_mutex_t wlock; /* main and heartbeat thread both write; held to send on fd or close it */
+  char* rbuf;            /* bytes read but not yet a whole message */
   size_t rlen, rcap;
 } zhConn_t;
 
@@ -191,19 +191,19 @@ typedef struct {
   pthread_mutex_t mu;
   zppComm_t comm;
   int testId;
-  double since;            /* test start or last progress */
+  double since; /* test start or last progress */
   uint64_t lastBytes;
 } zhProgress_t;
 
 typedef struct {
   int rank, nranks;
   int listenFd;
-  zhConn_t* conns;          /* rank 0: one per rank (conns[0] unused); others: conns[0] = rank 0 */
+  zhConn_t* conns; /* rank 0: one per rank (conns[0] unused); others: conns[0] = rank 0 */
   int nConns;
   zhProgress_t progress;
   double hardDeadline;
-  atomic_int mainDone;      /* set when the rank finished normally */
-  atomic_int exitCode;      /* what the watchdog exits with */
+  atomic_int mainDone; /* set when the rank finished normally */
+  atomic_int exitCode; /* what the watchdog exits with */
   pthread_t hbThread;
   int hbStarted;
   atomic_int hbStop;
@@ -244,9 +244,9 @@ typedef struct {
   zhHello_t hello;
   int unit;
   zhRankState_t state;
-  char why[400];           /* evidence for a hung or dead rank */
-  char seen[240];          /* what another rank saw of it */
-  int lostTest;            /* the test it hung or died in */
+  char why[400];  /* evidence for a hung or dead rank */
+  char seen[240]; /* what another rank saw of it */
+  int lostTest;   /* the test it hung or died in */
   double lastHeard;
   zhHbMsg_t hb;
   int haveHb;
@@ -260,41 +260,36 @@ typedef struct {
 
 typedef struct {
   int id;
-  const char* kind;        /* "world", "p2p", "half", "pair", "confirm", "link", "data" */
+  const char* kind; /* "world", "p2p", "half", "pair", "confirm", "link", "data" */
   int nUnits;
-  int* units;              /* units tested (empty for rank-level tests) */
+  int* units; /* units tested (empty for rank-level tests) */
   int nRanks;
-  int* ranks;              /* world ranks, ascending = group rank order */
+  int* ranks; /* world ranks, ascending = group rank order */
   int colls;
   size_t bytes;
   int trials[2];
   double busbw[2][ZH_MAX_TRIALS];
   double median[2], min[2];
-  int judged, pass;        /* pass: every trial >= the required busbw (all-reduce) */
-  double required;         /* what it was judged against: the world's or the local one */
-  int subject;             /* pair stage: the candidate node tested (-1: none) */
-  int failed;              /* a rank reported an error or did not answer */
+  int judged, pass; /* pass: every trial >= the required busbw (all-reduce) */
+  double required;  /* what it was judged against: the world's or the local one */
+  int subject;      /* pair stage: the candidate node tested (-1: none) */
+  int failed;       /* a rank reported an error or did not answer */
   char error[400];
-  uint64_t wrong;          /* wrong elements over all ranks */
-  uint32_t* wrongFrom;     /* [nRanks][nRanks]: receiver x origin, all-gather */
+  uint64_t wrong;      /* wrong elements over all ranks */
+  uint32_t* wrongFrom; /* [nRanks][nRanks]: receiver x origin, all-gather */
   double start, seconds;
 } zhTest_t;
 
 typedef enum { ZH_SUS_NODE = 0, ZH_SUS_LINK = 1, ZH_SUS_RANK = 2, ZH_SUS_SET = 3 } zhSuspectKind_t;
-typedef enum {
-  ZH_PROB_SLOW = 0,
-  ZH_PROB_WRONG = 1,
-  ZH_PROB_HUNG = 2,
-  ZH_PROB_DEAD = 3
-} zhProblem_t;
+typedef enum { ZH_PROB_SLOW = 0, ZH_PROB_WRONG = 1, ZH_PROB_HUNG = 2, ZH_PROB_DEAD = 3 } zhProblem_t;
 
 typedef struct {
   zhSuspectKind_t kind;
   zhProblem_t problem;
-  int a, b;                /* units (node, link) or rank (rank); b = -1 */
-  int* set;                /* ZH_SUS_SET: the units */
+  int a, b; /* units (node, link) or rank (rank); b = -1 */
+  int* set; /* ZH_SUS_SET: the units */
   int nSet;
-  double busbw;            /* slow: median rate measured */
+  double busbw; /* slow: median rate measured */
   int tests[16];
   int nTests;
   char evidence[600];
@@ -312,19 +307,19 @@ typedef struct {
   double t0, limitAt;
   zppHealthBaseline_t baseline;
   int haveBaseline;
-  double expect, required;      /* GB/s: the expectation and threshold x expectation */
-  double requiredLocal;         /* GB/s: localize-threshold x expectation, for sets and pairs */
+  double expect, required; /* GB/s: the expectation and threshold x expectation */
+  double requiredLocal;    /* GB/s: localize-threshold x expectation, for sets and pairs */
   const char* expectFrom;
   size_t bytes;
-  zhTest_t** tests;        /* each allocated alone: pointers stay valid as tests are added */
+  zhTest_t** tests; /* each allocated alone: pointers stay valid as tests are added */
   int nTests, capTests;
   int worldTest;
   zhSuspect_t* sus;
   int nSus, capSus;
   int trialsRun;
-  int broken;                   /* a rank hung or died: no more tests */
+  int broken; /* a rank hung or died: no more tests */
   int wrongSeen;
-  int incomplete;               /* stopped by the time limit */
+  int incomplete; /* stopped by the time limit */
   char notes[6][240];
   int nNotes;
   int verdict;
@@ -372,7 +367,8 @@ void zhFormatRate(double gbps, char* buf, size_t len);
 /* zpp_health_prom.c: --prometheus, for node_exporter's textfile collector */
 int zhWritePrometheus(const zhCoord_t* c, const char* path, char* err, size_t errLen);
 /* Written by rank 1 when rank 0 (the coordinator) hung or died. */
-int zhWriteFallbackPrometheus(const char* path, int nranks, const char* problem, char* err, size_t errLen);
+int zhWriteFallbackPrometheus(const char* path, int nranks, const char* problem, char* err,
+                              size_t errLen);
 const char* zhVerdictName(int code);
 
 #endif /* ZPP_HEALTH_H_ */

@@ -19,71 +19,71 @@
 
 static void zhUsage(FILE* f) {
   fprintf(f,
-"Usage: zpp-health [options]\n"
-"\n"
-"Checks that a cluster gives the all-reduce bandwidth it should before a job\n"
-"starts; when it does not, finds the slow nodes and links, the ranks that\n"
-"return wrong data and the ranks that hang or die. Run it as one rank per\n"
-"process like any zpp program (mpirun, srun, torchrun-style environment), or\n"
-"let it fork its ranks here with -N.\n"
-"\n"
-"Launch:\n"
-"  -N, --nranks N          fork N ranks on this machine (no launcher needed)\n"
-"      --layout NxL        emulate N nodes of L ranks (ZPP_HOSTID=node<k> in rank k*L..);\n"
-"                          with -N or under a launcher on one machine\n"
-"      --ctl-port P        port of rank 0's control connection (default: the\n"
-"                          rendezvous port zppCommInitFromEnv would use:\n"
-"                          ZPP_ROOT's, else MASTER_PORT + ZPP_MASTER_PORT_OFFSET;\n"
-"                          under srun without them, one derived from the job id)\n"
-"Measurement:\n"
-"  -s, --size SIZE         all-reduce size in bytes (K/M/G = 2^10..) or 'auto'\n"
-"                          (default: doubled from 1 MiB until one all-reduce of all\n"
-"                          ranks takes --target-time, at most --max-size)\n"
-"      --target-time S     auto size: seconds one all-reduce should take (0.2)\n"
-"      --max-size SIZE     auto size: the largest size tried (256M)\n"
-"      --trials K          timed trials per test (3); any trial below the\n"
-"                          threshold fails the test, so a node that is only\n"
-"                          sometimes slow is still caught\n"
-"  -n, --iters I           all-reduces per trial (1)\n"
-"  -w, --warmup W          untimed all-reduces before the trials of a test (1)\n"
-"      --device            the trials on device buffers: one GPU per local rank,\n"
-"                          NCCL between them, as a GPU job uses them (needs CUDA)\n"
-"Expectation (what busbw a healthy cluster gives):\n"
-"      --expect-busbw BW   all-reduce busbw as a number and unit: GB/s (bytes,\n"
-"                          1e9/s, nccl-tests' unit; the default for a bare\n"
-"                          number), MB/s, Gbit/s or Mbit/s; e.g. 11.5, 92Gbit/s\n"
-"      --baseline FILE     the busbw saved by --save-baseline in a healthy run\n"
-"      --save-baseline FILE  save this run's busbw as a baseline (healthy runs only)\n"
-"                          (neither: the rate it measures point-to-point between\n"
-"                          pairs of nodes, the best pair being what every link\n"
-"                          should give)\n"
-"      --threshold F       healthy when busbw >= F x expectation (0.8)\n"
-"      --localize-threshold F  the search names a node or link whose tests fall\n"
-"                          below F x expectation (0.5): clearly slower than its\n"
-"                          peers, beyond what small sets vary by\n"
-"      --p2p-rounds R      rounds of pairs for the measured expectation (3)\n"
-"Localization:\n"
-"      --no-localize       stop at the verdict\n"
-"      --parallel          test disjoint node sets at the same time (the default\n"
-"                          unless all ranks run on one machine, whose CPUs the\n"
-"                          emulated nodes share)\n"
-"      --serial            one test at a time\n"
-"Bounds:\n"
-"      --timeout S         every wait inside a test (ZPP_TIMEOUT); a rank without\n"
-"                          progress for longer is named hung (30)\n"
-"      --time-limit S      bound on the whole run; localization stops in time (600)\n"
-"Output:\n"
-"  -J, --json FILE         the report as JSON\n"
-"      --prometheus FILE   the verdict and every measured rate as Prometheus\n"
-"                          metrics (node_exporter textfile collector: FILE in its\n"
-"                          folder, named *.prom), replaced whole at the end\n"
-"  -q, --quiet             only the verdict line\n"
-"  -v, --verbose           one line per test; the library's own log as configured\n"
-"      --progress, --no-progress  the progress line (default: on a terminal)\n"
-"  -h, --help\n"
-"\n"
-"Exit: 0 healthy, 1 slow, 2 usage or bad baseline, 3 wrong data, 4 a rank hung,\n"
-"died or never joined, 5 the check could not run. See docs/zpp-health.md.\n");
+          "Usage: zpp-health [options]\n"
+          "\n"
+          "Checks that a cluster gives the all-reduce bandwidth it should before a job\n"
+          "starts; when it does not, finds the slow nodes and links, the ranks that\n"
+          "return wrong data and the ranks that hang or die. Run it as one rank per\n"
+          "process like any zpp program (mpirun, srun, torchrun-style environment), or\n"
+          "let it fork its ranks here with -N.\n"
+          "\n"
+          "Launch:\n"
+          "  -N, --nranks N          fork N ranks on this machine (no launcher needed)\n"
+          "      --layout NxL        emulate N nodes of L ranks (ZPP_HOSTID=node<k> in rank k*L..);\n"
+          "                          with -N or under a launcher on one machine\n"
+          "      --ctl-port P        port of rank 0's control connection (default: the\n"
+          "                          rendezvous port zppCommInitFromEnv would use:\n"
+          "                          ZPP_ROOT's, else MASTER_PORT + ZPP_MASTER_PORT_OFFSET;\n"
+          "                          under srun without them, one derived from the job id)\n"
+          "Measurement:\n"
+          "  -s, --size SIZE         all-reduce size in bytes (K/M/G = 2^10..) or 'auto'\n"
+          "                          (default: doubled from 1 MiB until one all-reduce of all\n"
+          "                          ranks takes --target-time, at most --max-size)\n"
+          "      --target-time S     auto size: seconds one all-reduce should take (0.2)\n"
+          "      --max-size SIZE     auto size: the largest size tried (256M)\n"
+          "      --trials K          timed trials per test (3); any trial below the\n"
+          "                          threshold fails the test, so a node that is only\n"
+          "                          sometimes slow is still caught\n"
+          "  -n, --iters I           all-reduces per trial (1)\n"
+          "  -w, --warmup W          untimed all-reduces before the trials of a test (1)\n"
+          "      --device            the trials on device buffers: one GPU per local rank,\n"
+          "                          NCCL between them, as a GPU job uses them (needs CUDA)\n"
+          "Expectation (what busbw a healthy cluster gives):\n"
+          "      --expect-busbw BW   all-reduce busbw as a number and unit: GB/s (bytes,\n"
+          "                          1e9/s, nccl-tests' unit; the default for a bare\n"
+          "                          number), MB/s, Gbit/s or Mbit/s; e.g. 11.5, 92Gbit/s\n"
+          "      --baseline FILE     the busbw saved by --save-baseline in a healthy run\n"
+          "      --save-baseline FILE  save this run's busbw as a baseline (healthy runs only)\n"
+          "                          (neither: the rate it measures point-to-point between\n"
+          "                          pairs of nodes, the best pair being what every link\n"
+          "                          should give)\n"
+          "      --threshold F       healthy when busbw >= F x expectation (0.8)\n"
+          "      --localize-threshold F  the search names a node or link whose tests fall\n"
+          "                          below F x expectation (0.5): clearly slower than its\n"
+          "                          peers, beyond what small sets vary by\n"
+          "      --p2p-rounds R      rounds of pairs for the measured expectation (3)\n"
+          "Localization:\n"
+          "      --no-localize       stop at the verdict\n"
+          "      --parallel          test disjoint node sets at the same time (the default\n"
+          "                          unless all ranks run on one machine, whose CPUs the\n"
+          "                          emulated nodes share)\n"
+          "      --serial            one test at a time\n"
+          "Bounds:\n"
+          "      --timeout S         every wait inside a test (ZPP_TIMEOUT); a rank without\n"
+          "                          progress for longer is named hung (30)\n"
+          "      --time-limit S      bound on the whole run; localization stops in time (600)\n"
+          "Output:\n"
+          "  -J, --json FILE         the report as JSON\n"
+          "      --prometheus FILE   the verdict and every measured rate as Prometheus\n"
+          "                          metrics (node_exporter textfile collector: FILE in its\n"
+          "                          folder, named *.prom), replaced whole at the end\n"
+          "  -q, --quiet             only the verdict line\n"
+          "  -v, --verbose           one line per test; the library's own log as configured\n"
+          "      --progress, --no-progress  the progress line (default: on a terminal)\n"
+          "  -h, --help\n"
+          "\n"
+          "Exit: 0 healthy, 1 slow, 2 usage or bad baseline, 3 wrong data, 4 a rank hung,\n"
+          "died or never joined, 5 the check could not run. See docs/zpp-health.md.\n");
 }
 
 static int zhBad(const char* fmt, const char* v) {
@@ -133,9 +133,9 @@ int zppHealthParseBandwidth(const char* text, double* gbps) {
   static const struct {
     const char* unit;
     double toGBps;
-  } units[] = {{"", 1.0},           {"GB/s", 1.0},       {"MB/s", 1e-3},    {"TB/s", 1e3},
-               {"Gbit/s", 0.125},   {"Gbit", 0.125},     {"Gb/s", 0.125},   {"Mbit/s", 1.25e-4},
-               {"Mbit", 1.25e-4},   {"Mb/s", 1.25e-4},   {"Tbit/s", 125.0}, {"Tb/s", 125.0}};
+  } units[] = {{"", 1.0},         {"GB/s", 1.0},     {"MB/s", 1e-3},    {"TB/s", 1e3},
+               {"Gbit/s", 0.125}, {"Gbit", 0.125},   {"Gb/s", 0.125},   {"Mbit/s", 1.25e-4},
+               {"Mbit", 1.25e-4}, {"Mb/s", 1.25e-4}, {"Tbit/s", 125.0}, {"Tb/s", 125.0}};
   for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++) {
     if (strcmp(end, units[i].unit) == 0) {
       *gbps = v * units[i].toGBps;
@@ -162,26 +162,56 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
   a->progress = -1;
   *exitNow = -1;
   enum {
-    O_LAYOUT = 1000, O_CTLPORT, O_TARGET, O_MAXSIZE, O_TRIALS, O_EXPECT, O_BASELINE, O_SAVE,
-    O_THRESHOLD, O_LTHRESHOLD, O_P2P, O_NOLOC, O_PAR, O_SER, O_TIMEOUT, O_LIMIT, O_PROG, O_NOPROG,
-    O_DEVICE, O_PROM
+    O_LAYOUT = 1000,
+    O_CTLPORT,
+    O_TARGET,
+    O_MAXSIZE,
+    O_TRIALS,
+    O_EXPECT,
+    O_BASELINE,
+    O_SAVE,
+    O_THRESHOLD,
+    O_LTHRESHOLD,
+    O_P2P,
+    O_NOLOC,
+    O_PAR,
+    O_SER,
+    O_TIMEOUT,
+    O_LIMIT,
+    O_PROG,
+    O_NOPROG,
+    O_DEVICE,
+    O_PROM
   };
-  static const struct option longOpts[] = {
-      {"nranks", required_argument, 0, 'N'},        {"layout", required_argument, 0, O_LAYOUT},
-      {"ctl-port", required_argument, 0, O_CTLPORT}, {"size", required_argument, 0, 's'},
-      {"target-time", required_argument, 0, O_TARGET}, {"max-size", required_argument, 0, O_MAXSIZE},
-      {"trials", required_argument, 0, O_TRIALS},   {"iters", required_argument, 0, 'n'},
-      {"warmup", required_argument, 0, 'w'},        {"expect-busbw", required_argument, 0, O_EXPECT},
-      {"baseline", required_argument, 0, O_BASELINE}, {"save-baseline", required_argument, 0, O_SAVE},
-      {"threshold", required_argument, 0, O_THRESHOLD}, {"p2p-rounds", required_argument, 0, O_P2P},
-      {"localize-threshold", required_argument, 0, O_LTHRESHOLD},
-      {"no-localize", no_argument, 0, O_NOLOC},     {"parallel", no_argument, 0, O_PAR},
-      {"serial", no_argument, 0, O_SER},            {"timeout", required_argument, 0, O_TIMEOUT},
-      {"time-limit", required_argument, 0, O_LIMIT}, {"json", required_argument, 0, 'J'},
-      {"quiet", no_argument, 0, 'q'},               {"verbose", no_argument, 0, 'v'},
-      {"progress", no_argument, 0, O_PROG},         {"no-progress", no_argument, 0, O_NOPROG},
-      {"device", no_argument, 0, O_DEVICE},         {"prometheus", required_argument, 0, O_PROM},
-      {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+  static const struct option longOpts[] = {{"nranks", required_argument, 0, 'N'},
+                                           {"layout", required_argument, 0, O_LAYOUT},
+                                           {"ctl-port", required_argument, 0, O_CTLPORT},
+                                           {"size", required_argument, 0, 's'},
+                                           {"target-time", required_argument, 0, O_TARGET},
+                                           {"max-size", required_argument, 0, O_MAXSIZE},
+                                           {"trials", required_argument, 0, O_TRIALS},
+                                           {"iters", required_argument, 0, 'n'},
+                                           {"warmup", required_argument, 0, 'w'},
+                                           {"expect-busbw", required_argument, 0, O_EXPECT},
+                                           {"baseline", required_argument, 0, O_BASELINE},
+                                           {"save-baseline", required_argument, 0, O_SAVE},
+                                           {"threshold", required_argument, 0, O_THRESHOLD},
+                                           {"p2p-rounds", required_argument, 0, O_P2P},
+                                           {"localize-threshold", required_argument, 0, O_LTHRESHOLD},
+                                           {"no-localize", no_argument, 0, O_NOLOC},
+                                           {"parallel", no_argument, 0, O_PAR},
+                                           {"serial", no_argument, 0, O_SER},
+                                           {"timeout", required_argument, 0, O_TIMEOUT},
+                                           {"time-limit", required_argument, 0, O_LIMIT},
+                                           {"json", required_argument, 0, 'J'},
+                                           {"quiet", no_argument, 0, 'q'},
+                                           {"verbose", no_argument, 0, 'v'},
+                                           {"progress", no_argument, 0, O_PROG},
+                                           {"no-progress", no_argument, 0, O_NOPROG},
+                                           {"device", no_argument, 0, O_DEVICE},
+                                           {"prometheus", required_argument, 0, O_PROM},
+                                           {"help", no_argument, 0, 'h'},
+                                           {0, 0, 0, 0}};
   opterr = 0;
   optind = 1;
   int ch;
@@ -189,12 +219,13 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
     const char* v = optarg;
     switch (ch) {
       case 'N':
-        if (zhParseInt(v, 2, ZH_MAX_RANKS, &a->forkRanks)) return zhBad("-N '%s': a rank count of at least 2", v);
+        if (zhParseInt(v, 2, ZH_MAX_RANKS, &a->forkRanks))
+          return zhBad("-N '%s': a rank count of at least 2", v);
         break;
       case O_LAYOUT: {
         char extra;
-        if (sscanf(v, "%dx%d%c", &a->layoutNodes, &a->layoutPerNode, &extra) != 2 || a->layoutNodes < 1 ||
-            a->layoutPerNode < 1)
+        if (sscanf(v, "%dx%d%c", &a->layoutNodes, &a->layoutPerNode, &extra) != 2 ||
+            a->layoutNodes < 1 || a->layoutPerNode < 1)
           return zhBad("--layout '%s': NODESxRANKS, e.g. 4x1", v);
         break;
       }
@@ -202,7 +233,8 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
         if (zhParseInt(v, 1, 65535, &a->ctlPort)) return zhBad("--ctl-port '%s': a TCP port", v);
         break;
       case 's':
-        if (strcmp(v, "auto") == 0) a->sizeBytes = 0;
+        if (strcmp(v, "auto") == 0)
+          a->sizeBytes = 0;
         else if (zppPerfParseSize(v, &a->sizeBytes) || a->sizeBytes < 1024)
           return zhBad("--size '%s': bytes (at least 1K, K/M/G suffixes) or auto", v);
         break;
@@ -224,8 +256,10 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
         break;
       case O_EXPECT:
         if (zppHealthParseBandwidth(v, &a->expectGBps))
-          return zhBad("--expect-busbw '%s': a positive number with GB/s (the default), MB/s, Gbit/s "
-                       "or Mbit/s ('Gbps' is ambiguous: write Gbit/s or GB/s)", v);
+          return zhBad(
+              "--expect-busbw '%s': a positive number with GB/s (the default), MB/s, Gbit/s "
+              "or Mbit/s ('Gbps' is ambiguous: write Gbit/s or GB/s)",
+              v);
         a->expectFrom = ZH_EXPECT_CMDLINE;
         snprintf(a->expectText, sizeof a->expectText, "%s", v);
         break;
@@ -239,7 +273,8 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
           return zhBad("--threshold '%s': a fraction in (0, 1], e.g. 0.8", v);
         break;
       case O_LTHRESHOLD:
-        if (zhParseSeconds(v, 0.0, &a->localizeThreshold) || !(a->localizeThreshold > 0 && a->localizeThreshold <= 1))
+        if (zhParseSeconds(v, 0.0, &a->localizeThreshold) ||
+            !(a->localizeThreshold > 0 && a->localizeThreshold <= 1))
           return zhBad("--localize-threshold '%s': a fraction in (0, 1], e.g. 0.5", v);
         break;
       case O_P2P:
@@ -256,7 +291,8 @@ int zppHealthParseArgs(int argc, char** argv, zppHealthArgs_t* a, int* exitNow) 
         break;
       }
       case O_LIMIT:
-        if (zhParseSeconds(v, 1.0, &a->timeLimitSec)) return zhBad("--time-limit '%s': seconds, at least 1", v);
+        if (zhParseSeconds(v, 1.0, &a->timeLimitSec))
+          return zhBad("--time-limit '%s': seconds, at least 1", v);
         break;
       case 'J': a->jsonPath = v; break;
       case O_PROM: a->promPath = v; break;
@@ -332,13 +368,15 @@ int zppHealthLoadBaseline(const char* path, zppHealthBaseline_t* b, char* err, s
     if (n <= 0 || key[0] == '#') continue;
     if (!sawMagic) {
       if (n != 2 || strcmp(key, ZH_BASELINE_MAGIC) != 0) {
-        snprintf(err, errLen, "%s:%d: not a zpp-health baseline (the first line must be '%s 1'; make one "
-                 "with --save-baseline)", path, lineNo, ZH_BASELINE_MAGIC);
+        snprintf(err, errLen,
+                 "%s:%d: not a zpp-health baseline (the first line must be '%s 1'; make one "
+                 "with --save-baseline)",
+                 path, lineNo, ZH_BASELINE_MAGIC);
         goto out;
       }
       if (strcmp(val, "1") != 0) {
-        snprintf(err, errLen, "%s:%d: baseline format version %s, this zpp-health reads version 1", path,
-                 lineNo, val);
+        snprintf(err, errLen, "%s:%d: baseline format version %s, this zpp-health reads version 1",
+                 path, lineNo, val);
         goto out;
       }
       sawMagic = 1;
@@ -372,8 +410,8 @@ int zppHealthLoadBaseline(const char* path, zppHealthBaseline_t* b, char* err, s
       v.p2pBusbw = d;
       continue;
     } else {
-      static const char* known[] = {"ranks", "nodes", "bytes", "allreduce_busbw_gbps",
-                                    "allgather_busbw_gbps", "p2p_busbw_gbps"};
+      static const char* known[] = {
+          "ranks", "nodes", "bytes", "allreduce_busbw_gbps", "allgather_busbw_gbps", "p2p_busbw_gbps"};
       int isKnown = 0;
       for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) isKnown |= strcmp(key, known[i]) == 0;
       if (isKnown)
@@ -398,8 +436,10 @@ int zppHealthLoadBaseline(const char* path, zppHealthBaseline_t* b, char* err, s
   }
   if ((have & (H_RANKS | H_NODES | H_BYTES | H_AR)) != (H_RANKS | H_NODES | H_BYTES | H_AR)) {
     snprintf(err, errLen, "%s: incomplete baseline: missing %s", path,
-             !(have & H_AR) ? "allreduce_busbw_gbps" : !(have & H_BYTES) ? "bytes"
-             : !(have & H_RANKS) ? "ranks" : "nodes");
+             !(have & H_AR)      ? "allreduce_busbw_gbps"
+             : !(have & H_BYTES) ? "bytes"
+             : !(have & H_RANKS) ? "ranks"
+                                 : "nodes");
     goto out;
   }
   *b = v;

@@ -89,8 +89,10 @@ zhTest_t* zhNewTest(zhCoord_t* c, const char* kind, int nUnits, const int* units
   if (t == NULL) return NULL;
   t->nUnits = nUnits;
   t->units = malloc((size_t)nUnits * sizeof(int));
-  if (t->units) memcpy(t->units, units, (size_t)nUnits * sizeof(int));
-  else t->nUnits = 0;
+  if (t->units)
+    memcpy(t->units, units, (size_t)nUnits * sizeof(int));
+  else
+    t->nUnits = 0;
   return t;
 }
 
@@ -171,8 +173,8 @@ void zhJudge(zhCoord_t* c, zhTest_t* t) {
 
 typedef struct {
   zhTest_t* t;
-  zhResultMsg_t* res;  /* [nRanks] */
-  int* got;            /* [nRanks]: 1 result in, 2 lost (hung/dead) */
+  zhResultMsg_t* res; /* [nRanks] */
+  int* got;           /* [nRanks]: 1 result in, 2 lost (hung/dead) */
 } zhRun_t;
 
 static int zhFindSlot(const zhTest_t* t, int rank) {
@@ -181,12 +183,14 @@ static int zhFindSlot(const zhTest_t* t, int rank) {
   return -1;
 }
 
-static void zhStoreResult(zhCoord_t* c, zhRun_t* run, int slot, const zhResultMsg_t* r, const uint32_t* wf) {
+static void zhStoreResult(zhCoord_t* c, zhRun_t* run, int slot, const zhResultMsg_t* r,
+                          const uint32_t* wf) {
   zhTest_t* t = run->t;
   run->res[slot] = *r;
   run->res[slot].error[sizeof r->error - 1] = '\0';
   run->got[slot] = 1;
-  if (t->wrongFrom && wf) memcpy(t->wrongFrom + (size_t)slot * t->nRanks, wf, (size_t)t->nRanks * sizeof(uint32_t));
+  if (t->wrongFrom && wf)
+    memcpy(t->wrongFrom + (size_t)slot * t->nRanks, wf, (size_t)t->nRanks * sizeof(uint32_t));
   (void)c;
 }
 
@@ -217,8 +221,9 @@ static void zhReadRank(zhCoord_t* c, zhRun_t* runs, int nRuns, int* outstanding,
     if (got == 0) break;
     if (got < 0) {
       const zhHello_t* h = &c->ranks[r].hello;
-      zhMarkLost(c, r, ZH_RANK_DEAD, "its process exited or its connection to rank 0 closed (pid %d on %s)",
-                 h->pid, h->hostname);
+      zhMarkLost(c, r, ZH_RANK_DEAD,
+                 "its process exited or its connection to rank 0 closed (pid %d on %s)", h->pid,
+                 h->hostname);
       break;
     }
     c->ranks[r].lastHeard = now;
@@ -285,8 +290,8 @@ static int zhLooksHung(const zhCoord_t* c, const zhRankInfo_t* ri, const zhTest_
   if (ri->haveHb && ri->hb.testId >= 0 && ri->hb.stalledSec > stuck) {
     snprintf(buf, len,
              "no progress for %.1f s inside test %d (the others give up after --timeout %.0f s); "
-             "%llu bytes sent by then", ri->hb.stalledSec, ri->hb.testId, c->a->timeoutSec,
-             (unsigned long long)ri->hb.bytesSent);
+             "%llu bytes sent by then",
+             ri->hb.stalledSec, ri->hb.testId, c->a->timeoutSec, (unsigned long long)ri->hb.bytesSent);
     return 1;
   }
   if (ri->haveHb && ri->hb.testId < 0 && now - batchStart > stuck && ri->lastHeard > batchStart + 1.0) {
@@ -294,7 +299,8 @@ static int zhLooksHung(const zhCoord_t* c, const zhRankInfo_t* ri, const zhTest_
     return 1;
   }
   if (now - ri->lastHeard > zhSilenceLimit(c)) {
-    snprintf(buf, len, "stopped answering: no heartbeat for %.1f s (process stopped, or its network is down)",
+    snprintf(buf, len,
+             "stopped answering: no heartbeat for %.1f s (process stopped, or its network is down)",
              now - ri->lastHeard);
     return 1;
   }
@@ -310,7 +316,8 @@ static void zhCheckLost(zhCoord_t* c, zhRun_t* runs, int nRuns, int* outstanding
       int r = t->ranks[s];
       zhRankInfo_t* ri = &c->ranks[r];
       char why[sizeof ri->why];
-      if (ri->state == ZH_RANK_OK && zhLooksHung(c, ri, t, batchStart, zppClockNow(), why, sizeof why)) {
+      if (ri->state == ZH_RANK_OK &&
+          zhLooksHung(c, ri, t, batchStart, zppClockNow(), why, sizeof why)) {
         /* Dead beats hung: a closed connection is proof, a silence only a
          * guess, and the two can both be true of a dead rank (its last
          * heartbeat said "stalled", or no heartbeat came since). So read
@@ -318,7 +325,8 @@ static void zhCheckLost(zhCoord_t* c, zhRun_t* runs, int nRuns, int* outstanding
          * there makes it dead, a result or a fresh heartbeat may clear it. */
         zhReadRank(c, runs, nRuns, outstanding, r, zppClockNow());
         if (runs[j].got[s]) continue;
-        if (ri->state == ZH_RANK_OK && zhLooksHung(c, ri, t, batchStart, zppClockNow(), why, sizeof why))
+        if (ri->state == ZH_RANK_OK &&
+            zhLooksHung(c, ri, t, batchStart, zppClockNow(), why, sizeof why))
           zhMarkLost(c, r, ZH_RANK_HUNG, "%s", why);
       }
       if (ri->state != ZH_RANK_OK) {
@@ -345,7 +353,8 @@ static void zhFinishTest(zhCoord_t* c, zhRun_t* run) {
     }
     if (r->status != 0) {
       t->failed = 1;
-      if (t->error[0] == '\0') snprintf(t->error, sizeof t->error, "rank %d: %s", t->ranks[s], r->error);
+      if (t->error[0] == '\0')
+        snprintf(t->error, sizeof t->error, "rank %d: %s", t->ranks[s], r->error);
     }
     t->wrong += r->wrongAllreduce + r->wrongAllgather;
   }
@@ -359,7 +368,8 @@ static void zhFinishTest(zhCoord_t* c, zhRun_t* run) {
     char needle[48];
     snprintf(needle, sizeof needle, "waiting for rank %d ", t->ranks[s]);
     for (int o = 0; o < n; o++) {
-      const char* at = run->got[o] == 1 && run->res[o].status ? strstr(run->res[o].error, needle) : NULL;
+      const char* at =
+          run->got[o] == 1 && run->res[o].status ? strstr(run->res[o].error, needle) : NULL;
       if (at == NULL) continue;
       /* The sentence of the rank that timed out: errors of the others
        * quote it after their own. */
@@ -374,12 +384,14 @@ static void zhFinishTest(zhCoord_t* c, zhRun_t* run) {
   static const zppPerfColl_t coll[2] = {ZPP_PERF_ALLREDUCE, ZPP_PERF_ALLGATHER};
   for (int k = 0; k < 2; k++) {
     int trials = ZH_MAX_TRIALS;
-    for (int s = 0; s < n; s++) trials = run->res[s].nTrials[k] < trials ? run->res[s].nTrials[k] : trials;
+    for (int s = 0; s < n; s++)
+      trials = run->res[s].nTrials[k] < trials ? run->res[s].nTrials[k] : trials;
     zppPerfCounts_t counts;
     if (trials == 0 || zppPerfCounts(coll[k], t->bytes, sizeof(uint32_t), n, &counts) != 0) continue;
     for (int i = 0; i < trials; i++) {
       double worst = 0;
-      for (int s = 0; s < n; s++) worst = run->res[s].trialSec[k][i] > worst ? run->res[s].trialSec[k][i] : worst;
+      for (int s = 0; s < n; s++)
+        worst = run->res[s].trialSec[k][i] > worst ? run->res[s].trialSec[k][i] : worst;
       t->busbw[k][i] = zppPerfBusBw(coll[k], n, counts.bytes, worst / c->a->iters);
     }
     t->trials[k] = trials;
@@ -459,8 +471,10 @@ int zhRunBatch(zhCoord_t* c, int n, zhTest_t** tests) {
         int none = 0, err = atomic_load(&c->ctl->conns[rank].sendErr);
         zhReadRank(c, NULL, 0, &none, rank, zppClockNow());
         const char* how = err == ETIMEDOUT ? "no room for 10 s" : err ? strerror(err) : "out of memory";
-        zhMarkLost(c, rank, ZH_RANK_HUNG, "does not read its control connection (sending test %d to it "
-                   "failed: %s)", t->id, how);
+        zhMarkLost(c, rank, ZH_RANK_HUNG,
+                   "does not read its control connection (sending test %d to it "
+                   "failed: %s)",
+                   t->id, how);
         runs[j].got[s] = 2;
         outstanding--;
       }
@@ -506,8 +520,8 @@ int zhRunBatch(zhCoord_t* c, int n, zhTest_t** tests) {
       zhTest_t* t = runs[j].t;
       zhProgressClear(c);
       if (t->failed)
-        fprintf(stderr, "zpp-health: test %d %s: failed: %s\n", t->id, zhDescribe(c, t, what, sizeof what),
-                t->error);
+        fprintf(stderr, "zpp-health: test %d %s: failed: %s\n", t->id,
+                zhDescribe(c, t, what, sizeof what), t->error);
       else
         fprintf(stderr, "zpp-health: test %d %s: %zu B, busbw median %.4f min %.4f GB/s%s\n", t->id,
                 zhDescribe(c, t, what, sizeof what), t->bytes, t->median[0], t->min[0],

@@ -197,8 +197,10 @@ int zhCtlListen(zhCtl_t* c, int port, char* err, size_t errLen) {
    * elsewhere; retry a little, as the bootstrap root does. */
   while (bind(fd, (struct sockaddr*)&ss, slen) != 0) {
     if (errno != EADDRINUSE || zppClockNow() > deadline) {
-      snprintf(err, errLen, "cannot listen on port %d for the control connections: %s (choose "
-               "another with --ctl-port)", port, strerror(errno));
+      snprintf(err, errLen,
+               "cannot listen on port %d for the control connections: %s (choose "
+               "another with --ctl-port)",
+               port, strerror(errno));
       close(fd);
       return -1;
     }
@@ -238,7 +240,8 @@ int zhCtlAcceptAll(zhCtl_t* c, zhHello_t* hellos, double deadline, char* err, si
   while (missing > 0 && zppClockNow() < deadline) {
     pfd[0].fd = c->listenFd;
     pfd[0].events = POLLIN;
-    for (int i = 0; i < nPending; i++) pfd[1 + i] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
+    for (int i = 0; i < nPending; i++)
+      pfd[1 + i] = (struct pollfd){.fd = pending[i].fd, .events = POLLIN};
     int ms = zhMsLeft(deadline);
     if (poll(pfd, (nfds_t)(1 + nPending), ms > 200 ? 200 : ms) <= 0) continue;
     if ((pfd[0].revents & POLLIN) && nPending < n + 63) {
@@ -256,7 +259,8 @@ int zhCtlAcceptAll(zhCtl_t* c, zhHello_t* hellos, double deadline, char* err, si
       char why[200] = "";
       if (got == 1 && type == ZH_MSG_HELLO && len == sizeof(zhHello_t)) {
         if (h->nranks != n)
-          snprintf(why, sizeof why, "rank %d says the job has %d ranks, rank 0 says %d", h->rank, h->nranks, n);
+          snprintf(why, sizeof why, "rank %d says the job has %d ranks, rank 0 says %d", h->rank,
+                   h->nranks, n);
         else if (h->rank < 1 || h->rank >= n)
           snprintf(why, sizeof why, "rank %d is out of range 1..%d", h->rank, n - 1);
         else if (hellos[h->rank].pid != 0)
@@ -321,8 +325,10 @@ int zhCtlConnect(zhCtl_t* c, const char* host, int port, const zhHello_t* me, do
         struct pollfd p = {.fd = fd, .events = POLLOUT};
         int soerr = 0;
         socklen_t sl = sizeof soerr;
-        rc = poll(&p, 1, 1000) > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0
-                 ? 0 : -1;
+        rc = poll(&p, 1, 1000) > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 &&
+                     soerr == 0
+                 ? 0
+                 : -1;
         if (soerr) errno = soerr;
       }
       if (rc != 0) {
@@ -357,8 +363,10 @@ int zhCtlConnect(zhCtl_t* c, const char* host, int port, const zhHello_t* me, do
     res = NULL;
     usleep(100000);
   }
-  snprintf(err, errLen, "cannot reach rank 0's control port %s:%d: %s (rank 0 not started, or a "
-           "firewall?)", host, port, lastErr);
+  snprintf(err, errLen,
+           "cannot reach rank 0's control port %s:%d: %s (rank 0 not started, or a "
+           "firewall?)",
+           host, port, lastErr);
   return -1;
 }
 
@@ -458,8 +466,10 @@ static void* zhHeartbeatMain(void* arg) {
        * inside a test: it is stuck (a hung collective), and no one will ever
        * tell it to stop. (An idle main thread sees the closed connection
        * itself and says why.) */
-      if (!gone || hb.testId < 0) goneSince = 0;
-      else if (goneSince == 0) goneSince = now;
+      if (!gone || hb.testId < 0)
+        goneSince = 0;
+      else if (goneSince == 0)
+        goneSince = now;
       else if (now - goneSince > ZH_WATCHDOG_GRACE) {
         fprintf(stderr, "zpp-health: rank %d: %s gone and this rank is still inside a test: exiting\n",
                 c->rank, c->rank == 0 ? "every other rank is" : "rank 0 (the coordinator) is");

@@ -20,7 +20,7 @@
 #include "perf_math.h"
 #include "zpp_health.h"
 
-#define ZH_CONFIRM 2     /* failures against references that name a node */
+#define ZH_CONFIRM 2 /* failures against references that name a node */
 #define ZH_MAX_PAIR_TESTS 4
 
 const char* zhUnitName(const zhCoord_t* c, int unit) {
@@ -80,8 +80,10 @@ void zhMeasureExpectation(zhCoord_t* c) {
   } else if (c->nUnits == 2) {
     c->expect = w->median[0];
     c->expectFrom = "point-to-point";
-    zhNote(c, "two %s only: the measured expectation is the pair itself, which cannot be slow against "
-           "itself; give --expect-busbw or --baseline", c->unitsAreNodes ? "nodes" : "ranks");
+    zhNote(c,
+           "two %s only: the measured expectation is the pair itself, which cannot be slow against "
+           "itself; give --expect-busbw or --baseline",
+           c->unitsAreNodes ? "nodes" : "ranks");
   } else {
     c->phase = "expectation";
     int rounds = c->nUnits - 1 + (c->nUnits & 1);
@@ -104,7 +106,8 @@ void zhMeasureExpectation(zhCoord_t* c) {
      * follow the slow nodes when they are many. */
     double best = 0;
     for (int i = 0; i < c->nTests; i++)
-      if (strcmp(c->tests[i]->kind, "p2p") == 0 && !c->tests[i]->failed && c->tests[i]->median[0] > best)
+      if (strcmp(c->tests[i]->kind, "p2p") == 0 && !c->tests[i]->failed &&
+          c->tests[i]->median[0] > best)
         best = c->tests[i]->median[0];
     c->expect = best > 0 ? best : w->median[0];
     c->expectFrom = best > 0 ? "point-to-point" : "all ranks (no pair could be measured)";
@@ -222,8 +225,9 @@ static void zhNameSlowNode(zhCoord_t* c, int u, int stageOnly, const char* how) 
     mins[nm++] = t->min[0];
     if (s->nTests < 16) s->tests[s->nTests++] = t->id;
     if (o < sizeof s->evidence)
-      o += (size_t)snprintf(s->evidence + o, sizeof s->evidence - o, "%s%.4g GB/s with %s (test %d, median %.4g)",
-                            nm == 1 ? "" : "; ", t->min[0], zhUnitName(c, v), t->id, t->median[0]);
+      o += (size_t)snprintf(s->evidence + o, sizeof s->evidence - o,
+                            "%s%.4g GB/s with %s (test %d, median %.4g)", nm == 1 ? "" : "; ",
+                            t->min[0], zhUnitName(c, v), t->id, t->median[0]);
   }
   /* The rate it falls to when slow: the median of its worst trials. */
   s->busbw = nm ? zppPerfMedian(mins, (size_t)nm) : 0;
@@ -245,7 +249,8 @@ static void zhFindReference(zhCoord_t* c, const int* cand, int nc) {
     int np = zhRound(nc, r, pa, pb), n = 0;
     for (int i = 0; i < np; i++) {
       int tested = 0;
-      for (int k = 0; k < c->nTests && !tested; k++) tested = zhOther(c->tests[k], cand[pa[i]]) == cand[pb[i]];
+      for (int k = 0; k < c->nTests && !tested; k++)
+        tested = zhOther(c->tests[k], cand[pa[i]]) == cand[pb[i]];
       if (tested) continue;
       int u[2] = {cand[pa[i]], cand[pb[i]]};
       t[n++] = zhNewTest(c, "pair", 2, u, ZH_COLL_ALLREDUCE);
@@ -285,13 +290,15 @@ static void zhPairStage(zhCoord_t* c, const char* isCand, char* named) {
     if (c->broken || c->incomplete) goto out;
     for (int i = 0; i < nc; i++) {
       named[cand[i]] = 1;
-      zhNameSlowNode(c, cand[i], 0, "no pair of these nodes reaches the expectation (every node is slow, or "
+      zhNameSlowNode(c, cand[i], 0,
+                     "no pair of these nodes reaches the expectation (every node is slow, or "
                      "the expectation is too high): ");
     }
     goto out;
   }
   for (int u = 0; u < U; u++) nRefs += zhPasses(c, u) > 0;
-  for (int round = 1; round <= (ZH_MAX_PAIR_TESTS + 2) * (nc + 1) && !c->broken && !c->incomplete; round++) {
+  for (int round = 1; round <= (ZH_MAX_PAIR_TESTS + 2) * (nc + 1) && !c->broken && !c->incomplete;
+       round++) {
     int n = 0;
     for (int i = 0; i < nc; i++) {
       int u = cand[i], fails, refs, passes, direct;
@@ -309,8 +316,8 @@ static void zhPairStage(zhCoord_t* c, const char* isCand, char* named) {
       }
       if (tries[u] >= ZH_MAX_PAIR_TESTS) {
         named[u] = 2;
-        zhNote(c, "%s: %d failure%s and %d pass%s against references: not named", zhUnitName(c, u), fails,
-               fails == 1 ? "" : "s", passes, passes == 1 ? "" : "es");
+        zhNote(c, "%s: %d failure%s and %d pass%s against references: not named", zhUnitName(c, u),
+               fails, fails == 1 ? "" : "s", passes, passes == 1 ? "" : "es");
         continue;
       }
       if ((!c->parallel && n > 0) || busy[u] == round) continue;
@@ -434,8 +441,10 @@ void zhLocalizeSlow(zhCoord_t* c) {
     const zhTest_t* t = c->tests[i];
     if (!zhUsable(t) || t->pass || t->nUnits != 2) continue;
     int b = zhBlamed(c, t);
-    if (b >= 0) isCand[b] = 1;
-    else isCand[t->units[0]] = isCand[t->units[1]] = 1;
+    if (b >= 0)
+      isCand[b] = 1;
+    else
+      isCand[t->units[0]] = isCand[t->units[1]] = 1;
   }
   c->phase = "pairs";
   zhPairStage(c, isCand, named);
@@ -456,9 +465,11 @@ void zhLocalizeSlow(zhCoord_t* c) {
         s->nSet = lf->len;
         s->busbw = wholeRate[l];
         s->tests[s->nTests++] = wholeTest[l];
-        snprintf(s->evidence, sizeof s->evidence,
-                 "slow together (test %d: %.4g GB/s) while each half and every node passes alone: a shared "
-                 "bottleneck (switch, uplink)", wholeTest[l], wholeRate[l]);
+        snprintf(
+            s->evidence, sizeof s->evidence,
+            "slow together (test %d: %.4g GB/s) while each half and every node passes alone: a shared "
+            "bottleneck (switch, uplink)",
+            wholeTest[l], wholeRate[l]);
       }
     }
   }
@@ -471,4 +482,3 @@ out:
   free(wholeRate);
   free(wholeTest);
 }
-

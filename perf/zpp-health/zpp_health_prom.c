@@ -21,9 +21,12 @@
 static void zhPromLabel(FILE* f, const char* name, const char* value, int first) {
   fprintf(f, "%s%s=\"", first ? "" : ",", name);
   for (const char* p = value ? value : ""; *p; p++) {
-    if (*p == '\\' || *p == '"') fprintf(f, "\\%c", *p);
-    else if (*p == '\n') fputs("\\n", f);
-    else fputc(*p, f);
+    if (*p == '\\' || *p == '"')
+      fprintf(f, "\\%c", *p);
+    else if (*p == '\n')
+      fputs("\\n", f);
+    else
+      fputc(*p, f);
   }
   fputc('"', f);
 }
@@ -49,11 +52,12 @@ static double zhWallClock(void) {
 /* The verdict two ways: the exit code (what a prolog acts on) and one series
  * per verdict name, 1 for this run's, so that an alert can name the state. */
 static void zhPromVerdict(FILE* f, int code) {
-  static const int codes[] = {ZPP_HEALTH_EXIT_OK, ZPP_HEALTH_EXIT_SLOW, ZPP_HEALTH_EXIT_WRONG,
+  static const int codes[] = {ZPP_HEALTH_EXIT_OK,   ZPP_HEALTH_EXIT_SLOW,  ZPP_HEALTH_EXIT_WRONG,
                               ZPP_HEALTH_EXIT_HUNG, ZPP_HEALTH_EXIT_ERROR, ZPP_HEALTH_EXIT_USAGE};
-  zhPromValue(f, "zpp_health_exit_code",
-              "Exit code of the last run: 0 healthy, 1 slow, 2 usage, 3 wrong data, 4 hung or dead, 5 error.",
-              code);
+  zhPromValue(
+      f, "zpp_health_exit_code",
+      "Exit code of the last run: 0 healthy, 1 slow, 2 usage, 3 wrong data, 4 hung or dead, 5 error.",
+      code);
   zhPromHead(f, "zpp_health_verdict", "1 for the verdict of the last run, 0 for the others.");
   for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++) {
     fputs("zpp_health_verdict{", f);
@@ -66,11 +70,12 @@ static void zhPromVerdict(FILE* f, int code) {
 static void zhPromCommon(FILE* f, int code, int complete, int nranks) {
   zhPromVerdict(f, code);
   zhPromValue(f, "zpp_health_complete",
-              "1 when the last run finished its search, 0 when it was cut short (time limit, lost coordinator).",
+              "1 when the last run finished its search, 0 when it was cut short (time limit, lost "
+              "coordinator).",
               complete);
   zhPromValue(f, "zpp_health_ranks", "Ranks in the last run.", nranks);
-  zhPromValue(f, "zpp_health_last_run_timestamp_seconds", "When the last run ended, in seconds since the epoch.",
-              zhWallClock());
+  zhPromValue(f, "zpp_health_last_run_timestamp_seconds",
+              "When the last run ended, in seconds since the epoch.", zhWallClock());
 }
 
 /* The two units of a two-unit test, smaller index first. */
@@ -97,7 +102,8 @@ static void zhPromUnits(FILE* f, const zhCoord_t* c) {
     if (!isfinite(best)) continue;
     if (!any++)
       zhPromHead(f, "zpp_health_node_busbw_bytes_per_second",
-                 "Best all-reduce busbw of a node with any one peer in the last run (units are ranks on one node).");
+                 "Best all-reduce busbw of a node with any one peer in the last run (units are ranks "
+                 "on one node).");
     fputs("zpp_health_node_busbw_bytes_per_second{", f);
     zhPromLabel(f, "node", zhUnitName(c, u), 1);
     fprintf(f, "} %.15g\n", best * 1e9);
@@ -134,7 +140,8 @@ static void zhPromSuspects(FILE* f, const zhCoord_t* c) {
   static const char* kinds[] = {"node", "link", "rank", "set"};
   static const char* probs[] = {"slow", "wrong_data", "hung", "dead"};
   if (c->nSus == 0) return;
-  zhPromHead(f, "zpp_health_suspect", "1 for each node, link, rank or node set the last run named, with its problem.");
+  zhPromHead(f, "zpp_health_suspect",
+             "1 for each node, link, rank or node set the last run named, with its problem.");
   for (int i = 0; i < c->nSus; i++) {
     const zhSuspect_t* s = &c->sus[i];
     char target[512] = "";
@@ -151,7 +158,8 @@ static void zhPromSuspects(FILE* f, const zhCoord_t* c) {
     } else {
       size_t len = 0;
       for (int k = 0; k < s->nSet && len < sizeof target; k++)
-        len += (size_t)snprintf(target + len, sizeof target - len, "%s%s", k ? "," : "", zhUnitName(c, s->set[k]));
+        len += (size_t)snprintf(target + len, sizeof target - len, "%s%s", k ? "," : "",
+                                zhUnitName(c, s->set[k]));
     }
     zhPromSuspectRow(f, kind, probs[s->problem], target);
   }
@@ -160,7 +168,8 @@ static void zhPromSuspects(FILE* f, const zhCoord_t* c) {
 /* Writes through a temporary file in the same folder and renames it. */
 typedef void (*zhPromBody_t)(FILE* f, const void* arg);
 
-static int zhPromWriteFile(const char* path, zhPromBody_t body, const void* arg, char* err, size_t errLen) {
+static int zhPromWriteFile(const char* path, zhPromBody_t body, const void* arg, char* err,
+                           size_t errLen) {
   char tmp[4096];
   if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp) {
     snprintf(err, errLen, "--prometheus path is too long");
@@ -193,18 +202,22 @@ static void zhPromRun(FILE* f, const void* arg) {
   zhPromValue(f, "zpp_health_nodes", "Nodes in the last run.", c->nNodes);
   zhPromValue(f, "zpp_health_duration_seconds", "How long the last run took.", zppClockNow() - c->t0);
   if (w && w->trials[0]) {
-    zhPromValue(f, "zpp_health_allreduce_busbw_bytes_per_second",
-                "All-reduce busbw of all ranks together (median of the trials), nccl-tests' definition.",
-                w->median[0] * 1e9);
+    zhPromValue(
+        f, "zpp_health_allreduce_busbw_bytes_per_second",
+        "All-reduce busbw of all ranks together (median of the trials), nccl-tests' definition.",
+        w->median[0] * 1e9);
     zhPromValue(f, "zpp_health_allreduce_min_busbw_bytes_per_second",
                 "Slowest all-reduce trial of all ranks together.", w->min[0] * 1e9);
   }
   if (w && w->trials[1])
     zhPromValue(f, "zpp_health_allgather_busbw_bytes_per_second",
                 "All-gather busbw of all ranks together (median of the trials).", w->median[1] * 1e9);
-  if (w) zhPromValue(f, "zpp_health_wrong_elements", "Wrong elements in the all-ranks results.", (double)w->wrong);
+  if (w)
+    zhPromValue(f, "zpp_health_wrong_elements", "Wrong elements in the all-ranks results.",
+                (double)w->wrong);
   if (c->expect > 0) {
-    zhPromHead(f, "zpp_health_expected_busbw_bytes_per_second", "The busbw the run expected, and where from.");
+    zhPromHead(f, "zpp_health_expected_busbw_bytes_per_second",
+               "The busbw the run expected, and where from.");
     fputs("zpp_health_expected_busbw_bytes_per_second{", f);
     zhPromLabel(f, "source", c->expectFrom, 1);
     fprintf(f, "} %.15g\n", c->expect * 1e9);
@@ -229,11 +242,13 @@ typedef struct {
 static void zhPromCoordinatorLost(FILE* f, const void* arg) {
   const zhPromLost_t* l = arg;
   zhPromCommon(f, ZPP_HEALTH_EXIT_HUNG, 0, l->nranks);
-  zhPromHead(f, "zpp_health_suspect", "1 for each node, link, rank or node set the last run named, with its problem.");
+  zhPromHead(f, "zpp_health_suspect",
+             "1 for each node, link, rank or node set the last run named, with its problem.");
   zhPromSuspectRow(f, "rank", strcmp(l->problem, "died") == 0 ? "dead" : "hung", "0");
 }
 
-int zhWriteFallbackPrometheus(const char* path, int nranks, const char* problem, char* err, size_t errLen) {
+int zhWriteFallbackPrometheus(const char* path, int nranks, const char* problem, char* err,
+                              size_t errLen) {
   zhPromLost_t l = {nranks, problem};
   return zhPromWriteFile(path, zhPromCoordinatorLost, &l, err, errLen);
 }

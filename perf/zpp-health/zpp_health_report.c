@@ -27,8 +27,10 @@ const char* zhVerdictName(int code) {
 /* GB/s with Gbit/s beside it: nccl-tests users think in the first, network
  * people in the second. */
 void zhFormatRate(double gbps, char* buf, size_t len) {
-  if (gbps * 8 >= 1.0) snprintf(buf, len, "%.4g GB/s (%.3g Gbit/s)", gbps, gbps * 8);
-  else snprintf(buf, len, "%.4g GB/s (%.3g Mbit/s)", gbps, gbps * 8e3);
+  if (gbps * 8 >= 1.0)
+    snprintf(buf, len, "%.4g GB/s (%.3g Gbit/s)", gbps, gbps * 8);
+  else
+    snprintf(buf, len, "%.4g GB/s (%.3g Mbit/s)", gbps, gbps * 8e3);
 }
 
 /* ---- progress line ---------------------------------------------------------------- */
@@ -63,17 +65,22 @@ void zhPrintSummary(const zhCoord_t* c, FILE* f) {
   if (!a->quiet) {
     const zhTest_t* w = c->worldTest > 0 ? c->tests[c->worldTest - 1] : NULL;
     zppPerfFormatSize(c->bytes, size, sizeof size);
-    fprintf(f, "zpp-health %s: %d ranks on %d node%s; all-reduce of %s, %d trial%s per test, timeout %.0f s\n",
-            ZPP_HEALTH_VERSION, c->nranks, c->nNodes, c->nNodes == 1 ? "" : "s", c->bytes ? size : "(none)",
-            a->trials, a->trials == 1 ? "" : "s", a->timeoutSec);
+    fprintf(
+        f,
+        "zpp-health %s: %d ranks on %d node%s; all-reduce of %s, %d trial%s per test, timeout %.0f s\n",
+        ZPP_HEALTH_VERSION, c->nranks, c->nNodes, c->nNodes == 1 ? "" : "s", c->bytes ? size : "(none)",
+        a->trials, a->trials == 1 ? "" : "s", a->timeoutSec);
     if (c->expect > 0) {
       zhFormatRate(c->expect, r1, sizeof r1);
       zhFormatRate(c->required, r2, sizeof r2);
-      const char* given = c->haveBaseline ? a->baselinePath : a->expectFrom == ZH_EXPECT_CMDLINE ? a->expectText : "";
+      const char* given = c->haveBaseline                      ? a->baselinePath
+                          : a->expectFrom == ZH_EXPECT_CMDLINE ? a->expectText
+                                                               : "";
       fprintf(f, "  expected busbw  %s from %s%s%s%s; healthy at >= %.2f x = %s\n", r1, c->expectFrom,
               given[0] ? " (" : "", given, given[0] ? ")" : "", a->threshold, r2);
       zhFormatRate(c->requiredLocal, r2, sizeof r2);
-      fprintf(f, "                  a node or link is named below %.2f x = %s\n", a->localizeThreshold, r2);
+      fprintf(f, "                  a node or link is named below %.2f x = %s\n", a->localizeThreshold,
+              r2);
     }
     if (w && w->trials[0] > 0) {
       zhFormatRate(w->median[0], r1, sizeof r1);
@@ -113,17 +120,23 @@ void zhPrintSummary(const zhCoord_t* c, FILE* f) {
 static void zhJsonStr(FILE* f, const char* s) {
   fputc('"', f);
   for (const unsigned char* p = (const unsigned char*)(s ? s : ""); *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-    else if (*p == '\n') fputs("\\n", f);
-    else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-    else fputc(*p, f);
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p == '\n')
+      fputs("\\n", f);
+    else if (*p < 0x20)
+      fprintf(f, "\\u%04x", *p);
+    else
+      fputc(*p, f);
   }
   fputc('"', f);
 }
 
 static void zhJsonNum(FILE* f, double v) {
-  if (isfinite(v)) fprintf(f, "%.6g", v);
-  else fputs("null", f);
+  if (isfinite(v))
+    fprintf(f, "%.6g", v);
+  else
+    fputs("null", f);
 }
 
 static void zhJsonDoubles(FILE* f, const double* v, int n) {
@@ -154,8 +167,10 @@ static void zhJsonTest(FILE* f, const zhCoord_t* c, const zhTest_t* t) {
   fprintf(f, "    {\"id\": %d, \"kind\": ", t->id);
   zhJsonStr(f, t->kind);
   fputs(", \"nodes\": ", f);
-  if (t->nUnits > 0) zhJsonUnitNames(f, c, t->units, t->nUnits);
-  else fputs("[]", f);
+  if (t->nUnits > 0)
+    zhJsonUnitNames(f, c, t->units, t->nUnits);
+  else
+    fputs("[]", f);
   fputs(", \"ranks\": ", f);
   zhJsonInts(f, t->ranks, t->nRanks);
   fprintf(f, ", \"bytes\": %zu, \"allreduce_busbw_gbps\": ", t->bytes);
@@ -203,8 +218,10 @@ static void zhJsonSuspect(FILE* f, const zhCoord_t* c, const zhSuspect_t* s) {
     zhJsonStr(f, c->ranks[s->a].hello.hostname);
   } else {
     fputs(", \"nodes\": ", f);
-    if (s->set) zhJsonUnitNames(f, c, s->set, s->nSet);
-    else fputs("[]", f);
+    if (s->set)
+      zhJsonUnitNames(f, c, s->set, s->nSet);
+    else
+      fputs("[]", f);
   }
   if (s->problem == ZH_PROB_SLOW) {
     fputs(", \"busbw_gbps\": ", f);
@@ -231,16 +248,19 @@ int zhWriteJson(const zhCoord_t* c, const char* path, char* err, size_t errLen) 
   zppGetVersion(&ver);
   fprintf(f, "{\n  \"tool\": \"zpp-health\", \"version\": \"%s\", \"zpp_version\": \"%d.%d.%d\",\n",
           ZPP_HEALTH_VERSION, ver / 10000, ver / 100 % 100, ver % 100);
-  fprintf(f, "  \"verdict\": \"%s\", \"exit_code\": %d, \"reason\": ", zhVerdictName(c->verdict), c->verdict);
+  fprintf(f, "  \"verdict\": \"%s\", \"exit_code\": %d, \"reason\": ", zhVerdictName(c->verdict),
+          c->verdict);
   zhJsonStr(f, c->reason);
-  fprintf(f, ",\n  \"ranks\": %d, \"nodes\": %d, \"units\": \"%s\", \"complete\": %s,\n", c->nranks, c->nNodes,
-          c->unitsAreNodes ? "nodes" : "ranks", c->incomplete ? "false" : "true");
+  fprintf(f, ",\n  \"ranks\": %d, \"nodes\": %d, \"units\": \"%s\", \"complete\": %s,\n", c->nranks,
+          c->nNodes, c->unitsAreNodes ? "nodes" : "ranks", c->incomplete ? "false" : "true");
   fputs("  \"elapsed_s\": ", f);
   zhJsonNum(f, zppClockNow() - c->t0);
   fprintf(f, ", \"time_limit_s\": %g, \"timeout_s\": %g, \"tests_run\": %d, \"trials_run\": %d,\n",
           a->timeLimitSec, a->timeoutSec, c->nTests, c->trialsRun);
-  fprintf(f, "  \"bytes\": %zu, \"trials_per_test\": %d, \"iters_per_trial\": %d, \"threshold\": %g, "
-          "\"localize_threshold\": %g,\n", c->bytes, a->trials, a->iters, a->threshold, a->localizeThreshold);
+  fprintf(f,
+          "  \"bytes\": %zu, \"trials_per_test\": %d, \"iters_per_trial\": %d, \"threshold\": %g, "
+          "\"localize_threshold\": %g,\n",
+          c->bytes, a->trials, a->iters, a->threshold, a->localizeThreshold);
   fputs("  \"expected\": {\"source\": ", f);
   zhJsonStr(f, c->expectFrom);
   fputs(", \"busbw_gbps\": ", f);
@@ -284,8 +304,10 @@ int zhWriteJson(const zhCoord_t* c, const char* path, char* err, size_t errLen) 
   }
   fputs("],\n  \"fault_injection\": ", f);
   const char* fault = getenv("ZPP_FAULT");
-  if (fault && fault[0]) zhJsonStr(f, fault);
-  else fputs("null", f);
+  if (fault && fault[0])
+    zhJsonStr(f, fault);
+  else
+    fputs("null", f);
   fputs("\n}\n", f);
   int bad = ferror(f);
   if (fclose(f) != 0 || bad) {
@@ -299,13 +321,15 @@ int zhWriteFallbackJson(const zppHealthArgs_t* a, int nranks, const char* proble
                         double elapsed) {
   FILE* f = fopen(a->jsonPath, "w");
   if (f == NULL) return -1;
-  fprintf(f, "{\n  \"tool\": \"zpp-health\", \"version\": \"%s\", \"verdict\": \"hung_or_dead\", "
-          "\"exit_code\": %d, \"reason\": ", ZPP_HEALTH_VERSION, ZPP_HEALTH_EXIT_HUNG);
+  fprintf(f,
+          "{\n  \"tool\": \"zpp-health\", \"version\": \"%s\", \"verdict\": \"hung_or_dead\", "
+          "\"exit_code\": %d, \"reason\": ",
+          ZPP_HEALTH_VERSION, ZPP_HEALTH_EXIT_HUNG);
   char reason[600];
   snprintf(reason, sizeof reason, "%s: rank 0 (the coordinator): %s", problem, why);
   zhJsonStr(f, reason);
-  fprintf(f, ",\n  \"ranks\": %d, \"complete\": false, \"elapsed_s\": %.3f, \"written_by_rank\": 1,\n", nranks,
-          elapsed);
+  fprintf(f, ",\n  \"ranks\": %d, \"complete\": false, \"elapsed_s\": %.3f, \"written_by_rank\": 1,\n",
+          nranks, elapsed);
   fprintf(f, "  \"suspects\": [{\"kind\": \"rank\", \"problem\": \"%s\", \"rank\": 0, \"evidence\": ",
           strcmp(problem, "died") == 0 ? "dead" : "hung");
   zhJsonStr(f, why);

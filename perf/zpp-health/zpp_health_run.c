@@ -68,13 +68,18 @@ void zhLocalizeWrong(zhCoord_t* c) {
       sp->tests[sp->nTests++] = w->id;
       sp->tests[sp->nTests++] = t->id;
       snprintf(sp->evidence, sizeof sp->evidence,
-               "rank %d received %u wrong elements of %zu from it alone (test %d); in the all-ranks all-gather "
-               "(test %d) its block was wrong at %d of %d ranks", w->ranks[who[1 - k]], cnt[k],
-               t->bytes / sizeof(uint32_t) / 2, t->id, w->id, blame[who[k]], n - 1);
+               "rank %d received %u wrong elements of %zu from it alone (test %d); in the all-ranks "
+               "all-gather "
+               "(test %d) its block was wrong at %d of %d ranks",
+               w->ranks[who[1 - k]], cnt[k], t->bytes / sizeof(uint32_t) / 2, t->id, w->id,
+               blame[who[k]], n - 1);
       nNamed++;
       if (k == 1) { /* the reference itself is bad: choose a cleared one */
         for (int o = 0; o < n; o++)
-          if (cleared[o] && o != ref) { ref = o; break; }
+          if (cleared[o] && o != ref) {
+            ref = o;
+            break;
+          }
       }
     }
   }
@@ -83,9 +88,10 @@ void zhLocalizeWrong(zhCoord_t* c) {
     if (sp) {
       sp->tests[sp->nTests++] = w->id;
       snprintf(sp->evidence, sizeof sp->evidence,
-               "the all-ranks test (%d) returned %llu wrong elements but no rank sent wrong data alone with a "
-               "partner: a fault that needs more ranks, or an intermittent one", w->id,
-               (unsigned long long)w->wrong);
+               "the all-ranks test (%d) returned %llu wrong elements but no rank sent wrong data alone "
+               "with a "
+               "partner: a fault that needs more ranks, or an intermittent one",
+               w->id, (unsigned long long)w->wrong);
     }
   }
 out:
@@ -120,10 +126,13 @@ static void zhVerdict(zhCoord_t* c) {
   for (int r = 0; r < c->nranks; r++) {
     zhRankState_t st = c->ranks[r].state;
     if (st == ZH_RANK_OK) continue;
-    zhSuspect_t* s = zhAddSuspect(c, ZH_SUS_RANK, st == ZH_RANK_HUNG ? ZH_PROB_HUNG : ZH_PROB_DEAD, r, -1);
+    zhSuspect_t* s =
+        zhAddSuspect(c, ZH_SUS_RANK, st == ZH_RANK_HUNG ? ZH_PROB_HUNG : ZH_PROB_DEAD, r, -1);
     if (s && c->ranks[r].lostTest > 0 && s->nTests == 0) s->tests[s->nTests++] = c->ranks[r].lostTest;
-    if (s) snprintf(s->evidence, sizeof s->evidence, "%s%.340s%s%.239s", st == ZH_RANK_MISSING ? "never joined: " : "",
-                    c->ranks[r].why, c->ranks[r].seen[0] ? "; " : "", c->ranks[r].seen);
+    if (s)
+      snprintf(s->evidence, sizeof s->evidence, "%s%.340s%s%.239s",
+               st == ZH_RANK_MISSING ? "never joined: " : "", c->ranks[r].why,
+               c->ranks[r].seen[0] ? "; " : "", c->ranks[r].seen);
   }
   if (nh || nd || nm) {
     c->verdict = ZPP_HEALTH_EXIT_HUNG;
@@ -145,8 +154,8 @@ static void zhVerdict(zhCoord_t* c) {
       const zhSuspect_t* s = &c->sus[i];
       if (s->problem != ZH_PROB_WRONG) continue;
       if (s->kind == ZH_SUS_RANK)
-        o += (size_t)snprintf(c->reason + o, sizeof c->reason - o, " rank %d (%s) sends wrong data;", s->a,
-                              c->ranks[s->a].hello.hostId);
+        o += (size_t)snprintf(c->reason + o, sizeof c->reason - o, " rank %d (%s) sends wrong data;",
+                              s->a, c->ranks[s->a].hello.hostId);
       else
         o += (size_t)snprintf(c->reason + o, sizeof c->reason - o, " %s;", s->evidence);
     }
@@ -161,7 +170,8 @@ static void zhVerdict(zhCoord_t* c) {
   }
   /* Without a measured pair the "expectation" would be the all-ranks rate
    * itself, which passes any cluster: no verdict then. */
-  int noPairs = c->a->expectFrom == ZH_EXPECT_P2P && c->nUnits > 2 && strcmp(c->expectFrom, "point-to-point") != 0;
+  int noPairs = c->a->expectFrom == ZH_EXPECT_P2P && c->nUnits > 2 &&
+                strcmp(c->expectFrom, "point-to-point") != 0;
   if (!(c->expect > 0) || noPairs) {
     c->verdict = ZPP_HEALTH_EXIT_ERROR;
     snprintf(c->reason, sizeof c->reason, "no expectation: %s",
@@ -184,8 +194,8 @@ static void zhVerdict(zhCoord_t* c) {
         o += (size_t)snprintf(c->reason + o, sizeof c->reason - o, " %s%s at %s,",
                               c->unitsAreNodes ? "node " : "", zhUnitName(c, s->a), rate);
       else if (s->kind == ZH_SUS_LINK)
-        o += (size_t)snprintf(c->reason + o, sizeof c->reason - o, " link %s-%s at %s,", zhUnitName(c, s->a),
-                              zhUnitName(c, s->b), rate);
+        o += (size_t)snprintf(c->reason + o, sizeof c->reason - o, " link %s-%s at %s,",
+                              zhUnitName(c, s->a), zhUnitName(c, s->b), rate);
       else
         o += (size_t)snprintf(c->reason + o, sizeof c->reason - o, " %d nodes together (%s),", s->nSet,
                               "each half passes");
@@ -193,22 +203,26 @@ static void zhVerdict(zhCoord_t* c) {
     char loc[48];
     zhFormatRate(c->requiredLocal, loc, sizeof loc);
     if (o < sizeof c->reason)
-      snprintf(c->reason + o, sizeof c->reason - o, " below %s (all ranks: %s, healthy at >= %s)", loc, got, req);
+      snprintf(c->reason + o, sizeof c->reason - o, " below %s (all ranks: %s, healthy at >= %s)", loc,
+               got, req);
     return;
   }
   if (w->median[0] < c->required) {
     c->verdict = ZPP_HEALTH_EXIT_SLOW;
     snprintf(c->reason, sizeof c->reason, "slow: all-reduce busbw %s is below %s; %s", got, req,
              !c->a->localize ? "not localized (--no-localize)"
-             : c->incomplete ? "not localized before the time limit"
-                             : "no node or link is clearly slower than its peers (--localize-threshold)");
+             : c->incomplete
+                 ? "not localized before the time limit"
+                 : "no node or link is clearly slower than its peers (--localize-threshold)");
     return;
   }
   c->verdict = ZPP_HEALTH_EXIT_OK;
   snprintf(c->reason, sizeof c->reason, "healthy: all-reduce busbw %s >= %s required", got, req);
   if (w->judged && !w->pass)
-    zhNote(c, "some all-ranks trials fell below the threshold (lowest %.4g GB/s) but no node or link was "
-           "confirmed slow", w->min[0]);
+    zhNote(c,
+           "some all-ranks trials fell below the threshold (lowest %.4g GB/s) but no node or link was "
+           "confirmed slow",
+           w->min[0]);
 }
 
 static void zhSaveBaseline(zhCoord_t* c) {
@@ -256,14 +270,15 @@ int zhCoordRun(zhCoord_t* c) {
     }
     c->haveBaseline = 1;
     if (c->baseline.ranks != c->nranks || c->baseline.nodes != c->nNodes)
-      zhNote(c, "the baseline was made with %d ranks on %d nodes, this run has %d on %d", c->baseline.ranks,
-             c->baseline.nodes, c->nranks, c->nNodes);
+      zhNote(c, "the baseline was made with %d ranks on %d nodes, this run has %d on %d",
+             c->baseline.ranks, c->baseline.nodes, c->nranks, c->nNodes);
   }
   if (!missing) {
     c->phase = "all ranks";
     int* all = malloc((size_t)c->nUnits * sizeof(int));
     for (int u = 0; all && u < c->nUnits; u++) all[u] = u;
-    zhTest_t* w = all ? zhNewTest(c, "world", c->nUnits, all, ZH_COLL_ALLREDUCE | ZH_COLL_ALLGATHER) : NULL;
+    zhTest_t* w =
+        all ? zhNewTest(c, "world", c->nUnits, all, ZH_COLL_ALLREDUCE | ZH_COLL_ALLGATHER) : NULL;
     free(all);
     if (w) {
       w->bytes = a->sizeBytes ? a->sizeBytes : c->haveBaseline ? c->baseline.bytes : 0;

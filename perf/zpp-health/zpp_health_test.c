@@ -184,7 +184,8 @@ static size_t zhCalibrate(const zhTestMsg_t* m, zppComm_t comm, zhBufs_t* b, zhP
       break;
     }
     double t0 = zppClockNow();
-    if ((r = zppAllReduce(zhIn(b), zhOut(b), count, zppUint32, zppSum, comm, b->stream)) != zppSuccess) {
+    if ((r = zppAllReduce(zhIn(b), zhOut(b), count, zppUint32, zppSum, comm, b->stream)) !=
+        zppSuccess) {
       zhFailCall(res, comm, "zppAllReduce", r);
       break;
     }
@@ -196,7 +197,8 @@ static size_t zhCalibrate(const zhTestMsg_t* m, zppComm_t comm, zhBufs_t* b, zhP
       break;
     }
     /* Stop early near the budget too (the same on every rank: slowest is). */
-    if (slowest >= m->targetSec || bytes * 2 > maxBytes || slowest * 6 > deadline - zppClockNow()) break;
+    if (slowest >= m->targetSec || bytes * 2 > maxBytes || slowest * 6 > deadline - zppClockNow())
+      break;
     bytes *= 2;
   }
   return bytes;
@@ -207,7 +209,8 @@ static void zhRunColl(const zhTestMsg_t* m, int coll, size_t bytes, zppComm_t co
                       zhProgress_t* prog, zhResultMsg_t* res, uint32_t* wrongFrom, double deadline) {
   const int n = m->nGroup, g = m->groupRank, ag = coll == ZH_COLL_ALLGATHER;
   zppPerfCounts_t k;
-  if (zppPerfCounts(ag ? ZPP_PERF_ALLGATHER : ZPP_PERF_ALLREDUCE, bytes, sizeof(uint32_t), n, &k) != 0 ||
+  if (zppPerfCounts(ag ? ZPP_PERF_ALLGATHER : ZPP_PERF_ALLREDUCE, bytes, sizeof(uint32_t), n, &k) !=
+          0 ||
       k.apiCount == 0) {
     zhFail(res, "size %zu is too small for %d ranks", bytes, n);
     return;
@@ -223,8 +226,10 @@ static void zhRunColl(const zhTestMsg_t* m, int coll, size_t bytes, zppComm_t co
     int iters = t == 0 ? m->warmup : m->iters;
     if (iters == 0) continue;
     uint32_t trial = (uint32_t)m->testId * 64u + (uint32_t)t;
-    if (ag) zhFillAllgather(x, k.sendCount, g, trial);
-    else zhFillAllreduce(x, k.sendCount, g, trial);
+    if (ag)
+      zhFillAllgather(x, k.sendCount, g, trial);
+    else
+      zhFillAllreduce(x, k.sendCount, g, trial);
     memset(y, 0xa5, yBytes);
     if (zhUpload(b, xBytes, yBytes, res) != 0) break;
     zppResult_t r = zhBarrier(comm);
@@ -245,8 +250,10 @@ static void zhRunColl(const zhTestMsg_t* m, int coll, size_t bytes, zppComm_t co
     if (zhWait(b, res) != 0) break;
     double dt = zppClockNow() - t0;
     if (zhDownload(b, yBytes, res) != 0) break;
-    if (ag) res->wrongAllgather += zhCheckAllgather(y, k.apiCount, n, trial, wrongFrom);
-    else res->wrongAllreduce += zhCheckAllreduce(y, k.apiCount, n, trial);
+    if (ag)
+      res->wrongAllgather += zhCheckAllgather(y, k.apiCount, n, trial, wrongFrom);
+    else
+      res->wrongAllreduce += zhCheckAllreduce(y, k.apiCount, n, trial);
     if (t > 0) res->trialSec[slot][res->nTrials[slot]++] = dt;
   }
 }
@@ -300,8 +307,10 @@ void zhRunTest(const zhTestMsg_t* m, zhProgress_t* prog, zhResultMsg_t* res, uin
   zhProgressSetComm(prog, NULL);
   /* After a failure peers may be stuck mid-collective: abort, which does not
    * wait for them, rather than destroy, which would. */
-  if (res->status) zppCommAbort(comm);
-  else zppCommDestroy(comm);
+  if (res->status)
+    zppCommAbort(comm);
+  else
+    zppCommDestroy(comm);
   /* The caller ends the progress record after sending the result, so that
    * no heartbeat says "idle" before the result is on its way. */
 }

@@ -26,9 +26,10 @@ static int zppPerfEnvRanks(const char** launcher) {
   zppLauncherEnv_t l;
   char err[600];
   int found = zppLauncherEnvRead(&l, err, sizeof err);
-  *launcher = found != 1 ? "env" : strcmp(l.launcher, "OpenMPI") == 0 ? "mpirun"
-                                   : strcmp(l.launcher, "Slurm") == 0   ? "srun"
-                                                                        : "env";
+  *launcher = found != 1                           ? "env"
+              : strcmp(l.launcher, "OpenMPI") == 0 ? "mpirun"
+              : strcmp(l.launcher, "Slurm") == 0   ? "srun"
+                                                   : "env";
   return found == 1 ? l.nranks : found;
 }
 
@@ -57,7 +58,8 @@ static int zppPerfInitMpi(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
   if (env->rank == 0 && (res = zppGetUniqueId(&id)) != zppSuccess)
     zppPerfLibError(env, "zppGetUniqueId", res);
   if (!zppPerfMpiBcastId(&id, res == zppSuccess)) {
-    if (env->rank != 0) fprintf(stderr, "zpp-perf: rank %d: rank 0 could not create the unique id\n", env->rank);
+    if (env->rank != 0)
+      fprintf(stderr, "zpp-perf: rank %d: rank 0 could not create the unique id\n", env->rank);
     return ZPP_PERF_EXIT_ERROR;
   }
   res = zppCommInitRank(&env->comm, env->nranks, id, env->rank);
@@ -111,8 +113,9 @@ int main(int argc, char** argv) {
     /* A one-task srun step is a shell (srun --pty bash), not a launch of ranks. */
     if (mpi || (envRanks != 0 && !(envRanks == 1 && strcmp(envLauncher, "srun") == 0))) {
       if (envRank <= 0)
-        fprintf(stderr, "zpp-perf: -N forks the ranks itself: do not combine it with mpirun, srun "
-                        "or RANK/WORLD_SIZE\n");
+        fprintf(stderr,
+                "zpp-perf: -N forks the ranks itself: do not combine it with mpirun, srun "
+                "or RANK/WORLD_SIZE\n");
       if (mpi) zppPerfMpiFinalize();
       return ZPP_PERF_EXIT_USAGE;
     }

@@ -71,9 +71,9 @@ typedef struct {
   const void* runSend; /* what zpp's call gets: send and recv, or (--device) */
   void* runRecv;       /* their device copies */
   void* stream;        /* NULL, or --device's cudaStream_t */
-  int bits, block;  /* compressed modes: codec bits (0: exact) and elements per scale */
-  void* modeState;  /* from the mode's setup (e.g. hpZ's partitioned parameter) */
-  int rotateRoot;   /* -r rotate: timed call i has root i % nranks (root is 0 otherwise) */
+  int bits, block;     /* compressed modes: codec bits (0: exact) and elements per scale */
+  void* modeState;     /* from the mode's setup (e.g. hpZ's partitioned parameter) */
+  int rotateRoot;      /* -r rotate: timed call i has root i % nranks (root is 0 otherwise) */
 } zppPerfCall_t;
 
 /* -r rotate: the broadcast root moves to the next rank every call, so that a
@@ -88,11 +88,11 @@ static inline void zppPerfCallAt(zppPerfCall_t* c, int i) {
 }
 
 typedef struct zppPerfMode {
-  const char* name;       /* as given to -m and printed */
-  zppPerfColl_t coll;     /* whose semantics (and bandwidth formula) it has */
-  int compressed;         /* lossy: effective busbw, wire bytes and bounds shown */
-  zppOpKind_t statsKind;  /* counter the library charges it to */
-  const char* summary;    /* one line for the usage text */
+  const char* name;      /* as given to -m and printed */
+  zppPerfColl_t coll;    /* whose semantics (and bandwidth formula) it has */
+  int compressed;        /* lossy: effective busbw, wire bytes and bounds shown */
+  zppOpKind_t statsKind; /* counter the library charges it to */
+  const char* summary;   /* one line for the usage text */
   /* NULL while the library has no such call yet: selecting the mode is then
    * a usage error that says so. */
   zppResult_t (*run)(const zppPerfCall_t* call);
@@ -107,8 +107,8 @@ typedef struct zppPerfMode {
   zppPerfBoundFn bound;
   int (*boundPrepare)(const zppPerfCheckSpec_t* spec, const zppPerfCall_t* call,
                       zppPerfCodecBound_t* b);
-  int floatOnly;          /* fp32, fp16, bf16 only */
-  int sumAvgOnly;         /* reductions: sum and avg only */
+  int floatOnly;  /* fp32, fp16, bf16 only */
+  int sumAvgOnly; /* reductions: sum and avg only */
 } zppPerfMode_t;
 
 int zppPerfModeCount(void);
@@ -149,9 +149,9 @@ typedef struct zppPerfArgs {
   zppPerfTask_t tasks[ZPP_PERF_MAX_LIST];
   int nTasks;
   zppPerfBaseline_t baseline;
-  const char* jsonPath;     /* -J; the SVG goes next to it */
-  const char* svgPath;      /* --svg, overrides the derived path */
-  int forkRanks;            /* -N, 0 when not forking */
+  const char* jsonPath; /* -J; the SVG goes next to it */
+  const char* svgPath;  /* --svg, overrides the derived path */
+  int forkRanks;        /* -N, 0 when not forking */
   /* --layout, in the launcher's forms (perf/common/launch.h: NxL, NxL/cyclic,
    * NxL/shuffle:SEED, a,b,c, @n0,n1,...); NULL when not given. layoutNodeOf
    * holds each of its layoutRanks ranks' node. */
@@ -159,14 +159,14 @@ typedef struct zppPerfArgs {
   int layoutRanks;
   int layoutNodeOf[ZPP_LAUNCH_MAX_RANKS];
   int quiet;
-  int device;               /* --device: zpp's calls on device buffers and a CUDA stream */
-  int timeoutSec;           /* --timeout: sets ZPP_TIMEOUT for the library */
+  int device;                    /* --device: zpp's calls on device buffers and a CUDA stream */
+  int timeoutSec;                /* --timeout: sets ZPP_TIMEOUT for the library */
   int qwzBits, qgzBits, hpzBits; /* --qwz-bits (8), --qgz-bits (4), --hpz-bits (8; 0: exact forward) */
-  int quantBlock;           /* --block, else ZPP_QUANT_BLOCK, else 0: the codec's default per bits */
-  const char* injectSpec;   /* ZPP_PERF_INJECT_ERROR, "rank:elem" */
+  int quantBlock;         /* --block, else ZPP_QUANT_BLOCK, else 0: the codec's default per bits */
+  const char* injectSpec; /* ZPP_PERF_INJECT_ERROR, "rank:elem" */
   int injectRank;
   long injectElem;
-  char cmdline[1024];       /* for the JSON header */
+  char cmdline[1024]; /* for the JSON header */
 } zppPerfArgs_t;
 
 /* Parses argv. Returns 0, or ZPP_PERF_EXIT_USAGE after printing the reason
@@ -187,8 +187,8 @@ int zppPerfCollReduces(zppPerfColl_t coll);
  * ------------------------------------------------------------------------- */
 typedef struct {
   int present;
-  const char* name;     /* "mpi", "nccl" */
-  double timeUs;        /* median over iterations of the max over ranks */
+  const char* name; /* "mpi", "nccl" */
+  double timeUs;    /* median over iterations of the max over ranks */
   double timeUsMean;
   double algbw, busbw;
   uint64_t wrong;
@@ -204,31 +204,31 @@ typedef struct {
   const char* mode;
   int compressed;
   zppDataType_t dtype;
-  zppRedOp_t redop;     /* meaningful when the collective reduces */
-  int root;             /* meaningful for broadcast; ZPP_PERF_ROOT_ROTATE */
+  zppRedOp_t redop; /* meaningful when the collective reduces */
+  int root;         /* meaningful for broadcast; ZPP_PERF_ROOT_ROTATE */
   zppPerfCounts_t counts;
-  double timeUs;        /* median over iterations of the max over ranks */
-  double timeUsMean;    /* mean of the same per-iteration maxima */
+  double timeUs;     /* median over iterations of the max over ranks */
+  double timeUsMean; /* mean of the same per-iteration maxima */
   double timeUsMin;
-  double timeUsSteady;  /* the slowest rank's back-to-back loop time per call */
-  double algbw, busbw;  /* busbw: see zpp_perf_run.c for compressed modes */
-  double effBusbw;      /* from the bytes the caller asked to move */
-  double wireInter;     /* bytes sent across nodes per call, all ranks together */
-  double wireIntra;     /* bytes sent inside nodes per call, all ranks together */
+  double timeUsSteady; /* the slowest rank's back-to-back loop time per call */
+  double algbw, busbw; /* busbw: see zpp_perf_run.c for compressed modes */
+  double effBusbw;     /* from the bytes the caller asked to move */
+  double wireInter;    /* bytes sent across nodes per call, all ranks together */
+  double wireIntra;    /* bytes sent inside nodes per call, all ranks together */
   int checked;
   uint64_t wrong;
   double maxError, bound;
-  int bits, block;      /* compressed modes */
+  int bits, block; /* compressed modes */
   zppPerfBaseResult_t base;
 } zppPerfRecord_t;
 
 /* What the JSON header says about the run. */
 typedef struct {
   int ranks, nodes;
-  char layout[64];     /* "2x2", or "mixed:3,1" when nodes differ */
-  char date[40];       /* UTC, ISO 8601 */
+  char layout[64]; /* "2x2", or "mixed:3,1" when nodes differ */
+  char date[40];   /* UTC, ISO 8601 */
   char host[256];
-  const char* launcher;/* "fork", "mpirun", "env", "single" */
+  const char* launcher; /* "fork", "mpirun", "env", "single" */
   int zppVersion;
   int iters, warmup, check;
   int rounds;
@@ -260,7 +260,7 @@ typedef struct {
   int rank, nranks;
   zppTopology_t topo;
   const char* launcher;
-  int mpiActive;       /* MPI_Init was called: MPI baseline possible */
+  int mpiActive; /* MPI_Init was called: MPI baseline possible */
 } zppPerfEnv_t;
 
 /* Runs every task and prints (rank 0). Returns an exit code. */
@@ -309,11 +309,11 @@ typedef struct {
 /* For the finish steps: fills base (named name) from tmax, the slowest
  * rank's seconds per iteration (n of them; sorted in place), the wrong
  * elements summed over ranks and the worst error over ranks. */
-void zppPerfBaseFill(const zppPerfBaseRow_t* row, const char* name, double* tmax, int n,
-                     double wrong, double maxError, zppPerfBaseResult_t* base);
+void zppPerfBaseFill(const zppPerfBaseRow_t* row, const char* name, double* tmax, int n, double wrong,
+                     double maxError, zppPerfBaseResult_t* base);
 
-int zppPerfMpiAvailable(void);   /* built with MPI */
-int zppPerfMpiLaunched(void);    /* mpirun's environment is present */
+int zppPerfMpiAvailable(void); /* built with MPI */
+int zppPerfMpiLaunched(void);  /* mpirun's environment is present */
 int zppPerfMpiInit(int* argc, char*** argv);
 void zppPerfMpiFinalize(void);
 /* Rank 0's id to everyone over MPI_COMM_WORLD, with whether rank 0 could
@@ -326,7 +326,7 @@ zppResult_t zppPerfMpiTime(const zppPerfBaseRow_t* row, double* times, int n);
 zppResult_t zppPerfMpiFinish(const zppPerfBaseRow_t* row, const double* times, int n,
                              zppPerfBaseResult_t* base);
 
-int zppPerfNcclAvailable(void);  /* built with NCCL */
+int zppPerfNcclAvailable(void); /* built with NCCL */
 
 /* --device: zpp's calls on device buffers (perf/common/perf_device.h);
  * these report a failure on stderr as every path of the tool does. */

@@ -14,8 +14,8 @@
 #include "perf/common/launch.h"
 #include "zpp_perf.h"
 
-static const char* const zppPerfCollNames[ZPP_PERF_NUM_COLLS] = {
-    "allgather", "reducescatter", "allreduce", "alltoall", "broadcast"};
+static const char* const zppPerfCollNames[ZPP_PERF_NUM_COLLS] = {"allgather", "reducescatter",
+                                                                 "allreduce", "alltoall", "broadcast"};
 
 const char* zppPerfCollName(zppPerfColl_t coll) {
   return (coll >= 0 && coll < ZPP_PERF_NUM_COLLS) ? zppPerfCollNames[coll] : "?";
@@ -33,19 +33,25 @@ typedef struct {
 /* Types are printed with nccl-tests' names (its output and ours read
  * alike); any spelling core/names.h knows is accepted. */
 static const char* const zppPerfTypeNames[zppNumTypes] = {
-    [zppInt8] = "int8",     [zppUint8] = "uint8", [zppInt32] = "int32",   [zppUint32] = "uint32",
-    [zppInt64] = "int64",   [zppUint64] = "uint64", [zppFloat16] = "half", [zppFloat32] = "float",
+    [zppInt8] = "int8",      [zppUint8] = "uint8",      [zppInt32] = "int32",  [zppUint32] = "uint32",
+    [zppInt64] = "int64",    [zppUint64] = "uint64",    [zppFloat16] = "half", [zppFloat32] = "float",
     [zppFloat64] = "double", [zppBfloat16] = "bfloat16"};
 
-static const zppPerfName_t zppPerfCollAliases[] = {
-    {"allgather", ZPP_PERF_ALLGATHER},         {"all_gather", ZPP_PERF_ALLGATHER},
-    {"ag", ZPP_PERF_ALLGATHER},                {"reducescatter", ZPP_PERF_REDUCESCATTER},
-    {"reduce_scatter", ZPP_PERF_REDUCESCATTER}, {"rs", ZPP_PERF_REDUCESCATTER},
-    {"allreduce", ZPP_PERF_ALLREDUCE},         {"all_reduce", ZPP_PERF_ALLREDUCE},
-    {"ar", ZPP_PERF_ALLREDUCE},                {"alltoall", ZPP_PERF_ALLTOALL},
-    {"all_to_all", ZPP_PERF_ALLTOALL},         {"a2a", ZPP_PERF_ALLTOALL},
-    {"broadcast", ZPP_PERF_BROADCAST},         {"bcast", ZPP_PERF_BROADCAST},
-    {NULL, 0}};
+static const zppPerfName_t zppPerfCollAliases[] = {{"allgather", ZPP_PERF_ALLGATHER},
+                                                   {"all_gather", ZPP_PERF_ALLGATHER},
+                                                   {"ag", ZPP_PERF_ALLGATHER},
+                                                   {"reducescatter", ZPP_PERF_REDUCESCATTER},
+                                                   {"reduce_scatter", ZPP_PERF_REDUCESCATTER},
+                                                   {"rs", ZPP_PERF_REDUCESCATTER},
+                                                   {"allreduce", ZPP_PERF_ALLREDUCE},
+                                                   {"all_reduce", ZPP_PERF_ALLREDUCE},
+                                                   {"ar", ZPP_PERF_ALLREDUCE},
+                                                   {"alltoall", ZPP_PERF_ALLTOALL},
+                                                   {"all_to_all", ZPP_PERF_ALLTOALL},
+                                                   {"a2a", ZPP_PERF_ALLTOALL},
+                                                   {"broadcast", ZPP_PERF_BROADCAST},
+                                                   {"bcast", ZPP_PERF_BROADCAST},
+                                                   {NULL, 0}};
 
 static int zppPerfLookup(const zppPerfName_t* table, const char* name, int* value) {
   for (const zppPerfName_t* t = table; t->name != NULL; t++) {
@@ -64,71 +70,71 @@ const char* zppPerfRedOpName(zppRedOp_t op) { return zppRedOpName(op); }
 
 void zppPerfUsage(FILE* f) {
   fprintf(f,
-      "usage: zpp-perf [options]\n"
-      "Bandwidth of zpp's collectives, nccl-tests style, with optional baselines.\n"
-      "\n"
-      "sizes and iterations (nccl-tests' flags):\n"
-      "  -b, --minbytes SIZE     smallest size (default 32M); K/M/G = 2^10/2^20/2^30\n"
-      "  -e, --maxbytes SIZE     largest size (default 32M)\n"
-      "  -f, --stepfactor F      multiply the size by F each step (used when > 1)\n"
-      "  -i, --stepbytes SIZE    else add SIZE each step (default 1M)\n"
-      "  -n, --iters N           timed iterations per size (default 20)\n"
-      "  -w, --warmup_iters N    untimed iterations first (default 5)\n"
-      "  -c, --check 0|1         verify every element of one extra call (default 1)\n"
-      "  -d, --datatype LIST     int8 uint8 int32 uint32 int64 uint64 half float double\n"
-      "                          bfloat16, comma separated or 'all' (default float)\n"
-      "  -o, --op LIST           sum prod max min avg, or 'all' (default sum)\n"
-      "  -r, --root N|rotate     broadcast root (default 0); rotate: call i has root\n"
-      "                          i %% ranks, so calls cannot overlap (latency)\n"
-      "\n"
-      "what to measure:\n"
-      "  -t, --coll LIST         (also --operation) allgather reducescatter allreduce\n"
-      "                          alltoall broadcast,\n"
-      "                          'all', a compressed mode name (qwz hpz qgz), or\n"
-      "                          COLL:MODE (default allgather,reducescatter)\n"
-      "  -m, --mode LIST         modes for the collectives named in -t (default plain)\n"
-      "      --qwz-bits 8|4      codec bits of qwz (default 8), --qgz-bits (default 4),\n"
-      "      --hpz-bits 8|4|0    --hpz-bits of hpz's forward gather (default 8, 0 exact)\n"
-      "      --block N           elements per scale (sets ZPP_QUANT_BLOCK; default the\n"
-      "                          codec's: 256 for 8 bits, 64 for 4)\n"
-      "      --baseline mpi|nccl the same operation through MPI (under mpirun) or NCCL\n"
-      "                          (device buffers, needs a GPU), beside our rows\n"
-      "      --rounds R          split each row's -n iterations into R rounds that\n"
-      "                          alternate ours and the baseline's, so both see the\n"
-      "                          same conditions (default 5 with --baseline, at most\n"
-      "                          -n; 1: all of ours, then all of the baseline's)\n"
-      "\n"
-      "output:\n"
-      "  -J, --json FILE         one JSON record per row; the picture goes to FILE\n"
-      "                          with .svg in place of .json\n"
-      "      --svg FILE          the picture somewhere else\n"
-      "  -q, --quiet             no progress line on stderr\n"
-      "\n"
-      "launch (mpirun, srun and torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT\n"
-      "are detected from the environment; without any, one rank):\n"
-      "  -N, --ranks N           fork N ranks on this machine\n"
-      "      --device            zpp's calls on device buffers and a CUDA stream (one GPU\n"
-      "                          per local rank, round robin); needs CUDA and NCCL\n"
-      "      --layout LAYOUT     sets ZPP_HOSTID per rank: NxL (N nodes of L ranks, in\n"
-      "                          blocks), NxL/cyclic (nodes taken in turn),\n"
-      "                          NxL/shuffle:SEED, a,b,c or @n0,n1,...\n"
-      "      --timeout SEC       bound on every wait (sets ZPP_TIMEOUT)\n"
-      "  -h, --help, -V, --version\n"
-      "\n"
-      "modes:\n");
+          "usage: zpp-perf [options]\n"
+          "Bandwidth of zpp's collectives, nccl-tests style, with optional baselines.\n"
+          "\n"
+          "sizes and iterations (nccl-tests' flags):\n"
+          "  -b, --minbytes SIZE     smallest size (default 32M); K/M/G = 2^10/2^20/2^30\n"
+          "  -e, --maxbytes SIZE     largest size (default 32M)\n"
+          "  -f, --stepfactor F      multiply the size by F each step (used when > 1)\n"
+          "  -i, --stepbytes SIZE    else add SIZE each step (default 1M)\n"
+          "  -n, --iters N           timed iterations per size (default 20)\n"
+          "  -w, --warmup_iters N    untimed iterations first (default 5)\n"
+          "  -c, --check 0|1         verify every element of one extra call (default 1)\n"
+          "  -d, --datatype LIST     int8 uint8 int32 uint32 int64 uint64 half float double\n"
+          "                          bfloat16, comma separated or 'all' (default float)\n"
+          "  -o, --op LIST           sum prod max min avg, or 'all' (default sum)\n"
+          "  -r, --root N|rotate     broadcast root (default 0); rotate: call i has root\n"
+          "                          i %% ranks, so calls cannot overlap (latency)\n"
+          "\n"
+          "what to measure:\n"
+          "  -t, --coll LIST         (also --operation) allgather reducescatter allreduce\n"
+          "                          alltoall broadcast,\n"
+          "                          'all', a compressed mode name (qwz hpz qgz), or\n"
+          "                          COLL:MODE (default allgather,reducescatter)\n"
+          "  -m, --mode LIST         modes for the collectives named in -t (default plain)\n"
+          "      --qwz-bits 8|4      codec bits of qwz (default 8), --qgz-bits (default 4),\n"
+          "      --hpz-bits 8|4|0    --hpz-bits of hpz's forward gather (default 8, 0 exact)\n"
+          "      --block N           elements per scale (sets ZPP_QUANT_BLOCK; default the\n"
+          "                          codec's: 256 for 8 bits, 64 for 4)\n"
+          "      --baseline mpi|nccl the same operation through MPI (under mpirun) or NCCL\n"
+          "                          (device buffers, needs a GPU), beside our rows\n"
+          "      --rounds R          split each row's -n iterations into R rounds that\n"
+          "                          alternate ours and the baseline's, so both see the\n"
+          "                          same conditions (default 5 with --baseline, at most\n"
+          "                          -n; 1: all of ours, then all of the baseline's)\n"
+          "\n"
+          "output:\n"
+          "  -J, --json FILE         one JSON record per row; the picture goes to FILE\n"
+          "                          with .svg in place of .json\n"
+          "      --svg FILE          the picture somewhere else\n"
+          "  -q, --quiet             no progress line on stderr\n"
+          "\n"
+          "launch (mpirun, srun and torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT\n"
+          "are detected from the environment; without any, one rank):\n"
+          "  -N, --ranks N           fork N ranks on this machine\n"
+          "      --device            zpp's calls on device buffers and a CUDA stream (one GPU\n"
+          "                          per local rank, round robin); needs CUDA and NCCL\n"
+          "      --layout LAYOUT     sets ZPP_HOSTID per rank: NxL (N nodes of L ranks, in\n"
+          "                          blocks), NxL/cyclic (nodes taken in turn),\n"
+          "                          NxL/shuffle:SEED, a,b,c or @n0,n1,...\n"
+          "      --timeout SEC       bound on every wait (sets ZPP_TIMEOUT)\n"
+          "  -h, --help, -V, --version\n"
+          "\n"
+          "modes:\n");
   for (int i = 0; i < zppPerfModeCount(); i++) {
     const zppPerfMode_t* m = zppPerfModeAt(i);
     fprintf(f, "  %-6s %-14s %s%s\n", m->name, zppPerfCollName(m->coll), m->summary,
             m->run ? "" : " (not available yet)");
   }
   fprintf(f,
-      "\n"
-      "Time is the median over iterations of the slowest rank's time per call.\n"
-      "algbw = bytes / time; busbw = algbw * (n-1)/n (allgather, reducescatter,\n"
-      "alltoall), * 2(n-1)/n (allreduce), * 1 (broadcast); GB = 1e9 bytes.\n"
-      "Exit: 0 ok, 1 runtime error, 2 bad arguments, 3 a result past its bound.\n"
-      "ZPP_PERF_INJECT_ERROR=RANK:ELEM corrupts that output element after every\n"
-      "checked call (to test the checking itself).\n");
+          "\n"
+          "Time is the median over iterations of the slowest rank's time per call.\n"
+          "algbw = bytes / time; busbw = algbw * (n-1)/n (allgather, reducescatter,\n"
+          "alltoall), * 2(n-1)/n (allreduce), * 1 (broadcast); GB = 1e9 bytes.\n"
+          "Exit: 0 ok, 1 runtime error, 2 bad arguments, 3 a result past its bound.\n"
+          "ZPP_PERF_INJECT_ERROR=RANK:ELEM corrupts that output element after every\n"
+          "checked call (to test the checking itself).\n");
 }
 
 /* Under a launcher every rank parses the same command line: only the one
@@ -333,25 +339,48 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
   const char* envBlock = getenv("ZPP_QUANT_BLOCK");
   a->quantBlock = envBlock != NULL ? atoi(envBlock) : 0;
 
-  enum { OPT_BASELINE = 1000, OPT_LAYOUT, OPT_SVG, OPT_TIMEOUT, OPT_QWZ_BITS, OPT_QGZ_BITS,
-         OPT_HPZ_BITS, OPT_BLOCK, OPT_ROUNDS, OPT_DEVICE };
-  static const struct option longOpts[] = {
-      {"minbytes", required_argument, 0, 'b'},   {"maxbytes", required_argument, 0, 'e'},
-      {"stepfactor", required_argument, 0, 'f'}, {"stepbytes", required_argument, 0, 'i'},
-      {"iters", required_argument, 0, 'n'},      {"warmup_iters", required_argument, 0, 'w'},
-      {"check", required_argument, 0, 'c'},      {"datatype", required_argument, 0, 'd'},
-      {"op", required_argument, 0, 'o'},         {"root", required_argument, 0, 'r'},
-      {"coll", required_argument, 0, 't'},       {"collective", required_argument, 0, 't'},
-      {"operation", required_argument, 0, 't'},  {"mode", required_argument, 0, 'm'},
-      {"json", required_argument, 0, 'J'},       {"ranks", required_argument, 0, 'N'},
-      {"quiet", no_argument, 0, 'q'},            {"help", no_argument, 0, 'h'},
-      {"version", no_argument, 0, 'V'},          {"baseline", required_argument, 0, OPT_BASELINE},
-      {"layout", required_argument, 0, OPT_LAYOUT}, {"svg", required_argument, 0, OPT_SVG},
-      {"timeout", required_argument, 0, OPT_TIMEOUT}, {"qwz-bits", required_argument, 0, OPT_QWZ_BITS},
-      {"qgz-bits", required_argument, 0, OPT_QGZ_BITS}, {"hpz-bits", required_argument, 0, OPT_HPZ_BITS},
-      {"block", required_argument, 0, OPT_BLOCK},    {"rounds", required_argument, 0, OPT_ROUNDS},
-      {"device", no_argument, 0, OPT_DEVICE},
-      {0, 0, 0, 0}};
+  enum {
+    OPT_BASELINE = 1000,
+    OPT_LAYOUT,
+    OPT_SVG,
+    OPT_TIMEOUT,
+    OPT_QWZ_BITS,
+    OPT_QGZ_BITS,
+    OPT_HPZ_BITS,
+    OPT_BLOCK,
+    OPT_ROUNDS,
+    OPT_DEVICE
+  };
+  static const struct option longOpts[] = {{"minbytes", required_argument, 0, 'b'},
+                                           {"maxbytes", required_argument, 0, 'e'},
+                                           {"stepfactor", required_argument, 0, 'f'},
+                                           {"stepbytes", required_argument, 0, 'i'},
+                                           {"iters", required_argument, 0, 'n'},
+                                           {"warmup_iters", required_argument, 0, 'w'},
+                                           {"check", required_argument, 0, 'c'},
+                                           {"datatype", required_argument, 0, 'd'},
+                                           {"op", required_argument, 0, 'o'},
+                                           {"root", required_argument, 0, 'r'},
+                                           {"coll", required_argument, 0, 't'},
+                                           {"collective", required_argument, 0, 't'},
+                                           {"operation", required_argument, 0, 't'},
+                                           {"mode", required_argument, 0, 'm'},
+                                           {"json", required_argument, 0, 'J'},
+                                           {"ranks", required_argument, 0, 'N'},
+                                           {"quiet", no_argument, 0, 'q'},
+                                           {"help", no_argument, 0, 'h'},
+                                           {"version", no_argument, 0, 'V'},
+                                           {"baseline", required_argument, 0, OPT_BASELINE},
+                                           {"layout", required_argument, 0, OPT_LAYOUT},
+                                           {"svg", required_argument, 0, OPT_SVG},
+                                           {"timeout", required_argument, 0, OPT_TIMEOUT},
+                                           {"qwz-bits", required_argument, 0, OPT_QWZ_BITS},
+                                           {"qgz-bits", required_argument, 0, OPT_QGZ_BITS},
+                                           {"hpz-bits", required_argument, 0, OPT_HPZ_BITS},
+                                           {"block", required_argument, 0, OPT_BLOCK},
+                                           {"rounds", required_argument, 0, OPT_ROUNDS},
+                                           {"device", no_argument, 0, OPT_DEVICE},
+                                           {0, 0, 0, 0}};
   int bSet = 0, eSet = 0, fSet = 0;
   long v;
   int opt, rc;
@@ -360,15 +389,18 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
   while ((opt = getopt_long(argc, argv, ":b:e:f:i:n:w:c:d:o:r:t:m:J:N:qhV", longOpts, NULL)) != -1) {
     switch (opt) {
       case 'b':
-        if (zppPerfParseSize(optarg, &a->minBytes) != 0) return zppPerfUsageError("bad size -b %s", optarg);
+        if (zppPerfParseSize(optarg, &a->minBytes) != 0)
+          return zppPerfUsageError("bad size -b %s", optarg);
         bSet = 1;
         break;
       case 'e':
-        if (zppPerfParseSize(optarg, &a->maxBytes) != 0) return zppPerfUsageError("bad size -e %s", optarg);
+        if (zppPerfParseSize(optarg, &a->maxBytes) != 0)
+          return zppPerfUsageError("bad size -e %s", optarg);
         eSet = 1;
         break;
       case 'i':
-        if (zppPerfParseSize(optarg, &a->stepBytes) != 0) return zppPerfUsageError("bad size -i %s", optarg);
+        if (zppPerfParseSize(optarg, &a->stepBytes) != 0)
+          return zppPerfUsageError("bad size -i %s", optarg);
         break;
       case 'f': {
         char* end = NULL;
@@ -379,15 +411,18 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
         break;
       }
       case 'n':
-        if (zppPerfParseInt(optarg, 1, 1000000, &v) != 0) return zppPerfUsageError("bad iteration count -n %s", optarg);
+        if (zppPerfParseInt(optarg, 1, 1000000, &v) != 0)
+          return zppPerfUsageError("bad iteration count -n %s", optarg);
         a->iters = (int)v;
         break;
       case 'w':
-        if (zppPerfParseInt(optarg, 0, 1000000, &v) != 0) return zppPerfUsageError("bad warm-up count -w %s", optarg);
+        if (zppPerfParseInt(optarg, 0, 1000000, &v) != 0)
+          return zppPerfUsageError("bad warm-up count -w %s", optarg);
         a->warmup = (int)v;
         break;
       case 'c':
-        if (zppPerfParseInt(optarg, 0, 1, &v) != 0) return zppPerfUsageError("-c takes 0 or 1, not %s", optarg);
+        if (zppPerfParseInt(optarg, 0, 1, &v) != 0)
+          return zppPerfUsageError("-c takes 0 or 1, not %s", optarg);
         a->check = (int)v;
         break;
       case 'd':
@@ -420,36 +455,48 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
       case OPT_DEVICE: a->device = 1; break;
       case 'N':
         if (zppPerfParseInt(optarg, 1, ZPP_LAUNCH_MAX_RANKS, &v) != 0)
-          return zppPerfUsageError("bad rank count -N %s (1 to " ZPP_PERF_STR(ZPP_LAUNCH_MAX_RANKS) ")", optarg);
+          return zppPerfUsageError("bad rank count -N %s (1 to " ZPP_PERF_STR(ZPP_LAUNCH_MAX_RANKS) ")",
+                                   optarg);
         a->forkRanks = (int)v;
         break;
       case OPT_LAYOUT: {
         int n = zppLaunchParseLayout(optarg, a->layoutNodeOf, ZPP_LAUNCH_MAX_RANKS);
         if (n < 1)
-          return zppPerfUsageError("bad layout --layout %s (want NxL, NxL/cyclic, NxL/shuffle:SEED, "
-                                   "a,b,c or @n0,n1,...; e.g. 2x2)", optarg);
+          return zppPerfUsageError(
+              "bad layout --layout %s (want NxL, NxL/cyclic, NxL/shuffle:SEED, "
+              "a,b,c or @n0,n1,...; e.g. 2x2)",
+              optarg);
         a->layout = optarg;
         a->layoutRanks = n;
         break;
       }
       case OPT_BASELINE:
-        if (strcasecmp(optarg, "mpi") == 0) a->baseline = ZPP_PERF_BASELINE_MPI;
-        else if (strcasecmp(optarg, "nccl") == 0) a->baseline = ZPP_PERF_BASELINE_NCCL;
-        else if (strcasecmp(optarg, "none") == 0) a->baseline = ZPP_PERF_BASELINE_NONE;
-        else return zppPerfUsageError("unknown baseline '%s' (mpi, nccl)", optarg);
+        if (strcasecmp(optarg, "mpi") == 0)
+          a->baseline = ZPP_PERF_BASELINE_MPI;
+        else if (strcasecmp(optarg, "nccl") == 0)
+          a->baseline = ZPP_PERF_BASELINE_NCCL;
+        else if (strcasecmp(optarg, "none") == 0)
+          a->baseline = ZPP_PERF_BASELINE_NONE;
+        else
+          return zppPerfUsageError("unknown baseline '%s' (mpi, nccl)", optarg);
         break;
       case OPT_TIMEOUT:
-        if (zppPerfParseInt(optarg, 1, 86400, &v) != 0) return zppPerfUsageError("bad timeout --timeout %s", optarg);
+        if (zppPerfParseInt(optarg, 1, 86400, &v) != 0)
+          return zppPerfUsageError("bad timeout --timeout %s", optarg);
         a->timeoutSec = (int)v;
         break;
       case OPT_QWZ_BITS:
       case OPT_QGZ_BITS:
       case OPT_HPZ_BITS:
-        if (zppPerfParseInt(optarg, 0, 8, &v) != 0 || !(v == 4 || v == 8 || (v == 0 && opt == OPT_HPZ_BITS)))
+        if (zppPerfParseInt(optarg, 0, 8, &v) != 0 ||
+            !(v == 4 || v == 8 || (v == 0 && opt == OPT_HPZ_BITS)))
           return zppPerfUsageError("bits must be 4 or 8 (--hpz-bits also 0), not %s", optarg);
-        if (opt == OPT_QWZ_BITS) a->qwzBits = (int)v;
-        else if (opt == OPT_QGZ_BITS) a->qgzBits = (int)v;
-        else a->hpzBits = (int)v;
+        if (opt == OPT_QWZ_BITS)
+          a->qwzBits = (int)v;
+        else if (opt == OPT_QGZ_BITS)
+          a->qgzBits = (int)v;
+        else
+          a->hpzBits = (int)v;
         break;
       case OPT_BLOCK:
         if (zppPerfParseInt(optarg, 32, 4096, &v) != 0 || (v & (v - 1)) != 0)
@@ -463,7 +510,9 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
         break;
       case 'q': a->quiet = 1; break;
       case 'h': zppPerfUsage(stdout); return -1;
-      case 'V': printf("zpp-perf %s (zpp %d.%d.%d)\n", ZPP_PERF_VERSION, ZPP_MAJOR, ZPP_MINOR, ZPP_PATCH); return -1;
+      case 'V':
+        printf("zpp-perf %s (zpp %d.%d.%d)\n", ZPP_PERF_VERSION, ZPP_MAJOR, ZPP_MINOR, ZPP_PATCH);
+        return -1;
       case ':': return zppPerfUsageError("option %s needs a value", argv[optind - 1]);
       default: return zppPerfUsageError("unknown option %s", argv[optind - 1]);
     }
@@ -481,14 +530,16 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
   }
   long nSizes = zppPerfSizeSeq(a->minBytes, a->maxBytes, a->stepBytes, a->stepFactor, NULL, 0);
   if (nSizes < 1 || nSizes > 4096)
-    return zppPerfUsageError("-b/-e/-i/-f make too many sizes (%s 4096 at most)", nSizes > 0 ? "" : "or none,");
+    return zppPerfUsageError("-b/-e/-i/-f make too many sizes (%s 4096 at most)",
+                             nSizes > 0 ? "" : "or none,");
   if (a->nDtypes == 0) a->dtypes[a->nDtypes++] = zppFloat32;
   if (a->nRedops == 0) a->redops[a->nRedops++] = zppSum;
   if ((rc = zppPerfBuildTasks(a, &tt)) != 0) return rc;
 
   if (a->layout != NULL && a->forkRanks > 0 && a->layoutRanks != a->forkRanks)
     return zppPerfUsageError("--layout does not multiply out to -N %s", "");
-  if (a->forkRanks > 0 && a->root >= a->forkRanks) return zppPerfUsageError("-r is not a rank of -N%s", "");
+  if (a->forkRanks > 0 && a->root >= a->forkRanks)
+    return zppPerfUsageError("-r is not a rank of -N%s", "");
   if (a->baseline == ZPP_PERF_BASELINE_MPI) {
     if (!zppPerfMpiAvailable())
       return zppPerfUsageError("--baseline mpi: this zpp-perf was built without MPI%s", "");
@@ -501,18 +552,24 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
     if (!zppPerfDeviceAvailable())
       return zppPerfUsageError("--device: this zpp-perf was built without CUDA and NCCL%s", "");
     if (a->baseline == ZPP_PERF_BASELINE_MPI)
-      return zppPerfUsageError("--device with --baseline mpi: MPI's baseline runs on host buffers; "
-                               "compare device buffers with --baseline nccl%s", "");
+      return zppPerfUsageError(
+          "--device with --baseline mpi: MPI's baseline runs on host buffers; "
+          "compare device buffers with --baseline nccl%s",
+          "");
     for (int t = 0; t < a->nTasks; t++)
       if (strcmp(a->tasks[t].mode->name, "hpz") == 0)
-        return zppPerfUsageError("--device: hpz takes host buffers only (device hpZ is not built "
-                                 "yet)%s", "");
+        return zppPerfUsageError(
+            "--device: hpz takes host buffers only (device hpZ is not built "
+            "yet)%s",
+            "");
   }
   /* Rounds alternate ours with the baseline: without one there is nothing
    * to alternate with, and one round is the same measurement. More rounds
    * than iterations would leave rounds empty, so -n caps them. */
-  if (a->baseline == ZPP_PERF_BASELINE_NONE) a->rounds = 1;
-  else if (a->rounds == 0) a->rounds = ZPP_PERF_DEFAULT_ROUNDS;
+  if (a->baseline == ZPP_PERF_BASELINE_NONE)
+    a->rounds = 1;
+  else if (a->rounds == 0)
+    a->rounds = ZPP_PERF_DEFAULT_ROUNDS;
   if (a->rounds > a->iters) a->rounds = a->iters;
   return zppPerfParseInject(a);
 }

@@ -38,8 +38,10 @@ int zppPerfRankMain(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
   }
   /* A rank that failed may leave peers mid-collective: abort rather than
    * destroy, which would wait for operations that will never complete. */
-  if (code == ZPP_PERF_EXIT_ERROR) zppCommAbort(env->comm);
-  else zppCommDestroy(env->comm);
+  if (code == ZPP_PERF_EXIT_ERROR)
+    zppCommAbort(env->comm);
+  else
+    zppCommDestroy(env->comm);
   env->comm = NULL;
   return code;
 }

@@ -88,18 +88,18 @@ static int zppPerfPrepareQgz(const zppPerfCheckSpec_t* s, const zppPerfCall_t* c
 static const zppPerfMode_t zppPerfModes[] = {
     /* name, collective, compressed, stats kind, summary, run, setup, teardown,
      * bound, boundPrepare, floatOnly, sumAvgOnly */
-    {"plain", ZPP_PERF_ALLGATHER, 0, zppOpAllGather, "zppAllGather", zppPerfRunAllGather, NULL,
-     NULL, NULL, NULL, 0, 0},
+    {"plain", ZPP_PERF_ALLGATHER, 0, zppOpAllGather, "zppAllGather", zppPerfRunAllGather, NULL, NULL,
+     NULL, NULL, 0, 0},
     {"plain", ZPP_PERF_REDUCESCATTER, 0, zppOpReduceScatter, "zppReduceScatter",
      zppPerfRunReduceScatter, NULL, NULL, NULL, NULL, 0, 0},
-    {"plain", ZPP_PERF_ALLREDUCE, 0, zppOpAllReduce, "zppAllReduce", zppPerfRunAllReduce, NULL,
-     NULL, NULL, NULL, 0, 0},
-    {"plain", ZPP_PERF_ALLTOALL, 0, zppOpAllToAll, "zppAllToAll", zppPerfRunAllToAll, NULL, NULL,
+    {"plain", ZPP_PERF_ALLREDUCE, 0, zppOpAllReduce, "zppAllReduce", zppPerfRunAllReduce, NULL, NULL,
      NULL, NULL, 0, 0},
-    {"plain", ZPP_PERF_BROADCAST, 0, zppOpBroadcast, "zppBroadcast", zppPerfRunBroadcast, NULL,
-     NULL, NULL, NULL, 0, 0},
-    {"qwz", ZPP_PERF_ALLGATHER, 1, zppOpQwZ, "quantized weight all-gather (ZeRO++ qwZ)",
-     zppPerfRunQwz, NULL, NULL, zppPerfQwzBound, zppPerfPrepareQwz, 1, 0},
+    {"plain", ZPP_PERF_ALLTOALL, 0, zppOpAllToAll, "zppAllToAll", zppPerfRunAllToAll, NULL, NULL, NULL,
+     NULL, 0, 0},
+    {"plain", ZPP_PERF_BROADCAST, 0, zppOpBroadcast, "zppBroadcast", zppPerfRunBroadcast, NULL, NULL,
+     NULL, NULL, 0, 0},
+    {"qwz", ZPP_PERF_ALLGATHER, 1, zppOpQwZ, "quantized weight all-gather (ZeRO++ qwZ)", zppPerfRunQwz,
+     NULL, NULL, zppPerfQwzBound, zppPerfPrepareQwz, 1, 0},
     {"hpz", ZPP_PERF_ALLGATHER, 1, zppOpHpZ, "backward gather from secondary shards (hpZ)",
      zppPerfRunHpz, zppPerfSetupHpz, zppPerfTeardownHpz, zppPerfQwzBound, zppPerfPrepareQwz, 1, 0},
     {"qgz", ZPP_PERF_REDUCESCATTER, 1, zppOpQgZ, "quantized gradient reduce-scatter (qgZ)",
@@ -135,11 +135,15 @@ void zppPerfModeParams(const zppPerfMode_t* m, const zppPerfArgs_t* a, int* bits
   *bits = 0;
   *block = 0;
   if (!m->compressed) return;
-  if (strcasecmp(m->name, "qgz") == 0) *bits = a->qgzBits;
-  else if (strcasecmp(m->name, "hpz") == 0) *bits = a->hpzBits;
-  else *bits = a->qwzBits;
+  if (strcasecmp(m->name, "qgz") == 0)
+    *bits = a->qgzBits;
+  else if (strcasecmp(m->name, "hpz") == 0)
+    *bits = a->hpzBits;
+  else
+    *bits = a->qwzBits;
   /* The library's rule: ZPP_QUANT_BLOCK (which --block sets), else the
    * codec's default for the bit width. */
-  *block = a->quantBlock > 0 ? a->quantBlock
-                             : (*bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8);
+  *block = a->quantBlock > 0
+               ? a->quantBlock
+               : (*bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8);
 }

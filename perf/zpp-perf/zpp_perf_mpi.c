@@ -79,22 +79,22 @@ int zppPerfMpiBcastId(zppUniqueId* id, int ok) {
 
 /* fp16/bf16 reductions: widen to fp32, combine, round back (RNE), which is
  * what a careful MPI user writes. */
-#define ZPP_PERF_MPI_OP(name, toF, fromF, expr)                                     \
-  static void name(void* in, void* inout, int* len, MPI_Datatype* dt) {             \
-    (void)dt;                                                                       \
-    const uint16_t* x = in;                                                         \
-    uint16_t* y = inout;                                                            \
-    for (int i = 0; i < *len; i++) {                                                \
-      float a = toF(x[i]), b = toF(y[i]);                                           \
-      y[i] = fromF(expr);                                                           \
-    }                                                                               \
+#define ZPP_PERF_MPI_OP(name, toF, fromF, expr)                         \
+  static void name(void* in, void* inout, int* len, MPI_Datatype* dt) { \
+    (void)dt;                                                           \
+    const uint16_t* x = in;                                             \
+    uint16_t* y = inout;                                                \
+    for (int i = 0; i < *len; i++) {                                    \
+      float a = toF(x[i]), b = toF(y[i]);                               \
+      y[i] = fromF(expr);                                               \
+    }                                                                   \
   }
 ZPP_PERF_MPI_OP(zppPerfHalfSum, zppHalfToFloat, zppFloatToHalf, a + b)
-ZPP_PERF_MPI_OP(zppPerfHalfProd, zppHalfToFloat, zppFloatToHalf, a * b)
+ZPP_PERF_MPI_OP(zppPerfHalfProd, zppHalfToFloat, zppFloatToHalf, a* b)
 ZPP_PERF_MPI_OP(zppPerfHalfMax, zppHalfToFloat, zppFloatToHalf, a > b ? a : b)
 ZPP_PERF_MPI_OP(zppPerfHalfMin, zppHalfToFloat, zppFloatToHalf, a < b ? a : b)
 ZPP_PERF_MPI_OP(zppPerfBf16Sum, zppBf16ToFloat, zppFloatToBf16, a + b)
-ZPP_PERF_MPI_OP(zppPerfBf16Prod, zppBf16ToFloat, zppFloatToBf16, a * b)
+ZPP_PERF_MPI_OP(zppPerfBf16Prod, zppBf16ToFloat, zppFloatToBf16, a* b)
 ZPP_PERF_MPI_OP(zppPerfBf16Max, zppBf16ToFloat, zppFloatToBf16, a > b ? a : b)
 ZPP_PERF_MPI_OP(zppPerfBf16Min, zppBf16ToFloat, zppFloatToBf16, a < b ? a : b)
 
@@ -133,8 +133,10 @@ static MPI_Op zppPerfMpiOp(zppDataType_t t, zppRedOp_t op) {
 static void zppPerfMpiDivide(const zppPerfCall_t* c, size_t count) {
   for (size_t i = 0; i < count; i++) {
     double v = zppPerfLoad(c->dtype, c->recv, i);
-    if (zppPerfTypeIsFloat(c->dtype)) v /= c->nranks;
-    else v = trunc(v / c->nranks);
+    if (zppPerfTypeIsFloat(c->dtype))
+      v /= c->nranks;
+    else
+      v = trunc(v / c->nranks);
     zppPerfStore(c->dtype, c->recv, i, v);
   }
 }
@@ -144,8 +146,7 @@ static int zppPerfMpiOnce(const zppPerfCall_t* c) {
   int n = (int)c->apiCount;
   int rc;
   switch (c->coll) {
-    case ZPP_PERF_ALLGATHER:
-      return MPI_Allgather(c->send, n, dt, c->recv, n, dt, MPI_COMM_WORLD);
+    case ZPP_PERF_ALLGATHER: return MPI_Allgather(c->send, n, dt, c->recv, n, dt, MPI_COMM_WORLD);
     case ZPP_PERF_REDUCESCATTER:
       rc = MPI_Reduce_scatter_block(c->send, c->recv, n, dt, zppPerfMpiOp(c->dtype, c->redop),
                                     MPI_COMM_WORLD);
@@ -155,12 +156,9 @@ static int zppPerfMpiOnce(const zppPerfCall_t* c) {
       rc = MPI_Allreduce(c->send, c->recv, n, dt, zppPerfMpiOp(c->dtype, c->redop), MPI_COMM_WORLD);
       if (rc == MPI_SUCCESS && c->redop == zppAvg) zppPerfMpiDivide(c, c->apiCount);
       return rc;
-    case ZPP_PERF_ALLTOALL:
-      return MPI_Alltoall(c->send, n, dt, c->recv, n, dt, MPI_COMM_WORLD);
-    case ZPP_PERF_BROADCAST:
-      return MPI_Bcast(c->recv, n, dt, c->root, MPI_COMM_WORLD);
-    default:
-      return MPI_ERR_OTHER;
+    case ZPP_PERF_ALLTOALL: return MPI_Alltoall(c->send, n, dt, c->recv, n, dt, MPI_COMM_WORLD);
+    case ZPP_PERF_BROADCAST: return MPI_Bcast(c->recv, n, dt, c->root, MPI_COMM_WORLD);
+    default: return MPI_ERR_OTHER;
   }
 }
 
@@ -198,7 +196,8 @@ zppResult_t zppPerfMpiPrepare(zppPerfBaseRow_t* row) {
   zppPerfCall_t at = *c;
   for (int i = 0; i < a->warmup; i++) {
     zppPerfCallAt(&at, i);
-    if ((rc = zppPerfMpiOnce(&at)) != MPI_SUCCESS) return zppPerfMpiFail(c, zppPerfCollName(c->coll), rc);
+    if ((rc = zppPerfMpiOnce(&at)) != MPI_SUCCESS)
+      return zppPerfMpiFail(c, zppPerfCollName(c->coll), rc);
   }
   row->present = 1;
   return zppSuccess;
@@ -237,7 +236,8 @@ zppResult_t zppPerfMpiFinish(const zppPerfBaseRow_t* row, const double* times, i
   int rc;
   if ((rc = MPI_Allreduce(times, tmax, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)) != MPI_SUCCESS ||
       (rc = MPI_Allreduce(&errIn, &errOut, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD)) != MPI_SUCCESS ||
-      (rc = MPI_Allreduce(&wrongIn, &wrongOut, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD)) != MPI_SUCCESS) {
+      (rc = MPI_Allreduce(&wrongIn, &wrongOut, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD)) !=
+          MPI_SUCCESS) {
     free(tmax);
     return zppPerfMpiFail(c, "reducing its timings", rc);
   }

@@ -85,24 +85,27 @@ static ncclResult_t zppPerfNcclOnce(const zppPerfCall_t* c) {
     case ZPP_PERF_ALLGATHER:
       return ncclAllGather(zppPerfDevSend, zppPerfDevRecv, n, dt, zppPerfNccl, zppPerfNcclStream);
     case ZPP_PERF_REDUCESCATTER:
-      return ncclReduceScatter(zppPerfDevSend, zppPerfDevRecv, n, dt, op, zppPerfNccl, zppPerfNcclStream);
+      return ncclReduceScatter(zppPerfDevSend, zppPerfDevRecv, n, dt, op, zppPerfNccl,
+                               zppPerfNcclStream);
     case ZPP_PERF_ALLREDUCE:
       return ncclAllReduce(zppPerfDevSend, zppPerfDevRecv, n, dt, op, zppPerfNccl, zppPerfNcclStream);
     case ZPP_PERF_BROADCAST:
-      return ncclBroadcast(zppPerfDevSend, zppPerfDevRecv, n, dt, c->root, zppPerfNccl, zppPerfNcclStream);
+      return ncclBroadcast(zppPerfDevSend, zppPerfDevRecv, n, dt, c->root, zppPerfNccl,
+                           zppPerfNcclStream);
     case ZPP_PERF_ALLTOALL: {
       size_t bytes = n * zppTypeSize(c->dtype);
       ncclResult_t r = ncclGroupStart();
       for (int p = 0; p < c->nranks && r == ncclSuccess; p++) {
-        r = ncclSend((const char*)zppPerfDevSend + (size_t)p * bytes, n, dt, p, zppPerfNccl, zppPerfNcclStream);
+        r = ncclSend((const char*)zppPerfDevSend + (size_t)p * bytes, n, dt, p, zppPerfNccl,
+                     zppPerfNcclStream);
         if (r == ncclSuccess)
-          r = ncclRecv((char*)zppPerfDevRecv + (size_t)p * bytes, n, dt, p, zppPerfNccl, zppPerfNcclStream);
+          r = ncclRecv((char*)zppPerfDevRecv + (size_t)p * bytes, n, dt, p, zppPerfNccl,
+                       zppPerfNcclStream);
       }
       ncclResult_t end = ncclGroupEnd();
       return r != ncclSuccess ? r : end;
     }
-    default:
-      return ncclInvalidArgument;
+    default: return ncclInvalidArgument;
   }
 }
 
@@ -137,7 +140,8 @@ zppResult_t zppPerfNcclPrepare(zppPerfBaseRow_t* row) {
   }
   /* Once per row: the device buffers are the baseline's alone, so our rounds
    * in between leave the input in place. */
-  if ((e = cudaMemcpy(zppPerfDevSend, c->send, counts->sendCount * tsize, cudaMemcpyHostToDevice)) != cudaSuccess)
+  if ((e = cudaMemcpy(zppPerfDevSend, c->send, counts->sendCount * tsize, cudaMemcpyHostToDevice)) !=
+      cudaSuccess)
     return zppPerfCudaFail(c->rank, "cudaMemcpy to device", e);
   zppPerfCheckSpec_t spec = {c->coll, c->dtype, c->redop, c->nranks, c->rank, c->root, c->apiCount};
   zppResult_t res;
@@ -147,7 +151,8 @@ zppResult_t zppPerfNcclPrepare(zppPerfBaseRow_t* row) {
     if ((res = zppPerfNcclCall(c)) != zppSuccess) return res;
     /* c->recv is ours to overwrite: our own row has checked its result, and
      * its timed calls only write it. */
-    if ((e = cudaMemcpy(c->recv, zppPerfDevRecv, counts->recvCount * tsize, cudaMemcpyDeviceToHost)) != cudaSuccess)
+    if ((e = cudaMemcpy(c->recv, zppPerfDevRecv, counts->recvCount * tsize, cudaMemcpyDeviceToHost)) !=
+        cudaSuccess)
       return zppPerfCudaFail(c->rank, "cudaMemcpy to host", e);
     zppPerfCheckRecv(&spec, c->recv, counts->recvCount, NULL, NULL, &row->chk);
   }

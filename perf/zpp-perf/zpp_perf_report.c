@@ -17,8 +17,7 @@ void zppPerfPrintBanner(FILE* f, const zppPerfRunInfo_t* info, const zppPerfArgs
   fprintf(f, "# zpp-perf %s, zpp %d.%d.%d: %d rank%s on %d node%s (%s), launched by %s, host %s, %s\n",
           ZPP_PERF_VERSION, info->zppVersion / 10000, info->zppVersion / 100 % 100,
           info->zppVersion % 100, info->ranks, info->ranks == 1 ? "" : "s", info->nodes,
-          info->nodes == 1 ? "" : "s", info->layout, info->launcher,
-          info->host, info->date);
+          info->nodes == 1 ? "" : "s", info->layout, info->launcher, info->host, info->date);
   if (a->stepFactor > 1.0)
     fprintf(f, "# sizes %s to %s, factor %g; ", lo, hi, a->stepFactor);
   else
@@ -34,8 +33,9 @@ void zppPerfPrintBanner(FILE* f, const zppPerfRunInfo_t* info, const zppPerfArgs
     fprintf(f, ", in 1 round");
   }
   fprintf(f, "; check %s\n", a->check ? "on" : "off");
-  fprintf(f, "# time: median over iterations of the slowest rank, us; algbw, busbw: GB/s (1e9 B/s);"
-             " inter: bytes sent across nodes per call, all ranks\n");
+  fprintf(f,
+          "# time: median over iterations of the slowest rank, us; algbw, busbw: GB/s (1e9 B/s);"
+          " inter: bytes sent across nodes per call, all ranks\n");
 }
 
 static const char* zppPerfRedopLabel(const zppPerfRecord_t* r) {
@@ -52,16 +52,18 @@ void zppPerfPrintSectionHeader(FILE* f, const zppPerfRecord_t* r, int baseline) 
   fprintf(f, "#\n# %s %s, %s", zppPerfCollName(r->coll), r->mode, zppPerfTypeName(r->dtype));
   if (zppPerfCollReduces(r->coll)) fprintf(f, ", %s", zppPerfRedOpName(r->redop));
   if (r->compressed) {
-    if (r->bits) fprintf(f, ", int%d, block %d", r->bits, r->block);
-    else fprintf(f, ", unquantized");
+    if (r->bits)
+      fprintf(f, ", int%d, block %d", r->bits, r->block);
+    else
+      fprintf(f, ", unquantized");
   }
   fprintf(f, "\n");
-  fprintf(f, "#%11s  %12s  %8s  %6s  %5s  %10s  %8s  %8s  %7s  %13s", "size", "count", "type",
-          "redop", "root", "time", "algbw", "busbw", "#wrong", "inter");
+  fprintf(f, "#%11s  %12s  %8s  %6s  %5s  %10s  %8s  %8s  %7s  %13s", "size", "count", "type", "redop",
+          "root", "time", "algbw", "busbw", "#wrong", "inter");
   if (r->compressed) fprintf(f, "  %8s  %9s  %9s", "effbw", "maxerr", "bound");
   if (baseline) fprintf(f, "  %10s  %8s  %7s", "base time", "busbw", "ratio");
-  fprintf(f, "\n#%11s  %12s  %8s  %6s  %5s  %10s  %8s  %8s  %7s  %13s", "(B)", "(elements)", "",
-          "", "", "(us)", "(GB/s)", "(GB/s)", "", "(B/call)");
+  fprintf(f, "\n#%11s  %12s  %8s  %6s  %5s  %10s  %8s  %8s  %7s  %13s", "(B)", "(elements)", "", "", "",
+          "(us)", "(GB/s)", "(GB/s)", "", "(B/call)");
   if (r->compressed) fprintf(f, "  %8s  %9s  %9s", "(GB/s)", "", "");
   if (baseline) fprintf(f, "  %10s  %8s  %7s", "(us)", "(GB/s)", "ours/b");
   fprintf(f, "\n");
@@ -72,16 +74,20 @@ void zppPerfPrintSkipped(FILE* f, size_t sizeBytes) {
 }
 
 static void zppPerfFmtNum(char* buf, size_t len, const char* fmt, double v) {
-  if (isnan(v)) snprintf(buf, len, "n/a");
-  else snprintf(buf, len, fmt, v);
+  if (isnan(v))
+    snprintf(buf, len, "n/a");
+  else
+    snprintf(buf, len, fmt, v);
 }
 
 void zppPerfPrintRow(FILE* f, const zppPerfRecord_t* r) {
   char inter[32];
   zppPerfFmtNum(inter, sizeof inter, "%.0f", r->wireInter);
   char wrong[24];
-  if (r->checked) snprintf(wrong, sizeof wrong, "%llu", (unsigned long long)r->wrong);
-  else snprintf(wrong, sizeof wrong, "n/a");
+  if (r->checked)
+    snprintf(wrong, sizeof wrong, "%llu", (unsigned long long)r->wrong);
+  else
+    snprintf(wrong, sizeof wrong, "n/a");
   char root[16];
   fprintf(f, "%12zu  %12zu  %8s  %6s  %5s  %10.2f  %8.3f  %8.3f  %7s  %13s", r->counts.bytes,
           r->counts.totalCount, zppPerfTypeName(r->dtype), zppPerfRedopLabel(r),
@@ -96,7 +102,8 @@ void zppPerfPrintRow(FILE* f, const zppPerfRecord_t* r) {
     char ratio[24];
     zppPerfFmtNum(ratio, sizeof ratio, "%.2f", r->base.ratio);
     fprintf(f, "  %10.2f  %8.3f  %7s", r->base.timeUs, r->base.busbw, ratio);
-    if (r->base.wrong > 0) fprintf(f, "  (%s: %llu wrong)", r->base.name, (unsigned long long)r->base.wrong);
+    if (r->base.wrong > 0)
+      fprintf(f, "  (%s: %llu wrong)", r->base.name, (unsigned long long)r->base.wrong);
   }
   fprintf(f, "\n");
 }
@@ -112,7 +119,7 @@ static int zppPerfSameSection(const zppPerfRecord_t* a, const zppPerfRecord_t* b
  * (compressed sections only) and against the baseline, both in effective
  * busbw. NAN when there is nothing to compare with. */
 typedef struct {
-  size_t at;        /* index of the section's largest row */
+  size_t at; /* index of the section's largest row */
   double vsPlain, vsBase;
 } zppPerfSpeedup_t;
 
@@ -195,18 +202,25 @@ void zppPerfPrintSummary(FILE* f, const zppPerfRecord_t* recs, size_t n) {
 static void zppPerfJsonString(FILE* f, const char* s) {
   fputc('"', f);
   for (const unsigned char* p = (const unsigned char*)(s ? s : ""); *p; p++) {
-    if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-    else if (*p == '\n') fputs("\\n", f);
-    else if (*p == '\t') fputs("\\t", f);
-    else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-    else fputc(*p, f);
+    if (*p == '"' || *p == '\\')
+      fprintf(f, "\\%c", *p);
+    else if (*p == '\n')
+      fputs("\\n", f);
+    else if (*p == '\t')
+      fputs("\\t", f);
+    else if (*p < 0x20)
+      fprintf(f, "\\u%04x", *p);
+    else
+      fputc(*p, f);
   }
   fputc('"', f);
 }
 
 static void zppPerfJsonNumber(FILE* f, double v) {
-  if (isfinite(v)) fprintf(f, "%.9g", v);
-  else fputs("null", f);
+  if (isfinite(v))
+    fprintf(f, "%.9g", v);
+  else
+    fputs("null", f);
 }
 
 static void zppPerfJsonKey(FILE* f, const char* key, int* first) {
@@ -228,11 +242,15 @@ static void zppPerfJsonRecord(FILE* f, const zppPerfRecord_t* r, const zppPerfRu
   zppPerfJsonKey(f, "dtype", &first);
   zppPerfJsonString(f, zppPerfTypeName(r->dtype));
   zppPerfJsonKey(f, "redop", &first);
-  if (zppPerfCollReduces(r->coll)) zppPerfJsonString(f, zppPerfRedOpName(r->redop));
-  else fputs("null", f);
+  if (zppPerfCollReduces(r->coll))
+    zppPerfJsonString(f, zppPerfRedOpName(r->redop));
+  else
+    fputs("null", f);
   zppPerfJsonKey(f, "root", &first);
-  if (r->coll == ZPP_PERF_BROADCAST) fprintf(f, "%d", r->root);
-  else fputs("null", f);
+  if (r->coll == ZPP_PERF_BROADCAST)
+    fprintf(f, "%d", r->root);
+  else
+    fputs("null", f);
   zppPerfJsonKey(f, "ranks", &first);
   fprintf(f, "%d", info->ranks);
   zppPerfJsonKey(f, "nodes", &first);
@@ -327,8 +345,9 @@ int zppPerfWriteJson(const char* path, const zppPerfRunInfo_t* info, const zppPe
   fprintf(f, ",\n    \"iters\": %d,\n    \"rounds\": %d,\n    \"warmup\": %d,\n    \"check\": %s,\n",
           info->iters, info->rounds, info->warmup, info->check ? "true" : "false");
   fprintf(f, "    \"time_statistic\": \"median over iterations of the slowest rank\",\n");
-  fprintf(f, "    \"units\": {\"time\": \"us\", \"bandwidth\": \"GB/s (1e9 bytes/s)\", "
-             "\"wire_bytes\": \"bytes per call, all ranks together\"},\n");
+  fprintf(f,
+          "    \"units\": {\"time\": \"us\", \"bandwidth\": \"GB/s (1e9 bytes/s)\", "
+          "\"wire_bytes\": \"bytes per call, all ranks together\"},\n");
   fprintf(f, "    \"command\": ");
   zppPerfJsonString(f, info->cmdline);
   fprintf(f, "\n  },\n  \"records\": [");
@@ -336,7 +355,8 @@ int zppPerfWriteJson(const char* path, const zppPerfRunInfo_t* info, const zppPe
     fputs(i ? ", " : "\n  ", f);
     zppPerfJsonRecord(f, &recs[i], info);
   }
-  fprintf(f, "\n  ],\n  \"summary\": {\n    \"rows\": %zu,\n    \"wrong\": %llu,\n    \"avg_busbw\": ", n,
+  fprintf(f,
+          "\n  ],\n  \"summary\": {\n    \"rows\": %zu,\n    \"wrong\": %llu,\n    \"avg_busbw\": ", n,
           (unsigned long long)wrong);
   zppPerfJsonNumber(f, n ? sum / (double)n : 0.0);
   fprintf(f, ",\n    \"speedups\": [");
@@ -354,8 +374,10 @@ int zppPerfWriteJson(const char* path, const zppPerfRunInfo_t* info, const zppPe
       fprintf(f, ", \"dtype\": ");
       zppPerfJsonString(f, zppPerfTypeName(r->dtype));
       fprintf(f, ", \"redop\": ");
-      if (zppPerfCollReduces(r->coll)) zppPerfJsonString(f, zppPerfRedOpName(r->redop));
-      else fputs("null", f);
+      if (zppPerfCollReduces(r->coll))
+        zppPerfJsonString(f, zppPerfRedOpName(r->redop));
+      else
+        fputs("null", f);
       fprintf(f, ", \"bytes\": %zu, \"vs_plain\": ", r->counts.bytes);
       zppPerfJsonNumber(f, sp.vsPlain);
       fprintf(f, ", \"vs_baseline\": ");

@@ -53,8 +53,8 @@
 
 void zppPerfLibError(const zppPerfEnv_t* env, const char* what, zppResult_t res) {
   const char* last = env->comm != NULL ? zppGetLastError(env->comm) : NULL;
-  fprintf(stderr, "zpp-perf: rank %d: %s failed: %s%s%s\n", env->rank, what,
-          zppGetErrorString(res), last && last[0] ? ": " : "", last && last[0] ? last : "");
+  fprintf(stderr, "zpp-perf: rank %d: %s failed: %s%s%s\n", env->rank, what, zppGetErrorString(res),
+          last && last[0] ? ": " : "", last && last[0] ? last : "");
 }
 
 /* Sum of a counter over every operation kind: a compressed mode that the
@@ -110,8 +110,8 @@ static void zppPerfProgress(zppPerfRunState_t* st, const zppPerfRecord_t* r) {
   if (!st->progress) return;
   char sz[32];
   zppPerfFormatSize(r->counts.bytes, sz, sizeof sz);
-  fprintf(stderr, "\r\033[Kzpp-perf: [%ld/%ld] %s %s %s %s ... %.0f s", st->rowsDone + 1,
-          st->rowsTotal, zppPerfCollName(r->coll), r->mode, zppPerfTypeName(r->dtype), sz,
+  fprintf(stderr, "\r\033[Kzpp-perf: [%ld/%ld] %s %s %s %s ... %.0f s", st->rowsDone + 1, st->rowsTotal,
+          zppPerfCollName(r->coll), r->mode, zppPerfTypeName(r->dtype), sz,
           zppClockNow() - st->startTime);
   fflush(stderr);
 }
@@ -134,8 +134,8 @@ static const zppPerfBaseOps_t zppPerfBaseMpi = {zppPerfMpiPrepare, zppPerfMpiTim
 static const zppPerfBaseOps_t zppPerfBaseNccl = {zppPerfNcclPrepare, zppPerfNcclTime,
                                                  zppPerfNcclFinish};
 
-void zppPerfBaseFill(const zppPerfBaseRow_t* row, const char* name, double* tmax, int n,
-                     double wrong, double maxError, zppPerfBaseResult_t* base) {
+void zppPerfBaseFill(const zppPerfBaseRow_t* row, const char* name, double* tmax, int n, double wrong,
+                     double maxError, zppPerfBaseResult_t* base) {
   const zppPerfCall_t* c = row->call;
   double med = zppPerfMedian(tmax, (size_t)n);
   memset(base, 0, sizeof *base);
@@ -191,13 +191,13 @@ static void zppPerfBaseCacheAdd(zppPerfRunState_t* st, const zppPerfCall_t* call
 
 /* Measures one row; on rank 0 fills rec. Returns zppSuccess or the error
  * (already reported). */
-static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mode,
-                                 zppPerfCall_t* call, zppPerfRecord_t* rec) {
+static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mode, zppPerfCall_t* call,
+                                 zppPerfRecord_t* rec) {
   const zppPerfArgs_t* a = st->args;
   zppPerfEnv_t* env = st->env;
   zppResult_t res = zppSuccess;
-  zppPerfCheckSpec_t spec = {call->coll, call->dtype, call->redop, call->nranks,
-                             call->rank, call->root, call->apiCount};
+  zppPerfCheckSpec_t spec = {call->coll, call->dtype, call->redop,   call->nranks,
+                             call->rank, call->root,  call->apiCount};
   double* times = NULL;
   double* maxIn = NULL;
   double* maxOut = NULL;
@@ -216,9 +216,8 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
 
   zppPerfFillSend(&spec, (void*)call->send, rec->counts.sendCount);
   const size_t tsize = zppTypeSize(call->dtype);
-  if (a->device &&
-      (res = zppPerfDeviceCopyChecked(env, (void*)call->runSend, call->send, rec->counts.sendCount * tsize, 1)) !=
-          zppSuccess)
+  if (a->device && (res = zppPerfDeviceCopyChecked(env, (void*)call->runSend, call->send,
+                                                   rec->counts.sendCount * tsize, 1)) != zppSuccess)
     return res;
   if (mode->setup != NULL) {
     if ((res = mode->setup(call)) != zppSuccess) {
@@ -231,18 +230,16 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   zppPerfCheckResult_t chk = {0, 0.0, 0.0, -1};
   if (a->check) {
     zppPerfFillSentinel(call->dtype, call->recv, rec->counts.recvCount);
-    if (a->device &&
-        (res = zppPerfDeviceCopyChecked(env, call->runRecv, call->recv, rec->counts.recvCount * tsize, 1)) !=
-            zppSuccess)
+    if (a->device && (res = zppPerfDeviceCopyChecked(env, call->runRecv, call->recv,
+                                                     rec->counts.recvCount * tsize, 1)) != zppSuccess)
       goto out;
     if ((res = mode->run(call)) != zppSuccess) {
       zppPerfLibError(env, zppPerfCollName(call->coll), res);
       goto out;
     }
-    if (a->device &&
-        ((res = zppPerfDeviceSyncChecked(env, call->stream)) != zppSuccess ||
-         (res = zppPerfDeviceCopyChecked(env, call->recv, call->runRecv, rec->counts.recvCount * tsize, 0)) !=
-             zppSuccess))
+    if (a->device && ((res = zppPerfDeviceSyncChecked(env, call->stream)) != zppSuccess ||
+                      (res = zppPerfDeviceCopyChecked(env, call->recv, call->runRecv,
+                                                      rec->counts.recvCount * tsize, 0)) != zppSuccess))
       goto out;
     zppPerfCodecBound_t cb;
     int exact = 1;
@@ -348,8 +345,8 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   /* A rank without counters sends -1, which survives the sum as < 0. */
   double sumIn[4] = {(double)chk.wrong, haveStats ? inter : -1e300, haveStats ? intra : -1e300, 0.0};
   double sumOut[4];
-  if ((res = zppAllReduce(maxIn, maxOut, (size_t)a->iters + 3, zppFloat64, zppMax, env->comm,
-                          NULL)) != zppSuccess ||
+  if ((res = zppAllReduce(maxIn, maxOut, (size_t)a->iters + 3, zppFloat64, zppMax, env->comm, NULL)) !=
+          zppSuccess ||
       (res = zppAllReduce(sumIn, sumOut, 4, zppFloat64, zppSum, env->comm, NULL)) != zppSuccess) {
     zppPerfLibError(env, "reducing the results (allreduce)", res);
     goto out;
@@ -422,7 +419,8 @@ static void* zppPerfAlloc(size_t count, zppDataType_t dtype) {
 
 zppResult_t zppPerfDeviceInit(const zppPerfEnv_t* env, void** stream) {
   char err[256];
-  if (zppPerfDeviceOpen(env->comm, env->topo.localRank, stream, err, sizeof err) == 0) return zppSuccess;
+  if (zppPerfDeviceOpen(env->comm, env->topo.localRank, stream, err, sizeof err) == 0)
+    return zppSuccess;
   fprintf(stderr, "zpp-perf: rank %d: --device: %s\n", env->rank, err);
   return zppInvalidUsage;
 }
@@ -483,10 +481,23 @@ static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t*
       continue;
     }
     int rotate = a->root == ZPP_PERF_ROOT_ROTATE;
-    zppPerfCall_t call = {env->comm,  env->rank, env->nranks, task->coll, dtype, redop,
-                          rotate ? 0 : a->root, rec.counts.apiCount, send, recv,
-                          a->device ? devSend : send, a->device ? devRecv : recv, st->stream,
-                          rec.bits, rec.block, NULL, rotate};
+    zppPerfCall_t call = {env->comm,
+                          env->rank,
+                          env->nranks,
+                          task->coll,
+                          dtype,
+                          redop,
+                          rotate ? 0 : a->root,
+                          rec.counts.apiCount,
+                          send,
+                          recv,
+                          a->device ? devSend : send,
+                          a->device ? devRecv : recv,
+                          st->stream,
+                          rec.bits,
+                          rec.block,
+                          NULL,
+                          rotate};
     if (env->rank == 0) zppPerfProgress(st, &rec);
     res = zppPerfRunRow(st, task->mode, &call, &rec);
     st->rowsDone++;

@@ -36,11 +36,16 @@ void zppPerfSvgPathFor(const char* jsonPath, char* out, size_t len) {
 
 static void zppPerfXml(FILE* f, const char* s) {
   for (; *s; s++) {
-    if (*s == '&') fputs("&amp;", f);
-    else if (*s == '<') fputs("&lt;", f);
-    else if (*s == '>') fputs("&gt;", f);
-    else if (*s == '"') fputs("&quot;", f);
-    else fputc(*s, f);
+    if (*s == '&')
+      fputs("&amp;", f);
+    else if (*s == '<')
+      fputs("&lt;", f);
+    else if (*s == '>')
+      fputs("&gt;", f);
+    else if (*s == '"')
+      fputs("&quot;", f);
+    else
+      fputc(*s, f);
   }
 }
 
@@ -98,9 +103,8 @@ static double zppPerfPy(const zppPerfAxes_t* ax, double bw) {
   return SVG_TOP + h - (l - ax->y0) / (ax->y1 - ax->y0) * h;
 }
 
-static const char* const zppPerfColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
-                                             "#9467bd", "#8c564b", "#e377c2", "#17becf",
-                                             "#7f7f7f", "#bcbd22"};
+static const char* const zppPerfColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                             "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
 
 /* One polyline with markers; base selects the baseline's numbers. */
 static void zppPerfSvgSeries(FILE* f, const zppPerfAxes_t* ax, const zppPerfRecord_t* r, size_t n,
@@ -114,7 +118,9 @@ static void zppPerfSvgSeries(FILE* f, const zppPerfAxes_t* ax, const zppPerfReco
   fprintf(f, "\"/>\n");
   for (size_t i = 0; i < n; i++) {
     double bw = base ? r[i].base.busbw : r[i].effBusbw;
-    fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%zu B: %.4g GB/s</title></circle>\n",
+    fprintf(f,
+            "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>%zu B: %.4g "
+            "GB/s</title></circle>\n",
             zppPerfPx(ax, (double)r[i].counts.bytes), zppPerfPy(ax, bw), base ? "white" : colour,
             r[i].counts.bytes, bw);
   }
@@ -157,16 +163,20 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
   if (ax.y1 - ax.y0 < 1) ax.y0 = ax.y1 - 1; /* at least a decade: small differences look small */
 
   fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-  fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-             "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
+  fprintf(f,
+          "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+          "viewBox=\"0 0 %d %d\" font-family=\"sans-serif\" font-size=\"12\">\n",
           SVG_W, ax.h, SVG_W, ax.h);
   fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
-  fprintf(f, "<text x=\"%d\" y=\"24\" font-size=\"15\" font-weight=\"bold\">zpp-perf: bus bandwidth, "
-             "%d rank%s on %d node%s (%s)</text>\n", SVG_LEFT, info->ranks, info->ranks == 1 ? "" : "s",
-          info->nodes, info->nodes == 1 ? "" : "s", info->layout);
+  fprintf(f,
+          "<text x=\"%d\" y=\"24\" font-size=\"15\" font-weight=\"bold\">zpp-perf: bus bandwidth, "
+          "%d rank%s on %d node%s (%s)</text>\n",
+          SVG_LEFT, info->ranks, info->ranks == 1 ? "" : "s", info->nodes, info->nodes == 1 ? "" : "s",
+          info->layout);
   fprintf(f, "<text x=\"%d\" y=\"42\" fill=\"#555\">", SVG_LEFT);
   zppPerfXml(f, info->host);
-  fprintf(f, ", %s; median of %d iterations; compressed modes: effective busbw; dashed: baseline</text>\n",
+  fprintf(f,
+          ", %s; median of %d iterations; compressed modes: effective busbw; dashed: baseline</text>\n",
           info->date, info->iters);
 
   int pw = SVG_W - SVG_LEFT - SVG_RIGHT, ph = ax.h - SVG_TOP - SVG_BOTTOM;
@@ -197,7 +207,9 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
     }
   fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">size (bytes, log scale)</text>\n",
           SVG_LEFT + pw / 2, ax.h - 24);
-  fprintf(f, "<text transform=\"translate(24,%d) rotate(-90)\" text-anchor=\"middle\">busbw (GB/s, log scale: equal heights, equal ratios)</text>\n",
+  fprintf(f,
+          "<text transform=\"translate(24,%d) rotate(-90)\" text-anchor=\"middle\">busbw (GB/s, log "
+          "scale: equal heights, equal ratios)</text>\n",
           SVG_TOP + ph / 2);
 
   int series = 0;
@@ -220,8 +232,10 @@ int zppPerfWriteSvg(const char* path, const zppPerfRunInfo_t* info, const zppPer
     ly += SVG_LEGEND_STEP;
     if (recs[i].base.present && zppPerfFirstBaseline(recs, i)) {
       zppPerfSvgSeries(f, &ax, &recs[i], j - i, 1, colour);
-      fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\" "
-                 "stroke-dasharray=\"6,4\"/>\n", lx, ly, lx + 24, ly, colour);
+      fprintf(f,
+              "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\" "
+              "stroke-dasharray=\"6,4\"/>\n",
+              lx, ly, lx + 24, ly, colour);
       fprintf(f, "<text x=\"%d\" y=\"%d\">", lx + 30, ly + 4);
       zppPerfXml(f, recs[i].base.name);
       fputc(' ', f);

@@ -7,9 +7,7 @@
 #include "names.h"
 #include "quant_kernels/zpp_half.h"
 
-int collTestIsSigned(zppDataType_t t) {
-  return t != zppUint8 && t != zppUint32 && t != zppUint64;
-}
+int collTestIsSigned(zppDataType_t t) { return t != zppUint8 && t != zppUint32 && t != zppUint64; }
 
 const char* collTestTypeName(zppDataType_t t) { return zppDtypeName(t); }
 
@@ -29,16 +27,52 @@ int64_t collTestValue(zppDataType_t t, zppRedOp_t op, int r, size_t i, int seed)
 
 void collTestEncode(zppDataType_t t, int64_t v, void* dst) {
   switch (t) {
-    case zppInt8: { int8_t x = (int8_t)v; memcpy(dst, &x, 1); break; }
-    case zppUint8: { uint8_t x = (uint8_t)v; memcpy(dst, &x, 1); break; }
-    case zppInt32: { int32_t x = (int32_t)v; memcpy(dst, &x, 4); break; }
-    case zppUint32: { uint32_t x = (uint32_t)v; memcpy(dst, &x, 4); break; }
+    case zppInt8: {
+      int8_t x = (int8_t)v;
+      memcpy(dst, &x, 1);
+      break;
+    }
+    case zppUint8: {
+      uint8_t x = (uint8_t)v;
+      memcpy(dst, &x, 1);
+      break;
+    }
+    case zppInt32: {
+      int32_t x = (int32_t)v;
+      memcpy(dst, &x, 4);
+      break;
+    }
+    case zppUint32: {
+      uint32_t x = (uint32_t)v;
+      memcpy(dst, &x, 4);
+      break;
+    }
     case zppInt64: memcpy(dst, &v, 8); break;
-    case zppUint64: { uint64_t x = (uint64_t)v; memcpy(dst, &x, 8); break; }
-    case zppFloat16: { uint16_t x = zppFloatToHalf((float)v); memcpy(dst, &x, 2); break; }
-    case zppFloat32: { float x = (float)v; memcpy(dst, &x, 4); break; }
-    case zppFloat64: { double x = (double)v; memcpy(dst, &x, 8); break; }
-    case zppBfloat16: { uint16_t x = zppFloatToBf16((float)v); memcpy(dst, &x, 2); break; }
+    case zppUint64: {
+      uint64_t x = (uint64_t)v;
+      memcpy(dst, &x, 8);
+      break;
+    }
+    case zppFloat16: {
+      uint16_t x = zppFloatToHalf((float)v);
+      memcpy(dst, &x, 2);
+      break;
+    }
+    case zppFloat32: {
+      float x = (float)v;
+      memcpy(dst, &x, 4);
+      break;
+    }
+    case zppFloat64: {
+      double x = (double)v;
+      memcpy(dst, &x, 8);
+      break;
+    }
+    case zppBfloat16: {
+      uint16_t x = zppFloatToBf16((float)v);
+      memcpy(dst, &x, 2);
+      break;
+    }
     default: break;
   }
 }
@@ -60,10 +94,26 @@ void collTestExpect(zppDataType_t t, zppRedOp_t op, int n, size_t i, int seed, v
   }
   /* The division as the library does it: once, at the end, in the type. */
   switch (t) {
-    case zppFloat16: { uint16_t x = zppFloatToHalf((float)acc / (float)n); memcpy(dst, &x, 2); break; }
-    case zppBfloat16: { uint16_t x = zppFloatToBf16((float)acc / (float)n); memcpy(dst, &x, 2); break; }
-    case zppFloat32: { float x = (float)acc / (float)n; memcpy(dst, &x, 4); break; }
-    case zppFloat64: { double x = (double)acc / (double)n; memcpy(dst, &x, 8); break; }
+    case zppFloat16: {
+      uint16_t x = zppFloatToHalf((float)acc / (float)n);
+      memcpy(dst, &x, 2);
+      break;
+    }
+    case zppBfloat16: {
+      uint16_t x = zppFloatToBf16((float)acc / (float)n);
+      memcpy(dst, &x, 2);
+      break;
+    }
+    case zppFloat32: {
+      float x = (float)acc / (float)n;
+      memcpy(dst, &x, 4);
+      break;
+    }
+    case zppFloat64: {
+      double x = (double)acc / (double)n;
+      memcpy(dst, &x, 8);
+      break;
+    }
     default: collTestEncode(t, acc / n, dst); break; /* C truncation, like the library */
   }
 }

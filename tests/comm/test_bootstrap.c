@@ -27,7 +27,6 @@ static void sleepSec(double s) {
   nanosleep(&ts, NULL);
 }
 
-
 static unsigned char tag(int rank, size_t i, int salt) {
   return (unsigned char)(rank * 131 + (int)(i * 7) + salt * 17 + (int)(i >> 8));
 }
@@ -111,8 +110,7 @@ static int secretBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     CHECK_EQ_INT(res, zppInvalidUsage);
     CHECK(bs == NULL);
     CHECK_MSG(dt < 5.0, "refusal took %.2f s", dt);
-    CHECK_MSG(strstr(zppLogLastError(), "wrong secret") != NULL, "last error: %s",
-              zppLogLastError());
+    CHECK_MSG(strstr(zppLogLastError(), "wrong secret") != NULL, "last error: %s", zppLogLastError());
     sleepSec(1.0);
     close(silent);
     return zppTestRankResult();
@@ -147,8 +145,8 @@ static void unreachable(const char* host, int port, double timeout, double grace
   double dt = zppClockNow() - t0;
   CHECK_EQ_INT(res, zppRemoteError);
   CHECK(bs == NULL);
-  CHECK_MSG(dt >= timeout - 0.1 && dt < timeout + grace + 3.0, "%s:%d: error after %.2f s, timeout %.1f",
-            host, port, dt, timeout);
+  CHECK_MSG(dt >= timeout - 0.1 && dt < timeout + grace + 3.0,
+            "%s:%d: error after %.2f s, timeout %.1f", host, port, dt, timeout);
   char where[64];
   snprintf(where, sizeof(where), "%s:%d", host, port);
   CHECK_MSG(strstr(zppLogLastError(), where) != NULL, "the error does not name %s: %s", where,
@@ -207,8 +205,7 @@ static int missingBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   double dt = zppClockNow() - t0;
   CHECK_EQ_INT(res, zppRemoteError);
   CHECK_MSG(dt >= timeout - 0.5 && dt < timeout + 4.0, "rank %d: error after %.2f s", rank, dt);
-  CHECK_MSG(strstr(zppLogLastError(), "missing: 2") != NULL, "rank %d: %s", rank,
-            zppLogLastError());
+  CHECK_MSG(strstr(zppLogLastError(), "missing: 2") != NULL, "rank %d: %s", rank, zppLogLastError());
   return zppTestRankResult();
 }
 

@@ -81,9 +81,11 @@ static double timeAllReduces(int rank, int nranks, const zppUniqueId* id, int it
   zppComm_t comm;
   REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
   float v[2] = {1.0f, 2.0f};
-  for (int i = 0; i < 200; i++) REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
+  for (int i = 0; i < 200; i++)
+    REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
   double t0 = zppClockNow();
-  for (int i = 0; i < iters; i++) REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
+  for (int i = 0; i < iters; i++)
+    REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
   double t = (zppClockNow() - t0) / iters;
   CHECK(v[0] == 1.0f && v[1] == 2.0f);
   REQUIRE(zppCommDestroy(comm) == zppSuccess);
@@ -133,9 +135,10 @@ static int sharedCore(void) {
   REQUIRE(off > 0 && on > 0);
   /* A fixed 20 us window costs about twice the window per all-reduce here
    * (each rank polls it out before the other may run): 10x or more. */
-  printf("shared_core: 8-byte all-reduce, 2 ranks on one core: %.2f us with a 20 us window, %.2f us "
-         "without; ratio %.2f (must stay below 2)\n",
-         on * 1e6, off * 1e6, on / off);
+  printf(
+      "shared_core: 8-byte all-reduce, 2 ranks on one core: %.2f us with a 20 us window, %.2f us "
+      "without; ratio %.2f (must stay below 2)\n",
+      on * 1e6, off * 1e6, on / off);
   CHECK_MSG(on < 2.0 * off, "the busy-poll window did not adapt: %.2f us against %.2f us", on * 1e6,
             off * 1e6);
   return zppTestFailures ? 1 : 0;
@@ -155,18 +158,21 @@ static int leaveCoreBody(int rank, int nranks, const zppUniqueId* id, void* arg)
   CPU_SET(0, &one);
   REQUIRE(sched_setaffinity(0, sizeof(one), &one) == 0);
   float v[2] = {1.0f, 2.0f};
-  for (int i = 0; i < 2000; i++) REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
+  for (int i = 0; i < 2000; i++)
+    REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
   REQUIRE(sched_setaffinity(0, sizeof(all), &all) == 0);
   double t0 = zppClockNow();
-  for (int i = 0; i < 5000; i++) REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
+  for (int i = 0; i < 5000; i++)
+    REQUIRE(zppAllReduce(v, v, 2, zppFloat32, zppMax, comm, NULL) == zppSuccess);
   double t = (zppClockNow() - t0) / 5000;
   int cpus[2] = {-1, -1};
   int mine = sched_getcpu();
   REQUIRE(zppAllGather(&mine, cpus, 1, zppInt32, comm, NULL) == zppSuccess);
   if (rank == 0)
-    printf("leave_core: after 5000 8-byte all-reduces (%.2f us each) rank 0 runs on cpu %d, rank 1 on "
-           "cpu %d\n",
-           t * 1e6, cpus[0], cpus[1]);
+    printf(
+        "leave_core: after 5000 8-byte all-reduces (%.2f us each) rank 0 runs on cpu %d, rank 1 on "
+        "cpu %d\n",
+        t * 1e6, cpus[0], cpus[1]);
   CHECK_MSG(cpus[0] != cpus[1], "both ranks still share cpu %d", cpus[0]);
   REQUIRE(zppCommDestroy(comm) == zppSuccess);
   return zppTestFailures ? 1 : 0;

@@ -17,8 +17,8 @@
 #include "testutil.h"
 #include "perf/common/launch.h"
 
-static const zppDataType_t allTypes[] = {zppInt8,    zppUint8,   zppInt32,   zppUint32, zppInt64,
-                                         zppUint64,  zppFloat16, zppFloat32, zppFloat64, zppBfloat16};
+static const zppDataType_t allTypes[] = {zppInt8,   zppUint8,   zppInt32,   zppUint32,  zppInt64,
+                                         zppUint64, zppFloat16, zppFloat32, zppFloat64, zppBfloat16};
 #define NTYPES (sizeof(allTypes) / sizeof(allTypes[0]))
 
 static int seedCounter = 1;
@@ -79,8 +79,8 @@ static void testReduceScatter(zppComm_t comm, int rank, int n, zppDataType_t t, 
   free(want);
 }
 
-static void testAllReduce(zppComm_t comm, int rank, int n, zppDataType_t t, zppRedOp_t op,
-                          size_t count, int inPlace) {
+static void testAllReduce(zppComm_t comm, int rank, int n, zppDataType_t t, zppRedOp_t op, size_t count,
+                          int inPlace) {
   size_t ts = zppTypeSize(t), bytes = count * ts;
   int seed = seedCounter++;
   char* send = malloc(bytes + 1);
@@ -91,8 +91,8 @@ static void testAllReduce(zppComm_t comm, int rank, int n, zppDataType_t t, zppR
   if (!inPlace) memset(recv, 0x5a, bytes);
   for (size_t i = 0; i < count; i++) collTestExpect(t, op, n, i, seed, want + i * ts);
   zppResult_t res = zppAllReduce(send, recv, count, t, op, comm, NULL);
-  CHECK_MSG(res == zppSuccess, "allreduce %s %s count %zu: %s", collTestTypeName(t),
-            collTestOpName(op), count, zppGetErrorString(res));
+  CHECK_MSG(res == zppSuccess, "allreduce %s %s count %zu: %s", collTestTypeName(t), collTestOpName(op),
+            count, zppGetErrorString(res));
   char what[64];
   snprintf(what, sizeof(what), "allreduce %s%s", collTestOpName(op), inPlace ? " in place" : "");
   expectRange(what, t, recv, count, want);

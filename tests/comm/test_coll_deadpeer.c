@@ -37,9 +37,9 @@ typedef struct {
   volatile int result[NRANKS];
   volatile double errorAt[NRANKS]; /* zppClockNow() when the call returned its error */
   volatile int calls[NRANKS];
-  volatile double faultAt;         /* when the victim was killed or stopped */
+  volatile double faultAt; /* when the victim was killed or stopped */
   volatile double resumedAt;
-  volatile int survivorsGone;      /* survivors that destroyed their communicator */
+  volatile int survivorsGone; /* survivors that destroyed their communicator */
   volatile int victimPid;
   volatile int victimLooping;
   char reason[NRANKS][200];
@@ -47,7 +47,7 @@ typedef struct {
 static shared_t* sh;
 
 typedef struct {
-  int stop;        /* 0: SIGKILL, 1: SIGSTOP then SIGCONT */
+  int stop; /* 0: SIGKILL, 1: SIGSTOP then SIGCONT */
   size_t bytes;
   double delaySec; /* after the victim's first call */
   int timeoutSec;
@@ -149,7 +149,8 @@ static int runTrial(const trial_t* t, const char* layout, int trial, double* wor
   zppLaunch(&o, body, (void*)t);
   if (getenv("DEADPEER_VERBOSE"))
     printf("  trial %d: %.2f s; fault at +%.2f, resumed at +%.2f, victim's error at +%.2f\n", trial,
-           zppClockNow() - start, sh->faultAt - start, sh->resumedAt - start, sh->errorAt[VICTIM] - start);
+           zppClockNow() - start, sh->faultAt - start, sh->resumedAt - start,
+           sh->errorAt[VICTIM] - start);
   int bad = 0, named = 0;
   for (int r = 0; r < NRANKS; r++) {
     /* A survivor may name the rank it waited for, itself waiting for the
@@ -170,8 +171,8 @@ static int runTrial(const trial_t* t, const char* layout, int trial, double* wor
     double bound = r == VICTIM ? 5.0 : t->timeoutSec + 4.0;
     if (ok && since > bound) ok = 0;
     if (!ok) {
-      printf("  trial %d: %s %d: status %d result %d after %.2f s (bound %.1f) calls %d: %s\n",
-             trial, what, r, status[r], sh->result[r], since, bound, sh->calls[r], sh->reason[r]);
+      printf("  trial %d: %s %d: status %d result %d after %.2f s (bound %.1f) calls %d: %s\n", trial,
+             what, r, status[r], sh->result[r], since, bound, sh->calls[r], sh->reason[r]);
       bad = 1;
     } else if (r != VICTIM && since > *worst) {
       *worst = since;
@@ -214,9 +215,10 @@ int main(int argc, char** argv) {
     t.delaySec = span * (double)rand() / RAND_MAX;
     failed += runTrial(&t, layout, i, &worst);
   }
-  printf("%s %zu bytes layout %s: %d of %d trials failed; survivors' slowest error %.2f s after "
-         "the fault (timeout %d s); %.1f s in all (seed %u)\n",
-         argv[1], t.bytes, layout, failed, trials, worst, t.timeoutSec, zppClockNow() - t0, seed);
+  printf(
+      "%s %zu bytes layout %s: %d of %d trials failed; survivors' slowest error %.2f s after "
+      "the fault (timeout %d s); %.1f s in all (seed %u)\n",
+      argv[1], t.bytes, layout, failed, trials, worst, t.timeoutSec, zppClockNow() - t0, seed);
   CHECK_MSG(failed == 0, "%d of %d trials failed", failed, trials);
   return zppTestExit(argv[1]);
 }

@@ -26,7 +26,8 @@ static int* sharedDevices; /* device count seen by rank 0 of the first run */
 
 #define CU(call) REQUIRE((call) == cudaSuccess)
 
-static int checkDevice(const void* dev, zppDataType_t t, size_t count, const void* want, const char* what) {
+static int checkDevice(const void* dev, zppDataType_t t, size_t count, const void* want,
+                       const char* what) {
   size_t bytes = count * zppTypeSize(t);
   char* host = malloc(bytes + 1);
   REQUIRE(host);
@@ -74,7 +75,8 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
     for (int op = 0; op < zppNumOps; op++) {
       collTestFill(t, (zppRedOp_t)op, rank, 0, count * (size_t)nranks, op + 1, hsend);
       CU(cudaMemcpy(dsend, hsend, bytes * (size_t)nranks, cudaMemcpyHostToDevice));
-      for (size_t i = 0; i < count; i++) collTestExpect(t, (zppRedOp_t)op, nranks, i, op + 1, want + i * ts);
+      for (size_t i = 0; i < count; i++)
+        collTestExpect(t, (zppRedOp_t)op, nranks, i, op + 1, want + i * ts);
       CHECK(zppAllReduce(dsend, drecv, count, t, (zppRedOp_t)op, comm, stream) == zppSuccess);
       CU(cudaStreamSynchronize(stream));
       checkDevice(drecv, t, count, want, "allreduce");
@@ -96,7 +98,8 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
     checkDevice(drecv, t, count, want, "broadcast");
     collTestFill(t, zppSum, rank, 0, count * (size_t)nranks, 11, hsend);
     CU(cudaMemcpy(dsend, hsend, bytes * (size_t)nranks, cudaMemcpyHostToDevice));
-    for (int p = 0; p < nranks; p++) collTestFill(t, zppSum, p, (size_t)rank * count, count, 11, want + (size_t)p * bytes);
+    for (int p = 0; p < nranks; p++)
+      collTestFill(t, zppSum, p, (size_t)rank * count, count, 11, want + (size_t)p * bytes);
     CHECK(zppAllToAll(dsend, drecv, count, t, comm, stream) == zppSuccess);
     CU(cudaStreamSynchronize(stream));
     checkDevice(drecv, t, count * (size_t)nranks, want, "alltoall");
@@ -129,7 +132,9 @@ static int run(int nranks, int shareGpu) {
   o.timeoutSec = 300;
   int rc = zppLaunch(&o, body, &shareGpu);
   printf("%d rank(s)%s: %s\n", nranks, shareGpu ? " on one GPU" : "",
-         rc == 0 ? "passed" : rc == ZPP_TEST_SKIP ? "skipped (no CUDA device)" : "FAILED");
+         rc == 0               ? "passed"
+         : rc == ZPP_TEST_SKIP ? "skipped (no CUDA device)"
+                               : "FAILED");
   return rc;
 }
 
@@ -140,7 +145,9 @@ int main(void) {
   int rc = run(1, 0);
   if (rc != 0) return rc;
   int ndev = *sharedDevices;
-  if (ndev >= 2) rc |= run(ndev < 4 ? ndev : 4, 0);
-  else rc |= run(2, 1);
+  if (ndev >= 2)
+    rc |= run(ndev < 4 ? ndev : 4, 0);
+  else
+    rc |= run(2, 1);
   return rc;
 }

@@ -43,14 +43,16 @@ static int crossing(zppComm_t comm, double rateMbit) {
   double t = zppClockNow() - t0;
   long bad = 0;
   for (int r = 0; r < nranks; r++)
-    for (size_t i = 0; i < count; i++) bad += out[(size_t)r * count + i] != (float)(r * 3 + (int)(i % 7));
+    for (size_t i = 0; i < count; i++)
+      bad += out[(size_t)r * count + i] != (float)(r * 3 + (int)(i % 7));
   CHECK_EQ_INT(bad, 0);
   /* Each node must take in the data of every rank of the other nodes over
    * its own link. */
   double bytesIn = (double)(nranks - topo.localSize) * (double)count * sizeof(float);
   double minT = bytesIn * 8.0 / (rateMbit * 1e6);
-  printf("rank %d: all-gather of %zu MiB per rank in %.3f s; the %.0f Mbit/s link allows %.3f s at best\n",
-         rank, count * sizeof(float) >> 20, t, rateMbit, minT);
+  printf(
+      "rank %d: all-gather of %zu MiB per rank in %.3f s; the %.0f Mbit/s link allows %.3f s at best\n",
+      rank, count * sizeof(float) >> 20, t, rateMbit, minT);
   CHECK_MSG(t >= 0.9 * minT, "faster than the shaped link: traffic bypassed it");
   for (int p = 0; p < nranks; p++) {
     if (p == rank) continue;

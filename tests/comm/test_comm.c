@@ -176,8 +176,7 @@ static void testArgs(void) {
   CHECK_EQ_INT(zppCommInitRank(&comm, 0, id, 0), zppInvalidArgument);
   CHECK_EQ_INT(zppCommInitRank(&comm, 2, id, -1), zppInvalidArgument);
   CHECK_EQ_INT(zppCommInitRank(&comm, 2, id, 2), zppInvalidArgument);
-  CHECK_MSG(strstr(zppGetLastError(NULL), "rank 2 out of range") != NULL, "%s",
-            zppGetLastError(NULL));
+  CHECK_MSG(strstr(zppGetLastError(NULL), "rank 2 out of range") != NULL, "%s", zppGetLastError(NULL));
   CHECK_EQ_INT(zppCommInitRank(&comm, 1, id, 0), zppInvalidArgument); /* not an id */
 
   zppConfig_t c = ZPP_CONFIG_INITIALIZER;
@@ -222,8 +221,10 @@ static void testArgs(void) {
   unsetenv("ZPP_HOSTID");
   /* Collective settings are checked when the communicator is made, naming
    * the variable: a bad ZPP_ALGO_BROADCAST once failed the first qgZ call. */
-  const char* bad[][2] = {{"ZPP_ALGO_BROADCAST", "tree"}, {"ZPP_ALGO_ALLREDUCE", "bruck"},
-                          {"ZPP_ALLGATHER_SMALL_BYTES", "big"}, {"ZPP_PIPELINE_DEPTH", "0"}};
+  const char* bad[][2] = {{"ZPP_ALGO_BROADCAST", "tree"},
+                          {"ZPP_ALGO_ALLREDUCE", "bruck"},
+                          {"ZPP_ALLGATHER_SMALL_BYTES", "big"},
+                          {"ZPP_PIPELINE_DEPTH", "0"}};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     setenv(bad[i][0], bad[i][1], 1);
     CHECK_EQ_INT(zppCommInitRank(&comm, 1, id, 0), zppInvalidArgument);
@@ -330,8 +331,7 @@ static int rootTimeoutBody(int rank, int nranks, const zppUniqueId* id, void* ar
   cfg.timeoutSec = 10;
   zppComm_t comm;
   zppResult_t res = zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg);
-  CHECK_MSG(res == zppSuccess, "rank %d: init returned %d: %s", rank, (int)res,
-            zppGetLastError(NULL));
+  CHECK_MSG(res == zppSuccess, "rank %d: init returned %d: %s", rank, (int)res, zppGetLastError(NULL));
   if (res == zppSuccess) zppCommDestroy(comm);
   return zppTestRankResult();
 }

@@ -38,8 +38,8 @@ static void checkComm(zppComm_t comm, int rank, int nranks, int localRank, int l
   CHECK(zppCommUserRank(comm, &r) == zppSuccess && r == rank);
   zppTopology_t t;
   REQUIRE(zppCommTopology(comm, &t) == zppSuccess);
-  CHECK_MSG(t.localRank == localRank && t.localSize == localSize,
-            "rank %d: local %d/%d, want %d/%d", rank, t.localRank, t.localSize, localRank, localSize);
+  CHECK_MSG(t.localRank == localRank && t.localSize == localSize, "rank %d: local %d/%d, want %d/%d",
+            rank, t.localRank, t.localSize, localRank, localSize);
   int* all = calloc((size_t)nranks, sizeof(int));
   all[rank] = 1000 + rank;
   CHECK(zppBootstrapAllGather(comm->bootstrap, all, sizeof(int)) == zppSuccess);
@@ -141,8 +141,8 @@ static int portFree(int port) {
 /* What srun gives a task of `srun -N 2 -n 4` (block), with node names of
  * which only the first must resolve: task 0's, where the root is. */
 static void slurmEnv(int rank, int nranks, void* arg) {
-  static const char* const clear[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
-                                      "MASTER_PORT", "ZPP_ROOT", "ZPP_HOSTID", NULL};
+  static const char* const clear[] = {"RANK",        "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                      "MASTER_PORT", "ZPP_ROOT",   "ZPP_HOSTID", NULL};
   for (const char* const* v = clear; *v; v++) unsetenv(*v);
   char v[64];
   snprintf(v, sizeof(v), "%d", rank);
@@ -163,8 +163,7 @@ static int slurmBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   REQUIRE(zppCommInitFromEnv(&comm, NULL) == zppSuccess);
   /* Two nodes of two from SLURMD_NODENAME alone: one host name here. */
   checkComm(comm, rank, nranks, rank % 2, 2);
-  CHECK_MSG(strcmp(comm->hostId, rank < 2 ? "127.0.0.1" : "zppnode2") == 0, "host id %s",
-            comm->hostId);
+  CHECK_MSG(strcmp(comm->hostId, rank < 2 ? "127.0.0.1" : "zppnode2") == 0, "host id %s", comm->hostId);
   zppCommDestroy(comm);
   return zppTestRankResult();
 }
@@ -265,13 +264,28 @@ static void testUnauthenticated(void) {
 
 /* ---- missing or garbled variables: an error naming the variable ------- */
 
-static const char* allVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
-                                "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "ZPP_ROOT",
-                                "ZPP_SECRET", "ZPP_MASTER_PORT_OFFSET",
-                                "ZPP_UNAUTHENTICATED_RENDEZVOUS", "SLURM_PROCID", "SLURM_NTASKS",
-                                "SLURM_LOCALID", "SLURM_STEP_ID", "SLURM_JOB_ID",
-                                "SLURM_STEP_NODELIST", "SLURM_DISTRIBUTION", "SLURMD_NODENAME",
+static const char* allVars[] = {"RANK",
+                                "WORLD_SIZE",
+                                "LOCAL_RANK",
+                                "MASTER_ADDR",
+                                "MASTER_PORT",
+                                "OMPI_COMM_WORLD_RANK",
+                                "OMPI_COMM_WORLD_SIZE",
+                                "OMPI_COMM_WORLD_LOCAL_RANK",
+                                "PMI_RANK",
+                                "PMI_SIZE",
+                                "ZPP_ROOT",
+                                "ZPP_SECRET",
+                                "ZPP_MASTER_PORT_OFFSET",
+                                "ZPP_UNAUTHENTICATED_RENDEZVOUS",
+                                "SLURM_PROCID",
+                                "SLURM_NTASKS",
+                                "SLURM_LOCALID",
+                                "SLURM_STEP_ID",
+                                "SLURM_JOB_ID",
+                                "SLURM_STEP_NODELIST",
+                                "SLURM_DISTRIBUTION",
+                                "SLURMD_NODENAME",
                                 NULL};
 
 static void expectEnvError(const char* settings, const char* named) {
@@ -312,25 +326,34 @@ static void testBadEnv(void) {
   /* No secret: refused (one derived from the address, port and job id is
    * computable by anyone who can reach the root), unless accepted. */
   expectEnvError("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29400", "ZPP_SECRET");
-  expectEnvError("RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29400 "
-                 "ZPP_UNAUTHENTICATED_RENDEZVOUS=0", "ZPP_UNAUTHENTICATED_RENDEZVOUS=1");
+  expectEnvError(
+      "RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29400 "
+      "ZPP_UNAUTHENTICATED_RENDEZVOUS=0",
+      "ZPP_UNAUTHENTICATED_RENDEZVOUS=1");
   /* srun: bad or missing variables, the batch script that is no task. */
   expectEnvError("SLURM_PROCID=0 SLURM_NTASKS=4 SLURM_JOB_ID=7", "SLURM_STEP_ID");
   expectEnvError("SLURM_PROCID=z SLURM_NTASKS=4 SLURM_STEP_ID=0", "SLURM_PROCID='z'");
   expectEnvError("SLURM_PROCID=1 SLURM_STEP_ID=0", "SLURM_NTASKS");
-  expectEnvError("SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7",
-                 "SLURM_STEP_NODELIST");
-  expectEnvError("SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7 "
-                 "SLURM_STEP_NODELIST=n[01-", "SLURM_STEP_NODELIST='n[01-'");
+  expectEnvError("SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7", "SLURM_STEP_NODELIST");
+  expectEnvError(
+      "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7 "
+      "SLURM_STEP_NODELIST=n[01-",
+      "SLURM_STEP_NODELIST='n[01-'");
   expectEnvError("SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_STEP_NODELIST=n1",
                  "SLURM_JOB_ID");
-  expectEnvError("SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7 "
-                 "SLURM_STEP_NODELIST=n[1-2] SLURMD_NODENAME=n2", "SLURMD_NODENAME");
-  expectEnvError("SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7 "
-                 "SLURM_STEP_NODELIST=n[1-2] SLURM_DISTRIBUTION=arbitrary", "SLURM_DISTRIBUTION");
+  expectEnvError(
+      "SLURM_PROCID=0 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7 "
+      "SLURM_STEP_NODELIST=n[1-2] SLURMD_NODENAME=n2",
+      "SLURMD_NODENAME");
+  expectEnvError(
+      "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7 "
+      "SLURM_STEP_NODELIST=n[1-2] SLURM_DISTRIBUTION=arbitrary",
+      "SLURM_DISTRIBUTION");
   /* Slurm hands out no secret either. */
-  expectEnvError("SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7 "
-                 "SLURM_STEP_NODELIST=n[1-2]", "ZPP_SECRET");
+  expectEnvError(
+      "SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_STEP_ID=0 SLURM_JOB_ID=7 "
+      "SLURM_STEP_NODELIST=n[1-2]",
+      "ZPP_SECRET");
   for (const char** v = allVars; *v; v++) unsetenv(*v);
   CHECK_EQ_INT(zppCommInitFromEnv(NULL, NULL), zppInvalidArgument);
 }

@@ -80,8 +80,8 @@ static int driverMain(const char* self) {
   /* Containers run tests as root; OpenMPI refuses that unless told. */
   setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
   setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
-  char* argv[] = {ZPP_MPIRUN, "-np", "3", "--oversubscribe", "-x", "MASTER_ADDR", "-x", "MASTER_PORT",
-                  "-x", "ZPP_TIMEOUT", (char*)self, NULL};
+  char* argv[] = {ZPP_MPIRUN, "-np",         "3",  "--oversubscribe", "-x",        "MASTER_ADDR",
+                  "-x",       "MASTER_PORT", "-x", "ZPP_TIMEOUT",     (char*)self, NULL};
   fflush(stdout);
   pid_t pid = fork();
   REQUIRE(pid >= 0);

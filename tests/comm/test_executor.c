@@ -58,7 +58,8 @@ static void testOrder(struct zppComm* comm) {
   REQUIRE(zppExecutorCreate(comm, &e) == zppSuccess);
   REQUIRE(zppHostStreamCreate(&s) == zppSuccess);
   atomic_store(&nRan, 0);
-  for (int i = 0; i < 10; i++) CHECK(zppExecutorSubmit(e, recordJob, NULL, &i, sizeof i, s) == zppSuccess);
+  for (int i = 0; i < 10; i++)
+    CHECK(zppExecutorSubmit(e, recordJob, NULL, &i, sizeof i, s) == zppSuccess);
   CHECK(zppHostStreamSynchronize(s) == zppSuccess);
   CHECK_EQ_INT(atomic_load(&nRan), 10);
   for (int i = 0; i < 10; i++) CHECK_EQ_INT(atomic_load(&order[i]), i);

@@ -11,12 +11,28 @@
 #include "core/launcher_env.h"
 #include "testutil.h"
 
-static const char* allVars[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID",
-    "ZPP_ROOT", "ZPP_MASTER_PORT_OFFSET", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-    "SLURM_STEP_ID", "SLURM_JOB_ID", "SLURM_STEP_NODELIST", "SLURM_DISTRIBUTION", "SLURMD_NODENAME",
-    NULL};
+static const char* allVars[] = {"RANK",
+                                "WORLD_SIZE",
+                                "LOCAL_RANK",
+                                "MASTER_ADDR",
+                                "MASTER_PORT",
+                                "OMPI_COMM_WORLD_RANK",
+                                "OMPI_COMM_WORLD_SIZE",
+                                "OMPI_COMM_WORLD_LOCAL_RANK",
+                                "PMI_RANK",
+                                "PMI_SIZE",
+                                "MPI_LOCALRANKID",
+                                "ZPP_ROOT",
+                                "ZPP_MASTER_PORT_OFFSET",
+                                "SLURM_PROCID",
+                                "SLURM_NTASKS",
+                                "SLURM_LOCALID",
+                                "SLURM_STEP_ID",
+                                "SLURM_JOB_ID",
+                                "SLURM_STEP_NODELIST",
+                                "SLURM_DISTRIBUTION",
+                                "SLURMD_NODENAME",
+                                NULL};
 
 /* Replaces every launcher variable with "NAME=value ..." */
 static void setEnv(const char* settings) {
@@ -35,10 +51,14 @@ static void testHostList(void) {
   static const struct {
     const char *list, *first;
   } good[] = {
-      {"node[01-04,07],gpu1", "node01"}, {"gpu1,node[2-3]", "gpu1"},
-      {"a", "a"},                        {"r[1-2]n[3-4]", "r1n3"},
-      {"127.0.0.[2-3]", "127.0.0.2"},    {"node[007]", "node007"},
-      {"n[5,1-3]", "n5"},                {"n[1-4]-ib", "n1-ib"},
+      {"node[01-04,07],gpu1", "node01"},
+      {"gpu1,node[2-3]", "gpu1"},
+      {"a", "a"},
+      {"r[1-2]n[3-4]", "r1n3"},
+      {"127.0.0.[2-3]", "127.0.0.2"},
+      {"node[007]", "node007"},
+      {"n[5,1-3]", "n5"},
+      {"n[1-4]-ib", "n1-ib"},
       {"host.example.com", "host.example.com"},
   };
   for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
@@ -47,8 +67,8 @@ static void testHostList(void) {
     CHECK_MSG(rc == 0 && strcmp(out, good[i].first) == 0, "'%s' -> %d '%s', want '%s'", good[i].list,
               rc, out, good[i].first);
   }
-  static const char* const bad[] = {"", ",node1", "node[", "node[]", "node[a-b]", "node[1-2",
-                                    "node]1", "node 1", "[-3]"};
+  static const char* const bad[] = {"",         ",node1", "node[",  "node[]", "node[a-b]",
+                                    "node[1-2", "node]1", "node 1", "[-3]"};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     char out[64];
     CHECK_MSG(zppSlurmFirstHost(bad[i], out, sizeof(out)) == -1, "'%s' was accepted", bad[i]);
@@ -85,8 +105,9 @@ static int readEnv(const char* settings, zppLauncherEnv_t* e, char* err, size_t 
   return zppLauncherEnvRead(e, err, len);
 }
 
-static const char* srunVars = "SLURM_PROCID=3 SLURM_NTASKS=4 SLURM_LOCALID=1 SLURM_STEP_ID=0 "
-                              "SLURM_JOB_ID=77 SLURM_STEP_NODELIST=n[1-2]";
+static const char* srunVars =
+    "SLURM_PROCID=3 SLURM_NTASKS=4 SLURM_LOCALID=1 SLURM_STEP_ID=0 "
+    "SLURM_JOB_ID=77 SLURM_STEP_NODELIST=n[1-2]";
 
 static void testPrecedence(void) {
   zppLauncherEnv_t e;

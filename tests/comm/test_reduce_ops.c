@@ -21,8 +21,14 @@ __attribute__((target("f16c"))) static uint16_t hwFloatToHalf(float f) {
 __attribute__((target("f16c"))) static float hwHalfToFloat(uint16_t h) { return _cvtsh_ss(h); }
 static int haveF16c(void) { return __builtin_cpu_supports("f16c"); }
 #else
-static uint16_t hwFloatToHalf(float f) { (void)f; return 0; }
-static float hwHalfToFloat(uint16_t h) { (void)h; return 0; }
+static uint16_t hwFloatToHalf(float f) {
+  (void)f;
+  return 0;
+}
+static float hwHalfToFloat(uint16_t h) {
+  (void)h;
+  return 0;
+}
 static int haveF16c(void) { return 0; }
 #endif
 
@@ -115,7 +121,7 @@ static void testBf16(void) {
 
 /* Every type and op on values whose results are exact, against int64. */
 static void testOps(void) {
-  const zppDataType_t types[] = {zppInt8,  zppUint8,   zppInt32,   zppUint32,  zppInt64,
+  const zppDataType_t types[] = {zppInt8,   zppUint8,   zppInt32,   zppUint32,  zppInt64,
                                  zppUint64, zppFloat16, zppFloat32, zppFloat64, zppBfloat16};
   enum { N = 37 }; /* odd: vector loops with a tail */
   for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
@@ -132,13 +138,40 @@ static void testOps(void) {
         for (int k = 0; k < 2; k++) {
           void* dst = (k ? b : a) + (size_t)i * ts;
           switch (t) {
-            case zppInt8: case zppUint8: { int8_t v = (int8_t)x[k]; memcpy(dst, &v, 1); break; }
-            case zppInt32: case zppUint32: { int32_t v = (int32_t)x[k]; memcpy(dst, &v, 4); break; }
-            case zppInt64: case zppUint64: memcpy(dst, &x[k], 8); break;
-            case zppFloat16: { uint16_t v = zppFloatToHalf((float)x[k]); memcpy(dst, &v, 2); break; }
-            case zppBfloat16: { uint16_t v = zppFloatToBf16((float)x[k]); memcpy(dst, &v, 2); break; }
-            case zppFloat32: { float v = (float)x[k]; memcpy(dst, &v, 4); break; }
-            default: { double v = (double)x[k]; memcpy(dst, &v, 8); break; }
+            case zppInt8:
+            case zppUint8: {
+              int8_t v = (int8_t)x[k];
+              memcpy(dst, &v, 1);
+              break;
+            }
+            case zppInt32:
+            case zppUint32: {
+              int32_t v = (int32_t)x[k];
+              memcpy(dst, &v, 4);
+              break;
+            }
+            case zppInt64:
+            case zppUint64: memcpy(dst, &x[k], 8); break;
+            case zppFloat16: {
+              uint16_t v = zppFloatToHalf((float)x[k]);
+              memcpy(dst, &v, 2);
+              break;
+            }
+            case zppBfloat16: {
+              uint16_t v = zppFloatToBf16((float)x[k]);
+              memcpy(dst, &v, 2);
+              break;
+            }
+            case zppFloat32: {
+              float v = (float)x[k];
+              memcpy(dst, &v, 4);
+              break;
+            }
+            default: {
+              double v = (double)x[k];
+              memcpy(dst, &v, 8);
+              break;
+            }
           }
         }
       }
@@ -157,16 +190,66 @@ static void testOps(void) {
         double got;
         const void* p = d + (size_t)i * ts;
         switch (t) {
-          case zppInt8: { int8_t v; memcpy(&v, p, 1); got = v; break; }
-          case zppUint8: { uint8_t v; memcpy(&v, p, 1); got = v; break; }
-          case zppInt32: { int32_t v; memcpy(&v, p, 4); got = v; break; }
-          case zppUint32: { uint32_t v; memcpy(&v, p, 4); got = v; break; }
-          case zppInt64: { int64_t v; memcpy(&v, p, 8); got = (double)v; break; }
-          case zppUint64: { uint64_t v; memcpy(&v, p, 8); got = (double)v; break; }
-          case zppFloat16: { uint16_t v; memcpy(&v, p, 2); got = zppHalfToFloat(v); break; }
-          case zppBfloat16: { uint16_t v; memcpy(&v, p, 2); got = zppBf16ToFloat(v); break; }
-          case zppFloat32: { float v; memcpy(&v, p, 4); got = v; break; }
-          default: { double v; memcpy(&v, p, 8); got = v; break; }
+          case zppInt8: {
+            int8_t v;
+            memcpy(&v, p, 1);
+            got = v;
+            break;
+          }
+          case zppUint8: {
+            uint8_t v;
+            memcpy(&v, p, 1);
+            got = v;
+            break;
+          }
+          case zppInt32: {
+            int32_t v;
+            memcpy(&v, p, 4);
+            got = v;
+            break;
+          }
+          case zppUint32: {
+            uint32_t v;
+            memcpy(&v, p, 4);
+            got = v;
+            break;
+          }
+          case zppInt64: {
+            int64_t v;
+            memcpy(&v, p, 8);
+            got = (double)v;
+            break;
+          }
+          case zppUint64: {
+            uint64_t v;
+            memcpy(&v, p, 8);
+            got = (double)v;
+            break;
+          }
+          case zppFloat16: {
+            uint16_t v;
+            memcpy(&v, p, 2);
+            got = zppHalfToFloat(v);
+            break;
+          }
+          case zppBfloat16: {
+            uint16_t v;
+            memcpy(&v, p, 2);
+            got = zppBf16ToFloat(v);
+            break;
+          }
+          case zppFloat32: {
+            float v;
+            memcpy(&v, p, 4);
+            got = v;
+            break;
+          }
+          default: {
+            double v;
+            memcpy(&v, p, 8);
+            got = v;
+            break;
+          }
         }
         bad += got != (double)e;
       }

@@ -261,8 +261,8 @@ static void testRoot(int idle, int slow, int garbage, int nofile) {
   kill(jammer, SIGKILL);
   waitpid(jammer, NULL, 0);
   char what[160];
-  snprintf(what, sizeof(what), "root: %d idle, %d slow, %d garbage, nofile %d", idle, slow,
-           garbage, nofile);
+  snprintf(what, sizeof(what), "root: %d idle, %d slow, %d garbage, nofile %d", idle, slow, garbage,
+           nofile);
   checkStart(what, rc);
   /* The root thread is its process's only busy one: spinning showed as a
    * whole core. */
@@ -392,8 +392,7 @@ int main(int argc, char** argv) {
     int times = argc > 3 ? atoi(argv[3]) : 1;
     for (int i = 0; i < times && zppTestFailures == 0; i++) testRing(atoi(argv[2]));
   } else {
-    fprintf(stderr, "usage: %s root IDLE SLOW GARBAGE [NOFILE] | ring PER_LISTENER [TIMES]\n",
-            argv[0]);
+    fprintf(stderr, "usage: %s root IDLE SLOW GARBAGE [NOFILE] | ring PER_LISTENER [TIMES]\n", argv[0]);
     return 2;
   }
   printf("%s: %.1f s\n", which, now() - t0);

@@ -266,9 +266,11 @@ static int wakeBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   if (rank == recv) {
     for (int p = 0; p < recv; p++) CHECK_EQ_INT(u->peers[p].shmIn.pos, WAKE_ROUNDS);
     qsort(lat, (size_t)nLat, sizeof(double), cmpDouble);
-    printf("wake%s: %d messages from %d ranks to a receiver asleep for %.0f ms each: delivered "
-           "after %.3f ms (median), %.3f ms (most)\n", a->fences ? " (fences)" : "", nLat, recv,
-           WAKE_GAP_SEC * 1e3, lat[nLat / 2] * 1e3, lat[nLat - 1] * 1e3);
+    printf(
+        "wake%s: %d messages from %d ranks to a receiver asleep for %.0f ms each: delivered "
+        "after %.3f ms (median), %.3f ms (most)\n",
+        a->fences ? " (fences)" : "", nLat, recv, WAKE_GAP_SEC * 1e3, lat[nLat / 2] * 1e3,
+        lat[nLat - 1] * 1e3);
     CHECK_MSG(lat[nLat / 2] < WAKE_MEDIAN_LIMIT_SEC,
               "median %.1f ms: the receiver was not woken (it slept until its poll timed out)",
               lat[nLat / 2] * 1e3);
@@ -476,6 +478,7 @@ int main(int argc, char** argv) {
   if (strcmp(which, "wake_many") == 0) return wakeCase(0, 4);
   if (strcmp(which, "paths") == 0) return pathsCase();
   if (strcmp(which, "queued_error") == 0) return queuedErrorCase();
-  fprintf(stderr, "usage: test_shm_rings ring|order|off|wake|wake_fences|wake_many|paths|queued_error\n");
+  fprintf(stderr,
+          "usage: test_shm_rings ring|order|off|wake|wake_fences|wake_many|paths|queued_error\n");
   return 2;
 }

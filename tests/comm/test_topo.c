@@ -11,7 +11,8 @@
 #include "topology/topo.h"
 
 static void checkArray(const int* got, const int* want, int n, const char* what) {
-  for (int i = 0; i < n; i++) CHECK_MSG(got[i] == want[i], "%s[%d] = %d, want %d", what, i, got[i], want[i]);
+  for (int i = 0; i < n; i++)
+    CHECK_MSG(got[i] == want[i], "%s[%d] = %d, want %d", what, i, got[i], want[i]);
 }
 
 static void testUneven(void) {

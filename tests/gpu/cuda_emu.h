@@ -79,8 +79,7 @@ inline void park() {
   swapcontext(&g_cur->ctx, &g_sched);
 }
 
-inline void launch(unsigned gx, unsigned gy, unsigned threads,
-                   const std::function<void()>& body) {
+inline void launch(unsigned gx, unsigned gy, unsigned threads, const std::function<void()>& body) {
   constexpr size_t kStack = 64 * 1024;
   if (g_fibers.size() < threads) g_fibers.resize(threads);
   g_slots.assign(threads, 0);
@@ -134,11 +133,11 @@ inline void launch(unsigned gx, unsigned gy, unsigned threads,
 #define gridDim (zppemu::g_gridDim)
 
 #define ZPP_CUDA_UNPAREN(...) __VA_ARGS__
-#define ZPP_CUDA_LAUNCH(kernel, grid, block, stream, ...)                          \
-  do {                                                                               \
-    dim3 zppEmuGrid_(grid);                                                          \
+#define ZPP_CUDA_LAUNCH(kernel, grid, block, stream, ...)                                \
+  do {                                                                                   \
+    dim3 zppEmuGrid_(grid);                                                              \
     std::function<void()> zppEmuBody_ = [&]() { ZPP_CUDA_UNPAREN kernel(__VA_ARGS__); }; \
-    zppemu::launch(zppEmuGrid_.x, zppEmuGrid_.y, (unsigned)(block), zppEmuBody_);  \
+    zppemu::launch(zppEmuGrid_.x, zppEmuGrid_.y, (unsigned)(block), zppEmuBody_);        \
   } while (0)
 
 static inline void __syncthreads() { zppemu::park(); }

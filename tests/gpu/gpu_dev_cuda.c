@@ -16,9 +16,9 @@ static void die(const char* what, cudaError_t e) {
   exit(1);
 }
 
-#define TDEV(call)                         \
-  do {                                     \
-    cudaError_t tdevErr_ = (call);         \
+#define TDEV(call)                                     \
+  do {                                                 \
+    cudaError_t tdevErr_ = (call);                     \
     if (tdevErr_ != cudaSuccess) die(#call, tdevErr_); \
   } while (0)
 
@@ -28,8 +28,8 @@ int tdevInit(char* reason, size_t len) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    snprintf(reason, len, "no usable CUDA device: cudaGetDeviceCount: %s (%d)",
-             cudaGetErrorString(e), (int)e);
+    snprintf(reason, len, "no usable CUDA device: cudaGetDeviceCount: %s (%d)", cudaGetErrorString(e),
+             (int)e);
     return 0;
   }
   if (n <= 0) {
@@ -63,9 +63,7 @@ void tdevFree(void* p) {
   if (p) TDEV(cudaFree(p));
 }
 
-void tdevMemset(void* d, int byte, size_t bytes) {
-  TDEV(cudaMemsetAsync(d, byte, bytes, stream_));
-}
+void tdevMemset(void* d, int byte, size_t bytes) { TDEV(cudaMemsetAsync(d, byte, bytes, stream_)); }
 
 void tdevToDevice(void* d, const void* h, size_t bytes) {
   if (bytes) TDEV(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, stream_));

@@ -39,9 +39,7 @@ static const int kBlocks[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
 static int quick;
 static zppTestRng_t rng;
 
-static const char* typeName(zppDataType_t t) {
-  return zppDtypeShortName(t);
-}
+static const char* typeName(zppDataType_t t) { return zppDtypeShortName(t); }
 
 static uint64_t rnd(void) { return zppTestRngNext(&rng); }
 static size_t rndBelow(size_t n) { return n ? (size_t)(rnd() % n) : 0; }
@@ -112,12 +110,8 @@ static void fillBlock(void* buf, zppDataType_t dt, size_t b0, size_t len, int pa
   for (size_t i = 0; i < len; i++) {
     size_t at = b0 + i;
     switch (pat) {
-      case PAT_ZERO:
-        putF(buf, dt, at, 0.0f);
-        break;
-      case PAT_NEGZERO:
-        putF(buf, dt, at, -0.0f);
-        break;
+      case PAT_ZERO: putF(buf, dt, at, 0.0f); break;
+      case PAT_NEGZERO: putF(buf, dt, at, -0.0f); break;
       case PAT_TINY: {
         /* Below 2^-64 (the 2^64 prescale), subnormals included; fp16 cannot
          * go there, so it gets its own subnormals. */
@@ -154,18 +148,14 @@ static void fillBlock(void* buf, zppDataType_t dt, size_t b0, size_t len, int pa
         if (dt == zppFloat16) {
           putBits(buf, dt, at, (sign << 15) | (30u << 10) | (uint32_t)(rnd() & 0x3ffu));
         } else {
-          uint32_t f = (sign << 31) | ((253u + (uint32_t)(rnd() & 1)) << 23) |
-                       (uint32_t)(rnd() & 0x7fffffu);
+          uint32_t f =
+              (sign << 31) | ((253u + (uint32_t)(rnd() & 1)) << 23) | (uint32_t)(rnd() & 0x7fffffu);
           putBits(buf, dt, at, dt == zppFloat32 ? f : f >> 16);
         }
         break;
       }
-      case PAT_SPARSE:
-        putF(buf, dt, at, 0.0f);
-        break;
-      default:
-        putF(buf, dt, at, normalScaled(dt));
-        break;
+      case PAT_SPARSE: putF(buf, dt, at, 0.0f); break;
+      default: putF(buf, dt, at, normalScaled(dt)); break;
     }
   }
   size_t pos = rndBelow(len);
@@ -261,8 +251,7 @@ static void comparePacked(const char* what, const uint8_t* cpu, const uint8_t* g
                                                   : "padding";
   size_t diffs = 0;
   for (size_t k = 0; k < size; k++) diffs += cpu[k] != gpu[k];
-  CHECK_MSG(0,
-            "%s: packed differs in %zu of %zu bytes, first at byte %zu (%s): cpu 0x%02x gpu 0x%02x",
+  CHECK_MSG(0, "%s: packed differs in %zu of %zu bytes, first at byte %zu (%s): cpu 0x%02x gpu 0x%02x",
             what, diffs, size, i, region, cpu[i], gpu[i]);
   if (i >= ZPP_QUANT_HEADER_BYTES && i < dataOff) {
     size_t b = (i - ZPP_QUANT_HEADER_BYTES) / 4;
@@ -282,8 +271,8 @@ static void compareValues(const char* what, const void* cpu, const void* gpu, zp
     if (a == b || (isNaNBits(dt, a) && isNaNBits(dt, b))) continue;
     if (bad++ == 0) first = i;
   }
-  CHECK_MSG(bad == 0, "%s: %zu of %zu %s values differ, first at %zu: cpu 0x%08x gpu 0x%08x", what,
-            bad, count, typeName(dt), first, bad ? bitsAt(cpu, dt, first) : 0,
+  CHECK_MSG(bad == 0, "%s: %zu of %zu %s values differ, first at %zu: cpu 0x%08x gpu 0x%08x", what, bad,
+            count, typeName(dt), first, bad ? bitsAt(cpu, dt, first) : 0,
             bad ? bitsAt(gpu, dt, first) : 0);
 }
 
@@ -291,11 +280,10 @@ static void compareValues(const char* what, const void* cpu, const void* gpu, zp
 
 /* inOff in elements, pkOff in bytes (a multiple of 4): misaligned starts take
  * the kernels' scalar and 4-byte paths. */
-static void testCodec(zppDataType_t dt, int bits, int block, size_t count, size_t inOff,
-                      size_t pkOff) {
+static void testCodec(zppDataType_t dt, int bits, int block, size_t count, size_t inOff, size_t pkOff) {
   char what[160];
-  snprintf(what, sizeof what, "quantize %s int%d block %d count %zu (offsets %zu, %zu)",
-           typeName(dt), bits, block, count, inOff, pkOff);
+  snprintf(what, sizeof what, "quantize %s int%d block %d count %zu (offsets %zu, %zu)", typeName(dt),
+           bits, block, count, inOff, pkOff);
   size_t es = zppTypeSize(dt);
   size_t P = zppQuantPackedSize(count, bits, block);
 
@@ -318,13 +306,12 @@ static void testCodec(zppDataType_t dt, int bits, int block, size_t count, size_
   for (size_t t = 0; t < sizeof kTypes / sizeof kTypes[0]; t++) {
     zppDataType_t odt = kTypes[t];
     size_t oes = zppTypeSize(odt);
-    snprintf(what, sizeof what, "dequantize int%d block %d count %zu -> %s (offset %zu)", bits,
-             block, count, typeName(odt), inOff);
+    snprintf(what, sizeof what, "dequantize int%d block %d count %zu -> %s (offset %zu)", bits, block,
+             count, typeName(odt), inOff);
     void* cpuOut = hAlloc(count * oes, CPU_FILL);
     CHECK_EQ_INT(zppDequantize(cpuPk, count, bits, block, cpuOut, odt), zppSuccess);
     devbuf_t dout = dbAlloc(count * oes, inOff * oes);
-    CHECK_EQ_INT(zppDequantizeCuda(dpk.p, count, bits, block, dout.p, odt, tdevStream()),
-                 zppSuccess);
+    CHECK_EQ_INT(zppDequantizeCuda(dpk.p, count, bits, block, dout.p, odt, tdevStream()), zppSuccess);
     void* gpuOut = hAlloc(count * oes, 0);
     dbDownload(&dout, gpuOut, what);
     compareValues(what, cpuOut, gpuOut, odt, count);
@@ -349,16 +336,15 @@ static void testReduce(int bits, int block, size_t count, int n, size_t extra) {
   float* x = hAlloc(count * 4, 0);
   for (int k = 0; k < n; k++) {
     fill(x, zppFloat32, count, block, bits, 1);
-    CHECK_EQ_INT(zppQuantize(x, zppFloat32, count, bits, block, hpk + (size_t)k * stride),
-                 zppSuccess);
+    CHECK_EQ_INT(zppQuantize(x, zppFloat32, count, bits, block, hpk + (size_t)k * stride), zppSuccess);
   }
   devbuf_t dpk = dbAlloc((size_t)n * stride, 0);
   dbUpload(&dpk, hpk);
 
   /* accumulate into fp32, from scratch and onto existing values */
   for (int accumulate = 0; accumulate <= 1; accumulate++) {
-    snprintf(what, sizeof what, "accumulate(%d) int%d block %d count %zu n %d stride +%zu",
-             accumulate, bits, block, count, n, extra);
+    snprintf(what, sizeof what, "accumulate(%d) int%d block %d count %zu n %d stride +%zu", accumulate,
+             bits, block, count, n, extra);
     float* acc0 = hAlloc(count * 4, 0);
     for (size_t i = 0; i < count; i++) acc0[i] = (float)zppTestRngNormal(&rng);
     float* cpuAcc = hAlloc(count * 4, 0);
@@ -367,8 +353,8 @@ static void testReduce(int bits, int block, size_t count, int n, size_t extra) {
                  zppSuccess);
     devbuf_t dacc = dbAlloc(count * 4, 0);
     dbUpload(&dacc, acc0);
-    CHECK_EQ_INT(zppDequantizeAccumulateCuda(dpk.p, stride, n, count, bits, block,
-                                             (float*)dacc.p, accumulate, tdevStream()),
+    CHECK_EQ_INT(zppDequantizeAccumulateCuda(dpk.p, stride, n, count, bits, block, (float*)dacc.p,
+                                             accumulate, tdevStream()),
                  zppSuccess);
     float* gpuAcc = hAlloc(count * 4, 0);
     dbDownload(&dacc, gpuAcc, what);
@@ -385,14 +371,14 @@ static void testReduce(int bits, int block, size_t count, int n, size_t extra) {
     for (size_t t = 0; t < sizeof kTypes / sizeof kTypes[0]; t++) {
       zppDataType_t odt = kTypes[t];
       size_t oes = zppTypeSize(odt);
-      snprintf(what, sizeof what, "sum/%g int%d block %d count %zu n %d -> %s",
-               (double)divisors[d], bits, block, count, n, typeName(odt));
+      snprintf(what, sizeof what, "sum/%g int%d block %d count %zu n %d -> %s", (double)divisors[d],
+               bits, block, count, n, typeName(odt));
       void* cpuOut = hAlloc(count * oes, CPU_FILL);
       CHECK_EQ_INT(zppDequantizeSum(hpk, stride, n, count, bits, block, divisors[d], cpuOut, odt),
                    zppSuccess);
       devbuf_t dout = dbAlloc(count * oes, 0);
-      CHECK_EQ_INT(zppDequantizeSumCuda(dpk.p, stride, n, count, bits, block, divisors[d], dout.p,
-                                        odt, tdevStream()),
+      CHECK_EQ_INT(zppDequantizeSumCuda(dpk.p, stride, n, count, bits, block, divisors[d], dout.p, odt,
+                                        tdevStream()),
                    zppSuccess);
       void* gpuOut = hAlloc(count * oes, 0);
       dbDownload(&dout, gpuOut, what);
@@ -410,16 +396,15 @@ static void testReduce(int bits, int block, size_t count, int n, size_t extra) {
       int bitsOut = kBits[bo], blockOut = blocksOut[b];
       if (b > 0 && blockOut == blocksOut[0]) continue;
       if (quick && b >= 2) continue;
-      snprintf(what, sizeof what, "reduce-requant int%d/%d -> int%d/%d count %zu n %d", bits,
-               block, bitsOut, blockOut, count, n);
+      snprintf(what, sizeof what, "reduce-requant int%d/%d -> int%d/%d count %zu n %d", bits, block,
+               bitsOut, blockOut, count, n);
       size_t PO = zppQuantPackedSize(count, bitsOut, blockOut);
       uint8_t* cpuOut = hAlloc(PO, CPU_FILL);
-      CHECK_EQ_INT(
-          zppQuantReduceRequant(hpk, stride, n, count, bits, block, bitsOut, blockOut, cpuOut),
-          zppSuccess);
+      CHECK_EQ_INT(zppQuantReduceRequant(hpk, stride, n, count, bits, block, bitsOut, blockOut, cpuOut),
+                   zppSuccess);
       devbuf_t dout = dbAlloc(PO, 4 * (size_t)b);
-      CHECK_EQ_INT(zppQuantReduceRequantCuda(dpk.p, stride, n, count, bits, block, bitsOut,
-                                             blockOut, dout.p, tdevStream()),
+      CHECK_EQ_INT(zppQuantReduceRequantCuda(dpk.p, stride, n, count, bits, block, bitsOut, blockOut,
+                                             dout.p, tdevStream()),
                    zppSuccess);
       uint8_t* gpuOut = hAlloc(PO, 0);
       dbDownload(&dout, gpuOut, what);
@@ -453,8 +438,8 @@ static void testReordered(zppDataType_t dt, int bits, int block, int W, int L, s
   devbuf_t din = dbAlloc(nin * es, 0);
   dbUpload(&din, hin);
   devbuf_t dout = dbAlloc((size_t)W * P, 0);
-  CHECK_EQ_INT(zppQuantizeReorderedCuda(din.p, dt, partCount, partStride, W, L, bits, block,
-                                        dout.p, tdevStream()),
+  CHECK_EQ_INT(zppQuantizeReorderedCuda(din.p, dt, partCount, partStride, W, L, bits, block, dout.p,
+                                        tdevStream()),
                zppSuccess);
   uint8_t* gpuOut = hAlloc((size_t)W * P, 0);
   dbDownload(&dout, gpuOut, what);
@@ -470,11 +455,11 @@ static void testReordered(zppDataType_t dt, int bits, int block, int W, int L, s
   for (int k = 0; k < W; k++) {
     int j = k / N, node = k % N;
     size_t p = (size_t)node * (size_t)L + (size_t)j;
-    CHECK_EQ_INT(zppQuantize((const uint8_t*)hin + p * partStride * es, dt, partCount, bits, block,
-                             one),
-                 zppSuccess);
-    CHECK_MSG(memcmp(one, gpuOut + (size_t)k * P, P) == 0,
-              "%s: segment %d is not partition %zu", what, k, p);
+    CHECK_EQ_INT(
+        zppQuantize((const uint8_t*)hin + p * partStride * es, dt, partCount, bits, block, one),
+        zppSuccess);
+    CHECK_MSG(memcmp(one, gpuOut + (size_t)k * P, P) == 0, "%s: segment %d is not partition %zu", what,
+              k, p);
   }
   free(one);
   free(hin);
@@ -514,8 +499,7 @@ static void testHeaderMismatch(void) {
   CHECK_MSG(allNaN(out, zppFloat32, count - 1), "count mismatch must decode to NaN");
 
   /* block 64 instead of 128: the same byte size of data, other scales */
-  CHECK_EQ_INT(zppDequantizeCuda(dpk.p, count, bits, 64, dout.p, zppFloat32, tdevStream()),
-               zppSuccess);
+  CHECK_EQ_INT(zppDequantizeCuda(dpk.p, count, bits, 64, dout.p, zppFloat32, tdevStream()), zppSuccess);
   tdevToHost(out, dout.p, count * 4);
   CHECK_MSG(allNaN(out, zppFloat32, count), "block mismatch must decode to NaN");
 
@@ -523,8 +507,7 @@ static void testHeaderMismatch(void) {
    * scales everywhere in the output segment */
   size_t PO = zppQuantPackedSize(count, 8, 128);
   devbuf_t dreq = dbAlloc(PO, 0);
-  CHECK_EQ_INT(zppQuantReduceRequantCuda(dpk.p, P, 1, count, 4, block, 8, 128, dreq.p,
-                                         tdevStream()),
+  CHECK_EQ_INT(zppQuantReduceRequantCuda(dpk.p, P, 1, count, 4, block, 8, 128, dreq.p, tdevStream()),
                zppSuccess);
   uint8_t* req = hAlloc(PO, 0);
   tdevToHost(req, dreq.p, PO);
@@ -578,16 +561,13 @@ static void testArguments(void) {
   CHECK_EQ_INT(zppDequantizeCuda(pk, 100, 8, 32, in, zppFloat64, s), zppInvalidArgument);
   CHECK_EQ_INT(zppDequantizeCuda(pk + 1, 100, 8, 32, in, zppFloat32, s), zppInvalidArgument);
   CHECK_EQ_INT(zppDequantizeCuda(pk, 100, 8, 32, NULL, zppFloat32, s), zppInvalidArgument);
-  CHECK_EQ_INT(zppDequantizeAccumulateCuda(pk, P, 0, 100, 8, 32, (float*)in, 0, s),
-               zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeAccumulateCuda(pk, P, 0, 100, 8, 32, (float*)in, 0, s), zppInvalidArgument);
   CHECK_EQ_INT(zppDequantizeAccumulateCuda(pk, P - 16, 2, 100, 8, 32, (float*)in, 0, s),
                zppInvalidArgument);
   CHECK_EQ_INT(zppDequantizeAccumulateCuda(pk, P + 2, 2, 100, 8, 32, (float*)in, 0, s),
                zppInvalidArgument);
-  CHECK_EQ_INT(zppDequantizeSumCuda(pk, P, 1, 100, 8, 32, 0.0f, in, zppFloat32, s),
-               zppInvalidArgument);
-  CHECK_EQ_INT(zppDequantizeSumCuda(pk, P, 1, 100, 8, 32, NAN, in, zppFloat32, s),
-               zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeSumCuda(pk, P, 1, 100, 8, 32, 0.0f, in, zppFloat32, s), zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeSumCuda(pk, P, 1, 100, 8, 32, NAN, in, zppFloat32, s), zppInvalidArgument);
   CHECK_EQ_INT(zppQuantReduceRequantCuda(pk, P, 2, 100, 8, 32, 4, 64, pk + P, s),
                zppInvalidArgument); /* output overlaps the second input */
   CHECK_EQ_INT(zppQuantReduceRequantCuda(pk, P, 1, 100, 8, 32, 3, 64, pk + 2 * P, s),
@@ -612,15 +592,13 @@ static void enqueueAll(const void* din, float* dacc, void* dout, uint8_t* dpk, u
                        uint8_t* dreord, size_t count, size_t P, int n) {
   cudaStream_t s = tdevStream();
   for (int k = 0; k < n; k++)
-    CHECK_EQ_INT(zppQuantizeCuda(din, zppFloat32, count, 4, 64, dpk + (size_t)k * P, s),
-                 zppSuccess);
+    CHECK_EQ_INT(zppQuantizeCuda(din, zppFloat32, count, 4, 64, dpk + (size_t)k * P, s), zppSuccess);
   CHECK_EQ_INT(zppDequantizeCuda(dpk, count, 4, 64, dout, zppBfloat16, s), zppSuccess);
   CHECK_EQ_INT(zppDequantizeAccumulateCuda(dpk, P, n, count, 4, 64, dacc, 0, s), zppSuccess);
   CHECK_EQ_INT(zppDequantizeSumCuda(dpk, P, n, count, 4, 64, (float)n, dout, zppFloat16, s),
                zppSuccess);
   CHECK_EQ_INT(zppQuantReduceRequantCuda(dpk, P, n, count, 4, 64, 8, 256, dreq, s), zppSuccess);
-  CHECK_EQ_INT(zppQuantizeReorderedCuda(din, zppFloat32, count / 4, count / 4, 4, 2, 4, 64, dreord,
-                                        s),
+  CHECK_EQ_INT(zppQuantizeReorderedCuda(din, zppFloat32, count / 4, count / 4, 4, 2, 4, 64, dreord, s),
                zppSuccess);
 }
 
@@ -650,8 +628,7 @@ static void checkAll(const float* x, const float* dacc, const void* dout, const 
   size_t PO = zppQuantPackedSize(count / 4, 4, 64) * 4;
   uint8_t* ro = hAlloc(PO, 0);
   uint8_t* gro = hAlloc(PO, 0);
-  CHECK_EQ_INT(zppQuantizeReordered(x, zppFloat32, count / 4, count / 4, 4, 2, 4, 64, ro),
-               zppSuccess);
+  CHECK_EQ_INT(zppQuantizeReordered(x, zppFloat32, count / 4, count / 4, 4, 2, 4, 64, ro), zppSuccess);
   tdevToHost(gro, dreord, PO);
   CHECK_MSG(memcmp(ro, gro, PO) == 0, "%s: reordered output differs", what);
   free(pk);
@@ -718,7 +695,13 @@ static void runCodecSweep(size_t large) {
       for (size_t k = 0; k < sizeof kBlocks / sizeof kBlocks[0]; k++) {
         int B = kBlocks[k];
         if (quick && k % 3 != 0) continue;
-        size_t counts[] = {0, 1, 2, (size_t)B - 1, (size_t)B, (size_t)B + 1, 2 * (size_t)B + 3,
+        size_t counts[] = {0,
+                           1,
+                           2,
+                           (size_t)B - 1,
+                           (size_t)B,
+                           (size_t)B + 1,
+                           2 * (size_t)B + 3,
                            5 * (size_t)B + (size_t)B / 2 + 1};
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
           if (quick && c % 2) continue;
@@ -771,8 +754,10 @@ static void runReorderSweep(void) {
 int main(int argc, char** argv) {
   int probe = 0;
   for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--quick")) quick = 1;
-    else if (!strcmp(argv[i], "--probe")) probe = 1;
+    if (!strcmp(argv[i], "--quick"))
+      quick = 1;
+    else if (!strcmp(argv[i], "--probe"))
+      probe = 1;
     else {
       fprintf(stderr, "usage: %s [--quick] [--probe]\n", argv[0]);
       return 2;

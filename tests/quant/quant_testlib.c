@@ -25,9 +25,7 @@ void qtUse(const char* name) { REQUIRE(zppQuantImplSelect(name) == zppSuccess); 
 
 size_t qtTypeSize(zppDataType_t dtype) { return dtype == zppFloat32 ? 4 : 2; }
 
-const char* qtTypeName(zppDataType_t dtype) {
-  return zppDtypeShortName(dtype);
-}
+const char* qtTypeName(zppDataType_t dtype) { return zppDtypeShortName(dtype); }
 
 uint32_t qtBits(const void* buf, zppDataType_t dtype, size_t i) {
   if (dtype == zppFloat32) {

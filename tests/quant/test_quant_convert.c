@@ -45,17 +45,22 @@ static uint16_t refNarrow(const fmt_t* f, double v) {
   if (a >= f->val[f->nfinite]) return sign | (uint16_t)f->nfinite;
   while (hi - lo > 1) {
     int mid = (lo + hi) / 2;
-    if (f->val[mid] <= a) lo = mid;
-    else hi = mid;
+    if (f->val[mid] <= a)
+      lo = mid;
+    else
+      hi = mid;
   }
   int k;
   if (f->val[lo] == a) {
     k = lo;
   } else {
     double m = (f->val[lo] + f->val[hi]) / 2; /* exact: both are short binary fractions */
-    if (a < m) k = lo;
-    else if (a > m) k = hi;
-    else k = (lo & 1) ? hi : lo; /* tie: the even pattern */
+    if (a < m)
+      k = lo;
+    else if (a > m)
+      k = hi;
+    else
+      k = (lo & 1) ? hi : lo; /* tie: the even pattern */
   }
   return sign | (uint16_t)k; /* k == nfinite is Inf */
 }
@@ -131,11 +136,12 @@ static size_t narrowInputs(const fmt_t* f, float** out, zppTestRng_t* rng) {
       }
     }
   }
-  const uint32_t specials[] = {0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x7f7fffff, 0xff7fffff,
-                               0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000, 0x7f800001, 0xff800001,
-                               0x7fbfffff, 0x7fffffff, 0x477fefff, 0x477ff000, 0x33000000, 0x33000001,
-                               0x7f7f8000, 0x7f7f7fff};
-  for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) v[n++] = zppF32FromBits(specials[i]);
+  const uint32_t specials[] = {0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x7f7fffff,
+                               0xff7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000,
+                               0x7f800001, 0xff800001, 0x7fbfffff, 0x7fffffff, 0x477fefff,
+                               0x477ff000, 0x33000000, 0x33000001, 0x7f7f8000, 0x7f7f7fff};
+  for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++)
+    v[n++] = zppF32FromBits(specials[i]);
   for (int i = 0; i < 2000000; i++) v[n++] = zppF32FromBits((uint32_t)zppTestRngNext(rng));
   REQUIRE(n <= cap);
   *out = v;
@@ -166,8 +172,8 @@ static void checkNarrow(const fmt_t* f, const char** impls, int nimpl, zppTestRn
     uint16_t want = refNarrow(f, (double)in[i]);
     if (h != want) {
       if (bad < 5)
-        fprintf(stderr, "%s narrowing %a (0x%08x): got 0x%04x, want 0x%04x\n", qtTypeName(dt),
-                in[i], zppF32Bits(in[i]), h, want);
+        fprintf(stderr, "%s narrowing %a (0x%08x): got 0x%04x, want 0x%04x\n", qtTypeName(dt), in[i],
+                zppF32Bits(in[i]), h, want);
       bad++;
     }
   }
@@ -206,16 +212,16 @@ static void checkFormatsDistinct(void) {
   CHECK(zppBf16ToFloat(0x0001) == 0x1p-133f);
   CHECK(zppFloatToBf16(1.0f) == 0x3f80);
   CHECK(zppFloatToHalf(1.0f) == 0x3c00);
-  CHECK(zppFloatToHalf(65520.0f) == 0x7c00);   /* halfway past 65504: even -> Inf */
+  CHECK(zppFloatToHalf(65520.0f) == 0x7c00); /* halfway past 65504: even -> Inf */
   CHECK(zppFloatToHalf(65519.996f) == 0x7bff);
-  CHECK(zppFloatToHalf(0x1p-25f) == 0x0000);   /* tie between 0 and 2^-24: even */
+  CHECK(zppFloatToHalf(0x1p-25f) == 0x0000); /* tie between 0 and 2^-24: even */
   CHECK(zppFloatToHalf(0x1.000002p-25f) == 0x0001);
-  CHECK(zppFloatToHalf(0x1.8p-24f) == 0x0002); /* tie between 1 and 2 units: even */
-  CHECK(zppFloatToBf16(0x1.fep127f) == 0x7f7f);   /* the largest bf16 */
-  CHECK(zppFloatToBf16(0x1.ffp127f) == 0x7f80);   /* tie past it: even -> Inf */
+  CHECK(zppFloatToHalf(0x1.8p-24f) == 0x0002);  /* tie between 1 and 2 units: even */
+  CHECK(zppFloatToBf16(0x1.fep127f) == 0x7f7f); /* the largest bf16 */
+  CHECK(zppFloatToBf16(0x1.ffp127f) == 0x7f80); /* tie past it: even -> Inf */
   CHECK(zppFloatToBf16(0x1.fefffep127f) == 0x7f7f);
-  CHECK(zppFloatToBf16(0x1.03p0f) == 0x3f82);     /* tie between 1 and 2 steps: even */
-  CHECK(zppFloatToBf16(0x1.01p0f) == 0x3f80);     /* tie between 0 and 1 step: even */
+  CHECK(zppFloatToBf16(0x1.03p0f) == 0x3f82); /* tie between 1 and 2 steps: even */
+  CHECK(zppFloatToBf16(0x1.01p0f) == 0x3f80); /* tie between 0 and 1 step: even */
   CHECK(zppFloatToBf16(0x1.010002p0f) == 0x3f81);
 }
 

@@ -25,8 +25,10 @@ static void runChild(const char* value, char* name, size_t nameLen, char* err, s
     dup2(outPipe[1], 1);
     dup2(errPipe[1], 2);
     setenv("ZPP_DEBUG", "WARN", 1);
-    if (value) setenv("ZPP_QUANT_IMPL", value, 1);
-    else unsetenv("ZPP_QUANT_IMPL");
+    if (value)
+      setenv("ZPP_QUANT_IMPL", value, 1);
+    else
+      unsetenv("ZPP_QUANT_IMPL");
     /* A codec call works whatever the setting. */
     float x[40], y[40];
     uint8_t seg[128];
@@ -55,7 +57,8 @@ int main(void) {
   int haveAvx512 = zppQuantImplGet("avx512") != NULL;
   CHECK(!haveAvx512 || haveAvx2); /* the AVX-512 file calls the AVX2 one */
   const char* best = haveAvx512 ? "avx512" : haveAvx2 ? "avx2" : "scalar";
-  if (!haveAvx2) printf("note: no AVX2+F16C here: avx2 requests must fall back to scalar with a warning\n");
+  if (!haveAvx2)
+    printf("note: no AVX2+F16C here: avx2 requests must fall back to scalar with a warning\n");
   if (!haveAvx512)
     printf("note: no AVX-512 codecs here: avx512 requests must fall back to %s with a warning\n", best);
   struct {
@@ -95,7 +98,7 @@ int main(void) {
   CHECK(strcmp(zppQuantImplName(), best) == 0);
   CHECK(zppQuantImplSelect("fast") == zppInvalidArgument);
   CHECK(zppQuantImplSelect("AVX512") == zppInvalidArgument); /* names are exact here */
-  CHECK(strcmp(zppQuantImplName(), best) == 0); /* a refused request changes nothing */
+  CHECK(strcmp(zppQuantImplName(), best) == 0);              /* a refused request changes nothing */
   CHECK(zppQuantImplGet("avx512") == NULL || strcmp(zppQuantImplGet("avx512")->name, "avx512") == 0);
   return zppTestExit("test_quant_dispatch");
 }

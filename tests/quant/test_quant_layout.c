@@ -15,7 +15,8 @@
 static void checkSizes(void) {
   for (int bits = 0; bits <= 16; bits++)
     for (int block = -64; block <= 9000; block++) {
-      int valid = (bits == 4 || bits == 8) && block >= 32 && block <= 4096 && (block & (block - 1)) == 0;
+      int valid =
+          (bits == 4 || bits == 8) && block >= 32 && block <= 4096 && (block & (block - 1)) == 0;
       if (zppQuantValidParams(bits, block) != valid) {
         CHECK_MSG(0, "zppQuantValidParams(%d, %d) != %d", bits, block, valid);
         return;
@@ -25,11 +26,11 @@ static void checkSizes(void) {
   CHECK(!zppQuantValidParams(8, 8192) && !zppQuantValidParams(6, 64) && !zppQuantValidParams(4, 96));
   CHECK_EQ_INT(zppQuantPackedSize(0, 8, 32), 16);
   CHECK_EQ_INT(zppQuantPackedSize(0, 4, 4096), 16);
-  CHECK_EQ_INT(zppQuantPackedSize(1, 8, 32), 32);   /* 16 + 4 + 1 = 21 -> 32 */
-  CHECK_EQ_INT(zppQuantPackedSize(1, 4, 32), 32);   /* 16 + 4 + 1 */
-  CHECK_EQ_INT(zppQuantPackedSize(64, 4, 32), 64);  /* 16 + 8 + 32 = 56 -> 64 */
-  CHECK_EQ_INT(zppQuantPackedSize(35, 8, 32), 64);  /* 16 + 8 + 35 = 59 -> 64 */
-  CHECK_EQ_INT(zppQuantPackedSize(35, 4, 32), 48);  /* 16 + 8 + 18 = 42 -> 48 */
+  CHECK_EQ_INT(zppQuantPackedSize(1, 8, 32), 32);  /* 16 + 4 + 1 = 21 -> 32 */
+  CHECK_EQ_INT(zppQuantPackedSize(1, 4, 32), 32);  /* 16 + 4 + 1 */
+  CHECK_EQ_INT(zppQuantPackedSize(64, 4, 32), 64); /* 16 + 8 + 32 = 56 -> 64 */
+  CHECK_EQ_INT(zppQuantPackedSize(35, 8, 32), 64); /* 16 + 8 + 35 = 59 -> 64 */
+  CHECK_EQ_INT(zppQuantPackedSize(35, 4, 32), 48); /* 16 + 8 + 18 = 42 -> 48 */
   CHECK_EQ_INT(zppQuantPackedSize(4096, 8, 4096), 4128);
   CHECK_EQ_INT(zppQuantPackedSize(1 << 20, 4, 256), 16 + 4 * 4096 + (1 << 19));
   CHECK_EQ_INT(zppQuantPackedSize(10, 5, 32), 0);
@@ -93,7 +94,8 @@ static void checkHandBuilt(const char* impl, zppDataType_t dtype) {
       data[16] = (uint8_t)((q1[0] & 0xf) | ((q1[1] & 0xf) << 4));
       data[17] = (uint8_t)(q1[2] & 0xf); /* odd count: last high nibble 0 */
       /* The first bytes written out by hand, to pin the nibble order. */
-      CHECK(data[0] == 0x97 && data[1] == 0x20 && data[2] == 0x02 && data[3] == 0xee && data[4] == 0xd3);
+      CHECK(data[0] == 0x97 && data[1] == 0x20 && data[2] == 0x02 && data[3] == 0xee &&
+            data[4] == 0xd3);
       CHECK(data[16] == 0x94 && data[17] == 0x02);
     }
     memset(got, 0xaa, sizeof got);
@@ -114,8 +116,8 @@ static void checkHandBuilt(const char* impl, zppDataType_t dtype) {
         float y = i < 32 ? (float)expectedQ0(i, Q) : (float)q1[i - 32] * s1;
         uint8_t ref[4];
         qtSet(ref, outs[o], 0, y);
-        CHECK_MSG(qtBits(out, outs[o], (size_t)i) == qtBits(ref, outs[o], 0), "%s int%d element %d", impl,
-                  bits, i);
+        CHECK_MSG(qtBits(out, outs[o], (size_t)i) == qtBits(ref, outs[o], 0), "%s int%d element %d",
+                  impl, bits, i);
       }
       CHECK(out[35 * qtTypeSize(outs[o])] == 0xcd);
     }
@@ -128,7 +130,8 @@ static void checkEmpty(void) {
   memset(seg, 0xaa, sizeof seg);
   CHECK(zppQuantize(NULL, zppFloat32, 0, 8, 256, seg) == zppSuccess);
   qtHeader_t h = qtReadHeader(seg);
-  CHECK(h.magic == ZPP_QUANT_MAGIC && h.bits == 8 && h.blockLog2 == 8 && h.reserved == 0 && h.count == 0);
+  CHECK(h.magic == ZPP_QUANT_MAGIC && h.bits == 8 && h.blockLog2 == 8 && h.reserved == 0 &&
+        h.count == 0);
   CHECK(seg[16] == 0xaa);
   CHECK(zppQuantCheckHeader(seg, 0, 8, 256) == zppSuccess);
   CHECK(zppDequantize(seg, 0, 8, 256, NULL, zppBfloat16) == zppSuccess);
@@ -143,15 +146,15 @@ static void checkEmpty(void) {
 }
 
 /* A call that must fail with `want` and leave `buf` (n bytes) as it was. */
-#define CHECK_FAILS(call, want, buf, n)                                          \
-  do {                                                                           \
-    uint8_t* copy_ = malloc(n);                                                  \
-    REQUIRE(copy_ != NULL);                                                      \
-    memcpy(copy_, (buf), (n));                                                   \
-    zppResult_t r_ = (call);                                                     \
+#define CHECK_FAILS(call, want, buf, n)                                              \
+  do {                                                                               \
+    uint8_t* copy_ = malloc(n);                                                      \
+    REQUIRE(copy_ != NULL);                                                          \
+    memcpy(copy_, (buf), (n));                                                       \
+    zppResult_t r_ = (call);                                                         \
     CHECK_MSG(r_ == (want), "%s returned %d, want %d", #call, (int)r_, (int)(want)); \
-    CHECK_MSG(memcmp(copy_, (buf), (n)) == 0, "%s changed its output", #call);    \
-    free(copy_);                                                                 \
+    CHECK_MSG(memcmp(copy_, (buf), (n)) == 0, "%s changed its output", #call);       \
+    free(copy_);                                                                     \
   } while (0)
 
 static void checkHeaderMismatch(void) {
@@ -169,7 +172,7 @@ static void checkHeaderMismatch(void) {
   CHECK(zppQuantCheckHeader(two, N, 8, 32) == zppInvalidUsage);
   CHECK(zppQuantCheckHeader(two, N + 1, 8, 64) == zppInvalidUsage); /* count */
   CHECK(zppQuantCheckHeader(two, 0, 8, 64) == zppInvalidUsage);
-  CHECK(zppQuantCheckHeader(two, N, 8, 48) == zppInvalidArgument);  /* not a valid expectation */
+  CHECK(zppQuantCheckHeader(two, N, 8, 48) == zppInvalidArgument); /* not a valid expectation */
   CHECK(zppQuantCheckHeader(NULL, N, 8, 64) == zppInvalidArgument);
   const int fields[] = {0, 3, 4, 5, 6, 7, 8, 15}; /* magic, bits, blockLog2, reserved, count */
   for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
@@ -184,7 +187,8 @@ static void checkHeaderMismatch(void) {
   for (int i = 0; i < N; i++) out[i] = 42.0f;
   CHECK_FAILS(zppDequantize(two, N, 4, 64, out, zppFloat32), zppInvalidUsage, out, sizeof out);
   two[size] ^= 0xff; /* magic of the second segment */
-  CHECK_FAILS(zppDequantizeAccumulate(two, size, 2, N, 8, 64, out, 1), zppInvalidUsage, out, sizeof out);
+  CHECK_FAILS(zppDequantizeAccumulate(two, size, 2, N, 8, 64, out, 1), zppInvalidUsage, out,
+              sizeof out);
   CHECK_FAILS(zppDequantizeSum(two, size, 2, N, 8, 64, 2.0f, out, zppFloat32), zppInvalidUsage, out,
               sizeof out);
   uint8_t rq[512];
@@ -214,7 +218,8 @@ static void checkInvalidArguments(void) {
   CHECK_FAILS(zppQuantize(x, zppInt8, N, 8, 32, out), zppInvalidArgument, out, sizeof out);
   CHECK_FAILS(zppQuantize(x, zppFloat64, N, 8, 32, out), zppInvalidArgument, out, sizeof out);
   CHECK_FAILS(zppQuantize(x, (zppDataType_t)77, N, 8, 32, out), zppInvalidArgument, out, sizeof out);
-  CHECK_FAILS(zppQuantize(x, zppFloat32, SIZE_MAX / 2, 8, 32, out), zppInvalidArgument, out, sizeof out);
+  CHECK_FAILS(zppQuantize(x, zppFloat32, SIZE_MAX / 2, 8, 32, out), zppInvalidArgument, out,
+              sizeof out);
   /* zppDequantize */
   CHECK(zppDequantize(seg, N, 8, 32, NULL, zppFloat32) == zppInvalidArgument);
   CHECK_FAILS(zppDequantize(NULL, N, 8, 32, out, zppFloat32), zppInvalidArgument, out, sizeof out);
@@ -223,9 +228,12 @@ static void checkInvalidArguments(void) {
   /* zppDequantizeAccumulate */
   float* acc = (float*)out;
   CHECK(zppDequantizeAccumulate(seg, size, 1, N, 8, 32, NULL, 0) == zppInvalidArgument);
-  CHECK_FAILS(zppDequantizeAccumulate(NULL, size, 1, N, 8, 32, acc, 0), zppInvalidArgument, out, sizeof out);
-  CHECK_FAILS(zppDequantizeAccumulate(seg, size, 0, N, 8, 32, acc, 0), zppInvalidArgument, out, sizeof out);
-  CHECK_FAILS(zppDequantizeAccumulate(seg, size, -1, N, 8, 32, acc, 0), zppInvalidArgument, out, sizeof out);
+  CHECK_FAILS(zppDequantizeAccumulate(NULL, size, 1, N, 8, 32, acc, 0), zppInvalidArgument, out,
+              sizeof out);
+  CHECK_FAILS(zppDequantizeAccumulate(seg, size, 0, N, 8, 32, acc, 0), zppInvalidArgument, out,
+              sizeof out);
+  CHECK_FAILS(zppDequantizeAccumulate(seg, size, -1, N, 8, 32, acc, 0), zppInvalidArgument, out,
+              sizeof out);
   CHECK_FAILS(zppDequantizeAccumulate(seg, size - 16, 2, N, 8, 32, acc, 0), zppInvalidArgument, out,
               sizeof out); /* segments would overlap */
   CHECK_FAILS(zppDequantizeAccumulate(seg, SIZE_MAX / 2, 3, N, 8, 32, acc, 0), zppInvalidArgument, out,

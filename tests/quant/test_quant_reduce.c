@@ -61,7 +61,8 @@ static void makeInputs(inputs_t* in, int n, size_t count, int bits, int block, i
       if (count >= 3 * (size_t)block + 1)
         for (size_t i = 2 * (size_t)block; i < 3 * (size_t)block; i++) x[i] = 0.0f;
     }
-    CHECK(zppQuantize(x, zppFloat32, count, bits, block, in->packed + (size_t)k * in->stride) == zppSuccess);
+    CHECK(zppQuantize(x, zppFloat32, count, bits, block, in->packed + (size_t)k * in->stride) ==
+          zppSuccess);
   }
   free(x);
 }
@@ -104,22 +105,23 @@ static void checkAccumulate(const inputs_t* in, const char* what) {
       /* pass 0: acc = 0 + sum; pass 1: acc = prior + sum */
       for (size_t i = 0; i < count; i++) acc[k][i] = pass ? (float)i * 0.25f - 3.0f : 1e30f;
       acc[k][count] = 7.0f;
-      CHECK(zppDequantizeAccumulate(in->packed, in->stride, in->n, count, in->bits, in->block, acc[k], pass) ==
-            zppSuccess);
+      CHECK(zppDequantizeAccumulate(in->packed, in->stride, in->n, count, in->bits, in->block, acc[k],
+                                    pass) == zppSuccess);
       CHECK_MSG(acc[k][count] == 7.0f, "%s: wrote past acc", what);
       long bad = 0;
       for (size_t i = 0; i < count; i++) {
         float want = refSum(in, i, pass ? (float)i * 0.25f - 3.0f : 0.0f);
         if (!sameFloat(acc[k][i], want) && bad++ < 3)
-          fprintf(stderr, "%s %s acc%d[%zu] = %a, want %a\n", gImpls[k], what, pass, i, acc[k][i], want);
+          fprintf(stderr, "%s %s acc%d[%zu] = %a, want %a\n", gImpls[k], what, pass, i, acc[k][i],
+                  want);
       }
-      CHECK_MSG(bad == 0, "%s %s: accumulate (prior %d) differs from the spec's sum at %ld elements", gImpls[k],
-                what, pass, bad);
+      CHECK_MSG(bad == 0, "%s %s: accumulate (prior %d) differs from the spec's sum at %ld elements",
+                gImpls[k], what, pass, bad);
     }
   }
   for (int k = 1; k < gNimpl; k++)
-    CHECK_MSG(qtFirstDiff(acc[0], acc[k], zppFloat32, count) == (size_t)-1, "%s: %s and %s accumulate differ",
-              what, gImpls[0], gImpls[k]);
+    CHECK_MSG(qtFirstDiff(acc[0], acc[k], zppFloat32, count) == (size_t)-1,
+              "%s: %s and %s accumulate differ", what, gImpls[0], gImpls[k]);
   for (int k = 0; k < gNimpl; k++) free(acc[k]);
 }
 
@@ -139,8 +141,8 @@ static void checkSum(const inputs_t* in, const char* what) {
         out[k] = malloc(count * 4 + 8);
         REQUIRE(out[k] != NULL);
         memset(out[k], 0x11, count * 4 + 8);
-        CHECK(zppDequantizeSum(in->packed, in->stride, in->n, count, in->bits, in->block, divisors[d], out[k], T) ==
-              zppSuccess);
+        CHECK(zppDequantizeSum(in->packed, in->stride, in->n, count, in->bits, in->block, divisors[d],
+                               out[k], T) == zppSuccess);
         CHECK(((uint8_t*)out[k])[count * qtTypeSize(T)] == 0x11);
         long bad = 0;
         for (size_t i = 0; i < count; i++) {
@@ -150,15 +152,15 @@ static void checkSum(const inputs_t* in, const char* what) {
           qtSet(ref, T, 0, q);
           uint32_t got = qtBits(out[k], T, i), want = qtBits(ref, T, 0);
           if (got != want && !(isnan(q) && isnan(qtGet(out[k], T, i))) && bad++ < 3)
-            fprintf(stderr, "%s %s sum/%g -> %s [%zu]: 0x%x, want 0x%x\n", gImpls[k], what, (double)divisors[d],
-                    qtTypeName(T), i, got, want);
+            fprintf(stderr, "%s %s sum/%g -> %s [%zu]: 0x%x, want 0x%x\n", gImpls[k], what,
+                    (double)divisors[d], qtTypeName(T), i, got, want);
         }
-        CHECK_MSG(bad == 0, "%s %s: sum / %g as %s wrong at %ld elements", gImpls[k], what, (double)divisors[d],
-                  qtTypeName(T), bad);
+        CHECK_MSG(bad == 0, "%s %s: sum / %g as %s wrong at %ld elements", gImpls[k], what,
+                  (double)divisors[d], qtTypeName(T), bad);
       }
       for (int k = 1; k < gNimpl; k++)
-        CHECK_MSG(qtFirstDiff(out[0], out[k], T, count) == (size_t)-1, "%s: %s and %s sums differ", what,
-                  gImpls[0], gImpls[k]);
+        CHECK_MSG(qtFirstDiff(out[0], out[k], T, count) == (size_t)-1, "%s: %s and %s sums differ",
+                  what, gImpls[0], gImpls[k]);
       for (int k = 0; k < gNimpl; k++) free(out[k]);
     }
   free(sums);
@@ -186,14 +188,16 @@ static void checkReduceRequant(const inputs_t* in, int bitsOut, int blockOut, co
     out[k] = malloc(size + 16);
     REQUIRE(out[k] != NULL);
     memset(out[k], 0x99, size + 16);
-    CHECK(zppQuantReduceRequant(in->packed, in->stride, in->n, count, in->bits, in->block, bitsOut, blockOut,
-                                out[k]) == zppSuccess);
+    CHECK(zppQuantReduceRequant(in->packed, in->stride, in->n, count, in->bits, in->block, bitsOut,
+                                blockOut, out[k]) == zppSuccess);
     CHECK_MSG(out[k][size] == 0x99, "%s: wrote past the output", what);
     /* The fused result is accumulate-then-quantize, byte for byte. */
-    CHECK(zppDequantizeAccumulate(in->packed, in->stride, in->n, count, in->bits, in->block, sums, 0) == zppSuccess);
+    CHECK(zppDequantizeAccumulate(in->packed, in->stride, in->n, count, in->bits, in->block, sums, 0) ==
+          zppSuccess);
     CHECK(zppQuantize(sums, zppFloat32, count, bitsOut, blockOut, composed) == zppSuccess);
-    CHECK_MSG(memcmp(out[k], composed, size) == 0, "%s %s -> int%d/%d: fused differs from accumulate+quantize",
-              gImpls[k], what, bitsOut, blockOut);
+    CHECK_MSG(memcmp(out[k], composed, size) == 0,
+              "%s %s -> int%d/%d: fused differs from accumulate+quantize", gImpls[k], what, bitsOut,
+              blockOut);
     /* Within the documented bound of the exact sum of the decoded inputs. */
     long bad = 0;
     for (size_t i = 0; i < count; i++) {
@@ -201,25 +205,31 @@ static void checkReduceRequant(const inputs_t* in, int bitsOut, int blockOut, co
       float r = qtDecoded(out[k], count, bitsOut, blockOut, i);
       if (isnan(sOut) != blockNonfinite[i / (size_t)blockOut]) {
         /* NaN exactly for the blocks holding a non-finite sum. */
-        if (bad++ < 3) fprintf(stderr, "%s %s: element %zu scale %a, non-finite block %d\n", gImpls[k], what, i,
-                               sOut, blockNonfinite[i / (size_t)blockOut]);
+        if (bad++ < 3)
+          fprintf(stderr, "%s %s: element %zu scale %a, non-finite block %d\n", gImpls[k], what, i,
+                  sOut, blockNonfinite[i / (size_t)blockOut]);
         continue;
       }
       if (isnan(sOut)) continue;
       if (!isfinite(ref[i])) {
-        if (bad++ < 3) fprintf(stderr, "%s %s: finite scale over a non-finite sum at %zu\n", gImpls[k], what, i);
+        if (bad++ < 3)
+          fprintf(stderr, "%s %s: finite scale over a non-finite sum at %zu\n", gImpls[k], what, i);
         continue;
       }
       double absSum;
       double S = exactSum(in, i, &absSum);
-      double bound = sOut / 2.0 + 0x1p-21 * Q * sOut + (in->n - 1) * 0x1p-24 * absSum + (Q + 1) * 0x1p-150;
+      double bound =
+          sOut / 2.0 + 0x1p-21 * Q * sOut + (in->n - 1) * 0x1p-24 * absSum + (Q + 1) * 0x1p-150;
       if (!(fabs((double)r - S) <= bound) && bad++ < 3)
-        fprintf(stderr, "%s %s: element %zu r %a exact sum %a (bound %a)\n", gImpls[k], what, i, r, S, bound);
+        fprintf(stderr, "%s %s: element %zu r %a exact sum %a (bound %a)\n", gImpls[k], what, i, r, S,
+                bound);
     }
-    CHECK_MSG(bad == 0, "%s %s -> int%d/%d: %ld elements outside the bound", gImpls[k], what, bitsOut, blockOut, bad);
+    CHECK_MSG(bad == 0, "%s %s -> int%d/%d: %ld elements outside the bound", gImpls[k], what, bitsOut,
+              blockOut, bad);
   }
   for (int k = 1; k < gNimpl; k++)
-    CHECK_MSG(memcmp(out[0], out[k], size) == 0, "%s: %s and %s fused outputs differ", what, gImpls[0], gImpls[k]);
+    CHECK_MSG(memcmp(out[0], out[k], size) == 0, "%s: %s and %s fused outputs differ", what, gImpls[0],
+              gImpls[k]);
   for (int k = 0; k < gNimpl; k++) free(out[k]);
   free(composed);
   free(sums);
@@ -252,7 +262,8 @@ int main(void) {
                      poison ? " (non-finite)" : "");
             checkAccumulate(&in, what);
             if (ni % 2 == 0 || poison) checkSum(&in, what);
-            const int outs[][2] = {{4, 32}, {4, 512}, {8, 256}, {8, 4096}, {bits, block}, {12 - bits, block}};
+            const int outs[][2] = {{4, 32},   {4, 512},      {8, 256},
+                                   {8, 4096}, {bits, block}, {12 - bits, block}};
             for (int o = 0; o < 6; o++) checkReduceRequant(&in, outs[o][0], outs[o][1], what);
             free(in.packed);
           }

@@ -42,16 +42,16 @@ static void checkHandOrders(void) {
     for (int k = 0; k < W; k++) {
       float s = qtScale(out + (size_t)k * seg, COUNT, 32, 0);
       int p = cases[c].order[k];
-      CHECK_MSG(s == (float)(p + 1) / 127.0f, "W=%d L=%d: segment %d holds scale %g, want partition %d", W, L, k,
-                (double)s, p);
+      CHECK_MSG(s == (float)(p + 1) / 127.0f, "W=%d L=%d: segment %d holds scale %g, want partition %d",
+                W, L, k, (double)s, p);
     }
     free(in);
     free(out);
   }
 }
 
-static void checkShape(int W, int L, size_t partCount, size_t partStride, zppDataType_t dtype, int bits, int block,
-                       zppTestRng_t* rng) {
+static void checkShape(int W, int L, size_t partCount, size_t partStride, zppDataType_t dtype, int bits,
+                       int block, zppTestRng_t* rng) {
   int N = W / L;
   size_t total = (size_t)(W - 1) * partStride + partCount;
   void* in = malloc(total * 4 + 4);
@@ -64,15 +64,16 @@ static void checkShape(int W, int L, size_t partCount, size_t partStride, zppDat
   uint8_t* alone = malloc(seg);
   REQUIRE(alone != NULL);
   char what[128];
-  snprintf(what, sizeof what, "W=%d L=%d count %zu stride %zu %s int%d block %d", W, L, partCount, partStride,
-           qtTypeName(dtype), bits, block);
+  snprintf(what, sizeof what, "W=%d L=%d count %zu stride %zu %s int%d block %d", W, L, partCount,
+           partStride, qtTypeName(dtype), bits, block);
   for (int k = 0; k < gNimpl; k++) {
     qtUse(gImpls[k]);
     out[k] = malloc(seg * (size_t)W + 16);
     REQUIRE(out[k] != NULL);
     memset(out[k], 0x6b, seg * (size_t)W + 16);
-    CHECK_MSG(zppQuantizeReordered(in, dtype, partCount, partStride, W, L, bits, block, out[k]) == zppSuccess, "%s",
-              what);
+    CHECK_MSG(
+        zppQuantizeReordered(in, dtype, partCount, partStride, W, L, bits, block, out[k]) == zppSuccess,
+        "%s", what);
     CHECK_MSG(out[k][seg * (size_t)W] == 0x6b, "%s: wrote past the output", what);
     for (int s = 0; s < W; s++) {
       int j = s / N, n = s % N;
@@ -80,12 +81,13 @@ static void checkShape(int W, int L, size_t partCount, size_t partStride, zppDat
       CHECK(p % L == j); /* local rank j's send region holds only its partitions */
       const uint8_t* src = (const uint8_t*)in + (size_t)p * partStride * qtTypeSize(dtype);
       CHECK(zppQuantize(partCount ? src : NULL, dtype, partCount, bits, block, alone) == zppSuccess);
-      CHECK_MSG(memcmp(out[k] + (size_t)s * seg, alone, seg) == 0, "%s %s: segment %d is not partition %d",
-                gImpls[k], what, s, p);
+      CHECK_MSG(memcmp(out[k] + (size_t)s * seg, alone, seg) == 0,
+                "%s %s: segment %d is not partition %d", gImpls[k], what, s, p);
     }
   }
   for (int k = 1; k < gNimpl; k++)
-    CHECK_MSG(memcmp(out[0], out[k], seg * (size_t)W) == 0, "%s: %s and %s differ", what, gImpls[0], gImpls[k]);
+    CHECK_MSG(memcmp(out[0], out[k], seg * (size_t)W) == 0, "%s: %s and %s differ", what, gImpls[0],
+              gImpls[k]);
   for (int k = 0; k < gNimpl; k++) free(out[k]);
   free(alone);
   free(in);
@@ -97,7 +99,8 @@ int main(void) {
   zppTestRngSeed(&rng, 0x5eed0004);
   qtUse("scalar");
   checkHandOrders();
-  const int shapes[][2] = {{1, 1}, {3, 1}, {4, 1}, {4, 2}, {4, 4}, {6, 2}, {6, 3}, {9, 3}, {12, 4}, {8, 8}, {16, 4}};
+  const int shapes[][2] = {{1, 1}, {3, 1}, {4, 1},  {4, 2}, {4, 4}, {6, 2},
+                           {6, 3}, {9, 3}, {12, 4}, {8, 8}, {16, 4}};
   const size_t counts[] = {0, 1, 37, 300};
   const zppDataType_t types[3] = {zppFloat32, zppFloat16, zppBfloat16};
   int v = 0;
@@ -105,8 +108,8 @@ int main(void) {
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
       for (int gap = 0; gap < 2; gap++, v++) {
         size_t stride = counts[c] + (gap ? 13 : 0);
-        checkShape(shapes[s][0], shapes[s][1], counts[c], stride, types[v % 3], v % 2 ? 4 : 8, v % 4 < 2 ? 32 : 64,
-                   &rng);
+        checkShape(shapes[s][0], shapes[s][1], counts[c], stride, types[v % 3], v % 2 ? 4 : 8,
+                   v % 4 < 2 ? 32 : 64, &rng);
       }
   return zppTestExit("test_quant_reorder");
 }

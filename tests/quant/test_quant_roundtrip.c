@@ -31,8 +31,10 @@ static double blockAmax(const void* in, zppDataType_t dtype, size_t lo, size_t h
   *nonfinite = 0;
   for (size_t i = lo; i < hi; i++) {
     double x = qtGet(in, dtype, i);
-    if (!isfinite(x)) *nonfinite = 1;
-    else if (fabs(x) > a) a = fabs(x);
+    if (!isfinite(x))
+      *nonfinite = 1;
+    else if (fabs(x) > a)
+      a = fabs(x);
   }
   return a;
 }
@@ -124,8 +126,8 @@ static long checkDecoding(const void* in, zppDataType_t dtype, size_t count, int
     }
     if (!ok) {
       if (bad++ < 3)
-        fprintf(stderr, "%s -> %s: element %zu x %a y %a (scale %a, bound %a)\n", what, qtTypeName(T), i, x,
-                y, s, qtBound(x, s, bits, T));
+        fprintf(stderr, "%s -> %s: element %zu x %a y %a (scale %a, bound %a)\n", what, qtTypeName(T),
+                i, x, y, s, qtBound(x, s, bits, T));
     }
   }
   return bad;
@@ -144,8 +146,8 @@ static int wantOut(int o, zppDataType_t dtype, int outs) {
 
 /* Quantizes `in` with every implementation, checks each result, checks
  * that all implementations agree bit for bit. */
-static void checkCase(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
-                      int outs, const char* label) {
+static void checkCase(const void* in, zppDataType_t dtype, size_t count, int bits, int block, int outs,
+                      const char* label) {
   char what[160];
   size_t size = zppQuantPackedSize(count, bits, block);
   uint8_t* seg[QT_MAX_IMPLS];
@@ -155,8 +157,8 @@ static void checkCase(const void* in, zppDataType_t dtype, size_t count, int bit
     REQUIRE(seg[k] != NULL);
     memset(seg[k], 0xa5, size + 16);
     qtUse(gImpls[k]);
-    snprintf(what, sizeof what, "%s %s %s int%d block %d count %zu", gImpls[k], label, qtTypeName(dtype), bits,
-             block, count);
+    snprintf(what, sizeof what, "%s %s %s int%d block %d count %zu", gImpls[k], label,
+             qtTypeName(dtype), bits, block, count);
     CHECK_MSG(zppQuantize(in, dtype, count, bits, block, seg[k]) == zppSuccess, "%s", what);
     CHECK_MSG(seg[k][size] == 0xa5, "%s: wrote past the segment", what);
     CHECK_MSG(checkEncoding(in, dtype, count, bits, block, seg[k], what) == 0, "%s: encoding", what);
@@ -165,9 +167,10 @@ static void checkCase(const void* in, zppDataType_t dtype, size_t count, int bit
       REQUIRE(out[k][o] != NULL);
       if (!wantOut(o, dtype, outs)) continue;
       memset(out[k][o], 0xee, count * 4 + 8);
-      CHECK_MSG(zppDequantize(seg[k], count, bits, block, out[k][o], kTypes[o]) == zppSuccess, "%s", what);
-      CHECK_MSG(((uint8_t*)out[k][o])[count * qtTypeSize(kTypes[o])] == 0xee, "%s: decode wrote past the end",
+      CHECK_MSG(zppDequantize(seg[k], count, bits, block, out[k][o], kTypes[o]) == zppSuccess, "%s",
                 what);
+      CHECK_MSG(((uint8_t*)out[k][o])[count * qtTypeSize(kTypes[o])] == 0xee,
+                "%s: decode wrote past the end", what);
       CHECK_MSG(checkDecoding(in, dtype, count, bits, block, seg[k], out[k][o], kTypes[o], what) == 0,
                 "%s: decoding to %s", what, qtTypeName(kTypes[o]));
     }
@@ -178,8 +181,8 @@ static void checkCase(const void* in, zppDataType_t dtype, size_t count, int bit
     for (int o = 0; o < 3; o++) {
       if (!wantOut(o, dtype, outs)) continue;
       size_t d = qtFirstDiff(out[0][o], out[k][o], kTypes[o], count);
-      CHECK_MSG(d == (size_t)-1, "%s: %s and %s decode to %s differently at %zu", what, gImpls[0], gImpls[k],
-                qtTypeName(kTypes[o]), d);
+      CHECK_MSG(d == (size_t)-1, "%s: %s and %s decode to %s differently at %zu", what, gImpls[0],
+                gImpls[k], qtTypeName(kTypes[o]), d);
     }
   }
   for (int k = 0; k < gNimpl; k++) {
@@ -192,7 +195,8 @@ static void checkRandom(zppTestRng_t* rng) {
   for (int t = 0; t < 3; t++)
     for (int bits = 8; bits >= 4; bits -= 4)
       for (int block = 32; block <= 4096; block *= 2) {
-        size_t sizes[] = {0, 1, 2, (size_t)block - 1, (size_t)block, (size_t)block + 1, 3 * (size_t)block + 7};
+        size_t sizes[] = {
+            0, 1, 2, (size_t)block - 1, (size_t)block, (size_t)block + 1, 3 * (size_t)block + 7};
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++)
           for (int d = 0; d < QT_NDIST; d++) {
             size_t count = sizes[si];
@@ -215,7 +219,8 @@ static void checkLarge(zppTestRng_t* rng) {
     for (int d = 0; d < 3; d += 2) { /* normal and wide */
       qtFill(in, kTypes[t], count, (qtDist_t)d, rng);
       for (int bits = 8; bits >= 4; bits -= 4)
-        for (int b = 0; b < 3; b++) checkCase(in, kTypes[t], count, bits, blocks[b], d == QT_WIDE ? OUT_BF16 : OUT_ALL, "large");
+        for (int b = 0; b < 3; b++)
+          checkCase(in, kTypes[t], count, bits, blocks[b], d == QT_WIDE ? OUT_BF16 : OUT_ALL, "large");
     }
   free(in);
 }
@@ -283,11 +288,11 @@ static void checkSpecialBlocks(zppTestRng_t* rng) {
         qtFill(in, dt, count, QT_NORMAL, rng);
         for (int i = 0; i < block; i++) qtSet(in, dt, block + i, (i & 1) ? -0.0f : 0.0f); /* block 1 */
         size_t pos = (size_t)(zppTestRngNext(rng) % (uint64_t)block);
-        qtSet(in, dt, 2 * block + pos, INFINITY);            /* block 2 */
-        qtSet(in, dt, 3 * block + block - 1 - pos, NAN);     /* block 3 */
-        qtSet(in, dt, 4 * block, -INFINITY);                 /* block 4, first element */
+        qtSet(in, dt, 2 * block + pos, INFINITY);        /* block 2 */
+        qtSet(in, dt, 3 * block + block - 1 - pos, NAN); /* block 3 */
+        qtSet(in, dt, 4 * block, -INFINITY);             /* block 4, first element */
         qtSet(in, dt, 4 * block + block - 1, NAN);
-        qtSet(in, dt, count - 1, -NAN);                      /* tail block, last element */
+        qtSet(in, dt, count - 1, -NAN); /* tail block, last element */
         checkCase(in, dt, count, bits, block, OUT_ALL, "special");
         /* The expectations checkCase verifies, spelled out once more. */
         uint8_t* seg = malloc(zppQuantPackedSize(count, bits, block));
@@ -333,7 +338,8 @@ static void checkExtremes(void) {
     if (bits == 8) {
       CHECK(y[3] == INFINITY && y[5] == -INFINITY);
     } else {
-      CHECK(isfinite(y[3]) && fabs((double)y[3] - FLT_MAX) <= qtBound(FLT_MAX, qtScale(seg, 40, 32, 0), 4, zppFloat32));
+      CHECK(isfinite(y[3]) &&
+            fabs((double)y[3] - FLT_MAX) <= qtBound(FLT_MAX, qtScale(seg, 40, 32, 0), 4, zppFloat32));
     }
     for (int k = 1; k < gNimpl; k++) {
       uint8_t seg2[128];
@@ -349,7 +355,7 @@ static void checkExtremes(void) {
   {
     uint16_t h[70], b[70];
     for (int i = 0; i < 70; i++) {
-      h[i] = (uint16_t)(i * 937);            /* spans subnormals to 65504 and beyond */
+      h[i] = (uint16_t)(i * 937);                   /* spans subnormals to 65504 and beyond */
       if ((h[i] & 0x7c00) == 0x7c00) h[i] = 0x7bff; /* keep them finite */
       b[i] = (uint16_t)(i * 937);
       if ((b[i] & 0x7f80) == 0x7f80) b[i] = 0xff7f;

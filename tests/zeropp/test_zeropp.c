@@ -76,8 +76,8 @@ static void qwzExpectAll(const ctx_t* c, zppDataType_t t, size_t count, int bits
   free(shard);
 }
 
-static void testQwz(const ctx_t* c, zppDataType_t t, int bits, size_t count, int inPlace,
-                    int async, int seed) {
+static void testQwz(const ctx_t* c, zppDataType_t t, int bits, size_t count, int inPlace, int async,
+                    int seed) {
   size_t ts = zppTypeSize(t), all = count * ts * (size_t)c->W;
   char* recv = xmalloc(all);
   char* want = xmalloc(all);
@@ -134,16 +134,18 @@ static void checkQgz(const ctx_t* c, void* const* in, zppDataType_t t, size_t rc
               bound, target);
   long d = ztFirstDiff(got, want, t, rc);
   CHECK_MSG(d < 0, "%s %s int%d %s rc %zu: element %ld is %g, the codec computation gives %g", what,
-            ztTypeName(t), bits, op == zppAvg ? "avg" : "sum", rc, d, d >= 0 ? ztGet(got, t, (size_t)d) : 0.0,
-            d >= 0 ? ztGet(want, t, (size_t)d) : 0.0);
+            ztTypeName(t), bits, op == zppAvg ? "avg" : "sum", rc, d,
+            d >= 0 ? ztGet(got, t, (size_t)d) : 0.0, d >= 0 ? ztGet(want, t, (size_t)d) : 0.0);
   size_t bad = 0, first = 0;
   for (size_t i = 0; i < rc; i++) {
     double y = ztGet(got, t, i);
     if (!isfinite(y) && !isfinite(target[i])) continue;
     if (!(fabs(y - target[i]) <= bound[i]) && bad++ == 0) first = i;
   }
-  CHECK_MSG(bad == 0, "%s %s int%d: %zu elements outside the two-stage bound, first %zu: got %g exact %g bound %g",
-            what, ztTypeName(t), bits, bad, first, ztGet(got, t, first), target[first], bound[first]);
+  CHECK_MSG(
+      bad == 0,
+      "%s %s int%d: %zu elements outside the two-stage bound, first %zu: got %g exact %g bound %g",
+      what, ztTypeName(t), bits, bad, first, ztGet(got, t, first), target[first], bound[first]);
   free(want);
   free(bound);
   free(target);
@@ -166,10 +168,13 @@ static void testQgz(const ctx_t* c, zppDataType_t t, int bits, zppRedOp_t op, si
   } else {
     res = zppQgzReduceScatter(send, recv, rc, t, op, bits, c->comm, NULL);
   }
-  CHECK_MSG(res == zppSuccess, "qgZ %s int%d rc %zu: %s", ztTypeName(t), bits, rc, zppGetErrorString(res));
+  CHECK_MSG(res == zppSuccess, "qgZ %s int%d rc %zu: %s", ztTypeName(t), bits, rc,
+            zppGetErrorString(res));
   if (res == zppSuccess)
     checkQgz(c, in, t, rc, bits, op, recv,
-             inPlace ? "qgZ in place" : async ? "qgZ on a host stream" : "qgZ");
+             inPlace ? "qgZ in place"
+             : async ? "qgZ on a host stream"
+                     : "qgZ");
   if (!inPlace) free(recv);
   free(send);
   freeInputs(c, in);
@@ -232,8 +237,10 @@ static void testNonFinite(const ctx_t* c, zppDataType_t t) {
   if (c->rank == c->W - 1) ztSet(send, t, 5, INFINITY);
   if (c->rank == 0) ztSet(send, t, (size_t)(c->W - 1) * rc + 7, NAN);
   CHECK(zppQgzReduceScatter(send, recv, rc, t, zppSum, 4, c->comm, NULL) == zppSuccess);
-  if (c->rank == 0) CHECK_MSG(!isfinite(ztGet(recv, t, 5)), "qgZ hid rank %d's Inf from its owner", c->W - 1);
-  if (c->rank == c->W - 1) CHECK_MSG(!isfinite(ztGet(recv, t, 7)), "qgZ hid rank 0's NaN from its owner");
+  if (c->rank == 0)
+    CHECK_MSG(!isfinite(ztGet(recv, t, 5)), "qgZ hid rank %d's Inf from its owner", c->W - 1);
+  if (c->rank == c->W - 1)
+    CHECK_MSG(!isfinite(ztGet(recv, t, 7)), "qgZ hid rank 0's NaN from its owner");
   free(recv);
   /* qwZ: every rank sees rank 0's Inf. */
   char* all = xmalloc(rc * ts * (size_t)c->W);
@@ -436,7 +443,8 @@ static void hpzCase(const ctx_t* c, zppDataType_t t, int bits, size_t count) {
   if (c->rank == 0) ztFill(shard, t, count, 43, c->rank);
   memset(bwd, 0x5a, all);
   zppResult_t res = zppParamGatherBackward(p, shard, bwd, NULL);
-  CHECK_MSG(res == zppInvalidUsage, "hpZ backward after an unreported write: %s", zppGetErrorString(res));
+  CHECK_MSG(res == zppInvalidUsage, "hpZ backward after an unreported write: %s",
+            zppGetErrorString(res));
   for (size_t i = 0; i < all; i++)
     if (((unsigned char*)bwd)[i] != 0x5a) {
       CHECK_MSG(0, "hpZ backward that failed wrote its output (byte %zu)", i);
@@ -459,8 +467,10 @@ static void hpzCase(const ctx_t* c, zppDataType_t t, int bits, size_t count) {
     /* The others catch up: all invalid, one version: global fallback. */
     if (c->rank != 0) CHECK(zppParamInvalidate(p) == zppSuccess);
     CHECK(zppParamGatherBackward(p, shard, bwd, NULL) == zppSuccess);
-    if (bits) qwzExpectAll(c, t, count, bits, 43, want);
-    else for (int r = 0; r < c->W; r++) ztFill(want + (size_t)r * count * ts, t, count, 43, r);
+    if (bits)
+      qwzExpectAll(c, t, count, bits, 43, want);
+    else
+      for (int r = 0; r < c->W; r++) ztFill(want + (size_t)r * count * ts, t, count, 43, r);
     CHECK(ztFirstDiff(bwd, want, t, count * (size_t)c->W) < 0);
   }
   /* Overlapping shard and output: refused. */
@@ -538,8 +548,9 @@ static void suiteCounters(const ctx_t* c) {
      * partition across once per remote node, the ring (W-1)/W of all. */
     double packedRatio = (double)run / (double)(count * ts);
     double want = packedRatio * (double)(c->W * (c->N - 1)) / (double)(c->N * (c->W - 1));
-    CHECK_MSG(fabs(ratio - want) < 1e-9 && ratio <= packedRatio && packedRatio < 0.25 * (1 + 8.0 / 64) + 0.01,
-              "qgZ/plain inter-node bytes %.4f, expected %.4f", ratio, want);
+    CHECK_MSG(
+        fabs(ratio - want) < 1e-9 && ratio <= packedRatio && packedRatio < 0.25 * (1 + 8.0 / 64) + 0.01,
+        "qgZ/plain inter-node bytes %.4f, expected %.4f", ratio, want);
     if (c->rank == 0) printf("qgZ int4 inter-node bytes / plain bf16 reduce-scatter: %.4f\n", ratio);
   }
   free(send);
@@ -567,7 +578,8 @@ static void suiteSplit(const ctx_t* c) {
   uint64_t run = ztPackedInChunks(rc, bits, block, ce);
   CHECK_EQ_INT(s.interNodeBytes[zppOpQgZ], (uint64_t)(c->N - 1) * run);
   if (c->N > 2) /* the unsplit cut would send fewer headers */
-    CHECK(run != ztPackedInChunks(rc, bits, block, SPLIT_CHUNK_BYTES / 2 - SPLIT_CHUNK_BYTES / 2 % block));
+    CHECK(run !=
+          ztPackedInChunks(rc, bits, block, SPLIT_CHUNK_BYTES / 2 - SPLIT_CHUNK_BYTES / 2 % block));
 
   testQgz(c, zppFloat32, 8, zppAvg, 3 * ce + 5, 0, 0, 802);
   testQgz(c, t, bits, zppAvg, rc, 1, 0, 803);
@@ -616,13 +628,20 @@ static void runSuite(zppComm_t comm, const char* suite) {
   REQUIRE(k == c.W);
   c.ringNext = ring[(me + 1) % c.W];
   free(ring);
-  if (strcmp(suite, "core") == 0) suiteCore(&c);
-  else if (strcmp(suite, "hpz") == 0) suiteHpz(&c);
-  else if (strcmp(suite, "counters") == 0) suiteCounters(&c);
-  else if (strcmp(suite, "wrap") == 0) suiteWrap(&c);
-  else if (strcmp(suite, "config") == 0) suiteConfig(&c);
-  else if (strcmp(suite, "split") == 0) suiteSplit(&c);
-  else REQUIRE(!"unknown suite");
+  if (strcmp(suite, "core") == 0)
+    suiteCore(&c);
+  else if (strcmp(suite, "hpz") == 0)
+    suiteHpz(&c);
+  else if (strcmp(suite, "counters") == 0)
+    suiteCounters(&c);
+  else if (strcmp(suite, "wrap") == 0)
+    suiteWrap(&c);
+  else if (strcmp(suite, "config") == 0)
+    suiteConfig(&c);
+  else if (strcmp(suite, "split") == 0)
+    suiteSplit(&c);
+  else
+    REQUIRE(!"unknown suite");
   if (c.rank == 0) printf("rank 0: %ld checks, %d failed\n", zppTestChecks, zppTestFailures);
   free(c.nodeOf);
 }

@@ -101,7 +101,8 @@ static int caseSettings(int rank, int n, const zppUniqueId* id) {
   cfg.quantBlock = 128;
   cfg.compressMinBytes = 999 * 2 * (size_t)n + 1; /* one byte more than the call */
   REQUIRE(initWith(rank, n, id, &cfg, &comm) == zppSuccess);
-  CHECK_MSG(gatherKind(comm, rank, n, 8, 128, 999) == 0, "a call under compressMinBytes was compressed");
+  CHECK_MSG(gatherKind(comm, rank, n, 8, 128, 999) == 0,
+            "a call under compressMinBytes was compressed");
   CHECK_MSG(gatherKind(comm, rank, n, 8, 128, 1000) == 1, "config quantBlock=128 not applied");
   CHECK(zppCommDestroy(comm) == zppSuccess);
 
@@ -332,9 +333,9 @@ static int caseMismatch(int rank, int n, const zppUniqueId* id) {
                 "qwZ with int4 on rank 0, int8 elsewhere");
   abortTogether(comm);
   REQUIRE(initWith(rank, n, id, &cfg, &comm) == zppSuccess);
-  expectAllFail(zppQgzReduceScatter(send, recv, count, zppBfloat16, zppSum, rank == n - 1 ? 8 : 4,
-                                    comm, NULL),
-                "qgZ with int8 on the last rank, int4 elsewhere");
+  expectAllFail(
+      zppQgzReduceScatter(send, recv, count, zppBfloat16, zppSum, rank == n - 1 ? 8 : 4, comm, NULL),
+      "qgZ with int8 on the last rank, int4 elsewhere");
   abortTogether(comm);
 
   /* Different blocks (config). */

@@ -111,8 +111,9 @@ static void suite(zppComm_t comm, int rank, int nranks, cudaStream_t stream, int
         snprintf(what, sizeof what, "%s %s int%d count %zu", plain ? "zppAllGather (qwZ)" : "qwZ",
                  ztTypeName(t), cw.bits, n);
         samePaths(comm, stream, what, qwz, &cw, in, n * ts, n * ts * (size_t)nranks, (size_t)-1);
-        snprintf(what, sizeof what, "%s %s int%d %s count %zu", plain ? "zppReduceScatter (qgZ)" : "qgZ",
-                 ztTypeName(t), cg.bits, op == zppAvg ? "avg" : "sum", n);
+        snprintf(what, sizeof what, "%s %s int%d %s count %zu",
+                 plain ? "zppReduceScatter (qgZ)" : "qgZ", ztTypeName(t), cg.bits,
+                 op == zppAvg ? "avg" : "sum", n);
         samePaths(comm, stream, what, qgz, &cg, in, n * ts * (size_t)nranks, n * ts, (size_t)-1);
         if (!plain && ci == 1) {
           /* In place: recvbuff = sendbuff + rank * recvcount. */
@@ -190,7 +191,9 @@ static int run(int nranks, const char* layout, run_t* r) {
   int rc = zppLaunch(&o, body, r);
   printf("%d rank(s)%s%s%s: %s\n", nranks, layout ? " layout " : "", layout ? layout : "",
          r && r->shareGpu ? " on one GPU" : "",
-         rc == 0 ? "passed" : rc == ZPP_TEST_SKIP ? "skipped (no CUDA device)" : "FAILED");
+         rc == 0               ? "passed"
+         : rc == ZPP_TEST_SKIP ? "skipped (no CUDA device)"
+                               : "FAILED");
   return rc;
 }
 

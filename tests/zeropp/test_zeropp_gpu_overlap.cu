@@ -72,7 +72,8 @@ int main(int argc, char** argv) {
   double callMs = (zppClockNow() - t0) * 1e3;
   CU(cudaEventRecord(g1, comms));
   cudaError_t q = cudaEventQuery(g1);
-  CHECK_MSG(q == cudaErrorNotReady, "the gather was done when the call returned (%s)", cudaGetErrorString(q));
+  CHECK_MSG(q == cudaErrorNotReady, "the gather was done when the call returned (%s)",
+            cudaGetErrorString(q));
   CHECK_MSG(callMs < 50, "zppQwzAllGather took %.1f ms to return behind a 200 ms kernel", callMs);
   CU(cudaStreamSynchronize(comms));
   printf("returns: the call took %.2f ms on the host, its stream %.1f ms\n", callMs,
@@ -90,8 +91,10 @@ int main(int argc, char** argv) {
   float computeMs = elapsedMs(c0, c1), gatherEnd = elapsedMs(c0, g1), gatherMs = elapsedMs(g0, g1);
   printf("overlap: compute %.1f ms; the gather took %.2f ms and ended %.1f ms after compute began\n",
          computeMs, gatherMs, gatherEnd);
-  CHECK_MSG(gatherEnd < computeMs, "the gather ended %.1f ms after compute began, compute took %.1f ms: "
-            "they did not overlap", gatherEnd, computeMs);
+  CHECK_MSG(gatherEnd < computeMs,
+            "the gather ended %.1f ms after compute began, compute took %.1f ms: "
+            "they did not overlap",
+            gatherEnd, computeMs);
 
   CHECK(zppCommDestroy(comm) == zppSuccess);
   cudaFree(send);

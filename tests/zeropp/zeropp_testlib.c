@@ -29,7 +29,9 @@ void ztFill(void* buf, zppDataType_t t, size_t count, int seed, int rank) {
   }
 }
 
-int ztBlock(int bits) { return bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8; }
+int ztBlock(int bits) {
+  return bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8;
+}
 
 size_t ztChunkElems(zppDataType_t t, int block) {
   size_t e = ZT_CHUNK_BYTES / zppTypeSize(t);
@@ -83,9 +85,8 @@ static double stageErr(double s, int bits) {
   return s / 2 + 0x1p-21 * Q * s + (Q + 1) * 0x1p-150;
 }
 
-void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W,
-                 const int* nodeOf, int bits, int block, zppRedOp_t op, void* out, double* bound,
-                 double* target) {
+void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W, const int* nodeOf,
+                 int bits, int block, zppRedOp_t op, void* out, double* bound, double* target) {
   /* The ranks in node order, each node's in rank order: the order in which
    * the library sums (nodes numbered by their lowest rank, as the topology
    * numbers them, whatever the placement). */

@@ -40,9 +40,8 @@ int ztQwzExpect(const void* shard, zppDataType_t t, size_t count, int bits, int 
  * placement), as the library computes it: out (rc elements of t) byte for
  * byte; bound[i] the documented two-stage bound and target[i] the exact sum
  * (or average) in double, for each element. */
-void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W,
-                 const int* nodeOf, int bits, int block, zppRedOp_t op, void* out, double* bound,
-                 double* target);
+void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W, const int* nodeOf,
+                 int bits, int block, zppRedOp_t op, void* out, double* bound, double* target);
 /* Bytes one rank's qgZ sends for a tensor of rc elements per rank: one
  * packed segment run (sum over pipeline pieces of their packed size). */
 size_t ztQgzRunBytes(size_t rc, zppDataType_t t, int bits, int block);

@@ -12,8 +12,9 @@ static const char* yesNo(int v) { return v ? "yes" : "no"; }
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-      printf("usage: zpp-info\n  prints the version, the build options and every ZPP_* environment "
-             "parameter with its default, current value and meaning\n");
+      printf(
+          "usage: zpp-info\n  prints the version, the build options and every ZPP_* environment "
+          "parameter with its default, current value and meaning\n");
       return 0;
     }
     fprintf(stderr, "zpp-info: unknown argument '%s' (try --help)\n", argv[i]);

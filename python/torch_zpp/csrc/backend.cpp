@@ -51,8 +51,8 @@ ZppBackend::ZppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
     store->set(key, bytes);
   } else {
     std::vector<uint8_t> bytes = store->get(key);
-    TORCH_CHECK(bytes.size() == sizeof(id), "zpp: the unique id in the store has ",
-                bytes.size(), " bytes, not ", sizeof(id));
+    TORCH_CHECK(bytes.size() == sizeof(id), "zpp: the unique id in the store has ", bytes.size(),
+                " bytes, not ", sizeof(id));
     std::memcpy(&id, bytes.data(), sizeof(id));
   }
   zppConfig_t config = ZPP_CONFIG_INITIALIZER;
@@ -118,8 +118,8 @@ c10::intrusive_ptr<c10d::Work> ZppBackend::broadcast(std::vector<at::Tensor>& te
   const char* call = "broadcast";
   checkOne(tensors, call);
   TORCH_CHECK(opts.rootTensor == 0, "zpp broadcast: rootTensor must be 0");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "zpp broadcast: root ",
-              opts.rootRank, " is not a rank of this group of ", size_);
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "zpp broadcast: root ", opts.rootRank,
+              " is not a rank of this group of ", size_);
   auto w = newWork(c10d::OpType::BROADCAST, call, tensors, tensors[0]);
   at::Tensor t = output(*w, tensors[0]);
   Buf b = bufOf(t, call);
@@ -130,9 +130,9 @@ c10::intrusive_ptr<c10d::Work> ZppBackend::broadcast(std::vector<at::Tensor>& te
   return submit(w);
 }
 
-c10::intrusive_ptr<c10d::Work> ZppBackend::allgather(
-    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions&) {
+c10::intrusive_ptr<c10d::Work> ZppBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions&) {
   const char* call = "allgather";
   checkOne(inputs, call);
   TORCH_CHECK(outputs.size() == 1, "zpp allgather: expects one list of outputs");
@@ -180,9 +180,9 @@ c10::intrusive_ptr<c10d::Work> ZppBackend::allgather_into_tensor_coalesced(
   return submit(w);
 }
 
-c10::intrusive_ptr<c10d::Work> ZppBackend::reduce_scatter(
-    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
-    const c10d::ReduceScatterOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ZppBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                          std::vector<std::vector<at::Tensor>>& inputs,
+                                                          const c10d::ReduceScatterOptions& opts) {
   const char* call = "reduce_scatter";
   checkOne(outputs, call);
   TORCH_CHECK(inputs.size() == 1 && inputs[0].size() == static_cast<size_t>(size_), "zpp ", call,
@@ -222,15 +222,14 @@ c10::intrusive_ptr<c10d::Work> ZppBackend::alltoall_base(at::Tensor& out, at::Te
                                                          const c10d::AllToAllOptions&) {
   const char* call = "alltoall_base";
   checkSame(out, in, call);
-  TORCH_CHECK(out.numel() == in.numel(), "zpp ", call, ": input has ", in.numel(),
-              " elements, output ", out.numel());
+  TORCH_CHECK(out.numel() == in.numel(), "zpp ", call, ": input has ", in.numel(), " elements, output ",
+              out.numel());
   int64_t rows = in.dim() ? in.size(0) : 1;
   for (auto* splits : {&outSplits, &inSplits}) {
     bool ok = splits->empty() || splits->size() == static_cast<size_t>(size_);
     for (int64_t s : *splits) ok = ok && s * size_ == rows;
     TORCH_CHECK(ok, "zpp ", call, ": uneven split sizes ", c10::IntArrayRef(*splits),
-                " are not supported (only equal splits, ", rows, " rows over ", size_,
-                " ranks)");
+                " are not supported (only equal splits, ", rows, " rows over ", size_, " ranks)");
   }
   TORCH_CHECK(rows % size_ == 0, "zpp ", call, ": uneven split: ", rows,
               " rows do not split evenly among ", size_, " ranks");
@@ -314,7 +313,8 @@ c10::intrusive_ptr<ZppWork> ZppBackend::newWork(c10d::OpType type, const char* c
 #ifdef ZPP_TORCH_CUDA
     w->device_ = sample.device();
 #else
-    TORCH_CHECK(false, "zpp ", call, ": CUDA tensors need torch_zpp built with the device path "
+    TORCH_CHECK(false, "zpp ", call,
+                ": CUDA tensors need torch_zpp built with the device path "
                 "(libzpp with NCCL and torch's CUDA of the same major version; see "
                 "docs/pytorch.md); this build has host memory only");
 #endif
@@ -452,8 +452,8 @@ c10::intrusive_ptr<c10d::Work> ZppBackend::allreduceMany(const char* call, c10d:
   return submit(w);
 }
 
-void ZppBackend::gatherIntoTensor(ZppWork& w, const char* call, at::Tensor& out,
-                                  const at::Tensor& in, int bits) {
+void ZppBackend::gatherIntoTensor(ZppWork& w, const char* call, at::Tensor& out, const at::Tensor& in,
+                                  int bits) {
   checkSame(out, in, call);
   TORCH_CHECK(out.numel() == in.numel() * size_, "zpp ", call, ": output has ", out.numel(),
               " elements, expected ", size_, " x ", in.numel());
@@ -474,8 +474,7 @@ void ZppBackend::gatherIntoList(ZppWork& w, const char* call, std::vector<at::Te
               " outputs, got ", outs.size());
   for (auto& o : outs) {
     checkSame(o, in, call);
-    TORCH_CHECK(o.numel() == in.numel(), "zpp ", call,
-                ": every output must have the input's size");
+    TORCH_CHECK(o.numel() == in.numel(), "zpp ", call, ": every output must have the input's size");
   }
   at::Tensor flat = at::empty({in.numel() * size_}, in.options());
   gatherIntoTensor(w, call, flat, in, -1);
@@ -486,8 +485,8 @@ void ZppBackend::gatherIntoList(ZppWork& w, const char* call, std::vector<at::Te
   });
 }
 
-void ZppBackend::scatterFromTensor(ZppWork& w, const char* call, at::Tensor& out,
-                                   const at::Tensor& in, const c10d::ReduceOp& rop, int bits) {
+void ZppBackend::scatterFromTensor(ZppWork& w, const char* call, at::Tensor& out, const at::Tensor& in,
+                                   const c10d::ReduceOp& rop, int bits) {
   checkSame(out, in, call);
   TORCH_CHECK(in.numel() == out.numel() * size_, "zpp ", call, ": input has ", in.numel(),
               " elements, expected ", size_, " x ", out.numel());

@@ -59,8 +59,7 @@ struct Settings {
 
 class ZppBackend : public c10d::Backend {
  public:
-  ZppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-             const Settings& s);
+  ZppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const Settings& s);
   ~ZppBackend() override;
 
   const std::string getBackendName() const override { return "zpp"; }
@@ -82,9 +81,9 @@ class ZppBackend : public c10d::Backend {
                                            std::vector<at::Tensor>& inputs,
                                            const c10d::AllgatherOptions& opts) override;
   // Deprecated form: outputs[r][j] receives input j of rank r.
-  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
-      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
-      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                     std::vector<at::Tensor>& inputs,
+                                                     const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
                                                  const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
@@ -93,8 +92,8 @@ class ZppBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
                                                 std::vector<std::vector<at::Tensor>>& inputs,
                                                 const c10d::ReduceScatterOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
-      at::Tensor& out, at::Tensor& in, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                      const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
       const c10d::ReduceScatterOptions& opts) override;
@@ -108,8 +107,8 @@ class ZppBackend : public c10d::Backend {
   // ---- ZeRO++ explicit calls (torch_zpp.qwz_all_gather, qgz_reduce_scatter)
 
   c10::intrusive_ptr<c10d::Work> qwzAllGather(at::Tensor out, at::Tensor in, int bits);
-  c10::intrusive_ptr<c10d::Work> qgzReduceScatter(at::Tensor out, at::Tensor in,
-                                                  c10d::ReduceOp op, int bits);
+  c10::intrusive_ptr<c10d::Work> qgzReduceScatter(at::Tensor out, at::Tensor in, c10d::ReduceOp op,
+                                                  int bits);
 
   // ---- accounting and topology (module.cpp turns them into dicts) ---------
 
@@ -142,8 +141,7 @@ class ZppBackend : public c10d::Backend {
                                                const c10d::ReduceOp& rop);
   // bits < 0: zppAllGather (qwZ where the communicator's settings say so);
   // bits >= 0: zppQwzAllGather explicitly.
-  void gatherIntoTensor(ZppWork& w, const char* call, at::Tensor& out, const at::Tensor& in,
-                        int bits);
+  void gatherIntoTensor(ZppWork& w, const char* call, at::Tensor& out, const at::Tensor& in, int bits);
   void gatherIntoList(ZppWork& w, const char* call, std::vector<at::Tensor>& outs,
                       const at::Tensor& in);
   // bits < 0: zppReduceScatter (qgZ where configured); bits >= 0:
@@ -152,7 +150,7 @@ class ZppBackend : public c10d::Backend {
                          const c10d::ReduceOp& rop, int bits);
 
   zppComm_t comm_ = nullptr;
-  std::mutex mutex_;  // guards the queue and the counters below
+  std::mutex mutex_;                // guards the queue and the counters below
   std::condition_variable cv_;      // the worker waits for work
   std::condition_variable doneCv_;  // device calls wait for earlier host works
   std::deque<c10::intrusive_ptr<ZppWork>> queue_;

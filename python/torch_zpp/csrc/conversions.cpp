@@ -30,8 +30,7 @@ zppDataType_t zppType(at::ScalarType t, const char* call) {
     case at::kUInt64: return zppUint64;
     case at::kComplexFloat: return zppFloat32;
     case at::kComplexDouble: return zppFloat64;
-    default:
-      TORCH_CHECK(false, "zpp ", call, ": data type ", t, " is not supported");
+    default: TORCH_CHECK(false, "zpp ", call, ": data type ", t, " is not supported");
   }
 }
 
@@ -81,12 +80,11 @@ RedOp zppOp(const c10d::ReduceOp& rop, const at::Tensor& t, const char* call) {
         r.factor = s->double_factor;
       break;
     }
-    default:
-      TORCH_CHECK(false, "zpp ", call, ": ReduceOp.", opName(rop.op_), " is not supported");
+    default: TORCH_CHECK(false, "zpp ", call, ": ReduceOp.", opName(rop.op_), " is not supported");
   }
   // Sums of bools are not bools; min/max of complex numbers are undefined.
-  TORCH_CHECK(!isBool || r.op == zppMin || r.op == zppMax, "zpp ", call, ": ReduceOp.",
-              opName(rop.op_), " on bool tensors is not supported (MIN and MAX are)");
+  TORCH_CHECK(!isBool || r.op == zppMin || r.op == zppMax, "zpp ", call, ": ReduceOp.", opName(rop.op_),
+              " on bool tensors is not supported (MIN and MAX are)");
   TORCH_CHECK(!complex || r.op == zppSum || r.op == zppAvg, "zpp ", call, ": ReduceOp.",
               opName(rop.op_), " on complex tensors is not supported (SUM, AVG and PREMUL_SUM are)");
   return r;

@@ -41,10 +41,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "zpp as a torch.distributed backend (use torch_zpp, not this module)";
 
   py::class_<ZppBackend, c10d::Backend, c10::intrusive_ptr<ZppBackend>>(m, "ZppBackend")
-      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       int timeoutSec, int qwzBits, int qgzBits, int quantBlock,
-                       int64_t compressMinBytes, int hpzGroupSize, const std::string& hostId,
-                       const std::string& commName) {
+      .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int timeoutSec,
+                       int qwzBits, int qgzBits, int quantBlock, int64_t compressMinBytes,
+                       int hpzGroupSize, const std::string& hostId, const std::string& commName) {
              Settings s;
              s.timeoutSec = timeoutSec;
              s.qwzBits = qwzBits;
@@ -62,9 +61,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("comm_name"), py::call_guard<py::gil_scoped_release>())
       .def("qwz_all_gather", &ZppBackend::qwzAllGather, py::arg("output"), py::arg("input"),
            py::arg("bits"), py::call_guard<py::gil_scoped_release>())
-      .def("qgz_reduce_scatter", &ZppBackend::qgzReduceScatter, py::arg("output"),
-           py::arg("input"), py::arg("op"), py::arg("bits"),
-           py::call_guard<py::gil_scoped_release>())
+      .def("qgz_reduce_scatter", &ZppBackend::qgzReduceScatter, py::arg("output"), py::arg("input"),
+           py::arg("op"), py::arg("bits"), py::call_guard<py::gil_scoped_release>())
       .def("stats", &statsDict)
       .def("reset_stats", &ZppBackend::resetStats)
       .def("topology", &topologyDict);

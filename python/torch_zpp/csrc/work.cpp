@@ -15,8 +15,8 @@ ZppWork::ZppWork(int rank, c10d::OpType type, const char* name, std::vector<at::
     : c10d::Work(rank, type, name),
       name_(name),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
 
 bool ZppWork::wait(std::chrono::milliseconds timeout) {
 #ifdef ZPP_TORCH_CUDA
@@ -34,9 +34,9 @@ void ZppWork::complete(zppResult_t res, const std::string& why) {
   if (event_) event_->synchronize();
 #endif
   if (res != zppSuccess) {
-    err = std::make_exception_ptr(c10::DistBackendError(
-        c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
-        zppMessage(res, why, name_)));
+    err = std::make_exception_ptr(
+        c10::DistBackendError(c10::SourceLocation{__func__, __FILE__, static_cast<uint32_t>(__LINE__)},
+                              zppMessage(res, why, name_)));
   } else {
     try {
       for (auto& f : finishers_) f();

@@ -55,11 +55,14 @@ static double reduce(zppDataType_t t, zppRedOp_t op, const double* x, int n, int
     acc = v[0];
   } else {
     acc = order == ORDER_FORWARD ? v[0] : v[n - 1];
-    for (int k = 1; k < n; k++) acc = typeOp(t, base, acc, order == ORDER_FORWARD ? v[k] : v[n - 1 - k]);
+    for (int k = 1; k < n; k++)
+      acc = typeOp(t, base, acc, order == ORDER_FORWARD ? v[k] : v[n - 1 - k]);
   }
   if (op == zppAvg && !(premul && zppPerfTypeIsFloat(t))) {
-    if (zppPerfTypeIsFloat(t)) acc = roundTo(t, acc / n);
-    else acc = roundTo(t, trunc(acc / n));
+    if (zppPerfTypeIsFloat(t))
+      acc = roundTo(t, acc / n);
+    else
+      acc = roundTo(t, trunc(acc / n));
   }
   return acc;
 }
@@ -73,7 +76,8 @@ static void simulate(const zppPerfCheckSpec_t* s, void* recv, int order, int pre
   switch (s->coll) {
     case ZPP_PERF_ALLGATHER:
       for (int p = 0; p < n; p++)
-        for (size_t j = 0; j < c; j++) zppPerfStore(s->dtype, recv, p * c + j, zppPerfInputValue(&src, p, j));
+        for (size_t j = 0; j < c; j++)
+          zppPerfStore(s->dtype, recv, p * c + j, zppPerfInputValue(&src, p, j));
       break;
     case ZPP_PERF_ALLTOALL:
       for (int p = 0; p < n; p++)
@@ -81,7 +85,8 @@ static void simulate(const zppPerfCheckSpec_t* s, void* recv, int order, int pre
           zppPerfStore(s->dtype, recv, p * c + j, zppPerfInputValue(&src, p, (size_t)s->rank * c + j));
       break;
     case ZPP_PERF_BROADCAST:
-      for (size_t j = 0; j < c; j++) zppPerfStore(s->dtype, recv, j, zppPerfInputValue(&src, s->root, j));
+      for (size_t j = 0; j < c; j++)
+        zppPerfStore(s->dtype, recv, j, zppPerfInputValue(&src, s->root, j));
       break;
     default: {
       size_t off = s->coll == ZPP_PERF_REDUCESCATTER ? (size_t)s->rank * c : 0;
@@ -95,7 +100,7 @@ static void simulate(const zppPerfCheckSpec_t* s, void* recv, int order, int pre
 
 static size_t recvCount(const zppPerfCheckSpec_t* s) {
   return (s->coll == ZPP_PERF_ALLGATHER || s->coll == ZPP_PERF_ALLTOALL) ? s->apiCount * s->nranks
-                                                                          : s->apiCount;
+                                                                         : s->apiCount;
 }
 
 static void testEveryCase(void) {
@@ -113,17 +118,19 @@ static void testEveryCase(void) {
           for (int order = ORDER_FORWARD; order <= ORDER_PAIRWISE; order++) {
             int rank = (n - 1) / 2 + order % 2; /* not always rank 0 */
             if (rank >= n) rank = n - 1;
-            zppPerfCheckSpec_t s = {(zppPerfColl_t)coll, (zppDataType_t)t, (zppRedOp_t)op, n, rank,
-                                    n - 1, count};
+            zppPerfCheckSpec_t s = {
+                (zppPerfColl_t)coll, (zppDataType_t)t, (zppRedOp_t)op, n, rank, n - 1, count};
             simulate(&s, recv, order, 0);
             zppPerfCheckResult_t r;
             zppPerfCheckRecv(&s, recv, recvCount(&s), NULL, NULL, &r);
-            CHECK_MSG(r.wrong == 0, "coll %d type %d op %d n %d order %d: %llu wrong (first %ld), max error %g",
-                      coll, t, op, n, order, (unsigned long long)r.wrong, r.firstWrong, r.maxError);
+            CHECK_MSG(r.wrong == 0,
+                      "coll %d type %d op %d n %d order %d: %llu wrong (first %ld), max error %g", coll,
+                      t, op, n, order, (unsigned long long)r.wrong, r.firstWrong, r.maxError);
             /* Only avg is rounded by design. */
             if (!(op == zppAvg && reduces))
-              CHECK_MSG(r.maxError == 0.0 && r.maxBound == 0.0, "coll %d type %d op %d n %d: error %g bound %g",
-                        coll, t, op, n, r.maxError, r.maxBound);
+              CHECK_MSG(r.maxError == 0.0 && r.maxBound == 0.0,
+                        "coll %d type %d op %d n %d: error %g bound %g", coll, t, op, n, r.maxError,
+                        r.maxBound);
             cases++;
           }
         }

@@ -8,14 +8,14 @@
 #include "perf_math.h"
 #include "testutil.h"
 
-#define CHECK_NEAR(a, b)                                                       \
-  do {                                                                         \
-    double a_ = (a), b_ = (b);                                                 \
+#define CHECK_NEAR(a, b)                                                                        \
+  do {                                                                                          \
+    double a_ = (a), b_ = (b);                                                                  \
     CHECK_MSG(fabs(a_ - b_) <= 1e-12 * fabs(b_) + 1e-15, "%s = %.17g, want %.17g", #a, a_, b_); \
   } while (0)
 
-static void checkCounts(zppPerfColl_t coll, size_t size, size_t tsize, int n, size_t api,
-                        size_t total, size_t bytes, size_t send, size_t recv) {
+static void checkCounts(zppPerfColl_t coll, size_t size, size_t tsize, int n, size_t api, size_t total,
+                        size_t bytes, size_t send, size_t recv) {
   zppPerfCounts_t c;
   CHECK_EQ_INT(zppPerfCounts(coll, size, tsize, n, &c), 0);
   CHECK_EQ_INT(c.apiCount, api);

@@ -22,7 +22,8 @@ static void testGrammar(void) {
   CHECK(zppFaultParse("", &s, err, sizeof err) == 0 && s.n == 0);
   CHECK(zppFaultParse("slow", &s, err, sizeof err) == 0 && s.n == 1);
   CHECK(s.spec[0].kind == ZPP_FAULT_SLOW && s.spec[0].rank == -1 && s.spec[0].rateBps == 100e6);
-  CHECK(zppFaultParse("slow:rank=2,rate=200mbit;corrupt:rank=1,after=3;hang:rank=3", &s, err, sizeof err) == 0);
+  CHECK(zppFaultParse("slow:rank=2,rate=200mbit;corrupt:rank=1,after=3;hang:rank=3", &s, err,
+                      sizeof err) == 0);
   CHECK(s.n == 3 && s.spec[0].rank == 2 && s.spec[0].rateBps == 200e6);
   CHECK(s.spec[1].kind == ZPP_FAULT_CORRUPT && s.spec[1].rank == 1 && s.spec[1].after == 3);
   CHECK(s.spec[2].kind == ZPP_FAULT_HANG && s.spec[2].rank == 3);
@@ -59,8 +60,10 @@ static int inChild(const char* fault, const char* rank, int (*fn)(void), double 
   pid_t pid = fork();
   if (pid == 0) {
     setenv("ZPP_FAULT", fault, 1);
-    if (rank) setenv("RANK", rank, 1);
-    else unsetenv("RANK");
+    if (rank)
+      setenv("RANK", rank, 1);
+    else
+      unsetenv("RANK");
     setenv("ZPP_DEBUG", "NONE", 1);
     _exit(fn());
   }
@@ -127,7 +130,8 @@ int main(void) {
   CHECK(inChild("corrupt:rank=1", NULL, untouched, 10) == 0); /* no RANK: comm rank 0 */
   CHECK(inChild("corrupt", NULL, corruptsOneBit, 10) == 0);   /* no rank=: every rank */
   CHECK(inChild("slow:rate=80mbit", NULL, slowsToRate, 10) == 0);
-  CHECK(inChild("slow:rank=3,rate=80mbit;slow:rate=1mbit", "3", slowsToRate, 10) == 0); /* first match */
+  CHECK(inChild("slow:rank=3,rate=80mbit;slow:rate=1mbit", "3", slowsToRate, 10) ==
+        0); /* first match */
   CHECK(inChild("corrupt:after=3", NULL, afterThird, 10) == 0);
   CHECK(inChild("corrupt:rate", NULL, untouched, 10) == 0); /* garbled: logged, nothing injected */
   CHECK(inChild("", NULL, untouched, 10) == 0);

@@ -27,7 +27,8 @@ static void simulateQwz(const zppPerfCheckSpec_t* s, int bits, int block, void* 
     src.rank = p;
     zppPerfFillSend(&src, shard, c);
     REQUIRE(zppQuantize(shard, s->dtype, c, bits, block, packed) == zppSuccess);
-    REQUIRE(zppDequantize(packed, c, bits, block, (char*)recv + (size_t)p * c * ts, s->dtype) == zppSuccess);
+    REQUIRE(zppDequantize(packed, c, bits, block, (char*)recv + (size_t)p * c * ts, s->dtype) ==
+            zppSuccess);
   }
   free(shard);
   free(packed);
@@ -48,8 +49,9 @@ static void testQwz(void) {
         REQUIRE(zppPerfQwzBoundPrepare(&s, bits, block, &b) == 0);
         zppPerfCheckResult_t r;
         zppPerfCheckRecv(&s, recv, c * n, zppPerfQwzBound, &b, &r);
-        CHECK_MSG(r.wrong == 0, "qwz type %d bits %d block %d: %llu wrong (first %ld), error %g bound %g",
-                  kTypes[t], bits, block, (unsigned long long)r.wrong, r.firstWrong, r.maxError, r.maxBound);
+        CHECK_MSG(r.wrong == 0,
+                  "qwz type %d bits %d block %d: %llu wrong (first %ld), error %g bound %g", kTypes[t],
+                  bits, block, (unsigned long long)r.wrong, r.firstWrong, r.maxError, r.maxBound);
         /* The bound is the codec's, per block: the worst error comes close. */
         CHECK_MSG(r.maxError >= 0.3 * r.maxBound, "qwz type %d bits %d block %d: error %g, bound %g",
                   kTypes[t], bits, block, r.maxError, r.maxBound);
@@ -89,8 +91,8 @@ static void simulateQgz(const zppPerfCheckSpec_t* s, int L, int bits, int block,
                         stage1 + (size_t)k * seg) == zppSuccess);
   }
   for (int node = 0; node < N; node++)
-    REQUIRE(zppQuantReduceRequant(stage1 + (size_t)node * L * seg, seg, L, c, bits, block, bits,
-                                  block, stage2 + (size_t)node * seg) == zppSuccess);
+    REQUIRE(zppQuantReduceRequant(stage1 + (size_t)node * L * seg, seg, L, c, bits, block, bits, block,
+                                  stage2 + (size_t)node * seg) == zppSuccess);
   float divisor = s->redop != zppAvg ? 1.0f : fault == QGZ_AVG_BY_NODES ? (float)N : (float)n;
   REQUIRE(zppDequantizeSum(stage2, seg, N, c, bits, block, divisor, recv, s->dtype) == zppSuccess);
   free(in);
@@ -108,16 +110,17 @@ static void testQgz(void) {
         for (int op = 0; op < 2; op++) {
           int N = layouts[li][0], L = layouts[li][1], n = N * L;
           int block = bits == 4 ? 64 : 256;
-          zppPerfCheckSpec_t s = {ZPP_PERF_REDUCESCATTER, kTypes[t], op ? zppAvg : zppSum, n,
-                                  n - 1, 0, c};
+          zppPerfCheckSpec_t s = {
+              ZPP_PERF_REDUCESCATTER, kTypes[t], op ? zppAvg : zppSum, n, n - 1, 0, c};
           void* recv = malloc(c * zppTypeSize(kTypes[t]));
           zppPerfCodecBound_t b;
           REQUIRE(zppPerfQgzBoundPrepare(&s, bits, &b) == 0);
           zppPerfCheckResult_t r;
           simulateQgz(&s, L, bits, block, QGZ_RIGHT, recv);
           zppPerfCheckRecv(&s, recv, c, zppPerfQgzBound, &b, &r);
-          CHECK_MSG(r.wrong == 0, "qgz %dx%d type %d bits %d op %d: %llu wrong (first %ld), error %g bound %g",
-                    N, L, kTypes[t], bits, op, (unsigned long long)r.wrong, r.firstWrong, r.maxError,
+          CHECK_MSG(r.wrong == 0,
+                    "qgz %dx%d type %d bits %d op %d: %llu wrong (first %ld), error %g bound %g", N, L,
+                    kTypes[t], bits, op, (unsigned long long)r.wrong, r.firstWrong, r.maxError,
                     r.maxBound);
           double ratio = r.maxError / r.maxBound;
           if (ratio < worstRatio) worstRatio = ratio;
@@ -131,8 +134,9 @@ static void testQgz(void) {
             simulateQgz(&s, L, bits, block, QGZ_AVG_BY_NODES, recv);
             zppPerfCheckRecv(&s, recv, c, zppPerfQgzBound, &b, &r);
             if (L > 1)
-              CHECK_MSG(r.wrong > c / 4, "qgz %dx%d bits %d: avg over the node count gives only %llu wrong",
-                        N, L, bits, (unsigned long long)r.wrong);
+              CHECK_MSG(r.wrong > c / 4,
+                        "qgz %dx%d bits %d: avg over the node count gives only %llu wrong", N, L, bits,
+                        (unsigned long long)r.wrong);
           }
           zppPerfCodecBoundFree(&b);
           free(recv);
