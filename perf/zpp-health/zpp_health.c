@@ -12,6 +12,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,49 @@ static int zhBuildUnits(zhCoord_t* c, const zhHello_t* hellos) {
   return 0;
 }
 
+/* ---- the end: one exit code on every rank ------------------------------------------ */
+
+/* A launcher that ends a job at its first non-zero exit (srun with
+ * --kill-on-bad-exit=1 or slurm.conf's KillOnBadExit=1, mpirun) sends
+ * SIGTERM to the ranks still running, and srun then exits 128+15 whatever
+ * the others exited with: a signal outranks every exit code in srun's
+ * status. Ranks never exit at the same instant, so a rank that holds the
+ * verdict exits with it when told to terminate, and rank 0 ends only after
+ * every rank it told holds it. (Before the verdict SIGTERM kills as ever.) */
+static volatile sig_atomic_t zhVerdict = ZPP_HEALTH_EXIT_ERROR;
+
+static void zhOnTermWithVerdict(int sig) {
+  (void)sig;
+  _exit(zhVerdict);
+}
+
+static void zhHoldVerdict(zhCtl_t* ctl, int code) {
+  fflush(stdout); /* _exit in the handler flushes nothing */
+  fflush(stderr);
+  zhVerdict = code;
+  atomic_store(&ctl->exitCode, code); /* the watchdog's too */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = zhOnTermWithVerdict;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+/* Rank 0: every rank sent QUIT acknowledges it (or is gone), within --timeout. */
+static void zhAwaitQuitAcks(zhCtl_t* ctl, const unsigned char* told, double deadline) {
+  for (int r = 1; r < ctl->nranks; r++) {
+    while (told[r]) {
+      uint32_t type = 0, len = 0;
+      void* p = NULL;
+      int got = zhCtlRecv(&ctl->conns[r], deadline, &type, &p, &len);
+      if (got < 0) break; /* exited: nothing left to tell it */
+      if (got == 0) return;
+      free(p);
+      if (type == ZH_MSG_QUIT_ACK) break;
+    }
+  }
+}
+
 static int zhCoordinatorMain(const zppHealthArgs_t* a, zhCtl_t* ctl, double t0) {
   int n = ctl->nranks;
   zhHello_t* hellos = calloc((size_t)n, sizeof(zhHello_t));
@@ -153,12 +197,19 @@ static int zhCoordinatorMain(const zppHealthArgs_t* a, zhCtl_t* ctl, double t0) 
       if (code == ZPP_HEALTH_EXIT_OK) code = ZPP_HEALTH_EXIT_USAGE;
     }
   }
+  zhHoldVerdict(ctl, code);
   zhQuitMsg_t q;
   memset(&q, 0, sizeof q);
   q.code = code;
   snprintf(q.reason, sizeof q.reason, "%s", c.reason);
-  for (int r = 1; r < n; r++)
-    if (c.ranks[r].state == ZH_RANK_OK) zhCtlSend(&ctl->conns[r], ZH_MSG_QUIT, &q, sizeof q);
+  unsigned char* told = calloc((size_t)n, 1);
+  for (int r = 1; r < n; r++) {
+    if (c.ranks[r].state != ZH_RANK_OK) continue;
+    int sent = zhCtlSend(&ctl->conns[r], ZH_MSG_QUIT, &q, sizeof q) == 0;
+    if (told) told[r] = (unsigned char)sent;
+  }
+  if (told) zhAwaitQuitAcks(ctl, told, zppClockNow() + a->timeoutSec);
+  free(told);
   zhCoordFree(&c);
   return code;
 }
@@ -247,7 +298,19 @@ static int zhWorkerMain(const zppHealthArgs_t* a, zhCtl_t* ctl, const char* host
     } else if (type == ZH_MSG_QUIT && len == sizeof(zhQuitMsg_t)) {
       int code = ((const zhQuitMsg_t*)p)->code;
       free(p);
-      return code >= 0 && code <= ZPP_HEALTH_EXIT_ERROR ? code : ZPP_HEALTH_EXIT_ERROR;
+      if (code < 0 || code > ZPP_HEALTH_EXIT_ERROR) code = ZPP_HEALTH_EXIT_ERROR;
+      zhHoldVerdict(ctl, code);
+      int32_t me32 = ctl->rank;
+      zhCtlSend(k, ZH_MSG_QUIT_ACK, &me32, sizeof me32);
+      /* Rank 0 closes the connection once every rank holds the code (or after
+       * its --timeout); till then a SIGTERM here exits with the code too. */
+      const double until = zppClockNow() + a->timeoutSec + 5.0;
+      while (zppClockNow() < until) {
+        got = zhCtlRecv(k, until, &type, &p, &len);
+        if (got < 0) break;
+        if (got > 0) free(p);
+      }
+      return code;
     }
     free(p);
   }

@@ -111,7 +111,8 @@ enum {
   ZH_MSG_TEST = 3,    /* rank 0 -> worker: run this test */
   ZH_MSG_RESULT = 4,  /* worker -> rank 0 */
   ZH_MSG_HB = 5,      /* both ways, every ZH_HB_PERIOD seconds */
-  ZH_MSG_QUIT = 6     /* rank 0 -> worker: exit with this code */
+  ZH_MSG_QUIT = 6,    /* rank 0 -> worker: exit with this code */
+  ZH_MSG_QUIT_ACK = 7 /* worker -> rank 0: holds the code; exits when rank 0's connection closes */
 };
 
 #define ZH_HB_PERIOD 0.5

@@ -29,7 +29,7 @@
 
 #include "zpp_health.h"
 
-#define ZH_MAGIC 0x7a680001u /* "zh", protocol version 1 */
+#define ZH_MAGIC 0x7a680002u /* "zh", protocol version 2 (2: QUIT is acknowledged) */
 #define ZH_MAX_MSG (1u << 20)
 #define ZH_WATCHDOG_GRACE 2.0
 

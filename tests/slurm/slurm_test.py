@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """zpp-health and zpp-perf under a real Slurm: srun's environment alone.
 
-    slurm_test.py BIN_DIR DRAIN_SCRIPT
+    slurm_test.py BIN_DIR DRAIN_SCRIPT [--repeat N]
+
+(--repeat N: only the corrupting-rank run, N times on one cluster, every
+other try with the second node's tasks started 0.25 s late, counting the
+tries that fail; for an exit code that is right most of the time.)
 
 Starts a private Slurm in a temporary folder: munged with its own key and
 socket, slurmctld, and two slurmd on this one machine (slurm.conf's
@@ -14,7 +18,12 @@ system Slurm is never touched. Then, with nothing but ZPP_SECRET exported
                                                    on 2 nodes named by Slurm
   the same with ZPP_FAULT=corrupt:rank=3           exit 3, node 127.0.0.2's
                                                    rank 3 named (the drain
-                                                   mapping of docs/zpp-health.md)
+                                                   mapping of docs/zpp-health.md);
+                                                   again with node 2's tasks
+                                                   started 0.25 s late: still
+                                                   3 (srun --kill-on-bad-exit=1
+                                                   terminates the step at the
+                                                   first rank's exit 3)
   srun -N 2 -n 4 --ntasks-per-node=2 zpp-perf      layout 2x2, launcher srun
   srun -N 2 -n 4 -m cyclic zpp-perf                layout 2x2 with ranks taken
                                                    in turn, task 0 still first
@@ -240,9 +249,7 @@ PartitionName=zpp Nodes={nodelist} Default=YES MaxTime=10 State=UP
 
 def run_health(c, bindir):
     report = c.path("health.json")
-    base = ["-N", "2", "-n", "4", "--ntasks-per-node=2", os.path.join(bindir, "zpp-health"),
-            "-s", "256K", "--trials", "2", "--expect-busbw", "0.001", "--timeout", "20",
-            "--time-limit", "60", "--no-progress", "-J", report]
+    base = health_base(c, bindir)
     r = c.srun(base)
     log(r.stdout.strip())
     check(r.returncode == 0, "zpp-health under srun: exit %d, want 0 (healthy): %s" %
@@ -257,18 +264,59 @@ def run_health(c, bindir):
     check(units == {NODES[0]: [0, 1], NODES[1]: [2, 3]}, "nodes %r, want %s: 0,1 and %s: 2,3" %
           (units, NODES[0], NODES[1]))
 
-    # Wrong data from rank 3 (task 1 of the second node): exit 3, rank and node named.
-    os.unlink(report)
+    run_health_corrupt(c, base, report)
+    run_health_corrupt(c, base, report, skew="0.25")
+
+
+def run_health_corrupt(c, base, report, skew=None):
+    """Wrong data from rank 3 (task 1 of the second node): exit 3, rank and
+    node named. srun's own messages (stderr) go into the failure: they say
+    which task ended how ("Exited with exit code", "Terminated").
+
+    srun runs with --kill-on-bad-exit=1: the first task to exit 3 has the
+    others sent SIGTERM, and one task killed makes srun exit 143. With skew,
+    the second node's tasks start that many seconds late (sh sleeps, then
+    execs zpp-health), as tasks of real nodes do: their ranks then end at
+    other moments than the first node's (each rank's exit waits for its
+    heartbeat thread's next tick), which is when the kill used to land."""
+    if os.path.exists(report):
+        os.unlink(report)
+    if skew:
+        k = next(i for i, a in enumerate(base) if a.endswith("/zpp-health"))
+        base = base[:k] + ["sh", "-c", 'if [ "$SLURM_NODEID" = 1 ]; then sleep %s; fi; exec "$@"' % skew,
+                           "sh"] + base[k:]
     r = c.srun(base, env={"ZPP_FAULT": "corrupt:rank=3"})
     log(r.stdout.strip().splitlines()[-1] if r.stdout.strip() else "(no output)")
-    check(r.returncode == 3, "zpp-health with rank 3 corrupting: exit %d, want 3: %s" %
-          (r.returncode, (r.stdout + r.stderr).strip()[-2000:]))
+    check(r.returncode == 3, "zpp-health with rank 3 corrupting%s: exit %d, want 3; stdout: %s; srun's stderr: %s" %
+          (" (second node %s s late)" % skew if skew else "", r.returncode, r.stdout.strip()[-1500:],
+           r.stderr.strip()[-2000:]))
     with open(report) as f:
         doc = json.load(f)
     named = [s for s in doc.get("suspects", []) if s.get("problem") == "wrong_data"]
     check(any(s.get("rank") == 3 or 3 in s.get("ranks", []) for s in named),
           "suspects %r do not name rank 3" % doc.get("suspects"))
     check(NODES[1] in json.dumps(named), "suspects %r do not name node %s" % (named, NODES[1]))
+
+
+def health_base(c, bindir):
+    return ["-N", "2", "-n", "4", "--ntasks-per-node=2", os.path.join(bindir, "zpp-health"),
+            "-s", "256K", "--trials", "2", "--expect-busbw", "0.001", "--timeout", "20",
+            "--time-limit", "60", "--no-progress", "-J", c.path("health.json")]
+
+
+def repeat_corrupt(c, bindir, n):
+    """--repeat N: the corrupting-rank run N times on one cluster, every
+    outcome counted; for a flaky exit code, without a cluster start per try."""
+    fails = []
+    for i in range(n):
+        try:
+            run_health_corrupt(c, health_base(c, bindir), c.path("health.json"),
+                               skew="0.25" if i % 2 else None)
+        except (Fail, OSError, KeyError, ValueError) as e:
+            fails.append(i)
+            print("FAIL (try %d of %d): %s" % (i + 1, n, e), file=sys.stderr)
+    log("corrupting rank 3 under srun: %d of %d tries failed" % (len(fails), n))
+    check(not fails, "%d of %d tries failed (tries %s)" % (len(fails), n, ", ".join(str(i + 1) for i in fails)))
 
 
 def run_perf(c, bindir, extra, want_launcher, secret=True):
@@ -327,11 +375,16 @@ def run_drain(c, bindir, script):
 
 
 def main():
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    repeat = 0
+    if len(args) == 4 and args[2] == "--repeat" and args[3].isdigit() and int(args[3]) > 0:
+        repeat = int(args[3])
+        args = args[:2]
+    if len(args) != 2:
         print(__doc__, file=sys.stderr)
         return 2
-    bindir = os.path.abspath(sys.argv[1])
-    drain_script = os.path.abspath(sys.argv[2])
+    bindir = os.path.abspath(args[0])
+    drain_script = os.path.abspath(args[1])
     if os.geteuid() != 0:
         skip("needs root: the test's slurmd run tasks as root and its munged keeps a root-owned key")
     missing = [t for t in TOOLS if shutil.which(t) is None]
@@ -345,6 +398,10 @@ def main():
     c = Cluster()
     try:
         c.start()
+        if repeat:
+            repeat_corrupt(c, bindir, repeat)
+            log("slurm_test: pass")
+            return 0
         run_health(c, bindir)
         h = run_perf(c, bindir, ["-N", "2", "-n", "4", "--ntasks-per-node=2"], "srun")
         check(h["ranks"] == 4 and h["nodes"] == 2 and h["layout"] == "2x2",
