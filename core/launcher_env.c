@@ -255,3 +255,13 @@ int zppLauncherRootRead(const zppLauncherEnv_t* e, int needPort, zppLauncherRoot
   r->portFrom = "SLURM_JOB_ID and SLURM_STEP_ID";
   return 0;
 }
+
+int zppLauncherEnvRanks(const char** command) {
+  zppLauncherEnv_t l;
+  char err[600];
+  int found = zppLauncherEnvRead(&l, err, sizeof err);
+  *command = "env";
+  if (found == 1 && strcmp(l.launcher, "OpenMPI") == 0) *command = "mpirun";
+  if (found == 1 && strcmp(l.launcher, "Slurm") == 0) *command = "srun";
+  return found == 1 ? l.nranks : found;
+}

@@ -34,6 +34,12 @@ typedef struct {
  * -1: a variable is set but wrong; err names it and its value. */
 int zppLauncherEnvRead(zppLauncherEnv_t* e, char* err, size_t errLen);
 
+/* For the tools' reports: the launcher's rank count (0 without one, -1 when
+ * its variables are wrong: zppCommInitFromEnv then says which), and in
+ * *command how the ranks were started: "mpirun", "srun", or "env" (torchrun,
+ * MPICH, variables set by hand, none). */
+int zppLauncherEnvRanks(const char** command);
+
 /* This process's launcher rank, -1 when none (or it does not parse): for
  * the "am I rank 0" decisions made before anything else. The rank variable
  * alone counts here, without its size. */

@@ -525,24 +525,10 @@ static int trForkRun(const trArgs_t* a, const tdCorpus_t* corpus, const mlpShape
   return worst;
 }
 
-/* The launcher's rank count in the environment (torchrun, OpenMPI, MPICH,
- * srun); 0 without one, -1 when its variables are wrong (zppCommInitFromEnv
- * then says which). */
-static int trEnvRanks(const char** launcher) {
-  zppLauncherEnv_t l;
-  char err[600];
-  int found = zppLauncherEnvRead(&l, err, sizeof err);
-  *launcher = found != 1                           ? "env"
-              : strcmp(l.launcher, "OpenMPI") == 0 ? "mpirun"
-              : strcmp(l.launcher, "Slurm") == 0   ? "srun"
-                                                   : "env";
-  return found == 1 ? l.nranks : found;
-}
-
 int main(int argc, char** argv) {
   int envRank = zppLauncherEnvRank();
   const char* envLauncher = "env";
-  int envRanks = trEnvRanks(&envLauncher);
+  int envRanks = zppLauncherEnvRanks(&envLauncher);
   /* A one-task srun step is a shell (srun --pty bash), not a launch of ranks. */
   int launched = envRanks != 0 && !(envRanks == 1 && strcmp(envLauncher, "srun") == 0);
   int mpi = 0;

@@ -19,20 +19,6 @@
 #include "core/launcher_env.h"
 #include "zpp_perf.h"
 
-/* The launcher's rank count in the environment (torchrun, OpenMPI, MPICH,
- * srun); 0 without one, -1 when its variables are wrong (the library's
- * zppCommInitFromEnv then says which). */
-static int zppPerfEnvRanks(const char** launcher) {
-  zppLauncherEnv_t l;
-  char err[600];
-  int found = zppLauncherEnvRead(&l, err, sizeof err);
-  *launcher = found != 1                           ? "env"
-              : strcmp(l.launcher, "OpenMPI") == 0 ? "mpirun"
-              : strcmp(l.launcher, "Slurm") == 0   ? "srun"
-                                                   : "env";
-  return found == 1 ? l.nranks : found;
-}
-
 static int zppPerfOmpiEnv(void) { return getenv("OMPI_COMM_WORLD_SIZE") != NULL; }
 
 /* Communicator from the launcher's environment, without MPI in between. */
@@ -84,7 +70,7 @@ static int zppPerfInitSingle(zppPerfEnv_t* env) {
 int main(int argc, char** argv) {
   int envRank = zppLauncherEnvRank();
   const char* envLauncher = "env";
-  int envRanks = zppPerfEnvRanks(&envLauncher);
+  int envRanks = zppLauncherEnvRanks(&envLauncher);
   int mpi = 0;
   if (zppPerfMpiAvailable() && (zppPerfMpiLaunched() || zppPerfOmpiEnv())) {
     if (zppPerfMpiInit(&argc, &argv) != 0) return ZPP_PERF_EXIT_ERROR;
