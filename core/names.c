@@ -75,6 +75,10 @@ static const struct {
     [zppOpQwZ] = {"qwz", "QwZ"},
     [zppOpHpZ] = {"hpz", "HpZ"},
     [zppOpQgZ] = {"qgz", "QgZ"},
+    [zppOpReduce] = {"reduce", "Reduce"},
+    [zppOpGather] = {"gather", "Gather"},
+    [zppOpScatter] = {"scatter", "Scatter"},
+    [zppOpAllToAllv] = {"alltoallv", "AllToAllv"},
 };
 
 static int validKind(zppOpKind_t k) { return (int)k >= 0 && k < zppNumOpKinds; }

@@ -162,6 +162,17 @@ ZPP_API zppResult_t zppCommInitRankConfig(zppComm_t* comm, int nranks, zppUnique
  * missing or garbled variable is zppInvalidArgument naming it. */
 ZPP_API zppResult_t zppCommInitFromEnv(zppComm_t* comm, zppConfig_t* config);
 
+/* Collective over every rank of comm (like ncclCommSplit): the ranks that
+ * pass the same color form a new communicator, ordered by key, ties by their
+ * rank in comm. color is >= 0, or ZPP_SPLIT_NOCOLOR to join none: then
+ * *newcomm is NULL (other negative colors: zppInvalidArgument). The new
+ * communicator has its own topology (nodes from the ranks' node identities
+ * in comm), its own settings (config NULL: comm's), works with every call
+ * and is destroyed on its own, before or after comm. */
+#define ZPP_SPLIT_NOCOLOR (-1)
+ZPP_API zppResult_t zppCommSplit(zppComm_t comm, int color, int key, zppComm_t* newcomm,
+                                 zppConfig_t* config);
+
 /* Frees the communicator after all its operations are done. NULL is a no-op. */
 ZPP_API zppResult_t zppCommDestroy(zppComm_t comm);
 /* Stops every operation in flight (they return an error) and frees the
@@ -223,6 +234,31 @@ ZPP_API zppResult_t zppAllToAll(const void* sendbuff, void* recvbuff, size_t cou
                                 zppDataType_t datatype, zppComm_t comm, zppStream_t stream);
 ZPP_API zppResult_t zppBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                  zppDataType_t datatype, int root, zppComm_t comm, zppStream_t stream);
+/* recvbuff (count elements) is written on root only, and may be NULL on the
+ * other ranks; in place when sendbuff == recvbuff on root. */
+ZPP_API zppResult_t zppReduce(const void* sendbuff, void* recvbuff, size_t count,
+                              zppDataType_t datatype, zppRedOp_t op, int root, zppComm_t comm,
+                              zppStream_t stream);
+/* Rank r's sendcount elements land at recvbuff + r * sendcount on root, whose
+ * recvbuff holds sendcount * nranks (other ranks: not used, may be NULL); in
+ * place when sendbuff == recvbuff + root * sendcount on root. */
+ZPP_API zppResult_t zppGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                              zppDataType_t datatype, int root, zppComm_t comm, zppStream_t stream);
+/* Root's sendbuff holds recvcount * nranks; rank r receives the recvcount
+ * elements at sendbuff + r * recvcount (other ranks' sendbuff: not used, may
+ * be NULL); in place when recvbuff == sendbuff + root * recvcount on root. */
+ZPP_API zppResult_t zppScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               zppDataType_t datatype, int root, zppComm_t comm, zppStream_t stream);
+/* Uneven all-to-all. Counts and displacements are in elements, one per rank:
+ * sendcounts[p] elements at sendbuff + sdispls[p] go to rank p, which
+ * receives them at recvbuff + rdispls[me] with recvcounts[me] ==
+ * sendcounts[p] (a pair that disagrees is zppInvalidUsage on both ranks,
+ * naming them; no data moved). Zero counts are allowed; sendbuff and
+ * recvbuff must not overlap (no in-place form). */
+ZPP_API zppResult_t zppAllToAllv(const void* sendbuff, const size_t sendcounts[],
+                                 const size_t sdispls[], void* recvbuff, const size_t recvcounts[],
+                                 const size_t rdispls[], zppDataType_t datatype, zppComm_t comm,
+                                 zppStream_t stream);
 
 /* ---------------------------------------------------------------------------
  * Accounting: bytes this rank sent, split by whether the peer is on the same
@@ -239,7 +275,11 @@ typedef enum {
   zppOpQwZ = 5, /* quantized weight all-gather */
   zppOpHpZ = 6, /* hierarchical (secondary-partition) gather */
   zppOpQgZ = 7, /* quantized gradient reduce-scatter */
-  zppNumOpKinds = 8
+  zppOpReduce = 8,
+  zppOpGather = 9,
+  zppOpScatter = 10,
+  zppOpAllToAllv = 11,
+  zppNumOpKinds = 12
 } zppOpKind_t;
 
 typedef struct {
