@@ -354,6 +354,61 @@ ZPP_API zppResult_t zppParamSecondaryBytes(zppParam_t param, size_t* bytes);
 /* Waits for the parameter's queued gathers, then frees. NULL is a no-op. */
 ZPP_API zppResult_t zppParamDestroy(zppParam_t param);
 
+/* ---------------------------------------------------------------------------
+ * Point-to-point: NCCL's ncclSend / ncclRecv / ncclGroupStart / ncclGroupEnd,
+ * same arguments and semantics, on device buffers (NCCL) and host buffers
+ * (the communicator's transports: UCX, shared memory).
+ *
+ * Sends and receives between one pair of ranks match in the order they were
+ * issued. count may be 0 (a message all the same: it still matches a
+ * receive, whose count must be 0 too). peer may be the caller's own rank
+ * inside a group only (outside one, a self-send would wait for a receive
+ * that cannot be issued before it returns: zppInvalidUsage).
+ * A send matched with a receive of another count or data type fails on both
+ * ranks with zppInvalidUsage, the message naming both calls; no data is
+ * written. A dead peer or a missing match is an error after the
+ * communicator's timeout, never a hang.
+ *
+ * Host buffers, stream NULL: the call returns once its transfer completed
+ * (a send may wait for the matching receive, as NCCL's does). Host stream:
+ * queued after the stream's earlier operations; zppHostStreamSynchronize
+ * waits for it.
+ * ------------------------------------------------------------------------- */
+ZPP_API zppResult_t zppSend(const void* sendbuff, size_t count, zppDataType_t datatype, int peer,
+                            zppComm_t comm, zppStream_t stream);
+ZPP_API zppResult_t zppRecv(void* recvbuff, size_t count, zppDataType_t datatype, int peer,
+                            zppComm_t comm, zppStream_t stream);
+
+/* Groups, per thread and nestable, as NCCL's: between zppGroupStart and the
+ * outermost zppGroupEnd, zppSend / zppRecv (and the tagged forms) only check
+ * their arguments and are recorded; the outermost zppGroupEnd issues them all
+ * at once, so that any set of sends and receives (a ring shift, both
+ * directions between a pair, self-sends) completes without deadlock. Host
+ * operations of one group must share one communicator and one stream
+ * (zppInvalidUsage otherwise); with stream NULL zppGroupEnd returns when all
+ * completed, with a host stream they are queued on it as one operation. An
+ * error in any operation is returned by zppGroupEnd. Device operations are
+ * handed to ncclGroupStart / ncclGroupEnd.
+ * Collectives inside a group are not supported: they return zppInvalidUsage
+ * naming the call (the group is left open; its recorded calls still run at
+ * zppGroupEnd). zppGroupEnd without zppGroupStart: zppInvalidUsage. */
+ZPP_API zppResult_t zppGroupStart(void);
+ZPP_API zppResult_t zppGroupEnd(void);
+
+/* zpp extension, for torch.distributed's tags and any-source receives. */
+#define ZPP_ANY_SOURCE (-1)
+/* Like zppSend/zppRecv with a tag (>= 0): a receive matches the oldest send from `peer`
+ * (or from any rank with ZPP_ANY_SOURCE) with the same tag and count. *source, when not
+ * NULL, is written with the sender's rank once the receive has completed (after the
+ * stream synchronizes). Host buffers only (zppInvalidUsage on device buffers).
+ * Tagged messages never match the untagged zppSend/zppRecv; a tagged pair
+ * with the same tag and count but another data type fails on both ranks
+ * with zppInvalidUsage. */
+ZPP_API zppResult_t zppSendTagged(const void* sendbuff, size_t count, zppDataType_t datatype, int peer,
+                                  int tag, zppComm_t comm, zppStream_t stream);
+ZPP_API zppResult_t zppRecvTagged(void* recvbuff, size_t count, zppDataType_t datatype, int peer,
+                                  int tag, int* source, zppComm_t comm, zppStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
