@@ -79,6 +79,7 @@ static const struct {
     [zppOpGather] = {"gather", "Gather"},
     [zppOpScatter] = {"scatter", "Scatter"},
     [zppOpAllToAllv] = {"alltoallv", "AllToAllv"},
+    [zppOpSendRecv] = {"sendrecv", "SendRecv"},
 };
 
 static int validKind(zppOpKind_t k) { return (int)k >= 0 && k < zppNumOpKinds; }

@@ -279,7 +279,8 @@ typedef enum {
   zppOpGather = 9,
   zppOpScatter = 10,
   zppOpAllToAllv = 11,
-  zppNumOpKinds = 12
+  zppOpSendRecv = 12, /* zppSend, zppRecv and their tagged forms */
+  zppNumOpKinds = 13
 } zppOpKind_t;
 
 typedef struct {
@@ -365,9 +366,11 @@ ZPP_API zppResult_t zppParamDestroy(zppParam_t param);
  * inside a group only (outside one, a self-send would wait for a receive
  * that cannot be issued before it returns: zppInvalidUsage).
  * A send matched with a receive of another count or data type fails on both
- * ranks with zppInvalidUsage, the message naming both calls; no data is
- * written. A dead peer or a missing match is an error after the
- * communicator's timeout, never a hang.
+ * ranks with zppInvalidUsage, the message naming both calls (the sender's
+ * call, or its next one if its send had completed already; the receive
+ * buffer's content is then undefined); the communicator is then broken, as
+ * after a mismatched collective. A dead peer or a missing match is an error
+ * after the communicator's timeout, never a hang.
  *
  * Host buffers, stream NULL: the call returns once its transfer completed
  * (a send may wait for the matching receive, as NCCL's does). Host stream:
