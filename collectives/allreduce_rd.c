@@ -31,7 +31,7 @@ zppResult_t zppCollAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* o
       vrank = -1;
     } else {
       ZPPCHECK(zppP2pSendRecv(c->p2p, -1, NULL, 0, r - 1, tmp, bytes, &id));
-      zppReduce(out, tmp, out, count, type, op);
+      zppRedApply(out, tmp, out, count, type, op);
       vrank = r / 2;
     }
   } else {
@@ -44,9 +44,9 @@ zppResult_t zppCollAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* o
     int peer = vpeer < rem ? 2 * vpeer + 1 : vpeer + rem;
     ZPPCHECK(zppP2pSendRecv(c->p2p, peer, out, bytes, peer, tmp, bytes, &id));
     if (peer < r)
-      zppReduce(out, tmp, out, count, type, op);
+      zppRedApply(out, tmp, out, count, type, op);
     else
-      zppReduce(out, out, tmp, count, type, op);
+      zppRedApply(out, out, tmp, count, type, op);
   }
   id = zppCollMsg(c, step++);
   if (r < 2 * rem) {
@@ -55,6 +55,6 @@ zppResult_t zppCollAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* o
     else
       ZPPCHECK(zppP2pSendRecv(c->p2p, -1, NULL, 0, r + 1, out, bytes, &id));
   }
-  if (op == zppAvg) zppReduceFinishAvg(out, count, type, n);
+  if (op == zppAvg) zppRedFinishAvg(out, count, type, n);
   return zppSuccess;
 }

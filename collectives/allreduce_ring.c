@@ -19,7 +19,7 @@ zppResult_t zppCollAllReduceRing(zppCollCtx_t* c, const void* in, void* out, siz
   const size_t ts = zppDtypeSize(type);
   char* mine = (char*)out + zppBlockOffset(count, n, r) * ts;
   ZPPCHECK(zppCollReduceScatterRing(c, in, mine, count, type, op));
-  if (op == zppAvg) zppReduceFinishAvg(mine, zppBlockCount(count, n, r), type, n);
+  if (op == zppAvg) zppRedFinishAvg(mine, zppBlockCount(count, n, r), type, n);
   ZPPCHECK(zppCollAllGatherRing(c, out, count, ts, ALLGATHER_STEP_BASE));
   return zppSuccess;
 }

@@ -146,6 +146,66 @@ zppResult_t zppCollAllReduceRecDoubling(zppCollCtx_t* c, const void* in, void* o
 /* ---- all-to-all: blockBytes to each peer; in == out allowed --------------- */
 zppResult_t zppCollAllToAllPairwise(zppCollCtx_t* c, const void* in, void* out, size_t blockBytes);
 
+/* Where each peer's part of a buffer lies: bytes[p] at displ[p], or, with
+ * bytes NULL, `block` bytes at p * block. */
+typedef struct {
+  const size_t* bytes;
+  const size_t* displ;
+  size_t block;
+} zppCollLayout_t;
+static inline size_t zppCollPartBytes(const zppCollLayout_t* l, int p) {
+  return l->bytes ? l->bytes[p] : l->block;
+}
+static inline size_t zppCollPartDispl(const zppCollLayout_t* l, int p) {
+  return l->bytes ? l->displ[p] : (size_t)p * l->block;
+}
+/* The pairwise exchange both all-to-alls run (alltoall_pairwise.c): the
+ * part of in for p goes to p, p's part for this rank lands in out's part
+ * for p; this rank's own part is copied. in and out must not overlap. */
+zppResult_t zppCollPairwiseExchange(zppCollCtx_t* c, const void* in, const zppCollLayout_t* send,
+                                    void* out, const zppCollLayout_t* recv);
+/* ---- all-to-all-v: per-peer counts and displacements in bytes. First every
+ * pair compares what one sends with what the other expects (both ranks of
+ * a pair see it, every rank hears of the first bad pair): a mismatch is
+ * zppInvalidUsage on every rank, with no data moved and the communicator
+ * still usable (*agreed = 1). The check alone: zppCollAllToAllvCheck (the
+ * device path runs it before handing the data to NCCL). */
+zppResult_t zppCollAllToAllvCheck(zppCollCtx_t* c, const zppCollLayout_t* send,
+                                  const zppCollLayout_t* recv, size_t elemBytes, int* agreed);
+zppResult_t zppCollAllToAllvPairwise(zppCollCtx_t* c, const void* in, const zppCollLayout_t* send,
+                                     void* out, const zppCollLayout_t* recv, size_t elemBytes,
+                                     int* agreed);
+
+/* ---- rooted collectives: blocks in zppBlock* layout over `total` elements
+ * of elemBytes (equal blocks when total = nranks * count). */
+/* Gather: root receives every other rank's block into recv (its own block
+ * is copied there by the caller); mine is this rank's block. */
+zppResult_t zppCollGatherFlat(zppCollCtx_t* c, const void* mine, void* recv, size_t total,
+                              size_t elemBytes, int root);
+/* Scatter: root sends every other rank its block of send; mine receives
+ * this rank's block (root copies its own). */
+zppResult_t zppCollScatterFlat(zppCollCtx_t* c, const void* send, void* mine, size_t total,
+                               size_t elemBytes, int root);
+/* Reduce: out (count elements, root only; may alias in) receives the
+ * reduction of every rank's in. zppAvg is left as a sum: the caller divides. */
+zppResult_t zppCollReduceBinomial(zppCollCtx_t* c, const void* in, void* out, size_t count,
+                                  zppDataType_t type, zppRedOp_t op, int root);
+/* The same as a reduce-scatter ring and a gather of the blocks to root:
+ * for large counts, where the binomial tree's log2(n) full messages into
+ * the root cost more than (n-1)/n of the data twice. */
+zppResult_t zppCollReduceScatterGather(zppCollCtx_t* c, const void* in, void* out, size_t count,
+                                       zppDataType_t type, zppRedOp_t op, int root);
+
+/* The end of a rooted call: a dissemination round of tiny messages that
+ * carry the call's signature (which hashes the root), so that ranks that
+ * passed different roots fail instead of each "succeeding" with its own
+ * (see coll_ctx.c). ceil(log2 n) exchanges. With word != NULL, each round
+ * also carries `bytes` of word and merge(word, theirs) folds the peer's
+ * into this rank's: after the round every rank has folded every rank's
+ * (merge must be idempotent, like min or or). */
+zppResult_t zppCollAgree(zppCollCtx_t* c, void* word, size_t bytes,
+                         void (*merge)(void* word, const void* theirs));
+
 /* ---- broadcast: buf holds root's data at root (copied there by the caller) */
 zppResult_t zppCollBroadcastPipeline(zppCollCtx_t* c, void* buf, size_t bytes, int root);
 zppResult_t zppCollBroadcastBinomial(zppCollCtx_t* c, void* buf, size_t bytes, int root);

@@ -93,17 +93,18 @@ uint32_t zppCollSig(zppOpKind_t kind, zppDataType_t type, int op, const uint64_t
   h ^= h >> 32;
   h ^= h >> 16;
   uint32_t o = (op >= 0 && op < zppNumOps) ? (uint32_t)op : SIG_NO_OP;
-  return ((uint32_t)kind << 17) | ((uint32_t)type << 13) | (o << 10) | (uint32_t)(h & 0x3ffu);
+  return ((uint32_t)kind << ZPP_SIG_KIND_SHIFT) | ((uint32_t)type << 12) | (o << 9) |
+         (uint32_t)(h & 0x1ffu);
 }
 
 void zppCollDescribeSig(uint32_t sig, char* buf, size_t len) {
-  unsigned kind = (sig >> 17) & 7u, type = (sig >> 13) & 15u, op = (sig >> 10) & 7u;
+  unsigned kind = zppCollSigKind(sig), type = (sig >> 12) & 15u, op = (sig >> 9) & 7u;
   const char* kn = zppOpKindCallName((zppOpKind_t)kind);
   const char* tn = zppDtypeName((zppDataType_t)type);
   if (op < zppNumOps)
-    snprintf(buf, len, "%s(%s, %s; #%03x)", kn, tn, zppRedOpName((zppRedOp_t)op), sig & 0x3ffu);
+    snprintf(buf, len, "%s(%s, %s; #%03x)", kn, tn, zppRedOpName((zppRedOp_t)op), sig & 0x1ffu);
   else
-    snprintf(buf, len, "%s(%s; #%03x)", kn, tn, sig & 0x3ffu);
+    snprintf(buf, len, "%s(%s; #%03x)", kn, tn, sig & 0x1ffu);
 }
 
 void zppCollDescribeMismatch(uint32_t theirs, uint32_t mine, const char* hashHint, char* buf,
@@ -112,7 +113,7 @@ void zppCollDescribeMismatch(uint32_t theirs, uint32_t mine, const char* hashHin
   zppCollDescribeSig(theirs, a, sizeof(a));
   zppCollDescribeSig(mine, b, sizeof(b));
   /* Same collective, type and op: only the hash of the rest differs. */
-  int sameCall = (theirs >> 10) == (mine >> 10);
+  int sameCall = (theirs >> 9) == (mine >> 9);
   snprintf(buf, len, "%s while this rank called %s%s%s%s", a, b, sameCall ? " (#: a hash of " : "",
            sameCall ? hashHint : "", sameCall ? ": these differ)" : "");
 }

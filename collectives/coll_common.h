@@ -42,10 +42,13 @@ void* zppScratchPoolGet(zppScratchPool_t* pool, int slot, size_t bytes);
 void zppScratchPoolTrim(zppScratchPool_t* pool);
 void zppScratchPoolFree(zppScratchPool_t* pool);
 
-/* Signature of a call (low 20 bits of a message tag): kind (3 bits), type
- * (4), op (3; none for calls without a reduction, op < 0) and a 10-bit hash
+/* Signature of a call (low 20 bits of a message tag): kind (4 bits), type
+ * (4), op (3; none for calls without a reduction, op < 0) and a 9-bit hash
  * of the other values that must agree across ranks. */
+#define ZPP_SIG_KIND_SHIFT 16
+_Static_assert(zppNumOpKinds <= 16, "the signature holds the kind in 4 bits");
 uint32_t zppCollSig(zppOpKind_t kind, zppDataType_t type, int op, const uint64_t* vals, int nvals);
+static inline unsigned zppCollSigKind(uint32_t sig) { return (sig >> ZPP_SIG_KIND_SHIFT) & 15u; }
 /* "AllReduce(float32, sum; #1a3)". */
 void zppCollDescribeSig(uint32_t sig, char* buf, size_t len);
 /* "<theirs> while this rank called <mine>", and when only the hash differs,

@@ -57,6 +57,7 @@ static const struct {
     [zppOpAllReduce] = {"ZPP_ALGO_ALLREDUCE", "ZPP_ALLREDUCE_SMALL_BYTES", "ring", "rd", NULL},
     [zppOpBroadcast] = {"ZPP_ALGO_BROADCAST", "ZPP_BROADCAST_SMALL_BYTES", "pipeline", "binomial",
                         "flat"},
+    [zppOpReduce] = {"ZPP_ALGO_REDUCE", "ZPP_REDUCE_SMALL_BYTES", "rsg", "binomial", NULL},
 };
 
 zppResult_t zppCollAlgoSetting(zppOpKind_t kind, zppCollAlgo_t* algo, int64_t* smallBytes) {
@@ -100,10 +101,10 @@ zppResult_t zppCollSettingsCheck(void) {
  * sum; #1a3)", for the plain kinds and ZeRO++'s alike: the hash covers
  * other values for each. */
 static void describeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t len) {
-  unsigned k1 = (theirs >> 17) & 7u, k2 = (mine >> 17) & 7u;
-  const char* hint = k1 < zppOpQwZ && k2 < zppOpQwZ
-                         ? "count, root and algorithm settings"
-                         : "count, bits, block, pipeline chunk and forward or backward";
+  unsigned k1 = zppCollSigKind(theirs), k2 = zppCollSigKind(mine);
+  int zeropp = (k1 >= zppOpQwZ && k1 <= zppOpQgZ) || (k2 >= zppOpQwZ && k2 <= zppOpQgZ);
+  const char* hint = !zeropp ? "count, root and algorithm settings"
+                             : "count, bits, block, pipeline chunk and forward or backward";
   zppCollDescribeMismatch(theirs, mine, hint, buf, len);
 }
 
@@ -212,6 +213,34 @@ void* zppCollScratch(const zppCollCtx_t* c, int slot, size_t bytes) {
 void zppCollProgress(const zppCollCtx_t* c) {
   /* An error found here is found again by the next wait. */
   if (c->p2p) (void)zppP2pPoll(c->p2p);
+}
+
+/* Ranks that pass different roots to a rooted call can each "succeed" with
+ * their own root's data: a rank that takes itself for the root receives
+ * nothing, and the messages meant for it wait unreceived until some later
+ * call. So such a call ends with a dissemination round of small messages
+ * carrying the call's signature, which hashes the root: a rank that meets
+ * another signature fails (and tells the others), and it stops sending, so
+ * a rank that completed every round has heard, directly or through ranks
+ * that agreed, from every other. */
+zppResult_t zppCollAgree(zppCollCtx_t* c, void* word, size_t bytes,
+                         void (*merge)(void* word, const void* theirs)) {
+  const int n = c->nranks;
+  enum { MAX_WORD = 64 };
+  if (word != NULL && (bytes == 0 || bytes > MAX_WORD || merge == NULL))
+    ZPP_FAIL(zppInternalError, COLL, "agreement word of %zu bytes", bytes);
+  /* Its own step: the data phase is over on this rank, and on each path
+   * (rings or the network) a peer's data messages precede its check message. */
+  zppMsgId_t id = zppCollMsg(c, 255);
+  unsigned char token = 1, theirs[MAX_WORD];
+  const void* mine = word ? word : &token;
+  size_t len = word ? bytes : 1;
+  for (int k = 1; k < n; k <<= 1) {
+    ZPPCHECK(
+        zppP2pSendRecv(c->p2p, (c->rank + k) % n, mine, len, (c->rank - k + n) % n, theirs, len, &id));
+    if (word) merge(word, theirs);
+  }
+  return zppSuccess;
 }
 
 zppResult_t zppCollAlgoFor(const zppCollCtx_t* c, zppOpKind_t kind, zppCollAlgo_t* algo,

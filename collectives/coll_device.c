@@ -29,6 +29,18 @@ zppResult_t zppDeviceCollIssue(struct zppComm* comm, const zppHostColl_t* c, int
       return zppNcclAllToAll(nccl, c->sendbuff, c->recvbuff, c->count, c->type, stream);
     case zppOpBroadcast:
       return zppNcclBroadcast(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->root, stream);
+    case zppOpReduce:
+      return zppNcclReduce(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->op, c->root, stream);
+    case zppOpGather:
+      return zppNcclGather(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->root, stream);
+    case zppOpScatter:
+      return zppNcclScatter(nccl, c->sendbuff, c->recvbuff, c->count, c->type, c->root, stream);
+    case zppOpAllToAllv:
+      /* Counts that do not match would leave NCCL waiting: compared first,
+       * on the host (a round trip before the call is queued). */
+      ZPPCHECK(zppHostCollCheckCounts(comm, c));
+      return zppNcclAllToAllv(nccl, c->sendbuff, c->sendcounts, c->sdispls, c->recvbuff, c->recvcounts,
+                              c->rdispls, c->type, stream);
     default: ZPP_FAIL(zppInternalError, CUDA, "device collective of unknown kind %d", (int)c->kind);
   }
 }

@@ -27,7 +27,10 @@ static zppResult_t chooseAlgo(const zppCollCtx_t* c, const zppHostColl_t* a, con
                               zppCollAlgo_t* out) {
   const int nranks = c->nranks;
   *out = ZPP_COLL_ALGO_BANDWIDTH;
-  if (a->kind == zppOpAllToAll) return zppSuccess; /* pairwise, the only one */
+  /* pairwise, flat: the only ones */
+  if (a->kind == zppOpAllToAll || a->kind == zppOpAllToAllv || a->kind == zppOpGather ||
+      a->kind == zppOpScatter)
+    return zppSuccess;
   zppCollAlgo_t algo;
   int64_t small;
   ZPPCHECK(zppCollAlgoFor(c, a->kind, &algo, &small));
@@ -38,7 +41,7 @@ static zppResult_t chooseAlgo(const zppCollCtx_t* c, const zppHostColl_t* a, con
   size_t ts = zppDtypeSize(a->type);
   size_t bytes = a->count * ts;
   if (a->kind == zppOpAllGather || a->kind == zppOpReduceScatter) bytes *= (size_t)nranks;
-  if (a->kind == zppOpAllReduce && a->count < (size_t)nranks)
+  if ((a->kind == zppOpAllReduce || a->kind == zppOpReduce) && a->count < (size_t)nranks)
     *out = ZPP_COLL_ALGO_SMALL; /* fewer elements than ranks leaves ring blocks empty */
   else if (bytes >= (size_t)small)
     *out = ZPP_COLL_ALGO_BANDWIDTH;
@@ -57,34 +60,34 @@ static zppResult_t chooseAlgo(const zppCollCtx_t* c, const zppHostColl_t* a, con
 
 /* ---- running one collective --------------------------------------------- */
 
-static zppResult_t runLocal(const zppHostColl_t* a) {
-  /* One rank: every collective is a copy (and avg divides by one). */
+/* What a job holds: the call, and for all-to-all-v its parts in bytes
+ * (sendBytes, sdispl, recvBytes, rdispl; nranks each, owned by the job). */
+typedef struct {
+  zppHostColl_t c;
+  size_t* parts;
+  int countsOnly; /* all-to-all-v: compare the counts, move nothing (device path) */
+} hostJob_t;
+
+static zppResult_t runLocal(const hostJob_t* j) {
+  const zppHostColl_t* a = &j->c;
+  if (a->kind == zppOpAllToAllv) {
+    if (j->parts[0] != j->parts[2])
+      ZPP_FAIL(zppInvalidUsage, ALL,
+               "zppAllToAllv: rank 0 sends %zu elements to itself but expects %zu (sendcounts[0] "
+               "and recvcounts[0] differ)",
+               j->parts[0] / zppDtypeSize(a->type), j->parts[2] / zppDtypeSize(a->type));
+    if (j->parts[0])
+      memcpy((char*)a->recvbuff + j->parts[3], (const char*)a->sendbuff + j->parts[1], j->parts[0]);
+    return zppSuccess;
+  }
+  /* One rank: every other collective is a copy (and avg divides by one). */
   size_t bytes = a->count * zppDtypeSize(a->type);
   if (a->sendbuff != a->recvbuff && bytes) memcpy(a->recvbuff, a->sendbuff, bytes);
   return zppSuccess;
 }
 
-/* Ranks that pass different roots to one broadcast can each "succeed" with
- * their own root's data: a rank that takes itself for the root receives
- * nothing, and the messages meant for it wait unreceived until some later
- * call. So a broadcast ends with a dissemination round of 1-byte messages
- * carrying the call's signature, which hashes the root: a rank that meets
- * another signature fails (and tells the others), and it stops sending, so
- * a rank that completed every round has heard, directly or through ranks
- * that agreed, from every other. ceil(log2 n) tiny exchanges. */
-static zppResult_t broadcastAgree(zppCollCtx_t* c) {
-  const int n = c->nranks;
-  /* Its own step: the data phase is over on this rank, and on each path
-   * (rings or the network) a peer's data messages precede its check message. */
-  zppMsgId_t id = zppCollMsg(c, 255);
-  unsigned char mine = 1, theirs = 0;
-  for (int k = 1; k < n; k <<= 1)
-    ZPPCHECK(
-        zppP2pSendRecv(c->p2p, (c->rank + k) % n, &mine, 1, (c->rank - k + n) % n, &theirs, 1, &id));
-  return zppSuccess;
-}
-
-static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, zppCollAlgo_t algo) {
+static zppResult_t runAlgo(zppCollCtx_t* c, const hostJob_t* j, zppCollAlgo_t algo, int* agreed) {
+  const zppHostColl_t* a = &j->c;
   const int n = c->nranks;
   const size_t ts = zppDtypeSize(a->type);
   const size_t bytes = a->count * ts;
@@ -107,7 +110,7 @@ static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, zppCollAlgo_
         ZPPCHECK(zppCollReduceScatterRecDoubling(c, a->sendbuff, recv, total, a->type, a->op));
       else
         ZPPCHECK(zppCollReduceScatterRing(c, a->sendbuff, recv, total, a->type, a->op));
-      if (a->op == zppAvg) zppReduceFinishAvg(recv, a->count, a->type, n);
+      if (a->op == zppAvg) zppRedFinishAvg(recv, a->count, a->type, n);
       return zppSuccess;
     }
     case zppOpAllReduce:
@@ -123,39 +126,109 @@ static zppResult_t runAlgo(zppCollCtx_t* c, const zppHostColl_t* a, zppCollAlgo_
         ZPPCHECK(zppCollBroadcastFlat(c, recv, bytes, a->root));
       else
         ZPPCHECK(zppCollBroadcastPipeline(c, recv, bytes, a->root));
-      return broadcastAgree(c);
+      return zppCollAgree(c, NULL, 0, NULL);
+    case zppOpReduce:
+      if (algo == ZPP_COLL_ALGO_SMALL)
+        ZPPCHECK(zppCollReduceBinomial(c, a->sendbuff, recv, a->count, a->type, a->op, a->root));
+      else
+        ZPPCHECK(zppCollReduceScatterGather(c, a->sendbuff, recv, a->count, a->type, a->op, a->root));
+      if (a->op == zppAvg && c->rank == a->root) zppRedFinishAvg(recv, a->count, a->type, n);
+      return zppCollAgree(c, NULL, 0, NULL);
+    case zppOpGather:
+      if (c->rank == a->root) {
+        char* own = recv + (size_t)a->root * bytes;
+        if ((const char*)a->sendbuff != own) memcpy(own, a->sendbuff, bytes);
+      }
+      ZPPCHECK(zppCollGatherFlat(c, a->sendbuff, recv, a->count * (size_t)n, ts, a->root));
+      return zppCollAgree(c, NULL, 0, NULL);
+    case zppOpScatter:
+      if (c->rank == a->root) {
+        const char* own = (const char*)a->sendbuff + (size_t)a->root * bytes;
+        if (own != recv) memcpy(recv, own, bytes);
+      }
+      ZPPCHECK(zppCollScatterFlat(c, a->sendbuff, recv, a->count * (size_t)n, ts, a->root));
+      return zppCollAgree(c, NULL, 0, NULL);
+    case zppOpAllToAllv: {
+      const size_t* p = j->parts;
+      zppCollLayout_t send = {p, p + n, 0}, rcv = {p + 2 * (size_t)n, p + 3 * (size_t)n, 0};
+      if (j->countsOnly) return zppCollAllToAllvCheck(c, &send, &rcv, ts, agreed);
+      return zppCollAllToAllvPairwise(c, a->sendbuff, &send, recv, &rcv, ts, agreed);
+    }
     default: ZPP_FAIL(zppInternalError, COLL, "host collective of unknown kind %d", (int)a->kind);
   }
 }
 
+static int rooted(zppOpKind_t k) {
+  return k == zppOpBroadcast || k == zppOpReduce || k == zppOpGather || k == zppOpScatter;
+}
+
 static int sigValsOf(const zppHostColl_t* a, zppCollAlgo_t algo, uint64_t vals[3]) {
   vals[0] = (uint64_t)a->count;
-  vals[1] = (uint64_t)(a->kind == zppOpBroadcast ? a->root : 0);
+  vals[1] = (uint64_t)(rooted(a->kind) ? a->root : 0);
   vals[2] = (uint64_t)algo;
   return 3;
 }
 
-static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
-  const zppHostColl_t* a = arg;
+static void hostCollDrop(void* arg) {
+  hostJob_t* j = arg;
+  free(j->parts);
+  j->parts = NULL;
+}
+
+static zppResult_t hostCollRun(struct zppComm* comm, const hostJob_t* j) {
+  const zppHostColl_t* a = &j->c;
   zppResult_t res = (zppResult_t)atomic_load(&comm->asyncError);
   if (res != zppSuccess) return res; /* reported when it happened */
-  if (comm->nranks == 1) return runLocal(a);
+  if (comm->nranks == 1) return j->countsOnly ? zppSuccess : runLocal(j);
   zppCollCtx_t c;
   ZPPCHECK(zppCollBegin(comm, a->kind, &c));
   zppCollAlgo_t algo = ZPP_COLL_ALGO_BANDWIDTH;
   res = chooseAlgo(&c, a, comm->topo, &algo);
   uint64_t vals[3];
-  int reduction = a->kind == zppOpReduceScatter || a->kind == zppOpAllReduce;
+  int reduction = a->kind == zppOpReduceScatter || a->kind == zppOpAllReduce || a->kind == zppOpReduce;
   zppCollSign(&c, a->type, reduction ? (int)a->op : -1, vals, sigValsOf(a, algo, vals));
+  int agreed = 0;
   if (res == zppSuccess) {
     ZPP_DBG(COLL, "%s: rank %d: %s seq %u count %zu algorithm %s", comm->name, comm->rank,
             zppOpKindString(a->kind), c.id.seq, a->count,
             algo == ZPP_COLL_ALGO_BANDWIDTH ? "bandwidth" : "latency");
-    res = runAlgo(&c, a, algo);
+    res = runAlgo(&c, j, algo, &agreed);
   }
-  return zppCollEnd(&c, res, 0);
+  return zppCollEnd(&c, res, agreed);
+}
+
+static zppResult_t hostCollJob(struct zppComm* comm, void* arg) {
+  hostJob_t* j = arg;
+  zppResult_t res = hostCollRun(comm, j);
+  hostCollDrop(j);
+  return res;
+}
+
+static zppResult_t issue(struct zppComm* comm, const zppHostColl_t* coll, int countsOnly,
+                         zppHostStream_t stream) {
+  hostJob_t j = {.c = *coll, .countsOnly = countsOnly};
+  if (coll->kind == zppOpAllToAllv) {
+    /* The caller's arrays may be gone before a queued job runs: the job
+     * keeps its own, in bytes. */
+    const size_t n = (size_t)comm->nranks, ts = zppDtypeSize(coll->type);
+    j.parts = malloc(4 * n * sizeof(size_t));
+    if (j.parts == NULL) ZPP_FAIL(zppSystemError, COLL, "out of memory for all-to-all-v counts");
+    for (size_t p = 0; p < n; p++) {
+      j.parts[p] = coll->sendcounts[p] * ts;
+      j.parts[n + p] = coll->sdispls[p] * ts;
+      j.parts[2 * n + p] = coll->recvcounts[p] * ts;
+      j.parts[3 * n + p] = coll->rdispls[p] * ts;
+    }
+    j.c.sendcounts = j.c.sdispls = j.c.recvcounts = j.c.rdispls = NULL;
+  }
+  return zppExecutorSubmit(comm->transports->exec, hostCollJob, hostCollDrop, &j, sizeof(j), stream);
 }
 
 zppResult_t zppHostCollIssue(struct zppComm* comm, const zppHostColl_t* coll, zppHostStream_t stream) {
-  return zppExecutorSubmit(comm->transports->exec, hostCollJob, NULL, coll, sizeof(*coll), stream);
+  return issue(comm, coll, 0, stream);
+}
+
+zppResult_t zppHostCollCheckCounts(struct zppComm* comm, const zppHostColl_t* coll) {
+  if (comm->transports->p2p == NULL) return zppSuccess; /* one rank, or no host transport */
+  return issue(comm, coll, 1, NULL);
 }

@@ -111,7 +111,7 @@ FLOAT_LOOPS(double)
 HALF_LOOPS(fp16, zppHalfToFloat, zppFloatToHalf)
 HALF_LOOPS(bf16, zppBf16ToFloat, zppFloatToBf16)
 
-void zppReduce(void* dst, const void* a, const void* b, size_t n, zppDataType_t type, zppRedOp_t op) {
+void zppRedApply(void* dst, const void* a, const void* b, size_t n, zppDataType_t type, zppRedOp_t op) {
   switch (type) {
     case zppInt8: reduce_int8_t(dst, a, b, n, op); break;
     case zppUint8: reduce_uint8_t(dst, a, b, n, op); break;
@@ -134,7 +134,7 @@ void zppReduce(void* dst, const void* a, const void* b, size_t n, zppDataType_t 
     for (size_t i = 0; i < n; i++) p[i] = (T)((W)p[i] / (W)nranks); \
   } while (0)
 
-void zppReduceFinishAvg(void* buf, size_t n, zppDataType_t type, int nranks) {
+void zppRedFinishAvg(void* buf, size_t n, zppDataType_t type, int nranks) {
   if (nranks <= 1) return;
   switch (type) {
     case zppInt8: DIV_LOOP(int8_t, int64_t); break;

@@ -13,11 +13,11 @@
 #include "zpp.h"
 
 /* dst[i] = a[i] op b[i]; dst may be a or b (not a partial overlap). zppAvg
- * sums: the division comes once, at the end (zppReduceFinishAvg). */
-void zppReduce(void* dst, const void* a, const void* b, size_t count, zppDataType_t type,
-               zppRedOp_t op);
+ * sums: the division comes once, at the end (zppRedFinishAvg). */
+void zppRedApply(void* dst, const void* a, const void* b, size_t count, zppDataType_t type,
+                 zppRedOp_t op);
 
 /* buf[i] /= nranks (integer division for integer types). */
-void zppReduceFinishAvg(void* buf, size_t count, zppDataType_t type, int nranks);
+void zppRedFinishAvg(void* buf, size_t count, zppDataType_t type, int nranks);
 
 #endif /* ZPP_REDUCE_OPS_H_ */

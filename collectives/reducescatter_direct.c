@@ -47,7 +47,7 @@ zppResult_t zppCollReduceScatterDirect(zppCollCtx_t* c, const void* in, void* ou
   const size_t elems = zppBlockCount(total, n, r);
   memcpy(acc, r == 0 ? own : parts, mine);
   for (int q = 1; q < n; q++)
-    zppReduce(acc, acc, q == r ? own : parts + (size_t)q * mine, elems, type, op);
+    zppRedApply(acc, acc, q == r ? own : parts + (size_t)q * mine, elems, type, op);
   memcpy(out, acc, mine);
 out:
   if (reqs != stackReqs) free(reqs);

@@ -94,10 +94,10 @@ zppResult_t zppCollReduceScatterRing(zppCollCtx_t* c, const void* in, void* out,
       char* buf = BUF(s, k);
       if (s == steps - 1) {
         /* The last step brings this rank's own block: sum into the output. */
-        zppReduce((char*)out + CHUNK_OFF(b, k) * ts, buf, mine, len, type, op);
+        zppRedApply((char*)out + CHUNK_OFF(b, k) * ts, buf, mine, len, type, op);
         continue;
       }
-      zppReduce(buf, buf, mine, len, type, op);
+      zppRedApply(buf, buf, mine, len, type, op);
       /* Step s+1 sends this chunk on, from where it was reduced. The slot's
        * previous send (step s-1, same parity) finished before step s's
        * receive into it was posted. */

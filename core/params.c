@@ -77,6 +77,8 @@ static const zppEnvInfo_t paramTable[] = {
      "all-reduce algorithm: auto, ring (reduce-scatter + all-gather) or rd (recursive doubling)"},
     {"ZPP_ALGO_BROADCAST", ZPP_ENV_STRING, "auto",
      "broadcast algorithm: auto, pipeline (chain), binomial or flat (the root sends to every rank)"},
+    {"ZPP_ALGO_REDUCE", ZPP_ENV_STRING, "auto",
+     "reduce algorithm: auto, rsg (ring reduce-scatter, then a gather to the root) or binomial"},
     {"ZPP_ALLGATHER_SMALL_BYTES", ZPP_ENV_INT, "16384",
      "all-gathers of fewer bytes (all ranks' data) use Bruck instead of the ring"},
     {"ZPP_REDUCESCATTER_SMALL_BYTES", ZPP_ENV_INT, "16384",
@@ -85,6 +87,8 @@ static const zppEnvInfo_t paramTable[] = {
      "all-reduces of fewer bytes use recursive doubling instead of the ring"},
     {"ZPP_BROADCAST_SMALL_BYTES", ZPP_ENV_INT, "16384",
      "broadcasts of fewer bytes use a binomial tree instead of the pipelined chain"},
+    {"ZPP_REDUCE_SMALL_BYTES", ZPP_ENV_INT, "65536",
+     "reduces of fewer bytes use a binomial tree instead of reduce-scatter + gather"},
     {"ZPP_PIPELINE_CHUNK_BYTES", ZPP_ENV_INT, "262144",
      "chunk size of the pipelined algorithms (ring reduce-scatter, chain broadcast); must match "
      "on every rank"},

@@ -246,28 +246,104 @@ zppResult_t zppNcclAllReduce(zppNccl_t* n, const void* sendbuff, void* recvbuff,
   return zppSuccess;
 }
 
-/* Grouped point-to-point rather than ncclAlltoAll, which NCCL only has
- * since 2.28. */
-zppResult_t zppNcclAllToAll(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t count,
-                            zppDataType_t type, void* stream) {
+/* One peer's send and receive of a grouped exchange (NULL: that side left
+ * out); on failure the group is closed and the peer named. */
+static zppResult_t groupPair(zppNccl_t* n, const char* call, int peer, const void* sendPtr,
+                             size_t sendCount, void* recvPtr, size_t recvCount, zppDataType_t type,
+                             void* stream) {
+  ncclResult_t r1 = ncclSuccess, r2 = ncclSuccess;
+  if (sendPtr != NULL)
+    r1 = ncclSend(sendPtr, sendCount, (ncclDataType_t)type, peer, n->nccl, (cudaStream_t)stream);
+  if (recvPtr != NULL && r1 == ncclSuccess)
+    r2 = ncclRecv(recvPtr, recvCount, (ncclDataType_t)type, peer, n->nccl, (cudaStream_t)stream);
+  if (r1 == ncclSuccess && r2 == ncclSuccess) return zppSuccess;
+  (void)ncclGroupEnd();
+  ncclResult_t bad = r1 != ncclSuccess ? r1 : r2;
+  ZPP_FAIL((zppResult_t)bad, CUDA, "%s: ncclSend/ncclRecv with rank %d: %s", call, peer,
+           ncclGetErrorString(bad));
+}
+
+/* Grouped point-to-point rather than ncclAlltoAll, ncclGather and
+ * ncclScatter, which NCCL only has since 2.28. Parts of `count` elements
+ * at p * count, or (counts non-NULL) counts[p] at displs[p]. */
+static zppResult_t exchange(zppNccl_t* n, const char* call, const void* sendbuff, const size_t* scounts,
+                            const size_t* sdispls, void* recvbuff, const size_t* rcounts,
+                            const size_t* rdispls, size_t count, zppDataType_t type, void* stream) {
   ZPPCHECK(usable(n));
-  size_t bytes = count * zppDtypeSize(type);
+  const size_t ts = zppDtypeSize(type);
   int nranks = n->comm->nranks;
   NCCLCHECK(ncclGroupStart());
   for (int p = 0; p < nranks; p++) {
-    ncclResult_t r1 = ncclSend((const char*)sendbuff + (size_t)p * bytes, count, (ncclDataType_t)type,
-                               p, n->nccl, (cudaStream_t)stream);
-    ncclResult_t r2 = ncclRecv((char*)recvbuff + (size_t)p * bytes, count, (ncclDataType_t)type, p,
-                               n->nccl, (cudaStream_t)stream);
-    if (r1 != ncclSuccess || r2 != ncclSuccess) {
-      (void)ncclGroupEnd();
-      ncclResult_t bad = r1 != ncclSuccess ? r1 : r2;
-      ZPP_FAIL((zppResult_t)bad, CUDA, "ncclSend/ncclRecv with rank %d: %s", p,
-               ncclGetErrorString(bad));
-    }
+    size_t sc = scounts ? scounts[p] : count, rc = rcounts ? rcounts[p] : count;
+    size_t so = scounts ? sdispls[p] : (size_t)p * count, ro = rcounts ? rdispls[p] : (size_t)p * count;
+    ZPPCHECK(groupPair(n, call, p, (const char*)sendbuff + so * ts, sc, (char*)recvbuff + ro * ts, rc,
+                       type, stream));
   }
   NCCLCHECK(ncclGroupEnd());
   return zppSuccess;
+}
+
+zppResult_t zppNcclAllToAll(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t count,
+                            zppDataType_t type, void* stream) {
+  return exchange(n, "zppAllToAll", sendbuff, NULL, NULL, recvbuff, NULL, NULL, count, type, stream);
+}
+
+zppResult_t zppNcclAllToAllv(zppNccl_t* n, const void* sendbuff, const size_t* sendcounts,
+                             const size_t* sdispls, void* recvbuff, const size_t* recvcounts,
+                             const size_t* rdispls, zppDataType_t type, void* stream) {
+  return exchange(n, "zppAllToAllv", sendbuff, sendcounts, sdispls, recvbuff, recvcounts, rdispls, 0,
+                  type, stream);
+}
+
+zppResult_t zppNcclReduce(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t count,
+                          zppDataType_t type, zppRedOp_t op, int root, void* stream) {
+  ZPPCHECK(usable(n));
+  NCCLCHECK(ncclReduce(sendbuff, recvbuff, count, (ncclDataType_t)type, (ncclRedOp_t)op, root, n->nccl,
+                       (cudaStream_t)stream));
+  return zppSuccess;
+}
+
+/* Gather (gather != 0) or scatter: the root's parts of `count` elements at
+ * p * count; the root's own part is a copy on the stream (none in place). */
+static zppResult_t rooted(zppNccl_t* n, int gather, const void* sendbuff, void* recvbuff, size_t count,
+                          zppDataType_t type, int root, void* stream) {
+  ZPPCHECK(usable(n));
+  const char* call = gather ? "zppGather" : "zppScatter";
+  const size_t bytes = count * zppDtypeSize(type);
+  const int nranks = n->comm->nranks, me = n->comm->rank;
+  if (me == root) {
+    const char* from = gather ? sendbuff : (const char*)sendbuff + (size_t)root * bytes;
+    char* to = gather ? (char*)recvbuff + (size_t)root * bytes : recvbuff;
+    if (from != to) {
+      cudaError_t e = cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream);
+      if (e != cudaSuccess)
+        ZPP_FAIL(zppUnhandledCudaError, CUDA, "%s: the root's own part: cudaMemcpyAsync: %s", call,
+                 cudaGetErrorString(e));
+    }
+  }
+  NCCLCHECK(ncclGroupStart());
+  for (int p = 0; p < nranks; p++) {
+    if (p == root && me == root) continue;
+    if (me != root && p != root) continue;
+    if (gather)
+      ZPPCHECK(groupPair(n, call, p, me == root ? NULL : sendbuff, count,
+                         me == root ? (char*)recvbuff + (size_t)p * bytes : NULL, count, type, stream));
+    else
+      ZPPCHECK(groupPair(n, call, p, me == root ? (const char*)sendbuff + (size_t)p * bytes : NULL,
+                         count, me == root ? NULL : recvbuff, count, type, stream));
+  }
+  NCCLCHECK(ncclGroupEnd());
+  return zppSuccess;
+}
+
+zppResult_t zppNcclGather(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t sendcount,
+                          zppDataType_t type, int root, void* stream) {
+  return rooted(n, 1, sendbuff, recvbuff, sendcount, type, root, stream);
+}
+
+zppResult_t zppNcclScatter(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t recvcount,
+                           zppDataType_t type, int root, void* stream) {
+  return rooted(n, 0, sendbuff, recvbuff, recvcount, type, root, stream);
 }
 
 zppResult_t zppNcclBroadcast(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t count,

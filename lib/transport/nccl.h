@@ -58,5 +58,16 @@ zppResult_t zppNcclAllToAll(zppNccl_t* nccl, const void* sendbuff, void* recvbuf
                             zppDataType_t type, void* stream);
 zppResult_t zppNcclBroadcast(zppNccl_t* nccl, const void* sendbuff, void* recvbuff, size_t count,
                              zppDataType_t type, int root, void* stream);
+zppResult_t zppNcclReduce(zppNccl_t* nccl, const void* sendbuff, void* recvbuff, size_t count,
+                          zppDataType_t type, zppRedOp_t op, int root, void* stream);
+/* Gather, scatter and the uneven all-to-all as grouped ncclSend/ncclRecv;
+ * counts and displacements in elements, nranks each. */
+zppResult_t zppNcclGather(zppNccl_t* nccl, const void* sendbuff, void* recvbuff, size_t sendcount,
+                          zppDataType_t type, int root, void* stream);
+zppResult_t zppNcclScatter(zppNccl_t* nccl, const void* sendbuff, void* recvbuff, size_t recvcount,
+                           zppDataType_t type, int root, void* stream);
+zppResult_t zppNcclAllToAllv(zppNccl_t* nccl, const void* sendbuff, const size_t* sendcounts,
+                             const size_t* sdispls, void* recvbuff, const size_t* recvcounts,
+                             const size_t* rdispls, zppDataType_t type, void* stream);
 
 #endif /* ZPP_TRANSPORT_NCCL_H_ */

@@ -177,7 +177,7 @@ static void testOps(void) {
       }
       /* In place into a, as the collectives do. */
       memcpy(d, a, sizeof(d));
-      zppReduce(d, d, b, N, t, (zppRedOp_t)op);
+      zppRedApply(d, d, b, N, t, (zppRedOp_t)op);
       long bad = 0;
       for (int i = 0; i < N; i++) {
         int64_t e;
@@ -261,32 +261,32 @@ static void testOps(void) {
 static void testSpecials(void) {
   /* Max and min keep a NaN from either side: an overflow stays visible. */
   float a[2] = {NAN, 1.0f}, b[2] = {2.0f, NAN}, d[2];
-  zppReduce(d, a, b, 2, zppFloat32, zppMax);
+  zppRedApply(d, a, b, 2, zppFloat32, zppMax);
   CHECK(isnan(d[0]) && isnan(d[1]));
-  zppReduce(d, a, b, 2, zppFloat32, zppMin);
+  zppRedApply(d, a, b, 2, zppFloat32, zppMin);
   CHECK(isnan(d[0]) && isnan(d[1]));
   uint16_t ha[1] = {0x7e00}, hb[1] = {0x3c00}, hd[1];
-  zppReduce(hd, hb, ha, 1, zppFloat16, zppMax);
+  zppRedApply(hd, hb, ha, 1, zppFloat16, zppMax);
   CHECK(isnan(zppHalfToFloat(hd[0])));
   /* fp16 sum overflows to Inf as fp16 arithmetic would. */
   ha[0] = 0x7bff; /* 65504 */
-  zppReduce(hd, ha, ha, 1, zppFloat16, zppSum);
+  zppRedApply(hd, ha, ha, 1, zppFloat16, zppSum);
   CHECK_EQ_INT(hd[0], 0x7c00);
   /* bf16 is not fp16: 0x3f80 is 1.0 in bf16. */
   uint16_t ba[1] = {0x3f80}, bd[1];
-  zppReduce(bd, ba, ba, 1, zppBfloat16, zppSum);
+  zppRedApply(bd, ba, ba, 1, zppBfloat16, zppSum);
   CHECK_EQ_INT(bd[0], 0x4000);
   /* Integers wrap. */
   int8_t ia[1] = {120}, ib[1] = {10}, id[1];
-  zppReduce(id, ia, ib, 1, zppInt8, zppSum);
+  zppRedApply(id, ia, ib, 1, zppInt8, zppSum);
   CHECK_EQ_INT(id[0], -126);
   /* Averages divide once, in the type; more ranks than int8 can count. */
   int8_t s[2] = {-7, 100};
-  zppReduceFinishAvg(s, 2, zppInt8, 200);
+  zppRedFinishAvg(s, 2, zppInt8, 200);
   CHECK_EQ_INT(s[0], 0);
   CHECK_EQ_INT(s[1], 0);
   float f[1] = {7.0f};
-  zppReduceFinishAvg(f, 1, zppFloat32, 2);
+  zppRedFinishAvg(f, 1, zppFloat32, 2);
   CHECK(f[0] == 3.5f);
 }
 
