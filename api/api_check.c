@@ -1,5 +1,6 @@
 /* The argument rules the entry points share (api_check.h). */
 #include "api/api_check.h"
+#include "api/p2p_api.h"
 
 #include <stdint.h>
 
@@ -24,6 +25,13 @@ zppResult_t zppApiCheckCount(const char* name, size_t count, zppDataType_t type,
 
 zppResult_t zppApiCheckWhere(const char* name, const void* a, const void* b, zppStream_t stream,
                              int* device) {
+  /* Every collective entry point passes here before it issues anything. */
+  ZPPCHECK(zppApiCheckNoGroup(name));
+  return zppApiCheckWhereAny(name, a, b, stream, device);
+}
+
+zppResult_t zppApiCheckWhereAny(const char* name, const void* a, const void* b, zppStream_t stream,
+                                int* device) {
   int da = a ? zppMemIsDevice(a) : -1, db = b ? zppMemIsDevice(b) : -1;
   if (da < 0 && db < 0 && *device < 0) {
     /* Nothing to move and nothing known: any stream will do (NCCL's count 0). */

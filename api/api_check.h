@@ -24,5 +24,9 @@ zppResult_t zppApiCheckCount(const char* name, size_t count, zppDataType_t type,
  * then 1 device, 0 host; every buffer of a call must agree. */
 zppResult_t zppApiCheckWhere(const char* name, const void* a, const void* b, zppStream_t stream,
                              int* device);
+/* The same for point-to-point calls, which groups may hold; the
+ * collectives' form above refuses to run inside a group (p2p_api.h). */
+zppResult_t zppApiCheckWhereAny(const char* name, const void* a, const void* b, zppStream_t stream,
+                                int* device);
 
 #endif /* ZPP_API_CHECK_H_ */

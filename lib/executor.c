@@ -46,6 +46,8 @@ struct zppExecutor {
   _Atomic int aborted;
   void* state;
   void (*stateFree)(void*);
+  void* p2pState;
+  void (*p2pStateFree)(void*);
 };
 
 /* ---- host streams ---------------------------------------------------------- */
@@ -273,6 +275,7 @@ void zppExecutorDestroy(zppExecutor_t* e) {
   while (e->callers > 0) pthread_cond_wait(&e->doneCond, &e->lock);
   pthread_mutex_unlock(&e->lock);
   if (e->state && e->stateFree) e->stateFree(e->state);
+  if (e->p2pState && e->p2pStateFree) e->p2pStateFree(e->p2pState);
   pthread_cond_destroy(&e->workCond);
   pthread_cond_destroy(&e->doneCond);
   pthread_mutex_destroy(&e->lock);
@@ -284,4 +287,11 @@ void* zppExecutorGetState(zppExecutor_t* e) { return e->state; }
 void zppExecutorSetState(zppExecutor_t* e, void* state, void (*freeFn)(void*)) {
   e->state = state;
   e->stateFree = freeFn;
+}
+
+void* zppExecutorGetP2pState(zppExecutor_t* e) { return e->p2pState; }
+
+void zppExecutorSetP2pState(zppExecutor_t* e, void* state, void (*freeFn)(void*)) {
+  e->p2pState = state;
+  e->p2pStateFree = freeFn;
 }

@@ -65,5 +65,8 @@ int zppExecStreamIsValid(const void* stream);
  * thread), freed at destroy by freeFn. */
 void* zppExecutorGetState(zppExecutor_t* exec);
 void zppExecutorSetState(zppExecutor_t* exec, void* state, void (*freeFn)(void*));
+/* A second such slot, point-to-point's (collectives/p2p.c). */
+void* zppExecutorGetP2pState(zppExecutor_t* exec);
+void zppExecutorSetP2pState(zppExecutor_t* exec, void* state, void (*freeFn)(void*));
 
 #endif /* ZPP_EXECUTOR_H_ */

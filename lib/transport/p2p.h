@@ -21,6 +21,15 @@
 
 #include "zpp.h"
 
+/* Message spaces: a message only ever matches a receive of its own space.
+ * Collectives number their messages with the collective sequence number,
+ * which every rank advances in step; point-to-point messages
+ * (collectives/p2p.c) with numbers of their own, per pair of ranks or per
+ * tag, that the collectives' leftover and mismatch checks never look at. */
+#define ZPP_MSG_COLL 0
+#define ZPP_MSG_P2P 1    /* zppSend/zppRecv, in issue order per pair */
+#define ZPP_MSG_TAGGED 2 /* zppSendTagged/zppRecvTagged, by tag and count */
+
 /* Where a message belongs; the transport encodes it into its tag. */
 typedef struct {
   uint32_t seq;  /* collective sequence number (low 16 bits used) */
@@ -28,6 +37,7 @@ typedef struct {
                     between two ranks with the same tag match in send order) */
   uint32_t sig;  /* signature of the call (low 20 bits used) */
   int opKind;    /* zppOpKind_t, for the byte counters */
+  int space;     /* ZPP_MSG_*: 0 (the collectives') unless set */
 } zppMsgId_t;
 
 /* Describes a mismatch for error messages, as "<theirs> while this rank
@@ -56,6 +66,10 @@ typedef struct {
                           int recvPeer, void* recvBuf, size_t recvBytes, const zppMsgId_t* id);
   /* Progresses and reports an error another rank announced, if any. */
   zppResult_t (*poll)(zppP2p_t* t);
+  /* *found = 1 when a message of id from peer has arrived and waits for its
+   * receive (nothing is taken); an error when peer is known dead. For
+   * receives from any rank: the caller polls, probes, then receives. */
+  zppResult_t (*probe)(zppP2p_t* t, int peer, const zppMsgId_t* id, int* found);
   /* Errors if a message of the completed collective (seq, sig) was left
    * unreceived: a sign that the ranks made different calls. */
   zppResult_t (*checkLeftovers)(zppP2p_t* t, uint32_t seq, uint32_t sig);
@@ -88,6 +102,9 @@ static inline zppResult_t zppP2pSendRecv(zppP2p_t* t, int sendPeer, const void* 
   return t->ops->sendRecv(t, sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes, id);
 }
 static inline zppResult_t zppP2pPoll(zppP2p_t* t) { return t->ops->poll(t); }
+static inline zppResult_t zppP2pProbe(zppP2p_t* t, int peer, const zppMsgId_t* id, int* found) {
+  return t->ops->probe(t, peer, id, found);
+}
 static inline zppResult_t zppP2pCheckLeftovers(zppP2p_t* t, uint32_t seq, uint32_t sig) {
   return t->ops->checkLeftovers(t, seq, sig);
 }

@@ -176,6 +176,7 @@ zppResult_t zppUcxIsend(zppUcx_t* u, int peer, const void* buf, size_t bytes, co
   if (r) {
     r->seq = id->seq;
     r->wantSig = id->sig & ZPP_UCX_SIG_MASK;
+    r->space = id->space;
   }
   int kind = (id->opKind >= 0 && id->opKind < zppNumOpKinds) ? id->opKind : 0;
   int inter = u->comm->topo->nodeOf[peer] != u->comm->topo->nodeOf[u->rank];
@@ -202,6 +203,7 @@ zppResult_t zppUcxIrecv(zppUcx_t* u, int peer, void* buf, size_t bytes, const zp
   r->bytes = bytes;
   r->seq = id->seq;
   r->wantSig = id->sig & ZPP_UCX_SIG_MASK;
+  r->space = id->space;
   r->tag = zppUcxMakeTag(peer, id);
   if (zppUcxShmCarries(u, peer, bytes)) {
     zppUcxShmRecv(u, peer, buf, bytes, r->tag, r);
@@ -234,7 +236,10 @@ static zppResult_t finishReq(zppUcx_t* u, zppUcxReq_t* r) {
   const char* name = u->comm->name;
   /* The signature first: it says what differs, a length only that something does. */
   if (r->isRecv && r->haveTag && (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK) != r->wantSig) {
-    res = zppUcxMismatchError(u, peer, (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK), r->wantSig);
+    if (r->space != ZPP_MSG_COLL)
+      res = zppUcxP2pMismatchError(u, r);
+    else
+      res = zppUcxMismatchError(u, peer, (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK), r->wantSig);
   } else if (r->status == UCS_ERR_MESSAGE_TRUNCATED) {
     res = zppUcxFail(u, zppInvalidUsage,
                      "%s: rank %d received more than the %zu bytes it expected from rank %d (host %s): "
@@ -313,6 +318,32 @@ zppResult_t zppUcxPoll(zppUcx_t* u) {
   if (u->wakeRecv && u->wakeRecv->done) ZPPCHECK(zppUcxRepostWakeRecv(u));
   ZPPCHECK(zppUcxCheckNotice(u));
   return zppSuccess;
+}
+
+zppResult_t zppUcxProbe(zppUcx_t* u, int peer, const zppMsgId_t* id, int* found) {
+  ucp_ep_h ep;
+  ZPPCHECK(zppUcxGetEp(u, peer, &ep));
+  peer_t* p = &u->peers[peer];
+  uint64_t tag = zppUcxMakeTag(peer, id), gotTag;
+  size_t len;
+  ucp_tag_recv_info_t info;
+  *found = (p->shmMax != 0 && zppUcxShmProbe(u, peer, tag, TAG_MATCH_MASK, &gotTag, &len)) ||
+           ucp_tag_probe_nb(u->worker, tag, TAG_MATCH_MASK, 0, &info) != NULL;
+  if (*found) return zppSuccess;
+  /* A dead peer is only noticed by a wait, which a caller that probes
+   * never enters: look now and then. */
+  double now = zppClockNow();
+  if (p->state != EP_FAILED && now - u->lastProbeLiveness > LIVENESS_PERIOD_SEC) {
+    u->lastProbeLiveness = now;
+    if (!zppUcxPeerAlive(p)) {
+      p->state = EP_FAILED;
+      p->failStatus = UCS_ERR_CONNECTION_RESET;
+    }
+  }
+  if (p->state == EP_FAILED)
+    return zppUcxFail(u, zppRemoteError, "%s: rank %d: rank %d (host %s) failed: %s", u->comm->name,
+                      u->rank, peer, zppUcxHostOf(u, peer), ucs_status_string(p->failStatus));
+  return checkAborted(u);
 }
 
 static int reqsDone(zppUcxReq_t* const* reqs, int n) {

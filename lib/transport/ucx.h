@@ -13,10 +13,12 @@
  * intra-node endpoints use no error handling and a dead local peer is found
  * by watching its process (pid and start time, exchanged at creation).
  *
- * Tags (64 bits): bit 63 marks control messages; bits 62..44 the source
- * rank, 43..28 the collective sequence number, 27..20 the step within the
- * collective, 19..0 the call's signature. A receive matches on source,
- * sequence and step only; the sender's signature is then compared with the
+ * Tags (64 bits): bit 63 marks control messages; bits 62..61 the message
+ * space (p2p.h: collectives, point-to-point); 60..44 the source rank,
+ * 43..28 the collective sequence number, 27..20 the step within the
+ * collective (point-to-point spaces use these 24 bits for their own
+ * numbering), 19..0 the call's signature. A receive matches on space,
+ * source, sequence and step only; the sender's signature is then compared with the
  * receiver's, so ranks that called different collectives (or the same one
  * with another type, count, root or reduction) get an error instead of
  * silently mixing data. A message longer than the posted buffer is a
@@ -71,6 +73,8 @@ zppResult_t zppUcxWaitAll(zppUcx_t* ucx, zppUcxReq_t** reqs, int n);
 /* Progresses and reports an error another rank announced, if any: a cheap
  * check before starting a collective. */
 zppResult_t zppUcxPoll(zppUcx_t* ucx);
+/* See the probe of lib/transport/p2p.h. */
+zppResult_t zppUcxProbe(zppUcx_t* ucx, int peer, const zppMsgId_t* id, int* found);
 /* Errors if a message of the completed collective (seq, sig) was left
  * unreceived: a sign that the ranks made different calls. */
 zppResult_t zppUcxCheckLeftovers(zppUcx_t* ucx, uint32_t seq, uint32_t sig);

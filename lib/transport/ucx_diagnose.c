@@ -139,13 +139,29 @@ zppResult_t zppUcxMismatchError(zppUcx_t* u, int peer, uint32_t got, uint32_t wa
                     u->rank, peer, zppUcxHostOf(u, peer), what);
 }
 
+zppResult_t zppUcxP2pMismatchError(zppUcx_t* u, const zppUcxReq_t* r) {
+  uint32_t got = (uint32_t)(r->gotTag & ZPP_UCX_SIG_MASK);
+  char what[400];
+  if (u->sigFormatter)
+    u->sigFormatter(got, r->wantSig, what, sizeof(what));
+  else
+    snprintf(what, sizeof(what), "signature 0x%05x while this rank called 0x%05x", got, r->wantSig);
+  return zppUcxFail(u, zppInvalidUsage,
+                    "%s: rank %d: point-to-point mismatch: rank %d (host %s) sent %zu bytes as %s, "
+                    "into this rank's receive of %zu bytes",
+                    u->comm->name, u->rank, r->peer, zppUcxHostOf(u, r->peer), r->gotBytes, what,
+                    r->bytes);
+}
+
 /* Ranks in different collectives may never exchange a message this rank
  * waits for (each waits on a third rank): look at what arrived unasked
  * for. A message of this collective (same sequence number) with another
  * signature is proof of a mismatch. */
 zppResult_t zppUcxProbeMismatch(zppUcx_t* u, const zppUcxReq_t* r) {
-  zppMsgId_t id = {r->seq, 0, 0, 0};
-  const uint64_t seqMask = TAG_CONTROL | TAG_SRC_MASK | TAG_SEQ_MASK;
+  /* Point-to-point numbers are per pair: no other rank's message tells. */
+  if (r->space != ZPP_MSG_COLL) return zppSuccess;
+  zppMsgId_t id = {r->seq, 0, 0, 0, ZPP_MSG_COLL};
+  const uint64_t seqMask = TAG_CONTROL | TAG_SPACE_MASK | TAG_SRC_MASK | TAG_SEQ_MASK;
   for (int src = 0; src < u->nranks; src++) {
     if (src == u->rank) continue;
     ucp_tag_recv_info_t info;
@@ -192,8 +208,9 @@ void zppUcxOtherPathHint(zppUcx_t* u, const zppUcxReq_t* r, char* buf, size_t le
  * means they did not (e.g. two broadcast roots: the data paths need not
  * cross, and each side may finish "successfully"). */
 zppResult_t zppUcxCheckLeftovers(zppUcx_t* u, uint32_t seq, uint32_t sig) {
-  zppMsgId_t id = {seq, 0, 0, 0};
-  const uint64_t seqMask = TAG_CONTROL | TAG_SEQ_MASK;
+  zppMsgId_t id = {seq, 0, 0, 0, ZPP_MSG_COLL};
+  /* Point-to-point messages may wait for their receive across collectives. */
+  const uint64_t seqMask = TAG_CONTROL | TAG_SPACE_MASK | TAG_SEQ_MASK;
   ucp_tag_recv_info_t info;
   uint64_t tag = 0;
   uint32_t lastSig = sig & ZPP_UCX_SIG_MASK;
@@ -209,7 +226,8 @@ zppResult_t zppUcxCheckLeftovers(zppUcx_t* u, uint32_t seq, uint32_t sig) {
     int found = 0;
     size_t len;
     for (int i = 0; i < u->nShmPeers && !found; i++)
-      found = zppUcxShmProbe(u, u->shmPeers[i], 0, 0, &tag, &len) && zppUcxTagBefore(tag, seq + 1);
+      found = zppUcxShmProbe(u, u->shmPeers[i], 0, TAG_SPACE_MASK, &tag, &len) &&
+              zppUcxTagBefore(tag, seq + 1);
     if (!found) return zppSuccess;
     /* The signature compares only with a message of the last collective. */
     if (((tag ^ zppUcxMakeTag(0, &id)) & TAG_SEQ_MASK) != 0) lastSig = UINT32_MAX;

@@ -23,8 +23,10 @@
 /* Control messages: the lowest bit tells an error notice (0) from a wake-up
  * of a rank asleep with shared-memory rings to watch (1). */
 #define TAG_CONTROL_WAKE 1ull
+#define TAG_SPACE_SHIFT 61
+#define TAG_SPACE_MASK (3ull << TAG_SPACE_SHIFT)
 #define TAG_SRC_SHIFT 44
-#define TAG_SRC_BITS 19
+#define TAG_SRC_BITS 17
 #define TAG_SEQ_SHIFT 28
 #define TAG_STEP_SHIFT 20
 #define TAG_SRC_MASK (((1ull << TAG_SRC_BITS) - 1) << TAG_SRC_SHIFT)
@@ -131,6 +133,7 @@ struct zppP2pReq {
   uint64_t gotTag;
   uint32_t seq;
   uint32_t wantSig;
+  int space;   /* zppMsgId_t's: collectives' checks skip the other spaces */
   int haveTag; /* gotTag is valid */
   /* Through a shared-memory ring (ucx_shm.c) instead of UCX. */
   int viaShm;
@@ -171,11 +174,12 @@ struct zppUcx {
   zppUcxReq_t* noticeRecv;
   zppUcxReq_t* wakeRecv; /* takes wake-ups (TAG_CONTROL_WAKE) off the worker */
   char wakeByte;
-  int64_t shmMaxParam;     /* ZPP_SHM_SMALL_BYTES */
-  unsigned leftoverChecks; /* calls of zppUcxCheckLeftovers */
-  zppShmInbox_t shmInbox;  /* this rank's (shm_ring.h) */
-  int shmAsymFence;        /* sleeps with membarrier (zppShmAsymFenceRegister) */
-  int* shmPeers;           /* ranks with rings to and from this one */
+  int64_t shmMaxParam;      /* ZPP_SHM_SMALL_BYTES */
+  unsigned leftoverChecks;  /* calls of zppUcxCheckLeftovers */
+  double lastProbeLiveness; /* zppUcxProbe's last look at its peer's process */
+  zppShmInbox_t shmInbox;   /* this rank's (shm_ring.h) */
+  int shmAsymFence;         /* sleeps with membarrier (zppShmAsymFenceRegister) */
+  int* shmPeers;            /* ranks with rings to and from this one */
   int nShmPeers;
   notice_t noticeIn;
   notice_t noticeOut;
@@ -193,7 +197,8 @@ struct zppUcx {
 
 /* The tag of a message from src (see ucx.h for the layout). */
 static inline uint64_t zppUcxMakeTag(int src, const zppMsgId_t* id) {
-  return ((uint64_t)(uint32_t)src << TAG_SRC_SHIFT) | ((uint64_t)(id->seq & 0xffffu) << TAG_SEQ_SHIFT) |
+  return ((uint64_t)(id->space & 3) << TAG_SPACE_SHIFT) | ((uint64_t)(uint32_t)src << TAG_SRC_SHIFT) |
+         ((uint64_t)(id->seq & 0xffffu) << TAG_SEQ_SHIFT) |
          ((uint64_t)(id->step & 0xffu) << TAG_STEP_SHIFT) | (uint64_t)(id->sig & ZPP_UCX_SIG_MASK);
 }
 /* Requests come from a pool and never move: UCX callbacks point at them. */
@@ -233,6 +238,8 @@ void zppUcxEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
 zppResult_t zppUcxCheckNotice(zppUcx_t* u);
 /* Records a signature mismatch with peer (got: its, want: this rank's). */
 zppResult_t zppUcxMismatchError(zppUcx_t* u, int peer, uint32_t got, uint32_t want);
+/* The same for a point-to-point receive r, with both sides' byte counts. */
+zppResult_t zppUcxP2pMismatchError(zppUcx_t* u, const zppUcxReq_t* r);
 /* While r waits: a message of r's collective with another signature,
  * arrived unasked for, is proof of a mismatch. */
 zppResult_t zppUcxProbeMismatch(zppUcx_t* u, const zppUcxReq_t* r);
@@ -285,6 +292,7 @@ int zppUcxShmProbe(const zppUcx_t* u, int src, uint64_t tag, uint64_t mask, uint
 /* Whether a message's tag carries a collective sequence number before seq
  * (16 bits, modular): a message every receive of that collective passed. */
 static inline int zppUcxTagBefore(uint64_t tag, uint32_t seq) {
+  if (tag & TAG_SPACE_MASK) return 0; /* point-to-point: no collective's */
   uint32_t d = (seq - (uint32_t)((tag & TAG_SEQ_MASK) >> TAG_SEQ_SHIFT)) & 0xffffu;
   return d != 0 && d < 0x8000u;
 }

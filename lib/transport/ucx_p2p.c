@@ -31,6 +31,9 @@ static zppResult_t ucxSendRecv(zppP2p_t* t, int sendPeer, const void* sendBuf, s
   return zppUcxSendRecv(ucxOf(t), sendPeer, sendBuf, sendBytes, recvPeer, recvBuf, recvBytes, id);
 }
 static zppResult_t ucxPoll(zppP2p_t* t) { return zppUcxPoll(ucxOf(t)); }
+static zppResult_t ucxProbe(zppP2p_t* t, int peer, const zppMsgId_t* id, int* found) {
+  return zppUcxProbe(ucxOf(t), peer, id, found);
+}
 static zppResult_t ucxCheckLeftovers(zppP2p_t* t, uint32_t seq, uint32_t sig) {
   return zppUcxCheckLeftovers(ucxOf(t), seq, sig);
 }
@@ -45,6 +48,7 @@ static const zppP2pOps_t ucxOps = {
     .waitAll = ucxWaitAll,
     .sendRecv = ucxSendRecv,
     .poll = ucxPoll,
+    .probe = ucxProbe,
     .checkLeftovers = ucxCheckLeftovers,
     .quiesce = ucxQuiesce,
     .setSigFormatter = ucxSetSigFormatter,

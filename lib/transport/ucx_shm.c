@@ -228,7 +228,8 @@ void zppUcxShmRecv(zppUcx_t* u, int peer, void* buf, size_t bytes, uint64_t tag,
       return;
     }
     /* Left over from an earlier collective: the ranks made different calls. */
-    if (zppUcxTagBefore(gotTag, r->seq)) zppUcxLeftoverError(u, peer, gotTag, UINT32_MAX);
+    if (r->space == ZPP_MSG_COLL && zppUcxTagBefore(gotTag, r->seq))
+      zppUcxLeftoverError(u, peer, gotTag, UINT32_MAX);
   }
   if (p->postedTail)
     p->postedTail->shmNext = r;
@@ -243,7 +244,7 @@ void zppUcxShmRecv(zppUcx_t* u, int peer, void* buf, size_t bytes, uint64_t tag,
 static int take(zppUcx_t* u, peer_t* p, uint64_t tag, const void* data, size_t len) {
   if (p->posted == NULL) return 0;
   /* Older than the collective the receives are for: nobody will take it. */
-  if (zppUcxTagBefore(tag, p->posted->seq)) {
+  if (p->posted->space == ZPP_MSG_COLL && zppUcxTagBefore(tag, p->posted->seq)) {
     zppUcxLeftoverError(u, p->rank, tag, UINT32_MAX);
     return 0;
   }

@@ -146,14 +146,14 @@ static int orderBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   if (rank == 0) {
     for (int i = 0; i < ORDER_MSGS; i++) {
       orderFill(bufs[i], i);
-      zppMsgId_t mid = {7, (uint32_t)i, 0x123, 0};
+      zppMsgId_t mid = {7, (uint32_t)i, 0x123, 0, ZPP_MSG_COLL};
       REQUIRE(zppUcxIsend(u, 1, bufs[i], orderBytes(i), &mid, &reqs[i]) == zppSuccess);
     }
     CHECK(zppUcxWaitAll(u, reqs, ORDER_MSGS) == zppSuccess);
     CHECK_EQ_INT(u->peers[1].shmOut.pos, expectRings ? small : 0);
     /* Nothing more to rank 1 before it counted what it got. */
     char ack = 0;
-    zppMsgId_t mid = {8, 0, 0x123, 0};
+    zppMsgId_t mid = {8, 0, 0x123, 0, ZPP_MSG_COLL};
     CHECK(zppUcxSendRecv(u, -1, NULL, 0, 1, &ack, 1, &mid) == zppSuccess);
   } else {
     /* Late and backwards: rank 0's ring fills and its sends queue, and
@@ -161,7 +161,7 @@ static int orderBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     struct timespec ts = {0, 100 * 1000 * 1000};
     nanosleep(&ts, NULL);
     for (int i = ORDER_MSGS - 1; i >= 0; i--) {
-      zppMsgId_t mid = {7, (uint32_t)i, 0x123, 0};
+      zppMsgId_t mid = {7, (uint32_t)i, 0x123, 0, ZPP_MSG_COLL};
       REQUIRE(zppUcxIrecv(u, 0, bufs[i], orderBytes(i), &mid, &reqs[i]) == zppSuccess);
     }
     CHECK(zppUcxWaitAll(u, reqs, ORDER_MSGS) == zppSuccess);
@@ -175,7 +175,7 @@ static int orderBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     free(want);
     CHECK_EQ_INT(u->peers[0].shmIn.pos, expectRings ? small : 0);
     char ack = 1;
-    zppMsgId_t mid = {8, 0, 0x123, 0};
+    zppMsgId_t mid = {8, 0, 0x123, 0, ZPP_MSG_COLL};
     CHECK(zppUcxSendRecv(u, 0, &ack, 1, -1, NULL, 0, &mid) == zppSuccess);
   }
   for (int i = 0; i < ORDER_MSGS; i++) free(bufs[i]);
@@ -241,8 +241,8 @@ static int wakeBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   double lat[MAX_LAT];
   int nLat = 0;
   for (int k = 0; k < WAKE_ROUNDS; k++) {
-    zppMsgId_t go = {9, (uint32_t)(2 * k), 0x42, 0};
-    zppMsgId_t mid = {9, (uint32_t)(2 * k + 1), 0x42, 0};
+    zppMsgId_t go = {9, (uint32_t)(2 * k), 0x42, 0, ZPP_MSG_COLL};
+    zppMsgId_t mid = {9, (uint32_t)(2 * k + 1), 0x42, 0, ZPP_MSG_COLL};
     char token = 1;
     double sent = 0.0;
     zppUcxReq_t* req = NULL;
@@ -307,7 +307,7 @@ static int pathsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   zppUcx_t* u = ucxOf(comm);
   unsigned char* buf = calloc(1, a->sendBytes > a->recvBytes ? a->sendBytes : a->recvBytes);
   REQUIRE(buf != NULL);
-  zppMsgId_t mid = {11, 1, 0x77, 0};
+  zppMsgId_t mid = {11, 1, 0x77, 0, ZPP_MSG_COLL};
   zppUcxReq_t* req = NULL;
   double t0 = zppClockNow();
   zppResult_t res;
@@ -316,7 +316,7 @@ static int pathsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     res = zppUcxWaitAll(u, &req, 1); /* may succeed: the message left */
     /* The receiver's notice reaches this rank at its next wait. */
     zppUcxReq_t* r2 = NULL;
-    zppMsgId_t next = {12, 1, 0x77, 0};
+    zppMsgId_t next = {12, 1, 0x77, 0, ZPP_MSG_COLL};
     if (res == zppSuccess && zppUcxIrecv(u, 1, buf, 8, &next, &r2) == zppSuccess)
       res = zppUcxWaitAll(u, &r2, 1);
     CHECK_MSG(res != zppSuccess, "the sender never heard of the receiver's error");
@@ -384,7 +384,7 @@ static int queuedErrorBody(int rank, int nranks, const zppUniqueId* id, void* ar
   zppResult_t res;
   if (rank == 0) {
     for (int i = 0; i < QUEUED_MSGS; i++) {
-      zppMsgId_t mid = {13, (uint32_t)i, 0x55, 0};
+      zppMsgId_t mid = {13, (uint32_t)i, 0x55, 0, ZPP_MSG_COLL};
       REQUIRE(zppUcxIsend(u, 1, bufs[i], sizeof(bufs[i]), &mid, &reqs[i]) == zppSuccess);
     }
     CHECK_MSG(zppUcxShmSendsQueued(u), "the ring of %u slots took all %d messages", u->shmInbox.nSlots,
@@ -396,7 +396,7 @@ static int queuedErrorBody(int rank, int nranks, const zppUniqueId* id, void* ar
   } else {
     /* No receive from rank 0 posted: its messages stay in the ring. */
     char one;
-    zppMsgId_t other = {14, 0, 0x55, 0};
+    zppMsgId_t other = {14, 0, 0x55, 0, ZPP_MSG_COLL};
     REQUIRE(zppUcxIrecv(u, rank == 1 ? 2 : 1, &one, 1, &other, &reqs[0]) == zppSuccess);
     res = zppUcxWaitAll(u, reqs, 1);
     CHECK(res != zppSuccess); /* rank 0's notice, or this rank's own timeout */
