@@ -393,8 +393,10 @@ ZPP_API zppResult_t zppRecv(void* recvbuff, size_t count, zppDataType_t datatype
  * error in any operation is returned by zppGroupEnd. Device operations are
  * handed to ncclGroupStart / ncclGroupEnd.
  * Collectives inside a group are not supported: they return zppInvalidUsage
- * naming the call (the group is left open; its recorded calls still run at
- * zppGroupEnd). zppGroupEnd without zppGroupStart: zppInvalidUsage. */
+ * naming the call. A call that fails inside a group (a collective, a bad
+ * argument) fails the group: the outermost zppGroupEnd returns that error
+ * and issues none of the group's calls, on every rank that made the same
+ * mistake alike. zppGroupEnd without zppGroupStart: zppInvalidUsage. */
 ZPP_API zppResult_t zppGroupStart(void);
 ZPP_API zppResult_t zppGroupEnd(void);
 
