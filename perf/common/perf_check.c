@@ -184,6 +184,7 @@ double zppPerfExpected(const zppPerfCheckSpec_t* s, size_t i, double* bound) {
     case ZPP_PERF_REDUCESCATTER: return zppPerfReduceAt(s, (size_t)s->rank * c + i, bound);
     case ZPP_PERF_ALLREDUCE: return zppPerfReduceAt(s, i, bound);
     case ZPP_PERF_BROADCAST: return zppPerfInputValue(s, s->root, i);
+    case ZPP_PERF_SENDRECV: return zppPerfInputValue(s, zppPerfPartner(s->rank, s->nranks), i);
     default: return NAN;
   }
 }

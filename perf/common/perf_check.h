@@ -37,6 +37,10 @@ typedef struct {
   size_t apiCount; /* the count argument of the call (perf_math.h) */
 } zppPerfCheckSpec_t;
 
+/* sendrecv's pairs: 0<->1, 2<->3, ...; with an odd rank count the last
+ * rank sends to and receives from itself. */
+static inline int zppPerfPartner(int rank, int nranks) { return (rank ^ 1) < nranks ? rank ^ 1 : rank; }
+
 /* 1 for the data types zpp-perf knows (every zppDataType_t). */
 int zppPerfTypeValid(zppDataType_t dtype);
 int zppPerfTypeIsFloat(zppDataType_t dtype);

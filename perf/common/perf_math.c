@@ -28,7 +28,8 @@ int zppPerfCounts(zppPerfColl_t coll, size_t sizeBytes, size_t typeSize, int nra
       return 0;
     }
     case ZPP_PERF_ALLREDUCE:
-    case ZPP_PERF_BROADCAST: {
+    case ZPP_PERF_BROADCAST:
+    case ZPP_PERF_SENDRECV: {
       size_t c = sizeBytes / typeSize;
       out->apiCount = c;
       out->totalCount = c;
@@ -49,7 +50,8 @@ double zppPerfBusFactor(zppPerfColl_t coll, int nranks) {
     case ZPP_PERF_REDUCESCATTER:
     case ZPP_PERF_ALLTOALL: return (n - 1.0) / n;
     case ZPP_PERF_ALLREDUCE: return 2.0 * (n - 1.0) / n;
-    case ZPP_PERF_BROADCAST: return 1.0;
+    case ZPP_PERF_BROADCAST:
+    case ZPP_PERF_SENDRECV: return 1.0;
     default: return 0.0;
   }
 }

@@ -14,7 +14,11 @@
  *   alltoall       per-peer  = S/(t*n)    c * t * n        (n-1)/n
  *   allreduce      count     = S/t        c * t            2(n-1)/n
  *   broadcast      count     = S/t        c * t            1
+ *   sendrecv       count     = S/t        c * t            1
  *
+ * (sendrecv: each rank sends c elements to its pair partner and receives c
+ * from it, both at once; bytes is one direction's, as nccl-tests counts
+ * its sendrecv)
  * with S the requested size, t the type size and n the ranks; c is rounded
  * down, so the bytes actually moved (what is printed) may be a little less
  * than S. algbw = bytes / time in GB/s with GB = 1e9.
@@ -30,7 +34,8 @@ typedef enum {
   ZPP_PERF_ALLREDUCE = 2,
   ZPP_PERF_ALLTOALL = 3,
   ZPP_PERF_BROADCAST = 4,
-  ZPP_PERF_NUM_COLLS = 5
+  ZPP_PERF_SENDRECV = 5, /* zppSend/zppRecv between pair partners (perf_check.h) */
+  ZPP_PERF_NUM_COLLS = 6
 } zppPerfColl_t;
 
 /* The counts of one row of the table. */

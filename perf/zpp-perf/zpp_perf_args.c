@@ -14,8 +14,8 @@
 #include "perf/common/launch.h"
 #include "zpp_perf.h"
 
-static const char* const zppPerfCollNames[ZPP_PERF_NUM_COLLS] = {"allgather", "reducescatter",
-                                                                 "allreduce", "alltoall", "broadcast"};
+static const char* const zppPerfCollNames[ZPP_PERF_NUM_COLLS] = {
+    "allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "sendrecv"};
 
 const char* zppPerfCollName(zppPerfColl_t coll) {
   return (coll >= 0 && coll < ZPP_PERF_NUM_COLLS) ? zppPerfCollNames[coll] : "?";
@@ -51,6 +51,9 @@ static const zppPerfName_t zppPerfCollAliases[] = {{"allgather", ZPP_PERF_ALLGAT
                                                    {"a2a", ZPP_PERF_ALLTOALL},
                                                    {"broadcast", ZPP_PERF_BROADCAST},
                                                    {"bcast", ZPP_PERF_BROADCAST},
+                                                   {"sendrecv", ZPP_PERF_SENDRECV},
+                                                   {"send_recv", ZPP_PERF_SENDRECV},
+                                                   {"p2p", ZPP_PERF_SENDRECV},
                                                    {NULL, 0}};
 
 static int zppPerfLookup(const zppPerfName_t* table, const char* name, int* value) {
@@ -89,8 +92,10 @@ void zppPerfUsage(FILE* f) {
           "\n"
           "what to measure:\n"
           "  -t, --coll LIST         (also --operation) allgather reducescatter allreduce\n"
-          "                          alltoall broadcast,\n"
-          "                          'all', a compressed mode name (qwz hpz qgz), or\n"
+          "                          alltoall broadcast, sendrecv (point-to-point: pairs\n"
+          "                          0<->1, 2<->3, ... exchange both ways at once),\n"
+          "                          'all' (the collectives), a compressed mode name\n"
+          "                          (qwz hpz qgz), or\n"
           "                          COLL:MODE (default allgather,reducescatter)\n"
           "  -m, --mode LIST         modes for the collectives named in -t (default plain)\n"
           "      --qwz-bits 8|4      codec bits of qwz (default 8), --qgz-bits (default 4),\n"
@@ -131,7 +136,8 @@ void zppPerfUsage(FILE* f) {
           "\n"
           "Time is the median over iterations of the slowest rank's time per call.\n"
           "algbw = bytes / time; busbw = algbw * (n-1)/n (allgather, reducescatter,\n"
-          "alltoall), * 2(n-1)/n (allreduce), * 1 (broadcast); GB = 1e9 bytes.\n"
+          "alltoall), * 2(n-1)/n (allreduce), * 1 (broadcast, sendrecv: bytes one way);\n"
+          "GB = 1e9 bytes.\n"
           "Exit: 0 ok, 1 runtime error, 2 bad arguments, 3 a result past its bound.\n"
           "ZPP_PERF_INJECT_ERROR=RANK:ELEM corrupts that output element after every\n"
           "checked call (to test the checking itself).\n");
@@ -247,8 +253,9 @@ static int zppPerfBuildTasks(zppPerfArgs_t* a, const zppPerfTaskText_t* tt) {
     }
     int first = 0, last = -1, v;
     if (strcasecmp(tok, "all") == 0) {
+      /* The collectives; point-to-point (sendrecv) only when named. */
       first = 0;
-      last = ZPP_PERF_NUM_COLLS - 1;
+      last = ZPP_PERF_BROADCAST;
     } else if (zppPerfLookup(zppPerfCollAliases, tok, &v) == 0) {
       first = last = v;
     } else if (explicitMode == NULL && zppPerfModeNameKnown(tok)) {

@@ -43,6 +43,18 @@ static zppResult_t zppPerfRunBroadcast(const zppPerfCall_t* c) {
   return zppBroadcast(c->runSend, c->runRecv, c->apiCount, c->dtype, c->root, c->comm, c->stream);
 }
 
+/* Pair partners exchange in both directions at once: one group, so that
+ * large messages (which wait for their receive) cannot deadlock. */
+static zppResult_t zppPerfRunSendRecv(const zppPerfCall_t* c) {
+  int peer = zppPerfPartner(c->rank, c->nranks);
+  zppResult_t res = zppGroupStart();
+  if (res != zppSuccess) return res;
+  zppResult_t s = zppSend(c->runSend, c->apiCount, c->dtype, peer, c->comm, c->stream);
+  zppResult_t r = zppRecv(c->runRecv, c->apiCount, c->dtype, peer, c->comm, c->stream);
+  res = zppGroupEnd();
+  return s != zppSuccess ? s : r != zppSuccess ? r : res;
+}
+
 static zppResult_t zppPerfRunQwz(const zppPerfCall_t* c) {
   return zppQwzAllGather(c->runSend, c->runRecv, c->apiCount, c->dtype, c->bits, c->comm, c->stream);
 }
@@ -98,6 +110,8 @@ static const zppPerfMode_t zppPerfModes[] = {
      NULL, 0, 0},
     {"plain", ZPP_PERF_BROADCAST, 0, zppOpBroadcast, "zppBroadcast", zppPerfRunBroadcast, NULL, NULL,
      NULL, NULL, 0, 0},
+    {"plain", ZPP_PERF_SENDRECV, 0, zppOpSendRecv, "zppSend + zppRecv with the pair partner, grouped",
+     zppPerfRunSendRecv, NULL, NULL, NULL, NULL, 0, 0},
     {"qwz", ZPP_PERF_ALLGATHER, 1, zppOpQwZ, "quantized weight all-gather (ZeRO++ qwZ)", zppPerfRunQwz,
      NULL, NULL, zppPerfQwzBound, zppPerfPrepareQwz, 1, 0},
     {"hpz", ZPP_PERF_ALLGATHER, 1, zppOpHpZ, "backward gather from secondary shards (hpZ)",

@@ -2,7 +2,8 @@
  * MPI for zpp-perf: the mpirun launch (MPI_Init, the unique id by
  * MPI_Bcast) and the --baseline mpi rows: the same operation, on the same
  * host buffers and the same verifiable input, through MPI_Allgather,
- * MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Alltoall and MPI_Bcast,
+ * MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Alltoall, MPI_Bcast and
+ * (sendrecv) MPI_Irecv + MPI_Send + MPI_Wait with the pair partner,
  * timed and checked exactly like ours, in the rounds that alternate with
  * ours (prepare, time per round, finish: zpp_perf.h).
  *
@@ -158,6 +159,17 @@ static int zppPerfMpiOnce(const zppPerfCall_t* c) {
       return rc;
     case ZPP_PERF_ALLTOALL: return MPI_Alltoall(c->send, n, dt, c->recv, n, dt, MPI_COMM_WORLD);
     case ZPP_PERF_BROADCAST: return MPI_Bcast(c->recv, n, dt, c->root, MPI_COMM_WORLD);
+    case ZPP_PERF_SENDRECV: {
+      /* MPI_Send and MPI_Recv as a pair exchange is written without
+       * deadlock: the receive posted first, then the blocking send. */
+      int peer = zppPerfPartner(c->rank, c->nranks);
+      MPI_Request req;
+      rc = MPI_Irecv(c->recv, n, dt, peer, 7, MPI_COMM_WORLD, &req);
+      if (rc != MPI_SUCCESS) return rc;
+      rc = MPI_Send(c->send, n, dt, peer, 7, MPI_COMM_WORLD);
+      int rw = MPI_Wait(&req, MPI_STATUS_IGNORE);
+      return rc != MPI_SUCCESS ? rc : rw;
+    }
     default: return MPI_ERR_OTHER;
   }
 }

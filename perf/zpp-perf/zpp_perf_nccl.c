@@ -105,6 +105,14 @@ static ncclResult_t zppPerfNcclOnce(const zppPerfCall_t* c) {
       ncclResult_t end = ncclGroupEnd();
       return r != ncclSuccess ? r : end;
     }
+    case ZPP_PERF_SENDRECV: {
+      int peer = zppPerfPartner(c->rank, c->nranks);
+      ncclResult_t r = ncclGroupStart();
+      if (r == ncclSuccess) r = ncclSend(zppPerfDevSend, n, dt, peer, zppPerfNccl, zppPerfNcclStream);
+      if (r == ncclSuccess) r = ncclRecv(zppPerfDevRecv, n, dt, peer, zppPerfNccl, zppPerfNcclStream);
+      ncclResult_t end = ncclGroupEnd();
+      return r != ncclSuccess ? r : end;
+    }
     default: return ncclInvalidArgument;
   }
 }

@@ -88,6 +88,12 @@ static void simulate(const zppPerfCheckSpec_t* s, void* recv, int order, int pre
       for (size_t j = 0; j < c; j++)
         zppPerfStore(s->dtype, recv, j, zppPerfInputValue(&src, s->root, j));
       break;
+    case ZPP_PERF_SENDRECV: {
+      int partner = (s->rank ^ 1) < n ? s->rank ^ 1 : s->rank;
+      for (size_t j = 0; j < c; j++)
+        zppPerfStore(s->dtype, recv, j, zppPerfInputValue(&src, partner, j));
+      break;
+    }
     default: {
       size_t off = s->coll == ZPP_PERF_REDUCESCATTER ? (size_t)s->rank * c : 0;
       for (size_t j = 0; j < c; j++) {

@@ -441,6 +441,17 @@ def test_e2e(bin_, schema_path, outdir):
         check(r["wire_bytes_intra"] is not None and r["wire_bytes_intra"] > 0,
               tag + ": no bytes counted inside the nodes (%r)" % r["wire_bytes_intra"])
     check_arithmetic(doc)
+    # Point-to-point, only when named: pairs 0<->1 (inside node0), 2 alone (itself).
+    rc, out, err, doc, path = run_json(
+        bin_, ["-N", "3", "--layout", "2,1", "-t", "sendrecv", "-d", "float,int8", "-b", "8",
+               "-e", "1M", "-f", "16", "-n", "3", "-w", "1", "-c", "1"], outdir, "e2e_sendrecv")
+    check(rc == 0, "sendrecv run exited %d" % rc)
+    if json_ok(doc, schema):
+        check({r["op"] for r in doc["records"]} == {"sendrecv"}, "sendrecv: other ops ran")
+        check(len(doc["records"]) == 2 * 5, "sendrecv: %d records" % len(doc["records"]))
+        for r in doc["records"]:
+            check(r["checked"] and r["wrong"] == 0, "sendrecv %s %d B: %d wrong" % (r["dtype"], r["bytes"], r["wrong"]))
+        check_arithmetic(doc)
 
 
 def test_zeropp(bin_, schema_path, outdir):
@@ -599,6 +610,16 @@ def test_mpi(bin_, schema_path, outdir):
         check(r["root"] == -1 and r["wrong"] == 0 and r.get("baseline_wrong") == 0,
               "mpi -r rotate record: %s" % r)
     check(doc is not None and len(doc["records"]) == 3, "mpi -r rotate: no or too few records")
+    # Point-to-point against MPI_Irecv + MPI_Send + MPI_Wait, pairs and a rank alone.
+    rc, out, err, doc, path = run_json(
+        bin_, ["--baseline", "mpi", "-t", "sendrecv", "-d", "bfloat16", "-b", "8", "-e", "256K",
+               "-f", "32", "-n", "10", "-w", "2"],
+        outdir, "mpi_sendrecv", env=env, launcher=[mpirun, "-np", "3"])
+    check(rc == 0, "mpirun sendrecv run exited %d" % rc)
+    for r in (doc or {}).get("records", []):
+        check(r["op"] == "sendrecv" and r["wrong"] == 0 and r.get("baseline_wrong") == 0,
+              "mpi sendrecv record: %s" % r)
+    check(doc is not None and len(doc["records"]) == 4, "mpi sendrecv: no or too few records")
     return 0
 
 
