@@ -24,13 +24,13 @@ zpp_coll_test(test_coll_6_nodes_3x2_shuffled ARGS 6 3x2/shuffle:1)
 # Each algorithm forced, with tiny pipeline chunks (many messages, the tag's
 # step field wraps) and the opposite ones.
 zpp_coll_test(test_coll_5_ring_chunks ARGS 5 3,2
-  ENV "ZPP_ALGO_ALLGATHER=ring;ZPP_ALGO_REDUCESCATTER=ring;ZPP_ALGO_ALLREDUCE=ring;ZPP_ALGO_BROADCAST=pipeline;ZPP_PIPELINE_CHUNK_BYTES=1024;ZPP_PIPELINE_DEPTH=3")
+  ENV "ZPP_ALGO_ALLGATHER=ring;ZPP_ALGO_REDUCESCATTER=ring;ZPP_ALGO_ALLREDUCE=ring;ZPP_ALGO_BROADCAST=pipeline;ZPP_ALGO_REDUCE=rsg;ZPP_PIPELINE_CHUNK_BYTES=1024;ZPP_PIPELINE_DEPTH=3")
 # (all-gather rd on 7 ranks runs Bruck; on 4, recursive doubling even for
 # large blocks, and Bruck forced where auto would take recursive doubling)
 zpp_coll_test(test_coll_7_small_algos ARGS 7
-  ENV "ZPP_ALGO_ALLGATHER=rd;ZPP_ALGO_REDUCESCATTER=direct;ZPP_ALGO_ALLREDUCE=rd;ZPP_ALGO_BROADCAST=binomial")
+  ENV "ZPP_ALGO_ALLGATHER=rd;ZPP_ALGO_REDUCESCATTER=direct;ZPP_ALGO_ALLREDUCE=rd;ZPP_ALGO_BROADCAST=binomial;ZPP_ALGO_REDUCE=binomial")
 zpp_coll_test(test_coll_4_small_algos ARGS 4 2x2
-  ENV "ZPP_ALGO_ALLGATHER=rd;ZPP_ALGO_REDUCESCATTER=direct;ZPP_ALGO_ALLREDUCE=rd;ZPP_ALGO_BROADCAST=binomial")
+  ENV "ZPP_ALGO_ALLGATHER=rd;ZPP_ALGO_REDUCESCATTER=direct;ZPP_ALGO_ALLREDUCE=rd;ZPP_ALGO_BROADCAST=binomial;ZPP_ALGO_REDUCE=binomial")
 zpp_coll_test(test_coll_8_bruck ARGS 8 ENV "ZPP_ALGO_ALLGATHER=bruck")
 # The flat broadcast (auto inside one node, tested there by test_coll_8)
 # forced across nodes and at every size, with more sends than one batch.
@@ -41,7 +41,7 @@ zpp_coll_test(test_coll_6_nodes_3x2_rd ARGS 6 3x2 ENV "ZPP_ALGO_REDUCESCATTER=rd
 
 # Faults and bad input: each case its own process, the times asserted inside.
 zpp_test_executable(test_coll_faults SOURCES test_coll_faults.c LIBS zpp_coll_testlib zpp_launch)
-foreach(case kill stall mismatch abort args roots)
+foreach(case kill stall mismatch abort args roots vcounts)
   zpp_test(test_coll_faults_${case} EXE test_coll_faults ARGS ${case} LABELS comm)
 endforeach()
 # A stress shim, not a test of its own: LD_PRELOAD it to delay every
@@ -122,5 +122,13 @@ foreach(mode kill stop)
       zpp_test(test_coll_deadpeer_${mode}_${tag}_${bytes} EXE test_coll_deadpeer
                ARGS ${mode} ${bytes} ${layout} 20 LABELS comm TIMEOUT 300 ENV ZPP_TIMEOUT=${timeout})
     endforeach()
+  endforeach()
+endforeach()
+# The same for the rooted collectives and all-to-all-v (roots rotate, so the
+# victim is a root in one call of four), killed, 10 trials each.
+foreach(coll reduce gather scatter alltoallv)
+  foreach(bytes 4096 4194304)
+    zpp_test(test_coll_deadpeer_kill_2x2_${bytes}_${coll} EXE test_coll_deadpeer
+             ARGS kill ${bytes} 2x2 10 ${coll} LABELS comm TIMEOUT 300 ENV ZPP_TIMEOUT=2)
   endforeach()
 endforeach()

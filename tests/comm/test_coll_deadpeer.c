@@ -13,6 +13,9 @@
  *       reads of the exited peers' memory failed on an endpoint without
  *       error handling).
  *
+ * A 5th argument runs reduce, gather, scatter or alltoallv instead of the
+ * all-reduce (roots rotate call by call, so the victim is sometimes root).
+ *
  * LAYOUT is "1" (one node: shared memory) or a launcher layout ("2x2": two
  * emulated nodes, tcp between them). The timeout comes from ZPP_TIMEOUT
  * (default here 2 s).
@@ -46,7 +49,11 @@ typedef struct {
 } shared_t;
 static shared_t* sh;
 
+typedef enum { C_ALLREDUCE, C_REDUCE, C_GATHER, C_SCATTER, C_ALLTOALLV } collKind_t;
+static const char* const collNames[] = {"allreduce", "reduce", "gather", "scatter", "alltoallv"};
+
 typedef struct {
+  collKind_t coll;
   int stop; /* 0: SIGKILL, 1: SIGSTOP then SIGCONT */
   size_t bytes;
   double delaySec; /* after the victim's first call */
@@ -84,6 +91,66 @@ static void* killer(void* arg) {
   return NULL;
 }
 
+/* Elements rank `from` sends rank `to` in the all-to-all-v: uneven, about
+ * `count` in all. */
+static size_t vPart(size_t count, int from, int to, int nranks) {
+  return count / (size_t)(2 * nranks) + (size_t)((from * nranks + to) % 3);
+}
+
+/* One call of the trial's collective (roots rotate with it), its result
+ * checked: 100 for success with wrong data. buf holds count * nranks + 64. */
+static zppResult_t oneCall(const trial_t* t, zppComm_t comm, int rank, int nranks, int it, int32_t* buf,
+                           int32_t* out, size_t count) {
+  const int root = it % nranks;
+  const size_t all = count * (size_t)nranks;
+  zppResult_t res;
+  switch (t->coll) {
+    case C_REDUCE:
+      for (size_t i = 0; i < count; i++) buf[i] = rank + 1;
+      res = zppReduce(buf, out, count, zppInt32, zppSum, root, comm, NULL);
+      if (res != zppSuccess || rank != root) return res;
+      for (size_t i = 0; i < count; i++)
+        if (out[i] != nranks * (nranks + 1) / 2) return (zppResult_t)100;
+      return res;
+    case C_GATHER:
+      for (size_t i = 0; i < count; i++) buf[i] = rank + 1;
+      res = zppGather(buf, out, count, zppInt32, root, comm, NULL);
+      if (res != zppSuccess || rank != root) return res;
+      for (size_t i = 0; i < all; i++)
+        if (out[i] != (int32_t)(i / count) + 1) return (zppResult_t)100;
+      return res;
+    case C_SCATTER:
+      for (size_t i = 0; i < all; i++) buf[i] = (int32_t)(i / count) + 1;
+      res = zppScatter(buf, out, count, zppInt32, root, comm, NULL);
+      for (size_t i = 0; res == zppSuccess && i < count; i++)
+        if (out[i] != rank + 1) return (zppResult_t)100;
+      return res;
+    case C_ALLTOALLV: {
+      size_t sc[NRANKS], sd[NRANKS], rc[NRANKS], rd[NRANKS], so = 0, ro = 0;
+      for (int p = 0; p < nranks; p++) {
+        sc[p] = vPart(count, rank, p, nranks);
+        rc[p] = vPart(count, p, rank, nranks);
+        sd[p] = so;
+        rd[p] = ro;
+        for (size_t i = 0; i < sc[p]; i++) buf[so + i] = rank * 16 + p;
+        so += sc[p];
+        ro += rc[p];
+      }
+      res = zppAllToAllv(buf, sc, sd, out, rc, rd, zppInt32, comm, NULL);
+      for (int p = 0; res == zppSuccess && p < nranks; p++)
+        for (size_t i = 0; i < rc[p]; i++)
+          if (out[rd[p] + i] != p * 16 + rank) return (zppResult_t)100;
+      return res;
+    }
+    default:
+      for (size_t i = 0; i < count; i++) buf[i] = rank + 1;
+      res = zppAllReduce(buf, buf, count, zppInt32, zppSum, comm, NULL);
+      for (size_t i = 0; res == zppSuccess && i < count; i++)
+        if (buf[i] != nranks * (nranks + 1) / 2) return (zppResult_t)100; /* success, wrong data */
+      return res;
+  }
+}
+
 static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
   const trial_t* t = arg;
   pid_t helper = -1;
@@ -98,13 +165,16 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
   zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
   cfg.timeoutSec = t->timeoutSec;
   REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
+  /* Rooted calls move BYTES per rank, so that the root's link carries the
+   * same as an all-reduce's. */
   size_t count = t->bytes / sizeof(int32_t);
-  int32_t* buf = malloc(count * sizeof(int32_t));
-  REQUIRE(buf);
+  if (t->coll != C_ALLREDUCE && t->coll != C_REDUCE) count = count / (size_t)nranks + 1;
+  int32_t* buf = malloc((count * (size_t)nranks + 64) * sizeof(int32_t));
+  int32_t* out = malloc((count * (size_t)nranks + 64) * sizeof(int32_t));
+  REQUIRE(buf && out);
   zppResult_t res = zppSuccess;
   /* Loop until the fault: the kill lands at a random point of a call. */
   for (int it = 0; it < 1000000; it++) {
-    for (size_t i = 0; i < count; i++) buf[i] = rank + 1;
     if (rank == VICTIM && it == 1) {
       if (!t->stop) {
         /* Die from a timer: the main thread is somewhere inside a call. */
@@ -115,14 +185,8 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
         sh->victimLooping = 1;
       }
     }
-    res = zppAllReduce(buf, buf, count, zppInt32, zppSum, comm, NULL);
+    res = oneCall(t, comm, rank, nranks, it, buf, out, count);
     sh->calls[rank] = it + 1;
-    if (res != zppSuccess) break;
-    for (size_t i = 0; i < count; i++)
-      if (buf[i] != nranks * (nranks + 1) / 2) {
-        res = (zppResult_t)100; /* success with wrong data */
-        break;
-      }
     if (res != zppSuccess) break;
   }
   sh->errorAt[rank] = zppClockNow();
@@ -130,6 +194,7 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
   snprintf(sh->reason[rank], sizeof(sh->reason[rank]), "%s", zppGetLastError(comm));
   zppCommDestroy(comm);
   free(buf);
+  free(out);
   if (rank != VICTIM) __sync_fetch_and_add(&sh->survivorsGone, 1);
   if (helper > 0) waitpid(helper, NULL, 0);
   return 0;
@@ -190,13 +255,22 @@ static int runTrial(const trial_t* t, const char* layout, int trial, double* wor
 }
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: %s kill|stop BYTES LAYOUT TRIALS\n", argv[0]);
+  if (argc != 5 && argc != 6) {
+    fprintf(stderr,
+            "usage: %s kill|stop BYTES LAYOUT TRIALS [allreduce|reduce|gather|scatter|alltoallv]\n",
+            argv[0]);
+    return 2;
+  }
+  trial_t t;
+  t.coll = C_ALLREDUCE;
+  for (int k = 0; argc == 6 && k <= C_ALLTOALLV; k++)
+    if (strcmp(argv[5], collNames[k]) == 0) t.coll = (collKind_t)k;
+  if (argc == 6 && strcmp(argv[5], collNames[t.coll]) != 0) {
+    fprintf(stderr, "%s: unknown collective '%s'\n", argv[0], argv[5]);
     return 2;
   }
   sh = mmap(NULL, sizeof(shared_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   REQUIRE(sh != MAP_FAILED);
-  trial_t t;
   t.stop = strcmp(argv[1], "stop") == 0;
   t.bytes = (size_t)strtoull(argv[2], NULL, 10);
   const char* layout = argv[3];
@@ -216,9 +290,10 @@ int main(int argc, char** argv) {
     failed += runTrial(&t, layout, i, &worst);
   }
   printf(
-      "%s %zu bytes layout %s: %d of %d trials failed; survivors' slowest error %.2f s after "
+      "%s %s %zu bytes layout %s: %d of %d trials failed; survivors' slowest error %.2f s after "
       "the fault (timeout %d s); %.1f s in all (seed %u)\n",
-      argv[1], t.bytes, layout, failed, trials, worst, t.timeoutSec, zppClockNow() - t0, seed);
+      argv[1], collNames[t.coll], t.bytes, layout, failed, trials, worst, t.timeoutSec,
+      zppClockNow() - t0, seed);
   CHECK_MSG(failed == 0, "%d of %d trials failed", failed, trials);
   return zppTestExit(argv[1]);
 }

@@ -6,7 +6,9 @@
  *   test_coll_faults mismatch  other count / op / type / collective on one rank
  *   test_coll_faults abort     zppCommAbort from another thread unblocks a rank
  *   test_coll_faults args      bad arguments and streams, comm still usable after
- *   test_coll_faults roots     broadcasts whose ranks name different roots fail in the call
+ *   test_coll_faults roots     broadcasts, reduces, gathers, scatters whose ranks name
+ *                              different roots fail in the call
+ *   test_coll_faults vcounts   all-to-all-v whose send and receive counts disagree
  *
  * Every failure must reach every surviving rank as an error (never success
  * with wrong data) within the bound the test asserts.
@@ -155,8 +157,22 @@ static int testStall(void) {
 
 /* ---- mismatched calls --------------------------------------------------- */
 
-typedef enum { MIS_COUNT, MIS_OP, MIS_TYPE, MIS_COLL, MIS_ROOT, MIS_COUNT_LARGE } mismatch_t;
-static const char* misNames[] = {"count", "op", "type", "collective", "root", "count (large)"};
+typedef enum {
+  MIS_COUNT,
+  MIS_OP,
+  MIS_TYPE,
+  MIS_COLL,
+  MIS_ROOT,
+  MIS_COUNT_LARGE,
+  MIS_REDUCE_OP,
+  MIS_REDUCE_COUNT,
+  MIS_GATHER_COUNT,
+  MIS_SCATTER_TYPE,
+  MIS_LAST = MIS_SCATTER_TYPE
+} mismatch_t;
+static const char* misNames[] = {
+    "count",         "op",        "type",         "collective",   "root",
+    "count (large)", "reduce op", "reduce count", "gather count", "scatter type"};
 
 static int mismatchBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   mismatch_t m = *(const mismatch_t*)arg;
@@ -185,6 +201,20 @@ static int mismatchBody(int rank, int nranks, const zppUniqueId* id, void* arg) 
       res = rank == odd ? zppBroadcast(buf, buf, count, zppInt32, 0, comm, NULL)
                         : zppAllGather(buf + (size_t)rank * count, buf, count, zppInt32, comm, NULL);
       break;
+    case MIS_REDUCE_OP:
+      res = zppReduce(buf, buf, count, zppInt32, rank == odd ? zppMax : zppSum, 2, comm, NULL);
+      break;
+    case MIS_REDUCE_COUNT:
+      res = zppReduce(buf, buf, rank == odd ? count - 1 : count, zppInt32, zppSum, 0, comm, NULL);
+      break;
+    case MIS_GATHER_COUNT:
+      res = zppGather(buf + (size_t)rank * count, buf, rank == odd ? count + 3 : count, zppInt32, 3,
+                      comm, NULL);
+      break;
+    case MIS_SCATTER_TYPE:
+      res = zppScatter(buf, buf + (size_t)rank * count, count, rank == odd ? zppUint32 : zppInt32, 1,
+                       comm, NULL);
+      break;
     default: {
       int root = rank == odd ? 1 : 0;
       for (size_t i = 0; i < count; i++) buf[i] = rank == root ? 1000 + root : -1;
@@ -204,7 +234,7 @@ static int mismatchBody(int rank, int nranks, const zppUniqueId* id, void* arg) 
 }
 
 static int testMismatch(void) {
-  for (mismatch_t m = MIS_COUNT; m <= MIS_COUNT_LARGE; m++) {
+  for (mismatch_t m = MIS_COUNT; m <= MIS_LAST; m++) {
     int status[4];
     launch(4, "2x2", mismatchBody, &m, status);
     int named = 0, failed = 0;
@@ -235,6 +265,7 @@ static int testMismatch(void) {
 typedef struct {
   size_t count;
   int everyRankRoot;
+  zppOpKind_t kind; /* broadcast, reduce, gather, scatter */
 } rootsCase_t;
 
 static int rootsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
@@ -243,12 +274,19 @@ static int rootsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
   cfg.timeoutSec = 5;
   REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
-  int32_t* buf = calloc(rc->count, sizeof(int32_t));
+  int32_t* buf = calloc(rc->count * (size_t)nranks, sizeof(int32_t));
   REQUIRE(buf);
   int root = rc->everyRankRoot ? rank : (rank < 2 ? 0 : 2);
   for (size_t i = 0; i < rc->count; i++) buf[i] = rank == root ? 1000 + root : -1;
   double t0 = zppClockNow();
-  zppResult_t res = zppBroadcast(buf, buf, rc->count, zppInt32, root, comm, NULL);
+  zppResult_t res;
+  int32_t* own = buf + (size_t)rank * rc->count;
+  switch (rc->kind) {
+    case zppOpReduce: res = zppReduce(buf, buf, rc->count, zppInt32, zppSum, root, comm, NULL); break;
+    case zppOpGather: res = zppGather(own, buf, rc->count, zppInt32, root, comm, NULL); break;
+    case zppOpScatter: res = zppScatter(buf, own, rc->count, zppInt32, root, comm, NULL); break;
+    default: res = zppBroadcast(buf, buf, rc->count, zppInt32, root, comm, NULL); break;
+  }
   record(rank, comm, res, t0);
   zppCommDestroy(comm);
   free(buf);
@@ -258,9 +296,13 @@ static int rootsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
 static int testRoots(void) {
   const size_t counts[2] = {16, 1024};
   int bad = 0, runs = 0;
+  const zppOpKind_t kinds[4] = {zppOpBroadcast, zppOpReduce, zppOpGather, zppOpScatter};
   for (int trial = 0; trial < 10; trial++)
-    for (int k = 0; k < 4; k++) {
-      rootsCase_t rc = {counts[k & 1], k >> 1};
+    for (int k = 0; k < 16; k++) {
+      /* Broadcast 10 times, the others (the same agreement round) twice,
+       * once per layout: each launch whose ranks wait costs up to the timeout. */
+      if (k >= 4 && trial >= 2) continue;
+      rootsCase_t rc = {counts[k & 1], (k >> 1) & 1, kinds[k >> 2]};
       const char* layout = trial & 1 ? "2x2" : NULL; /* flat inside a node, binomial across */
       int status[4];
       launch(4, layout, rootsBody, &rc, status);
@@ -270,14 +312,78 @@ static int testRoots(void) {
                  (shared->result[r] == zppInvalidUsage || shared->result[r] == zppRemoteError) &&
                  shared->elapsed[r] < 5.0 + 3.0;
         if (!ok) {
-          printf("roots: %zu elements, %s, layout %s: rank %d: status %d result %d after %.2f s\n",
-                 rc.count, rc.everyRankRoot ? "every rank its own root" : "roots 0 and 2",
+          printf("roots: %s %zu elements, %s, layout %s: rank %d: status %d result %d after %.2f s\n",
+                 zppOpKindName(rc.kind), rc.count,
+                 rc.everyRankRoot ? "every rank its own root" : "roots 0 and 2",
                  layout ? layout : "1 node", r, status[r], shared->result[r], shared->elapsed[r]);
           bad++;
         }
       }
     }
   printf("roots: %d launches, %d rank outcomes wrong; rank 0's last reason: %s\n", runs, bad,
+         shared->reason[0]);
+  CHECK_MSG(bad == 0, "%d rank outcomes wrong", bad);
+  return 0;
+}
+
+/* ---- all-to-all-v counts that disagree ---------------------------------------- */
+
+/* Rank `from` sends rank `to` one element more (trial even) or less than
+ * `to` expects. Every rank must fail at once with zppInvalidUsage naming
+ * both, move no data, and keep a usable communicator: a matching
+ * all-to-all-v right after delivers the right data. */
+static int vcountsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  const int trial = *(const int*)arg, from = trial % nranks, to = (trial + 1 + trial / nranks) % nranks;
+  zppComm_t comm;
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  cfg.timeoutSec = 20;
+  REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
+  enum { C = 5 };
+  size_t sc[16], sd[16], rc[16], rd[16];
+  int32_t send[16 * (C + 1)], recv[16 * (C + 1)];
+  for (int p = 0; p < nranks; p++) {
+    sc[p] = rc[p] = C;
+    sd[p] = rd[p] = (size_t)p * (C + 1);
+    for (int i = 0; i < C + 1; i++) send[p * (C + 1) + i] = rank * 100 + p;
+  }
+  for (int i = 0; i < nranks * (C + 1); i++) recv[i] = -7;
+  if (rank == from) sc[to] = trial % 2 ? C - 1 : C + 1;
+  double t0 = zppClockNow();
+  zppResult_t res = zppAllToAllv(send, sc, sd, recv, rc, rd, zppInt32, comm, NULL);
+  record(rank, comm, res, t0);
+  int untouched = 1;
+  for (int i = 0; i < nranks * (C + 1); i++) untouched &= recv[i] == -7;
+  if (rank == from) sc[to] = C;
+  zppResult_t again = zppAllToAllv(send, sc, sd, recv, rc, rd, zppInt32, comm, NULL);
+  int right = again == zppSuccess;
+  for (int p = 0; p < nranks; p++)
+    for (int i = 0; i < C; i++) right &= recv[p * (C + 1) + i] == p * 100 + rank;
+  /* Outcome codes the parent reads: 1 untouched, 2 the next call right. */
+  shared->result[8 + rank] = untouched + 2 * right;
+  zppCommDestroy(comm);
+  return 0;
+}
+
+static int testVcounts(void) {
+  int bad = 0;
+  for (int trial = 0; trial < 12; trial++) {
+    int status[4];
+    launch(4, trial & 2 ? "2x2" : NULL, vcountsBody, &trial, status);
+    const int from = trial % 4, to = (trial + 1 + trial / 4) % 4;
+    char want[64];
+    snprintf(want, sizeof(want), "rank %d sends %d elements to rank %d", from, trial % 2 ? 4 : 6, to);
+    for (int r = 0; r < 4; r++) {
+      int ok = status[r] == 0 && shared->result[r] == zppInvalidUsage && shared->elapsed[r] < 5.0 &&
+               strstr(shared->reason[r], want) != NULL && shared->result[8 + r] == 3;
+      if (!ok) {
+        printf("vcounts trial %d: rank %d: status %d result %d after %.2f s, after-call %d: %s\n",
+               trial, r, status[r], shared->result[r], shared->elapsed[r], shared->result[8 + r],
+               shared->reason[r]);
+        bad++;
+      }
+    }
+  }
+  printf("vcounts: 12 launches, %d rank outcomes wrong; rank 0's last reason: %s\n", bad,
          shared->reason[0]);
   CHECK_MSG(bad == 0, "%d rank outcomes wrong", bad);
   return 0;
@@ -350,6 +456,26 @@ static int argsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   CHECK_EQ_INT(zppBroadcast(a, b, 4, zppInt32, nranks, comm, NULL), zppInvalidArgument);
   CHECK_EQ_INT(zppBroadcast(a, b, 4, zppInt32, -1, comm, NULL), zppInvalidArgument);
   CHECK_EQ_INT(zppAllReduce(a, b, 4, zppInt32, zppSum, NULL, NULL), zppInvalidArgument);
+  /* Rooted calls: the root in range; the root's recvbuff (reduce, gather)
+   * and sendbuff (scatter) must be there, the others' may be NULL. */
+  CHECK_EQ_INT(zppReduce(a, b, 4, zppInt32, zppSum, nranks, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppReduce(a, b, 4, zppInt32, zppAvg + 1, 0, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppGather(a, b, 4, zppInt32, -1, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppScatter(a, b, 4, zppInt32, nranks + 3, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppReduce(a, NULL, 4, zppInt32, zppSum, rank, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppGather(a, NULL, 4, zppInt32, rank, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppScatter(NULL, b, 4, zppInt32, rank, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppGather(a, a + 1, 4, zppInt32, rank, comm, NULL), zppInvalidUsage);
+  /* All-to-all-v: arrays, counts that overflow, overlapping buffers. */
+  size_t ones[3] = {1, 1, 1}, displ[3] = {0, 1, 2}, huge[3] = {SIZE_MAX / 2, 1, 1};
+  CHECK_EQ_INT(zppAllToAllv(a, NULL, displ, b, ones, displ, zppInt32, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppAllToAllv(a, ones, displ, b, ones, NULL, zppInt32, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppAllToAllv(a, huge, displ, b, ones, displ, zppInt32, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppAllToAllv(a, ones, displ, NULL, ones, displ, zppInt32, comm, NULL),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppAllToAllv(a, ones, displ, a + 2, ones, displ, zppInt32, comm, NULL), zppInvalidUsage);
+  CHECK_EQ_INT(zppAllToAllv(a, ones, displ, b, ones, displ, (zppDataType_t)-1, comm, NULL),
+               zppInvalidArgument);
   /* Overlapping, but not NCCL's in-place form. */
   CHECK_EQ_INT(zppAllReduce(a, a + 1, 4, zppInt32, zppSum, comm, NULL), zppInvalidUsage);
   CHECK_EQ_INT(zppAllGather(a + (rank == 0 ? 1 : 0), a, 4, zppInt32, comm, NULL), zppInvalidUsage);
@@ -364,6 +490,12 @@ static int argsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   CHECK_EQ_INT(zppHostStreamDestroy(NULL), zppSuccess);
   /* Nothing to move: fine, even with NULL buffers (as NCCL). */
   CHECK_EQ_INT(zppAllReduce(NULL, NULL, 0, zppInt32, zppSum, comm, NULL), zppSuccess);
+  CHECK_EQ_INT(zppGather(NULL, NULL, 0, zppInt32, 1, comm, NULL), zppSuccess);
+  /* Non-roots pass NULL where only the root's buffer is used. */
+  CHECK_EQ_INT(zppReduce(a, rank == 2 ? b : NULL, 4, zppInt32, zppSum, 2, comm, NULL), zppSuccess);
+  CHECK_EQ_INT(zppScatter(rank == 0 ? a : NULL, b, 4, zppInt32, 0, comm, NULL), zppSuccess);
+  size_t zeros[3] = {0, 0, 0};
+  CHECK_EQ_INT(zppAllToAllv(NULL, zeros, zeros, NULL, zeros, zeros, zppInt32, comm, NULL), zppSuccess);
   /* Rejected calls left the communicator healthy. */
   for (int i = 0; i < 64; i++) a[i] = rank + i;
   CHECK_EQ_INT(zppAllReduce(a, b, 64, zppInt32, zppSum, comm, NULL), zppSuccess);
@@ -398,8 +530,10 @@ int main(int argc, char** argv) {
     testArgs();
   else if (strcmp(which, "roots") == 0)
     testRoots();
+  else if (strcmp(which, "vcounts") == 0)
+    testVcounts();
   else {
-    fprintf(stderr, "usage: %s kill|stall|mismatch|abort|args|roots\n", argv[0]);
+    fprintf(stderr, "usage: %s kill|stall|mismatch|abort|args|roots|vcounts\n", argv[0]);
     return 2;
   }
   printf("%s: %.1f s\n", which, zppClockNow() - t0);
