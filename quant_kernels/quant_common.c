@@ -132,8 +132,8 @@ size_t zppQuantPackedSize(size_t count, int bits, int block) {
   /* Counts so large that the size wraps are invalid too (0), not a small
    * buffer that the caller would then overrun. */
   if (count > (SIZE_MAX - 64) / 2) return 0;
-  size_t data = bits == 8 ? count : (count + 1) / 2;
-  size_t total = ZPP_QUANT_HEADER_BYTES + 4 * zppQuantNumBlocks(count, block) + data;
+  size_t total =
+      zppQuantEscOffset(count, bits, block) + ZPP_QUANT_ESC_TABLE_BYTES * zppQuantNumGroups(count);
   return (total + 15) & ~(size_t)15;
 }
 
@@ -187,7 +187,12 @@ static zppResult_t checkCount(const char* fn, size_t count, int bits, int block)
 static const char* headerMismatch(const uint8_t* p, size_t count, int bits, int block, char* why,
                                   size_t len) {
   zppQuantHeader_t h = readHeader(p);
-  if (h.magic != ZPP_QUANT_MAGIC)
+  if (h.magic == 0x3150515au)
+    snprintf(why, len,
+             "magic 0x%08x: a version 1 segment (no escapes), expected version 2 (ranks run different "
+             "zpp versions?)",
+             h.magic);
+  else if (h.magic != ZPP_QUANT_MAGIC)
     snprintf(why, len, "magic 0x%08x, expected 0x%08x (not a zpp segment, or read at the wrong offset)",
              h.magic, ZPP_QUANT_MAGIC);
   else if (h.bits != bits)
@@ -236,14 +241,24 @@ static zppResult_t checkInputs(const char* fn, const void* packed, size_t stride
   return zppSuccess;
 }
 
-/* Header, then the implementation's scales and data, then zero padding. */
+/* Zero bytes between the data and the escape tables, and after the tables. */
+static void writePadding(uint8_t* packed, size_t count, int bits, int block) {
+  size_t dataEnd = zppQuantDataOffset(count, block) + (bits == 8 ? count : (count + 1) / 2);
+  size_t esc = zppQuantEscOffset(count, bits, block);
+  size_t used = esc + ZPP_QUANT_ESC_TABLE_BYTES * zppQuantNumGroups(count);
+  memset(packed + dataEnd, 0, esc - dataEnd);
+  memset(packed + used, 0, zppQuantPackedSize(count, bits, block) - used);
+}
+
+/* Header, the implementation's scales and data, the escapes, padding. */
 static void quantizeSegment(const zppQuantImpl_t* impl, const void* in, zppDataType_t dtype,
                             size_t count, int bits, int block, uint8_t* packed) {
-  size_t size = zppQuantPackedSize(count, bits, block);
-  size_t used = zppQuantDataOffset(count, block) + (bits == 8 ? count : (count + 1) / 2);
   writeHeader(packed, count, bits, block);
-  if (count > 0) impl->quantize(in, dtype, count, bits, block, packed);
-  memset(packed + used, 0, size - used);
+  if (count > 0) {
+    impl->quantize(in, dtype, count, bits, block, packed);
+    zppQuantEscEncode(in, dtype, count, bits, block, packed);
+  }
+  writePadding(packed, count, bits, block);
 }
 
 /* ---- the codecs -------------------------------------------------------------------- */
@@ -266,8 +281,10 @@ zppResult_t zppDequantize(const void* packed, size_t count, int bits, int block,
   if (out == NULL && count > 0)
     ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantize: out is NULL with count %zu", count);
   ZPPCHECK(checkInputs("zppDequantize", packed, 0, 1, count, bits, block));
-  if (count > 0)
+  if (count > 0) {
     zppQuantImplActive()->dequantize((const uint8_t*)packed, count, bits, block, out, dtype);
+    zppQuantEscDequantize((const uint8_t*)packed, count, bits, block, out, dtype);
+  }
   return zppSuccess;
 }
 
@@ -276,9 +293,11 @@ zppResult_t zppDequantizeAccumulate(const void* packed, size_t stride, int n, si
   if (acc == NULL && count > 0)
     ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeAccumulate: acc is NULL with count %zu", count);
   ZPPCHECK(checkInputs("zppDequantizeAccumulate", packed, stride, n, count, bits, block));
-  if (count > 0)
+  if (count > 0) {
     zppQuantImplActive()->accumulate((const uint8_t*)packed, stride, n, count, bits, block, acc,
                                      accumulate);
+    zppQuantEscAccumulate((const uint8_t*)packed, stride, n, count, bits, block, acc);
+  }
   return zppSuccess;
 }
 
@@ -291,9 +310,11 @@ zppResult_t zppDequantizeSum(const void* packed, size_t stride, int n, size_t co
     ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeSum: divisor %g must be finite and non-zero",
              (double)divisor);
   ZPPCHECK(checkInputs("zppDequantizeSum", packed, stride, n, count, bits, block));
-  if (count > 0)
+  if (count > 0) {
     zppQuantImplActive()->sum((const uint8_t*)packed, stride, n, count, bits, block, divisor, out,
                               dtype);
+    zppQuantEscSum((const uint8_t*)packed, stride, n, count, bits, block, divisor, out, dtype);
+  }
   return zppSuccess;
 }
 
@@ -313,13 +334,14 @@ zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size
   if (outLo < inHi && inLo < outHi)
     ZPP_FAIL(zppInvalidArgument, QUANT, "%s: packed_out overlaps the inputs", fn);
   uint8_t* po = (uint8_t*)packed_out;
-  size_t size = zppQuantPackedSize(count, bits_out, block_out);
-  size_t used = zppQuantDataOffset(count, block_out) + (bits_out == 8 ? count : (count + 1) / 2);
   writeHeader(po, count, bits_out, block_out);
-  if (count > 0)
+  if (count > 0) {
     zppQuantImplActive()->reduceRequant((const uint8_t*)packed, stride, n, count, bits_in, block_in,
                                         bits_out, block_out, po);
-  memset(po + used, 0, size - used);
+    zppQuantEscRequant((const uint8_t*)packed, stride, n, count, bits_in, block_in, bits_out, block_out,
+                       po);
+  }
+  writePadding(po, count, bits_out, block_out);
   return zppSuccess;
 }
 

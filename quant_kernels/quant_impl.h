@@ -25,6 +25,15 @@
 #error "zpp's packed codec layout is little endian; big-endian hosts are not supported"
 #endif
 
+/* The helpers here and in quant_ref.h are static inline; under nvcc also
+ * __host__ __device__, so that the CUDA codecs run the same reference code
+ * (quant_cuda.cu's escape fix-ups) rather than a second copy. */
+#if defined(__CUDACC__)
+#define ZPP_QUANT_INL static __host__ __device__ __forceinline__
+#else
+#define ZPP_QUANT_INL static inline
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -70,6 +79,22 @@ extern const zppQuantImpl_t zppQuantImplAvx2;
 extern const zppQuantImpl_t zppQuantImplAvx512;
 #endif
 
+/* Escapes (zpp_quant.h, "Escapes"), applied by the front end around every
+ * CPU implementation, which itself encodes as if escapes did not exist:
+ * after a quantize, zppQuantEscEncode re-encodes, with the reference code,
+ * every escape group that may hold an escape; after a decode, the other
+ * functions add the escaped values. quant_escape.c. */
+void zppQuantEscEncode(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                       uint8_t* packed);
+void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
+                        int block_in, int bits_out, int block_out, uint8_t* packed_out);
+void zppQuantEscDequantize(const uint8_t* packed, size_t count, int bits, int block, void* out,
+                           zppDataType_t dtype);
+void zppQuantEscAccumulate(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
+                           int block, float* acc);
+void zppQuantEscSum(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
+                    float divisor, void* out, zppDataType_t dtype);
+
 /* The implementation called `name` ("scalar", "avx2", "avx512"), or NULL
  * when it is not built in or this CPU cannot run it. */
 const zppQuantImpl_t* zppQuantImplGet(const char* name);
@@ -86,37 +111,64 @@ const zppQuantImpl_t* zppQuantImplActive(void);
 
 /* ---- layout helpers shared by the implementations -------------------------- */
 
-static inline size_t zppQuantNumBlocks(size_t count, int block) {
+ZPP_QUANT_INL size_t zppQuantNumBlocks(size_t count, int block) {
   return (count + (size_t)block - 1) / (size_t)block;
 }
 
-static inline int zppQuantLog2(int block) {
+ZPP_QUANT_INL int zppQuantLog2(int block) {
   int l = 0;
   while ((1 << l) < block) l++;
   return l;
 }
 
 /* Scales start right after the header; data right after the scales. */
-static inline const uint8_t* zppQuantScalesPtr(const uint8_t* packed) {
+ZPP_QUANT_INL const uint8_t* zppQuantScalesPtr(const uint8_t* packed) {
   return packed + ZPP_QUANT_HEADER_BYTES;
 }
-static inline size_t zppQuantDataOffset(size_t count, int block) {
+ZPP_QUANT_INL size_t zppQuantDataOffset(size_t count, int block) {
   return ZPP_QUANT_HEADER_BYTES + 4 * zppQuantNumBlocks(count, block);
+}
+
+/* Escape tables start at the first multiple of 4 after the data, one per
+ * group of ZPP_QUANT_ESC_GROUP elements (zpp_quant.h). */
+ZPP_QUANT_INL size_t zppQuantNumGroups(size_t count) {
+  return (count + ZPP_QUANT_ESC_GROUP - 1) / ZPP_QUANT_ESC_GROUP;
+}
+ZPP_QUANT_INL size_t zppQuantEscOffset(size_t count, int bits, int block) {
+  size_t end = zppQuantDataOffset(count, block) + (bits == 8 ? count : (count + 1) / 2);
+  return (end + 3) & ~(size_t)3;
+}
+
+/* Slot j of an escape table: value and group-relative index. */
+ZPP_QUANT_INL float zppQuantEscValue(const uint8_t* table, int j) {
+  float v;
+  memcpy(&v, table + 4 * j, sizeof v);
+  return v;
+}
+ZPP_QUANT_INL unsigned zppQuantEscIndex(const uint8_t* table, int j) {
+  const uint8_t* p = table + 4 * ZPP_QUANT_ESC_SLOTS + 2 * j;
+  return (unsigned)p[0] | ((unsigned)p[1] << 8);
+}
+ZPP_QUANT_INL void zppQuantEscStoreSlot(uint8_t* table, int j, float v, unsigned index) {
+  memcpy(table + 4 * j, &v, sizeof v);
+  uint8_t* p = table + 4 * ZPP_QUANT_ESC_SLOTS + 2 * j;
+  p[0] = (uint8_t)index;
+  p[1] = (uint8_t)(index >> 8);
 }
 
 /* Scales may sit at any 4-byte offset of a caller's buffer: access them
  * through memcpy, which compiles to one plain load or store. */
-static inline float zppQuantLoadScale(const uint8_t* scales, size_t b) {
+ZPP_QUANT_INL float zppQuantLoadScale(const uint8_t* scales, size_t b) {
   float s;
   memcpy(&s, scales + 4 * b, sizeof s);
   return s;
 }
-static inline void zppQuantStoreScale(uint8_t* scales, size_t b, float s) {
+ZPP_QUANT_INL void zppQuantStoreScale(uint8_t* scales, size_t b, float s) {
   memcpy(scales + 4 * b, &s, sizeof s);
 }
 
 /* Q for a bit width: the symmetric clamp limit. */
-static inline int zppQuantQmax(int bits) { return bits == 8 ? 127 : 7; }
+ZPP_QUANT_INL int zppQuantQmax(int bits) { return bits == 8 ? 127 : 7; }
 
 /* Chunk (elements) of fp32 scratch the reductions keep on the stack: small
  * enough for L1 beside the inputs, a multiple of every block size's
@@ -127,7 +179,7 @@ static inline int zppQuantQmax(int bits) { return bits == 8 ? 127 : 7; }
  * ZPP_QUANT_CHUNK elements, whose fp32 sums fit ZPP_QUANT_REDUCE_BUF floats. */
 #define ZPP_QUANT_REDUCE_BUF \
   (ZPP_QUANT_CHUNK > ZPP_QUANT_MAX_BLOCK ? ZPP_QUANT_CHUNK : ZPP_QUANT_MAX_BLOCK)
-static inline size_t zppQuantReduceChunk(int block_out) {
+ZPP_QUANT_INL size_t zppQuantReduceChunk(int block_out) {
   return (size_t)block_out > ZPP_QUANT_CHUNK ? (size_t)block_out : ZPP_QUANT_CHUNK;
 }
 

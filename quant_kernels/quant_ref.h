@@ -46,7 +46,7 @@ typedef struct {
 
 /* Block parameters from the largest |x| of the block given as fp32 bits
  * (|x| bits order like the values, NaN above Inf above every finite). */
-static inline zppQuantBlockParams_t zppQuantBlockSetup(uint32_t amaxBits, int Q) {
+ZPP_QUANT_INL zppQuantBlockParams_t zppQuantBlockSetup(uint32_t amaxBits, int Q) {
   zppQuantBlockParams_t bp;
   bp.inv = 0.0f;
   bp.p = 1.0f;
@@ -72,25 +72,25 @@ static inline zppQuantBlockParams_t zppQuantBlockSetup(uint32_t amaxBits, int Q)
 /* Round to nearest even for |t| < 2^22 through the 1.5 * 2^23 shifter: the
  * add rounds to an integer in the default rounding mode, the subtraction is
  * exact. The same result as cvtps2dq (AVX2) and __float2int_rn (CUDA). */
-static inline int zppQuantRne(float t) {
+ZPP_QUANT_INL int zppQuantRne(float t) {
   float r = (t + 0x1.8p23f) - 0x1.8p23f; /* not folded: no -ffast-math here */
   return (int)r;
 }
 
 /* q for one element: clamp(rne((x * p) * inv), -Q, Q). */
-static inline int zppQuantEncodeOne(float x, const zppQuantBlockParams_t* bp, int Q) {
+ZPP_QUANT_INL int zppQuantEncodeOne(float x, const zppQuantBlockParams_t* bp, int Q) {
   int q = zppQuantRne((x * bp->p) * bp->inv);
   return q > Q ? Q : (q < -Q ? -Q : q);
 }
 
 /* Signed nibble: 0..15 -> -8..7. */
-static inline int zppQuantNibble(uint8_t byte, size_t i) {
+ZPP_QUANT_INL int zppQuantNibble(uint8_t byte, size_t i) {
   int v = (i & 1) ? (byte >> 4) : (byte & 0x0f);
   return (v ^ 8) - 8;
 }
 
 /* q of element i of a segment's data. */
-static inline int zppQuantGetQ(const uint8_t* data, int bits, size_t i) {
+ZPP_QUANT_INL int zppQuantGetQ(const uint8_t* data, int bits, size_t i) {
   if (bits == 8) return (int8_t)data[i];
   return zppQuantNibble(data[i >> 1], i);
 }
@@ -102,14 +102,14 @@ typedef enum {
   ZPP_DECODE_ADD = 2       /* dst = dst + y */
 } zppQuantDecodeMode_t;
 
-static inline float zppQuantApply(float dst, float y, zppQuantDecodeMode_t mode) {
+ZPP_QUANT_INL float zppQuantApply(float dst, float y, zppQuantDecodeMode_t mode) {
   if (mode == ZPP_DECODE_STORE) return y;
   if (mode == ZPP_DECODE_ZERO_ADD) return 0.0f + y;
   return dst + y;
 }
 
 /* Scalar decode of elements [lo, hi) of one block with scale s. */
-static inline void zppQuantDecodeSpanRef(const uint8_t* data, int bits, size_t lo, size_t hi, float s,
+ZPP_QUANT_INL void zppQuantDecodeSpanRef(const uint8_t* data, int bits, size_t lo, size_t hi, float s,
                                          float* dst, zppQuantDecodeMode_t mode) {
   for (size_t i = lo; i < hi; i++) {
     float y = (float)zppQuantGetQ(data, bits, i) * s;
@@ -120,7 +120,7 @@ static inline void zppQuantDecodeSpanRef(const uint8_t* data, int bits, size_t l
 /* Scalar encode of elements [lo, hi) of a block (lo even for int4), relative
  * indices into x, absolute into data. Writes whole bytes; an odd hi writes
  * the last byte's high nibble as 0. */
-static inline void zppQuantEncodeSpanRef(const float* x, size_t lo, size_t hi,
+ZPP_QUANT_INL void zppQuantEncodeSpanRef(const float* x, size_t lo, size_t hi,
                                          const zppQuantBlockParams_t* bp, int bits, uint8_t* data,
                                          size_t base) {
   int Q = zppQuantQmax(bits);
@@ -136,17 +136,17 @@ static inline void zppQuantEncodeSpanRef(const float* x, size_t lo, size_t hi,
 }
 
 /* Data bytes of `len` elements starting at an even element. */
-static inline size_t zppQuantDataBytes(size_t len, int bits) { return bits == 8 ? len : (len + 1) / 2; }
+ZPP_QUANT_INL size_t zppQuantDataBytes(size_t len, int bits) { return bits == 8 ? len : (len + 1) / 2; }
 
 /* One element of dtype widened exactly, or rounded from fp32 into dtype: for
  * the few elements a vector loop leaves over. */
-static inline float zppQuantLoadOne(const void* in, zppDataType_t dtype, size_t i) {
+ZPP_QUANT_INL float zppQuantLoadOne(const void* in, zppDataType_t dtype, size_t i) {
   if (dtype == zppFloat32) return ((const float*)in)[i];
   uint16_t h = ((const uint16_t*)in)[i];
   return dtype == zppFloat16 ? zppHalfToFloat(h) : zppF32FromBits((uint32_t)h << 16);
 }
 
-static inline void zppQuantStoreOne(void* out, zppDataType_t dtype, size_t i, float y) {
+ZPP_QUANT_INL void zppQuantStoreOne(void* out, zppDataType_t dtype, size_t i, float y) {
   if (dtype == zppFloat32)
     ((float*)out)[i] = y;
   else if (dtype == zppFloat16)
@@ -158,7 +158,7 @@ static inline void zppQuantStoreOne(void* out, zppDataType_t dtype, size_t i, fl
 /* Scalar encode of x[0..len) of dtype (a block, or the rest of one, starting
  * at element `base`, even), 32 elements at a time through fp32: the vector
  * codes' path for blocks with max |x| < 2^-64 and for short last blocks. */
-static inline void zppQuantEncodeDtypeRef(const void* x, zppDataType_t dtype, size_t len,
+ZPP_QUANT_INL void zppQuantEncodeDtypeRef(const void* x, zppDataType_t dtype, size_t len,
                                           const zppQuantBlockParams_t* bp, int bits, uint8_t* data,
                                           size_t base) {
   for (size_t i = 0; i < len; i += 32) {
@@ -173,7 +173,7 @@ static inline void zppQuantEncodeDtypeRef(const void* x, zppDataType_t dtype, si
  * element by element: the reference's block step, and the vector codes'
  * path for a segment's last, short block. 16-bit input is widened once, into
  * a block of fp32 that both passes read (the scalar codecs' only copy). */
-static inline void zppQuantBlockRef(const void* x, zppDataType_t dtype, size_t len, int bits,
+ZPP_QUANT_INL void zppQuantBlockRef(const void* x, zppDataType_t dtype, size_t len, int bits,
                                     uint8_t* scales, size_t b, uint8_t* data, size_t base) {
   float buf[ZPP_QUANT_MAX_BLOCK];
   const float* f = (const float*)x;
@@ -193,6 +193,74 @@ static inline void zppQuantBlockRef(const void* x, zppDataType_t dtype, size_t l
     return;
   }
   zppQuantEncodeSpanRef(f, 0, len, &bp, bits, data, base);
+}
+
+/* ---- escapes (zpp_quant.h, "Escapes") --------------------------------------- */
+
+/* Escape counts of the codec calls one thread made (quant_escape.c). */
+typedef struct {
+  uint64_t escapes;   /* elements that travelled in a slot */
+  uint64_t overflows; /* blocks whose candidates found no free slots */
+} zppQuantEscCounts_t;
+
+/* The escape candidates of block f[0..len): their indices in increasing
+ * order in idx; returns how many (0 .. ZPP_QUANT_ESC_PER_BLOCK). */
+ZPP_QUANT_INL int zppQuantEscCandidates(const float* f, size_t len, int bits,
+                                        uint32_t idx[ZPP_QUANT_ESC_PER_BLOCK]) {
+  enum { E = ZPP_QUANT_ESC_PER_BLOCK };
+  /* The E + 1 largest magnitudes (as |x| bits), largest first. */
+  uint32_t top[E + 1];
+  int ntop = 0;
+  for (size_t i = 0; i < len; i++) {
+    uint32_t m = zppF32Bits(f[i]) & 0x7fffffffu;
+    if (ntop == E + 1 && m <= top[E]) continue;
+    int j = ntop < E + 1 ? ntop++ : E;
+    while (j > 0 && top[j - 1] < m) {
+      top[j] = top[j - 1];
+      j--;
+    }
+    top[j] = m;
+  }
+  uint32_t r = ntop == E + 1 ? top[E] : 0;
+  if (r >= 0x7f800000u) return 0; /* more than E non-finite: a non-finite block */
+  /* The candidates are the elements with a magnitude non-finite or above
+   * 2^K r (when r > 0): a property of the value alone, so they are found in
+   * index order. Doubles make the comparison exact. */
+  double limit = (double)zppF32FromBits(r) * (double)(1u << ZPP_QUANT_ESC_LOG2(bits));
+  int n = 0;
+  for (size_t i = 0; i < len && n < E; i++) {
+    uint32_t m = zppF32Bits(f[i]) & 0x7fffffffu;
+    if (m >= 0x7f800000u || (r > 0 && (double)zppF32FromBits(m) > limit)) idx[n++] = (uint32_t)i;
+  }
+  return n;
+}
+
+/* Scales, data and escape table of one escape group, from its elements in
+ * fp32: x[0..glen) are the segment's elements [base, base + glen), base a
+ * multiple of ZPP_QUANT_ESC_GROUP. The reference of every implementation's
+ * encoding, escapes included. x is modified (escaped elements become +0). */
+ZPP_QUANT_INL void zppQuantEncodeGroupRef(float* x, size_t glen, size_t base, int bits, int block,
+                                          uint8_t* scales, uint8_t* data, uint8_t* table,
+                                          zppQuantEscCounts_t* counts) {
+  int used = 0;
+  for (size_t lo = 0; lo < glen; lo += (size_t)block) {
+    size_t len = glen - lo < (size_t)block ? glen - lo : (size_t)block;
+    uint32_t idx[ZPP_QUANT_ESC_PER_BLOCK];
+    int nc = zppQuantEscCandidates(x + lo, len, bits, idx);
+    if (nc > 0 && used + nc > ZPP_QUANT_ESC_SLOTS) {
+      counts->overflows++;
+    } else {
+      for (int c = 0; c < nc; c++) {
+        zppQuantEscStoreSlot(table, used++, x[lo + idx[c]], (unsigned)(lo + idx[c]));
+        x[lo + idx[c]] = 0.0f;
+      }
+      counts->escapes += (uint64_t)nc;
+    }
+    zppQuantBlockRef(x + lo, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data,
+                     base + lo);
+  }
+  for (int j = used; j < ZPP_QUANT_ESC_SLOTS; j++)
+    zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
 }
 
 #endif /* ZPP_QUANT_REF_H_ */

@@ -7,13 +7,15 @@
  * quantized data of `count` elements, so one message carries all of it.
  *
  *   offset 0   header, 16 bytes, little endian:
- *                uint32 magic      ZPP_QUANT_MAGIC
+ *                uint32 magic      ZPP_QUANT_MAGIC ("ZQP2": version 2, with escapes)
  *                uint8  bits       4 or 8
  *                uint8  blockLog2  5..12 (block = 32..4096 elements)
  *                uint16 reserved   0
  *                uint64 count      elements in the segment
  *   offset 16  scales: nblocks = ceil(count / block) fp32 values
  *   then       data: int8: count bytes; int4: ceil(count / 2) bytes
+ *   then       zero padding up to a multiple of 4 bytes
+ *   then       escape tables: ngroups = ceil(count / 4096), 48 bytes each
  *   then       zero padding up to a multiple of 16 bytes
  *
  * zppQuantPackedSize(count, bits, block) is that total. Segments laid end to
@@ -24,6 +26,15 @@
  * in [-7, 7]. Blocks are even-sized, so each block starts on a byte. With an
  * odd count the last high nibble is 0.
  *
+ * Escape table (one per group of ZPP_QUANT_ESC_GROUP = 4096 elements; group g
+ * covers elements [4096 g, min(4096 (g + 1), count)), a whole number of
+ * blocks): ZPP_QUANT_ESC_SLOTS = 8 slots,
+ *   offset 0    8 fp32 values
+ *   offset 32   8 uint16 indices, relative to the group's first element
+ * Used slots come first, in increasing index order; an unused slot has index
+ * 0xffff and value bits 0. A used slot carries one input element exactly
+ * (an "escape"): see "Escapes" below.
+ *
  * ---------------------------------------------------------------------------
  * Arithmetic. Every implementation (portable C, AVX2/F16C, CUDA) performs
  * exactly these IEEE fp32 operations, round-to-nearest-even, no fused
@@ -31,9 +42,11 @@
  * payloads excepted: every NaN counts as equal).
  *
  * Inputs are converted to fp32 exactly (fp16 and bf16 widen without loss).
- * For each block of elements x_i (the last block may be shorter):
- *   - non-finite block (any Inf or NaN): scale = canonical quiet NaN
- *     (0x7fc00000), every q_i = 0. It decodes to all NaN, so that a
+ * For each block, escapes are taken out first (below: such an element is
+ * replaced by +0 for what follows). Then, for the elements x_i of the block
+ * (the last block may be shorter):
+ *   - non-finite block (an Inf or NaN that did not escape): scale = canonical
+ *     quiet NaN (0x7fc00000), every q_i = 0. It decodes to all NaN, so that a
  *     trainer's overflow check still sees the overflow after a round trip.
  *   - a = max |x_i|. If a == 0: scale = 0, every q_i = 0 (decodes to +0.0).
  *   - otherwise, with Q = 127 (int8) or 7 (int4) and p = 2^64 if a < 2^-64
@@ -56,20 +69,50 @@
  * absolute error of up to 2^-150 that |q| <= Q multiplies. (This term was
  * 2^-148 at first, which those blocks exceed: max |x| = 571 * 2^-149 in int8
  * gives scale 4 * 2^-149 and an error of 63 * 2^-149 at the max element.)
+ * An element that escaped decodes to itself rounded to T: |y - x| <= u_T |x|
+ * + m_T (exact for T = fp32, and for any T no narrower than the input's).
  * One finite input is outside the bound: fp32 +-FLT_MAX in int8 decodes to
  * +-Inf, because 127 * fl(FLT_MAX / 127) rounds past FLT_MAX. The bound also
  * assumes x is within T's range when T is narrower than the input type.
  *
  * ---------------------------------------------------------------------------
+ * Escapes: one element never spoils its block. Magnitudes are ordered by the
+ * fp32 bits of |x| (NaN above Inf above every finite value). In a block, let
+ * r be the (E+1)-th largest magnitude, E = ZPP_QUANT_ESC_PER_BLOCK = 4 (r = 0
+ * when the block has at most E elements). If r is non-finite (more than E
+ * Inf/NaN), nothing escapes and the block is non-finite as above. Otherwise
+ * the block's candidates are its non-finite elements and, when r > 0, its
+ * finite elements with |x| > 2^K * r (exact comparison; K =
+ * ZPP_QUANT_ESC_LOG2: 8 for int8, 5 for int4). They rank among the top E, so
+ * there are at most E. Blocks are visited in order; when the group's table
+ * still has a free slot for every candidate of a block, each candidate takes
+ * the next slot (its fp32 value, its index) and is replaced by +0 before the
+ * block is quantized, so the scale fits the other elements. Otherwise none
+ * of the block's candidates escapes (an "escape overflow": the block is
+ * quantized as if escapes did not exist).
+ * Decoding: the packed value of an escaped element is 0 (q = 0, finite
+ * scale); a plain decode then gives the escaped value itself (rounded to the
+ * output type), and every sum below adds the escaped values after the packed
+ * values: sum_i = S_i + e_{k1,i} + e_{k2,i} + ... in input order k1 < k2,
+ * S_i being the sum of the packed values.
+ * Why 2^K: an element that escapes exceeds 2^K times every element outside
+ * the top E, which then quantize to q = 0 (Q * 2^-K < 1/2); so a block with
+ * more than E non-zero q cannot have an escape, and implementations may skip
+ * the exact test for such blocks.
+ *
+ * ---------------------------------------------------------------------------
  * Reductions. Several packed inputs with the same count, bits and block:
- *   sum_i = (((0 + y_{0,i}) + y_{1,i}) + ...) + y_{n-1,i}   in fp32, in
- * input order, y being the fp32 decoded values (before any type rounding).
- * Against the exact sum S_i of the decoded inputs, the fused requantized
- * result r_i (bits_out, block_out, scale s_out) satisfies
- *   |r_i - S_i| <= s_out/2 + 2^-21 * Q_out * s_out + (n-1) * 2^-24 * sum_k |y_{k,i}|
+ *   sum_i = ((((0 + y_{0,i}) + y_{1,i}) + ...) + y_{n-1,i}) + e_{k1,i} + ...
+ * in fp32, in input order, y being the fp32 packed values (0 where the
+ * element escaped) and e the escaped values (before any type rounding).
+ * Against the exact sum S_i of those m_i = n + (escapes at i) terms t, the
+ * fused requantized result r_i (bits_out, block_out, scale s_out) satisfies
+ *   |r_i - S_i| <= s_out/2 + 2^-21 * Q_out * s_out + (m_i-1) * 2^-24 * sum |t|
  *                  + (Q_out + 1) * 2^-150
- * as long as the fp32 sum is finite (a block whose sum overflows becomes a
- * non-finite block, scale NaN).
+ * and, when the sum itself escapes in the output, |r_i - S_i| <=
+ * (m_i-1) * 2^-24 * sum |t| (the requantization is exact),
+ * as long as the fp32 sum is finite (a sum that overflows is an Inf, which
+ * escapes like any non-finite element, or makes its block non-finite).
  *
  * ---------------------------------------------------------------------------
  * Tensor-slice reordering (qgZ). The input holds W partitions (partition p is
@@ -101,8 +144,16 @@
 extern "C" {
 #endif
 
-#define ZPP_QUANT_MAGIC 0x3150515au /* "ZQP1" as little-endian bytes */
+#define ZPP_QUANT_MAGIC 0x3250515au /* "ZQP2" as little-endian bytes */
 #define ZPP_QUANT_HEADER_BYTES 16
+
+/* Escapes (see above). */
+#define ZPP_QUANT_ESC_GROUP 4096
+#define ZPP_QUANT_ESC_SLOTS 8
+#define ZPP_QUANT_ESC_TABLE_BYTES (ZPP_QUANT_ESC_SLOTS * 6)
+#define ZPP_QUANT_ESC_PER_BLOCK 4
+#define ZPP_QUANT_ESC_EMPTY 0xffffu
+#define ZPP_QUANT_ESC_LOG2(bits) ((bits) == 8 ? 8 : 5)
 #define ZPP_QUANT_MIN_BLOCK 32
 #define ZPP_QUANT_MAX_BLOCK 4096
 
@@ -163,6 +214,11 @@ zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size
 zppResult_t zppQuantizeReordered(const void* in, zppDataType_t dtype, size_t part_count,
                                  size_t part_stride, int nparts, int local_size, int bits, int block,
                                  void* packed);
+
+/* Adds the escapes and escape overflows of this thread's codec calls since
+ * the last call to *escapes and *overflows (either may be NULL), and resets
+ * them: how the collectives count escapes per communicator. */
+void zppQuantTakeEscapeCounts(uint64_t* escapes, uint64_t* overflows);
 
 /* The CPU implementation in use: "avx512", "avx2" or "scalar" (ZPP_QUANT_IMPL,
  * cpuid). */

@@ -1,6 +1,7 @@
 #include "quant_testlib.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "names.h"
@@ -101,6 +102,99 @@ int qtQ(const uint8_t* seg, size_t count, int bits, int block, size_t i) {
 
 float qtDecoded(const uint8_t* seg, size_t count, int bits, int block, size_t i) {
   return (float)qtQ(seg, count, bits, block, i) * qtScale(seg, count, block, i / (size_t)block);
+}
+
+/* Where the escape tables start: the first multiple of 4 after the data. */
+static size_t escOffset(size_t count, int bits, int block) {
+  size_t nblocks = (count + (size_t)block - 1) / (size_t)block;
+  size_t end = 16 + 4 * nblocks + (bits == 8 ? count : (count + 1) / 2);
+  return (end + 3) / 4 * 4;
+}
+
+size_t qtUsedBytes(size_t count, int bits, int block) {
+  return escOffset(count, bits, block) + 48 * ((count + 4095) / 4096);
+}
+
+uint32_t qtEscSlotBits(const uint8_t* seg, size_t count, int bits, int block, size_t g, int j) {
+  const uint8_t* p = seg + escOffset(count, bits, block) + 48 * g + 4 * j;
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+unsigned qtEscSlotIndex(const uint8_t* seg, size_t count, int bits, int block, size_t g, int j) {
+  const uint8_t* p = seg + escOffset(count, bits, block) + 48 * g + 32 + 2 * j;
+  return (unsigned)p[0] | (unsigned)p[1] << 8;
+}
+
+int qtEscaped(const uint8_t* seg, size_t count, int bits, int block, size_t i, float* v) {
+  size_t g = i / 4096;
+  for (int j = 0; j < 8; j++) {
+    unsigned idx = qtEscSlotIndex(seg, count, bits, block, g, j);
+    if (idx == 0xffff) return 0;
+    if (g * 4096 + idx == i) {
+      uint32_t u = qtEscSlotBits(seg, count, bits, block, g, j);
+      memcpy(v, &u, 4);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+float qtElement(const uint8_t* seg, size_t count, int bits, int block, size_t i) {
+  float v;
+  if (qtEscaped(seg, count, bits, block, i, &v)) return v;
+  return qtDecoded(seg, count, bits, block, i);
+}
+
+/* |x| as fp32 bits: the spec's order of magnitudes (NaN > Inf > finite). */
+static uint32_t magBits(const void* in, zppDataType_t dtype, size_t i) {
+  float x = (float)qtGet(in, dtype, i);
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  if (isnan(x)) u = 0x7fc00000u; /* any NaN ranks above Inf; its payload does not matter here */
+  return u & 0x7fffffffu;
+}
+
+static int descending(const void* a, const void* b) {
+  uint32_t x = *(const uint32_t*)a, y = *(const uint32_t*)b;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                     char* marks) {
+  enum { E = 4, SLOTS = 8, GROUP = 4096 };
+  double twoK = bits == 8 ? 256.0 : 32.0;
+  long overflows = 0;
+  uint32_t* m = malloc((size_t)block * sizeof *m);
+  REQUIRE(m != NULL);
+  memset(marks, 0, count);
+  int used = 0;
+  for (size_t lo = 0; lo < count; lo += (size_t)block) {
+    if (lo % GROUP == 0) used = 0;
+    size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
+    for (size_t i = 0; i < len; i++) m[i] = magBits(in, dtype, lo + i);
+    qsort(m, len, sizeof *m, descending);
+    uint32_t r = len > E ? m[E] : 0;
+    if (r >= 0x7f800000u) continue;
+    float rf;
+    memcpy(&rf, &r, 4);
+    int nc = 0;
+    for (size_t i = 0; i < len; i++) {
+      double x = fabs(qtGet(in, dtype, lo + i));
+      nc += !isfinite(x) || (r > 0 && x > twoK * (double)rf);
+    }
+    if (nc == 0) continue;
+    if (used + nc > SLOTS) {
+      overflows++;
+      continue;
+    }
+    used += nc;
+    for (size_t i = 0; i < len; i++) {
+      double x = fabs(qtGet(in, dtype, lo + i));
+      if (!isfinite(x) || (r > 0 && x > twoK * (double)rf)) marks[lo + i] = 1;
+    }
+  }
+  free(m);
+  return overflows;
 }
 
 double qtBound(double x, double s, int bits, zppDataType_t outType) {

@@ -50,6 +50,24 @@ int qtQ(const uint8_t* seg, size_t count, int bits, int block, size_t i);
 /* y_i = (float)q_i * scale, the fp32 decoded value. */
 float qtDecoded(const uint8_t* seg, size_t count, int bits, int block, size_t i);
 
+/* Escapes, read from the bytes: 1 if element i travelled in a slot of its
+ * group's table (its value in *v). qtElement is element i's fp32 decoded
+ * value: the escaped value, else q * scale. */
+int qtEscaped(const uint8_t* seg, size_t count, int bits, int block, size_t i, float* v);
+float qtElement(const uint8_t* seg, size_t count, int bits, int block, size_t i);
+/* Slot j of group g's table: value bits and index (0xffff: unused). */
+uint32_t qtEscSlotBits(const uint8_t* seg, size_t count, int bits, int block, size_t g, int j);
+unsigned qtEscSlotIndex(const uint8_t* seg, size_t count, int bits, int block, size_t g, int j);
+/* Bytes from the segment start to the end of its last escape table. */
+size_t qtUsedBytes(size_t count, int bits, int block);
+
+/* The spec's escapes of an input (zpp_quant.h, "Escapes"), computed here
+ * independently (by sorting): marks[i] = 1 for each element that escapes.
+ * Returns the number of blocks whose candidates overflowed their group's
+ * table. */
+long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                     char* marks);
+
 /* The documented bound for a finite input x, block scale s, decoded to T. */
 double qtBound(double x, double s, int bits, zppDataType_t outType);
 

@@ -26,13 +26,16 @@ static void checkSizes(void) {
   CHECK(!zppQuantValidParams(8, 8192) && !zppQuantValidParams(6, 64) && !zppQuantValidParams(4, 96));
   CHECK_EQ_INT(zppQuantPackedSize(0, 8, 32), 16);
   CHECK_EQ_INT(zppQuantPackedSize(0, 4, 4096), 16);
-  CHECK_EQ_INT(zppQuantPackedSize(1, 8, 32), 32);  /* 16 + 4 + 1 = 21 -> 32 */
-  CHECK_EQ_INT(zppQuantPackedSize(1, 4, 32), 32);  /* 16 + 4 + 1 */
-  CHECK_EQ_INT(zppQuantPackedSize(64, 4, 32), 64); /* 16 + 8 + 32 = 56 -> 64 */
-  CHECK_EQ_INT(zppQuantPackedSize(35, 8, 32), 64); /* 16 + 8 + 35 = 59 -> 64 */
-  CHECK_EQ_INT(zppQuantPackedSize(35, 4, 32), 48); /* 16 + 8 + 18 = 42 -> 48 */
-  CHECK_EQ_INT(zppQuantPackedSize(4096, 8, 4096), 4128);
-  CHECK_EQ_INT(zppQuantPackedSize(1 << 20, 4, 256), 16 + 4 * 4096 + (1 << 19));
+  /* header + scales + data, to a multiple of 4, + 48 bytes of escape table
+   * per 4096 elements, to a multiple of 16 */
+  CHECK_EQ_INT(zppQuantPackedSize(1, 8, 32), 80);   /* 16 + 4 + 1 = 21 -> 24 + 48 = 72 -> 80 */
+  CHECK_EQ_INT(zppQuantPackedSize(1, 4, 32), 80);   /* 16 + 4 + 1 */
+  CHECK_EQ_INT(zppQuantPackedSize(64, 4, 32), 112); /* 16 + 8 + 32 = 56 + 48 = 104 -> 112 */
+  CHECK_EQ_INT(zppQuantPackedSize(35, 8, 32), 112); /* 16 + 8 + 35 = 59 -> 60 + 48 -> 112 */
+  CHECK_EQ_INT(zppQuantPackedSize(35, 4, 32), 96);  /* 16 + 8 + 18 = 42 -> 44 + 48 -> 96 */
+  CHECK_EQ_INT(zppQuantPackedSize(4096, 8, 4096), 4176);
+  CHECK_EQ_INT(zppQuantPackedSize(4097, 8, 4096), 4224); /* 16 + 8 + 4097 -> 4124 + 96 = 4220 */
+  CHECK_EQ_INT(zppQuantPackedSize(1 << 20, 4, 256), 16 + 4 * 4096 + (1 << 19) + 48 * 256);
   CHECK_EQ_INT(zppQuantPackedSize(10, 5, 32), 0);
   CHECK_EQ_INT(zppQuantPackedSize(10, 8, 48), 0);
   CHECK_EQ_INT(zppQuantPackedSize(SIZE_MAX - 3, 8, 32), 0);
@@ -40,7 +43,7 @@ static void checkSizes(void) {
     for (int bits = 4; bits <= 8; bits += 4)
       for (int block = 32; block <= 4096; block *= 2) {
         size_t raw = 16 + 4 * ((count + block - 1) / block) + (bits == 8 ? count : (count + 1) / 2);
-        size_t want = (raw + 15) / 16 * 16;
+        size_t want = ((raw + 3) / 4 * 4 + 48 * ((count + 4095) / 4096) + 15) / 16 * 16;
         if (zppQuantPackedSize(count, bits, block) != want) {
           CHECK_MSG(0, "size(%zu, %d, %d) = %zu, want %zu", count, bits, block,
                     zppQuantPackedSize(count, bits, block), want);
@@ -49,8 +52,8 @@ static void checkSizes(void) {
       }
 }
 
-static const uint8_t kHeaderInt8[16] = {0x5a, 0x51, 0x50, 0x31, 8, 5, 0, 0, 35, 0, 0, 0, 0, 0, 0, 0};
-static const uint8_t kHeaderInt4[16] = {0x5a, 0x51, 0x50, 0x31, 4, 5, 0, 0, 35, 0, 0, 0, 0, 0, 0, 0};
+static const uint8_t kHeaderInt8[16] = {0x5a, 0x51, 0x50, 0x32, 8, 5, 0, 0, 35, 0, 0, 0, 0, 0, 0, 0};
+static const uint8_t kHeaderInt4[16] = {0x5a, 0x51, 0x50, 0x32, 4, 5, 0, 0, 35, 0, 0, 0, 0, 0, 0, 0};
 
 /* 35 fp32 elements, block 32: block 0 has max |x| = Q so scale = 1 and
  * inv = 1 (q = rne(x) exactly: ties to even); block 1 holds {2, -4, 1}, max
@@ -76,7 +79,7 @@ static void checkHandBuilt(const char* impl, zppDataType_t dtype) {
     uint8_t in[35 * 4];
     for (int i = 0; i < 35; i++) qtSet(in, dtype, (size_t)i, xf[i]); /* all exact in fp16/bf16 */
     size_t size = zppQuantPackedSize(35, bits, 32);
-    uint8_t want[64 + 16], got[64 + 16];
+    uint8_t want[112 + 16], got[112 + 16];
     memset(want, 0, sizeof want);
     memcpy(want, bits == 8 ? kHeaderInt8 : kHeaderInt4, 16);
     float s0 = 1.0f, s1 = 4.0f / (float)Q;
@@ -98,6 +101,10 @@ static void checkHandBuilt(const char* impl, zppDataType_t dtype) {
             data[4] == 0xd3);
       CHECK(data[16] == 0x94 && data[17] == 0x02);
     }
+    /* One escape table (no escapes: 8 zero values, 8 indices 0xffff) at the
+     * first multiple of 4 after the data: 60 (int8), 44 (int4). */
+    uint8_t* table = want + (bits == 8 ? 60 : 44);
+    memset(table + 32, 0xff, 16);
     memset(got, 0xaa, sizeof got);
     CHECK(zppQuantize(in, dtype, 35, bits, 32, got) == zppSuccess);
     CHECK_MSG(memcmp(got, want, size) == 0, "%s %s int%d: packed bytes differ from the hand-built ones",

@@ -9,7 +9,7 @@
  *   - every decoded element must equal the spec decoding (q * scale rounded
  *     to the output type) and lie within the documented bound of its input;
  *   - every implementation must produce the same bytes and outputs.
- * Then zero and non-finite blocks among normal ones, and the extremes: the
+ * Then zero blocks and non-finite elements among normal ones, and the extremes: the
  * largest values of each type, tiny blocks (the 2^64 prescale), and the
  * subnormal-scale case that the bound's last term exists for.
  */
@@ -25,11 +25,14 @@ static const char* gImpls[QT_MAX_IMPLS];
 static int gNimpl;
 static const zppDataType_t kTypes[3] = {zppFloat32, zppFloat16, zppBfloat16};
 
-/* Max |x| of a block in double; sets *nonfinite. */
-static double blockAmax(const void* in, zppDataType_t dtype, size_t lo, size_t hi, int* nonfinite) {
+/* Max |x| of a block in double, escaped elements (esc[i]) left out; sets
+ * *nonfinite. */
+static double blockAmax(const void* in, zppDataType_t dtype, size_t lo, size_t hi, const char* esc,
+                        int* nonfinite) {
   double a = 0;
   *nonfinite = 0;
   for (size_t i = lo; i < hi; i++) {
+    if (esc[i]) continue;
     double x = qtGet(in, dtype, i);
     if (!isfinite(x))
       *nonfinite = 1;
@@ -39,8 +42,35 @@ static double blockAmax(const void* in, zppDataType_t dtype, size_t lo, size_t h
   return a;
 }
 
+/* Checks the escape tables against the expected escapes: slots in index
+ * order holding the input values, the rest unused. */
+static long checkTables(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                        const uint8_t* seg, const char* esc, const char* what) {
+  long bad = 0;
+  for (size_t g = 0; g * 4096 < count; g++) {
+    int j = 0;
+    for (size_t i = g * 4096; i < count && i < (g + 1) * 4096; i++) {
+      if (!esc[i]) continue;
+      float x = (float)qtGet(in, dtype, i), v;
+      uint32_t vb = qtEscSlotBits(seg, count, bits, block, g, j);
+      memcpy(&v, &vb, 4);
+      if (j >= 8 || qtEscSlotIndex(seg, count, bits, block, g, j) != i - g * 4096 ||
+          !(isnan(x) ? isnan(v) : zppF32Bits(x) == vb)) {
+        if (bad++ == 0) fprintf(stderr, "%s: element %zu (%a) not in escape slot %d\n", what, i, x, j);
+      }
+      j++;
+    }
+    for (; j < 8; j++)
+      if (qtEscSlotIndex(seg, count, bits, block, g, j) != 0xffff ||
+          qtEscSlotBits(seg, count, bits, block, g, j) != 0) {
+        if (bad++ == 0) fprintf(stderr, "%s: group %zu slot %d should be unused\n", what, g, j);
+      }
+  }
+  return bad;
+}
+
 /* Checks one segment against its input: header, scales and q from the
- * spec, padding. Returns the number of problems (reported once). */
+ * spec, escapes, padding. Returns the number of problems (reported once). */
 static long checkEncoding(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                           const uint8_t* seg, const char* what) {
   long bad = 0;
@@ -51,11 +81,15 @@ static long checkEncoding(const void* in, zppDataType_t dtype, size_t count, int
     CHECK_MSG(0, "%s: bad header", what);
     return 1;
   }
+  char* esc = malloc(count + 1);
+  REQUIRE(esc != NULL);
+  qtExpectEscapes(in, dtype, count, bits, block, esc);
+  bad += checkTables(in, dtype, count, bits, block, seg, esc, what);
   size_t nb = (count + block - 1) / block;
   for (size_t b = 0; b < nb; b++) {
     size_t lo = b * block, hi = lo + block < count ? lo + block : count;
     int nonfinite;
-    float a = (float)blockAmax(in, dtype, lo, hi, &nonfinite); /* exact: a is an input value */
+    float a = (float)blockAmax(in, dtype, lo, hi, esc, &nonfinite); /* exact: an input value */
     float s = qtScale(seg, count, block, b);
     float want;
     float p = 1.0f, inv = 0.0f;
@@ -76,7 +110,7 @@ static long checkEncoding(const void* in, zppDataType_t dtype, size_t count, int
     for (size_t i = lo; i < hi; i++) {
       int q = qtQ(seg, count, bits, block, i);
       int wq = 0;
-      if (!nonfinite && a != 0.0f) {
+      if (!nonfinite && a != 0.0f && !esc[i]) {
         float x = (float)qtGet(in, dtype, i);
         float t = (x * p) * inv;
         wq = (int)nearbyintf(t);
@@ -88,16 +122,19 @@ static long checkEncoding(const void* in, zppDataType_t dtype, size_t count, int
       }
     }
   }
-  /* An odd int4 count leaves the last high nibble 0; padding is zero. */
-  size_t used = 16 + 4 * nb + (bits == 8 ? count : (count + 1) / 2);
-  if (bits == 4 && count % 2 == 1 && (seg[used - 1] >> 4) != 0) {
+  /* An odd int4 count leaves the last high nibble 0; the padding before and
+   * after the escape tables is zero. */
+  size_t dataEnd = 16 + 4 * nb + (bits == 8 ? count : (count + 1) / 2);
+  size_t tables = (dataEnd + 3) / 4 * 4, used = qtUsedBytes(count, bits, block);
+  if (bits == 4 && count % 2 == 1 && (seg[dataEnd - 1] >> 4) != 0) {
     if (bad++ == 0) fprintf(stderr, "%s: last high nibble not 0\n", what);
   }
-  for (size_t i = used; i < zppQuantPackedSize(count, bits, block); i++)
-    if (seg[i] != 0) {
+  for (size_t i = dataEnd; i < zppQuantPackedSize(count, bits, block); i++)
+    if ((i < tables || i >= used) && seg[i] != 0) {
       if (bad++ == 0) fprintf(stderr, "%s: padding byte %zu is 0x%02x\n", what, i, seg[i]);
       break;
     }
+  free(esc);
   return bad;
 }
 
@@ -111,7 +148,13 @@ static long checkDecoding(const void* in, zppDataType_t dtype, size_t count, int
     double y = qtGet(out, T, i);
     uint32_t ybits = qtBits(out, T, i);
     int ok;
-    if (isnan(s)) {
+    float e;
+    if (qtEscaped(seg, count, bits, block, i, &e)) {
+      /* An escaped element decodes to itself, rounded to T. */
+      uint8_t ref[4];
+      qtSet(ref, T, 0, e);
+      ok = isnan(x) ? isnan(y) : qtBits(ref, T, 0) == ybits && (double)e == x;
+    } else if (isnan(s)) {
       /* The output type's canonical NaN. */
       ok = ybits == (T == zppFloat32 ? 0x7fc00000u : T == zppFloat16 ? 0x7e00u : 0x7fc0u);
     } else {
@@ -274,24 +317,29 @@ static void checkHuge(zppTestRng_t* rng) {
   }
 }
 
-/* Zero blocks (+0 and -0) and blocks with Inf or NaN among normal blocks. */
+/* Zero blocks (+0 and -0) and blocks with Inf or NaN among normal blocks.
+ * Up to E = 4 non-finite elements of a block escape: they decode to
+ * themselves and the block's scale fits the rest. Five make the block
+ * non-finite (NaN scale, all NaN). */
 static void checkSpecialBlocks(zppTestRng_t* rng) {
   const int blocks[] = {32, 64, 256, 4096};
   for (int t = 0; t < 3; t++)
     for (int bits = 8; bits >= 4; bits -= 4)
       for (int bi = 0; bi < 4; bi++) {
         int block = blocks[bi];
-        size_t count = 6 * (size_t)block + 5;
+        size_t count = 7 * (size_t)block + 5;
         zppDataType_t dt = kTypes[t];
         void* in = malloc(count * 4);
         REQUIRE(in != NULL);
         qtFill(in, dt, count, QT_NORMAL, rng);
         for (int i = 0; i < block; i++) qtSet(in, dt, block + i, (i & 1) ? -0.0f : 0.0f); /* block 1 */
         size_t pos = (size_t)(zppTestRngNext(rng) % (uint64_t)block);
-        qtSet(in, dt, 2 * block + pos, INFINITY);        /* block 2 */
-        qtSet(in, dt, 3 * block + block - 1 - pos, NAN); /* block 3 */
-        qtSet(in, dt, 4 * block, -INFINITY);             /* block 4, first element */
+        size_t inf2 = 2 * block + pos, nan3 = 3 * block + block - 1 - pos;
+        qtSet(in, dt, inf2, INFINITY);       /* block 2 */
+        qtSet(in, dt, nan3, NAN);            /* block 3 */
+        qtSet(in, dt, 4 * block, -INFINITY); /* block 4, first element */
         qtSet(in, dt, 4 * block + block - 1, NAN);
+        for (int k = 0; k < 5; k++) qtSet(in, dt, 6 * block + 3 * k, k & 1 ? NAN : INFINITY); /* 6 */
         qtSet(in, dt, count - 1, -NAN); /* tail block, last element */
         checkCase(in, dt, count, bits, block, OUT_ALL, "special");
         /* The expectations checkCase verifies, spelled out once more. */
@@ -301,14 +349,20 @@ static void checkSpecialBlocks(zppTestRng_t* rng) {
         CHECK(zppQuantize(in, dt, count, bits, block, seg) == zppSuccess);
         CHECK(zppDequantize(seg, count, bits, block, y, zppFloat32) == zppSuccess);
         CHECK(zppF32Bits(qtScale(seg, count, block, 1)) == 0);
-        for (int b = 2; b <= 4; b++) CHECK(zppF32Bits(qtScale(seg, count, block, b)) == 0x7fc00000u);
+        for (int b = 2; b <= 5; b++) CHECK(qtScale(seg, count, block, b) > 0.0f);
+        CHECK(qtScale(seg, count, block, 7) > 0.0f);
         CHECK(zppF32Bits(qtScale(seg, count, block, 6)) == 0x7fc00000u);
-        for (int i = 0; i < block; i++) {
-          CHECK(zppF32Bits(y[block + i]) == 0); /* exact +0, even for -0 inputs */
-          CHECK(isnan(y[2 * block + i]) && isnan(y[3 * block + i]) && isnan(y[4 * block + i]));
-          CHECK(isfinite(y[i]) && isfinite(y[5 * block + i]));
+        CHECK(y[inf2] == INFINITY && isnan(y[nan3]) && y[4 * block] == -INFINITY);
+        CHECK(isnan(y[4 * block + block - 1]) && isnan(y[count - 1]));
+        for (size_t i = 0; i < count; i++) {
+          int special = i == inf2 || i == nan3 || i == 4 * (size_t)block ||
+                        i == 4 * (size_t)block + block - 1 || i == count - 1;
+          if (i / block == 1) CHECK(zppF32Bits(y[i]) == 0); /* exact +0, even for -0 inputs */
+          if (i / block == 6)
+            CHECK(isnan(y[i]));
+          else if (!special)
+            CHECK(isfinite(y[i]));
         }
-        for (size_t i = 6 * (size_t)block; i < count; i++) CHECK(isnan(y[i]));
         free(seg);
         free(y);
         free(in);

@@ -128,8 +128,8 @@ static int caseSettings(int rank, int n, const zppUniqueId* id) {
   CHECK(zppReduceScatter(in, out, rc, zppFloat32, zppAvg, comm, NULL) == zppSuccess);
   int* oneNode = xmalloc((size_t)n * sizeof(int));
   memset(oneNode, 0, (size_t)n * sizeof(int));
-  ztQgzExpect((const void* const*)all, zppFloat32, rc, rank, n, oneNode, 8, 256, zppAvg, exp, bound,
-              target);
+  ztQgzExpect((const void* const*)all, zppFloat32, rc, rank, n, oneNode, 8, 256, zppAvg, ZT_CHUNK_BYTES,
+              exp, bound, target);
   free(oneNode);
   CHECK_MSG(memcmp(out, exp, rc * sizeof(float)) == 0, "config qgzBits=8: not qgZ int8 avg");
   CHECK(zppReduceScatter(in, out, rc, zppFloat32, zppMax, comm, NULL) == zppSuccess);

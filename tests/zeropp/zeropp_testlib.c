@@ -33,8 +33,10 @@ int ztBlock(int bits) {
   return bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8;
 }
 
-size_t ztChunkElems(zppDataType_t t, int block) {
-  size_t e = ZT_CHUNK_BYTES / zppTypeSize(t);
+size_t ztChunkElems(zppDataType_t t, int block) { return ztChunkElemsFor(ZT_CHUNK_BYTES, t, block); }
+
+size_t ztChunkElemsFor(size_t bytes, zppDataType_t t, int block) {
+  size_t e = bytes / zppTypeSize(t);
   e -= e % (size_t)block;
   return e < (size_t)block ? (size_t)block : e;
 }
@@ -86,7 +88,8 @@ static double stageErr(double s, int bits) {
 }
 
 void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W, const int* nodeOf,
-                 int bits, int block, zppRedOp_t op, void* out, double* bound, double* target) {
+                 int bits, int block, zppRedOp_t op, size_t chunkBytes, void* out, double* bound,
+                 double* target) {
   /* The ranks in node order, each node's in rank order: the order in which
    * the library sums (nodes numbered by their lowest rank, as the topology
    * numbers them, whatever the placement). */
@@ -101,7 +104,7 @@ void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, i
     for (int r = 0; r < W; r++)
       if (nodeOf[r] == n) byNode[filled++] = r;
   REQUIRE(filled == W && N * L == W);
-  const size_t ts = zppTypeSize(t), ce = ztChunkElems(t, block);
+  const size_t ts = zppTypeSize(t), ce = ztChunkElemsFor(chunkBytes, t, block);
   const float d = op == zppAvg ? (float)W : 1.0f;
   const double uT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-11 : 0x1p-8;
   const double mT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-25 : 0x1p-134;
@@ -130,27 +133,39 @@ void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, i
             zppSuccess);
     REQUIRE(zppDequantizeSum(last, P, nLast, len, bits, block, d, v32, zppFloat32) == zppSuccess);
     for (size_t i = 0; i < len; i++) {
+      /* Each stage's error (0 for an escaped element; the scale's bound
+       * covers it), and the fp32 sums' over their terms: one per input, one
+       * more per input where the element escaped (zpp_quant.h). */
       size_t b = i / (size_t)block;
       double x = 0, e = 0, sumAbsY = 0;
+      int terms = W;
+      float esc;
       for (int k = 0; k < W; k++) {
         const uint8_t* seg = segs + (size_t)k * P;
         x += qtGet(inputs[byNode[k]], t, (size_t)p * rc + off + i);
         e += stageErr(qtScale(seg, len, block, b), bits);
-        sumAbsY += fabs((double)qtDecoded(seg, len, bits, block, i));
+        sumAbsY += fabs((double)qtElement(seg, len, bits, block, i));
+        terms += qtEscaped(seg, len, bits, block, i, &esc);
       }
       if (twoStage) {
         double sumAbsR = 0;
+        int termsR = N;
         for (int n = 0; n < N; n++) {
           const uint8_t* seg = rr + (size_t)n * P;
           double nodeAbsY = 0;
-          for (int j = 0; j < L; j++)
-            nodeAbsY += fabs((double)qtDecoded(segs + (size_t)(n * L + j) * P, len, bits, block, i));
-          e += stageErr(qtScale(seg, len, block, b), bits) + gammaK(L - 1) * nodeAbsY;
-          sumAbsR += fabs((double)qtDecoded(seg, len, bits, block, i));
+          int termsY = L;
+          for (int j = 0; j < L; j++) {
+            const uint8_t* in = segs + (size_t)(n * L + j) * P;
+            nodeAbsY += fabs((double)qtElement(in, len, bits, block, i));
+            termsY += qtEscaped(in, len, bits, block, i, &esc);
+          }
+          e += stageErr(qtScale(seg, len, block, b), bits) + gammaK(termsY - 1) * nodeAbsY;
+          sumAbsR += fabs((double)qtElement(seg, len, bits, block, i));
+          termsR += qtEscaped(seg, len, bits, block, i, &esc);
         }
-        e += gammaK(N - 1) * sumAbsR;
+        e += gammaK(termsR - 1) * sumAbsR;
       } else {
-        e += gammaK(W - 1) * sumAbsY;
+        e += gammaK(terms - 1) * sumAbsY;
       }
       double v = fabs((double)v32[i]);
       double div = d != 1.0f ? 0x1p-24 * v * (1 + 0x1p-23) + 0x1p-150 : 0.0;

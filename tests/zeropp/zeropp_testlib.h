@@ -20,8 +20,10 @@
  * values with magnitudes that vary from block to block. */
 void ztFill(void* buf, zppDataType_t t, size_t count, int seed, int rank);
 
-/* Elements per pipeline chunk, as the library computes it. */
+/* Elements per pipeline chunk, as the library computes it (chunk bytes
+ * ZT_CHUNK_BYTES, or `bytes`). */
 size_t ztChunkElems(zppDataType_t t, int block);
+size_t ztChunkElemsFor(size_t bytes, zppDataType_t t, int block);
 /* Default block for bits (the codec's). */
 int ztBlock(int bits);
 
@@ -39,9 +41,13 @@ int ztQwzExpect(const void* shard, zppDataType_t t, size_t count, int bits, int 
  * node numbers: nodes of equal size, numbered by their lowest rank, in any
  * placement), as the library computes it: out (rc elements of t) byte for
  * byte; bound[i] the documented two-stage bound and target[i] the exact sum
- * (or average) in double, for each element. */
+ * (or average) in double, for each element. chunkBytes: the bytes of
+ * qgZ's pipeline chunk per peer (ZT_CHUNK_BYTES unless a test changed the
+ * pipeline chunk): the segments are cut there, and where a block has more
+ * outliers than its escape table can take, the result depends on the cut. */
 void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W, const int* nodeOf,
-                 int bits, int block, zppRedOp_t op, void* out, double* bound, double* target);
+                 int bits, int block, zppRedOp_t op, size_t chunkBytes, void* out, double* bound,
+                 double* target);
 /* Bytes one rank's qgZ sends for a tensor of rc elements per rank: one
  * packed segment run (sum over pipeline pieces of their packed size). */
 size_t ztQgzRunBytes(size_t rc, zppDataType_t t, int bits, int block);

@@ -1,0 +1,210 @@
+/*
+ * Escapes (zpp_quant.h, "Escapes"), for every CPU implementation at once.
+ *
+ * The implementations encode and decode as if escapes did not exist; this
+ * file then fixes up what escapes change, with the reference code of
+ * quant_ref.h. Escapes are rare (garbage, overflow, a lone spike), so the
+ * fix-ups cost a scan on ordinary data:
+ * - encoding: a block that may hold an escape has a NaN scale (a non-finite
+ *   element) or at most E non-zero q (zpp_quant.h says why); an escape group
+ *   with such a block is encoded again from its input with escapes. The
+ *   scan stops at the (E+1)-th non-zero q, a few bytes into most blocks.
+ * - decoding: the escaped elements decode to 0 in the packed data; their
+ *   values are added from the tables, after the packed values, in input
+ *   order, which is the order the spec defines.
+ * - the fused reduce-requantize: an output group whose inputs have escapes,
+ *   or whose blocks may hold one, is summed and encoded again.
+ */
+#include <stdatomic.h>
+#include <string.h>
+
+#include "log.h"
+#include "quant_kernels/quant_impl.h"
+#include "quant_kernels/quant_ref.h"
+#include "quant_kernels/zpp_quant.h"
+
+static _Thread_local zppQuantEscCounts_t threadCounts;
+
+void zppQuantTakeEscapeCounts(uint64_t* escapes, uint64_t* overflows) {
+  if (escapes) *escapes += threadCounts.escapes;
+  if (overflows) *overflows += threadCounts.overflows;
+  threadCounts.escapes = 0;
+  threadCounts.overflows = 0;
+}
+
+/* Adds a call's counts to the thread's, saying once per process what an
+ * overflow means. */
+static void addCounts(const zppQuantEscCounts_t* c) {
+  static atomic_int warned;
+  threadCounts.escapes += c->escapes;
+  threadCounts.overflows += c->overflows;
+  if (c->overflows > 0 && atomic_exchange(&warned, 1) == 0)
+    ZPP_WARN(QUANT,
+             "a block had more outliers (Inf, NaN or elements 2^K above the rest) than the %d free "
+             "escape slots of its %d elements: it was quantized whole, its other elements with the "
+             "outlier's scale (counted as escape overflows in the statistics; said once)",
+             ZPP_QUANT_ESC_SLOTS, ZPP_QUANT_ESC_GROUP);
+}
+
+/* 1 when block b of a segment may hold an escape: its scale is NaN, or it is
+ * non-zero with at most E non-zero q. */
+static int blockMayEscape(const uint8_t* scales, const uint8_t* data, size_t count, int bits, int block,
+                          size_t b) {
+  float s = zppQuantLoadScale(scales, b);
+  if (s != s) return 1;
+  if (s == 0.0f) return 0;
+  size_t lo = b * (size_t)block;
+  size_t hi = count - lo < (size_t)block ? count : lo + (size_t)block;
+  int nonzero = 0;
+  if (bits == 8) {
+    for (size_t i = lo; i < hi; i++)
+      if (data[i] != 0 && ++nonzero > ZPP_QUANT_ESC_PER_BLOCK) return 0;
+  } else {
+    for (size_t i = lo / 2; i < (hi + 1) / 2; i++) {
+      nonzero += (data[i] & 0x0f) != 0;
+      nonzero += (data[i] >> 4) != 0;
+      if (nonzero > ZPP_QUANT_ESC_PER_BLOCK) return 0;
+    }
+  }
+  return 1;
+}
+
+static int groupMayEscape(const uint8_t* scales, const uint8_t* data, size_t count, int bits, int block,
+                          size_t g) {
+  size_t b0 = g * (ZPP_QUANT_ESC_GROUP / (size_t)block);
+  size_t b1 = zppQuantNumBlocks(count, block);
+  if (b1 > b0 + ZPP_QUANT_ESC_GROUP / (size_t)block) b1 = b0 + ZPP_QUANT_ESC_GROUP / (size_t)block;
+  for (size_t b = b0; b < b1; b++)
+    if (blockMayEscape(scales, data, count, bits, block, b)) return 1;
+  return 0;
+}
+
+static size_t groupLen(size_t count, size_t g) {
+  size_t lo = g * ZPP_QUANT_ESC_GROUP;
+  return count - lo < ZPP_QUANT_ESC_GROUP ? count - lo : ZPP_QUANT_ESC_GROUP;
+}
+
+static void clearTable(uint8_t* table) {
+  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
+    zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+}
+
+void zppQuantEscEncode(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                       uint8_t* packed) {
+  uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
+  uint8_t* data = packed + zppQuantDataOffset(count, block);
+  uint8_t* tables = packed + zppQuantEscOffset(count, bits, block);
+  zppQuantEscCounts_t counts = {0, 0};
+  for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
+    uint8_t* table = tables + g * ZPP_QUANT_ESC_TABLE_BYTES;
+    if (!groupMayEscape(scales, data, count, bits, block, g)) {
+      clearTable(table);
+      continue;
+    }
+    float x[ZPP_QUANT_ESC_GROUP];
+    size_t base = g * ZPP_QUANT_ESC_GROUP, glen = groupLen(count, g);
+    for (size_t i = 0; i < glen; i++) x[i] = zppQuantLoadOne(in, dtype, base + i);
+    zppQuantEncodeGroupRef(x, glen, base, bits, block, scales, data, table, &counts);
+  }
+  addCounts(&counts);
+}
+
+/* 1 when the group's table has a used slot. */
+static int tableUsed(const uint8_t* table) { return zppQuantEscIndex(table, 0) != ZPP_QUANT_ESC_EMPTY; }
+
+static const uint8_t* groupTable(const uint8_t* seg, size_t count, int bits, int block, size_t g) {
+  return seg + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
+}
+
+/* The spec's sum of element i over n inputs: the packed values in input
+ * order from 0, then the escaped values in input order. */
+static float sumOne(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
+                    size_t i) {
+  float sum = 0.0f;
+  for (int k = 0; k < n; k++) {
+    const uint8_t* seg = packed + (size_t)k * stride;
+    const uint8_t* data = seg + zppQuantDataOffset(count, block);
+    float s = zppQuantLoadScale(zppQuantScalesPtr(seg), i / (size_t)block);
+    sum = sum + (float)zppQuantGetQ(data, bits, i) * s;
+  }
+  size_t g = i / ZPP_QUANT_ESC_GROUP;
+  unsigned rel = (unsigned)(i - g * ZPP_QUANT_ESC_GROUP);
+  for (int k = 0; k < n; k++) {
+    const uint8_t* table = groupTable(packed + (size_t)k * stride, count, bits, block, g);
+    for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+      unsigned idx = zppQuantEscIndex(table, j);
+      if (idx == ZPP_QUANT_ESC_EMPTY) break;
+      if (idx == rel) sum = sum + zppQuantEscValue(table, j);
+    }
+  }
+  return sum;
+}
+
+void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
+                        int block_in, int bits_out, int block_out, uint8_t* packed_out) {
+  uint8_t* scales = packed_out + ZPP_QUANT_HEADER_BYTES;
+  uint8_t* data = packed_out + zppQuantDataOffset(count, block_out);
+  uint8_t* tables = packed_out + zppQuantEscOffset(count, bits_out, block_out);
+  zppQuantEscCounts_t counts = {0, 0};
+  for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
+    uint8_t* table = tables + g * ZPP_QUANT_ESC_TABLE_BYTES;
+    int redo = groupMayEscape(scales, data, count, bits_out, block_out, g);
+    for (int k = 0; k < n && !redo; k++)
+      redo = tableUsed(groupTable(packed + (size_t)k * stride, count, bits_in, block_in, g));
+    if (!redo) {
+      clearTable(table);
+      continue;
+    }
+    float x[ZPP_QUANT_ESC_GROUP];
+    size_t base = g * ZPP_QUANT_ESC_GROUP, glen = groupLen(count, g);
+    for (size_t i = 0; i < glen; i++)
+      x[i] = sumOne(packed, stride, n, count, bits_in, block_in, base + i);
+    zppQuantEncodeGroupRef(x, glen, base, bits_out, block_out, scales, data, table, &counts);
+  }
+  addCounts(&counts);
+}
+
+void zppQuantEscDequantize(const uint8_t* packed, size_t count, int bits, int block, void* out,
+                           zppDataType_t dtype) {
+  for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
+    const uint8_t* table = groupTable(packed, count, bits, block, g);
+    for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+      unsigned idx = zppQuantEscIndex(table, j);
+      if (idx == ZPP_QUANT_ESC_EMPTY) break;
+      zppQuantStoreOne(out, dtype, g * ZPP_QUANT_ESC_GROUP + idx, zppQuantEscValue(table, j));
+    }
+  }
+}
+
+void zppQuantEscAccumulate(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
+                           int block, float* acc) {
+  for (size_t g = 0; g < zppQuantNumGroups(count); g++)
+    for (int k = 0; k < n; k++) {
+      const uint8_t* table = groupTable(packed + (size_t)k * stride, count, bits, block, g);
+      for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+        unsigned idx = zppQuantEscIndex(table, j);
+        if (idx == ZPP_QUANT_ESC_EMPTY) break;
+        size_t i = g * ZPP_QUANT_ESC_GROUP + idx;
+        acc[i] = acc[i] + zppQuantEscValue(table, j);
+      }
+    }
+}
+
+void zppQuantEscSum(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
+                    float divisor, void* out, zppDataType_t dtype) {
+  for (size_t g = 0; g < zppQuantNumGroups(count); g++)
+    for (int k = 0; k < n; k++) {
+      const uint8_t* table = groupTable(packed + (size_t)k * stride, count, bits, block, g);
+      for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+        unsigned idx = zppQuantEscIndex(table, j);
+        if (idx == ZPP_QUANT_ESC_EMPTY) break;
+        /* Recomputed whole: the implementation stored the quotient of the
+         * packed values only. An element escaped in several inputs is
+         * recomputed once per input, to the same value. */
+        size_t i = g * ZPP_QUANT_ESC_GROUP + idx;
+        float sum = sumOne(packed, stride, n, count, bits, block, i);
+        if (divisor != 1.0f) sum = sum / divisor;
+        zppQuantStoreOne(out, dtype, i, sum);
+      }
+    }
+}
