@@ -37,6 +37,13 @@ zppResult_t zppCommInitFromEnv(zppComm_t* comm, zppConfig_t* config) {
   return zppCommStateInitFromEnv(comm, config);
 }
 
+zppResult_t zppCommSplit(zppComm_t comm, int color, int key, zppComm_t* newcomm, zppConfig_t* config) {
+  ZPP_ARGCHECK(newcomm != NULL, "zppCommSplit: newcomm (the output) is NULL");
+  ZPPCHECK(zppCommStateCheckUsable(comm));
+  ZPPCHECK(zppCollSettingsCheck());
+  return zppCommStateSplit(comm, color, key, config, newcomm);
+}
+
 zppResult_t zppCommDestroy(zppComm_t comm) {
   if (comm == NULL) return zppSuccess;
   return zppCommStateDestroy(comm);

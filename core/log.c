@@ -124,6 +124,7 @@ int zppLogEnabled(zppLogLevel_t level, zppLogSubsys_t subsys) {
 }
 
 void zppLogSetRank(int rank) { atomic_store_explicit(&logRank, rank, memory_order_relaxed); }
+int zppLogGetRank(void) { return atomic_load_explicit(&logRank, memory_order_relaxed); }
 
 void zppLogSetLevel(zppLogLevel_t level) {
   pthread_once(&logOnce, logInit);

@@ -38,6 +38,8 @@ zppLogLevel_t zppLogLevel(void);
 int zppLogEnabled(zppLogLevel_t level, zppLogSubsys_t subsys);
 /* The rank printed on every line (-1, the default, prints no rank). */
 void zppLogSetRank(int rank);
+/* The rank log lines show (-1 before any communicator). */
+int zppLogGetRank(void);
 /* Forces the level (tools' -v flags, tests); overrides ZPP_DEBUG. */
 void zppLogSetLevel(zppLogLevel_t level);
 

@@ -118,9 +118,9 @@ static uint64_t hashHostIds(const char* const* ids, int n) {
 /* The host ids the topology is built from: the ones the ranks announced,
  * unless ZPP_TOPO_FILE replaces them. Every rank must end up with the same
  * table, or the groups would disagree: checked with an all-gather. */
-static zppResult_t buildTopology(struct zppComm* comm) {
+static zppResult_t buildTopology(struct zppComm* comm, int announcedHostIds) {
   zppResult_t res = zppSuccess;
-  const char* path = zppEnvGetString("ZPP_TOPO_FILE");
+  const char* path = announcedHostIds ? "" : zppEnvGetString("ZPP_TOPO_FILE");
   char** fileIds = NULL;
   uint64_t* hashes = NULL;
   const char** ids = NULL;
@@ -187,7 +187,7 @@ zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUn
   zppCompressApply(comm, &s->compress);
   ZPPCHECKGOTO(zppBootstrapInit(id, rank, nranks, s->hostId, s->timeoutSec, &comm->bootstrap), res,
                err_free);
-  ZPPCHECKGOTO(buildTopology(comm), res, err_free);
+  ZPPCHECKGOTO(buildTopology(comm, s->announcedHostIds), res, err_free);
   ZPPCHECKGOTO(zppTransportsInit(comm), res, err_free);
   ZPP_INFO(INIT, "comm %s rank %d/%d ready", comm->name, rank, nranks);
   *out = comm;

@@ -18,6 +18,10 @@ typedef struct {
   const char* timeoutFrom;        /* "config", "ZPP_TIMEOUT" or "default" */
   const char* hostIdFrom;         /* "config", "ZPP_HOSTID", "SLURMD_NODENAME" or "host name" */
   zppCompressSettings_t compress; /* ZeRO++ compression, with where each value came from */
+  /* 1 for a split: the topology comes from the host ids the ranks announce
+   * (their parent's node identities), never from ZPP_TOPO_FILE, whose table
+   * lists the ranks of a whole job. */
+  int announcedHostIds;
 } zppCommSettings_t;
 
 /* Validates config (NULL: defaults) and resolves every setting: explicit
@@ -27,6 +31,12 @@ zppResult_t zppCommStateResolveSettings(const zppConfig_t* config, zppCommSettin
 /* Bootstrap, topology and transports for arguments already checked. */
 zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
                                          const zppCommSettings_t* s);
+
+/* zppCommSplit (comm_split.c): collective over parent's ranks. config
+ * NULL: the parent's settings; else the config's, with the parent's node
+ * identity unless config names one. *out NULL for ZPP_SPLIT_NOCOLOR. */
+zppResult_t zppCommStateSplit(struct zppComm* parent, int color, int key, const zppConfig_t* config,
+                              zppComm_t* out);
 
 /* A launch from the launcher's environment (comm_env.c). */
 zppResult_t zppCommStateInitFromEnv(zppComm_t* out, const zppConfig_t* config);

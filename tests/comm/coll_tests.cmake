@@ -132,3 +132,13 @@ foreach(coll reduce gather scatter alltoallv)
              ARGS kill ${bytes} 2x2 10 ${coll} LABELS comm TIMEOUT 300 ENV ZPP_TIMEOUT=2)
   endforeach()
 endforeach()
+
+# zppCommSplit: colors, keys, NOCOLOR, splits of splits, collectives on the
+# new communicators, bad colors, destroy order; ranks on nodes in turn.
+zpp_test_executable(test_comm_split SOURCES test_comm_split.c LIBS zpp_launch)
+foreach(args "6;3x2" "5;3,2" "4;2x2/cyclic" "1")
+  string(REPLACE ";" "_" tag "${args}")
+  string(REPLACE "/" "_" tag "${tag}")
+  string(REPLACE "," "_" tag "${tag}")
+  zpp_test(test_comm_split_${tag} EXE test_comm_split ARGS ${args} LABELS comm TIMEOUT 120)
+endforeach()
