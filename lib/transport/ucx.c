@@ -323,6 +323,9 @@ zppResult_t zppUcxPoll(zppUcx_t* u) {
 zppResult_t zppUcxProbe(zppUcx_t* u, int peer, const zppMsgId_t* id, int* found) {
   ucp_ep_h ep;
   ZPPCHECK(zppUcxGetEp(u, peer, &ep));
+  /* Ring messages for receives already posted move out of the way, so a
+   * full ring cannot hide the message asked for behind them. */
+  zppUcxShmProgress(u);
   peer_t* p = &u->peers[peer];
   uint64_t tag = zppUcxMakeTag(peer, id), gotTag;
   size_t len;
@@ -331,13 +334,15 @@ zppResult_t zppUcxProbe(zppUcx_t* u, int peer, const zppMsgId_t* id, int* found)
            ucp_tag_probe_nb(u->worker, tag, TAG_MATCH_MASK, 0, &info) != NULL;
   if (*found) return zppSuccess;
   /* A dead peer is only noticed by a wait, which a caller that probes
-   * never enters: look now and then. */
+   * never enters: look at every peer now and then. */
   double now = zppClockNow();
-  if (p->state != EP_FAILED && now - u->lastProbeLiveness > LIVENESS_PERIOD_SEC) {
+  if (now - u->lastProbeLiveness > LIVENESS_PERIOD_SEC) {
     u->lastProbeLiveness = now;
-    if (!zppUcxPeerAlive(p)) {
-      p->state = EP_FAILED;
-      p->failStatus = UCS_ERR_CONNECTION_RESET;
+    for (int i = 0; i < u->nranks; i++) {
+      peer_t* q = &u->peers[i];
+      if (i == u->rank || q->state == EP_FAILED || zppUcxPeerAlive(q)) continue;
+      q->state = EP_FAILED;
+      q->failStatus = UCS_ERR_CONNECTION_RESET;
     }
   }
   if (p->state == EP_FAILED)
