@@ -96,7 +96,8 @@ static uint32_t zppPerfMix(int rank, size_t index) {
 typedef enum { ZPP_PERF_GEN_WIDE, ZPP_PERF_GEN_SUM, ZPP_PERF_GEN_PROD } zppPerfGen_t;
 
 static zppPerfGen_t zppPerfGenKind(const zppPerfCheckSpec_t* s) {
-  if (s->coll != ZPP_PERF_REDUCESCATTER && s->coll != ZPP_PERF_ALLREDUCE) return ZPP_PERF_GEN_WIDE;
+  if (s->coll != ZPP_PERF_REDUCESCATTER && s->coll != ZPP_PERF_ALLREDUCE && s->coll != ZPP_PERF_REDUCE)
+    return ZPP_PERF_GEN_WIDE;
   switch (s->redop) {
     case zppSum:
     case zppAvg: return ZPP_PERF_GEN_SUM;
@@ -185,6 +186,19 @@ double zppPerfExpected(const zppPerfCheckSpec_t* s, size_t i, double* bound) {
     case ZPP_PERF_ALLREDUCE: return zppPerfReduceAt(s, i, bound);
     case ZPP_PERF_BROADCAST: return zppPerfInputValue(s, s->root, i);
     case ZPP_PERF_SENDRECV: return zppPerfInputValue(s, zppPerfPartner(s->rank, s->nranks), i);
+    case ZPP_PERF_REDUCE: return zppPerfReduceAt(s, i, bound);
+    case ZPP_PERF_GATHER: return zppPerfInputValue(s, (int)(i / c), i % c);
+    case ZPP_PERF_SCATTER: return zppPerfInputValue(s, s->root, (size_t)s->rank * c + i);
+    case ZPP_PERF_ALLTOALLV: {
+      const int n = s->nranks;
+      size_t at = 0;
+      for (int p = 0; p < n; p++) {
+        size_t part = zppPerfVCount(c, p, s->rank, n);
+        if (i < at + part) return zppPerfInputValue(s, p, zppPerfVSendDispl(c, p, s->rank, n) + i - at);
+        at += part;
+      }
+      return NAN;
+    }
     default: return NAN;
   }
 }
@@ -193,6 +207,8 @@ void zppPerfCheckRecv(const zppPerfCheckSpec_t* s, const void* recv, size_t recv
                       zppPerfBoundFn extra, void* arg, zppPerfCheckResult_t* out) {
   memset(out, 0, sizeof *out);
   out->firstWrong = -1;
+  /* Reduce and gather write nothing on the other ranks. */
+  if ((s->coll == ZPP_PERF_REDUCE || s->coll == ZPP_PERF_GATHER) && s->rank != s->root) recvCount = 0;
   for (size_t i = 0; i < recvCount; i++) {
     double bound;
     double e = zppPerfExpected(s, i, &bound);

@@ -33,13 +33,36 @@ typedef struct {
   zppRedOp_t redop; /* ignored by allgather, alltoall, broadcast */
   int nranks;
   int rank;        /* whose receive buffer is checked */
-  int root;        /* broadcast only */
+  int root;        /* broadcast, reduce, gather, scatter */
   size_t apiCount; /* the count argument of the call (perf_math.h) */
 } zppPerfCheckSpec_t;
 
 /* sendrecv's pairs: 0<->1, 2<->3, ...; with an odd rank count the last
  * rank sends to and receives from itself. */
 static inline int zppPerfPartner(int rank, int nranks) { return (rank ^ 1) < nranks ? rank ^ 1 : rank; }
+
+/* alltoallv's uneven parts, c the nominal per-peer count: rank `from`
+ * sends c + c/2 elements to the next rank and c - c/2 to the previous one
+ * (c to every other, and to both when n < 3), so that every rank sends
+ * and receives c * n in all. Parts lie in peer order, without gaps. */
+static inline size_t zppPerfVCount(size_t c, int from, int to, int n) {
+  if (n < 3) return c;
+  if (to == (from + 1) % n) return c + c / 2;
+  if (to == (from + n - 1) % n) return c - c / 2;
+  return c;
+}
+/* Where `to`'s part starts in `from`'s send buffer. */
+static inline size_t zppPerfVSendDispl(size_t c, int from, int to, int n) {
+  size_t d = 0;
+  for (int p = 0; p < to; p++) d += zppPerfVCount(c, from, p, n);
+  return d;
+}
+/* Where `from`'s part starts in `to`'s receive buffer. */
+static inline size_t zppPerfVRecvDispl(size_t c, int from, int to, int n) {
+  size_t d = 0;
+  for (int p = 0; p < from; p++) d += zppPerfVCount(c, p, to, n);
+  return d;
+}
 
 /* 1 for the data types zpp-perf knows (every zppDataType_t). */
 int zppPerfTypeValid(zppDataType_t dtype);

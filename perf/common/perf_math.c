@@ -16,20 +16,24 @@ int zppPerfCounts(zppPerfColl_t coll, size_t sizeBytes, size_t typeSize, int nra
   switch (coll) {
     case ZPP_PERF_ALLGATHER:
     case ZPP_PERF_REDUCESCATTER:
-    case ZPP_PERF_ALLTOALL: {
+    case ZPP_PERF_ALLTOALL:
+    case ZPP_PERF_GATHER:
+    case ZPP_PERF_SCATTER:
+    case ZPP_PERF_ALLTOALLV: {
       /* The size names the whole buffer of n blocks, so each rank's block is
        * a whole number of elements: round the total down to n blocks. */
       size_t c = sizeBytes / typeSize / n;
       out->apiCount = c;
       out->totalCount = c * n;
       out->bytes = c * n * typeSize;
-      out->sendCount = coll == ZPP_PERF_ALLGATHER ? c : c * n;
-      out->recvCount = coll == ZPP_PERF_REDUCESCATTER ? c : c * n;
+      out->sendCount = coll == ZPP_PERF_ALLGATHER || coll == ZPP_PERF_GATHER ? c : c * n;
+      out->recvCount = coll == ZPP_PERF_REDUCESCATTER || coll == ZPP_PERF_SCATTER ? c : c * n;
       return 0;
     }
     case ZPP_PERF_ALLREDUCE:
     case ZPP_PERF_BROADCAST:
-    case ZPP_PERF_SENDRECV: {
+    case ZPP_PERF_SENDRECV:
+    case ZPP_PERF_REDUCE: {
       size_t c = sizeBytes / typeSize;
       out->apiCount = c;
       out->totalCount = c;
@@ -48,10 +52,14 @@ double zppPerfBusFactor(zppPerfColl_t coll, int nranks) {
   switch (coll) {
     case ZPP_PERF_ALLGATHER:
     case ZPP_PERF_REDUCESCATTER:
-    case ZPP_PERF_ALLTOALL: return (n - 1.0) / n;
+    case ZPP_PERF_ALLTOALL:
+    case ZPP_PERF_GATHER:
+    case ZPP_PERF_SCATTER:
+    case ZPP_PERF_ALLTOALLV: return (n - 1.0) / n;
     case ZPP_PERF_ALLREDUCE: return 2.0 * (n - 1.0) / n;
     case ZPP_PERF_BROADCAST:
-    case ZPP_PERF_SENDRECV: return 1.0;
+    case ZPP_PERF_SENDRECV:
+    case ZPP_PERF_REDUCE: return 1.0;
     default: return 0.0;
   }
 }

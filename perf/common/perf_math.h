@@ -15,7 +15,15 @@
  *   allreduce      count     = S/t        c * t            2(n-1)/n
  *   broadcast      count     = S/t        c * t            1
  *   sendrecv       count     = S/t        c * t            1
+ *   reduce         count     = S/t        c * t            1
+ *   gather         sendcount = S/(t*n)    c * t * n        (n-1)/n
+ *   scatter        recvcount = S/(t*n)    c * t * n        (n-1)/n
+ *   alltoallv      per-peer  = S/(t*n)    c * t * n        (n-1)/n
  *
+ * (alltoallv: uneven, each rank sends c + c/2 to the next rank and
+ * c - c/2 to the previous one, c to the others (perf_check.h), so every
+ * rank still sends and receives c * n in all; reduce's and gather's
+ * result is on the root only)
  * (sendrecv: each rank sends c elements to its pair partner and receives c
  * from it, both at once; bytes is one direction's, as nccl-tests counts
  * its sendrecv)
@@ -35,7 +43,11 @@ typedef enum {
   ZPP_PERF_ALLTOALL = 3,
   ZPP_PERF_BROADCAST = 4,
   ZPP_PERF_SENDRECV = 5, /* zppSend/zppRecv between pair partners (perf_check.h) */
-  ZPP_PERF_NUM_COLLS = 6
+  ZPP_PERF_REDUCE = 6,
+  ZPP_PERF_GATHER = 7,
+  ZPP_PERF_SCATTER = 8,
+  ZPP_PERF_ALLTOALLV = 9, /* uneven counts (perf_check.h) */
+  ZPP_PERF_NUM_COLLS = 10
 } zppPerfColl_t;
 
 /* The counts of one row of the table. */

@@ -181,6 +181,8 @@ const char* zppPerfTypeName(zppDataType_t dtype);
 const char* zppPerfRedOpName(zppRedOp_t op);
 /* 1 if the collective reduces (takes -o). */
 int zppPerfCollReduces(zppPerfColl_t coll);
+/* 1 if the collective has a root (takes -r). */
+int zppPerfCollRooted(zppPerfColl_t coll);
 
 /* ---------------------------------------------------------------------------
  * Results

@@ -15,14 +15,20 @@
 #include "zpp_perf.h"
 
 static const char* const zppPerfCollNames[ZPP_PERF_NUM_COLLS] = {
-    "allgather", "reducescatter", "allreduce", "alltoall", "broadcast", "sendrecv"};
+    "allgather", "reducescatter", "allreduce", "alltoall", "broadcast",
+    "sendrecv",  "reduce",        "gather",    "scatter",  "alltoallv"};
 
 const char* zppPerfCollName(zppPerfColl_t coll) {
   return (coll >= 0 && coll < ZPP_PERF_NUM_COLLS) ? zppPerfCollNames[coll] : "?";
 }
 
 int zppPerfCollReduces(zppPerfColl_t coll) {
-  return coll == ZPP_PERF_REDUCESCATTER || coll == ZPP_PERF_ALLREDUCE;
+  return coll == ZPP_PERF_REDUCESCATTER || coll == ZPP_PERF_ALLREDUCE || coll == ZPP_PERF_REDUCE;
+}
+
+int zppPerfCollRooted(zppPerfColl_t coll) {
+  return coll == ZPP_PERF_BROADCAST || coll == ZPP_PERF_REDUCE || coll == ZPP_PERF_GATHER ||
+         coll == ZPP_PERF_SCATTER;
 }
 
 typedef struct {
@@ -54,6 +60,11 @@ static const zppPerfName_t zppPerfCollAliases[] = {{"allgather", ZPP_PERF_ALLGAT
                                                    {"sendrecv", ZPP_PERF_SENDRECV},
                                                    {"send_recv", ZPP_PERF_SENDRECV},
                                                    {"p2p", ZPP_PERF_SENDRECV},
+                                                   {"reduce", ZPP_PERF_REDUCE},
+                                                   {"gather", ZPP_PERF_GATHER},
+                                                   {"scatter", ZPP_PERF_SCATTER},
+                                                   {"alltoallv", ZPP_PERF_ALLTOALLV},
+                                                   {"a2av", ZPP_PERF_ALLTOALLV},
                                                    {NULL, 0}};
 
 static int zppPerfLookup(const zppPerfName_t* table, const char* name, int* value) {
@@ -87,13 +98,16 @@ void zppPerfUsage(FILE* f) {
           "  -d, --datatype LIST     int8 uint8 int32 uint32 int64 uint64 half float double\n"
           "                          bfloat16, comma separated or 'all' (default float)\n"
           "  -o, --op LIST           sum prod max min avg, or 'all' (default sum)\n"
-          "  -r, --root N|rotate     broadcast root (default 0); rotate: call i has root\n"
+          "  -r, --root N|rotate     root of broadcast, reduce, gather, scatter (default\n"
+          "                          0); rotate: call i has root\n"
           "                          i %% ranks, so calls cannot overlap (latency)\n"
           "\n"
           "what to measure:\n"
           "  -t, --coll LIST         (also --operation) allgather reducescatter allreduce\n"
           "                          alltoall broadcast, sendrecv (point-to-point: pairs\n"
           "                          0<->1, 2<->3, ... exchange both ways at once),\n"
+          "                          reduce gather scatter, alltoallv (uneven: 1.5x to\n"
+          "                          the next rank, 0.5x to the previous one),\n"
           "                          'all' (the collectives), a compressed mode name\n"
           "                          (qwz hpz qgz), or\n"
           "                          COLL:MODE (default allgather,reducescatter)\n"
@@ -136,7 +150,8 @@ void zppPerfUsage(FILE* f) {
           "\n"
           "Time is the median over iterations of the slowest rank's time per call.\n"
           "algbw = bytes / time; busbw = algbw * (n-1)/n (allgather, reducescatter,\n"
-          "alltoall), * 2(n-1)/n (allreduce), * 1 (broadcast, sendrecv: bytes one way);\n"
+          "alltoall, gather, scatter, alltoallv), * 2(n-1)/n (allreduce), * 1 (broadcast,\n"
+          "reduce, sendrecv: bytes one way);\n"
           "GB = 1e9 bytes.\n"
           "Exit: 0 ok, 1 runtime error, 2 bad arguments, 3 a result past its bound.\n"
           "ZPP_PERF_INJECT_ERROR=RANK:ELEM corrupts that output element after every\n"

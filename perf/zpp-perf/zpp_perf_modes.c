@@ -55,6 +55,47 @@ static zppResult_t zppPerfRunSendRecv(const zppPerfCall_t* c) {
   return s != zppSuccess ? s : r != zppSuccess ? r : res;
 }
 
+static zppResult_t zppPerfRunReduce(const zppPerfCall_t* c) {
+  return zppReduce(c->runSend, c->runRecv, c->apiCount, c->dtype, c->redop, c->root, c->comm,
+                   c->stream);
+}
+
+static zppResult_t zppPerfRunGather(const zppPerfCall_t* c) {
+  return zppGather(c->runSend, c->runRecv, c->apiCount, c->dtype, c->root, c->comm, c->stream);
+}
+
+static zppResult_t zppPerfRunScatter(const zppPerfCall_t* c) {
+  return zppScatter(c->runSend, c->runRecv, c->apiCount, c->dtype, c->root, c->comm, c->stream);
+}
+
+/* alltoallv's counts and displacements (perf_check.h's uneven parts), made
+ * once per row by the setup: the timed loop pays for the call only. */
+static zppResult_t zppPerfSetupAllToAllv(zppPerfCall_t* c) {
+  const int n = c->nranks;
+  size_t* v = calloc(4 * (size_t)n, sizeof(size_t));
+  if (v == NULL) return zppSystemError;
+  for (int p = 0; p < n; p++) {
+    v[p] = zppPerfVCount(c->apiCount, c->rank, p, n);
+    v[n + p] = zppPerfVSendDispl(c->apiCount, c->rank, p, n);
+    v[2 * n + p] = zppPerfVCount(c->apiCount, p, c->rank, n);
+    v[3 * n + p] = zppPerfVRecvDispl(c->apiCount, p, c->rank, n);
+  }
+  c->modeState = v;
+  return zppSuccess;
+}
+
+static void zppPerfTeardownAllToAllv(zppPerfCall_t* c) {
+  free(c->modeState);
+  c->modeState = NULL;
+}
+
+static zppResult_t zppPerfRunAllToAllv(const zppPerfCall_t* c) {
+  const size_t* v = c->modeState;
+  const size_t n = (size_t)c->nranks;
+  return zppAllToAllv(c->runSend, v, v + n, c->runRecv, v + 2 * n, v + 3 * n, c->dtype, c->comm,
+                      c->stream);
+}
+
 static zppResult_t zppPerfRunQwz(const zppPerfCall_t* c) {
   return zppQwzAllGather(c->runSend, c->runRecv, c->apiCount, c->dtype, c->bits, c->comm, c->stream);
 }
@@ -112,6 +153,14 @@ static const zppPerfMode_t zppPerfModes[] = {
      NULL, NULL, 0, 0},
     {"plain", ZPP_PERF_SENDRECV, 0, zppOpSendRecv, "zppSend + zppRecv with the pair partner, grouped",
      zppPerfRunSendRecv, NULL, NULL, NULL, NULL, 0, 0},
+    {"plain", ZPP_PERF_REDUCE, 0, zppOpReduce, "zppReduce", zppPerfRunReduce, NULL, NULL, NULL, NULL, 0,
+     0},
+    {"plain", ZPP_PERF_GATHER, 0, zppOpGather, "zppGather", zppPerfRunGather, NULL, NULL, NULL, NULL, 0,
+     0},
+    {"plain", ZPP_PERF_SCATTER, 0, zppOpScatter, "zppScatter", zppPerfRunScatter, NULL, NULL, NULL,
+     NULL, 0, 0},
+    {"plain", ZPP_PERF_ALLTOALLV, 0, zppOpAllToAllv, "zppAllToAllv, uneven counts", zppPerfRunAllToAllv,
+     zppPerfSetupAllToAllv, zppPerfTeardownAllToAllv, NULL, NULL, 0, 0},
     {"qwz", ZPP_PERF_ALLGATHER, 1, zppOpQwZ, "quantized weight all-gather (ZeRO++ qwZ)", zppPerfRunQwz,
      NULL, NULL, zppPerfQwzBound, zppPerfPrepareQwz, 1, 0},
     {"hpz", ZPP_PERF_ALLGATHER, 1, zppOpHpZ, "backward gather from secondary shards (hpZ)",

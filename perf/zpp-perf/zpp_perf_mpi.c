@@ -2,7 +2,8 @@
  * MPI for zpp-perf: the mpirun launch (MPI_Init, the unique id by
  * MPI_Bcast) and the --baseline mpi rows: the same operation, on the same
  * host buffers and the same verifiable input, through MPI_Allgather,
- * MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Alltoall, MPI_Bcast and
+ * MPI_Reduce_scatter_block, MPI_Allreduce, MPI_Alltoall, MPI_Bcast,
+ * MPI_Reduce, MPI_Gather, MPI_Scatter, MPI_Alltoallv and
  * (sendrecv) MPI_Irecv + MPI_Send + MPI_Wait with the pair partner,
  * timed and checked exactly like ours, in the rounds that alternate with
  * ours (prepare, time per round, finish: zpp_perf.h).
@@ -142,6 +143,23 @@ static void zppPerfMpiDivide(const zppPerfCall_t* c, size_t count) {
   }
 }
 
+/* MPI_Alltoallv with perf_check.h's uneven parts (int counts: the row has
+ * no baseline past INT_MAX elements, see prepare). */
+static int zppPerfMpiAlltoallv(const zppPerfCall_t* c, MPI_Datatype dt) {
+  const int n = c->nranks;
+  int* v = malloc(4 * (size_t)n * sizeof(int));
+  if (v == NULL) return MPI_ERR_NO_MEM;
+  for (int p = 0; p < n; p++) {
+    v[p] = (int)zppPerfVCount(c->apiCount, c->rank, p, n);
+    v[n + p] = (int)zppPerfVSendDispl(c->apiCount, c->rank, p, n);
+    v[2 * n + p] = (int)zppPerfVCount(c->apiCount, p, c->rank, n);
+    v[3 * n + p] = (int)zppPerfVRecvDispl(c->apiCount, p, c->rank, n);
+  }
+  int rc = MPI_Alltoallv(c->send, v, v + n, dt, c->recv, v + 2 * n, v + 3 * n, dt, MPI_COMM_WORLD);
+  free(v);
+  return rc;
+}
+
 static int zppPerfMpiOnce(const zppPerfCall_t* c) {
   MPI_Datatype dt = zppPerfMpiType(c->dtype);
   int n = (int)c->apiCount;
@@ -159,6 +177,15 @@ static int zppPerfMpiOnce(const zppPerfCall_t* c) {
       return rc;
     case ZPP_PERF_ALLTOALL: return MPI_Alltoall(c->send, n, dt, c->recv, n, dt, MPI_COMM_WORLD);
     case ZPP_PERF_BROADCAST: return MPI_Bcast(c->recv, n, dt, c->root, MPI_COMM_WORLD);
+    case ZPP_PERF_REDUCE:
+      rc = MPI_Reduce(c->send, c->recv, n, dt, zppPerfMpiOp(c->dtype, c->redop), c->root,
+                      MPI_COMM_WORLD);
+      if (rc == MPI_SUCCESS && c->redop == zppAvg && c->rank == c->root)
+        zppPerfMpiDivide(c, c->apiCount);
+      return rc;
+    case ZPP_PERF_GATHER: return MPI_Gather(c->send, n, dt, c->recv, n, dt, c->root, MPI_COMM_WORLD);
+    case ZPP_PERF_SCATTER: return MPI_Scatter(c->send, n, dt, c->recv, n, dt, c->root, MPI_COMM_WORLD);
+    case ZPP_PERF_ALLTOALLV: return zppPerfMpiAlltoallv(c, dt);
     case ZPP_PERF_SENDRECV: {
       /* MPI_Send and MPI_Recv as a pair exchange is written without
        * deadlock: the receive posted first, then the blocking send. */

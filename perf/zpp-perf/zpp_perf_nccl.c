@@ -105,6 +105,42 @@ static ncclResult_t zppPerfNcclOnce(const zppPerfCall_t* c) {
       ncclResult_t end = ncclGroupEnd();
       return r != ncclSuccess ? r : end;
     }
+    case ZPP_PERF_REDUCE:
+      return ncclReduce(zppPerfDevSend, zppPerfDevRecv, n, dt, op, c->root, zppPerfNccl,
+                        zppPerfNcclStream);
+    case ZPP_PERF_GATHER:
+    case ZPP_PERF_SCATTER:
+    case ZPP_PERF_ALLTOALLV: {
+      /* Grouped ncclSend/ncclRecv, as NCCL's own tests do them: the root
+       * with every rank (gather, scatter), or every pair (alltoallv). */
+      const size_t ts = zppTypeSize(c->dtype);
+      const int gather = c->coll == ZPP_PERF_GATHER, me = c->rank, nr = c->nranks;
+      ncclResult_t r = ncclGroupStart();
+      for (int p = 0; p < nr && r == ncclSuccess; p++) {
+        size_t sc = n, so = (size_t)p * n, rc = n, ro = (size_t)p * n;
+        int send = 1, recv = 1;
+        if (c->coll == ZPP_PERF_ALLTOALLV) {
+          sc = zppPerfVCount(n, me, p, nr);
+          so = zppPerfVSendDispl(n, me, p, nr);
+          rc = zppPerfVCount(n, p, me, nr);
+          ro = zppPerfVRecvDispl(n, p, me, nr);
+        } else if (me != c->root) {
+          send = gather && p == c->root;
+          recv = !gather && p == c->root;
+          so = ro = 0;
+        } else {
+          send = !gather;
+          recv = gather;
+        }
+        if (send)
+          r = ncclSend((const char*)zppPerfDevSend + so * ts, sc, dt, p, zppPerfNccl,
+                       zppPerfNcclStream);
+        if (recv && r == ncclSuccess)
+          r = ncclRecv((char*)zppPerfDevRecv + ro * ts, rc, dt, p, zppPerfNccl, zppPerfNcclStream);
+      }
+      ncclResult_t end = ncclGroupEnd();
+      return r != ncclSuccess ? r : end;
+    }
     case ZPP_PERF_SENDRECV: {
       int peer = zppPerfPartner(c->rank, c->nranks);
       ncclResult_t r = ncclGroupStart();

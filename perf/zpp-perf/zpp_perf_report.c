@@ -43,8 +43,8 @@ static const char* zppPerfRedopLabel(const zppPerfRecord_t* r) {
 }
 
 static const char* zppPerfRootLabel(const zppPerfRecord_t* r, char* buf, size_t len) {
-  if (r->coll == ZPP_PERF_BROADCAST && r->root == ZPP_PERF_ROOT_ROTATE) return "rot";
-  snprintf(buf, len, "%d", r->coll == ZPP_PERF_BROADCAST ? r->root : -1);
+  if (zppPerfCollRooted(r->coll) && r->root == ZPP_PERF_ROOT_ROTATE) return "rot";
+  snprintf(buf, len, "%d", zppPerfCollRooted(r->coll) ? r->root : -1);
   return buf;
 }
 
@@ -247,7 +247,7 @@ static void zppPerfJsonRecord(FILE* f, const zppPerfRecord_t* r, const zppPerfRu
   else
     fputs("null", f);
   zppPerfJsonKey(f, "root", &first);
-  if (r->coll == ZPP_PERF_BROADCAST)
+  if (zppPerfCollRooted(r->coll))
     fprintf(f, "%d", r->root);
   else
     fputs("null", f);

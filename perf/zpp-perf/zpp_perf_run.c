@@ -581,7 +581,7 @@ int zppPerfRunAll(const zppPerfArgs_t* a, zppPerfEnv_t* env) {
   st.startTime = zppClockNow();
 
   for (int t = 0; t < a->nTasks; t++) {
-    if (a->tasks[t].coll == ZPP_PERF_BROADCAST && a->root >= env->nranks) {
+    if (zppPerfCollRooted(a->tasks[t].coll) && a->root >= env->nranks) {
       if (env->rank == 0)
         fprintf(stderr, "zpp-perf: -r %d is not a rank (there are %d)\n", a->root, env->nranks);
       return ZPP_PERF_EXIT_USAGE;

@@ -75,6 +75,7 @@ static void simulate(const zppPerfCheckSpec_t* s, void* recv, int order, int pre
   double x[64];
   switch (s->coll) {
     case ZPP_PERF_ALLGATHER:
+    case ZPP_PERF_GATHER: /* the root's result; other ranks' is not read */
       for (int p = 0; p < n; p++)
         for (size_t j = 0; j < c; j++)
           zppPerfStore(s->dtype, recv, p * c + j, zppPerfInputValue(&src, p, j));
@@ -88,6 +89,26 @@ static void simulate(const zppPerfCheckSpec_t* s, void* recv, int order, int pre
       for (size_t j = 0; j < c; j++)
         zppPerfStore(s->dtype, recv, j, zppPerfInputValue(&src, s->root, j));
       break;
+    case ZPP_PERF_SCATTER:
+      for (size_t j = 0; j < c; j++)
+        zppPerfStore(s->dtype, recv, j, zppPerfInputValue(&src, s->root, (size_t)s->rank * c + j));
+      break;
+    case ZPP_PERF_ALLTOALLV: {
+      /* Written out from the rule (+c/2 to the next rank, -c/2 to the
+       * previous), not from perf_check.h's helpers. */
+      size_t at = 0;
+      for (int p = 0; p < n; p++) {
+        size_t part = c, from = 0;
+        if (n >= 3 && s->rank == (p + 1) % n) part = c + c / 2;
+        if (n >= 3 && s->rank == (p + n - 1) % n) part = c - c / 2;
+        for (int q = 0; q < s->rank; q++)
+          from += n < 3 ? c : q == (p + 1) % n ? c + c / 2 : q == (p + n - 1) % n ? c - c / 2 : c;
+        for (size_t j = 0; j < part; j++)
+          zppPerfStore(s->dtype, recv, at + j, zppPerfInputValue(&src, p, from + j));
+        at += part;
+      }
+      break;
+    }
     case ZPP_PERF_SENDRECV: {
       int partner = (s->rank ^ 1) < n ? s->rank ^ 1 : s->rank;
       for (size_t j = 0; j < c; j++)
@@ -105,8 +126,9 @@ static void simulate(const zppPerfCheckSpec_t* s, void* recv, int order, int pre
 }
 
 static size_t recvCount(const zppPerfCheckSpec_t* s) {
-  return (s->coll == ZPP_PERF_ALLGATHER || s->coll == ZPP_PERF_ALLTOALL) ? s->apiCount * s->nranks
-                                                                         : s->apiCount;
+  int all = s->coll == ZPP_PERF_ALLGATHER || s->coll == ZPP_PERF_ALLTOALL ||
+            s->coll == ZPP_PERF_GATHER || s->coll == ZPP_PERF_ALLTOALLV;
+  return all ? s->apiCount * s->nranks : s->apiCount;
 }
 
 static void testEveryCase(void) {
@@ -117,7 +139,8 @@ static void testEveryCase(void) {
   for (int coll = 0; coll < ZPP_PERF_NUM_COLLS; coll++)
     for (int t = 0; t < zppNumTypes; t++)
       for (int op = 0; op < zppNumOps; op++) {
-        int reduces = coll == ZPP_PERF_REDUCESCATTER || coll == ZPP_PERF_ALLREDUCE;
+        int reduces =
+            coll == ZPP_PERF_REDUCESCATTER || coll == ZPP_PERF_ALLREDUCE || coll == ZPP_PERF_REDUCE;
         if (!reduces && op > 0) continue;
         for (size_t ri = 0; ri < sizeof ranks / sizeof *ranks; ri++) {
           int n = ranks[ri];

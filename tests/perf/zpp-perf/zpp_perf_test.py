@@ -137,7 +137,7 @@ def schema_errors(doc, schema):
 
 # ---------------------------------------------------------------------------
 def bus_factor(op, n):
-    if op in ("allgather", "reducescatter", "alltoall"):
+    if op in ("allgather", "reducescatter", "alltoall", "gather", "scatter", "alltoallv"):
         return (n - 1) / n
     if op == "allreduce":
         return 2 * (n - 1) / n
@@ -168,7 +168,8 @@ def check_arithmetic(doc):
         tsize = {"int8": 1, "uint8": 1, "half": 2, "bfloat16": 2, "int32": 4, "uint32": 4,
                  "float": 4, "int64": 8, "uint64": 8, "double": 8}[r["dtype"]]
         check(r["bytes"] == r["count"] * tsize, tag + ": bytes != count * type size")
-        per = r["ranks"] if r["op"] in ("allgather", "reducescatter", "alltoall") else 1
+        per = r["ranks"] if r["op"] in ("allgather", "reducescatter", "alltoall", "gather", "scatter",
+                                        "alltoallv") else 1
         check(r["count"] == r["api_count"] * per, tag + ": count != api_count * ranks")
         check(r["time_us_min"] <= r["time_us"] * (1 + 1e-9), tag + ": min time above the median")
         # Each rank's loop time per call is its mean call time plus the loop's
@@ -452,6 +453,23 @@ def test_e2e(bin_, schema_path, outdir):
         for r in doc["records"]:
             check(r["checked"] and r["wrong"] == 0, "sendrecv %s %d B: %d wrong" % (r["dtype"], r["bytes"], r["wrong"]))
         check_arithmetic(doc)
+    # Reduce, gather, scatter, uneven all-to-all (issue 26): every op of reduce,
+    # a root that is not rank 0, checked exactly; nodes of unequal size.
+    rc, out, err, doc, path = run_json(
+        bin_, ["-N", "3", "--layout", "2,1", "-t", "reduce,gather,scatter,alltoallv", "-d", "float,int8",
+               "-o", "all", "-r", "1", "-b", "64", "-e", "1M", "-f", "64", "-n", "3", "-w", "1", "-c", "1"],
+        outdir, "e2e_rooted")
+    check(rc == 0, "reduce/gather/scatter/alltoallv run exited %d" % rc)
+    if json_ok(doc, schema):
+        ops = {r["op"] for r in doc["records"]}
+        check(ops == {"reduce", "gather", "scatter", "alltoallv"}, "rooted run: ops %s" % ops)
+        for r in doc["records"]:
+            check(r["checked"] and r["wrong"] == 0,
+                  "%s %s %d B: %d wrong" % (r["op"], r["dtype"], r["bytes"], r["wrong"]))
+            if r["op"] != "alltoallv":
+                check(r["root"] == 1, "%s: root %r" % (r["op"], r["root"]))
+        check(len([r for r in doc["records"] if r["op"] == "reduce"]) == 2 * 5 * 3, "reduce: not every op")
+        check_arithmetic(doc)
 
 
 def test_zeropp(bin_, schema_path, outdir):
@@ -620,6 +638,17 @@ def test_mpi(bin_, schema_path, outdir):
         check(r["op"] == "sendrecv" and r["wrong"] == 0 and r.get("baseline_wrong") == 0,
               "mpi sendrecv record: %s" % r)
     check(doc is not None and len(doc["records"]) == 4, "mpi sendrecv: no or too few records")
+    # Reduce, gather, scatter and the uneven all-to-all against MPI_Reduce,
+    # MPI_Gather, MPI_Scatter and MPI_Alltoallv, root 2 of 3.
+    rc, out, err, doc, path = run_json(
+        bin_, ["--baseline", "mpi", "-t", "reduce,gather,scatter,alltoallv", "-d", "float", "-o", "avg",
+               "-r", "2", "-b", "64", "-e", "64K", "-f", "32", "-n", "10", "-w", "2"],
+        outdir, "mpi_rooted", env=env, launcher=[mpirun, "-np", "3"])
+    check(rc == 0, "mpirun reduce/gather/scatter/alltoallv run exited %d" % rc)
+    for r in (doc or {}).get("records", []):
+        check(r["wrong"] == 0 and r.get("baseline_wrong") == 0 and r.get("baseline_busbw", 0) > 0,
+              "mpi rooted record: %s" % r)
+    check(doc is not None and len(doc["records"]) == 4 * 3, "mpi rooted: no or too few records")
     return 0
 
 
