@@ -45,6 +45,8 @@
 /* Probing rounds for an any-source receive that yield before it naps. */
 #define ANY_SOURCE_YIELDS 200
 #define ANY_SOURCE_NAP_NS 50000
+/* Operations per job held on the stack. */
+#define SMALL_GROUP 8
 
 /* Per communicator, on the executor's point-to-point slot: the number of
  * the next plain send to and receive from each peer. */
@@ -241,12 +243,22 @@ static zppResult_t p2pRun(struct zppComm* comm, zppP2pOp_t* ops, int n) {
     ZPP_FAIL(zppInvalidUsage, COLL, "%s: no host transport (built without UCX)", comm->name);
   p2pState_t* st = NULL;
   ZPPCHECK(stateGet(comm, &st));
-  char* done = calloc((size_t)n, 1);
-  zppP2pReq_t** reqs = calloc((size_t)n, sizeof(*reqs));
-  int* from = calloc((size_t)n, sizeof(*from));
+  /* A call or a small group (the latency-bound case) allocates nothing. */
+  char doneSmall[SMALL_GROUP];
+  zppP2pReq_t* reqsSmall[SMALL_GROUP];
+  int fromSmall[SMALL_GROUP];
+  int small = n <= SMALL_GROUP;
+  char* done = small ? doneSmall : calloc((size_t)n, 1);
+  zppP2pReq_t** reqs = small ? reqsSmall : calloc((size_t)n, sizeof(*reqs));
+  int* from = small ? fromSmall : calloc((size_t)n, sizeof(*from));
   if (done == NULL || reqs == NULL || from == NULL) {
     free(done), free(reqs), free(from);
     ZPP_FAIL(zppSystemError, COLL, "%s: out of memory for %d point-to-point operations", comm->name, n);
+  }
+  if (small) {
+    memset(doneSmall, 0, sizeof(doneSmall));
+    memset(reqsSmall, 0, sizeof(reqsSmall));
+    memset(fromSmall, 0, sizeof(fromSmall));
   }
   /* Another rank may have given up already: say why rather than fail on a
    * consequence. */
@@ -263,7 +275,7 @@ static zppResult_t p2pRun(struct zppComm* comm, zppP2pOp_t* ops, int n) {
     }
     if (p2p) zppP2pQuiesce(p2p);
   }
-  free(done), free(reqs), free(from);
+  if (!small) free(done), free(reqs), free(from);
   return res;
 }
 
