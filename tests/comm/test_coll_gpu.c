@@ -7,6 +7,7 @@
  *   every collective checked exactly, on the caller's cudaStream_t.
  *   With one device, two ranks on it: NCCL before 2.30 refuses that, and
  *   zpp says so (zppInvalidUsage) instead of hanging.
+ *   zppSend/zppRecv: a ring shift in a group, checked exactly.
  *   Stream arguments: host buffers with a cudaStream_t, device buffers with a
  *   host stream, and mixed host/device buffers are refused.
  */
@@ -103,6 +104,24 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
     CHECK(zppAllToAll(dsend, drecv, count, t, comm, stream) == zppSuccess);
     CU(cudaStreamSynchronize(stream));
     checkDevice(drecv, t, count * (size_t)nranks, want, "alltoall");
+  }
+
+  /* Point-to-point: a ring shift on device buffers in one group (to itself
+   * with one rank), then what the device path refuses. */
+  {
+    int right = (rank + 1) % nranks, left = (rank - 1 + nranks) % nranks;
+    size_t bytes = count * sizeof(float);
+    collTestFill(zppFloat32, zppSum, rank, 0, count, 21, hsend);
+    CU(cudaMemcpy(dsend, hsend, bytes, cudaMemcpyHostToDevice));
+    CHECK_EQ_INT(zppGroupStart(), zppSuccess);
+    CHECK_EQ_INT(zppSend(dsend, count, zppFloat32, right, comm, stream), zppSuccess);
+    CHECK_EQ_INT(zppRecv(drecv, count, zppFloat32, left, comm, stream), zppSuccess);
+    CHECK_EQ_INT(zppGroupEnd(), zppSuccess);
+    CU(cudaStreamSynchronize(stream));
+    collTestFill(zppFloat32, zppSum, left, 0, count, 21, want);
+    checkDevice(drecv, zppFloat32, count, want, "send/recv ring shift");
+    CHECK_EQ_INT(zppSendTagged(dsend, 4, zppFloat32, right, 1, comm, stream), zppInvalidUsage);
+    CHECK_EQ_INT(zppSend(dsend, 4, zppFloat32, rank, comm, stream), zppInvalidUsage);
   }
 
   /* Stream arguments. */
