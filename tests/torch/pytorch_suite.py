@@ -22,6 +22,7 @@ import importlib.util
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -116,6 +117,20 @@ def parse_args():
     p.add_argument("--no-judge", action="store_true",
                    help="report outcomes only (to record gloo's table); exit 0 unless the run broke")
     return p.parse_args()
+
+
+def ensure_installed(package):
+    """scripts/setup-torch-extras.sh installs `package` into this environment if
+    missing (pinned). False, saying why, where it cannot."""
+    if importlib.util.find_spec(package) is not None:
+        return True
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts",
+                          "setup-torch-extras.sh")
+    if subprocess.call(["bash", script, sys.executable, package]) != 0:
+        print("SKIPPED: %s is not installed and could not be (scripts/setup-torch-extras.sh)" % package)
+        return False
+    importlib.invalidate_caches()
+    return True
 
 
 def set_environment(backend, layout):
@@ -225,6 +240,8 @@ def judge(outcome):
 
 def main():
     args = parse_args()
+    if not ensure_installed("expecttest"):  # torch.testing's test base imports it
+        return 77
     per_node = set_environment(args.backend, args.layout)
     suite, counts = load_suite(args.backend)
     case = make_case(suite, per_node)

@@ -38,7 +38,7 @@ import tempfile
 import launch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEEPSPEED_VERSION = "0.19.8"  # scripts/setup-torch.sh installs it
+DEEPSPEED_VERSION = "0.19.8"  # scripts/setup-torch-extras.sh installs it
 
 RUNS = {
     "gloo": ("gloo", {}, {}),
@@ -128,12 +128,12 @@ def main():
     if a.spawn:
         return launch.spawn(os.path.abspath(__file__), a.layout,
                             ["--run", a.run, "--steps", str(a.steps), "--out", a.out], timeout=600)
-    try:
-        version = importlib.metadata.version("deepspeed")
-    except importlib.metadata.PackageNotFoundError:
-        print("SKIPPED: DeepSpeed is not installed in this torch environment "
-              "(scripts/setup-torch.sh installs deepspeed==%s)" % DEEPSPEED_VERSION)
+    script = os.path.join(HERE, "..", "..", "scripts", "setup-torch-extras.sh")
+    if subprocess.call(["bash", script, sys.executable, "deepspeed"]) != 0:
+        print("SKIPPED: DeepSpeed %s is not installed in this torch environment and could not be "
+              "(scripts/setup-torch-extras.sh)" % DEEPSPEED_VERSION)
         return 77
+    version = importlib.metadata.version("deepspeed")
     if version != DEEPSPEED_VERSION:
         print("note: DeepSpeed %s, tested with %s" % (version, DEEPSPEED_VERSION))
     nodes, per = (int(x) for x in a.layout.split("x"))
