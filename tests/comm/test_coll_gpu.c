@@ -4,7 +4,8 @@
  * touches CUDA, which must not be initialised before fork.
  *
  *   1 rank on device 0, then one rank per device when there are several:
- *   every collective checked exactly, on the caller's cudaStream_t.
+ *   every collective checked exactly, on the caller's cudaStream_t (reduce,
+ *   gather, scatter and the uneven all-to-all too).
  *   With one device, two ranks on it: NCCL before 2.30 refuses that, and
  *   zpp says so (zppInvalidUsage) instead of hanging.
  *   zppSend/zppRecv: a ring shift in a group, checked exactly.
@@ -86,6 +87,14 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
       CHECK(zppReduceScatter(dsend, drecv, count, t, (zppRedOp_t)op, comm, stream) == zppSuccess);
       CU(cudaStreamSynchronize(stream));
       checkDevice(drecv, t, count, want, "reducescatter");
+      /* Reduce to the last rank; the others pass recvbuff NULL. */
+      for (size_t i = 0; i < count; i++)
+        collTestExpect(t, (zppRedOp_t)op, nranks, i, op + 1, want + i * ts);
+      int root = nranks - 1;
+      CHECK(zppReduce(dsend, rank == root ? drecv : NULL, count, t, (zppRedOp_t)op, root, comm,
+                      stream) == zppSuccess);
+      CU(cudaStreamSynchronize(stream));
+      if (rank == root) checkDevice(drecv, t, count, want, "reduce");
     }
     collTestFill(t, zppSum, rank, 0, count, 9, hsend);
     CU(cudaMemcpy(dsend, hsend, bytes, cudaMemcpyHostToDevice));
@@ -104,6 +113,42 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
     CHECK(zppAllToAll(dsend, drecv, count, t, comm, stream) == zppSuccess);
     CU(cudaStreamSynchronize(stream));
     checkDevice(drecv, t, count * (size_t)nranks, want, "alltoall");
+    /* Gather to rank 0, then scatter from it, in place on the root. */
+    collTestFill(t, zppSum, rank, 0, count, 13, hsend);
+    CU(cudaMemcpy(dsend, hsend, bytes, cudaMemcpyHostToDevice));
+    for (int r = 0; r < nranks; r++) collTestFill(t, zppSum, r, 0, count, 13, want + (size_t)r * bytes);
+    CHECK(zppGather(dsend, rank == 0 ? drecv : NULL, count, t, 0, comm, stream) == zppSuccess);
+    CU(cudaStreamSynchronize(stream));
+    if (rank == 0) checkDevice(drecv, t, count * (size_t)nranks, want, "gather");
+    collTestFill(t, zppSum, 0, 0, count * (size_t)nranks, 15, hsend);
+    if (rank == 0) CU(cudaMemcpy(drecv, hsend, bytes * (size_t)nranks, cudaMemcpyHostToDevice));
+    char* mine = (char*)drecv + (rank == 0 ? 0 : (size_t)rank * bytes);
+    CHECK(zppScatter(rank == 0 ? drecv : NULL, mine, count, t, 0, comm, stream) == zppSuccess);
+    CU(cudaStreamSynchronize(stream));
+    collTestFill(t, zppSum, 0, (size_t)rank * count, count, 15, want);
+    checkDevice(mine, t, count, want, "scatter");
+    /* Uneven all-to-all: rank r sends p (r + p) % 3 + 1 blocks of count / 4. */
+    size_t sc[64], sd[64], rc[64], rd[64], so = 0, ro = 0, unit = count / 4;
+    for (int p = 0; p < nranks; p++) {
+      sc[p] = unit * (size_t)((rank + p) % 3 + 1);
+      rc[p] = unit * (size_t)((p + rank) % 3 + 1);
+      sd[p] = so;
+      rd[p] = ro;
+      so += sc[p];
+      ro += rc[p];
+    }
+    collTestFill(t, zppSum, rank, 0, so, 17, hsend);
+    CU(cudaMemcpy(dsend, hsend, so * ts, cudaMemcpyHostToDevice));
+    size_t at = 0;
+    for (int p = 0; p < nranks; p++) {
+      size_t from = 0;
+      for (int q = 0; q < rank; q++) from += unit * (size_t)((p + q) % 3 + 1);
+      collTestFill(t, zppSum, p, from, rc[p], 17, want + at * ts);
+      at += rc[p];
+    }
+    CHECK(zppAllToAllv(dsend, sc, sd, drecv, rc, rd, t, comm, stream) == zppSuccess);
+    CU(cudaStreamSynchronize(stream));
+    checkDevice(drecv, t, ro, want, "alltoallv");
   }
 
   /* Point-to-point: a ring shift on device buffers in one group (to itself
