@@ -31,7 +31,7 @@ except ImportError:  # pip's isolated build: torch must come from the environmen
 here = os.path.dirname(os.path.abspath(__file__))
 # torch_zpp/csrc/*.cpp, split as PyTorch's UCC backend is: type and op
 # conversions, the Work, the c10d::Backend, the Python module.
-SOURCES = ["conversions", "work", "backend", "module"]
+SOURCES = ["conversions", "work", "backend", "module"]  # + compat.hpp: torch versions
 
 
 def find_zpp():
@@ -110,6 +110,29 @@ def device_path(build):
     return incs, reason
 
 
+def c10d_features():
+    """Macros for what the installed torch's c10d has (csrc/compat.hpp): read
+    from its headers, since c10d has no version macro of its own for them."""
+    inc = os.path.join(os.path.dirname(torch.__file__), "include", "torch", "csrc", "distributed", "c10d")
+
+    def text(name):
+        try:
+            with open(os.path.join(inc, name)) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    backend, types = text("Backend.hpp"), text("Types.hpp")
+    if not backend:
+        sys.exit("torch_zpp: torch %s has no c10d headers in %s" % (torch.__version__, inc))
+    found = []
+    if re.search(r"\ball_gather_single\s*\(", backend) and re.search(r"\ball_to_all_single\s*\(", backend):
+        found.append("ZPP_C10D_SINGLE_NAMES")
+    if re.search(r"\bstruct\s+PreMulSumSupplement\b", types):
+        found.append("ZPP_C10D_PREMUL_SUM")
+    return found
+
+
 zpp_inc, zpp_lib, zpp_build = find_zpp()
 if not os.path.exists(os.path.join(zpp_inc, "zpp.h")):
     sys.exit("torch_zpp: zpp.h not found in %s (set ZPP_HOME or ZPP_BUILD_DIR)" % zpp_inc)
@@ -118,7 +141,9 @@ if not glob.glob(os.path.join(zpp_lib, "libzpp.so*")):
              "ZPP_BUILD_DIR)" % zpp_lib)
 
 cuda_incs, no_device = device_path(zpp_build)
-defines, libraries, include_dirs = [], ["zpp"], [os.path.abspath(zpp_inc)]
+features = c10d_features()
+print("torch_zpp: torch %s, c10d features: %s" % (torch.__version__, " ".join(features) or "none"))
+defines, libraries, include_dirs = [(f, "1") for f in features], ["zpp"], [os.path.abspath(zpp_inc)]
 if zpp_build is not None:
     # zpp.h includes zpp_version.h, which the build generates into
     # build/include/ (an install puts both in include/).
@@ -133,7 +158,7 @@ else:
 
 # Recorded for torch_zpp.build_info(): where libzpp is and why a path is off.
 info = {"zpp_lib": os.path.abspath(zpp_lib), "device_path": bool(cuda_incs),
-        "no_device_reason": no_device, "torch": torch.__version__}
+        "no_device_reason": no_device, "torch": torch.__version__, "c10d_features": features}
 with open(os.path.join(here, "torch_zpp", "_build_info.json"), "w") as f:
     json.dump(info, f)
 

@@ -11,6 +11,7 @@ See docs/pytorch.md.
 import dataclasses
 import datetime
 import json
+import math
 import os
 from typing import Optional
 
@@ -59,12 +60,24 @@ def _int(v):
 def _timeout(options, torch_timeout):
     """Explicit beats environment beats default, as everywhere in zpp:
     Options.timeout_s, then a timeout given to init_process_group/new_group,
-    then ZPP_TIMEOUT, then zpp's 300 s."""
+    then ZPP_TIMEOUT, then zpp's 300 s. Returns (the config's timeoutSec,
+    UNDEF to leave it to zpp; the seconds in effect; where they came from,
+    for the message of a call that times out)."""
     if options.timeout_s is not None:
-        return int(options.timeout_s)
+        t = int(options.timeout_s)
+        return t, t, "torch_zpp.Options(timeout_s=%d)" % t
     if torch_timeout is not None and torch_timeout != _TORCH_DEFAULT_TIMEOUT:
-        return max(1, int(torch_timeout.total_seconds()))
-    return _UNDEF
+        # Rounded up: zpp counts whole seconds, and must not give up early.
+        t = max(1, math.ceil(torch_timeout.total_seconds()))
+        return t, t, "init_process_group/new_group(timeout=%s)" % torch_timeout
+    env = os.environ.get("ZPP_TIMEOUT")
+    if env:
+        try:
+            t = int(env)
+        except ValueError:
+            t = 0  # zpp refuses it, naming it, when the group is made
+        return _UNDEF, t, "ZPP_TIMEOUT=%s" % env
+    return _UNDEF, 300, "zpp's default (ZPP_TIMEOUT unset)"
 
 
 def _create(dist_opts, pg_options):
@@ -72,16 +85,18 @@ def _create(dist_opts, pg_options):
     if not isinstance(options, Options):
         raise TypeError("zpp: pg_options must be a torch_zpp.Options, not %s"
                         % type(options).__name__)
+    timeout_s, in_effect, source = _timeout(options, dist_opts.timeout)
     return _C.ZppBackend(
         dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
-        timeout_s=_timeout(options, dist_opts.timeout),
+        timeout_s=timeout_s,
         qwz_bits=_int(options.qwz_bits), qgz_bits=_int(options.qgz_bits),
         quant_block=_int(options.quant_block),
         compress_min_bytes=-1 if options.compress_min_bytes is None
         else int(options.compress_min_bytes),
         hpz_group_size=_int(options.hpz_group_size),
         host_id=options.host_id or "",
-        comm_name="torch:" + str(dist_opts.group_id))
+        comm_name="torch:" + str(dist_opts.group_id),
+        timeout_in_effect=in_effect, timeout_from=source)
 
 
 dist.Backend.register_backend("zpp", _create, extended_api=True, devices=["cpu", "cuda"])
@@ -91,6 +106,8 @@ def backend(group=None, device="cpu"):
     """The zpp backend object of a group (the default group if None)."""
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     be = pg._get_backend(torch.device(device))
+    # TORCH_DISTRIBUTED_DEBUG=DETAIL wraps every backend in a checking one.
+    be = getattr(be, "wrapped_pg", be)
     if not isinstance(be, _C.ZppBackend):
         raise RuntimeError("the group's %s backend is %s, not zpp" % (device, type(be).__name__))
     return be

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Runs a torch test with the environment scripts/setup-torch.sh made for this
-# build: run.sh BUILD_DIR SCRIPT ARGS... Exit 77 (skipped), saying why, where
-# there is none.
+# build and torch version: run.sh BUILD_DIR TORCH_VERSION SCRIPT ARGS... Exit
+# 77 (skipped), saying why, where there is none.
 set -euo pipefail
 build=$1
-shift
+version=$2
+shift 2
 here=$(cd "$(dirname "$0")" && pwd)
-env=$build/torch/env.sh
+env=$build/torch/$version/env.sh
 if [[ ! -f "$env" ]]; then
-  echo "SKIPPED: no torch environment for $build (scripts/setup-torch.sh makes it; scripts/test.sh runs it)"
+  echo "SKIPPED: no torch $version environment for $build (scripts/setup-torch.sh makes it; scripts/test.sh runs it)"
   exit 77
 fi
 ZPP_TORCH_SKIP=

@@ -151,6 +151,57 @@ def body(rank):
                                                group=zg)
                     check("reduce_scatter_tensor PREMUL_SUM %s n=%d" % (dtype, n), z, out_g * 0.25)
 
+    # ---- reduce, gather, scatter: every root -------------------------------------
+    for dtype in ["float32", "bfloat16", "float64", "int32", "int64", "uint8"]:
+        for n in SIZES:
+            for root in range(W):
+                for op in ("SUM", "MIN", "MAX", "PRODUCT"):
+                    if op == "PRODUCT" and n > 1000:
+                        continue
+                    if op == "PRODUCT":
+                        x = torch.tensor([1, 2, -1])[torch.randint(0, 3, (n,), generator=gen)]
+                        x = x.abs().to(getattr(torch, dtype)) if dtype == "uint8" else x.to(getattr(torch, dtype))
+                    else:
+                        x = ints(n, dtype) if op == "SUM" else rand(n, dtype)
+                    rop = getattr(dist.ReduceOp, op)
+                    a, b = both(lambda g, t: dist.reduce(t, dst=root, op=rop, group=g), x)
+                    # Only the root's result is defined: zpp leaves the others' tensors as
+                    # they were, as NCCL does.
+                    check("reduce %s %s n=%d root=%d" % (op, dtype, n, root), a[0],
+                          b[0] if rank == root else x)
+                x = rand(n, dtype)
+                lz = [torch.empty_like(x) for _ in range(W)] if rank == root else None
+                lg = [torch.empty_like(x) for _ in range(W)] if rank == root else None
+                dist.gather(x, lz, dst=root, group=zg)
+                dist.gather(x, lg, dst=root, group=gg)
+                for r in range(W if rank == root else 0):
+                    check("gather %s n=%d root=%d from %d" % (dtype, n, root, r), lz[r], lg[r])
+                parts = [rand(n, dtype) for _ in range(W)] if rank == root else None
+                oz, og = torch.empty(n, dtype=x.dtype), torch.empty(n, dtype=x.dtype)
+                dist.scatter(oz, parts, src=root, group=zg)
+                dist.scatter(og, parts, src=root, group=gg)
+                check("scatter %s n=%d root=%d" % (dtype, n, root), oz, og)
+    for root in range(W):
+        x = ints(1001, "float32")
+        a, b = both(lambda g, t: dist.reduce(t, dst=root, op=dist.ReduceOp.SUM, group=g), x)
+        z = x.clone()
+        dist.reduce(z, dst=root, op=dist.ReduceOp.AVG, group=zg)
+        check("reduce AVG root=%d" % root, z, b[0] / W if rank == root else x)
+        z = x.clone()
+        dist.reduce(z, dst=root, op=dist._make_nccl_premul_sum(0.5), group=zg)
+        check("reduce PREMUL_SUM root=%d" % root, z, b[0] * 0.5 if rank == root else x)
+        # non-contiguous root tensor and gather outputs
+        x = ints(6 * 5, "int32").view(6, 5).t()
+        a, b = both(lambda g, t: dist.reduce(t, dst=root, group=g), x)
+        check("reduce non-contiguous root=%d" % root, a[0], b[0] if rank == root else x)
+        x = rand(6 * 5, "float32").view(6, 5).t()
+        lz = [torch.empty(6, 5).t() for _ in range(W)] if rank == root else None
+        dist.gather(x, lz, dst=root, group=zg)
+        lg = [torch.empty(5, 6) for _ in range(W)] if rank == root else None
+        dist.gather(x.contiguous(), lg, dst=root, group=gg)
+        for r in range(W if rank == root else 0):
+            check("gather non-contiguous root=%d from %d" % (root, r), lz[r], lg[r])
+
     # ---- coalesced forms ------------------------------------------------------
     xs = [ints(n, "float32") for n in (5, 1, 333)]
     a, b = both(lambda g, *ts: dist.all_reduce_coalesced(list(ts), group=g), *xs)
@@ -197,6 +248,50 @@ def body(rank):
             dist.all_to_all_single(out_z, x, [n] * W, [n] * W, group=zg)
             check("all_to_all_single explicit equal splits %s n=%d" % (dtype, n), out_z, out_g)
 
+    # ---- all-to-all, uneven splits (experts): rank r sends 1 + (r + 2 p) % 3 rows
+    # of 3 elements to rank p; gloo serves the same splits --------------------------
+    def rows(src, dst, k):
+        return (src + 2 * dst + k) % 4
+
+    for dtype in ["float32", "bfloat16", "int64", "uint8", "complex64"]:
+        for k in range(3):
+            ins = [rows(rank, p, k) for p in range(W)]
+            outs = [rows(p, rank, k) for p in range(W)]
+            x = rand(sum(ins) * 3, "float32" if dtype == "complex64" else dtype).view(-1, 3)
+            if dtype == "complex64":
+                x = torch.complex(x, -x)
+            out_z = torch.full((sum(outs), 3), 7, dtype=x.dtype)
+            out_g = out_z.clone()
+            dist.all_to_all_single(out_z, x, outs, ins, group=zg)
+            if dtype == "complex64":
+                ref_g = torch.view_as_real(out_g).clone()
+                dist.all_to_all_single(ref_g, torch.view_as_real(x).contiguous(), outs, ins, group=gg)
+                out_g = torch.view_as_complex(ref_g)
+            else:
+                dist.all_to_all_single(out_g, x, outs, ins, group=gg)
+            check("all_to_all_single uneven %s k=%d" % (dtype, k), out_z, out_g)
+    # only the input's splits given, or only the output's: the other is even
+    x = rand(W * 2, "float32")
+    out_g = torch.empty(W * 2)
+    dist.all_to_all_single(out_g, x, group=gg)
+    out_z = torch.empty(W * 2)
+    dist.all_to_all_single(out_z, x, None, [2] * W, group=zg)
+    check("all_to_all_single input splits only", out_z, out_g)
+    # all_to_all of tensor lists: tensor p goes to rank p, any sizes
+    for dtype in ["float32", "int32", "float16"]:
+        ins = [torch.full((rank + 2 * p + 1,), float(100 * rank + p)).to(getattr(torch, dtype))
+               for p in range(W)]
+        outs = [torch.empty(p + 2 * rank + 1, dtype=getattr(torch, dtype)) for p in range(W)]
+        dist.all_to_all(outs, ins, group=zg)
+        for p in range(W):
+            check("all_to_all list %s from %d" % (dtype, p), outs[p],
+                  torch.full((p + 2 * rank + 1,), float(100 * p + rank)).to(getattr(torch, dtype)))
+    outs = [torch.empty(2, 3).t() for _ in range(W)]
+    ins = [torch.arange(6.).view(3, 2) + 10 * rank + p for p in range(W)]
+    dist.all_to_all(outs, ins, group=zg)
+    for p in range(W):
+        check("all_to_all list non-contiguous from %d" % p, outs[p], torch.arange(6.).view(3, 2) + 10 * p + rank)
+
     # ---- asynchronous work objects ----------------------------------------------
     x = ints(100000, "float32")
     ref = x.clone()
@@ -235,18 +330,36 @@ def body(rank):
         print("rank %d: FAIL %s did not raise" % (rank, what), flush=True)
         sys.exit(1)
 
+    # c10d's canonical names where this torch has them (compat.hpp)
+    single = "ZPP_C10D_SINGLE_NAMES" in torch_zpp.build_info().get("c10d_features", [])
+    a2a = "all_to_all_single" if single else "alltoall_base"
     if W > 1:
         splits = [2] + [1] * (W - 1)
-        raises("uneven all_to_all_single",
+        raises("all_to_all_single splits that do not add up",
                lambda: dist.all_to_all_single(torch.empty(W + 1), torch.empty(W + 1),
-                                              splits, splits, group=zg),
-               ["alltoall_base", "uneven"])
-        raises("send", lambda: dist.send(torch.zeros(1), dst=(rank + 1) % W, group=zg), ["send"])
+                                              splits, [1] * W, group=zg),
+               ["zpp", a2a, "input_split_sizes", "add up to %d rows" % W])
+        raises("all_to_all_single rows that do not split evenly",
+               lambda: dist.all_to_all_single(torch.empty(W + 1), torch.empty(W + 1), group=zg),
+               ["zpp", a2a, "cannot share evenly"])
+        opts = dist.GatherOptions()
+        opts.rootRank = (rank + 1) % W
+        raises("gather outputs on a non-root", lambda: zg._get_backend(torch.device("cpu")).gather(
+            [[torch.zeros(1)] * W], [torch.zeros(1)], opts), ["zpp", "gather", "only the root"])
     raises("BAND", lambda: dist.all_reduce(torch.zeros(3, dtype=torch.int32),
                                            op=dist.ReduceOp.BAND, group=zg), ["allreduce", "BAND"])
-    raises("reduce", lambda: dist.reduce(torch.zeros(1), dst=0, group=zg), ["reduce"])
-    raises("gather", lambda: dist.gather(torch.zeros(1), None if rank else
-                                         [torch.zeros(1)] * W, dst=0, group=zg), ["gather"])
+    raises("reduce BXOR", lambda: dist.reduce(torch.zeros(1, dtype=torch.int32), dst=0,
+                                              op=dist.ReduceOp.BXOR, group=zg), ["zpp", "reduce", "BXOR"])
+    # A sparse tensor: an error naming zpp and the call, not torch's own
+    # "unsupported memory format" from a contiguous() made too early.
+    sp = torch.sparse_coo_tensor([[0, 2]], [1.0, 2.0], (4,))
+    raises("sparse all_reduce", lambda: dist.all_reduce(sp, group=zg), ["zpp", "allreduce", "Sparse"])
+    # Collectives cannot join a coalesced group of sends and receives.
+    cpu = torch.device("cpu")
+    zg._start_coalescing(cpu)
+    raises("broadcast inside a coalescing group", lambda: dist.broadcast(torch.zeros(1), src=0, group=zg),
+           ["zpp", "broadcast", "coalesced"])
+    zg._end_coalescing(cpu).wait()
 
     topo = torch_zpp.topology(zg)
     nodes, per = launch.parse_layout(os.environ["ZPP_TEST_LAYOUT"])

@@ -8,7 +8,13 @@ ZPP_TIMEOUT, never as a hang.
     test_errors.py async      as `die`, with the error seen through an
                               async work's wait() and its future
     test_errors.py hang       rank W-1 stays alive but stops calling; the
-                              others raise at ZPP_TIMEOUT, not later
+                              others raise at ZPP_TIMEOUT, not later, and
+                              the message says the timeout was ZPP_TIMEOUT's
+    test_errors.py timeout    as `hang`, in a barrier, with the timeout
+                              given to init_process_group (3 s, over
+                              ZPP_TIMEOUT's 20): the others raise after 3 s,
+                              with gloo's " Timed out " and naming
+                              init_process_group's timeout as the cause
 """
 import argparse
 import os
@@ -18,6 +24,7 @@ import time
 import launch
 
 TIMEOUT = 20  # ZPP_TIMEOUT for these runs: every failure must show well before
+INIT_TIMEOUT = 3  # init_process_group(timeout=) of the `timeout` case
 
 
 def body(rank, case):
@@ -26,7 +33,11 @@ def body(rank, case):
 
     import torch_zpp  # noqa: F401
 
-    dist.init_process_group("zpp")
+    if case == "timeout":
+        import datetime
+        dist.init_process_group("zpp", timeout=datetime.timedelta(seconds=INIT_TIMEOUT))
+    else:
+        dist.init_process_group("zpp")
     W = dist.get_world_size()
     x = torch.ones(100000)
     dist.all_reduce(x)
@@ -38,6 +49,11 @@ def body(rank, case):
                 time.sleep(TIMEOUT + 10)
                 os._exit(3)
             dist.all_reduce(x)
+        elif case == "timeout":
+            if rank == W - 1:
+                time.sleep(INIT_TIMEOUT + 10)
+                os._exit(3)
+            dist.barrier()
         elif case in ("die", "async"):
             if rank == W - 1:
                 os._exit(3)
@@ -70,6 +86,19 @@ def body(rank, case):
         if dt > TIMEOUT + 5 or (case == "hang" and dt < TIMEOUT - 1):
             print("rank %d: FAIL: took longer than ZPP_TIMEOUT" % rank, flush=True)
             os._exit(1)
+        # Where the timeout came from, and gloo's words for it (PyTorch's own
+        # barrier timeout test matches " (Timed out|closed|timeout) ").
+        words = {"hang": [" Timed out ", "after %d s" % TIMEOUT, "set by ZPP_TIMEOUT=%d" % TIMEOUT],
+                 "timeout": [" Timed out ", "zpp barrier", "after %d s" % INIT_TIMEOUT,
+                             "set by init_process_group/new_group(timeout=0:00:0%d)" % INIT_TIMEOUT]}
+        missing = [w for w in words.get(case, []) if w not in msg]
+        if missing:
+            print("rank %d: FAIL: the message lacks %s" % (rank, missing), flush=True)
+            os._exit(1)
+        if case == "timeout" and not INIT_TIMEOUT - 0.1 <= dt <= INIT_TIMEOUT + 3:
+            print("rank %d: FAIL: timed out after %.1f s, not at init_process_group's %d s"
+                  % (rank, dt, INIT_TIMEOUT), flush=True)
+            os._exit(1)
         # A later call on the broken group raises too, at once.
         try:
             dist.all_reduce(torch.ones(1))
@@ -84,7 +113,7 @@ def body(rank, case):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["die", "mismatch", "async", "hang"])
+    p.add_argument("case", choices=["die", "mismatch", "async", "hang", "timeout"])
     p.add_argument("layout", nargs="?", default="2x2")
     p.add_argument("--rank", type=int)
     a = p.parse_args()

@@ -7,7 +7,11 @@ as 2 nodes x 2, exactly as it does on gloo.
    summation order allows: both results are fp32 sums of the same W terms in
    some order, so each is within gamma_{W-1} * sum|g_r| of the exact sum
    (gamma_k = k u / (1 - k u), u = 2^-24), plus u |v| for AVG's division.
-   (The comparison wraps torch.distributed's functions; FSDP2 is unchanged.)
+   (The comparison wraps torch.distributed's functions; FSDP2 is unchanged.
+   FSDP2 calls all_gather_into_tensor / reduce_scatter_tensor up to some
+   torch 2.1x and all_gather_single / reduce_scatter_single, their
+   canonical names since, the old ones then forwarding to the new: the
+   wrapper takes the new names where torch has them.)
    The first step's loss is the same bits as gloo's.
 2. A run on gloo alone and one on zpp alone (no comparison traffic): the
    final losses agree within 0.1 % (Adam over 12 steps amplifies the
@@ -43,7 +47,11 @@ def body(rank):
     gamma = (W - 1) * u / (1 - (W - 1) * u)
     counts = {"ag": 0, "rs": 0}
 
-    orig_ag, orig_rs = dist.all_gather_into_tensor, dist.reduce_scatter_tensor
+    if hasattr(dist, "all_gather_single") and hasattr(dist, "reduce_scatter_single"):
+        names = ("all_gather_single", "reduce_scatter_single")
+    else:
+        names = ("all_gather_into_tensor", "reduce_scatter_tensor")
+    orig_ag, orig_rs = getattr(dist, names[0]), getattr(dist, names[1])
 
     def fail(msg):
         print("rank %d: FAIL %s" % (rank, msg), flush=True)
@@ -54,7 +62,7 @@ def body(rank):
         ref = torch.empty_like(output_tensor)
         orig_ag(ref, input_tensor, group=gloo)
         if not torch.equal(ref, output_tensor):
-            fail("all_gather_into_tensor differs from gloo's")
+            fail("%s differs from gloo's" % names[0])
         counts["ag"] += 1
         return w if async_op else None
 
@@ -73,16 +81,20 @@ def body(rank):
         err = (output.double() - ref.double()).abs()
         if bool((err > 2 * each).any()):
             i = int((err - 2 * each).argmax())
-            fail("reduce_scatter_tensor element %d: |zpp - gloo| = %g > bound %g"
-                 % (i, err[i].item(), 2 * each[i].item()))
+            fail("%s element %d: |zpp - gloo| = %g > bound %g"
+                 % (names[1], i, err[i].item(), 2 * each[i].item()))
         counts["rs"] += 1
         return w if async_op else None
 
-    dist.all_gather_into_tensor, dist.reduce_scatter_tensor = ag, rs
-    checked, _ = fsdp_model.train(zpp, STEPS, report_group=gloo)
-    dist.all_gather_into_tensor, dist.reduce_scatter_tensor = orig_ag, orig_rs
+    setattr(dist, names[0], ag)
+    setattr(dist, names[1], rs)
+    try:
+        checked, _ = fsdp_model.train(zpp, STEPS, report_group=gloo)
+    finally:
+        setattr(dist, names[0], orig_ag)
+        setattr(dist, names[1], orig_rs)
     if counts["ag"] < STEPS or counts["rs"] < STEPS:
-        fail("FSDP2 did not go through the wrapped collectives: %s" % counts)
+        fail("FSDP2 did not go through the wrapped collectives %s: %s" % (names, counts))
 
     ref, _ = fsdp_model.train(gloo, STEPS)
     plain, _ = fsdp_model.train(zpp, STEPS, report_group=gloo)

@@ -23,6 +23,20 @@
 // see setup.py): zpp's device path on torch's current stream, issued by the
 // caller, as NCCL-backed process groups do; the worker waits for their
 // events in the same queue.
+//
+// Point-to-point: send and recv are works in the same ordered queue, each
+// one zpp call (host: the tagged forms, so that any-source receives match
+// every send). A standalone send may wait for its receive, as NCCL's does,
+// so two ranks that send to each other first must group their calls:
+// batch_isend_irecv (startCoalescing / endCoalescing here) makes one work of
+// them that the worker issues between zppGroupStart and zppGroupEnd.
+//
+// Versions: c10d renamed the single-tensor collectives (_allgather_base is
+// all_gather_single, and so on), the old names forwarding to the new ones.
+// setup.py finds which names the installed torch has and defines
+// ZPP_C10D_SINGLE_NAMES where the new ones exist; this backend then
+// overrides the new names only, and the old ones otherwise: every caller of
+// either name reaches the same code (compat.hpp).
 #pragma once
 
 #include <torch/extension.h>
@@ -31,6 +45,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -39,6 +54,7 @@
 #include <thread>
 #include <vector>
 
+#include "compat.hpp"
 #include "work.hpp"
 #include "zpp.h"
 
@@ -55,6 +71,10 @@ struct Settings {
   int hpzGroupSize = ZPP_CONFIG_UNDEF_INT;
   std::string hostId;
   std::string commName;
+  // The timeout in effect and where it came from, for messages:
+  // "init_process_group(timeout=0:00:20)", "ZPP_TIMEOUT=20", ...
+  int timeoutInEffect = 0;
+  std::string timeoutFrom;
 };
 
 class ZppBackend : public c10d::Backend {
@@ -63,7 +83,18 @@ class ZppBackend : public c10d::Backend {
   ~ZppBackend() override;
 
   const std::string getBackendName() const override { return "zpp"; }
-  bool supportsCoalescing() const override { return false; }
+  // Point-to-point calls between startCoalescing and endCoalescing form one
+  // work, issued as one zpp group (batch_isend_irecv).
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+
+  // Sequence numbers start at 0 on every rank, as gloo's do; each
+  // collective issued on the group counts one (point-to-point calls do not:
+  // they need not be issued by every rank). TORCH_DISTRIBUTED_DEBUG=DETAIL's
+  // wrapper compares them across ranks.
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
   void shutdown() override;
   // Stops the operations in flight: they fail, the Works carry the error.
@@ -84,25 +115,68 @@ class ZppBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  // outputs: one list of size() tensors on the root, none elsewhere.
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  // inputs: one list of size() tensors on the root, none elsewhere.
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  // Tensor i goes to rank i; sizes may differ (zppAllToAllv).
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // Sparse tensors: refused naming zpp (torch routes them here, not to allreduce).
+  c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                  const c10d::AllreduceOptions& opts) override;
+
+  // The single-tensor collectives under the names this torch calls canonical
+  // (compat.hpp): all_gather_single & co. where it has them, else
+  // _allgather_base & co.
+#ifdef ZPP_C10D_SINGLE_NAMES
+  c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& out, at::Tensor& in,
+                                                   const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(
+      std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(at::Tensor& out, at::Tensor& in,
+                                                       const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(
+      std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& out, at::Tensor& in,
+                                                   std::vector<int64_t>& outSplits,
+                                                   std::vector<int64_t>& inSplits,
+                                                   const c10d::AllToAllOptions& opts) override;
+#else
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
                                                  const c10d::AllgatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
       const c10d::AllgatherOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
-                                                std::vector<std::vector<at::Tensor>>& inputs,
-                                                const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                                       const c10d::ReduceScatterOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
       const c10d::ReduceScatterOptions& opts) override;
-  // Equal splits only: zpp's all-to-all moves the same count to every peer.
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in,
                                                std::vector<int64_t>& outSplits,
                                                std::vector<int64_t>& inSplits,
                                                const c10d::AllToAllOptions& opts) override;
-  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+#endif
+
+  // ---- point-to-point -------------------------------------------------------
+
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
   // ---- ZeRO++ explicit calls (torch_zpp.qwz_all_gather, qgz_reduce_scatter)
 
@@ -121,6 +195,28 @@ class ZppBackend : public c10d::Backend {
 
   c10::intrusive_ptr<ZppWork> newWork(c10d::OpType type, const char* call,
                                       std::vector<at::Tensor> outputs, const at::Tensor& sample);
+  // The shared bodies of the single-tensor collectives (either name).
+  c10::intrusive_ptr<c10d::Work> allGatherSingle(const char* call, at::Tensor& out, at::Tensor& in);
+  c10::intrusive_ptr<c10d::Work> allGatherSingleCoalesced(const char* call,
+                                                          std::vector<at::Tensor>& outs,
+                                                          std::vector<at::Tensor>& ins);
+  c10::intrusive_ptr<c10d::Work> reduceScatterSingle(const char* call, at::Tensor& out, at::Tensor& in,
+                                                     const c10d::ReduceOp& rop);
+  c10::intrusive_ptr<c10d::Work> reduceScatterSingleCoalesced(const char* call,
+                                                              std::vector<at::Tensor>& outs,
+                                                              std::vector<at::Tensor>& ins,
+                                                              const c10d::ReduceOp& rop);
+  c10::intrusive_ptr<c10d::Work> allToAllSingle(const char* call, at::Tensor& out, at::Tensor& in,
+                                                std::vector<int64_t>& outSplits,
+                                                std::vector<int64_t>& inSplits);
+  // send, recv, recvAnysource (peer ZPP_ANY_SOURCE): one work, or a part
+  // of the coalesced work between startCoalescing and endCoalescing.
+  c10::intrusive_ptr<c10d::Work> p2p(const char* call, c10d::OpType type,
+                                     std::vector<at::Tensor>& tensors, int peer, int tag);
+  // Raises for a collective issued inside a coalescing group.
+  void checkNotCoalescing(const char* call);
+  // zpp's reason for a failed call, its timeout named by where it came from.
+  std::string reason(const char* raw) const;
   // A contiguous tensor zpp may read; kept alive until the work completes.
   at::Tensor input(ZppWork& w, const at::Tensor& t);
   // A contiguous tensor zpp may write; copied back to t after completion
@@ -160,6 +256,12 @@ class ZppBackend : public c10d::Backend {
   bool stopping_ = false;
   std::mutex commLock_;  // comm_ against abort() from another thread
   std::thread worker_;
+  std::atomic<uint64_t> seq_{0};           // collectives issued (getSequenceNumberForGroup)
+  c10::intrusive_ptr<ZppWork> coalesced_;  // the work being coalesced; null outside
+  bool coalescing_ = false;                // between startCoalescing and endCoalescing
+  bool deviceGroupOpen_ = false;           // a zpp group of device calls is open (CUDA only)
+  std::string timeoutFrom_;                // Settings::timeoutFrom
+  int timeoutSec_ = 0;                     // Settings::timeoutInEffect
 };
 
 }  // namespace torch_zpp

@@ -3,6 +3,8 @@
 
 #include <torch/csrc/distributed/c10d/exception.h>
 
+#include "compat.hpp"
+
 namespace torch_zpp {
 
 std::string zppMessage(zppResult_t res, const std::string& why, const std::string& call) {
@@ -72,7 +74,7 @@ RedOp zppOp(const c10d::ReduceOp& rop, const at::Tensor& t, const char* call) {
     case c10d::ReduceOp::PREMUL_SUM: {
       r.op = zppSum;
       r.premul = true;
-      auto* s = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(rop.supplement_.get());
+      auto* s = dynamic_cast<PreMulSumSupplement*>(rop.supplement_.get());
       TORCH_CHECK(s != nullptr, "zpp ", call, ": PREMUL_SUM without a factor");
       if (s->tensor_factor.defined())
         r.tensorFactor = s->tensor_factor;

@@ -43,7 +43,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<ZppBackend, c10d::Backend, c10::intrusive_ptr<ZppBackend>>(m, "ZppBackend")
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int timeoutSec,
                        int qwzBits, int qgzBits, int quantBlock, int64_t compressMinBytes,
-                       int hpzGroupSize, const std::string& hostId, const std::string& commName) {
+                       int hpzGroupSize, const std::string& hostId, const std::string& commName,
+                       int timeoutInEffect, const std::string& timeoutFrom) {
              Settings s;
              s.timeoutSec = timeoutSec;
              s.qwzBits = qwzBits;
@@ -53,12 +54,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              s.hpzGroupSize = hpzGroupSize;
              s.hostId = hostId;
              s.commName = commName;
+             s.timeoutInEffect = timeoutInEffect;
+             s.timeoutFrom = timeoutFrom;
              return c10::make_intrusive<ZppBackend>(store, rank, size, s);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
            py::arg("qwz_bits"), py::arg("qgz_bits"), py::arg("quant_block"),
            py::arg("compress_min_bytes"), py::arg("hpz_group_size"), py::arg("host_id"),
-           py::arg("comm_name"), py::call_guard<py::gil_scoped_release>())
+           py::arg("comm_name"), py::arg("timeout_in_effect") = 0, py::arg("timeout_from") = "",
+           py::call_guard<py::gil_scoped_release>())
       .def("qwz_all_gather", &ZppBackend::qwzAllGather, py::arg("output"), py::arg("input"),
            py::arg("bits"), py::call_guard<py::gil_scoped_release>())
       .def("qgz_reduce_scatter", &ZppBackend::qgzReduceScatter, py::arg("output"), py::arg("input"),

@@ -18,7 +18,21 @@ ZppWork::ZppWork(int rank, c10d::OpType type, const char* name, std::vector<at::
       future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
 }
 
+int ZppWork::sourceRank() const {
+  TORCH_CHECK(opType_ == c10d::OpType::RECVANYSOURCE, "zpp ", name_,
+              ": sourceRank() is known for a recv from any source only");
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(completed_ && !exception_, "zpp ", name_,
+              ": sourceRank() needs a completed, successful recv");
+  return source_;
+}
+
 bool ZppWork::wait(std::chrono::milliseconds timeout) {
+  // A work still being coalesced is not queued: waiting for it would wait
+  // for ever.
+  TORCH_CHECK(queued_.load(), "zpp ", name_,
+              ": wait() on a work inside a coalescing group; end the group first (batch_isend_irecv "
+              "does)");
 #ifdef ZPP_TORCH_CUDA
   if (event_) {
     event_->block(c10::cuda::getCurrentCUDAStream(device_->index()));

@@ -10,6 +10,7 @@
 #include <c10/core/Event.h>
 #endif
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,6 +43,8 @@ class ZppWork : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout) override;
 
   std::vector<at::Tensor> result() override { return outputs_; }
+  // The sender of a recvAnysource, once complete (Work::_source_rank()).
+  int sourceRank() const override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
  private:
@@ -53,7 +56,10 @@ class ZppWork : public c10d::Work {
   void complete(zppResult_t res, const std::string& why);
 
   std::string name_;
-  uint64_t seq_ = 0;  // the backend's issue order, 1, 2, ...
+  uint64_t seq_ = 0;                 // the backend's issue order, 1, 2, ...
+  std::atomic<bool> queued_{false};  // submitted (a coalesced work: at endCoalescing)
+  bool group_ = false;               // the calls run between zppGroupStart and zppGroupEnd
+  int source_ = -1;                  // recvAnysource: the sender, written by zpp
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> keep_;                  // buffers zpp reads or writes
   std::vector<Call> calls_;                       // host: run by the worker
