@@ -27,6 +27,7 @@
 #include "params.h"
 #include "lib/comm.h"
 #include "lib/transport/transports.h"
+#include "quant_kernels/zpp_quant.h"
 
 struct zppCollState {
   uint32_t seq;
@@ -159,6 +160,9 @@ zppResult_t zppCollBegin(struct zppComm* comm, zppOpKind_t kind, zppCollCtx_t* c
     }
   }
   memset(c, 0, sizeof(*c));
+  /* Codec escapes are counted per thread; zppCollEnd adds what this call's
+   * codecs counted to the communicator. */
+  zppQuantTakeEscapeCounts(NULL, NULL);
   c->comm = comm;
   c->state = st;
   c->p2p = p2p;
@@ -188,6 +192,12 @@ void zppCollSign(zppCollCtx_t* c, zppDataType_t type, int op, const uint64_t* va
 zppResult_t zppCollEnd(zppCollCtx_t* c, zppResult_t res, int agreed) {
   struct zppComm* comm = c->comm;
   struct zppCollState* st = c->state;
+  uint64_t escapes = 0, overflows = 0;
+  zppQuantTakeEscapeCounts(&escapes, &overflows);
+  if (comm->transports && (escapes | overflows)) {
+    atomic_fetch_add_explicit(&comm->transports->quantEscapes, escapes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&comm->transports->quantEscapeOverflows, overflows, memory_order_relaxed);
+  }
   st->haveLast = 1;
   st->lastSeq = c->id.seq;
   st->lastSig = c->id.sig;

@@ -287,6 +287,12 @@ typedef struct {
   uint64_t calls[zppNumOpKinds];
   uint64_t intraNodeBytes[zppNumOpKinds];
   uint64_t interNodeBytes[zppNumOpKinds];
+  /* Compressed calls on host buffers: elements that travelled exactly
+   * beside their block (Inf, NaN, or far above the rest of the block;
+   * docs/codecs.md, "Escapes"), and blocks that had more such elements than
+   * free escape slots and were quantized whole. */
+  uint64_t quantEscapes;
+  uint64_t quantEscapeOverflows;
 } zppCommStats_t;
 
 ZPP_API zppResult_t zppCommGetStats(const zppComm_t comm, zppCommStats_t* stats);

@@ -1,5 +1,6 @@
 /* Per-communicator accounting (zppCommGetStats, api/stats_api.c): calls
- * counted by the API layer, bytes by the host transport as it sends.
+ * counted by the API layer, bytes by the host transport as it sends, codec
+ * escapes by the collectives' context (collectives/coll_ctx.c).
  * Device-buffer operations count calls only: NCCL does not say what it sent. */
 #include <stdatomic.h>
 #include <string.h>
@@ -19,6 +20,8 @@ void zppStatsRead(const struct zppComm* comm, zppCommStats_t* stats) {
   if (t) {
     for (int k = 0; k < zppNumOpKinds; k++)
       s.calls[k] = atomic_load_explicit(&t->calls[k], memory_order_relaxed);
+    s.quantEscapes = atomic_load_explicit(&t->quantEscapes, memory_order_relaxed);
+    s.quantEscapeOverflows = atomic_load_explicit(&t->quantEscapeOverflows, memory_order_relaxed);
 #if ZPP_HAVE_UCX
     if (t->ucx) zppUcxGetBytes(t->ucx, s.intraNodeBytes, s.interNodeBytes, zppNumOpKinds);
 #endif
@@ -31,6 +34,8 @@ void zppStatsReset(struct zppComm* comm) {
   if (t) {
     for (int k = 0; k < zppNumOpKinds; k++)
       atomic_store_explicit(&t->calls[k], 0, memory_order_relaxed);
+    atomic_store_explicit(&t->quantEscapes, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->quantEscapeOverflows, 0, memory_order_relaxed);
 #if ZPP_HAVE_UCX
     if (t->ucx) zppUcxResetBytes(t->ucx);
 #endif

@@ -5,15 +5,17 @@
  * file then fixes up what escapes change, with the reference code of
  * quant_ref.h. Escapes are rare (garbage, overflow, a lone spike), so the
  * fix-ups cost a scan on ordinary data:
- * - encoding: a block that may hold an escape has a NaN scale (a non-finite
- *   element) or at most E non-zero q (zpp_quant.h says why); an escape group
- *   with such a block is encoded again from its input with escapes. The
+ * - encoding: a block that may hold a candidate has a NaN scale (a
+ *   non-finite element) or at most E non-zero q (zpp_quant.h says why); an
+ *   escape group with such a block is encoded again from its input. The
  *   scan stops at the (E+1)-th non-zero q, a few bytes into most blocks.
  * - decoding: the escaped elements decode to 0 in the packed data; their
  *   values are added from the tables, after the packed values, in input
- *   order, which is the order the spec defines.
- * - the fused reduce-requantize: an output group whose inputs have escapes,
- *   or whose blocks may hold one, is summed and encoded again.
+ *   order, which is the order the spec defines. Markers (only in segments
+ *   whose header flag says so) decode to NaN.
+ * - the fused reduce-requantize: an output group whose inputs have escapes
+ *   or markers, or whose blocks may hold a candidate, is summed and encoded
+ *   again.
  */
 #include <stdatomic.h>
 #include <string.h>
@@ -40,9 +42,9 @@ static void addCounts(const zppQuantEscCounts_t* c) {
   threadCounts.overflows += c->overflows;
   if (c->overflows > 0 && atomic_exchange(&warned, 1) == 0)
     ZPP_WARN(QUANT,
-             "a block had more outliers (Inf, NaN or elements 2^K above the rest) than the %d free "
-             "escape slots of its %d elements: it was quantized whole, its other elements with the "
-             "outlier's scale (counted as escape overflows in the statistics; said once)",
+             "a block had more outliers (Inf, NaN or elements 2^K above the rest) than the %d "
+             "escape slots of its %d elements had room for: they decode to NaN, each in its own "
+             "element (counted as escape overflows in the statistics; said once)",
              ZPP_QUANT_ESC_SLOTS, ZPP_QUANT_ESC_GROUP);
 }
 
@@ -89,12 +91,26 @@ static void clearTable(uint8_t* table) {
     zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
 }
 
+/* The header's flag bit: the segment holds markers. */
+static int hasMarkers(const uint8_t* seg) { return seg[6] & ZPP_QUANT_FLAG_MARKERS; }
+
+/* 1 when group g of a segment with markers holds one. */
+static int groupHasMarker(const uint8_t* seg, size_t count, int bits, int block, size_t g) {
+  if (!hasMarkers(seg)) return 0;
+  const uint8_t* data = seg + zppQuantDataOffset(count, block);
+  size_t hi = (g + 1) * ZPP_QUANT_ESC_GROUP < count ? (g + 1) * ZPP_QUANT_ESC_GROUP : count;
+  for (size_t i = g * ZPP_QUANT_ESC_GROUP; i < hi; i++)
+    if (zppQuantIsMarker(data, bits, i)) return 1;
+  return 0;
+}
+
 void zppQuantEscEncode(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                        uint8_t* packed) {
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
   uint8_t* tables = packed + zppQuantEscOffset(count, bits, block);
   zppQuantEscCounts_t counts = {0, 0};
+  int marked = 0;
   for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
     uint8_t* table = tables + g * ZPP_QUANT_ESC_TABLE_BYTES;
     if (!groupMayEscape(scales, data, count, bits, block, g)) {
@@ -104,8 +120,9 @@ void zppQuantEscEncode(const void* in, zppDataType_t dtype, size_t count, int bi
     float x[ZPP_QUANT_ESC_GROUP];
     size_t base = g * ZPP_QUANT_ESC_GROUP, glen = groupLen(count, g);
     for (size_t i = 0; i < glen; i++) x[i] = zppQuantLoadOne(in, dtype, base + i);
-    zppQuantEncodeGroupRef(x, glen, base, bits, block, scales, data, table, &counts);
+    marked |= zppQuantEncodeGroupRef(x, glen, base, bits, block, scales, data, table, &counts);
   }
+  if (marked) packed[6] |= ZPP_QUANT_FLAG_MARKERS;
   addCounts(&counts);
 }
 
@@ -117,7 +134,7 @@ static const uint8_t* groupTable(const uint8_t* seg, size_t count, int bits, int
 }
 
 /* The spec's sum of element i over n inputs: the packed values in input
- * order from 0, then the escaped values in input order. */
+ * order from 0 (a marker is NaN), then the escaped values in input order. */
 static float sumOne(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
                     size_t i) {
   float sum = 0.0f;
@@ -125,7 +142,8 @@ static float sumOne(const uint8_t* packed, size_t stride, int n, size_t count, i
     const uint8_t* seg = packed + (size_t)k * stride;
     const uint8_t* data = seg + zppQuantDataOffset(count, block);
     float s = zppQuantLoadScale(zppQuantScalesPtr(seg), i / (size_t)block);
-    sum = sum + (float)zppQuantGetQ(data, bits, i) * s;
+    int q = zppQuantGetQ(data, bits, i);
+    sum = sum + (q == -zppQuantQmax(bits) - 1 ? zppF32FromBits(ZPP_QUANT_NAN_BITS) : (float)q * s);
   }
   size_t g = i / ZPP_QUANT_ESC_GROUP;
   unsigned rel = (unsigned)(i - g * ZPP_QUANT_ESC_GROUP);
@@ -146,11 +164,15 @@ void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t coun
   uint8_t* data = packed_out + zppQuantDataOffset(count, block_out);
   uint8_t* tables = packed_out + zppQuantEscOffset(count, bits_out, block_out);
   zppQuantEscCounts_t counts = {0, 0};
+  int marked = 0;
   for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
     uint8_t* table = tables + g * ZPP_QUANT_ESC_TABLE_BYTES;
     int redo = groupMayEscape(scales, data, count, bits_out, block_out, g);
-    for (int k = 0; k < n && !redo; k++)
-      redo = tableUsed(groupTable(packed + (size_t)k * stride, count, bits_in, block_in, g));
+    for (int k = 0; k < n && !redo; k++) {
+      const uint8_t* seg = packed + (size_t)k * stride;
+      redo = tableUsed(groupTable(seg, count, bits_in, block_in, g)) ||
+             groupHasMarker(seg, count, bits_in, block_in, g);
+    }
     if (!redo) {
       clearTable(table);
       continue;
@@ -159,8 +181,9 @@ void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t coun
     size_t base = g * ZPP_QUANT_ESC_GROUP, glen = groupLen(count, g);
     for (size_t i = 0; i < glen; i++)
       x[i] = sumOne(packed, stride, n, count, bits_in, block_in, base + i);
-    zppQuantEncodeGroupRef(x, glen, base, bits_out, block_out, scales, data, table, &counts);
+    marked |= zppQuantEncodeGroupRef(x, glen, base, bits_out, block_out, scales, data, table, &counts);
   }
+  if (marked) packed_out[6] |= ZPP_QUANT_FLAG_MARKERS;
   addCounts(&counts);
 }
 
@@ -174,6 +197,11 @@ void zppQuantEscDequantize(const uint8_t* packed, size_t count, int bits, int bl
       zppQuantStoreOne(out, dtype, g * ZPP_QUANT_ESC_GROUP + idx, zppQuantEscValue(table, j));
     }
   }
+  if (!hasMarkers(packed)) return;
+  const uint8_t* data = packed + zppQuantDataOffset(count, block);
+  for (size_t i = 0; i < count; i++)
+    if (zppQuantIsMarker(data, bits, i))
+      zppQuantStoreOne(out, dtype, i, zppF32FromBits(ZPP_QUANT_NAN_BITS));
 }
 
 void zppQuantEscAccumulate(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
@@ -188,6 +216,14 @@ void zppQuantEscAccumulate(const uint8_t* packed, size_t stride, int n, size_t c
         acc[i] = acc[i] + zppQuantEscValue(table, j);
       }
     }
+  /* A marker makes its element's sum NaN, whatever the order. */
+  for (int k = 0; k < n; k++) {
+    const uint8_t* seg = packed + (size_t)k * stride;
+    if (!hasMarkers(seg)) continue;
+    const uint8_t* data = seg + zppQuantDataOffset(count, block);
+    for (size_t i = 0; i < count; i++)
+      if (zppQuantIsMarker(data, bits, i)) acc[i] = zppF32FromBits(ZPP_QUANT_NAN_BITS);
+  }
 }
 
 void zppQuantEscSum(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
@@ -207,4 +243,12 @@ void zppQuantEscSum(const uint8_t* packed, size_t stride, int n, size_t count, i
         zppQuantStoreOne(out, dtype, i, sum);
       }
     }
+  for (int k = 0; k < n; k++) {
+    const uint8_t* seg = packed + (size_t)k * stride;
+    if (!hasMarkers(seg)) continue;
+    const uint8_t* data = seg + zppQuantDataOffset(count, block);
+    for (size_t i = 0; i < count; i++)
+      if (zppQuantIsMarker(data, bits, i))
+        zppQuantStoreOne(out, dtype, i, zppF32FromBits(ZPP_QUANT_NAN_BITS));
+  }
 }

@@ -200,20 +200,19 @@ ZPP_QUANT_INL void zppQuantBlockRef(const void* x, zppDataType_t dtype, size_t l
 /* Escape counts of the codec calls one thread made (quant_escape.c). */
 typedef struct {
   uint64_t escapes;   /* elements that travelled in a slot */
-  uint64_t overflows; /* blocks whose candidates found no free slots */
+  uint64_t overflows; /* blocks whose candidates found no free slots: markers */
 } zppQuantEscCounts_t;
 
-/* The escape candidates of block f[0..len): their indices in increasing
- * order in idx; returns how many (0 .. ZPP_QUANT_ESC_PER_BLOCK). */
-ZPP_QUANT_INL int zppQuantEscCandidates(const float* f, size_t len, int bits,
-                                        uint32_t idx[ZPP_QUANT_ESC_PER_BLOCK]) {
+/* The reference magnitude r of a block f[0..len) (zpp_quant.h, "Escapes"):
+ * among its finite magnitudes (as |x| bits), the (E+1)-th largest, or the
+ * smallest when there are at most E + 1 of them; 0 when there are none. */
+ZPP_QUANT_INL uint32_t zppQuantEscReference(const float* f, size_t len) {
   enum { E = ZPP_QUANT_ESC_PER_BLOCK };
-  /* The E + 1 largest magnitudes (as |x| bits), largest first. */
-  uint32_t top[E + 1];
+  uint32_t top[E + 1]; /* the E + 1 largest, largest first */
   int ntop = 0;
   for (size_t i = 0; i < len; i++) {
     uint32_t m = zppF32Bits(f[i]) & 0x7fffffffu;
-    if (ntop == E + 1 && m <= top[E]) continue;
+    if (m >= 0x7f800000u || (ntop == E + 1 && m <= top[E])) continue;
     int j = ntop < E + 1 ? ntop++ : E;
     while (j > 0 && top[j - 1] < m) {
       top[j] = top[j - 1];
@@ -221,46 +220,99 @@ ZPP_QUANT_INL int zppQuantEscCandidates(const float* f, size_t len, int bits,
     }
     top[j] = m;
   }
-  uint32_t r = ntop == E + 1 ? top[E] : 0;
-  if (r >= 0x7f800000u) return 0; /* more than E non-finite: a non-finite block */
-  /* The candidates are the elements with a magnitude non-finite or above
-   * 2^K r (when r > 0): a property of the value alone, so they are found in
-   * index order. Doubles make the comparison exact. */
-  double limit = (double)zppF32FromBits(r) * (double)(1u << ZPP_QUANT_ESC_LOG2(bits));
-  int n = 0;
-  for (size_t i = 0; i < len && n < E; i++) {
-    uint32_t m = zppF32Bits(f[i]) & 0x7fffffffu;
-    if (m >= 0x7f800000u || (r > 0 && (double)zppF32FromBits(m) > limit)) idx[n++] = (uint32_t)i;
+  return ntop > 0 ? top[ntop - 1] : 0;
+}
+
+/* 1 if x is a candidate of a block with reference magnitude r: non-finite,
+ * or (r > 0) above 2^K r, compared exactly in double. */
+ZPP_QUANT_INL int zppQuantEscIsCandidate(float x, uint32_t r, int bits) {
+  uint32_t m = zppF32Bits(x) & 0x7fffffffu;
+  if (m >= 0x7f800000u) return 1;
+  return r > 0 && (double)zppF32FromBits(m) >
+                      (double)zppF32FromBits(r) * (double)(1u << ZPP_QUANT_ESC_LOG2(bits));
+}
+
+/* Writes q (-8..7 for int4) into element i of a segment's data. */
+ZPP_QUANT_INL void zppQuantSetQ(uint8_t* data, int bits, size_t i, int q) {
+  if (bits == 8) {
+    data[i] = (uint8_t)(int8_t)q;
+  } else {
+    uint8_t b = data[i >> 1], n = (uint8_t)(q & 0x0f);
+    data[i >> 1] = (i & 1) ? (uint8_t)((b & 0x0f) | (n << 4)) : (uint8_t)((b & 0xf0) | n);
   }
-  return n;
+}
+
+/* Writes the in-band marker q = -(Q+1) (int8 0x80, int4 nibble 0x8) for
+ * element i of a segment's data. */
+ZPP_QUANT_INL void zppQuantSetMarker(uint8_t* data, int bits, size_t i) {
+  zppQuantSetQ(data, bits, i, -zppQuantQmax(bits) - 1);
+}
+
+/* 1 if element i of a segment's data holds the marker. */
+ZPP_QUANT_INL int zppQuantIsMarker(const uint8_t* data, int bits, size_t i) {
+  return zppQuantGetQ(data, bits, i) == -zppQuantQmax(bits) - 1;
 }
 
 /* Scales, data and escape table of one escape group, from its elements in
  * fp32: x[0..glen) are the segment's elements [base, base + glen), base a
  * multiple of ZPP_QUANT_ESC_GROUP. The reference of every implementation's
- * encoding, escapes included. x is modified (escaped elements become +0). */
-ZPP_QUANT_INL void zppQuantEncodeGroupRef(float* x, size_t glen, size_t base, int bits, int block,
-                                          uint8_t* scales, uint8_t* data, uint8_t* table,
-                                          zppQuantEscCounts_t* counts) {
-  int used = 0;
+ * encoding, escapes included. x is modified (candidates become +0).
+ * Returns 1 when it wrote a marker (the segment's header flag). */
+ZPP_QUANT_INL int zppQuantEncodeGroupRef(float* x, size_t glen, size_t base, int bits, int block,
+                                         uint8_t* scales, uint8_t* data, uint8_t* table,
+                                         zppQuantEscCounts_t* counts) {
+  int used = 0, marked = 0;
   for (size_t lo = 0; lo < glen; lo += (size_t)block) {
     size_t len = glen - lo < (size_t)block ? glen - lo : (size_t)block;
-    uint32_t idx[ZPP_QUANT_ESC_PER_BLOCK];
-    int nc = zppQuantEscCandidates(x + lo, len, bits, idx);
-    if (nc > 0 && used + nc > ZPP_QUANT_ESC_SLOTS) {
-      counts->overflows++;
-    } else {
-      for (int c = 0; c < nc; c++) {
-        zppQuantEscStoreSlot(table, used++, x[lo + idx[c]], (unsigned)(lo + idx[c]));
-        x[lo + idx[c]] = 0.0f;
-      }
+    uint32_t r = zppQuantEscReference(x + lo, len);
+    int nc = 0;
+    for (size_t i = 0; i < len; i++) nc += zppQuantEscIsCandidate(x[lo + i], r, bits);
+    if (nc > 0 && used + nc <= ZPP_QUANT_ESC_SLOTS) {
+      /* Each candidate into the next slot, +0 in the block. */
+      for (size_t i = 0; i < len; i++)
+        if (zppQuantEscIsCandidate(x[lo + i], r, bits)) {
+          zppQuantEscStoreSlot(table, used++, x[lo + i], (unsigned)(lo + i));
+          x[lo + i] = 0.0f;
+        }
       counts->escapes += (uint64_t)nc;
+    } else if (nc > 0) {
+      /* No room: +0 in the block while it is quantized (so its scale still
+       * fits the others), then each candidate saturated: +-Q for a finite
+       * one, the marker (NaN) for a non-finite one. Bit sets remember which
+       * and how. */
+      int Q = zppQuantQmax(bits);
+      uint64_t cand[ZPP_QUANT_MAX_BLOCK / 64], neg[ZPP_QUANT_MAX_BLOCK / 64],
+          nonfin[ZPP_QUANT_MAX_BLOCK / 64];
+      for (size_t w = 0; w < (len + 63) / 64; w++) cand[w] = neg[w] = nonfin[w] = 0;
+      for (size_t i = 0; i < len; i++) {
+        float v = x[lo + i];
+        if (!zppQuantEscIsCandidate(v, r, bits)) continue;
+        uint64_t bit = (uint64_t)1 << (i % 64);
+        cand[i / 64] |= bit;
+        if ((zppF32Bits(v) & 0x7fffffffu) >= 0x7f800000u) nonfin[i / 64] |= bit;
+        if (v < 0.0f) neg[i / 64] |= bit;
+        x[lo + i] = 0.0f;
+      }
+      zppQuantBlockRef(x + lo, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data,
+                       base + lo);
+      for (size_t i = 0; i < len; i++) {
+        if (!(cand[i / 64] >> (i % 64) & 1)) continue;
+        if (nonfin[i / 64] >> (i % 64) & 1) {
+          zppQuantSetMarker(data, bits, base + lo + i);
+          marked = 1;
+        } else {
+          zppQuantSetQ(data, bits, base + lo + i, (neg[i / 64] >> (i % 64) & 1) ? -Q : Q);
+        }
+      }
+      counts->overflows++;
+      continue;
     }
     zppQuantBlockRef(x + lo, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data,
                      base + lo);
   }
   for (int j = used; j < ZPP_QUANT_ESC_SLOTS; j++)
     zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+  return marked;
 }
 
 #endif /* ZPP_QUANT_REF_H_ */

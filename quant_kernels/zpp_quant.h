@@ -10,7 +10,9 @@
  *                uint32 magic      ZPP_QUANT_MAGIC ("ZQP2": version 2, with escapes)
  *                uint8  bits       4 or 8
  *                uint8  blockLog2  5..12 (block = 32..4096 elements)
- *                uint16 reserved   0
+ *                uint8  flags      bit 0: the segment holds markers (see
+ *                                  "Escapes"); the other bits 0
+ *                uint8  reserved   0
  *                uint64 count      elements in the segment
  *   offset 16  scales: nblocks = ceil(count / block) fp32 values
  *   then       data: int8: count bytes; int4: ceil(count / 2) bytes
@@ -45,9 +47,8 @@
  * For each block, escapes are taken out first (below: such an element is
  * replaced by +0 for what follows). Then, for the elements x_i of the block
  * (the last block may be shorter):
- *   - non-finite block (an Inf or NaN that did not escape): scale = canonical
- *     quiet NaN (0x7fc00000), every q_i = 0. It decodes to all NaN, so that a
- *     trainer's overflow check still sees the overflow after a round trip.
+ *   - (no block is non-finite any more: Inf and NaN are candidates, below.
+ *     A NaN scale in a received segment still decodes to all NaN.)
  *   - a = max |x_i|. If a == 0: scale = 0, every q_i = 0 (decodes to +0.0).
  *   - otherwise, with Q = 127 (int8) or 7 (int4) and p = 2^64 if a < 2^-64
  *     else 1 (keeps the reciprocal finite for tiny blocks; exact scaling):
@@ -76,29 +77,33 @@
  * assumes x is within T's range when T is narrower than the input type.
  *
  * ---------------------------------------------------------------------------
- * Escapes: one element never spoils its block. Magnitudes are ordered by the
- * fp32 bits of |x| (NaN above Inf above every finite value). In a block, let
- * r be the (E+1)-th largest magnitude, E = ZPP_QUANT_ESC_PER_BLOCK = 4 (r = 0
- * when the block has at most E elements). If r is non-finite (more than E
- * Inf/NaN), nothing escapes and the block is non-finite as above. Otherwise
- * the block's candidates are its non-finite elements and, when r > 0, its
- * finite elements with |x| > 2^K * r (exact comparison; K =
- * ZPP_QUANT_ESC_LOG2: 8 for int8, 5 for int4). They rank among the top E, so
- * there are at most E. Blocks are visited in order; when the group's table
- * still has a free slot for every candidate of a block, each candidate takes
- * the next slot (its fp32 value, its index) and is replaced by +0 before the
- * block is quantized, so the scale fits the other elements. Otherwise none
- * of the block's candidates escapes (an "escape overflow": the block is
- * quantized as if escapes did not exist).
+ * Escapes: one element never spoils its block. In a block, let r be the
+ * reference magnitude: among its finite magnitudes, the (E+1)-th largest,
+ * E = ZPP_QUANT_ESC_PER_BLOCK = 4, or the smallest when there are at most
+ * E + 1 of them (short last blocks); 0 when there are none. Its candidates
+ * are every non-finite element and, when r > 0, every finite element with
+ * |x| > 2^K * r (exact comparison; K = ZPP_QUANT_ESC_LOG2: 8 for int8, 5 for
+ * int4; at most E of them). The candidates are replaced by +0 before the
+ * block is quantized, so its scale fits the other elements, and a block's
+ * scale is never NaN. Blocks are visited in order; when the group's table
+ * still has a free slot for every candidate of a block, each candidate
+ * takes the next slot (its fp32 value, its index): it "escapes". Otherwise
+ * (an "escape overflow") none takes a slot: each finite candidate is
+ * encoded as q = +-Q (its sign; it decodes to the block's largest magnitude,
+ * Q * s), and each non-finite one as the marker q = -(Q+1) (int8 0x80, int4
+ * nibble 0x8, a value the codec never writes otherwise), with the header's
+ * flag bit set. Overflow loses the outliers' magnitude, never the block.
  * Decoding: the packed value of an escaped element is 0 (q = 0, finite
- * scale); a plain decode then gives the escaped value itself (rounded to the
- * output type), and every sum below adds the escaped values after the packed
- * values: sum_i = S_i + e_{k1,i} + e_{k2,i} + ... in input order k1 < k2,
- * S_i being the sum of the packed values.
- * Why 2^K: an element that escapes exceeds 2^K times every element outside
- * the top E, which then quantize to q = 0 (Q * 2^-K < 1/2); so a block with
- * more than E non-zero q cannot have an escape, and implementations may skip
- * the exact test for such blocks.
+ * scale); a plain decode gives the escaped value itself (rounded to the
+ * output type); a marker decodes to the canonical NaN. Every sum below adds
+ * the escaped values after the packed values: sum_i = S_i + e_{k1,i} +
+ * e_{k2,i} + ... in input order k1 < k2, S_i being the sum of the packed
+ * values (NaN where any input has a marker at i).
+ * Why 2^K: a finite candidate exceeds 2^K times every element outside the
+ * top E (or outside all but the smallest, in a block of at most E + 1), and
+ * those quantize to q = 0 (Q * 2^-K < 1/2); so a block with more than E
+ * non-zero q and a finite scale has no candidate, and implementations may
+ * skip the exact test for such blocks.
  *
  * ---------------------------------------------------------------------------
  * Reductions. Several packed inputs with the same count, bits and block:
@@ -112,7 +117,7 @@
  * and, when the sum itself escapes in the output, |r_i - S_i| <=
  * (m_i-1) * 2^-24 * sum |t| (the requantization is exact),
  * as long as the fp32 sum is finite (a sum that overflows is an Inf, which
- * escapes like any non-finite element, or makes its block non-finite).
+ * escapes or is marked like any non-finite element).
  *
  * ---------------------------------------------------------------------------
  * Tensor-slice reordering (qgZ). The input holds W partitions (partition p is
@@ -154,6 +159,7 @@ extern "C" {
 #define ZPP_QUANT_ESC_PER_BLOCK 4
 #define ZPP_QUANT_ESC_EMPTY 0xffffu
 #define ZPP_QUANT_ESC_LOG2(bits) ((bits) == 8 ? 8 : 5)
+#define ZPP_QUANT_FLAG_MARKERS 0x01
 #define ZPP_QUANT_MIN_BLOCK 32
 #define ZPP_QUANT_MAX_BLOCK 4096
 

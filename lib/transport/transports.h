@@ -27,6 +27,8 @@ struct zppTransports {
   struct zppNccl* nccl;                  /* made lazily, under ncclLock */
   int ncclFailed;                        /* creation failed once: do not retry */
   _Atomic uint64_t calls[zppNumOpKinds]; /* collectives issued, by kind */
+  _Atomic uint64_t quantEscapes;         /* the codecs' escapes (zppCommStats_t) */
+  _Atomic uint64_t quantEscapeOverflows;
 };
 
 /* The device transport, created on first use (collective: every rank's first

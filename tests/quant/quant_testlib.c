@@ -142,6 +142,7 @@ int qtEscaped(const uint8_t* seg, size_t count, int bits, int block, size_t i, f
 float qtElement(const uint8_t* seg, size_t count, int bits, int block, size_t i) {
   float v;
   if (qtEscaped(seg, count, bits, block, i, &v)) return v;
+  if (qtQ(seg, count, bits, block, i) == (bits == 8 ? -128 : -8)) return NAN; /* a marker */
   return qtDecoded(seg, count, bits, block, i);
 }
 
@@ -171,26 +172,31 @@ long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits
   for (size_t lo = 0; lo < count; lo += (size_t)block) {
     if (lo % GROUP == 0) used = 0;
     size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
-    for (size_t i = 0; i < len; i++) m[i] = magBits(in, dtype, lo + i);
-    qsort(m, len, sizeof *m, descending);
-    uint32_t r = len > E ? m[E] : 0;
-    if (r >= 0x7f800000u) continue;
+    /* r: the (E+1)-th largest finite magnitude, by sorting them. */
+    size_t nf = 0;
+    for (size_t i = 0; i < len; i++) {
+      uint32_t b = magBits(in, dtype, lo + i);
+      if (b < 0x7f800000u) m[nf++] = b;
+    }
+    qsort(m, nf, sizeof *m, descending);
+    uint32_t r = nf > E ? m[E] : nf > 0 ? m[nf - 1] : 0;
     float rf;
     memcpy(&rf, &r, 4);
     int nc = 0;
     for (size_t i = 0; i < len; i++) {
       double x = fabs(qtGet(in, dtype, lo + i));
-      nc += !isfinite(x) || (r > 0 && x > twoK * (double)rf);
+      if (!isfinite(x) || (r > 0 && x > twoK * (double)rf)) {
+        marks[lo + i] = 1;
+        nc++;
+      }
     }
     if (nc == 0) continue;
     if (used + nc > SLOTS) {
       overflows++;
-      continue;
-    }
-    used += nc;
-    for (size_t i = 0; i < len; i++) {
-      double x = fabs(qtGet(in, dtype, lo + i));
-      if (!isfinite(x) || (r > 0 && x > twoK * (double)rf)) marks[lo + i] = 1;
+      for (size_t i = 0; i < len; i++)
+        if (marks[lo + i]) marks[lo + i] = 2;
+    } else {
+      used += nc;
     }
   }
   free(m);

@@ -52,7 +52,7 @@ float qtDecoded(const uint8_t* seg, size_t count, int bits, int block, size_t i)
 
 /* Escapes, read from the bytes: 1 if element i travelled in a slot of its
  * group's table (its value in *v). qtElement is element i's fp32 decoded
- * value: the escaped value, else q * scale. */
+ * value: the escaped value, NaN for a marker, else q * scale. */
 int qtEscaped(const uint8_t* seg, size_t count, int bits, int block, size_t i, float* v);
 float qtElement(const uint8_t* seg, size_t count, int bits, int block, size_t i);
 /* Slot j of group g's table: value bits and index (0xffff: unused). */
@@ -62,9 +62,10 @@ unsigned qtEscSlotIndex(const uint8_t* seg, size_t count, int bits, int block, s
 size_t qtUsedBytes(size_t count, int bits, int block);
 
 /* The spec's escapes of an input (zpp_quant.h, "Escapes"), computed here
- * independently (by sorting): marks[i] = 1 for each element that escapes.
- * Returns the number of blocks whose candidates overflowed their group's
- * table. */
+ * independently (by sorting): marks[i] = 1 for each element that escapes
+ * into a slot, 2 for each candidate of a block whose candidates did not
+ * fit the table (saturated to +-Q, or the marker when non-finite). Returns
+ * the number of such overflowing blocks. */
 long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                      char* marks);
 

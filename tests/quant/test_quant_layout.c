@@ -181,10 +181,11 @@ static void checkHeaderMismatch(void) {
   CHECK(zppQuantCheckHeader(two, 0, 8, 64) == zppInvalidUsage);
   CHECK(zppQuantCheckHeader(two, N, 8, 48) == zppInvalidArgument); /* not a valid expectation */
   CHECK(zppQuantCheckHeader(NULL, N, 8, 64) == zppInvalidArgument);
-  const int fields[] = {0, 3, 4, 5, 6, 7, 8, 15}; /* magic, bits, blockLog2, reserved, count */
+  /* magic, bits, blockLog2, flags (bit 0, the markers flag, is valid), reserved, count */
+  const int fields[] = {0, 3, 4, 5, 6, 7, 8, 15};
   for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
     uint8_t saved = two[fields[f]];
-    two[fields[f]] ^= 0x01;
+    two[fields[f]] ^= fields[f] == 6 ? 0x02 : 0x01;
     CHECK_MSG(zppQuantCheckHeader(two, N, 8, 64) == zppInvalidUsage, "header byte %d", fields[f]);
     two[fields[f]] = saved;
   }

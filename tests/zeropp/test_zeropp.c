@@ -22,6 +22,10 @@
  *   bucket of 60 small tensors sharing chunks equals 60 separate calls.
  * SUITE config: plain zppAllGather / zppReduceScatter on a communicator whose
  *   config turns qwZ and qgZ on give what the explicit calls give.
+ * SUITE outliers: a huge value, an Inf, a NaN in one element of one rank's
+ *   qgZ input or qwZ shard leave the other elements of its block within the
+ *   bound of ordinary data (escapes), and garbage in the padding of a
+ *   DeepSpeed-style flat reduce-scatter spoils no gradient.
  * SUITE split (run with ZPP_PIPELINE_CHUNK_BYTES=SPLIT_CHUNK_BYTES): qgZ's
  *   inter-node all-to-all shares the chunk among its N - 1 peers; its results
  *   stay exact over many split chunks, and the bytes it sends show that the
@@ -41,6 +45,7 @@
 #include "testutil.h"
 #include "perf/common/launch.h"
 #include "zeropp_testlib.h"
+#include "../quant/quant_testlib.h"
 
 /* The launcher's layout (NULL under an outside launcher). */
 static const char* gLayout;
@@ -595,6 +600,205 @@ static void suiteSplit(const ctx_t* cAll) {
   testCoalesced(c, t, bits);
 }
 
+/* ---- outliers: one element never spoils its block ----------------------------- */
+
+/* What ordinary data's two-stage bound stays under: ztFill's values are at
+ * most 2^4 * 4 = 64, so sums over W <= 8 ranks stay below 512 and a block's
+ * scale below 512 / 7. A block scaled to a 1e30 outlier would give ~1e29. */
+#define ORDINARY_BOUND 1e3 /* also above the DeepSpeed case's Gaussian gradients' */
+
+static const float kOutliers[] = {1e30f, INFINITY, NAN, -3e38f};
+
+/* qgZ with one outlier in one element of one rank's input (each kind in its
+ * own call, in every rank's partition in turn): the result equals the codec
+ * computation, every other element (its block-mates included) is within
+ * the two-stage bound, and that bound is ordinary data's, not the
+ * outlier's; the escapes are counted. */
+static void testQgzOutlier(const ctx_t* c, zppDataType_t t, int bits) {
+  const size_t rc = 1000;
+  size_t ts = zppTypeSize(t);
+  for (size_t o = 0; o < sizeof kOutliers / sizeof kOutliers[0]; o++) {
+    if (t == zppFloat16 && isfinite(kOutliers[o])) continue; /* beyond fp16: Inf already */
+    void** in = qgzInputs(c, t, rc, 60 + (int)o);
+    int src = (int)o % c->W;
+    size_t at = 37; /* inside a block, in every partition */
+    for (int p = 0; p < c->W; p++) ztSet(in[src], t, (size_t)p * rc + at, kOutliers[o]);
+    char* recv = xmalloc(rc * ts);
+    zppCommStats_t s;
+    statsDelta(c, &s);
+    CHECK(zppQgzReduceScatter(in[c->rank], recv, rc, t, zppSum, bits, c->comm, NULL) == zppSuccess);
+    statsDelta(c, &s);
+    char what[64];
+    snprintf(what, sizeof what, "qgZ outlier %g", (double)kOutliers[o]);
+    checkQgz(c, in, t, rc, bits, zppSum, recv, what);
+    char* want = xmalloc(rc * ts);
+    double* bound = xmalloc(rc * sizeof(double));
+    double* target = xmalloc(rc * sizeof(double));
+    ztQgzExpect((const void* const*)in, t, rc, c->rank, c->W, c->nodeOf, bits, ztBlock(bits), zppSum,
+                ZT_CHUNK_BYTES, want, bound, target);
+    size_t loose = 0;
+    for (size_t i = 0; i < rc; i++)
+      if (i != at && !(bound[i] < ORDINARY_BOUND)) loose++;
+    CHECK_MSG(loose == 0, "%s %s int%d: %zu elements beside the outlier have a bound as loose as it",
+              what, ztTypeName(t), bits, loose);
+    /* Its own element: non-finite stays so (a finite one is within the
+     * bound, checked above). */
+    double y = ztGet(recv, t, at);
+    if (isnan(kOutliers[o])) CHECK_MSG(isnan(y), "%s: came back as %g", what, y);
+    if (isinf(kOutliers[o]))
+      CHECK_MSG(isinf(y) && (y > 0) == (kOutliers[o] > 0), "%s: came back as %g", what, y);
+    CHECK_MSG(sumAll(c, s.quantEscapes) > 0 && sumAll(c, s.quantEscapeOverflows) == 0,
+              "%s: escapes not counted", what);
+    free(want);
+    free(bound);
+    free(target);
+    free(recv);
+    freeInputs(c, in);
+  }
+}
+
+/* qwZ with one outlier in one rank's shard: every rank decodes it exactly,
+ * and the other elements of its block within the codec's bound of a scale
+ * fitted to them. */
+static void testQwzOutlier(const ctx_t* c, zppDataType_t t, int bits) {
+  const size_t count = 1000, at = 300;
+  size_t ts = zppTypeSize(t);
+  for (size_t o = 0; o < sizeof kOutliers / sizeof kOutliers[0]; o++) {
+    if (t == zppFloat16 && isfinite(kOutliers[o])) continue;
+    int src = (int)(o + 1) % c->W;
+    char* shard = xmalloc(count * ts);
+    char* all = xmalloc(count * ts * (size_t)c->W);
+    char* want = xmalloc(count * ts * (size_t)c->W);
+    double stored = 0; /* the outlier as the shard's type holds it */
+    for (int r = 0; r < c->W; r++) {
+      ztFill(shard, t, count, 70 + (int)o, r);
+      if (r == src) {
+        ztSet(shard, t, at, kOutliers[o]);
+        stored = ztGet(shard, t, at);
+      }
+      char* w = want + (size_t)r * count * ts;
+      CHECK(ztQwzExpect(shard, t, count, bits, ztBlock(bits), w) == 0);
+      /* Block-mates within the bound of a scale fitted to them: the
+       * outlier replaced by 0 and the rest of the block quantized alone. */
+      if (r == src) {
+        size_t b0 = at / (size_t)ztBlock(bits) * (size_t)ztBlock(bits);
+        double amax = 0;
+        for (size_t i = b0; i < b0 + (size_t)ztBlock(bits) && i < count; i++)
+          if (i != at && fabs(ztGet(shard, t, i)) > amax) amax = fabs(ztGet(shard, t, i));
+        double sFit = amax / (bits == 8 ? 127 : 7) * (1 + 0x1p-23);
+        for (size_t i = b0; i < b0 + (size_t)ztBlock(bits) && i < count; i++)
+          if (i != at)
+            CHECK_MSG(
+                fabs(ztGet(w, t, i) - ztGet(shard, t, i)) <= qtBound(ztGet(shard, t, i), sFit, bits, t),
+                "qwZ outlier %g: element %zu of its block outside the fitted bound",
+                (double)kOutliers[o], i);
+      }
+      if (r == c->rank) memcpy(all + (size_t)r * count * ts, shard, count * ts);
+    }
+    char* mine = xmalloc(count * ts);
+    memcpy(mine, all + (size_t)c->rank * count * ts, count * ts);
+    CHECK(zppQwzAllGather(mine, all, count, t, bits, c->comm, NULL) == zppSuccess);
+    long d = ztFirstDiff(all, want, t, count * (size_t)c->W);
+    CHECK_MSG(d < 0, "qwZ outlier %g %s int%d: element %ld differs from the codec computation",
+              (double)kOutliers[o], ztTypeName(t), bits, d);
+    double y = ztGet(all, t, (size_t)src * count + at);
+    CHECK_MSG(isnan(stored) ? isnan(y) : y == stored, "qwZ outlier %g came back as %g",
+              (double)kOutliers[o], y);
+    free(mine);
+    free(shard);
+    free(all);
+    free(want);
+  }
+}
+
+/* DeepSpeed's ZeRO-3 reduce-scatter (reduce_scatter_coalesced): every
+ * tensor is cut into W chunks of ceil(numel / W), the short chunks padded
+ * with torch.empty (garbage), all laid out rank by rank in one flat buffer
+ * that is reduce-scattered. Here the padding holds what uninitialized
+ * memory held in the runs that found the problem (7.49e25, 5.8e35, NaN,
+ * Inf, denormal junk): the real elements of every rank's result stay within
+ * the two-stage bound of ordinary data. */
+static void testDeepSpeedPadding(const ctx_t* c, zppDataType_t t) {
+  const size_t numels[] = {4099, 1001, 8193, 3, 2050, 777, 6151};
+  enum { T = sizeof numels / sizeof numels[0] };
+  const float garbage[] = {7.49e25f, 5.8e35f, NAN, -INFINITY, 1.4e-42f, -2.2e30f, 3.3e18f};
+  size_t chunk[T], rc = 0;
+  for (int k = 0; k < T; k++) {
+    chunk[k] = (numels[k] + (size_t)c->W - 1) / (size_t)c->W;
+    rc += chunk[k];
+  }
+  size_t ts = zppTypeSize(t);
+  void** in = xmalloc((size_t)c->W * sizeof(void*));
+  char* real = xmalloc(rc * (size_t)c->W); /* 1 where the flat element is a gradient */
+  for (int r = 0; r < c->W; r++) {
+    /* Gradients: Gaussian, each tensor its own scale (as a layer's are). */
+    in[r] = xmalloc(rc * (size_t)c->W * ts);
+    zppTestRng_t rng;
+    zppTestRngSeed(&rng, 9000u + (uint64_t)r);
+    size_t pos = 0;
+    int g = r;
+    for (int p = 0; p < c->W; p++)
+      for (int k = 0; k < T; k++) {
+        size_t lo = (size_t)p * chunk[k];
+        size_t have = lo >= numels[k] ? 0 : numels[k] - lo < chunk[k] ? numels[k] - lo : chunk[k];
+        double sigma = ldexp(1.0, -3 - 2 * k);
+        for (size_t i = 0; i < chunk[k]; i++) {
+          real[pos + i] = i < have;
+          ztSet(in[r], t, pos + i,
+                i < have ? (float)(zppTestRngNormal(&rng) * sigma) : garbage[g++ % 7]);
+        }
+        pos += chunk[k];
+      }
+  }
+  char* recv = xmalloc(rc * ts);
+  zppCommStats_t s;
+  statsDelta(c, &s);
+  CHECK(zppQgzReduceScatter(in[c->rank], recv, rc, t, zppAvg, 4, c->comm, NULL) == zppSuccess);
+  statsDelta(c, &s);
+  char* want = xmalloc(rc * ts);
+  double* bound = xmalloc(rc * sizeof(double));
+  double* target = xmalloc(rc * sizeof(double));
+  ztQgzExpect((const void* const*)in, t, rc, c->rank, c->W, c->nodeOf, 4, ztBlock(4), zppAvg,
+              ZT_CHUNK_BYTES, want, bound, target);
+  long d = ztFirstDiff(recv, want, t, rc);
+  CHECK_MSG(d < 0, "DeepSpeed padding %s: element %ld differs from the codec computation",
+            ztTypeName(t), d);
+  size_t bad = 0, realCount = 0;
+  for (size_t i = 0; i < rc; i++) {
+    if (!real[(size_t)c->rank * rc + i]) continue;
+    realCount++;
+    double y = ztGet(recv, t, i);
+    if (!(fabs(y - target[i]) <= bound[i] && bound[i] < ORDINARY_BOUND) && bad++ < 3)
+      fprintf(stderr, "rank %d: DeepSpeed padding: gradient %zu: %g, exact %g, bound %g\n", c->rank, i,
+              y, target[i], bound[i]);
+  }
+  CHECK_MSG(bad == 0, "DeepSpeed padding %s: %zu of %zu gradients spoiled by garbage", ztTypeName(t),
+            bad, realCount);
+  /* Where the padding of several tensors shares an escape group and fills
+   * its 8 slots, the rest is marked (NaN in the padding): counted too. */
+  uint64_t escapes = sumAll(c, s.quantEscapes), overflows = sumAll(c, s.quantEscapeOverflows);
+  CHECK(escapes > 0);
+  if (c->rank == 0)
+    printf("DeepSpeed padding %s: %llu escapes, %llu blocks saturated (slots full)\n", ztTypeName(t),
+           (unsigned long long)escapes, (unsigned long long)overflows);
+  free(want);
+  free(bound);
+  free(target);
+  free(recv);
+  free(real);
+  freeInputs(c, in);
+}
+
+static void suiteOutliers(const ctx_t* c) {
+  for (size_t ti = 0; ti < 3; ti++)
+    for (int bits = 4; bits <= 8; bits += 4) {
+      testQgzOutlier(c, floatTypes[ti], bits);
+      testQwzOutlier(c, floatTypes[ti], bits);
+    }
+  testDeepSpeedPadding(c, zppFloat32);
+  testDeepSpeedPadding(c, zppBfloat16);
+}
+
 /* ---- launch ---------------------------------------------------------------- */
 
 static void runSuite(zppComm_t comm, const char* suite) {
@@ -648,6 +852,8 @@ static void runSuite(zppComm_t comm, const char* suite) {
     suiteConfig(&c);
   else if (strcmp(suite, "split") == 0)
     suiteSplit(&c);
+  else if (strcmp(suite, "outliers") == 0)
+    suiteOutliers(&c);
   else
     REQUIRE(!"unknown suite");
   if (c.rank == 0) printf("rank 0: %ld checks, %d failed\n", zppTestChecks, zppTestFailures);
@@ -670,7 +876,7 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: %s LAYOUT|env core|hpz|counters|wrap|config\n", argv[0]);
+    fprintf(stderr, "usage: %s LAYOUT|env core|hpz|counters|wrap|config|split|outliers\n", argv[0]);
     return 2;
   }
   if (strcmp(argv[1], "env") == 0) {

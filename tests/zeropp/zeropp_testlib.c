@@ -115,17 +115,28 @@ void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, i
     uint8_t* segs = malloc((size_t)W * P);
     uint8_t* rr = malloc((size_t)N * P);
     float* v32 = malloc(len * sizeof(float));
-    REQUIRE(segs && rr && v32);
+    /* Elements saturated in some stage (an outlier whose block found its
+     * escape table full): the documented bound does not hold for them. */
+    char* sat = calloc(len + 1, 1);
+    char* marks = malloc(len + 1);
+    REQUIRE(segs && rr && v32 && sat && marks);
     for (int k = 0; k < W; k++) {
       const char* in = (const char*)inputs[byNode[k]] + ((size_t)p * rc + off) * ts;
       REQUIRE(zppQuantize(in, t, len, bits, block, segs + (size_t)k * P) == zppSuccess);
+      qtExpectEscapes(in, t, len, bits, block, marks);
+      for (size_t i = 0; i < len; i++) sat[i] |= marks[i] == 2;
     }
     const uint8_t* last = segs;
     int nLast = W;
     if (twoStage) {
-      for (int n = 0; n < N; n++)
+      for (int n = 0; n < N; n++) {
         REQUIRE(zppQuantReduceRequant(segs + (size_t)n * L * P, P, L, len, bits, block, bits, block,
                                       rr + (size_t)n * P) == zppSuccess);
+        REQUIRE(zppDequantizeAccumulate(segs + (size_t)n * L * P, P, L, len, bits, block, v32, 0) ==
+                zppSuccess);
+        qtExpectEscapes(v32, zppFloat32, len, bits, block, marks);
+        for (size_t i = 0; i < len; i++) sat[i] |= marks[i] == 2;
+      }
       last = rr;
       nLast = N;
     }
@@ -169,12 +180,14 @@ void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, i
       }
       double v = fabs((double)v32[i]);
       double div = d != 1.0f ? 0x1p-24 * v * (1 + 0x1p-23) + 0x1p-150 : 0.0;
-      bound[off + i] = e / (double)d + div + uT * v + mT;
+      bound[off + i] = sat[i] ? INFINITY : e / (double)d + div + uT * v + mT;
       target[off + i] = x / (double)d;
     }
     free(segs);
     free(rr);
     free(v32);
+    free(sat);
+    free(marks);
   }
   free(byNode);
 }
