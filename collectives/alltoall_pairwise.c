@@ -31,10 +31,13 @@ zppResult_t zppCollPairwiseExchange(zppCollCtx_t* c, const void* in, const zppCo
     ZPPCHECK(zppP2pWaitAll(c->p2p, &reqs[2 * slot], 2));
     int to = (r + s) % n, from = (r - s + n) % n;
     zppMsgId_t id = zppCollMsg(c, (uint32_t)s);
-    ZPPCHECK(zppP2pIsend(c->p2p, to, src + zppCollPartDispl(send, to), zppCollPartBytes(send, to), &id,
-                         &reqs[2 * slot + 1]));
-    ZPPCHECK(zppP2pIrecv(c->p2p, from, dst + zppCollPartDispl(recv, from), zppCollPartBytes(recv, from),
-                         &id, &reqs[2 * slot]));
+    /* An empty part is no message: both sides agree on it (all-to-all-v
+     * compares counts first), and its buffer may be NULL. */
+    size_t sb = zppCollPartBytes(send, to), rb = zppCollPartBytes(recv, from);
+    if (sb)
+      ZPPCHECK(zppP2pIsend(c->p2p, to, src + zppCollPartDispl(send, to), sb, &id, &reqs[2 * slot + 1]));
+    if (rb)
+      ZPPCHECK(zppP2pIrecv(c->p2p, from, dst + zppCollPartDispl(recv, from), rb, &id, &reqs[2 * slot]));
   }
   return zppP2pWaitAll(c->p2p, reqs, 2 * depth);
 }
