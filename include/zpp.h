@@ -290,7 +290,8 @@ typedef struct {
   /* Compressed calls on host buffers: elements that travelled exactly
    * beside their block (Inf, NaN, or far above the rest of the block;
    * docs/codecs.md, "Escapes"), and blocks that had more such elements than
-   * free escape slots and were quantized whole. */
+   * free escape slots, whose outliers were saturated (Inf and NaN still
+   * decode to NaN, each in its own element). */
   uint64_t quantEscapes;
   uint64_t quantEscapeOverflows;
 } zppCommStats_t;

@@ -223,14 +223,15 @@ ZPP_QUANT_INL uint32_t zppQuantEscReference(const float* f, size_t len) {
   return ntop > 0 ? top[ntop - 1] : 0;
 }
 
-/* 1 if x is a candidate of a block with reference magnitude r: non-finite,
- * or (r > 0) above 2^K r, compared exactly in double. */
-ZPP_QUANT_INL int zppQuantEscIsCandidate(float x, uint32_t r, int bits) {
+/* 1 if the finite x is above 2^k r (r > 0), compared exactly in double. */
+ZPP_QUANT_INL int zppQuantEscAbove(float x, uint32_t r, int k) {
   uint32_t m = zppF32Bits(x) & 0x7fffffffu;
-  if (m >= 0x7f800000u) return 1;
-  return r > 0 && (double)zppF32FromBits(m) >
-                      (double)zppF32FromBits(r) * (double)(1u << ZPP_QUANT_ESC_LOG2(bits));
+  return m < 0x7f800000u && r > 0 &&
+         (double)zppF32FromBits(m) > (double)zppF32FromBits(r) * (double)((uint64_t)1 << k);
 }
+
+/* 1 if x is non-finite. */
+ZPP_QUANT_INL int zppQuantNonFinite(float x) { return (zppF32Bits(x) & 0x7fffffffu) >= 0x7f800000u; }
 
 /* Writes q (-8..7 for int4) into element i of a segment's data. */
 ZPP_QUANT_INL void zppQuantSetQ(uint8_t* data, int bits, size_t i, int q) {
@@ -261,54 +262,53 @@ ZPP_QUANT_INL int zppQuantIsMarker(const uint8_t* data, int bits, size_t i) {
 ZPP_QUANT_INL int zppQuantEncodeGroupRef(float* x, size_t glen, size_t base, int bits, int block,
                                          uint8_t* scales, uint8_t* data, uint8_t* table,
                                          zppQuantEscCounts_t* counts) {
+  const int K = ZPP_QUANT_ESC_LOG2(bits), Q = zppQuantQmax(bits);
   int used = 0, marked = 0;
   for (size_t lo = 0; lo < glen; lo += (size_t)block) {
     size_t len = glen - lo < (size_t)block ? glen - lo : (size_t)block;
-    uint32_t r = zppQuantEscReference(x + lo, len);
-    int nc = 0;
-    for (size_t i = 0; i < len; i++) nc += zppQuantEscIsCandidate(x[lo + i], r, bits);
-    if (nc > 0 && used + nc <= ZPP_QUANT_ESC_SLOTS) {
-      /* Each candidate into the next slot, +0 in the block. */
-      for (size_t i = 0; i < len; i++)
-        if (zppQuantEscIsCandidate(x[lo + i], r, bits)) {
-          zppQuantEscStoreSlot(table, used++, x[lo + i], (unsigned)(lo + i));
-          x[lo + i] = 0.0f;
-        }
-      counts->escapes += (uint64_t)nc;
-    } else if (nc > 0) {
-      /* No room: +0 in the block while it is quantized (so its scale still
-       * fits the others), then each candidate saturated: +-Q for a finite
-       * one, the marker (NaN) for a non-finite one. Bit sets remember which
-       * and how. */
-      int Q = zppQuantQmax(bits);
-      uint64_t cand[ZPP_QUANT_MAX_BLOCK / 64], neg[ZPP_QUANT_MAX_BLOCK / 64],
-          nonfin[ZPP_QUANT_MAX_BLOCK / 64];
-      for (size_t w = 0; w < (len + 63) / 64; w++) cand[w] = neg[w] = nonfin[w] = 0;
-      for (size_t i = 0; i < len; i++) {
-        float v = x[lo + i];
-        if (!zppQuantEscIsCandidate(v, r, bits)) continue;
-        uint64_t bit = (uint64_t)1 << (i % 64);
-        cand[i / 64] |= bit;
-        if ((zppF32Bits(v) & 0x7fffffffu) >= 0x7f800000u) nonfin[i / 64] |= bit;
-        if (v < 0.0f) neg[i / 64] |= bit;
-        x[lo + i] = 0.0f;
-      }
-      zppQuantBlockRef(x + lo, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data,
-                       base + lo);
-      for (size_t i = 0; i < len; i++) {
-        if (!(cand[i / 64] >> (i % 64) & 1)) continue;
-        if (nonfin[i / 64] >> (i % 64) & 1) {
-          zppQuantSetMarker(data, bits, base + lo + i);
-          marked = 1;
-        } else {
-          zppQuantSetQ(data, bits, base + lo + i, (neg[i / 64] >> (i % 64) & 1) ? -Q : Q);
-        }
-      }
-      counts->overflows++;
+    float* b = x + lo;
+    uint32_t r = zppQuantEscReference(b, len);
+    int nc = 0, nonfinite = 0;
+    for (size_t i = 0; i < len; i++) {
+      nc += zppQuantEscAbove(b[i], r, K);
+      nonfinite += zppQuantNonFinite(b[i]);
+    }
+    int escape = nc > 0 && used + nc <= ZPP_QUANT_ESC_SLOTS;
+    if (nc > 0 && !escape) counts->overflows++;
+    if (!escape && nonfinite == 0 && nc == 0) {
+      zppQuantBlockRef(b, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data, base + lo);
       continue;
     }
-    zppQuantBlockRef(x + lo, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data,
-                     base + lo);
+    /* What becomes +0 for the scale, remembered in bit sets: non-finite
+     * elements (markers), escaped candidates, and on overflow the extreme
+     * ones (saturated, with their sign). */
+    uint64_t mark[ZPP_QUANT_MAX_BLOCK / 64], sat[ZPP_QUANT_MAX_BLOCK / 64],
+        neg[ZPP_QUANT_MAX_BLOCK / 64];
+    for (size_t w = 0; w < (len + 63) / 64; w++) mark[w] = sat[w] = neg[w] = 0;
+    for (size_t i = 0; i < len; i++) {
+      uint64_t bit = (uint64_t)1 << (i % 64);
+      if (zppQuantNonFinite(b[i])) {
+        mark[i / 64] |= bit;
+      } else if (escape && zppQuantEscAbove(b[i], r, K)) {
+        zppQuantEscStoreSlot(table, used++, b[i], (unsigned)(lo + i));
+        counts->escapes++;
+      } else if (!escape && zppQuantEscAbove(b[i], r, ZPP_QUANT_SAT_LOG2)) {
+        sat[i / 64] |= bit;
+        if (b[i] < 0.0f) neg[i / 64] |= bit;
+      } else {
+        continue;
+      }
+      b[i] = 0.0f;
+    }
+    zppQuantBlockRef(b, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data, base + lo);
+    for (size_t i = 0; i < len; i++) {
+      if (mark[i / 64] >> (i % 64) & 1) {
+        zppQuantSetMarker(data, bits, base + lo + i);
+        marked = 1;
+      } else if (sat[i / 64] >> (i % 64) & 1) {
+        zppQuantSetQ(data, bits, base + lo + i, (neg[i / 64] >> (i % 64) & 1) ? -Q : Q);
+      }
+    }
   }
   for (int j = used; j < ZPP_QUANT_ESC_SLOTS; j++)
     zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);

@@ -77,33 +77,37 @@
  * assumes x is within T's range when T is narrower than the input type.
  *
  * ---------------------------------------------------------------------------
- * Escapes: one element never spoils its block. In a block, let r be the
- * reference magnitude: among its finite magnitudes, the (E+1)-th largest,
- * E = ZPP_QUANT_ESC_PER_BLOCK = 4, or the smallest when there are at most
- * E + 1 of them (short last blocks); 0 when there are none. Its candidates
- * are every non-finite element and, when r > 0, every finite element with
- * |x| > 2^K * r (exact comparison; K = ZPP_QUANT_ESC_LOG2: 8 for int8, 5 for
- * int4; at most E of them). The candidates are replaced by +0 before the
- * block is quantized, so its scale fits the other elements, and a block's
- * scale is never NaN. Blocks are visited in order; when the group's table
- * still has a free slot for every candidate of a block, each candidate
- * takes the next slot (its fp32 value, its index): it "escapes". Otherwise
- * (an "escape overflow") none takes a slot: each finite candidate is
- * encoded as q = +-Q (its sign; it decodes to the block's largest magnitude,
- * Q * s), and each non-finite one as the marker q = -(Q+1) (int8 0x80, int4
- * nibble 0x8, a value the codec never writes otherwise), with the header's
- * flag bit set. Overflow loses the outliers' magnitude, never the block.
+ * Escapes: one element never spoils its block. Before a block is
+ * quantized, some of its elements are taken out (replaced by +0, so that the
+ * scale fits the others; a block's scale is never NaN):
+ *   - every non-finite element: its q becomes the marker -(Q+1) (int8 0x80,
+ *     int4 nibble 0x8, a value the codec never writes otherwise), which
+ *     decodes to NaN, and the header's flag bit is set;
+ *   - the candidates, when they all fit the group's table: let r be the
+ *     block's reference magnitude, among its finite magnitudes the (E+1)-th
+ *     largest, E = ZPP_QUANT_ESC_PER_BLOCK = 4, or the smallest when there
+ *     are at most E + 1 of them (short last blocks), 0 when there are none.
+ *     The candidates are the finite elements with |x| > 2^K * r, r > 0
+ *     (exact comparison; K = ZPP_QUANT_ESC_LOG2: 8 for int8, 5 for int4; at
+ *     most E of them). Blocks are visited in order; when the table still has
+ *     a free slot for every candidate of a block, each takes the next slot
+ *     (its fp32 value, its index): it "escapes";
+ *   - otherwise (an "escape overflow", counted) the candidates stay in the
+ *     block, except the extreme ones, |x| > 2^S * r (S = ZPP_QUANT_SAT_LOG2 =
+ *     16): those are saturated, q = +-Q by their sign after the block is
+ *     quantized, so that garbage (a 1e30 in uninitialized padding) costs its
+ *     own magnitude, not its block's, while a real spike keeps the scale.
  * Decoding: the packed value of an escaped element is 0 (q = 0, finite
  * scale); a plain decode gives the escaped value itself (rounded to the
  * output type); a marker decodes to the canonical NaN. Every sum below adds
  * the escaped values after the packed values: sum_i = S_i + e_{k1,i} +
  * e_{k2,i} + ... in input order k1 < k2, S_i being the sum of the packed
  * values (NaN where any input has a marker at i).
- * Why 2^K: a finite candidate exceeds 2^K times every element outside the
- * top E (or outside all but the smallest, in a block of at most E + 1), and
- * those quantize to q = 0 (Q * 2^-K < 1/2); so a block with more than E
- * non-zero q and a finite scale has no candidate, and implementations may
- * skip the exact test for such blocks.
+ * Why 2^K: a candidate exceeds 2^K times every element outside the top E
+ * (or outside all but the smallest, in a block of at most E + 1), and those
+ * quantize to q = 0 (Q * 2^-K < 1/2); so a block with more than E non-zero
+ * q and a finite scale has neither a candidate nor a non-finite element,
+ * and implementations may skip the exact test for such blocks.
  *
  * ---------------------------------------------------------------------------
  * Reductions. Several packed inputs with the same count, bits and block:
@@ -160,6 +164,7 @@ extern "C" {
 #define ZPP_QUANT_ESC_EMPTY 0xffffu
 #define ZPP_QUANT_ESC_LOG2(bits) ((bits) == 8 ? 8 : 5)
 #define ZPP_QUANT_FLAG_MARKERS 0x01
+#define ZPP_QUANT_SAT_LOG2 16
 #define ZPP_QUANT_MIN_BLOCK 32
 #define ZPP_QUANT_MAX_BLOCK 4096
 

@@ -189,6 +189,29 @@ void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes
     }
     SetRates(state, bytes, packedBytes, baseline);
   })->UseRealTime();
+  // The implementation alone, without the front end's escape pass (the
+  // scan for blocks that may hold an outlier, quant_escape.c): its cost on
+  // ordinary data is the difference to quantize/.
+  Register("quantize-noescape/" + tail, [=](benchmark::State& state) {
+    if (!Select(state, impl)) return;
+    Buffer* in = Tensor(dtype, count);
+    Buffer* out = GetBuffer("qout/" + std::to_string(packedBytes), packedBytes);
+    for (auto _ : state) {
+      zppQuantImplActive()->quantize(in->data, dtype, count, bits, block, out->data);
+      benchmark::ClobberMemory();
+    }
+    SetRates(state, bytes, packedBytes, baseline);
+  })->UseRealTime();
+  Register("dequantize-noescape/" + tail, [=](benchmark::State& state) {
+    if (!Select(state, impl)) return;
+    Buffer* in = Packed(dtype, count, bits, block);
+    Buffer* out = GetBuffer("dqout/" + std::to_string(bytes), bytes);
+    for (auto _ : state) {
+      zppQuantImplActive()->dequantize(in->data, count, bits, block, out->data, dtype);
+      benchmark::ClobberMemory();
+    }
+    SetRates(state, bytes, packedBytes, baseline);
+  })->UseRealTime();
   Register("dequantize/" + tail, [=](benchmark::State& state) {
     if (!Select(state, impl)) return;
     Buffer* in = Packed(dtype, count, bits, block);

@@ -142,6 +142,33 @@ int main(int argc, char** argv) {
              bestScore[bi][d]);
   printf("compiled-in defaults: int8 block %d, int4 block %d\n", ZPP_QUANT_DEFAULT_BLOCK_INT8,
          ZPP_QUANT_DEFAULT_BLOCK_INT4);
+
+  /* Escapes (docs/codecs.md, "Escapes") at the default blocks: how often
+   * ordinary data takes a slot, and what spikes (one element in 64 at 100x,
+   * the issue's third kind) and garbage (one element in 1024 at 1e30) do. */
+  printf("\nescapes at the default blocks, per million elements:\n\n");
+  printf(
+      "| bits | block | data | escapes | saturated blocks | rel. RMS error "
+      "|\n|---|---|---|---|---|---|\n");
+  const char* kEscNames[] = {"weights N(0,0.02)", "gradients t(3)", "gradients N + 0.1% x50",
+                             "N + 1/64 at x100", "N + 1/1024 at 1e30"};
+  for (int d = 0; d < 5; d++) {
+    rngState = 0x7a7070717565ull + (uint64_t)d;
+    fill(x, n, d < DATA_COUNT ? (dataKind_t)d : DATA_WEIGHTS);
+    if (d >= DATA_COUNT)
+      for (size_t i = 0; i < n; i++)
+        if (rngNext() % (d == 3 ? 64 : 1024) == 0) x[i] = d == 3 ? x[i] * 100.0f : 1e30f;
+    for (int bi = 0; bi < 2; bi++) {
+      int bits = bi ? 4 : 8, block = bi ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8;
+      uint64_t esc = 0, ovf = 0;
+      zppQuantTakeEscapeCounts(NULL, NULL);
+      stats_t st;
+      if (measure(x, n, bits, block, y, packed, &st) != 0) return 1;
+      zppQuantTakeEscapeCounts(&esc, &ovf);
+      printf("| int%d | %d | %s | %.1f | %.1f | %.3e |\n", bits, block, kEscNames[d],
+             1e6 * (double)esc / (double)n, 1e6 * (double)ovf / (double)n, st.relRms);
+    }
+  }
   free(x);
   free(y);
   free(packed);

@@ -185,18 +185,24 @@ long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits
     int nc = 0;
     for (size_t i = 0; i < len; i++) {
       double x = fabs(qtGet(in, dtype, lo + i));
-      if (!isfinite(x) || (r > 0 && x > twoK * (double)rf)) {
-        marks[lo + i] = 1;
+      if (!isfinite(x))
+        marks[lo + i] = 3; /* a marker, always */
+      else if (r > 0 && x > twoK * (double)rf)
         nc++;
-      }
     }
     if (nc == 0) continue;
-    if (used + nc > SLOTS) {
-      overflows++;
-      for (size_t i = 0; i < len; i++)
-        if (marks[lo + i]) marks[lo + i] = 2;
-    } else {
+    int fits = used + nc <= SLOTS;
+    if (fits)
       used += nc;
+    else
+      overflows++;
+    for (size_t i = 0; i < len; i++) {
+      double x = fabs(qtGet(in, dtype, lo + i));
+      if (!isfinite(x) || !(r > 0 && x > twoK * (double)rf)) continue;
+      if (fits)
+        marks[lo + i] = 1;
+      else if (x > 65536.0 * (double)rf)
+        marks[lo + i] = 2; /* extreme: saturated */
     }
   }
   free(m);

@@ -63,9 +63,9 @@ size_t qtUsedBytes(size_t count, int bits, int block);
 
 /* The spec's escapes of an input (zpp_quant.h, "Escapes"), computed here
  * independently (by sorting): marks[i] = 1 for each element that escapes
- * into a slot, 2 for each candidate of a block whose candidates did not
- * fit the table (saturated to +-Q, or the marker when non-finite). Returns
- * the number of such overflowing blocks. */
+ * into a slot, 2 for each extreme candidate of a block whose candidates did
+ * not fit the table (saturated to +-Q), 3 for each non-finite element (the
+ * marker). Returns the number of such overflowing blocks. */
 long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                      char* marks);
 

@@ -225,10 +225,10 @@ static void checkReduceRequant(const inputs_t* in, int bitsOut, int blockOut, co
       float r = qtElement(out[k], count, bitsOut, blockOut, i), e;
       float sat = ref[i] > 0 ? (float)Q * sOut : (float)-Q * sOut;
       if ((escOut[i] == 1) != qtEscaped(out[k], count, bitsOut, blockOut, i, &e) ||
-          (escOut[i] == 1 && !sameFloat(r, ref[i])) ||
-          (escOut[i] == 2 && !(isfinite(ref[i]) ? r == sat : isnan(r)))) {
-        /* An escaped sum travels exactly; in an overflowing block a
-         * non-finite one decodes to NaN, a finite one to +-Q * scale. */
+          (escOut[i] == 1 && !sameFloat(r, ref[i])) || (escOut[i] == 2 && r != sat) ||
+          (escOut[i] == 3 && !isnan(r))) {
+        /* An escaped sum travels exactly, a saturated one decodes to +-Q *
+         * scale, a non-finite one to NaN. */
         if (bad++ < 3)
           fprintf(stderr, "%s %s: element %zu escape %d: %a, want %a\n", gImpls[k], what, i, escOut[i],
                   r, ref[i]);
