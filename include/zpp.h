@@ -252,8 +252,9 @@ ZPP_API zppResult_t zppScatter(const void* sendbuff, void* recvbuff, size_t recv
 /* Uneven all-to-all. Counts and displacements are in elements, one per rank:
  * sendcounts[p] elements at sendbuff + sdispls[p] go to rank p, which
  * receives them at recvbuff + rdispls[me] with recvcounts[me] ==
- * sendcounts[p] (a pair that disagrees is zppInvalidUsage on both ranks,
- * naming them; no data moved). Zero counts are allowed; sendbuff and
+ * sendcounts[p] (a pair that disagrees is zppInvalidUsage on every rank,
+ * naming both; no data moved, the communicator stays usable). Every rank
+ * calls, also with nothing to move; zero counts are allowed; sendbuff and
  * recvbuff must not overlap (no in-place form). */
 ZPP_API zppResult_t zppAllToAllv(const void* sendbuff, const size_t sendcounts[],
                                  const size_t sdispls[], void* recvbuff, const size_t recvcounts[],
