@@ -4,8 +4,9 @@
 # more than one thread: the executor (tests/comm/test_executor.c), host
 # streams and the executor thread under collectives (test_coll_transport_*,
 # test_coll_faults_* with its aborting thread, test_zeropp_core_2x2's qgZ on a
-# host stream, a 2x2 test_coll), destroyed handles (test_handles) and the
-# communicator (test_comm). CUDA is left out: its kernels cannot run
+# host stream, a 2x2 test_coll), destroyed handles (test_handles), the
+# communicator (test_comm) and point-to-point groups and tagged receives on
+# host streams (test_p2p_3_nodes_2_1, test_p2p_mismatch). CUDA is left out: its kernels cannot run
 # without a GPU, and nvcc is the slowest part of a build.
 #
 # Any race report fails the test that made it (halt_on_error: the rank
@@ -47,7 +48,7 @@ cmake --build build-tsan -j"$jobs" --target "${targets[@]}" >>build-tsan.log 2>&
 export UCX_MEM_EVENTS=no
 # second_deadlock_stack: both stacks of a lock-order inversion.
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp"
-tests='^(test_executor|test_handles|test_comm|test_comm_split_.*|test_coll_transport_.*|test_coll_faults_.*|test_coll_4_nodes_2x2|test_zeropp_core_2x2)$'
+tests='^(test_executor|test_handles|test_comm|test_comm_split_.*|test_coll_transport_.*|test_coll_faults_.*|test_coll_4_nodes_2x2|test_zeropp_core_2x2|test_p2p_3_nodes_2_1|test_p2p_mismatch)$'
 # TSan maps its shadow memory at fixed addresses; kernels that randomize
 # mmap with more than 28 bits (vm.mmap_rnd_bits, e.g. 32 on some 6.x
 # configurations) make older TSan runtimes abort with "unexpected memory
