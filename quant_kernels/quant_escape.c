@@ -57,16 +57,20 @@ static int blockMayEscape(const uint8_t* scales, const uint8_t* data, size_t cou
   if (s == 0.0f) return 0;
   size_t lo = b * (size_t)block;
   size_t hi = count - lo < (size_t)block ? count : lo + (size_t)block;
+  /* Bytes of the block's q values, 8 at a time: a non-zero byte (int8) or
+   * nibble (int4) leaves one bit of its lane set after the OR-folds. */
+  const uint8_t* p = data + (bits == 8 ? lo : lo / 2);
+  size_t nbytes = bits == 8 ? hi - lo : (hi - lo + 1) / 2;
+  const uint64_t lanes = bits == 8 ? 0x0101010101010101ull : 0x1111111111111111ull;
   int nonzero = 0;
-  if (bits == 8) {
-    for (size_t i = lo; i < hi; i++)
-      if (data[i] != 0 && ++nonzero > ZPP_QUANT_ESC_PER_BLOCK) return 0;
-  } else {
-    for (size_t i = lo / 2; i < (hi + 1) / 2; i++) {
-      nonzero += (data[i] & 0x0f) != 0;
-      nonzero += (data[i] >> 4) != 0;
-      if (nonzero > ZPP_QUANT_ESC_PER_BLOCK) return 0;
-    }
+  for (size_t k = 0; k < nbytes; k += 8) {
+    uint64_t w = 0;
+    memcpy(&w, p + k, nbytes - k < 8 ? nbytes - k : 8);
+    w |= w >> 1;
+    w |= w >> 2;
+    if (bits == 8) w |= w >> 4;
+    nonzero += __builtin_popcountll(w & lanes);
+    if (nonzero > ZPP_QUANT_ESC_PER_BLOCK) return 0;
   }
   return 1;
 }
