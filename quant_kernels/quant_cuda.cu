@@ -46,6 +46,27 @@
  * - Packed data starts at 16 + 4*nblocks bytes, i.e. only 4-byte aligned in
  *   general; loads and stores of packed words pick 16-, 8- or 4-byte
  *   accesses from the actual address (a branch that is uniform per segment).
+ *   Escape tables are 4-byte aligned too, and are only read by bytes.
+ *
+ * Escapes (zpp_quant.h, "Escapes"), the same way as the CPU front end
+ * (quant_escape.c): the kernels above encode as if escapes did not exist, and
+ * one more kernel (escapeKernel, one CTA per escape group and segment) scans
+ * what they wrote: a group whose blocks all have a zero scale or more than E
+ * non-zero q holds no escape (zpp_quant.h says why) and gets an empty table;
+ * the rare other group is encoded again from its input, by one thread
+ * running quant_ref.h's zppQuantEncodeGroupRef, the reference itself (which
+ * also writes an overflow's markers; the kernel then sets the header's flag
+ * bit with an atomic OR, as several groups' CTAs may). The
+ * scan reads the packed data once more (1/4 to 1/8 of an fp32 input's
+ * bytes); the re-encoding is slow (serial) and meant to be rare. Decoding
+ * needs no second kernel: each thread decodes markers as NaN where the
+ * header's flag says there are any, and adds the escaped values of its
+ * elements after the packed values, input by input (the spec's order),
+ * which costs a cached 2-byte read per input when a table is empty. The
+ * fused reduce-requantize adds the inputs' escapes to its sums the same way
+ * before quantizing, then runs the escape kernel on its output. Escape
+ * counts are not collected on the device (zppQuantTakeEscapeCounts counts
+ * the CPU codecs only).
  */
 #include <stdint.h>
 
@@ -58,6 +79,8 @@
  * their indexing, packing and reductions against the CPU codecs. */
 
 #include "cuda_check.h"
+#include "quant_kernels/quant_impl.h"
+#include "quant_kernels/quant_ref.h"
 #include "zpp_quant_cuda.h"
 
 /* Every launch goes through this macro: the one seam the emulator needs. The
@@ -119,15 +142,21 @@ struct Geom {
   size_t nblocks;
   size_t dataOff;  // byte offset of the quantized data in the segment
   size_t dataBytes;
+  size_t escOff;  // the escape tables (4-byte aligned), one per group
+  size_t ngroups;
   size_t segBytes;
 };
 
+/* The layout of zpp_quant.h, from quant_impl.h's helpers (zppQuantPackedSize
+ * itself is host code). */
 __host__ __device__ __forceinline__ Geom geom(size_t count, int bits, int blockLog2) {
   Geom g;
-  g.nblocks = (count + ((size_t)1 << blockLog2) - 1) >> blockLog2;
-  g.dataOff = ZPP_QUANT_HEADER_BYTES + 4 * g.nblocks;
+  g.nblocks = zppQuantNumBlocks(count, 1 << blockLog2);
+  g.dataOff = zppQuantDataOffset(count, 1 << blockLog2);
   g.dataBytes = bits == 8 ? count : (count + 1) / 2;
-  g.segBytes = (g.dataOff + g.dataBytes + 15) & ~(size_t)15;
+  g.escOff = zppQuantEscOffset(count, bits, 1 << blockLog2);
+  g.ngroups = zppQuantNumGroups(count);
+  g.segBytes = (g.escOff + ZPP_QUANT_ESC_TABLE_BYTES * g.ngroups + 15) & ~(size_t)15;
   return g;
 }
 
@@ -135,7 +164,9 @@ __host__ __device__ __forceinline__ uint32_t headerWord1(int bits, int blockLog2
   return (uint32_t)bits | ((uint32_t)blockLog2 << 8);  // reserved = 0
 }
 
-/* Header and zero padding of one segment, by threads 0..19 of one CTA. */
+/* Header and zero padding of one segment (up to 3 bytes between the data and
+ * the escape tables, up to 15 after them), by threads 0..23 of one CTA. The
+ * tables are escapeKernel's. */
 __device__ __forceinline__ void writeHeaderAndPadding(uint8_t* seg, size_t count, int bits,
                                                       int blockLog2, const Geom& g) {
   const unsigned t = threadIdx.x;
@@ -145,16 +176,25 @@ __device__ __forceinline__ void writeHeaderAndPadding(uint8_t* seg, size_t count
                  : t == 2 ? (uint32_t)(uint64_t)count
                           : (uint32_t)((uint64_t)count >> 32);
     reinterpret_cast<uint32_t*>(seg)[t] = w;
-  } else if (t < 20) {
-    size_t end = g.dataOff + g.dataBytes;
-    if (end + (t - 4) < g.segBytes) seg[end + (t - 4)] = 0;
+  } else if (t < 8) {
+    size_t at = g.dataOff + g.dataBytes + (t - 4);
+    if (at < g.escOff) seg[at] = 0;
+  } else if (t < 24) {
+    size_t at = g.escOff + ZPP_QUANT_ESC_TABLE_BYTES * g.ngroups + (t - 8);
+    if (at < g.segBytes) seg[at] = 0;
   }
 }
 
+/* The header's flag bit "the segment holds markers", in its second word. */
+constexpr uint32_t kMarkersFlag = (uint32_t)ZPP_QUANT_FLAG_MARKERS << 16;
+
 /* Every decoding thread checks the header of each input it reads (a cache
  * hit after the first warp): one 16-byte load where the segment is 16-byte
- * aligned, as segments laid end to end in a cudaMalloc buffer are. */
-__device__ __forceinline__ bool headerOk(const uint8_t* seg, size_t count, int bits, int blockLog2) {
+ * aligned, as segments laid end to end in a cudaMalloc buffer are. Returns
+ * kHeaderBad when it does not match (count, bits, block), else kHeaderOk or
+ * kHeaderMarkers (its flag says the segment holds markers). */
+enum { kHeaderBad = 0, kHeaderOk = 1, kHeaderMarkers = 2 };
+__device__ __forceinline__ int headerCheck(const uint8_t* seg, size_t count, int bits, int blockLog2) {
   uint4 h;
   if ((reinterpret_cast<uintptr_t>(seg) & 15) == 0) {
     h = __ldg(reinterpret_cast<const uint4*>(seg));
@@ -162,8 +202,18 @@ __device__ __forceinline__ bool headerOk(const uint8_t* seg, size_t count, int b
     const uint32_t* w = reinterpret_cast<const uint32_t*>(seg);
     h = make_uint4(__ldg(w), __ldg(w + 1), __ldg(w + 2), __ldg(w + 3));
   }
-  return h.x == ZPP_QUANT_MAGIC && h.y == headerWord1(bits, blockLog2) &&
-         h.z == (uint32_t)(uint64_t)count && h.w == (uint32_t)((uint64_t)count >> 32);
+  if (h.x != ZPP_QUANT_MAGIC || (h.y & ~kMarkersFlag) != headerWord1(bits, blockLog2) ||
+      h.z != (uint32_t)(uint64_t)count || h.w != (uint32_t)((uint64_t)count >> 32))
+    return kHeaderBad;
+  return (h.y & kMarkersFlag) ? kHeaderMarkers : kHeaderOk;
+}
+
+/* The fp32 packed value q * scale; in a segment with markers, the marker
+ * q = -(Q+1) is NaN (zpp_quant.h, "Escapes"). */
+template <int BITS>
+__device__ __forceinline__ float packedValue(int q, float scale, bool markers) {
+  constexpr int kMarker = BITS == 8 ? -128 : -8;
+  return markers && q == kMarker ? __uint_as_float(kNaN32) : __fmul_rn(__int2float_rn(q), scale);
 }
 
 /* ---- packed words: widest access the address allows --------------------- */
@@ -305,6 +355,60 @@ __device__ __forceinline__ void loadQ(const uint8_t* data, size_t e0, size_t cou
   }
 }
 
+/* ---- escaped values --------------------------------------------------------- */
+
+/* The escaped values of one segment (header already checked) that fall in
+ * elements e0 .. e0+E-1 (E divides the escape group): stored into v (a plain
+ * decode) or added to it, in slot order. Each element escapes at most once
+ * per segment, so adding input by input is the spec's order. A slot index
+ * past the group only matches elements past `count`, which no caller stores. */
+template <int E>
+__device__ __forceinline__ void applyEscapes(const uint8_t* seg, const Geom& g, size_t e0, bool store,
+                                             float (&v)[E]) {
+  const size_t grp = e0 / ZPP_QUANT_ESC_GROUP;
+  const uint8_t* table = seg + g.escOff + grp * ZPP_QUANT_ESC_TABLE_BYTES;
+  if (zppQuantEscIndex(table, 0) == ZPP_QUANT_ESC_EMPTY) return;  // the usual case
+  const size_t rel0 = e0 - grp * ZPP_QUANT_ESC_GROUP;
+  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+    const unsigned idx = zppQuantEscIndex(table, j);
+    if (idx == ZPP_QUANT_ESC_EMPTY) break;
+    if (idx < rel0 || idx >= rel0 + E) continue;
+    const float e = zppQuantEscValue(table, j);
+    // Constant indices only: v stays in registers.
+#pragma unroll
+    for (int t = 0; t < E; t++)
+      if (idx == rel0 + t) v[t] = store ? e : __fadd_rn(v[t], e);
+  }
+}
+
+/* s[j] = the spec's sum of elements e0 + j over n segments: the packed values
+ * (markers NaN) in input order from 0, then the escaped values in input
+ * order. A segment whose header does not match contributes NaN (and no
+ * escapes). */
+template <int BITS, int E>
+__device__ __forceinline__ void sumInputs(const uint8_t* packed, size_t stride, int n, size_t count,
+                                          int blockLog2, const Geom& g, size_t e0, float (&s)[E]) {
+#pragma unroll
+  for (int j = 0; j < E; j++) s[j] = 0.0f;
+  const size_t blk = e0 >> blockLog2;
+  for (int k = 0; k < n; k++) {
+    const uint8_t* seg = packed + (size_t)k * stride;
+    const int hc = headerCheck(seg, count, BITS, blockLog2);
+    float scale = __uint_as_float(kNaN32);
+    if (hc != kHeaderBad)
+      scale = __ldg(reinterpret_cast<const float*>(seg + ZPP_QUANT_HEADER_BYTES) + blk);
+    int q[E];
+    loadQ<BITS, E>(seg + g.dataOff, e0, count, g.dataBytes, q);
+#pragma unroll
+    for (int j = 0; j < E; j++)
+      s[j] = __fadd_rn(s[j], packedValue<BITS>(q[j], scale, hc == kHeaderMarkers));
+  }
+  for (int k = 0; k < n; k++) {
+    const uint8_t* seg = packed + (size_t)k * stride;
+    if (headerCheck(seg, count, BITS, blockLog2) != kHeaderBad) applyEscapes<E>(seg, g, e0, false, s);
+  }
+}
+
 /* ---- the quantization step shared by quantize and reduce-requantize ----- */
 
 /* x: this thread's E values (0 past count). groupLog2 = log2(B / E), the
@@ -388,6 +492,12 @@ __device__ __forceinline__ void quantizeStore(const float (&x)[E], size_t e0, si
 
 /* ---- kernels -------------------------------------------------------------- */
 
+/* Segment k = j * nodes + n of a reordered quantization holds partition
+ * p = n * local + j (zpp_quant.h, "Tensor-slice reordering"). */
+__host__ __device__ __forceinline__ size_t partitionOf(int k, int nodes, int local) {
+  return (size_t)(k % nodes) * (size_t)local + (size_t)(k / nodes);
+}
+
 /* Quantize nseg segments. Segment k = j * nodes + n holds partition
  * p = n * local + j of the input (tensor-slice reordering; nodes = local = 1
  * for a plain quantization). */
@@ -401,8 +511,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
   const Geom g = geom(count, BITS, blockLog2);
   const size_t e0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * E;
   for (int k = blockIdx.y; k < nseg; k += gridDim.y) {
-    const int j = k / nodes, n = k % nodes;
-    const size_t part = (size_t)n * local + j;
+    const size_t part = partitionOf(k, nodes, local);
     const void* src = static_cast<const uint8_t*>(in) + part * partStride * Elem<DT>::kSize;
     uint8_t* seg = out + (size_t)k * segBytes;
     if (blockIdx.x == 0) writeHeaderAndPadding(seg, count, BITS, blockLog2, g);
@@ -448,16 +557,22 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int k = 0; k < n; k++) {
     const uint8_t* seg = packed + (size_t)k * stride;
+    const int hc = headerCheck(seg, count, BITS, blockLog2);
     float scale = __uint_as_float(kNaN32);
-    if (headerOk(seg, count, BITS, blockLog2))
+    if (hc != kHeaderBad)
       scale = __ldg(reinterpret_cast<const float*>(seg + ZPP_QUANT_HEADER_BYTES) + blk);
     int q[E];
     loadQ<BITS, E>(seg + g.dataOff, e0, count, g.dataBytes, q);
 #pragma unroll
     for (int j = 0; j < E; j++) {
-      const float y = __fmul_rn(__int2float_rn(q[j]), scale);
+      const float y = packedValue<BITS>(q[j], scale, hc == kHeaderMarkers);
       acc[j] = MODE == kModeDequant ? y : __fadd_rn(acc[j], y);
     }
+  }
+  for (int k = 0; k < n; k++) {
+    const uint8_t* seg = packed + (size_t)k * stride;
+    if (headerCheck(seg, count, BITS, blockLog2) != kHeaderBad)
+      applyEscapes<E>(seg, g, e0, MODE == kModeDequant, acc);
   }
   if (MODE == kModeSum) {
 #pragma unroll
@@ -484,17 +599,7 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
 #pragma unroll
   for (int j = 0; j < E; j++) s[j] = 0.0f;
   if (e0 < count) {
-    const size_t blk = e0 >> blockLog2In;
-    for (int k = 0; k < n; k++) {
-      const uint8_t* seg = packed + (size_t)k * stride;
-      float scale = __uint_as_float(kNaN32);
-      if (headerOk(seg, count, BITS_IN, blockLog2In))
-        scale = __ldg(reinterpret_cast<const float*>(seg + ZPP_QUANT_HEADER_BYTES) + blk);
-      int q[E];
-      loadQ<BITS_IN, E>(seg + gi.dataOff, e0, count, gi.dataBytes, q);
-#pragma unroll
-      for (int j = 0; j < E; j++) s[j] = __fadd_rn(s[j], __fmul_rn(__int2float_rn(q[j]), scale));
-    }
+    sumInputs<BITS_IN, E>(packed, stride, n, count, blockLog2In, gi, e0, s);
     // Past the end the sums must stay 0 (a NaN header would make them NaN
     // and poison the tail block's max).
 #pragma unroll
@@ -502,6 +607,117 @@ __global__ void __launch_bounds__(kMaxThreads, 2)
       if (e0 + j >= count) s[j] = 0.0f;
   }
   quantizeStore<BITS_OUT, E>(s, e0, count, blockLog2Out, groupLog2Out, out, go, smem);
+}
+
+/* ---- escapes: the kernel after every encoding ---------------------------------- */
+
+/* Non-zero q in one word of packed data. */
+template <int BITS>
+__device__ __forceinline__ int nonzeroQ(uint32_t w) {
+  int n = 0;
+#pragma unroll
+  for (int i = 0; i < 32 / BITS; i++) n += ((w >> (BITS * i)) & ((1u << BITS) - 1u)) != 0;
+  return n;
+}
+
+/* Where escapeKernel takes a group's fp32 elements from when it encodes the
+ * group again: segment k's partition of a (reordered) quantization's input,
+ * widened by quant_ref.h's loader, as the CPU does. */
+struct QuantSrc {
+  const uint8_t* in;
+  size_t partStride;  // elements
+  int nodes, local;
+  zppDataType_t dtype;
+
+  __device__ void load(int k, size_t base, size_t glen, float* x) const {
+    const size_t esize = dtype == zppFloat32 ? 4 : 2;
+    const void* src = in + partitionOf(k, nodes, local) * partStride * esize;
+    for (size_t i = threadIdx.x; i < glen; i += blockDim.x)
+      x[i] = zppQuantLoadOne(src, dtype, base + i);
+  }
+};
+
+/* ... or the sums of a reduce-requantize's inputs (the same sums as its
+ * kernel's). */
+template <int BITS_IN>
+struct SumSrc {
+  const uint8_t* packed;
+  size_t stride, count;
+  int n, blockLog2;
+
+  __device__ void load(int, size_t base, size_t glen, float* x) const {
+    constexpr int E = 8;
+    const Geom g = geom(count, BITS_IN, blockLog2);
+    for (size_t r = (size_t)threadIdx.x * E; r < glen; r += (size_t)blockDim.x * E) {
+      float s[E];
+      sumInputs<BITS_IN, E>(packed, stride, n, count, blockLog2, g, base + r, s);
+#pragma unroll
+      for (int j = 0; j < E; j++)
+        if (r + j < glen) x[r + j] = s[j];
+    }
+  }
+};
+
+/* The escape tables of nseg segments that an encoding kernel just wrote
+ * (scales and data as if escapes did not exist): one CTA per escape group
+ * (blockIdx.x) and segment (blockIdx.y, striding). A block may hold an escape
+ * only if its scale is NaN, or non-zero with at most E non-zero q; a group
+ * without such a block keeps what the kernel wrote and gets an empty table.
+ * Any other group is encoded again, escapes included, by the reference. */
+template <int BITS, class Src>
+__global__ void __launch_bounds__(kThreads)
+    escapeKernel(Src src, size_t count, int blockLog2, uint8_t* __restrict__ out, size_t segBytes,
+                 int nseg) {
+  __shared__ float x[ZPP_QUANT_ESC_GROUP];
+  __shared__ int nonzero[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK];
+  const Geom g = geom(count, BITS, blockLog2);
+  const int block = 1 << blockLog2;
+  const size_t grp = blockIdx.x;
+  const size_t base = grp * ZPP_QUANT_ESC_GROUP;
+  const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
+  const int nblk = (int)((glen + (size_t)block - 1) >> blockLog2);
+  const size_t b0 = base >> blockLog2;
+  // The group's data in 16-byte chunks, each inside one block (blocks are
+  // at least 16 bytes): whole words up to the tables, the last one ending
+  // in zero padding (and an odd count's zero nibble), never in a table.
+  const int blockBytes = BITS == 8 ? block : block / 2;
+  const size_t lo = g.dataOff + (BITS == 8 ? base : base / 2);
+  const size_t groupBytes = BITS == 8 ? ZPP_QUANT_ESC_GROUP : ZPP_QUANT_ESC_GROUP / 2;
+  const size_t hi = lo + groupBytes < g.escOff ? lo + groupBytes : g.escOff;
+  for (int k = blockIdx.y; k < nseg; k += gridDim.y) {
+    uint8_t* seg = out + (size_t)k * segBytes;
+    for (int b = threadIdx.x; b < nblk; b += blockDim.x) nonzero[b] = 0;
+    __syncthreads();
+    for (size_t c = lo + 16 * (size_t)threadIdx.x; c < hi; c += 16 * (size_t)blockDim.x) {
+      int nz = 0;
+#pragma unroll
+      for (int w = 0; w < 4; w++)
+        if (c + 4 * w < hi) nz += nonzeroQ<BITS>(*reinterpret_cast<const uint32_t*>(seg + c + 4 * w));
+      if (nz) atomicAdd(&nonzero[(c - lo) / (size_t)blockBytes], nz);
+    }
+    __syncthreads();
+    int may = 0;
+    for (int b = threadIdx.x; b < nblk; b += blockDim.x) {
+      // Plain loads: this kernel rewrites scales (of its own group, later).
+      const float sc = reinterpret_cast<const float*>(seg + ZPP_QUANT_HEADER_BYTES)[b0 + b];
+      may |= sc != sc || (sc != 0.0f && nonzero[b] <= ZPP_QUANT_ESC_PER_BLOCK);
+    }
+    uint8_t* table = seg + g.escOff + grp * ZPP_QUANT_ESC_TABLE_BYTES;
+    if (!__syncthreads_or(may)) {
+      if (threadIdx.x < ZPP_QUANT_ESC_SLOTS)
+        zppQuantEscStoreSlot(table, (int)threadIdx.x, 0.0f, ZPP_QUANT_ESC_EMPTY);
+      continue;
+    }
+    src.load(k, base, glen, x);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      zppQuantEscCounts_t counts = {0, 0};  // not collected on the device
+      if (zppQuantEncodeGroupRef(x, glen, base, BITS, block, seg + ZPP_QUANT_HEADER_BYTES,
+                                 seg + g.dataOff, table, &counts))
+        atomicOr(reinterpret_cast<unsigned*>(seg + 4), kMarkersFlag);  // other groups' CTAs too
+    }
+    __syncthreads();  // x is reused by the next segment
+  }
 }
 
 /* ---- host side -------------------------------------------------------------- */
@@ -557,6 +773,20 @@ zppResult_t checkDecodeArgs(const char* fn, const void* packed, size_t stride, i
   return zppSuccess;
 }
 
+/* The escape kernel after an encoding kernel wrote nseg segments. */
+template <int BITS, class Src>
+zppResult_t launchEscapes(const Src& src, size_t count, int blockLog2, uint8_t* out, size_t segBytes,
+                          int nseg, cudaStream_t stream) {
+  const size_t ngroups = zppQuantNumGroups(count);
+  if (ngroups == 0) return zppSuccess;  // no elements, no tables
+  if (ngroups > 0x7fffffffu) ZPP_FAIL(zppInvalidArgument, QUANT, "escapes: count %zu too large", count);
+  dim3 grid((unsigned)ngroups, nseg < 65535 ? nseg : 65535);
+  ZPP_CUDA_LAUNCH((escapeKernel<BITS, Src>), grid, kThreads, stream, src, count, blockLog2, out,
+                  segBytes, nseg);
+  CUDALAUNCHCHECK("zpp escapes");
+  return zppSuccess;
+}
+
 template <int DT, int BITS>
 zppResult_t launchQuantize(const void* in, size_t partStride, size_t count, int block, uint8_t* out,
                            size_t segBytes, int nseg, int nodes, int local, cudaStream_t stream) {
@@ -571,7 +801,9 @@ zppResult_t launchQuantize(const void* in, size_t partStride, size_t count, int 
   ZPP_CUDA_LAUNCH((quantizeKernel<DT, BITS>), grid, threads, stream, in, partStride, count, bl,
                   groupLog2, out, segBytes, nseg, nodes, local);
   CUDALAUNCHCHECK("zpp quantize");
-  return zppSuccess;
+  const zppDataType_t dtype = DT == kF32 ? zppFloat32 : DT == kF16 ? zppFloat16 : zppBfloat16;
+  const QuantSrc src = {static_cast<const uint8_t*>(in), partStride, nodes, local, dtype};
+  return launchEscapes<BITS>(src, count, bl, out, segBytes, nseg, stream);
 }
 
 zppResult_t quantizeDispatch(const void* in, int dt, size_t partStride, size_t count, int bits,
@@ -739,7 +971,8 @@ extern "C" zppResult_t zppQuantReduceRequantCuda(const void* packed, size_t stri
     ZPP_CUDA_LAUNCH((reduceRequantKernel<BI, BO>), gx, threads, stream, src, stride, n, count, blIn, \
                     blOut, blOut - 3, dst);                                                          \
     CUDALAUNCHCHECK("zpp reduce-requantize");                                                        \
-    return zppSuccess;                                                                               \
+    const SumSrc<BI> sums = {src, stride, count, n, blIn};                                           \
+    return launchEscapes<BO>(sums, count, blOut, dst, 0, 1, stream);                                 \
   }
   // clang-format off: one call per line (clang-format 14 rewraps these macro calls on every run)
   QC_R(8, 8)

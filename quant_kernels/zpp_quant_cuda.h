@@ -24,7 +24,15 @@
  *   input header on the device instead and decode a segment whose header
  *   does not match (count, bits, block) as all NaN: a mismatched compression
  *   setting across ranks then shows up as NaN where a trainer looks
- *   (overflow check, loss) rather than as silently wrong numbers.
+ *   (overflow check, loss) rather than as silently wrong numbers. Its
+ *   escape table is ignored then, and the header's markers flag is the one
+ *   bit of the header that may differ.
+ * - Escapes and markers (zpp_quant.h, "Escapes") are written and decoded as
+ *   the CPU does, within the same contract: every encoding call enqueues one
+ *   more kernel that writes the escape tables (a scan of the packed data;
+ *   a group holding an outlier is re-encoded by one thread, slowly, and such
+ *   groups are expected to be rare). zppQuantTakeEscapeCounts does not count
+ *   these calls' escapes: that would need a device counter read back.
  */
 #ifndef ZPP_QUANT_CUDA_H_
 #define ZPP_QUANT_CUDA_H_

@@ -142,6 +142,30 @@ inline void launch(unsigned gx, unsigned gy, unsigned threads, const std::functi
 
 static inline void __syncthreads() { zppemu::park(); }
 
+/* A barrier that also ORs a value over the CTA: every fiber posts its value,
+ * parks, reads them all, parks again (no slot is reused before all read). */
+static inline int __syncthreads_or(int pred) {
+  const unsigned t = threadIdx.x;
+  zppemu::g_slots[t] = pred != 0;
+  zppemu::park();
+  int any = 0;
+  for (unsigned i = 0; i < blockDim.x; i++) any |= zppemu::g_slots[i] != 0;
+  zppemu::park();
+  return any;
+}
+
+/* Fibers never run at the same time: an atomic is a plain update. */
+static inline int atomicAdd(int* p, int v) {
+  const int old = *p;
+  *p = old + v;
+  return old;
+}
+static inline unsigned atomicOr(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old | v;
+  return old;
+}
+
 static inline unsigned __shfl_xor_sync(unsigned mask, unsigned v, int laneMask) {
   if (mask != 0xffffffffu) {
     fprintf(stderr, "cuda_emu: only full-warp shuffles are emulated\n");

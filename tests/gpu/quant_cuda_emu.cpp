@@ -4,6 +4,11 @@
  */
 #define ZPP_CUDA_EMU 1
 
+/* Before cuda_fp16.h (in cuda_emu.h): a local `half` in zpp_half.h would
+ * otherwise shadow CUDA's type of that name (-Wshadow). quant_cuda.cu reaches
+ * it through quant_ref.h; the include guard makes that a no-op. */
+#include "quant_kernels/zpp_half.h"
+
 #include "cuda_emu.h"
 #include "gpu_dev.h"
 

@@ -245,9 +245,14 @@ static void comparePacked(const char* what, const uint8_t* cpu, const uint8_t* g
   size_t nb = (count + (size_t)block - 1) / (size_t)block;
   size_t dataOff = ZPP_QUANT_HEADER_BYTES + 4 * nb;
   size_t dataEnd = dataOff + (bits == 8 ? count : (count + 1) / 2);
+  size_t escOff = (dataEnd + 3) & ~(size_t)3;
+  size_t escEnd =
+      escOff + ZPP_QUANT_ESC_TABLE_BYTES * ((count + ZPP_QUANT_ESC_GROUP - 1) / ZPP_QUANT_ESC_GROUP);
   const char* region = i < ZPP_QUANT_HEADER_BYTES ? "header"
                        : i < dataOff              ? "scales"
                        : i < dataEnd              ? "data"
+                       : i < escOff               ? "padding"
+                       : i < escEnd               ? "escape tables"
                                                   : "padding";
   size_t diffs = 0;
   for (size_t k = 0; k < size; k++) diffs += cpu[k] != gpu[k];
@@ -260,6 +265,8 @@ static void comparePacked(const char* what, const uint8_t* cpu, const uint8_t* g
     memcpy(&sg, gpu + ZPP_QUANT_HEADER_BYTES + 4 * b, 4);
     fprintf(stderr, "  block %zu scale: cpu 0x%08x gpu 0x%08x\n", b, sc, sg);
   }
+  if (i >= escOff && i < escEnd)
+    fprintf(stderr, "  escape table of group %zu\n", (i - escOff) / ZPP_QUANT_ESC_TABLE_BYTES);
 }
 
 /* Equal bit patterns, or both NaN (payloads may differ). */
@@ -278,17 +285,61 @@ static void compareValues(const char* what, const void* cpu, const void* gpu, zp
 
 /* ---- quantize and dequantize ------------------------------------------------------ */
 
+/* Escape table of group g of a segment (zpp_quant.h's layout, computed here
+ * independently of the codecs' helpers). */
+static const uint8_t* escTable(const uint8_t* seg, size_t count, int bits, int block, size_t g) {
+  size_t nb = (count + (size_t)block - 1) / (size_t)block;
+  size_t dataEnd = ZPP_QUANT_HEADER_BYTES + 4 * nb + (bits == 8 ? count : (count + 1) / 2);
+  return seg + ((dataEnd + 3) & ~(size_t)3) + g * ZPP_QUANT_ESC_TABLE_BYTES;
+}
+
+static unsigned escIndex(const uint8_t* table, int j) {
+  const uint8_t* p = table + 4 * ZPP_QUANT_ESC_SLOTS + 2 * j;
+  return (unsigned)p[0] | ((unsigned)p[1] << 8);
+}
+
+/* Used slots of a segment's escape tables. */
+static size_t countEscapes(const uint8_t* seg, size_t count, int bits, int block) {
+  size_t n = 0;
+  for (size_t g = 0; g * ZPP_QUANT_ESC_GROUP < count; g++)
+    for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
+      n += escIndex(escTable(seg, count, bits, block, g), j) != ZPP_QUANT_ESC_EMPTY;
+  return n;
+}
+
+/* Every escaped element of `seg` (the input `in` quantized) must decode, in
+ * the device's fp32 output `out`, to its input value exactly. */
+static void checkEscapedExact(const char* what, const void* in, zppDataType_t dt, const uint8_t* seg,
+                              size_t count, int bits, int block, const float* out) {
+  size_t bad = 0, first = 0;
+  for (size_t g = 0; g * ZPP_QUANT_ESC_GROUP < count; g++) {
+    const uint8_t* table = escTable(seg, count, bits, block, g);
+    for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+      unsigned idx = escIndex(table, j);
+      if (idx == ZPP_QUANT_ESC_EMPTY) break;
+      size_t i = g * ZPP_QUANT_ESC_GROUP + idx;
+      uint32_t b = bitsAt(in, dt, i);
+      float x = dt == zppFloat32   ? zppF32FromBits(b)
+                : dt == zppFloat16 ? zppHalfToFloat((uint16_t)b)
+                                   : zppBf16ToFloat((uint16_t)b);
+      int ok = i < count && (isnan(x) ? isnan(out[i]) : zppF32Bits(x) == zppF32Bits(out[i]));
+      if (!ok && bad++ == 0) first = i;
+    }
+  }
+  CHECK_MSG(bad == 0, "%s: %zu escaped elements do not decode to their input, first at %zu", what, bad,
+            first);
+}
+
 /* inOff in elements, pkOff in bytes (a multiple of 4): misaligned starts take
  * the kernels' scalar and 4-byte paths. */
-static void testCodec(zppDataType_t dt, int bits, int block, size_t count, size_t inOff, size_t pkOff) {
-  char what[160];
-  snprintf(what, sizeof what, "quantize %s int%d block %d count %zu (offsets %zu, %zu)", typeName(dt),
-           bits, block, count, inOff, pkOff);
+static void compareCodec(const char* tag, const void* hin, zppDataType_t dt, int bits, int block,
+                         size_t count, size_t inOff, size_t pkOff) {
+  char what[240];
+  snprintf(what, sizeof what, "%squantize %s int%d block %d count %zu (offsets %zu, %zu)", tag,
+           typeName(dt), bits, block, count, inOff, pkOff);
   size_t es = zppTypeSize(dt);
   size_t P = zppQuantPackedSize(count, bits, block);
 
-  void* hin = hAlloc(count * es, 0);
-  fill(hin, dt, count, block, bits, 1);
   uint8_t* cpuPk = hAlloc(P, CPU_FILL);
   CHECK_EQ_INT(zppQuantize(hin, dt, count, bits, block, cpuPk), zppSuccess);
 
@@ -306,8 +357,8 @@ static void testCodec(zppDataType_t dt, int bits, int block, size_t count, size_
   for (size_t t = 0; t < sizeof kTypes / sizeof kTypes[0]; t++) {
     zppDataType_t odt = kTypes[t];
     size_t oes = zppTypeSize(odt);
-    snprintf(what, sizeof what, "dequantize int%d block %d count %zu -> %s (offset %zu)", bits, block,
-             count, typeName(odt), inOff);
+    snprintf(what, sizeof what, "%sdequantize int%d block %d count %zu -> %s (offset %zu)", tag, bits,
+             block, count, typeName(odt), inOff);
     void* cpuOut = hAlloc(count * oes, CPU_FILL);
     CHECK_EQ_INT(zppDequantize(cpuPk, count, bits, block, cpuOut, odt), zppSuccess);
     devbuf_t dout = dbAlloc(count * oes, inOff * oes);
@@ -315,36 +366,39 @@ static void testCodec(zppDataType_t dt, int bits, int block, size_t count, size_
     void* gpuOut = hAlloc(count * oes, 0);
     dbDownload(&dout, gpuOut, what);
     compareValues(what, cpuOut, gpuOut, odt, count);
+    if (odt == zppFloat32) checkEscapedExact(what, hin, dt, cpuPk, count, bits, block, gpuOut);
     free(cpuOut);
     free(gpuOut);
     dbFree(&dout);
   }
-  free(hin);
   free(cpuPk);
   free(gpuPk);
   dbFree(&din);
   dbFree(&dpk);
 }
 
+static void testCodec(zppDataType_t dt, int bits, int block, size_t count, size_t inOff, size_t pkOff) {
+  void* hin = hAlloc(count * zppTypeSize(dt), 0);
+  fill(hin, dt, count, block, bits, 1);
+  compareCodec("", hin, dt, bits, block, count, inOff, pkOff);
+  free(hin);
+}
+
 /* ---- reductions ------------------------------------------------------------------- */
 
-static void testReduce(int bits, int block, size_t count, int n, size_t extra) {
-  char what[200];
-  size_t P = zppQuantPackedSize(count, bits, block);
-  size_t stride = P + extra;
-  uint8_t* hpk = hAlloc((size_t)n * stride, 0x77); /* gaps between segments: junk */
-  float* x = hAlloc(count * 4, 0);
-  for (int k = 0; k < n; k++) {
-    fill(x, zppFloat32, count, block, bits, 1);
-    CHECK_EQ_INT(zppQuantize(x, zppFloat32, count, bits, block, hpk + (size_t)k * stride), zppSuccess);
-  }
+/* Every reduction of the n segments hpk + k * stride on both sides; tag
+ * names the inputs in messages. */
+static void compareReductions(const char* tag, const uint8_t* hpk, size_t stride, int n, size_t count,
+                              int bits, int block) {
+  char what[240];
+  size_t extra = stride - zppQuantPackedSize(count, bits, block);
   devbuf_t dpk = dbAlloc((size_t)n * stride, 0);
   dbUpload(&dpk, hpk);
 
   /* accumulate into fp32, from scratch and onto existing values */
   for (int accumulate = 0; accumulate <= 1; accumulate++) {
-    snprintf(what, sizeof what, "accumulate(%d) int%d block %d count %zu n %d stride +%zu", accumulate,
-             bits, block, count, n, extra);
+    snprintf(what, sizeof what, "%saccumulate(%d) int%d block %d count %zu n %d stride +%zu", tag,
+             accumulate, bits, block, count, n, extra);
     float* acc0 = hAlloc(count * 4, 0);
     for (size_t i = 0; i < count; i++) acc0[i] = (float)zppTestRngNormal(&rng);
     float* cpuAcc = hAlloc(count * 4, 0);
@@ -371,8 +425,8 @@ static void testReduce(int bits, int block, size_t count, int n, size_t extra) {
     for (size_t t = 0; t < sizeof kTypes / sizeof kTypes[0]; t++) {
       zppDataType_t odt = kTypes[t];
       size_t oes = zppTypeSize(odt);
-      snprintf(what, sizeof what, "sum/%g int%d block %d count %zu n %d -> %s", (double)divisors[d],
-               bits, block, count, n, typeName(odt));
+      snprintf(what, sizeof what, "%ssum/%g int%d block %d count %zu n %d -> %s", tag,
+               (double)divisors[d], bits, block, count, n, typeName(odt));
       void* cpuOut = hAlloc(count * oes, CPU_FILL);
       CHECK_EQ_INT(zppDequantizeSum(hpk, stride, n, count, bits, block, divisors[d], cpuOut, odt),
                    zppSuccess);
@@ -396,8 +450,8 @@ static void testReduce(int bits, int block, size_t count, int n, size_t extra) {
       int bitsOut = kBits[bo], blockOut = blocksOut[b];
       if (b > 0 && blockOut == blocksOut[0]) continue;
       if (quick && b >= 2) continue;
-      snprintf(what, sizeof what, "reduce-requant int%d/%d -> int%d/%d count %zu n %d", bits, block,
-               bitsOut, blockOut, count, n);
+      snprintf(what, sizeof what, "%sreduce-requant int%d/%d -> int%d/%d count %zu n %d", tag, bits,
+               block, bitsOut, blockOut, count, n);
       size_t PO = zppQuantPackedSize(count, bitsOut, blockOut);
       uint8_t* cpuOut = hAlloc(PO, CPU_FILL);
       CHECK_EQ_INT(zppQuantReduceRequant(hpk, stride, n, count, bits, block, bitsOut, blockOut, cpuOut),
@@ -414,9 +468,185 @@ static void testReduce(int bits, int block, size_t count, int n, size_t extra) {
       dbFree(&dout);
     }
   }
+  dbFree(&dpk);
+}
+
+static void testReduce(int bits, int block, size_t count, int n, size_t extra) {
+  size_t P = zppQuantPackedSize(count, bits, block);
+  size_t stride = P + extra;
+  uint8_t* hpk = hAlloc((size_t)n * stride, 0x77); /* gaps between segments: junk */
+  float* x = hAlloc(count * 4, 0);
+  for (int k = 0; k < n; k++) {
+    fill(x, zppFloat32, count, block, bits, 1);
+    CHECK_EQ_INT(zppQuantize(x, zppFloat32, count, bits, block, hpk + (size_t)k * stride), zppSuccess);
+  }
+  compareReductions("", hpk, stride, n, count, bits, block);
   free(hpk);
   free(x);
-  dbFree(&dpk);
+}
+
+/* ---- escapes (zpp_quant.h, "Escapes") ---------------------------------------------- */
+
+/* Ordinary data: magnitudes in [0.5, 1.5), so that nothing escapes except
+ * what a test plants. */
+static void fillMild(void* buf, zppDataType_t dt, size_t count) {
+  for (size_t i = 0; i < count; i++)
+    putF(buf, dt, i, (float)zppTestRngUniform(&rng, 0.5, 1.5) * ((rnd() & 1) ? 1.0f : -1.0f));
+}
+
+enum { OUT_HUGE, OUT_INF, OUT_NAN, OUT_SPIKE, OUT_KINDS };
+
+/* One outlier: garbage-sized (DeepSpeed's uninitialized padding held 7.49e25),
+ * Inf, a NaN with a payload (signalling or quiet, either sign), or a spike
+ * just far enough above mild data to escape in both widths (2^K * 1.5 is 384
+ * for int8, 48 for int4). */
+static void putOutlier(void* buf, zppDataType_t dt, size_t i, int kind) {
+  float sign = (rnd() & 1) ? 1.0f : -1.0f;
+  switch (kind) {
+    case OUT_HUGE: putF(buf, dt, i, sign * (dt == zppFloat16 ? 60000.0f : 7.49e25f)); break;
+    case OUT_INF: putF(buf, dt, i, sign * INFINITY); break;
+    case OUT_NAN: {
+      uint32_t payload = (uint32_t)rnd() | 1u;
+      uint32_t b = dt == zppFloat32   ? 0x7f800000u | (payload & 0x7fffffu)
+                   : dt == zppFloat16 ? 0x7c00u | (payload & 0x3ffu)
+                                      : 0x7f80u | (payload & 0x7fu);
+      if (sign < 0) b |= dt == zppFloat32 ? 0x80000000u : 0x8000u;
+      putBits(buf, dt, i, b);
+      break;
+    }
+    default: putF(buf, dt, i, sign * 1000.0f); break;
+  }
+}
+
+enum {
+  SC_SINGLE,    /* one outlier of each kind, each in its own block */
+  SC_FIVE,      /* 5 equal outliers in a block (no candidate), 5 Inf in one, 4 of 4 kinds in one */
+  SC_OVERFLOW,  /* 4 finite outliers in each of 3 blocks of one group: the third finds no slots */
+  SC_NONFINITE, /* 12 Inf and NaN in one group: more than its slots, markers */
+  SC_EDGES,     /* outliers at group boundaries and the last element */
+  SC_COUNT
+};
+
+static const char* const kScenario[] = {"single", "five", "overflow", "nonfinite", "edges"};
+
+/* Plants scenario sc into mild data; returns 0 where count or block leave no
+ * room for it. */
+static int plant(void* buf, zppDataType_t dt, size_t count, int block, int sc) {
+  size_t B = (size_t)block;
+  switch (sc) {
+    case SC_SINGLE:
+      for (int k = 0; k < OUT_KINDS; k++)
+        if ((size_t)k * B < count)
+          putOutlier(buf, dt, k * B + rndBelow(count - k * B < B ? count - k * B : B), k);
+      return 1;
+    case SC_FIVE:
+      if (count < 3 * B) return 0;
+      for (size_t i = 0; i < 5; i++) putF(buf, dt, 7 * i, dt == zppFloat16 ? 60000.0f : 7.49e25f);
+      for (size_t i = 0; i < 5; i++) putF(buf, dt, B + 3 * i + 1, INFINITY);
+      for (size_t i = 0; i < 4; i++) putOutlier(buf, dt, 2 * B + 5 * i + 2, (int)i);
+      return 1;
+    case SC_OVERFLOW:
+      if (count < 3 * B || 3 * B > ZPP_QUANT_ESC_GROUP) return 0;
+      for (size_t b = 0; b < 3; b++)
+        for (size_t i = 0; i < 4; i++)
+          putOutlier(buf, dt, b * B + 2 * i + b, (b + i) % 2 ? OUT_SPIKE : OUT_HUGE);
+      return 1;
+    case SC_NONFINITE: {
+      /* 331 is prime: 12 distinct positions below any m >= 12 */
+      size_t m = count < ZPP_QUANT_ESC_GROUP ? count : ZPP_QUANT_ESC_GROUP;
+      for (size_t i = 0; i < 12; i++) putOutlier(buf, dt, (i * 331) % m, i % 2 ? OUT_INF : OUT_NAN);
+      /* and a finite one that escapes (or overflows) beside them */
+      putOutlier(buf, dt, (12 * 331) % m, OUT_HUGE);
+      return 1;
+    }
+    default:
+      if (count < ZPP_QUANT_ESC_GROUP + 2) return 0;
+      putOutlier(buf, dt, ZPP_QUANT_ESC_GROUP - 1, OUT_NAN);
+      putOutlier(buf, dt, ZPP_QUANT_ESC_GROUP, OUT_HUGE);
+      putOutlier(buf, dt, count - 1, OUT_INF);
+      putOutlier(buf, dt, count - 2, OUT_SPIKE);
+      return 1;
+  }
+}
+
+/* Quantize and every decode of planted outliers, against the CPU; and the
+ * CPU must have escaped (and, for SC_OVERFLOW, overflowed), or the
+ * comparison would prove nothing about escapes. */
+static void testEscapeCodec(zppDataType_t dt, int bits, int block, size_t count, int sc, size_t pkOff) {
+  void* hin = hAlloc(count * zppTypeSize(dt), 0);
+  fillMild(hin, dt, count);
+  if (!plant(hin, dt, count, block, sc)) {
+    free(hin);
+    return;
+  }
+  char tag[64];
+  snprintf(tag, sizeof tag, "escapes (%s): ", kScenario[sc]);
+  size_t P = zppQuantPackedSize(count, bits, block);
+  uint8_t* pk = hAlloc(P, CPU_FILL);
+  uint64_t escapes = 0, overflows = 0;
+  zppQuantTakeEscapeCounts(NULL, NULL);
+  CHECK_EQ_INT(zppQuantize(hin, dt, count, bits, block, pk), zppSuccess);
+  zppQuantTakeEscapeCounts(&escapes, &overflows);
+  CHECK_MSG((escapes > 0 || sc == SC_NONFINITE) && countEscapes(pk, count, bits, block) == escapes,
+            "%s%s int%d block %d count %zu: %llu escapes, %zu used slots", tag, typeName(dt), bits,
+            block, count, (unsigned long long)escapes, countEscapes(pk, count, bits, block));
+  if (sc == SC_OVERFLOW)
+    CHECK_MSG(overflows > 0, "%s%s int%d block %d: no overflow", tag, typeName(dt), bits, block);
+  if (sc == SC_NONFINITE)
+    CHECK_MSG(pk[6] & ZPP_QUANT_FLAG_MARKERS, "%s%s int%d block %d: no markers", tag, typeName(dt),
+              bits, block);
+  compareCodec(tag, hin, dt, bits, block, count, 0, pkOff);
+  free(pk);
+  free(hin);
+}
+
+/* Reductions of n inputs with escapes, several at the same element: a
+ * garbage value in every input; +Inf and -Inf (a NaN sum); a NaN in one; two
+ * outliers that cancel; and the planted scenario in input 0. */
+static void testEscapeReduce(int bits, int block, size_t count, int n, int sc) {
+  size_t P = zppQuantPackedSize(count, bits, block);
+  size_t stride = P + 16;
+  uint8_t* hpk = hAlloc((size_t)n * stride, 0x77);
+  float* x = hAlloc(count * 4, 0);
+  uint64_t escapes = 0;
+  zppQuantTakeEscapeCounts(NULL, NULL);
+  for (int k = 0; k < n; k++) {
+    fillMild(x, zppFloat32, count);
+    if (k == 0) plant(x, zppFloat32, count, block, sc);
+    x[count / 2] = 7.49e25f * (float)(k + 1);
+    if (count > 7) x[7] = k == 0 ? INFINITY : k == 1 ? -INFINITY : x[7];
+    if (k == n - 1) putOutlier(x, zppFloat32, count - 1, OUT_NAN);
+    if (count > (size_t)block + 3 && k < 2) x[block + 3] = k == 0 ? 1e20f : -1e20f;
+    CHECK_EQ_INT(zppQuantize(x, zppFloat32, count, bits, block, hpk + (size_t)k * stride), zppSuccess);
+  }
+  zppQuantTakeEscapeCounts(&escapes, NULL);
+  CHECK_MSG(escapes >= (uint64_t)n, "reduce escapes int%d block %d count %zu: only %llu escapes", bits,
+            block, count, (unsigned long long)escapes);
+  char tag[64];
+  snprintf(tag, sizeof tag, "escapes (%s in input 0): ", kScenario[sc]);
+  compareReductions(tag, hpk, stride, n, count, bits, block);
+  free(hpk);
+  free(x);
+}
+
+static void runEscapeSweep(void) {
+  static const int blocks[] = {32, 64, 256, 1024, 4096};
+  const size_t counts[] = {100, 2 * ZPP_QUANT_ESC_GROUP + 333, ZPP_QUANT_ESC_GROUP + 1};
+  for (size_t t = 0; t < sizeof kTypes / sizeof kTypes[0]; t++)
+    for (int b = 0; b < 2; b++)
+      for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++)
+        for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+          for (int sc = 0; sc < SC_COUNT; sc++) {
+            if (quick && (k + c + (size_t)sc) % 3 != 0) continue;
+            testEscapeCodec(kTypes[t], kBits[b], blocks[k], counts[c], sc, 4 * ((c + (size_t)sc) % 4));
+          }
+  for (int b = 0; b < 2; b++)
+    for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++)
+      for (int sc = 0; sc < SC_COUNT; sc++) {
+        if (quick && (k + (size_t)sc) % 2) continue;
+        size_t count = sc == SC_EDGES ? 2 * ZPP_QUANT_ESC_GROUP + 333 : 3 * (size_t)blocks[k] + 101;
+        testEscapeReduce(kBits[b], blocks[k], count, 2 + (sc + (int)k) % 4, sc);
+      }
 }
 
 /* ---- tensor-slice reordering ------------------------------------------------------ */
@@ -485,8 +715,10 @@ static void testHeaderMismatch(void) {
   size_t P = zppQuantPackedSize(count, bits, block);
   float* x = hAlloc(count * 4, 0);
   fill(x, zppFloat32, count, block, bits, 0);
+  x[5] = 7.49e25f; /* an escape: its table must not be applied under a mismatch either */
   uint8_t* hpk = hAlloc(P, 0);
   CHECK_EQ_INT(zppQuantize(x, zppFloat32, count, bits, block, hpk), zppSuccess);
+  CHECK(countEscapes(hpk, count, bits, block) > 0);
   devbuf_t dpk = dbAlloc(P, 0);
   dbUpload(&dpk, hpk);
   float* out = hAlloc(count * 4, 0);
@@ -503,22 +735,21 @@ static void testHeaderMismatch(void) {
   tdevToHost(out, dout.p, count * 4);
   CHECK_MSG(allNaN(out, zppFloat32, count), "block mismatch must decode to NaN");
 
-  /* int4 reading an int8 segment, through the fused path: NaN sums, i.e. NaN
-   * scales everywhere in the output segment */
+  /* int4 reading an int8 segment, through the fused path: NaN sums, which
+   * are all candidates and overflow every table: markers throughout (every
+   * element decodes to NaN), a valid header with the markers flag */
   size_t PO = zppQuantPackedSize(count, 8, 128);
   devbuf_t dreq = dbAlloc(PO, 0);
   CHECK_EQ_INT(zppQuantReduceRequantCuda(dpk.p, P, 1, count, 4, block, 8, 128, dreq.p, tdevStream()),
                zppSuccess);
   uint8_t* req = hAlloc(PO, 0);
   tdevToHost(req, dreq.p, PO);
-  size_t nb = (count + 127) / 128, nanScales = 0;
-  for (size_t b = 0; b < nb; b++) {
-    uint32_t s;
-    memcpy(&s, req + ZPP_QUANT_HEADER_BYTES + 4 * b, 4);
-    nanScales += s == 0x7fc00000u;
-  }
-  CHECK_EQ_INT(nanScales, nb);
   CHECK_EQ_INT(zppQuantCheckHeader(req, count, 8, 128), zppSuccess);
+  CHECK(req[6] & ZPP_QUANT_FLAG_MARKERS);
+  float* reqOut = hAlloc(count * 4, 0);
+  CHECK_EQ_INT(zppDequantize(req, count, 8, 128, reqOut, zppFloat32), zppSuccess);
+  CHECK_MSG(allNaN(reqOut, zppFloat32, count), "a mismatched input must make every sum NaN");
+  free(reqOut);
 
   /* and the correct settings decode finite values again */
   CHECK_EQ_INT(zppDequantizeCuda(dpk.p, count, bits, block, dout.p, zppFloat32, tdevStream()),
@@ -527,6 +758,7 @@ static void testHeaderMismatch(void) {
   size_t nan = 0;
   for (size_t i = 0; i < count; i++) nan += isnan(out[i]);
   CHECK_EQ_INT(nan, 0);
+  CHECK(out[5] == 7.49e25f);
 
   free(x);
   free(hpk);
@@ -782,6 +1014,7 @@ int main(int argc, char** argv) {
   testAsync();
   runCodecSweep(large);
   runReduceSweep(large);
+  runEscapeSweep();
   runReorderSweep();
   tdevSync();
   tdevShutdown();
