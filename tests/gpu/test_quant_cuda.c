@@ -967,7 +967,8 @@ static void runReduceSweep(size_t large) {
   }
 }
 
-static void runReorderSweep(void) {
+static void runReorderSweep(size_t unused) {
+  (void)unused;
   static const int shapes[][2] = {{1, 1}, {2, 1}, {2, 2}, {4, 2}, {6, 3}, {8, 4}, {8, 8}, {12, 4}};
   int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
   for (int s = 0; s < nshapes; s++) {
@@ -981,6 +982,20 @@ static void runReorderSweep(void) {
     testReordered(dt, bits, block, W, L, (size_t)block * 3 + 17, 0);
     testReordered(dt, bits, block, W, L, (size_t)block * 2 + 1, 5);
   }
+}
+
+/* Runs a sweep of random inputs, which must have made the CPU escape and
+ * (with needOverflow) overflow somewhere, or its comparisons would prove
+ * nothing about those paths. */
+static void runSweep(const char* name, void (*sweep)(size_t), size_t large, int needOverflow) {
+  uint64_t escapes = 0, overflows = 0;
+  zppQuantTakeEscapeCounts(NULL, NULL);
+  sweep(large);
+  zppQuantTakeEscapeCounts(&escapes, &overflows);
+  printf("%s sweep: the CPU escaped %llu elements, %llu escape overflows\n", name,
+         (unsigned long long)escapes, (unsigned long long)overflows);
+  CHECK_MSG(escapes > 0 && (overflows > 0 || !needOverflow), "%s sweep: %llu escapes, %llu overflows",
+            name, (unsigned long long)escapes, (unsigned long long)overflows);
 }
 
 int main(int argc, char** argv) {
@@ -1012,10 +1027,10 @@ int main(int argc, char** argv) {
   testArguments();
   testHeaderMismatch();
   testAsync();
-  runCodecSweep(large);
-  runReduceSweep(large);
+  runSweep("codec", runCodecSweep, large, 1);
+  runSweep("reduce", runReduceSweep, large, 1);
   runEscapeSweep();
-  runReorderSweep();
+  runSweep("reorder", runReorderSweep, 0, 0);
   tdevSync();
   tdevShutdown();
   return zppTestExit(argv[0]);
