@@ -128,6 +128,8 @@ def c10d_features():
     found = []
     if re.search(r"\ball_gather_single\s*\(", backend) and re.search(r"\ball_to_all_single\s*\(", backend):
         found.append("ZPP_C10D_SINGLE_NAMES")
+    if re.search(r"\bgather_single\s*\(", backend):
+        found.append("ZPP_C10D_GATHER_SINGLE")
     if re.search(r"\bstruct\s+PreMulSumSupplement\b", types):
         found.append("ZPP_C10D_PREMUL_SUM")
     return found

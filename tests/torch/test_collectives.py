@@ -176,6 +176,11 @@ def body(rank):
                 dist.gather(x, lg, dst=root, group=gg)
                 for r in range(W if rank == root else 0):
                     check("gather %s n=%d root=%d from %d" % (dtype, n, root, r), lz[r], lg[r])
+                if hasattr(dist, "gather_single"):  # torch 2.15: into one tensor on the root
+                    flat = torch.empty(W * n, dtype=x.dtype) if rank == root else None
+                    dist.gather_single(x, flat, dst=root, group=zg)
+                    if rank == root:
+                        check("gather_single %s n=%d root=%d" % (dtype, n, root), flat, torch.cat(lg))
                 parts = [rand(n, dtype) for _ in range(W)] if rank == root else None
                 oz, og = torch.empty(n, dtype=x.dtype), torch.empty(n, dtype=x.dtype)
                 dist.scatter(oz, parts, src=root, group=zg)

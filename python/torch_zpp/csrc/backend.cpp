@@ -451,6 +451,31 @@ c10::intrusive_ptr<c10d::Work> ZppBackend::gather(std::vector<std::vector<at::Te
   return submit(w);
 }
 
+#ifdef ZPP_C10D_GATHER_SINGLE
+c10::intrusive_ptr<c10d::Work> ZppBackend::gather_single(at::Tensor& out, at::Tensor& in,
+                                                         const c10d::GatherOptions& opts) {
+  const char* call = "gather_single";
+  checkDense(in, call);
+  checkRoot(opts.rootRank, size_, call);
+  int root = static_cast<int>(opts.rootRank);
+  bool isRoot = rank_ == root;
+  if (isRoot) {
+    checkDense(out, call);
+    checkSame(out, in, call);
+    TORCH_CHECK(out.numel() == in.numel() * size_, "zpp ", call, ": the output has ", out.numel(),
+                " elements, expected ", size_, " x ", in.numel());
+  }
+  auto w = newWork(c10d::OpType::GATHER, call,
+                   isRoot ? std::vector<at::Tensor>{out} : std::vector<at::Tensor>{}, in);
+  Buf s = bufOf(input(*w, in), call);
+  void* d = isRoot ? bufOf(output(*w, out), call).ptr : nullptr;
+  issue(*w, call, [=](zppComm_t comm, zppStream_t st) {
+    return zppGather(s.ptr, d, s.count, s.type, root, comm, st);
+  });
+  return submit(w);
+}
+#endif
+
 c10::intrusive_ptr<c10d::Work> ZppBackend::scatter(std::vector<at::Tensor>& outputs,
                                                    std::vector<std::vector<at::Tensor>>& inputs,
                                                    const c10d::ScatterOptions& opts) {

@@ -172,6 +172,12 @@ class ZppBackend : public c10d::Backend {
                                                const c10d::AllToAllOptions& opts) override;
 #endif
 
+#ifdef ZPP_C10D_GATHER_SINGLE
+  // gather into one tensor of size() x the input on the root (torch 2.15).
+  c10::intrusive_ptr<c10d::Work> gather_single(at::Tensor& out, at::Tensor& in,
+                                               const c10d::GatherOptions& opts) override;
+#endif
+
   // ---- point-to-point -------------------------------------------------------
 
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank, int tag) override;

@@ -8,6 +8,8 @@
 //                            reduce_scatter_single, all_to_all_single and
 //                            their _coalesced forms as the canonical names
 //                            (the old _allgather_base & co. forward to them);
+//   ZPP_C10D_GATHER_SINGLE   Backend has gather_single (gather into one
+//                            tensor on the root);
 //   ZPP_C10D_PREMUL_SUM      Types.hpp names PreMulSumSupplement (the NCCL
 //                            name then an alias kept for old code).
 // Overriding the canonical names where they exist keeps torch_zpp off the
