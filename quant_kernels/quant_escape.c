@@ -197,7 +197,9 @@ void zppQuantEscDequantize(const uint8_t* packed, size_t count, int bits, int bl
     const uint8_t* table = groupTable(packed, count, bits, block, g);
     for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
       unsigned idx = zppQuantEscIndex(table, j);
-      if (idx == ZPP_QUANT_ESC_EMPTY) break;
+      /* A used slot past its group (a corrupt table behind a valid
+       * header) ends the table rather than write outside the output. */
+      if (idx == ZPP_QUANT_ESC_EMPTY || idx >= groupLen(count, g)) break;
       zppQuantStoreOne(out, dtype, g * ZPP_QUANT_ESC_GROUP + idx, zppQuantEscValue(table, j));
     }
   }
@@ -215,7 +217,7 @@ void zppQuantEscAccumulate(const uint8_t* packed, size_t stride, int n, size_t c
       const uint8_t* table = groupTable(packed + (size_t)k * stride, count, bits, block, g);
       for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
         unsigned idx = zppQuantEscIndex(table, j);
-        if (idx == ZPP_QUANT_ESC_EMPTY) break;
+        if (idx == ZPP_QUANT_ESC_EMPTY || idx >= groupLen(count, g)) break;
         size_t i = g * ZPP_QUANT_ESC_GROUP + idx;
         acc[i] = acc[i] + zppQuantEscValue(table, j);
       }
@@ -237,7 +239,7 @@ void zppQuantEscSum(const uint8_t* packed, size_t stride, int n, size_t count, i
       const uint8_t* table = groupTable(packed + (size_t)k * stride, count, bits, block, g);
       for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
         unsigned idx = zppQuantEscIndex(table, j);
-        if (idx == ZPP_QUANT_ESC_EMPTY) break;
+        if (idx == ZPP_QUANT_ESC_EMPTY || idx >= groupLen(count, g)) break;
         /* Recomputed whole: the implementation stored the quotient of the
          * packed values only. An element escaped in several inputs is
          * recomputed once per input, to the same value. */

@@ -279,36 +279,37 @@ ZPP_QUANT_INL int zppQuantEncodeGroupRef(float* x, size_t glen, size_t base, int
       zppQuantBlockRef(b, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data, base + lo);
       continue;
     }
-    /* What becomes +0 for the scale, remembered in bit sets: non-finite
-     * elements (markers), escaped candidates, and on overflow the extreme
-     * ones (saturated, with their sign). */
-    uint64_t mark[ZPP_QUANT_MAX_BLOCK / 64], sat[ZPP_QUANT_MAX_BLOCK / 64],
-        neg[ZPP_QUANT_MAX_BLOCK / 64];
-    for (size_t w = 0; w < (len + 63) / 64; w++) mark[w] = sat[w] = neg[w] = 0;
+    /* What becomes +0 for the scale: escaped candidates, on overflow the
+     * extreme ones (saturated afterwards: at most E, listed with their
+     * sign), and non-finite elements, which wait for their marker as -0 (a
+     * value the block no longer holds: its -0 become +0 first, which
+     * quantize alike). No per-element side table: the CUDA codecs run this
+     * in one thread, where a large frame costs every resident thread. */
+    uint32_t satAt[ZPP_QUANT_ESC_PER_BLOCK];
+    int satNeg[ZPP_QUANT_ESC_PER_BLOCK], nsat = 0;
     for (size_t i = 0; i < len; i++) {
-      uint64_t bit = (uint64_t)1 << (i % 64);
-      if (zppQuantNonFinite(b[i])) {
-        mark[i / 64] |= bit;
+      if (b[i] == 0.0f) {
+        b[i] = 0.0f;
+      } else if (zppQuantNonFinite(b[i])) {
+        b[i] = -0.0f;
       } else if (escape && zppQuantEscAbove(b[i], r, K)) {
         zppQuantEscStoreSlot(table, used++, b[i], (unsigned)(lo + i));
         counts->escapes++;
-      } else if (!escape && zppQuantEscAbove(b[i], r, ZPP_QUANT_SAT_LOG2)) {
-        sat[i / 64] |= bit;
-        if (b[i] < 0.0f) neg[i / 64] |= bit;
-      } else {
-        continue;
+        b[i] = 0.0f;
+      } else if (!escape && nsat < ZPP_QUANT_ESC_PER_BLOCK &&
+                 zppQuantEscAbove(b[i], r, ZPP_QUANT_SAT_LOG2)) {
+        satAt[nsat] = (uint32_t)i;
+        satNeg[nsat++] = b[i] < 0.0f;
+        b[i] = 0.0f;
       }
-      b[i] = 0.0f;
     }
     zppQuantBlockRef(b, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data, base + lo);
-    for (size_t i = 0; i < len; i++) {
-      if (mark[i / 64] >> (i % 64) & 1) {
+    for (size_t i = 0; i < len; i++)
+      if (zppF32Bits(b[i]) == 0x80000000u) {
         zppQuantSetMarker(data, bits, base + lo + i);
         marked = 1;
-      } else if (sat[i / 64] >> (i % 64) & 1) {
-        zppQuantSetQ(data, bits, base + lo + i, (neg[i / 64] >> (i % 64) & 1) ? -Q : Q);
       }
-    }
+    for (int k = 0; k < nsat; k++) zppQuantSetQ(data, bits, base + lo + satAt[k], satNeg[k] ? -Q : Q);
   }
   for (int j = used; j < ZPP_QUANT_ESC_SLOTS; j++)
     zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
