@@ -31,6 +31,7 @@ import importlib.metadata
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -208,6 +209,10 @@ def main():
     for f in failures:
         print("FAIL " + f)
     print("deepspeed %s: %s" % (version, "FAILED" if failures else "passed"))
+    if not failures:
+        shutil.rmtree(out, ignore_errors=True)  # kept, with each run's log, when something failed
+    else:
+        print("outputs and logs: %s" % out)
     return 1 if failures else 0
 
 
