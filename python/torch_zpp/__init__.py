@@ -145,6 +145,13 @@ def stats(group=None):
     return backend(group).stats()
 
 
+def codec_stats(group=None):
+    """The compressed calls' outliers since the last reset_stats: {"escapes": elements that travelled
+    exactly beside their block (far above it), "escape_overflows": blocks with more such elements than
+    free slots} (docs/codecs.md, "Escapes")."""
+    return backend(group).codec_stats()
+
+
 def reset_stats(group=None):
     backend(group).reset_stats()
 

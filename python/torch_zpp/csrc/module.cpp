@@ -24,6 +24,15 @@ py::dict statsDict(ZppBackend& be) {
   return d;
 }
 
+// The codecs' escapes on this group (docs/codecs.md, "Escapes").
+py::dict codecStatsDict(ZppBackend& be) {
+  zppCommStats_t s = be.stats();
+  py::dict d;
+  d["escapes"] = s.quantEscapes;
+  d["escape_overflows"] = s.quantEscapeOverflows;
+  return d;
+}
+
 py::dict topologyDict(ZppBackend& be) {
   zppTopology_t t = be.topology();
   py::dict d;
@@ -68,6 +77,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("qgz_reduce_scatter", &ZppBackend::qgzReduceScatter, py::arg("output"), py::arg("input"),
            py::arg("op"), py::arg("bits"), py::call_guard<py::gil_scoped_release>())
       .def("stats", &statsDict)
+      .def("codec_stats", &codecStatsDict)
       .def("reset_stats", &ZppBackend::resetStats)
       .def("topology", &topologyDict);
 
