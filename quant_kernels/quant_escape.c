@@ -42,14 +42,15 @@ static void addCounts(const zppQuantEscCounts_t* c) {
   threadCounts.overflows += c->overflows;
   if (c->overflows > 0 && atomic_exchange(&warned, 1) == 0)
     ZPP_WARN(QUANT,
-             "a block had more outliers (Inf, NaN or elements 2^K above the rest) than the %d "
-             "escape slots of its %d elements had room for: they decode to NaN, each in its own "
-             "element (counted as escape overflows in the statistics; said once)",
-             ZPP_QUANT_ESC_SLOTS, ZPP_QUANT_ESC_GROUP);
+             "a block had more outliers (elements 2^K above the rest of it) than the %d escape "
+             "slots of its %d elements had room for: they stayed in their block, whose scale they "
+             "set, but those above 2^%d times the rest, which were saturated to its largest value "
+             "(counted as escape overflows in the statistics; said once)",
+             ZPP_QUANT_ESC_SLOTS, ZPP_QUANT_ESC_GROUP, ZPP_QUANT_SAT_LOG2);
 }
 
-/* 1 when block b of a segment may hold an escape: its scale is NaN, or it is
- * non-zero with at most E non-zero q. */
+/* 1 when block b of a segment may hold a candidate or a non-finite element:
+ * its scale is NaN, or it is non-zero with at most E non-zero q. */
 static int blockMayEscape(const uint8_t* scales, const uint8_t* data, size_t count, int bits, int block,
                           size_t b) {
   float s = zppQuantLoadScale(scales, b);
