@@ -325,7 +325,7 @@ def test_validator(schema_path):
     broken(lambda d: d["records"][0].pop("busbw"), "a record without busbw")
     broken(lambda d: d["records"][0].update(wrong=-1), "wrong = -1")
     broken(lambda d: d["records"][0].update(wrong=1.5), "a fractional wrong count")
-    broken(lambda d: d["records"][0].update(op="gather"), "an unknown op")
+    broken(lambda d: d["records"][0].update(op="scatterv"), "an unknown op")
     broken(lambda d: d["records"][0].update(dtype="fp8"), "an unknown dtype")
     broken(lambda d: d["records"][0].update(checked=1), "checked = 1 (not a boolean)")
     broken(lambda d: d["records"][0].update(busbw="fast"), "a string busbw")
