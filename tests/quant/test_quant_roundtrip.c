@@ -447,7 +447,7 @@ static void checkExtremes(void) {
   for (int i = 0; i < 32; i++) x[i] = 0.0f;
   x[0] = 571 * 0x1p-149f;
   {
-    uint8_t seg[64];
+    uint8_t seg[128]; /* 112 bytes: header, scale, data, escape table */
     float y[32];
     qtUse("scalar");
     CHECK(zppQuantize(x, zppFloat32, 32, 8, 32, seg) == zppSuccess);
