@@ -34,7 +34,7 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZPP_SANITIZE_THREAD
   -DZPP_WITH_CUDA=OFF -DZPP_WERROR=ON >build-tsan.log 2>&1 || { tail -40 build-tsan.log >&2; exit 1; }
 # Only the programs of the tests below (their ctest names start with these).
 targets=(test_executor test_handles test_comm test_comm_split test_coll_transport test_coll_faults test_coll
-  test_zeropp)
+  test_zeropp test_p2p)
 cmake --build build-tsan -j"$jobs" --target "${targets[@]}" >>build-tsan.log 2>&1 || {
   grep -E 'error|warning' build-tsan.log | head -40 >&2
   echo "zpp tsan tests: build failed (full log: build-tsan.log)" >&2
