@@ -66,11 +66,18 @@ static int blockMayEscape(const uint8_t* scales, const uint8_t* data, size_t cou
   int nonzero = 0;
   for (size_t k = 0; k < nbytes; k += 8) {
     uint64_t w = 0;
-    memcpy(&w, p + k, nbytes - k < 8 ? nbytes - k : 8);
+    if (nbytes - k >= 8)
+      memcpy(&w, p + k, 8); /* a constant size: one load, no call */
+    else
+      memcpy(&w, p + k, nbytes - k);
     w |= w >> 1;
     w |= w >> 2;
     if (bits == 8) w |= w >> 4;
-    nonzero += __builtin_popcountll(w & lanes);
+    /* The lanes' bits summed without a popcount instruction (baseline
+     * x86-64 has none): int4 lanes pair up into bytes first. */
+    w &= lanes;
+    if (bits == 4) w = (w + (w >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    nonzero += (int)((w * 0x0101010101010101ull) >> 56);
     if (nonzero > ZPP_QUANT_ESC_PER_BLOCK) return 0;
   }
   return 1;
