@@ -106,14 +106,31 @@ static void clearTable(uint8_t* table) {
 /* The header's flag bit: the segment holds markers. */
 static int hasMarkers(const uint8_t* seg) { return seg[6] & ZPP_QUANT_FLAG_MARKERS; }
 
-/* 1 when group g of a segment with markers holds one. */
-static int groupHasMarker(const uint8_t* seg, size_t count, int bits, int block, size_t g) {
-  if (!hasMarkers(seg)) return 0;
+/* Slot j of a group's table, when used: its element (relative to the
+ * group) and value. A used slot past its group (a corrupt table behind a
+ * valid header) ends the table rather than reach outside the output. */
+static int slotAt(const uint8_t* table, int j, size_t glen, size_t* rel, float* v) {
+  if (j >= ZPP_QUANT_ESC_SLOTS) return 0;
+  unsigned idx = zppQuantEscIndex(table, j);
+  if (idx == ZPP_QUANT_ESC_EMPTY || idx >= glen) return 0;
+  *rel = idx;
+  *v = zppQuantEscValue(table, j);
+  return 1;
+}
+
+/* The first marked element in [i, end), or end: at once when the header
+ * says the segment has no markers. */
+static size_t nextMarker(const uint8_t* seg, size_t count, int bits, int block, size_t i, size_t end) {
+  if (!hasMarkers(seg)) return end;
   const uint8_t* data = seg + zppQuantDataOffset(count, block);
-  size_t hi = (g + 1) * ZPP_QUANT_ESC_GROUP < count ? (g + 1) * ZPP_QUANT_ESC_GROUP : count;
-  for (size_t i = g * ZPP_QUANT_ESC_GROUP; i < hi; i++)
-    if (zppQuantIsMarker(data, bits, i)) return 1;
-  return 0;
+  while (i < end && !zppQuantIsMarker(data, bits, i)) i++;
+  return i;
+}
+
+/* 1 when group g of a segment holds a marker. */
+static int groupHasMarker(const uint8_t* seg, size_t count, int bits, int block, size_t g) {
+  size_t end = g * ZPP_QUANT_ESC_GROUP + groupLen(count, g);
+  return nextMarker(seg, count, bits, block, g * ZPP_QUANT_ESC_GROUP, end) < end;
 }
 
 void zppQuantEscEncode(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
@@ -158,14 +175,12 @@ static float sumOne(const uint8_t* packed, size_t stride, int n, size_t count, i
     sum = sum + (q == -zppQuantQmax(bits) - 1 ? zppF32FromBits(ZPP_QUANT_NAN_BITS) : (float)q * s);
   }
   size_t g = i / ZPP_QUANT_ESC_GROUP;
-  unsigned rel = (unsigned)(i - g * ZPP_QUANT_ESC_GROUP);
+  size_t at = i - g * ZPP_QUANT_ESC_GROUP, rel;
+  float v;
   for (int k = 0; k < n; k++) {
     const uint8_t* table = groupTable(packed + (size_t)k * stride, count, bits, block, g);
-    for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
-      unsigned idx = zppQuantEscIndex(table, j);
-      if (idx == ZPP_QUANT_ESC_EMPTY) break;
-      if (idx == rel) sum = sum + zppQuantEscValue(table, j);
-    }
+    for (int j = 0; slotAt(table, j, groupLen(count, g), &rel, &v); j++)
+      if (rel == at) sum = sum + v;
   }
   return sum;
 }
@@ -201,57 +216,49 @@ void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t coun
 
 void zppQuantEscDequantize(const uint8_t* packed, size_t count, int bits, int block, void* out,
                            zppDataType_t dtype) {
+  size_t rel;
+  float v;
   for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
     const uint8_t* table = groupTable(packed, count, bits, block, g);
-    for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
-      unsigned idx = zppQuantEscIndex(table, j);
-      /* A used slot past its group (a corrupt table behind a valid
-       * header) ends the table rather than write outside the output. */
-      if (idx == ZPP_QUANT_ESC_EMPTY || idx >= groupLen(count, g)) break;
-      zppQuantStoreOne(out, dtype, g * ZPP_QUANT_ESC_GROUP + idx, zppQuantEscValue(table, j));
-    }
+    for (int j = 0; slotAt(table, j, groupLen(count, g), &rel, &v); j++)
+      zppQuantStoreOne(out, dtype, g * ZPP_QUANT_ESC_GROUP + rel, v);
   }
-  if (!hasMarkers(packed)) return;
-  const uint8_t* data = packed + zppQuantDataOffset(count, block);
-  for (size_t i = 0; i < count; i++)
-    if (zppQuantIsMarker(data, bits, i))
-      zppQuantStoreOne(out, dtype, i, zppF32FromBits(ZPP_QUANT_NAN_BITS));
+  for (size_t i = nextMarker(packed, count, bits, block, 0, count); i < count;
+       i = nextMarker(packed, count, bits, block, i + 1, count))
+    zppQuantStoreOne(out, dtype, i, zppF32FromBits(ZPP_QUANT_NAN_BITS));
 }
 
 void zppQuantEscAccumulate(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
                            int block, float* acc) {
+  size_t rel;
+  float v;
   for (size_t g = 0; g < zppQuantNumGroups(count); g++)
     for (int k = 0; k < n; k++) {
       const uint8_t* table = groupTable(packed + (size_t)k * stride, count, bits, block, g);
-      for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
-        unsigned idx = zppQuantEscIndex(table, j);
-        if (idx == ZPP_QUANT_ESC_EMPTY || idx >= groupLen(count, g)) break;
-        size_t i = g * ZPP_QUANT_ESC_GROUP + idx;
-        acc[i] = acc[i] + zppQuantEscValue(table, j);
-      }
+      for (int j = 0; slotAt(table, j, groupLen(count, g), &rel, &v); j++)
+        acc[g * ZPP_QUANT_ESC_GROUP + rel] = acc[g * ZPP_QUANT_ESC_GROUP + rel] + v;
     }
   /* A marker makes its element's sum NaN, whatever the order. */
   for (int k = 0; k < n; k++) {
     const uint8_t* seg = packed + (size_t)k * stride;
-    if (!hasMarkers(seg)) continue;
-    const uint8_t* data = seg + zppQuantDataOffset(count, block);
-    for (size_t i = 0; i < count; i++)
-      if (zppQuantIsMarker(data, bits, i)) acc[i] = zppF32FromBits(ZPP_QUANT_NAN_BITS);
+    for (size_t i = nextMarker(seg, count, bits, block, 0, count); i < count;
+         i = nextMarker(seg, count, bits, block, i + 1, count))
+      acc[i] = zppF32FromBits(ZPP_QUANT_NAN_BITS);
   }
 }
 
 void zppQuantEscSum(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
                     float divisor, void* out, zppDataType_t dtype) {
+  size_t rel;
+  float v;
   for (size_t g = 0; g < zppQuantNumGroups(count); g++)
     for (int k = 0; k < n; k++) {
       const uint8_t* table = groupTable(packed + (size_t)k * stride, count, bits, block, g);
-      for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
-        unsigned idx = zppQuantEscIndex(table, j);
-        if (idx == ZPP_QUANT_ESC_EMPTY || idx >= groupLen(count, g)) break;
+      for (int j = 0; slotAt(table, j, groupLen(count, g), &rel, &v); j++) {
         /* Recomputed whole: the implementation stored the quotient of the
          * packed values only. An element escaped in several inputs is
          * recomputed once per input, to the same value. */
-        size_t i = g * ZPP_QUANT_ESC_GROUP + idx;
+        size_t i = g * ZPP_QUANT_ESC_GROUP + rel;
         float sum = sumOne(packed, stride, n, count, bits, block, i);
         if (divisor != 1.0f) sum = sum / divisor;
         zppQuantStoreOne(out, dtype, i, sum);
@@ -259,10 +266,8 @@ void zppQuantEscSum(const uint8_t* packed, size_t stride, int n, size_t count, i
     }
   for (int k = 0; k < n; k++) {
     const uint8_t* seg = packed + (size_t)k * stride;
-    if (!hasMarkers(seg)) continue;
-    const uint8_t* data = seg + zppQuantDataOffset(count, block);
-    for (size_t i = 0; i < count; i++)
-      if (zppQuantIsMarker(data, bits, i))
-        zppQuantStoreOne(out, dtype, i, zppF32FromBits(ZPP_QUANT_NAN_BITS));
+    for (size_t i = nextMarker(seg, count, bits, block, 0, count); i < count;
+         i = nextMarker(seg, count, bits, block, i + 1, count))
+      zppQuantStoreOne(out, dtype, i, zppF32FromBits(ZPP_QUANT_NAN_BITS));
   }
 }
