@@ -69,6 +69,7 @@ static zppResult_t compareCounts(zppCollCtx_t* c, const zppCollLayout_t* send,
       noteBad(bad, p, r, theirSend, zppCollPartBytes(recv, p));
   }
 out:
+  zppCollStepFailed(c, res); /* before words goes */
   free(words);
   free(reqs);
   return res;

@@ -15,7 +15,8 @@
  *                  communicator is broken and the transport quiesced
  *
  * Algorithms never return with a transfer in flight on success; on error
- * zppCollEnd quiesces the transport.
+ * zppCollEnd quiesces the transport (zppCollStepFailed earlier, where a step
+ * receives into memory of its own).
  */
 #ifndef ZPP_COLL_H_
 #define ZPP_COLL_H_
@@ -57,6 +58,14 @@ void zppCollSign(zppCollCtx_t* c, zppDataType_t type, int op, const uint64_t* va
  * rank involved agreed on it, `agreed`) the communicator is marked broken
  * and the transport quiesced; big scratch is trimmed. Returns res. */
 zppResult_t zppCollEnd(zppCollCtx_t* c, zppResult_t res, int agreed);
+/* A failed step may leave transfers posted on its buffers (a receive from a
+ * dead peer, a ring send still queued), which the transport fills or reads
+ * until it is quiesced. Scratch and the caller's buffers outlive that
+ * (zppCollEnd quiesces before it trims); a step that brought memory of its
+ * own (heap, stack) calls this before it lets go of it. On failure (res not
+ * zppSuccess) it breaks the communicator and quiesces the transport, as
+ * zppCollEnd would; returns res. */
+zppResult_t zppCollStepFailed(zppCollCtx_t* c, zppResult_t res);
 
 /* Scratch kept between calls of the communicator: slots 0..3 (see
  * ZPP_ZSCRATCH_* for the ZeRO++ ones); NULL when out of memory. */

@@ -201,16 +201,22 @@ zppResult_t zppCollEnd(zppCollCtx_t* c, zppResult_t res, int agreed) {
   st->haveLast = 1;
   st->lastSeq = c->id.seq;
   st->lastSig = c->id.sig;
-  if (res != zppSuccess && !agreed) {
-    /* The ranks no longer agree on where they are: the communicator is
-     * broken (the transport recorded why, unless the failure was local). */
-    if (atomic_load(&comm->asyncError) == zppSuccess)
-      zppCommStateSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
-                           zppOpKindString((zppOpKind_t)c->id.opKind), zppResultString(res));
-    if (c->p2p) zppP2pQuiesce(c->p2p);
-  }
+  /* The ranks no longer agree on where they are: the communicator is broken. */
+  if (!agreed) zppCollStepFailed(c, res);
   /* After the quiesce: until then a receive may still land in scratch. */
   zppScratchPoolTrim(&st->scratch);
+  return res;
+}
+
+zppResult_t zppCollStepFailed(zppCollCtx_t* c, zppResult_t res) {
+  if (res == zppSuccess) return res;
+  struct zppComm* comm = c->comm;
+  /* The transport recorded why, unless the failure was local. */
+  if (atomic_load(&comm->asyncError) == zppSuccess)
+    zppCommStateSetError(comm, res, "%s: rank %d: %s failed locally (%s)", comm->name, comm->rank,
+                         zppOpKindString((zppOpKind_t)c->id.opKind), zppResultString(res));
+  /* A second quiesce (zppCollEnd's) finds nothing left to cancel. */
+  if (c->p2p) zppP2pQuiesce(c->p2p);
   return res;
 }
 
@@ -246,8 +252,10 @@ zppResult_t zppCollAgree(zppCollCtx_t* c, void* word, size_t bytes,
   const void* mine = word ? word : &token;
   size_t len = word ? bytes : 1;
   for (int k = 1; k < n; k <<= 1) {
-    ZPPCHECK(
-        zppP2pSendRecv(c->p2p, (c->rank + k) % n, mine, len, (c->rank - k + n) % n, theirs, len, &id));
+    /* On this stack: nothing may be posted on it once this returns. */
+    zppResult_t res =
+        zppP2pSendRecv(c->p2p, (c->rank + k) % n, mine, len, (c->rank - k + n) % n, theirs, len, &id);
+    if (res != zppSuccess) return zppCollStepFailed(c, res);
     if (word) merge(word, theirs);
   }
   return zppSuccess;

@@ -324,6 +324,8 @@ static zppResult_t allGatherHandshakes(zppCollCtx_t* c, const int* members, int 
       ZPP_FAILGOTO(zppInvalidUsage, res, out, COLL, "%s: hpZ: rank %d sent a malformed handshake",
                    c->comm->name, members[i]);
 out:
+  /* all belongs to the caller, which frees it on failure. */
+  zppCollStepFailed(c, res);
   free(recvs);
   free(bytes);
   return res;
