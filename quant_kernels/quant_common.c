@@ -201,6 +201,10 @@ static const char* headerMismatch(const uint8_t* p, size_t count, int bits, int 
   else if (h.blockLog2 != zppQuantLog2(block))
     snprintf(why, len, "block 2^%d, expected %d = 2^%d (compression settings differ across ranks?)",
              h.blockLog2, block, zppQuantLog2(block));
+  else if (h.reserved & ZPP_QUANT_FLAG_ROTATED)
+    snprintf(why, len,
+             "a rotated segment (flags bit 1), which only zppDequantizeEx decodes (ranks differ in "
+             "the rotate setting?)");
   else if ((h.reserved & ~ZPP_QUANT_FLAG_MARKERS) != 0)
     snprintf(why, len, "flags and reserved field 0x%04x, expected 0 or 0x%04x", h.reserved,
              ZPP_QUANT_FLAG_MARKERS);

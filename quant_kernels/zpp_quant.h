@@ -11,7 +11,8 @@
  *                uint8  bits       4 or 8
  *                uint8  blockLog2  5..12 (block = 32..4096 elements)
  *                uint8  flags      bit 0: the segment holds markers (see
- *                                  "Escapes"); the other bits 0
+ *                                  "Escapes"); bit 1: rotated (see
+ *                                  "Rotation"); the other bits 0
  *                uint8  reserved   0
  *                uint64 count      elements in the segment
  *   offset 16  scales: nblocks = ceil(count / block) fp32 values
@@ -110,6 +111,58 @@
  * and implementations may skip the exact test for such blocks.
  *
  * ---------------------------------------------------------------------------
+ * Rotation (zppQuantizeEx with ZPP_QUANT_ROTATE; flags bit 1). A block of
+ * B = 2^L elements is quantized as w = H D x' instead of x, where
+ *   - x' is the block with its escaped elements replaced by +0 (escapes are
+ *     chosen on the unrotated block, by the rules of "Escapes": rotation
+ *     would spread an outlier over the whole block);
+ *   - D = diag(d), d_i = -1 where bit (i mod 64) of word floor(i / 64) is
+ *     set, word k being splitmix64's output for state ZPP_QUANT_ROT_SEED +
+ *     (k + 1) * 0x9e3779b97f4a7c15 (z ^= z >> 30; z *= 0xbf58476d1ce4e5b9;
+ *     z ^= z >> 27; z *= 0x94d049bb133111eb; z ^= z >> 31). The same for
+ *     every block and rank: nothing is sent. Applying d flips sign bits
+ *     (exact);
+ *   - H the unnormalised Walsh-Hadamard transform, in place, stages h = 1,
+ *     2, 4, ..., B/2; in stage h every pair (j, j + h) with (j & h) == 0
+ *     becomes (x_j + x_{j+h}, x_j - x_{j+h}), each one fp32 add or subtract
+ *     of that stage's inputs. (Within a stage the pairs are independent, so
+ *     any vector order gives the same bits; stages go in this order.)
+ * w is then quantized exactly as a plain block (scale = max |w| / Q, ...).
+ * Decoding: v_i = (float)q_i * s; v = H v (the same stages); v_i = v_i *
+ * 2^-L (fp32 multiply); y_i = d_i v_i; then rounded to the output type.
+ * An escaped element decodes to its escaped value (it replaces y_i).
+ * Blocks stored unrotated: a block holding a non-finite element, a block
+ * with saturated elements (candidates that overflow the table and exceed
+ * 2^S r; these keep the plain codec's markers and saturation, so Inf and NaN
+ * stay in their own element; overflowing candidates below 2^S r stay in
+ * the block and are rotated with it), the short last
+ * block (len < B), and a block whose rotated w is not finite (|x| near
+ * FLT_MAX). Such a block is the plain codec's block, with the sign bit of
+ * its scale set (plain scales are never negative); its decode uses |s|.
+ * The header flag bit 1 says "rotated"; zppDequantizeEx decodes both kinds.
+ * The other decoders and the reductions refuse a rotated segment (header
+ * check: "flags ... expected 0 or 0x0001"): reductions in the rotated
+ * domain are not yet implemented, nor AVX2/AVX-512/CUDA rotated kernels
+ * (the reference in quant_rotate.c serves every implementation for now).
+ * Escape counts are those of the plain encoding (the same selection).
+ *
+ * Error bound of a rotated block (tested): for a finite, non-escaped input
+ * x_i, with s the block's scale, M = max |x'|, decoding to T,
+ *   |y - x| <= E + u_T * (|x| + E) + m_T,
+ *   E = s/2 + 2^-21 * Q * s + 2^-22 * B * M + 2^-23 * L * Q * s
+ *       + (Q + 3) * 2^-150.
+ * Why: (1/B) D H is the exact inverse and maps a rotated-domain error of at
+ * most e per element to at most e per element (each row: B terms of 1/B).
+ * Quantization gives s/2 + 2^-21 Q s per element as in the plain bound.
+ * The stages S_k commute and S_k^2 = 2I, so an error vector n introduced
+ * by forward stage k reaches y as 2^-k S_k...S_1 n, at most max |n| <=
+ * 2^-24 * 2^k * M (1 + 2^-24)^k per element: summed over k, below 2^-22 B M.
+ * Inverse stage k rounds values of at most 2^k Q s (1 + 2^-24)^k; the later
+ * stages and 2^-L give that error times 2^(L-k) / B: L terms of at most
+ * 2^-24 Q s (1 + 2^-20). The subnormal roundings of q * s and * 2^-L add
+ * at most 2^-149 beside the (Q + 1) 2^-150 of the plain bound.
+ *
+ * ---------------------------------------------------------------------------
  * Reductions. Several packed inputs with the same count, bits and block:
  *   sum_i = ((((0 + y_{0,i}) + y_{1,i}) + ...) + y_{n-1,i}) + e_{k1,i} + ...
  * in fp32, in input order, y being the fp32 packed values (0 where the
@@ -164,6 +217,10 @@ extern "C" {
 #define ZPP_QUANT_ESC_EMPTY 0xffffu
 #define ZPP_QUANT_ESC_LOG2(bits) ((bits) == 8 ? 8 : 5)
 #define ZPP_QUANT_FLAG_MARKERS 0x01
+#define ZPP_QUANT_FLAG_ROTATED 0x02
+/* Rotation (see above): the zppQuantizeEx flag and the sign sequence's seed. */
+#define ZPP_QUANT_ROTATE 1u
+#define ZPP_QUANT_ROT_SEED 0x7a70705f726f7431ull /* "zpp_rot1" */
 #define ZPP_QUANT_SAT_LOG2 16
 #define ZPP_QUANT_MIN_BLOCK 32
 #define ZPP_QUANT_MAX_BLOCK 4096
@@ -196,6 +253,20 @@ zppResult_t zppQuantCheckHeader(const void* packed, size_t count, int bits, int 
 /* Quantize `count` elements of dtype (fp32, fp16, bf16) into one segment. */
 zppResult_t zppQuantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                         void* packed);
+
+/* zppQuantize with options: flags 0 or ZPP_QUANT_ROTATE (see "Rotation"). */
+zppResult_t zppQuantizeEx(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                          unsigned flags, void* packed);
+
+/* Decodes a segment of either kind, rotated or not (header flag bit 1). */
+zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int block, void* out,
+                            zppDataType_t dtype);
+
+/* Rotation internals, for the tests and the vector codes: the sign mask
+ * (0 or 0x80000000) of element i of a block, and the in-place fp32
+ * Walsh-Hadamard transform of len = 2^L elements in the documented order. */
+uint32_t zppQuantRotSignMask(size_t i);
+void zppQuantRotHadamardRef(float* x, size_t len);
 
 /* Decode one segment into `count` elements of dtype. */
 zppResult_t zppDequantize(const void* packed, size_t count, int bits, int block, void* out,

@@ -1,0 +1,167 @@
+/*
+ * The rotated codec (zpp_quant.h, "Rotation"): the portable reference.
+ * Encoding runs the plain codec first (header, padding, escape tables,
+ * markers, escape counts: the rotation changes none of them), then
+ * re-encodes every block that is rotated: its escaped elements become +0,
+ * it goes through x -> H D x in fp32 and is quantized as a plain block.
+ * Decoding reads the flag and the per-block bit (the scale's sign).
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+#include "quant_kernels/quant_impl.h"
+#include "quant_kernels/quant_ref.h"
+#include "quant_kernels/zpp_half.h"
+
+/* Sign word k (elements 64k .. 64k+63 of a block): splitmix64's k-th output
+ * for the documented seed. Bit j set: element 64k + j is negated. */
+static uint64_t signWord(size_t k) {
+  uint64_t z = ZPP_QUANT_ROT_SEED + (uint64_t)(k + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+uint32_t zppQuantRotSignMask(size_t i) {
+  return ((signWord(i / 64) >> (i % 64)) & 1) ? 0x80000000u : 0u;
+}
+
+/* D: flips the sign bits (exact, also for zeros). */
+static void applySigns(float* x, size_t len) {
+  for (size_t k = 0; k * 64 < len; k++) {
+    uint64_t w = signWord(k);
+    for (size_t j = 0; j < 64 && k * 64 + j < len; j++)
+      if ((w >> j) & 1) x[k * 64 + j] = zppF32FromBits(zppF32Bits(x[k * 64 + j]) ^ 0x80000000u);
+  }
+}
+
+void zppQuantRotHadamardRef(float* x, size_t len) {
+  for (size_t h = 1; h < len; h *= 2)
+    for (size_t i = 0; i < len; i += 2 * h)
+      for (size_t j = i; j < i + h; j++) {
+        float a = x[j], b = x[j + h];
+        x[j] = a + b;
+        x[j + h] = a - b;
+      }
+}
+
+/* Re-encodes the rotated blocks of escape group g (zpp_quant.h, "Rotation":
+ * the selection below repeats the escape rules only to learn which blocks
+ * the plain codec left special). */
+static void rotateGroup(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                        uint8_t* packed, size_t g) {
+  uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
+  uint8_t* data = packed + zppQuantDataOffset(count, block);
+  const int K = ZPP_QUANT_ESC_LOG2(bits);
+  size_t base = g * ZPP_QUANT_ESC_GROUP;
+  size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
+  int used = 0;
+  float x[ZPP_QUANT_MAX_BLOCK];
+  for (size_t lo = 0; lo < glen; lo += (size_t)block) {
+    size_t len = glen - lo < (size_t)block ? glen - lo : (size_t)block;
+    size_t b = (base + lo) / (size_t)block;
+    for (size_t i = 0; i < len; i++) x[i] = zppQuantLoadOne(in, dtype, base + lo + i);
+    uint32_t r = zppQuantEscReference(x, len);
+    int nc = 0, nonfinite = 0;
+    for (size_t i = 0; i < len; i++) {
+      nc += zppQuantEscAbove(x[i], r, K);
+      nonfinite += zppQuantNonFinite(x[i]);
+    }
+    int escape = nc > 0 && used + nc <= ZPP_QUANT_ESC_SLOTS;
+    if (escape) used += nc;
+    int saturated = 0; /* overflow: the extreme candidates get q = +-Q afterwards */
+    for (size_t i = 0; i < len && nc > 0 && !escape; i++)
+      saturated |= zppQuantEscAbove(x[i], r, ZPP_QUANT_SAT_LOG2);
+    int rotate = len == (size_t)block && nonfinite == 0 && !saturated;
+    if (rotate) {
+      for (size_t i = 0; i < len; i++)
+        if (x[i] == 0.0f || (escape && zppQuantEscAbove(x[i], r, K))) x[i] = 0.0f;
+      applySigns(x, len);
+      zppQuantRotHadamardRef(x, len);
+      for (size_t i = 0; i < len && rotate; i++) rotate = !zppQuantNonFinite(x[i]);
+    }
+    if (!rotate) { /* the plain codec's block, marked by the scale's sign */
+      float s = zppQuantLoadScale(scales, b);
+      zppQuantStoreScale(scales, b, zppF32FromBits(zppF32Bits(s) | 0x80000000u));
+      continue;
+    }
+    zppQuantBlockRef(x, zppFloat32, len, bits, scales, b, data, base + lo);
+  }
+}
+
+zppResult_t zppQuantizeEx(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                          unsigned flags, void* packed) {
+  if ((flags & ~(unsigned)ZPP_QUANT_ROTATE) != 0)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "zppQuantizeEx: flags 0x%x unknown (0 or ZPP_QUANT_ROTATE)",
+             flags);
+  ZPPCHECK(zppQuantize(in, dtype, count, bits, block, packed));
+  if (!(flags & ZPP_QUANT_ROTATE)) return zppSuccess;
+  uint8_t* p = (uint8_t*)packed;
+  p[6] |= ZPP_QUANT_FLAG_ROTATED;
+  for (size_t g = 0; g < zppQuantNumGroups(count); g++)
+    rotateGroup(in, dtype, count, bits, block, p, g);
+  return zppSuccess;
+}
+
+/* y of one rotated block of scale s (sign clear): D H (q s) * 2^-log2(B). */
+static void decodeRotatedBlock(const uint8_t* data, int bits, size_t lo, size_t len, float s,
+                               float* y) {
+  for (size_t i = 0; i < len; i++) y[i] = (float)zppQuantGetQ(data, bits, lo + i) * s;
+  zppQuantRotHadamardRef(y, len);
+  const float invB = zppF32FromBits((uint32_t)(127 - zppQuantLog2((int)len)) << 23);
+  for (size_t i = 0; i < len; i++) y[i] = y[i] * invB;
+  applySigns(y, len);
+}
+
+zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int block, void* out,
+                            zppDataType_t dtype) {
+  if (packed == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeEx: packed is NULL");
+  if (!zppQuantValidParams(bits, block))
+    return zppQuantCheckHeader(packed, count, bits, block); /* names the bad argument */
+  const uint8_t* p = (const uint8_t*)packed;
+  if (!(p[6] & ZPP_QUANT_FLAG_ROTATED)) return zppDequantize(packed, count, bits, block, out, dtype);
+  uint8_t hdr[ZPP_QUANT_HEADER_BYTES];
+  memcpy(hdr, p, sizeof hdr);
+  hdr[6] &= (uint8_t)~ZPP_QUANT_FLAG_ROTATED;
+  ZPPCHECK(zppQuantCheckHeader(hdr, count, bits, block));
+  if (out == NULL && count > 0) ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeEx: out is NULL");
+  if (dtype != zppFloat32 && dtype != zppFloat16 && dtype != zppBfloat16)
+    ZPP_FAIL(zppInvalidArgument, QUANT,
+             "zppDequantizeEx: data type %d unsupported (fp32, fp16 or bf16)", (int)dtype);
+  const uint8_t* scales = zppQuantScalesPtr(p);
+  const uint8_t* data = p + zppQuantDataOffset(count, block);
+  const uint8_t* tables = p + zppQuantEscOffset(count, bits, block);
+  float y[ZPP_QUANT_MAX_BLOCK];
+  for (size_t lo = 0; lo < count; lo += (size_t)block) {
+    size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
+    float s = zppQuantLoadScale(scales, lo / (size_t)block);
+    uint32_t sb = zppF32Bits(s);
+    if ((sb & 0x80000000u) || zppQuantNonFinite(s)) {
+      float sa = zppF32FromBits(sb & 0x7fffffffu);
+      for (size_t i = 0; i < len; i++)
+        y[i] = zppQuantIsMarker(data, bits, lo + i) || zppQuantNonFinite(sa)
+                   ? zppF32FromBits(ZPP_QUANT_NAN_BITS)
+                   : (float)zppQuantGetQ(data, bits, lo + i) * sa;
+    } else {
+      decodeRotatedBlock(data, bits, lo, len, s, y);
+    }
+    for (size_t i = 0; i < len; i++) zppQuantStoreOne(out, dtype, lo + i, y[i]);
+  }
+  /* Escaped elements decode to their own value (rotated blocks hold noise
+   * at their positions: the value replaces it, it is not added). */
+  for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
+    const uint8_t* t = tables + g * ZPP_QUANT_ESC_TABLE_BYTES;
+    size_t base = g * ZPP_QUANT_ESC_GROUP;
+    for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+      unsigned idx = zppQuantEscIndex(t, j);
+      if (idx == ZPP_QUANT_ESC_EMPTY) break;
+      if (base + idx >= count)
+        ZPP_FAIL(zppInvalidUsage, QUANT,
+                 "zppDequantizeEx: escape slot %d of group %zu points at element %zu of %zu", j, g,
+                 base + idx, count);
+      zppQuantStoreOne(out, dtype, base + idx, zppQuantEscValue(t, j));
+    }
+  }
+  return zppSuccess;
+}
