@@ -6,6 +6,7 @@
  * it goes through x -> H D x in fp32 and is quantized as a plain block.
  * Decoding reads the flag and the per-block bit (the scale's sign).
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -27,13 +28,40 @@ uint32_t zppQuantRotSignMask(size_t i) {
   return ((signWord(i / 64) >> (i % 64)) & 1) ? 0x80000000u : 0u;
 }
 
+/* The sign masks of a whole 4096 block, filled once. */
+static uint32_t gSignMask[ZPP_QUANT_MAX_BLOCK];
+static pthread_once_t gSignOnce = PTHREAD_ONCE_INIT;
+static void fillSigns(void) {
+  for (size_t i = 0; i < ZPP_QUANT_MAX_BLOCK; i++) gSignMask[i] = zppQuantRotSignMask(i);
+}
+
 /* D: flips the sign bits (exact, also for zeros). */
 static void applySigns(float* x, size_t len) {
-  for (size_t k = 0; k * 64 < len; k++) {
-    uint64_t w = signWord(k);
-    for (size_t j = 0; j < 64 && k * 64 + j < len; j++)
-      if ((w >> j) & 1) x[k * 64 + j] = zppF32FromBits(zppF32Bits(x[k * 64 + j]) ^ 0x80000000u);
+  pthread_once(&gSignOnce, fillSigns);
+  for (size_t i = 0; i < len; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], 4);
+    u ^= gSignMask[i];
+    memcpy(&x[i], &u, 4);
   }
+}
+
+/* 1 when the plain encoding of a block has no escape in the group's table
+ * (relative range [rlo, rlo + len)), more than E non-zero q and a finite
+ * scale: then it has neither candidates nor non-finite elements (zpp_quant.h,
+ * "Why 2^K"), and the exact test can be skipped. */
+static int plainBlockOrdinary(const uint8_t* scales, const uint8_t* data, const uint8_t* table,
+                              int bits, size_t b, size_t lo, size_t rlo, size_t len) {
+  if (zppQuantNonFinite(zppQuantLoadScale(scales, b))) return 0;
+  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+    unsigned idx = zppQuantEscIndex(table, j);
+    if (idx == ZPP_QUANT_ESC_EMPTY) break;
+    if (idx >= rlo && idx < rlo + len) return 0;
+  }
+  int nz = 0;
+  for (size_t i = 0; i < len && nz <= ZPP_QUANT_ESC_PER_BLOCK; i++)
+    nz += zppQuantGetQ(data, bits, lo + i) != 0;
+  return nz > ZPP_QUANT_ESC_PER_BLOCK;
 }
 
 void zppQuantRotHadamardRef(float* x, size_t len) {
@@ -53,18 +81,25 @@ static void rotateGroup(const void* in, zppDataType_t dtype, size_t count, int b
                         uint8_t* packed, size_t g) {
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
+  const uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
   const int K = ZPP_QUANT_ESC_LOG2(bits);
   size_t base = g * ZPP_QUANT_ESC_GROUP;
   size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-  int used = 0;
-  float x[ZPP_QUANT_MAX_BLOCK];
+  int used = 0, nrot = 0;
+  float xg[ZPP_QUANT_ESC_GROUP];
+  uint8_t rotated[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK];
   for (size_t lo = 0; lo < glen; lo += (size_t)block) {
     size_t len = glen - lo < (size_t)block ? glen - lo : (size_t)block;
     size_t b = (base + lo) / (size_t)block;
-    for (size_t i = 0; i < len; i++) x[i] = zppQuantLoadOne(in, dtype, base + lo + i);
-    uint32_t r = zppQuantEscReference(x, len);
+    float* x = xg + lo;
+    if (dtype == zppFloat32)
+      memcpy(x, (const float*)in + base + lo, len * sizeof(float));
+    else
+      for (size_t i = 0; i < len; i++) x[i] = zppQuantLoadOne(in, dtype, base + lo + i);
+    int ordinary = plainBlockOrdinary(scales, data, table, bits, b, base + lo, lo, len);
+    uint32_t r = ordinary ? 0 : zppQuantEscReference(x, len);
     int nc = 0, nonfinite = 0;
-    for (size_t i = 0; i < len; i++) {
+    for (size_t i = 0; i < len && !ordinary; i++) {
       nc += zppQuantEscAbove(x[i], r, K);
       nonfinite += zppQuantNonFinite(x[i]);
     }
@@ -81,12 +116,30 @@ static void rotateGroup(const void* in, zppDataType_t dtype, size_t count, int b
       zppQuantRotHadamardRef(x, len);
       for (size_t i = 0; i < len && rotate; i++) rotate = !zppQuantNonFinite(x[i]);
     }
+    rotated[lo / (size_t)block] = (uint8_t)rotate;
+    nrot += rotate;
     if (!rotate) { /* the plain codec's block, marked by the scale's sign */
       float s = zppQuantLoadScale(scales, b);
       zppQuantStoreScale(scales, b, zppF32FromBits(zppF32Bits(s) | 0x80000000u));
-      continue;
+      for (size_t i = 0; i < len; i++) x[i] = 0.0f; /* not used below */
     }
-    zppQuantBlockRef(x, zppFloat32, len, bits, scales, b, data, base + lo);
+  }
+  if (nrot == 0) return;
+  /* The rotated blocks quantized as plain fp32 blocks by the implementation
+   * in use (bit-identical to zppQuantBlockRef by contract), into a scratch
+   * segment of the group's whole blocks; then copied into place. */
+  size_t nb = zppQuantNumBlocks(glen, block);
+  uint8_t tmp[ZPP_QUANT_HEADER_BYTES + 4 * (ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK) +
+              ZPP_QUANT_ESC_GROUP];
+  zppQuantImplActive()->quantize(xg, zppFloat32, glen, bits, block, tmp);
+  const uint8_t* tdata = tmp + zppQuantDataOffset(glen, block);
+  for (size_t k = 0; k < nb; k++) {
+    if (!rotated[k]) continue;
+    size_t b = base / (size_t)block + k;
+    memcpy(scales + 4 * b, tmp + ZPP_QUANT_HEADER_BYTES + 4 * k, 4);
+    size_t bytes = zppQuantDataBytes((size_t)block, bits);
+    memcpy(data + (bits == 8 ? base + k * (size_t)block : (base + k * (size_t)block) / 2),
+           tdata + bytes * k, bytes);
   }
 }
 
