@@ -191,6 +191,75 @@ static void checkHadamard(zppTestRng_t* rng) {
   CHECK_MSG(neg > 1900 && neg < 2200, "sign sequence has %d of 4096 negative", neg);
 }
 
+/* The spec's signs, written here from zpp_quant.h ("Rotation"). */
+static int specSignNeg(size_t i) {
+  uint64_t z = ZPP_QUANT_ROT_SEED + (uint64_t)(i / 64 + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return (int)((z >> (i % 64)) & 1);
+}
+
+/* Decodes rotated block k of a segment to fp32 by the spec's steps, with
+ * this test's own butterfly (stage h, pairs (j, j+h) with (j & h) == 0). */
+static void specDecodeBlock(const uint8_t* seg, size_t count, int bits, int block, size_t k, float* y) {
+  float s = qtScale(seg, count, block, k);
+  for (int i = 0; i < block; i++)
+    y[i] = (float)qtQ(seg, count, bits, block, k * (size_t)block + (size_t)i) * s;
+  for (int h = 1; h < block; h *= 2)
+    for (int j = 0; j < block; j++)
+      if (!(j & h)) {
+        volatile float a = y[j], b = y[j + h];
+        y[j] = a + b;
+        y[j + h] = a - b;
+      }
+  float inv = 1.0f / (float)block;
+  for (int i = 0; i < block; i++) {
+    y[i] = y[i] * inv;
+    if (specSignNeg((size_t)i)) y[i] = -y[i];
+  }
+}
+
+/* zppDequantizeEx against the spec decode, bit for bit, on every rotated
+ * block without escapes; and the sign sequence against the spec's. */
+static void checkSpecDecode(zppTestRng_t* rng) {
+  for (size_t i = 0; i < 4096; i++)
+    CHECK_MSG((zppQuantRotSignMask(i) != 0) == specSignNeg(i), "sign %zu", i);
+  static const int blocks[] = {32, 256, 4096};
+  int compared = 0;
+  for (int bi = 0; bi < 3; bi++)
+    for (int bits = 4; bits <= 8; bits += 4) {
+      int block = blocks[bi];
+      size_t count = 3 * (size_t)block, sz = zppQuantPackedSize(count, bits, block);
+      float* in = malloc(count * 4);
+      float* out = malloc(count * 4);
+      float* y = malloc((size_t)block * 4);
+      uint8_t* seg = malloc(sz);
+      REQUIRE(in && out && y && seg);
+      for (size_t i = 0; i < count; i++) in[i] = (float)studentT3(rng);
+      CHECK(zppQuantizeEx(in, zppFloat32, count, bits, block, ZPP_QUANT_ROTATE, seg) == zppSuccess);
+      CHECK(zppDequantizeEx(seg, count, bits, block, out, zppFloat32) == zppSuccess);
+      for (size_t k = 0; k < 3; k++) {
+        if (signbit(qtScale(seg, count, block, k))) continue;
+        int esc = 0;
+        float v;
+        for (int i = 0; i < block; i++)
+          esc |= qtEscaped(seg, count, bits, block, k * (size_t)block + (size_t)i, &v);
+        if (esc) continue;
+        specDecodeBlock(seg, count, bits, block, k, y);
+        compared++;
+        CHECK_MSG(memcmp(y, out + k * (size_t)block, (size_t)block * 4) == 0,
+                  "spec decode of block %zu (block %d int%d) differs", k, block, bits);
+      }
+      free(in);
+      free(out);
+      free(y);
+      free(seg);
+    }
+  printf("rotate: %d blocks decoded by the spec's steps\n", compared);
+  CHECK(compared >= 6);
+}
+
 static void checkFormat(zppTestRng_t* rng) {
   size_t count = 1000;
   int bits = 4, block = 64;
@@ -216,6 +285,7 @@ int main(void) {
   zppTestRngSeed(&rng, 0x5eed0027);
   checkHadamard(&rng);
   checkFormat(&rng);
+  checkSpecDecode(&rng);
   checkRandom(&rng);
   return zppTestExit("test_quant_rotate");
 }
