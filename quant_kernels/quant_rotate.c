@@ -110,11 +110,18 @@ static void rotateGroup(const void* in, zppDataType_t dtype, size_t count, int b
       saturated |= zppQuantEscAbove(x[i], r, ZPP_QUANT_SAT_LOG2);
     int rotate = len == (size_t)block && nonfinite == 0 && !saturated;
     if (rotate) {
-      for (size_t i = 0; i < len; i++)
-        if (x[i] == 0.0f || (escape && zppQuantEscAbove(x[i], r, K))) x[i] = 0.0f;
+      if (escape)
+        for (size_t i = 0; i < len; i++)
+          if (zppQuantEscAbove(x[i], r, K)) x[i] = 0.0f;
       applySigns(x, len);
       zppQuantRotHadamardRef(x, len);
-      for (size_t i = 0; i < len && rotate; i++) rotate = !zppQuantNonFinite(x[i]);
+      uint32_t inf = 0; /* w not finite: all exponent bits set somewhere */
+      for (size_t i = 0; i < len; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        inf |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+      }
+      rotate = !inf;
     }
     rotated[lo / (size_t)block] = (uint8_t)rotate;
     nrot += rotate;
