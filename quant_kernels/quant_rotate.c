@@ -65,7 +65,25 @@ static int plainBlockOrdinary(const uint8_t* scales, const uint8_t* data, const 
 }
 
 void zppQuantRotHadamardRef(float* x, size_t len) {
-  for (size_t h = 1; h < len; h *= 2)
+  /* Stages h = 1, 2, 4 within each group of 8 (the same pairs and the same
+   * operations as the plain loop below, which does h >= 8 on contiguous
+   * runs the compiler vectorizes). len >= 32. */
+  for (size_t i = 0; i < len; i += 8) {
+    float* v = x + i;
+    float a0 = v[0] + v[1], a1 = v[0] - v[1], a2 = v[2] + v[3], a3 = v[2] - v[3];
+    float a4 = v[4] + v[5], a5 = v[4] - v[5], a6 = v[6] + v[7], a7 = v[6] - v[7];
+    float b0 = a0 + a2, b2 = a0 - a2, b1 = a1 + a3, b3 = a1 - a3;
+    float b4 = a4 + a6, b6 = a4 - a6, b5 = a5 + a7, b7 = a5 - a7;
+    v[0] = b0 + b4;
+    v[4] = b0 - b4;
+    v[1] = b1 + b5;
+    v[5] = b1 - b5;
+    v[2] = b2 + b6;
+    v[6] = b2 - b6;
+    v[3] = b3 + b7;
+    v[7] = b3 - b7;
+  }
+  for (size_t h = 8; h < len; h *= 2)
     for (size_t i = 0; i < len; i += 2 * h)
       for (size_t j = i; j < i + h; j++) {
         float a = x[j], b = x[j + h];

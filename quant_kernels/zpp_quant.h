@@ -126,7 +126,9 @@
  *     2, 4, ..., B/2; in stage h every pair (j, j + h) with (j & h) == 0
  *     becomes (x_j + x_{j+h}, x_j - x_{j+h}), each one fp32 add or subtract
  *     of that stage's inputs. (Within a stage the pairs are independent, so
- *     any vector order gives the same bits; stages go in this order.)
+ *     any vector order gives the same bits; each element sees the stages in
+ *     this order, so the first stages may run per group of 8 or 16 in
+ *     registers before the later ones run across the block.)
  * w is then quantized exactly as a plain block (scale = max |w| / Q, ...).
  * Decoding: v_i = (float)q_i * s; v = H v (the same stages); v_i = v_i *
  * 2^-L (fp32 multiply); y_i = d_i v_i; then rounded to the output type.
