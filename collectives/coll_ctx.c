@@ -105,7 +105,8 @@ static void describeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t l
   unsigned k1 = zppCollSigKind(theirs), k2 = zppCollSigKind(mine);
   int zeropp = (k1 >= zppOpQwZ && k1 <= zppOpQgZ) || (k2 >= zppOpQwZ && k2 <= zppOpQgZ);
   const char* hint = !zeropp ? "count, root and algorithm settings"
-                             : "count, bits, block, pipeline chunk and forward or backward";
+                             : "count, bits, block, rotation (quantRotate, ZPP_QUANT_ROTATE), "
+                               "pipeline chunk and forward or backward";
   zppCollDescribeMismatch(theirs, mine, hint, buf, len);
 }
 

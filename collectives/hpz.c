@@ -132,7 +132,7 @@ zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type,
     size_t chunkBytes = 0;
     int depth = 0;
     ZPPCHECKGOTO(zppCollPipelineParams(&chunkBytes, &depth), res, fail);
-    ZPPCHECKGOTO(zppCollQwzLayout(count, type, bits, p->block,
+    ZPPCHECKGOTO(zppCollQwzLayout(count, type, bits, p->block, zppCompressQuantFlags(&comm->compress),
                                   zppCollChunkElemsFor(chunkBytes, type, p->block, 1), &p->layout),
                  res, fail);
     p->shardBytes = p->layout.shardPacked;
@@ -423,10 +423,11 @@ static zppResult_t gatherJob(struct zppComm* comm, void* arg) {
   struct zppParam* p = a->p;
   const size_t shardBytes = p->count * zppDtypeSize(p->type);
   zppOpKind_t kind = a->backward ? zppOpHpZ : (p->bits ? zppOpQwZ : zppOpAllGather);
-  uint64_t vals[4] = {p->count, (uint64_t)p->bits, (uint64_t)p->block, (uint64_t)a->backward};
+  uint64_t vals[5] = {p->count, (uint64_t)p->bits, (uint64_t)p->block, (uint64_t)a->backward,
+                      (uint64_t)p->layout.flags};
   zppCollCtx_t c;
   ZPPCHECK(zppCollBegin(comm, kind, &c));
-  zppCollSign(&c, p->type, -1, vals, 4);
+  zppCollSign(&c, p->type, -1, vals, 5);
   zppResult_t res = zppSuccess;
   int agreed = 0;
   if (!a->backward) {

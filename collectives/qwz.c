@@ -26,8 +26,8 @@
 #include "names.h"
 #include "quant_kernels/zpp_quant.h"
 
-zppResult_t zppCollQwzLayout(size_t count, zppDataType_t type, int bits, int block, size_t chunkElems,
-                             zppQwzLayout_t* l) {
+zppResult_t zppCollQwzLayout(size_t count, zppDataType_t type, int bits, int block, unsigned flags,
+                             size_t chunkElems, zppQwzLayout_t* l) {
   if (!zppQuantValidParams(bits, block) || chunkElems == 0 || chunkElems % (size_t)block != 0)
     ZPP_FAIL(zppInternalError, COLL, "qwZ layout: bits %d block %d chunk %zu", bits, block, chunkElems);
   memset(l, 0, sizeof(*l));
@@ -35,6 +35,7 @@ zppResult_t zppCollQwzLayout(size_t count, zppDataType_t type, int bits, int blo
   l->type = type;
   l->bits = bits;
   l->block = block;
+  l->flags = flags;
   l->chunkElems = chunkElems;
   size_t nChunks = count == 0 ? 0 : (count + chunkElems - 1) / chunkElems;
   if (nChunks > (size_t)1 << 24)
@@ -69,7 +70,7 @@ static zppResult_t decodeChunk(const zppQwzLayout_t* l, const void* seg, void* r
                                int ch) {
   size_t ts = zppDtypeSize(l->type);
   char* out = (char*)recv + ((size_t)shard * l->count + (size_t)ch * l->chunkElems) * ts;
-  return zppDequantize(seg, chunkCount(l, ch), l->bits, l->block, out, l->type);
+  return zppDequantizeEx(seg, chunkCount(l, ch), l->bits, l->block, out, l->type);
 }
 
 zppResult_t zppCollQwzDecodeShard(const zppQwzLayout_t* l, const void* packedShard, void* out) {
@@ -81,7 +82,7 @@ zppResult_t zppCollQwzDecodeShard(const zppQwzLayout_t* l, const void* packedSha
 static zppResult_t quantizeChunk(const zppQwzLayout_t* l, const void* send, void* seg, int ch) {
   size_t ts = zppDtypeSize(l->type);
   const char* in = (const char*)send + (size_t)ch * l->chunkElems * ts;
-  return zppQuantize(in, l->type, chunkCount(l, ch), l->bits, l->block, seg);
+  return zppQuantizeEx(in, l->type, chunkCount(l, ch), l->bits, l->block, l->flags, seg);
 }
 
 zppResult_t zppCollQwzRun(zppCollCtx_t* c, const zppQwzLayout_t* l, const void* send, void* recv,

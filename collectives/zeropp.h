@@ -6,7 +6,8 @@
  * Every algorithm runs inside one operation of the collective context (see
  * coll.h), as the plain collectives do: this call's sequence number and
  * signature go into every tag, so
- * ranks that disagree on the call, its type, count, bits or block get an
+ * ranks that disagree on the call, its type, count, bits, block or rotation
+ * (the codec flags) get an
  * error instead of mixed data; the packed segments' headers are checked
  * again when they are decoded. Messages carry zppOpQwZ / zppOpHpZ /
  * zppOpQgZ, which is how the transport's byte counters attribute them.
@@ -51,14 +52,15 @@ typedef struct {
   zppDataType_t type;
   int bits;
   int block;
+  unsigned flags; /* codec flags: 0 or ZPP_QUANT_ROTATE */
   size_t chunkElems;
   int nChunks;
   size_t chunkPacked; /* bytes of a full chunk's segment */
   size_t shardPacked; /* bytes of a whole packed shard */
 } zppQwzLayout_t;
 
-zppResult_t zppCollQwzLayout(size_t count, zppDataType_t type, int bits, int block, size_t chunkElems,
-                             zppQwzLayout_t* l);
+zppResult_t zppCollQwzLayout(size_t count, zppDataType_t type, int bits, int block, unsigned flags,
+                             size_t chunkElems, zppQwzLayout_t* l);
 /* Quantized all-gather over the node-ordered ring. packedAll (nranks *
  * shardPacked bytes) receives every rank's packed shard; recv the decoded
  * result in l->type. send may be the in-place block of recv. */
@@ -78,6 +80,7 @@ typedef struct {
   zppRedOp_t op; /* zppSum or zppAvg */
   int bits;
   int block;
+  unsigned flags; /* codec flags: 0 or ZPP_QUANT_ROTATE */
 } zppQgzArgs_t;
 
 /* Hierarchical quantized reduce-scatter; needs nodes of equal size. */

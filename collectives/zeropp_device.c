@@ -156,7 +156,7 @@ zppResult_t zppZeroppDeviceQwz(struct zppComm* comm, const void* send, void* rec
   ncclComm_t nc;
   ZPPCHECK(getNccl(comm, &nc));
   zppQwzLayout_t l;
-  ZPPCHECK(zppCollQwzLayout(count, type, bits, block, deviceChunkElems(type, block), &l));
+  ZPPCHECK(zppCollQwzLayout(count, type, bits, block, 0, deviceChunkElems(type, block), &l));
   devCall_t d;
   zppResult_t res = callOpen(comm, &d, stream, (size_t)comm->nranks * l.shardPacked);
   if (res == zppSuccess) res = qwzIssue(&d, nc, comm->rank, comm->nranks, send, recv, &l);

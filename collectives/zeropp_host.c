@@ -21,11 +21,11 @@
 static zppResult_t qwzJob(struct zppComm* comm, void* arg) {
   const zppQwzCall_t* a = arg;
   zppCollCtx_t c;
-  uint64_t vals[3] = {a->count, (uint64_t)a->bits, (uint64_t)a->block};
+  uint64_t vals[4] = {a->count, (uint64_t)a->bits, (uint64_t)a->block, (uint64_t)a->flags};
   ZPPCHECK(zppCollBegin(comm, a->kind, &c));
-  zppCollSign(&c, a->type, -1, vals, 3);
+  zppCollSign(&c, a->type, -1, vals, 4);
   zppQwzLayout_t l;
-  zppResult_t res = zppCollQwzLayout(a->count, a->type, a->bits, a->block,
+  zppResult_t res = zppCollQwzLayout(a->count, a->type, a->bits, a->block, a->flags,
                                      zppCollChunkElems(&c, a->type, a->block, 1), &l);
   if (res == zppSuccess) {
     void* packed = zppCollScratch(&c, ZPP_ZSCRATCH_PACKED, (size_t)c.nranks * l.shardPacked);
@@ -64,11 +64,12 @@ static zppResult_t qgzJob(struct zppComm* comm, void* arg) {
   /* Every tensor's count must agree: fold them into the signature. */
   uint64_t h = 1469598103934665603ull;
   for (int t = 0; t < a->ntensors; t++) h = (h ^ (uint64_t)a->counts[t]) * 1099511628211ull;
-  uint64_t vals[4] = {(uint64_t)a->ntensors, h, (uint64_t)a->bits, (uint64_t)a->block};
+  uint64_t vals[5] = {(uint64_t)a->ntensors, h, (uint64_t)a->bits, (uint64_t)a->block,
+                      (uint64_t)a->flags};
   zppCollCtx_t c;
   zppResult_t res = zppCollBegin(comm, zppOpQgZ, &c);
   if (res == zppSuccess) {
-    zppCollSign(&c, a->type, (int)a->op, vals, 4);
+    zppCollSign(&c, a->type, (int)a->op, vals, 5);
     res = zppCollEnd(&c, zppCollQgzRun(&c, a), 0);
   }
   free(b);

@@ -23,6 +23,7 @@ typedef struct {
   zppDataType_t type;
   int bits;
   int block;
+  unsigned flags;   /* codec flags: 0 or ZPP_QUANT_ROTATE */
   zppOpKind_t kind; /* what the bytes count as (zppOpQwZ) */
 } zppQwzCall_t;
 

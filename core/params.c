@@ -107,6 +107,10 @@ static const zppEnvInfo_t paramTable[] = {
     {"ZPP_QUANT_BLOCK", ZPP_ENV_INT, "0",
      "elements per quantization scale, a power of two in [32, 4096]; 0: 256 for int8, 64 for int4; "
      "zppConfig_t.quantBlock overrides"},
+    {"ZPP_QUANT_ROTATE", ZPP_ENV_INT, "0",
+     "1: qwZ, hpZ's secondary copy and qgZ rotate each block (random signs, Walsh-Hadamard) before "
+     "quantizing, which spreads outliers (docs/codecs.md, Rotation); 0: plain blocks; must match on "
+     "every rank; zppConfig_t.quantRotate overrides"},
     {"ZPP_COMPRESS_MIN_BYTES", ZPP_ENV_INT, "1048576",
      "plain calls moving fewer bytes (all ranks' data) stay uncompressed, where latency beats "
      "bandwidth; zppConfig_t.compressMinBytes overrides"},

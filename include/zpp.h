@@ -116,6 +116,8 @@ typedef struct {
   int qwzBits;             /* zppAllGather of fp32/fp16/bf16; env ZPP_QWZ_BITS */
   int qgzBits;             /* zppReduceScatter sum/avg of fp32/fp16/bf16; env ZPP_QGZ_BITS */
   int quantBlock;          /* elements per scale; env ZPP_QUANT_BLOCK (0: codec default) */
+  int quantRotate;         /* 1: qwZ, hpZ and qgZ rotate their blocks (Hadamard) before
+                              quantizing; env ZPP_QUANT_ROTATE; default 0 for now */
   size_t compressMinBytes; /* smaller calls stay plain (latency); env ZPP_COMPRESS_MIN_BYTES */
   int hpzGroupSize;        /* ranks sharing a secondary partition; env ZPP_HPZ_GROUP (0: the node) */
 } zppConfig_t;
@@ -131,6 +133,7 @@ typedef struct {
         ZPP_CONFIG_UNDEF_INT,  /* qwzBits */          \
         ZPP_CONFIG_UNDEF_INT,  /* qgzBits */          \
         ZPP_CONFIG_UNDEF_INT,  /* quantBlock */       \
+        ZPP_CONFIG_UNDEF_INT,  /* quantRotate */      \
         ZPP_CONFIG_UNDEF_SIZE, /* compressMinBytes */ \
         ZPP_CONFIG_UNDEF_INT   /* hpzGroupSize */     \
   }

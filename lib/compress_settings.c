@@ -10,8 +10,9 @@
 #include "lib/comm.h"
 #include "quant_kernels/zpp_quant.h"
 
-static const char* envNames[ZPP_COMPRESS_NFIELDS] = {"ZPP_QWZ_BITS", "ZPP_QGZ_BITS", "ZPP_QUANT_BLOCK",
-                                                     "ZPP_COMPRESS_MIN_BYTES", "ZPP_HPZ_GROUP"};
+static const char* envNames[ZPP_COMPRESS_NFIELDS] = {"ZPP_QWZ_BITS",    "ZPP_QGZ_BITS",
+                                                     "ZPP_QUANT_BLOCK", "ZPP_COMPRESS_MIN_BYTES",
+                                                     "ZPP_HPZ_GROUP",   "ZPP_QUANT_ROTATE"};
 
 static zppResult_t checkBits(int v, const char* from, const char* what) {
   ZPP_ARGCHECK(v == 0 || v == 4 || v == 8, "%s: %s=%d: expected 0 (off), 4 or 8", from, what, v);
@@ -66,6 +67,11 @@ zppResult_t zppCompressResolve(const zppConfig_t* config, zppCompressSettings_t*
                       &s.hpzGroupSize, &s.from[ZPP_COMPRESS_HPZ_GROUP]));
   ZPP_ARGCHECK(s.hpzGroupSize >= 0, "%s: hpzGroupSize=%d must be 0 (the node) or positive",
                s.from[ZPP_COMPRESS_HPZ_GROUP], s.hpzGroupSize);
+  ZPPCHECK(resolveInt(config ? config->quantRotate : undef, ZPP_COMPRESS_ROTATE, 0, 1, &s.quantRotate,
+                      &s.from[ZPP_COMPRESS_ROTATE]));
+  ZPP_ARGCHECK(s.quantRotate == 0 || s.quantRotate == 1,
+               "%s: quantRotate=%d: expected 0 (off) or 1 (on)", s.from[ZPP_COMPRESS_ROTATE],
+               s.quantRotate);
 
   if (config && config->compressMinBytes != ZPP_CONFIG_UNDEF_SIZE) {
     s.compressMinBytes = config->compressMinBytes;
@@ -87,6 +93,10 @@ int zppCompressBlock(const zppCompressSettings_t* s, int bits) {
   return bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8;
 }
 
+unsigned zppCompressQuantFlags(const zppCompressSettings_t* s) {
+  return s->quantRotate ? ZPP_QUANT_ROTATE : 0u;
+}
+
 void zppCompressApply(struct zppComm* comm, const zppCompressSettings_t* s) {
   comm->compress = *s;
   char block[32];
@@ -102,10 +112,11 @@ void zppCompressApply(struct zppComm* comm, const zppCompressSettings_t* s) {
     snprintf(group, sizeof(group), "node");
   ZPP_INFO(INIT,
            "comm %s rank %d: compression: all-gather %s (%s), reduce-scatter %s (%s), block %s "
-           "(%s), plain below %zu bytes (%s), hpZ group %s (%s)",
+           "(%s), plain below %zu bytes (%s), hpZ group %s (%s), rotation %s (%s)",
            comm->name, comm->rank, s->qwzBits ? (s->qwzBits == 8 ? "qwZ int8" : "qwZ int4") : "plain",
            s->from[ZPP_COMPRESS_QWZ_BITS],
            s->qgzBits ? (s->qgzBits == 8 ? "qgZ int8" : "qgZ int4") : "plain",
            s->from[ZPP_COMPRESS_QGZ_BITS], block, s->from[ZPP_COMPRESS_BLOCK], s->compressMinBytes,
-           s->from[ZPP_COMPRESS_MIN_BYTES], group, s->from[ZPP_COMPRESS_HPZ_GROUP]);
+           s->from[ZPP_COMPRESS_MIN_BYTES], group, s->from[ZPP_COMPRESS_HPZ_GROUP],
+           s->quantRotate ? "on" : "off", s->from[ZPP_COMPRESS_ROTATE]);
 }

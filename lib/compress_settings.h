@@ -3,7 +3,8 @@
  * compressed (qwZ on all-gather, qgZ on reduce-scatter), the codec block,
  * the size under which calls stay plain, and the hpZ group size.
  * Explicit config beats the environment (ZPP_QWZ_BITS, ZPP_QGZ_BITS,
- * ZPP_QUANT_BLOCK, ZPP_COMPRESS_MIN_BYTES, ZPP_HPZ_GROUP), which beats the
+ * ZPP_QUANT_BLOCK, ZPP_COMPRESS_MIN_BYTES, ZPP_HPZ_GROUP, ZPP_QUANT_ROTATE),
+ * which beats the
  * defaults (in the parameter table, core/params.c: compression off, so
  * that a trainer that only renamed its NCCL calls stays exact until it asks);
  * the communicator logs at INFO what it applied.
@@ -23,6 +24,7 @@ enum {
   ZPP_COMPRESS_BLOCK,
   ZPP_COMPRESS_MIN_BYTES,
   ZPP_COMPRESS_HPZ_GROUP,
+  ZPP_COMPRESS_ROTATE,
   ZPP_COMPRESS_NFIELDS
 };
 
@@ -32,6 +34,7 @@ typedef struct {
   int quantBlock;                         /* 0: the codec's default for the bits in use */
   size_t compressMinBytes;                /* plain calls moving fewer bytes stay plain */
   int hpzGroupSize;                       /* 0: the node */
+  int quantRotate;                        /* 1: rotated blocks (ZPP_QUANT_ROTATE) */
   const char* from[ZPP_COMPRESS_NFIELDS]; /* "config", the variable's name, or "default" */
 } zppCompressSettings_t;
 
@@ -44,5 +47,8 @@ void zppCompressApply(struct zppComm* comm, const zppCompressSettings_t* s);
 /* The block for bits under these settings (quantBlock, else the codec's
  * default for the bits). */
 int zppCompressBlock(const zppCompressSettings_t* s, int bits);
+
+/* The codec flags for these settings: ZPP_QUANT_ROTATE when quantRotate. */
+unsigned zppCompressQuantFlags(const zppCompressSettings_t* s);
 
 #endif /* ZPP_COMPRESS_SETTINGS_H_ */

@@ -167,6 +167,12 @@ static int caseSettings(int rank, int n, const zppUniqueId* id) {
   bad = (zppConfig_t)ZPP_CONFIG_INITIALIZER;
   bad.hpzGroupSize = -2;
   CHECK(zppCommInitRankConfig(&comm, n, *id, rank, &bad) == zppInvalidArgument);
+  bad = (zppConfig_t)ZPP_CONFIG_INITIALIZER;
+  bad.quantRotate = 2;
+  CHECK(zppCommInitRankConfig(&comm, n, *id, rank, &bad) == zppInvalidArgument);
+  setenv("ZPP_QUANT_ROTATE", "3", 1);
+  CHECK(zppCommInitRankConfig(&comm, n, *id, rank, NULL) == zppInvalidArgument);
+  unsetenv("ZPP_QUANT_ROTATE");
   setenv("ZPP_QGZ_BITS", "6", 1);
   CHECK(zppCommInitRankConfig(&comm, n, *id, rank, NULL) == zppInvalidArgument);
   setenv("ZPP_QGZ_BITS", "x", 1);
@@ -308,6 +314,17 @@ static void expectAllFail(zppResult_t res, const char* what) {
   CHECK_MSG(res != zppSuccess, "%s: a rank got success", what);
 }
 
+/* After expectAllFail: some rank's error names `setting` (the rank that
+ * saw the other's message explains the mismatch; the rest see a broken
+ * communicator). */
+static void expectSomeoneNames(zppComm_t comm, const char* setting, const char* what) {
+  const char* err = zppGetLastError(comm);
+  int mine = err != NULL && strstr(err, setting) != NULL, any = 0;
+  REQUIRE(zppAllReduce(&mine, &any, 1, zppInt32, zppSum, ctl, NULL) == zppSuccess);
+  CHECK_MSG(any > 0, "%s: no rank's error names %s (this rank's: %s)", what, setting,
+            err ? err : "(none)");
+}
+
 /* Tears down a communicator broken on purpose once every rank has returned
  * from its failed call: a rank still telling the others about the error
  * would otherwise connect to a worker already gone, which UCX 1.13's tcp
@@ -355,6 +372,31 @@ static int caseMismatch(int rank, int n, const zppUniqueId* id) {
   expectAllFail(zppAllGather(send, recv, count, zppBfloat16, comm, NULL),
                 "zppAllGather compressed on rank 0 only");
   abortTogether(comm);
+
+  /* Rotation on one rank only (config on rank 1, the environment on rank
+   * 2: both routes), for qwZ, qgZ and hpZ's forward gather: the first
+   * compressed call fails and names the setting. */
+  zppConfig_t c4 = cfg;
+  if (rank == 1) c4.quantRotate = 1;
+  if (rank == 2) setenv("ZPP_QUANT_ROTATE", "1", 1);
+  REQUIRE(initWith(rank, n, id, &c4, &comm) == zppSuccess);
+  expectAllFail(zppQwzAllGather(send, recv, count, zppBfloat16, 4, comm, NULL),
+                "qwZ rotated on ranks 1 and 2");
+  expectSomeoneNames(comm, "ZPP_QUANT_ROTATE", "qwZ rotated on ranks 1 and 2");
+  abortTogether(comm);
+  REQUIRE(initWith(rank, n, id, &c4, &comm) == zppSuccess);
+  expectAllFail(zppQgzReduceScatter(send, recv, count, zppBfloat16, zppSum, 4, comm, NULL),
+                "qgZ rotated on ranks 1 and 2");
+  expectSomeoneNames(comm, "ZPP_QUANT_ROTATE", "qgZ rotated on ranks 1 and 2");
+  abortTogether(comm);
+  REQUIRE(initWith(rank, n, id, &c4, &comm) == zppSuccess);
+  zppParam_t prm = NULL;
+  REQUIRE(zppParamCreate(comm, count, zppBfloat16, 8, &prm) == zppSuccess);
+  expectAllFail(zppParamGatherForward(prm, send, recv, NULL), "hpZ rotated on ranks 1 and 2");
+  expectSomeoneNames(comm, "ZPP_QUANT_ROTATE", "hpZ rotated on ranks 1 and 2");
+  REQUIRE(zppParamDestroy(prm) == zppSuccess);
+  abortTogether(comm);
+  unsetenv("ZPP_QUANT_ROTATE");
   free(send);
   free(recv);
   return zppTestRankResult();
