@@ -142,10 +142,11 @@
  * FLT_MAX). Such a block is the plain codec's block, with the sign bit of
  * its scale set (plain scales are never negative); its decode uses |s|.
  * The header flag bit 1 says "rotated"; zppDequantizeEx decodes both kinds.
- * The other decoders and the reductions refuse a rotated segment (header
- * check: "flags ... expected 0 or 0x0001"): reductions in the rotated
- * domain are not yet implemented, nor AVX2/AVX-512/CUDA rotated kernels
- * (the reference in quant_rotate.c serves every implementation for now).
+ * The other decoders and the reductions above refuse a rotated segment
+ * (header check: "flags ... expected 0 or 0x0001"); the Ex reductions
+ * below take both kinds. Reductions in the rotated domain are not yet
+ * implemented, nor AVX2/AVX-512/CUDA rotated kernels (the reference in
+ * quant_rotate.c serves every implementation for now).
  * Escape counts are those of the plain encoding (the same selection).
  *
  * Error bound of a rotated block (tested): for a finite, non-escaped input
@@ -177,6 +178,30 @@
  * (m_i-1) * 2^-24 * sum |t| (the requantization is exact),
  * as long as the fp32 sum is finite (a sum that overflows is an Inf, which
  * escapes or is marked like any non-finite element).
+ *
+ * ---------------------------------------------------------------------------
+ * Reductions of rotated segments (zppDequantizeSumEx, zppQuantReduceRequantEx,
+ * quant_rotate_reduce.c; what qgZ uses when rotation is on). Inputs of
+ * either kind, rotated or plain, with the same count, bits and block. Each
+ * input k is decoded in full to fp32 by zppDequantizeEx (inverse transform,
+ * signs, escaped values in their elements, markers as NaN): y_{k,i}. Then
+ *   sum_i = ((((0 + y_{0,i}) + y_{1,i}) + ...) + y_{n-1,i})
+ * in fp32, in input order (the escaped values are inside the y, not added
+ * after them as in the plain reductions). zppDequantizeSumEx stores
+ * sum_i / divisor (one fp32 division) rounded to the output type;
+ * zppQuantReduceRequantEx quantizes the fp32 sums with zppQuantizeEx and
+ * its flags (rotated again with ZPP_QUANT_ROTATE). This is the simple order:
+ * one inverse per input. (Summing in the rotated domain with one inverse
+ * at the end is the planned alternative; which is the more accurate is to
+ * be measured.) Bound: against the exact sum S_i of the y_{k,i},
+ *   |sum_i - S_i| <= gamma_{n-1} * sum_k |y_{k,i}|,
+ *   gamma_m = m u / (1 - m u), u = 2^-24 (0 + y_0 is exact), and each y_{k,i} is
+ * within its own segment's bound of its input (the rotated bound E of its
+ * block, the plain bound for a block stored plain, exact for an escape);
+ * the requantized output adds the bound of its own block for the fp32 sums
+ * as input (rotated: E with M the block's largest non-escaped |sum|).
+ * A NaN or Inf input stays NaN in its element (markers, then a NaN sum,
+ * which the requantization marks again).
  *
  * ---------------------------------------------------------------------------
  * Tensor-slice reordering (qgZ). The input holds W partitions (partition p is
@@ -289,6 +314,15 @@ zppResult_t zppDequantizeSum(const void* packed, size_t stride, int n, size_t co
  * (bits_in/block_in) quantized again into one segment (bits_out/block_out). */
 zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size_t count, int bits_in,
                                   int block_in, int bits_out, int block_out, void* packed_out);
+
+/* zppDequantizeSum and zppQuantReduceRequant for inputs of either kind,
+ * rotated or plain, in the order of "Reductions of rotated segments";
+ * flags_out: 0 or ZPP_QUANT_ROTATE for the requantized output. */
+zppResult_t zppDequantizeSumEx(const void* packed, size_t stride, int n, size_t count, int bits,
+                               int block, float divisor, void* out, zppDataType_t dtype);
+zppResult_t zppQuantReduceRequantEx(const void* packed, size_t stride, int n, size_t count, int bits_in,
+                                    int block_in, int bits_out, int block_out, unsigned flags_out,
+                                    void* packed_out);
 
 /* Quantize W = nparts partitions with tensor-slice reordering (see above).
  * Partition p starts at element p * part_stride of `in` and holds part_count
