@@ -15,6 +15,9 @@
  *      node n goes to rank (n, j);
  *   5. dequantize-sum of the N node sums, divided by 1 (sum) or by W (avg:
  *      the world size, not the node count), into the caller's type.
+ * Rotation (a->flags ZPP_QUANT_ROTATE): every quantization is rotated and
+ * the reductions are the Ex ones (zpp_quant.h, "Reductions of rotated
+ * segments": each input decoded in full, then summed).
  * One node: step 3's sum is the result (no second quantization, no inter
  * hop). One rank per node: no intra hop, the segments go straight across.
  *
@@ -139,8 +142,8 @@ static zppResult_t stage1(qgz_t* g, int t) {
         /* Local rank j's partitions, one per node in node order, as one run:
          * segment n of the piece is the partition of owner(n, j). */
         for (int n = 0; n < N; n++)
-          ZPPCHECK(zppQuantize(sendAt(g, p, (size_t)g->owner[n][j]), a->type, p->len, a->bits, a->block,
-                               dst + (size_t)N * p->pre + (size_t)n * p->bytes));
+          ZPPCHECK(zppQuantizeEx(sendAt(g, p, (size_t)g->owner[n][j]), a->type, p->len, a->bits,
+                                 a->block, a->flags, dst + (size_t)N * p->pre + (size_t)n * p->bytes));
       }
       zppCollProgress(g->c);
     }
@@ -154,8 +157,8 @@ static zppResult_t stage1(qgz_t* g, int t) {
     char* dst = (n == g->node ? g->a2[s] : g->r[s]) + (size_t)n * s2;
     for (int k = ch->k0; k < ch->k1; k++) {
       const piece_t* p = &g->pieces[k];
-      ZPPCHECK(zppQuantize(sendAt(g, p, (size_t)g->owner[n][0]), a->type, p->len, a->bits, a->block,
-                           dst + p->pre));
+      ZPPCHECK(zppQuantizeEx(sendAt(g, p, (size_t)g->owner[n][0]), a->type, p->len, a->bits, a->block,
+                             a->flags, dst + p->pre));
     }
   }
   return zppGroupAllToAllPost(g->c, g->inter, N, g->node, g->r[s], s2, g->a2[s], s2, s2,
@@ -167,8 +170,12 @@ static zppResult_t finish(qgz_t* g, const chunk_t* ch, const char* in, size_t st
   for (int k = ch->k0; k < ch->k1; k++) {
     const piece_t* p = &g->pieces[k];
     char* out = (char*)a->recv[p->t] + p->off * g->ts;
-    ZPPCHECK(
-        zppDequantizeSum(in + p->pre, stride, n, p->len, a->bits, a->block, g->divisor, out, a->type));
+    if (a->flags & ZPP_QUANT_ROTATE)
+      ZPPCHECK(zppDequantizeSumEx(in + p->pre, stride, n, p->len, a->bits, a->block, g->divisor, out,
+                                  a->type));
+    else
+      ZPPCHECK(zppDequantizeSum(in + p->pre, stride, n, p->len, a->bits, a->block, g->divisor, out,
+                                a->type));
   }
   return zppSuccess;
 }
@@ -188,8 +195,13 @@ static zppResult_t stage2(qgz_t* g, int t) {
     for (int k = ch->k0; k < ch->k1; k++) {
       const piece_t* p = &g->pieces[k];
       /* Inputs: every local peer's segment of this piece for node n. */
-      ZPPCHECK(zppQuantReduceRequant(g->a1[s] + (size_t)N * p->pre + (size_t)n * p->bytes, s1, L,
-                                     p->len, a->bits, a->block, a->bits, a->block, dst + p->pre));
+      const char* in = g->a1[s] + (size_t)N * p->pre + (size_t)n * p->bytes;
+      if (a->flags & ZPP_QUANT_ROTATE)
+        ZPPCHECK(zppQuantReduceRequantEx(in, s1, L, p->len, a->bits, a->block, a->bits, a->block,
+                                         a->flags, dst + p->pre));
+      else
+        ZPPCHECK(zppQuantReduceRequant(in, s1, L, p->len, a->bits, a->block, a->bits, a->block,
+                                       dst + p->pre));
     }
     zppCollProgress(g->c);
   }

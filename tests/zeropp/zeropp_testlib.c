@@ -2,6 +2,7 @@
 #include "zeropp_testlib.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,8 +58,68 @@ size_t ztQgzRunBytes(size_t rc, zppDataType_t t, int bits, int block) {
   return ztQwzShardPacked(rc, t, bits, block);
 }
 
+unsigned ztQuantFlags(void) {
+  const char* v = getenv("ZPP_QUANT_ROTATE");
+  return v != NULL && strcmp(v, "1") == 0 ? ZPP_QUANT_ROTATE : 0u;
+}
+
+/* One quantization's error for a finite input in a block with scale s,
+ * decoded in fp32 (docs/codecs.md; no output-type term). */
+static double stageErr(double s, int bits);
+
+/* Per element, the bound of a segment's fp32 decode against its input (in,
+ * count elements of t), by zpp_quant.h: 0 for an escape (exact in fp32)
+ * and a marked element (non-finite: NaN, not bounded), INFINITY for a
+ * saturated one, the plain stage bound in a block stored plain (scale sign
+ * bit set, or an unrotated segment), else the rotated bound E with M the
+ * block's largest non-escaped magnitude. */
+static void segErr(const void* in, zppDataType_t t, size_t count, int bits, int block,
+                   const uint8_t* seg, double* err) {
+  char* marks = malloc(count + 1);
+  REQUIRE(marks != NULL);
+  qtExpectEscapes(in, t, count, bits, block, marks);
+  const int rotated = (qtReadHeader(seg).reserved & ZPP_QUANT_FLAG_ROTATED) != 0;
+  const double Q = bits == 8 ? 127.0 : 7.0;
+  int L = 0;
+  while ((1 << L) < block) L++;
+  for (size_t lo = 0; lo < count; lo += (size_t)block) {
+    size_t hi = lo + (size_t)block < count ? lo + (size_t)block : count;
+    float sf = qtScale(seg, count, block, lo / (size_t)block);
+    double s = fabs((double)sf), M = 0;
+    for (size_t i = lo; i < hi; i++)
+      if (marks[i] == 0 && fabs(qtGet(in, t, i)) > M) M = fabs(qtGet(in, t, i));
+    double E = !rotated || signbit(sf) ? stageErr(s, bits)
+                                       : s / 2 + ldexp(Q * s, -21) + ldexp((double)block * M, -22) +
+                                             ldexp((double)L * Q * s, -23) + (Q + 3) * 0x1p-150;
+    for (size_t i = lo; i < hi; i++)
+      err[i] = marks[i] == 1 || marks[i] == 3 ? 0.0 : marks[i] == 2 ? INFINITY : E;
+  }
+  free(marks);
+}
+
 int ztQwzExpect(const void* shard, zppDataType_t t, size_t count, int bits, int block, void* out) {
   size_t size = zppQuantPackedSize(count, bits, block);
+  if (ztQuantFlags()) {
+    uint8_t* seg = malloc(size);
+    double* err = malloc((count + 1) * sizeof(double));
+    REQUIRE(seg != NULL && err != NULL);
+    REQUIRE(zppQuantizeEx(shard, t, count, bits, block, ztQuantFlags(), seg) == zppSuccess);
+    REQUIRE(zppDequantizeEx(seg, count, bits, block, out, t) == zppSuccess);
+    segErr(shard, t, count, bits, block, seg, err);
+    const double uT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-11 : 0x1p-8;
+    const double mT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-25 : 0x1p-134;
+    int bad = 0;
+    for (size_t i = 0; i < count; i++) {
+      double x = qtGet(shard, t, i), y = qtGet(out, t, i);
+      if (!isfinite(x)) continue;
+      if (!(fabs(y - x) <= err[i] + uT * (fabs(x) + err[i]) + mT) && bad++ == 0)
+        fprintf(stderr, "rotated qwZ %s int%d: element %zu: %g for %g, bound %g\n", qtTypeName(t), bits,
+                i, y, x, err[i]);
+    }
+    free(seg);
+    free(err);
+    return bad;
+  }
   uint8_t* seg = malloc(size);
   REQUIRE(seg != NULL);
   REQUIRE(zppQuantize(shard, t, count, bits, block, seg) == zppSuccess);
@@ -80,11 +141,96 @@ static double gammaK(int k) {
   return (double)k * u / (1.0 - (double)k * u);
 }
 
-/* One quantization's error for a finite input in a block with scale s,
- * decoded in fp32 (docs/codecs.md; no output-type term). */
 static double stageErr(double s, int bits) {
   double Q = bits == 8 ? 127.0 : 7.0;
   return s / 2 + 0x1p-21 * Q * s + (Q + 1) * 0x1p-150;
+}
+
+/* ztQgzExpect under rotation: the library's order (zpp_quant.h,
+ * "Reductions of rotated segments": every input decoded in full, then
+ * summed), with the bound of each decode (segErr) and of each fp32 sum. */
+static void qgzExpectRot(const int* byNode, int N, int L, const void* const* inputs, zppDataType_t t,
+                         size_t rc, int p, int W, int bits, int block, zppRedOp_t op, size_t chunkBytes,
+                         void* out, double* bound, double* target) {
+  const unsigned F = ztQuantFlags();
+  const size_t ts = zppTypeSize(t), ce = ztChunkElemsFor(chunkBytes, t, block);
+  const float d = op == zppAvg ? (float)W : 1.0f;
+  const double uT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-11 : 0x1p-8;
+  const double mT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-25 : 0x1p-134;
+  const int twoStage = N > 1 && L > 1;
+  for (size_t off = 0; off < rc; off += ce) {
+    size_t len = rc - off < ce ? rc - off : ce;
+    size_t P = zppQuantPackedSize(len, bits, block);
+    uint8_t* segs = malloc((size_t)W * P);
+    uint8_t* rr = malloc((size_t)N * P);
+    float* y = malloc((size_t)W * len * sizeof(float));  /* inputs decoded */
+    float* yr = malloc((size_t)N * len * sizeof(float)); /* node sums decoded */
+    float* v32 = malloc(len * sizeof(float));
+    double* e = malloc((size_t)W * len * sizeof(double));
+    double* er = malloc((size_t)N * len * sizeof(double));
+    REQUIRE(segs && rr && y && yr && v32 && e && er);
+    for (int k = 0; k < W; k++) {
+      const char* in = (const char*)inputs[byNode[k]] + ((size_t)p * rc + off) * ts;
+      REQUIRE(zppQuantizeEx(in, t, len, bits, block, F, segs + (size_t)k * P) == zppSuccess);
+      REQUIRE(zppDequantizeEx(segs + (size_t)k * P, len, bits, block, y + (size_t)k * len,
+                              zppFloat32) == zppSuccess);
+      segErr(in, t, len, bits, block, segs + (size_t)k * P, e + (size_t)k * len);
+    }
+    const uint8_t* last = segs;
+    int nLast = W;
+    if (twoStage) {
+      for (int n = 0; n < N; n++) {
+        REQUIRE(zppQuantReduceRequantEx(segs + (size_t)n * L * P, P, L, len, bits, block, bits, block,
+                                        F, rr + (size_t)n * P) == zppSuccess);
+        /* The node's fp32 sum, in the library's order: the requantized input. */
+        for (size_t i = 0; i < len; i++) {
+          float a = 0.0f;
+          for (int j = 0; j < L; j++) a = a + y[(size_t)(n * L + j) * len + i];
+          v32[i] = a;
+        }
+        segErr(v32, zppFloat32, len, bits, block, rr + (size_t)n * P, er + (size_t)n * len);
+        REQUIRE(zppDequantizeEx(rr + (size_t)n * P, len, bits, block, yr + (size_t)n * len,
+                                zppFloat32) == zppSuccess);
+      }
+      last = rr;
+      nLast = N;
+    }
+    REQUIRE(zppDequantizeSumEx(last, P, nLast, len, bits, block, d, (char*)out + off * ts, t) ==
+            zppSuccess);
+    REQUIRE(zppDequantizeSumEx(last, P, nLast, len, bits, block, d, v32, zppFloat32) == zppSuccess);
+    for (size_t i = 0; i < len; i++) {
+      double x = 0, err = 0;
+      for (int k = 0; k < W; k++) {
+        x += qtGet(inputs[byNode[k]], t, (size_t)p * rc + off + i);
+        err += e[(size_t)k * len + i];
+      }
+      if (twoStage) {
+        double sumAbsR = 0;
+        for (int n = 0; n < N; n++) {
+          double nodeAbs = 0;
+          for (int j = 0; j < L; j++) nodeAbs += fabs((double)y[(size_t)(n * L + j) * len + i]);
+          err += gammaK(L - 1) * nodeAbs + er[(size_t)n * len + i];
+          sumAbsR += fabs((double)yr[(size_t)n * len + i]);
+        }
+        err += gammaK(N - 1) * sumAbsR;
+      } else {
+        double sumAbs = 0;
+        for (int k = 0; k < W; k++) sumAbs += fabs((double)y[(size_t)k * len + i]);
+        err += gammaK(W - 1) * sumAbs;
+      }
+      double v = fabs((double)v32[i]);
+      double div = d != 1.0f ? 0x1p-24 * v * (1 + 0x1p-23) + 0x1p-150 : 0.0;
+      bound[off + i] = err / (double)d + div + uT * v + mT;
+      target[off + i] = x / (double)d;
+    }
+    free(segs);
+    free(rr);
+    free(y);
+    free(yr);
+    free(v32);
+    free(e);
+    free(er);
+  }
 }
 
 void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W, const int* nodeOf,
@@ -104,6 +250,11 @@ void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, i
     for (int r = 0; r < W; r++)
       if (nodeOf[r] == n) byNode[filled++] = r;
   REQUIRE(filled == W && N * L == W);
+  if (ztQuantFlags()) {
+    qgzExpectRot(byNode, N, L, inputs, t, rc, p, W, bits, block, op, chunkBytes, out, bound, target);
+    free(byNode);
+    return;
+  }
   const size_t ts = zppTypeSize(t), ce = ztChunkElemsFor(chunkBytes, t, block);
   const float d = op == zppAvg ? (float)W : 1.0f;
   const double uT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-11 : 0x1p-8;

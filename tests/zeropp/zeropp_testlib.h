@@ -16,6 +16,11 @@
  * small, so that modest counts make several pipeline chunks. */
 #define ZT_CHUNK_BYTES 4096
 
+/* The codec flags the tests expect the collectives to use: ZPP_QUANT_ROTATE
+ * when the environment sets ZPP_QUANT_ROTATE=1 (the tests registered with
+ * it), else 0. The expectations below follow it. */
+unsigned ztQuantFlags(void);
+
 /* Rank `rank`'s count values for `seed` in type t: normal and uniform
  * values with magnitudes that vary from block to block. */
 void ztFill(void* buf, zppDataType_t t, size_t count, int seed, int rank);
