@@ -28,6 +28,7 @@ typedef struct {
   int plain, zeropp, compare;     /* which runs: plain, ZeRO++, or both */
   int compareOverlap;             /* both, each with and without overlap */
   int qwzBits, qgzBits, hpz;      /* ZeRO++ settings */
+  int rotate;                     /* ZeRO++: rotated codec blocks (zppConfig_t.quantRotate) */
   int overlap;
   int prefetch;
   zppDataType_t type;

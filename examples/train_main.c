@@ -81,6 +81,8 @@ static void trUsage(FILE* f) {
           "      --qwz-bits B      bits of the weight gathers: 8 (default), 4, or 0 (plain)\n"
           "      --qgz-bits B      bits of the gradient reduce-scatter: 4 (default), 8, or 0\n"
           "      --no-hpz          backward gathers go across nodes like the forward ones\n"
+          "      --rotate          rotate each codec block (random signs, Walsh-Hadamard) before\n"
+          "                        quantizing: qwZ, hpZ and qgZ (ZPP_QUANT_ROTATE; off by default)\n"
           "      --dtype T         weights and gradients on the wire: bf16 (default) or fp32\n"
           "      --bucket-mb MB    gradient bucket for one reduce-scatter call (default 4)\n"
           "      --prefetch N      weight gathers in flight ahead of the computing layer\n"
@@ -171,6 +173,7 @@ enum {
   O_QWZ,
   O_QGZ,
   O_NOHPZ,
+  O_ROTATE,
   O_DTYPE,
   O_BUCKET,
   O_NOOVERLAP,
@@ -204,6 +207,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
                                        {"qwz-bits", required_argument, 0, O_QWZ},
                                        {"qgz-bits", required_argument, 0, O_QGZ},
                                        {"no-hpz", no_argument, 0, O_NOHPZ},
+                                       {"rotate", no_argument, 0, O_ROTATE},
                                        {"dtype", required_argument, 0, O_DTYPE},
                                        {"bucket-mb", required_argument, 0, O_BUCKET},
                                        {"no-overlap", no_argument, 0, O_NOOVERLAP},
@@ -280,6 +284,10 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
         if (trBits("--qgz-bits", v, &a->qgzBits)) return TR_EXIT_USAGE;
         zeroppKnobs = 1;
         break;
+      case O_ROTATE:
+        a->rotate = 1;
+        zeroppKnobs = 1;
+        break;
       case O_NOHPZ:
         a->hpz = 0;
         zeroppKnobs = 1;
@@ -352,8 +360,10 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
   if (a->compareOverlap && !a->overlap)
     return trBad("--compare-overlap runs both with and without overlap: drop --no-overlap%s%s", "", "");
   if (a->plain && zeroppKnobs)
-    return trBad("--qwz-bits, --qgz-bits and --no-hpz set ZeRO++; they make no sense with --plain%s%s",
-                 "", "");
+    return trBad(
+        "--qwz-bits, --qgz-bits, --rotate and --no-hpz set ZeRO++; they make no sense with "
+        "--plain%s%s",
+        "", "");
   if (!a->plain && !a->compare) a->zeropp = 1;
   if (a->layoutNodes > 0 && a->forkRanks > 0) {
     int n = a->layoutNodes * a->layoutPerNode;
@@ -376,6 +386,9 @@ static zppConfig_t trCommConfig(const trArgs_t* a) {
    * ZPP_QWZ_BITS in the environment must not turn the plain run lossy. */
   cfg.qwzBits = 0;
   cfg.qgzBits = 0;
+  /* Only the explicit ZeRO++ calls quantize, so rotation touches the
+   * ZeRO++ run alone (the plain run of --compare stays exact). */
+  cfg.quantRotate = a->rotate;
   cfg.commName = "zpp-train";
   if (a->timeoutSec > 0) cfg.timeoutSec = a->timeoutSec;
   return cfg;
@@ -420,7 +433,8 @@ static int trRankMain(const trArgs_t* a, trEnv_t* env) {
   if (code == TR_EXIT_OK) {
     zcOptions_t modes[TR_MAX_RUNS];
     int overlap[TR_MAX_RUNS];
-    zcOptions_t plain = ZC_OPTIONS_PLAIN, zpp = {zcModeZeroPP, a->qwzBits, a->qgzBits, a->hpz};
+    zcOptions_t plain = ZC_OPTIONS_PLAIN,
+                zpp = {zcModeZeroPP, a->qwzBits, a->qgzBits, a->hpz, a->rotate};
     for (int pass = 0; pass < (a->compareOverlap ? 2 : 1); pass++) {
       int ov = a->compareOverlap ? !pass : a->overlap;
       if (a->plain || a->compare) overlap[nruns] = ov, modes[nruns++] = plain;

@@ -20,9 +20,16 @@ static void trModeLabel(const trRun_t* r, char* out, size_t len) {
     snprintf(out, len, "plain%s", r->overlap ? "" : " (no overlap)");
     return;
   }
-  char qw[16], qg[16];
-  snprintf(qw, sizeof qw, r->opt.qwzBits ? "qwZ int%d" : "no qwZ", r->opt.qwzBits);
-  snprintf(qg, sizeof qg, r->opt.qgzBits ? "qgZ int%d" : "no qgZ", r->opt.qgzBits);
+  char qw[24], qg[24];
+  const char* rot = r->opt.rotate ? " rotated" : "";
+  if (r->opt.qwzBits)
+    snprintf(qw, sizeof qw, "qwZ int%d%s", r->opt.qwzBits, rot);
+  else
+    snprintf(qw, sizeof qw, "no qwZ");
+  if (r->opt.qgzBits)
+    snprintf(qg, sizeof qg, "qgZ int%d%s", r->opt.qgzBits, rot);
+  else
+    snprintf(qg, sizeof qg, "no qgZ");
   snprintf(out, len, "ZeRO++ (%s, %s, %s%s)", qw, r->opt.hpz ? "hpZ" : "no hpZ", qg, ov);
 }
 
