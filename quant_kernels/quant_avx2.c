@@ -211,31 +211,48 @@ ZPP_AVX2_INLINE void avx2Prefetch32(const uint8_t* pf, zppDataType_t dtype, size
   }
 }
 
+/* How many of the 32 int8 q in v are not zero: the escape hint's count
+ * (movemask and popcnt run on ports the vector work leaves idle). */
+ZPP_AVX2_INLINE int avx2NonZero32(__m256i v) {
+  unsigned zero = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(v, _mm256_setzero_si256()));
+  return 32 - __builtin_popcount(zero);
+}
+
 /* Encodes x[0..len) (a block starting at element `base`) with 1/step inv,
  * prefetching the same span of pf meanwhile: the next group's input, so
- * that memory keeps streaming while this group is computed from L1. */
-ZPP_AVX2_INLINE void avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
-                                     const zppQuantBlockParams_t* bp, uint8_t* data, size_t base,
-                                     const uint8_t* pf) {
+ * that memory keeps streaming while this group is computed from L1.
+ * Returns the number of non-zero q among the elements encoded here (the
+ * scalar tail of a short block is not counted). */
+ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
+                                    const zppQuantBlockParams_t* bp, uint8_t* data, size_t base,
+                                    const uint8_t* pf) {
   const __m256 vinv = _mm256_set1_ps(bp->inv);
   size_t i = 0;
+  int nz = 0;
   if (bits == 8) {
     for (; i + 32 <= len; i += 32) {
       avx2Prefetch32(pf, dtype, i);
-      _mm256_storeu_si256((__m256i*)(data + base + i), avx2Quant32(x, dtype, i, vinv));
+      __m256i q = avx2Quant32(x, dtype, i, vinv);
+      nz += avx2NonZero32(q);
+      _mm256_storeu_si256((__m256i*)(data + base + i), q);
     }
   } else {
     uint8_t* d = data + base / 2;
     for (; i + 64 <= len; i += 64) {
       avx2Prefetch32(pf, dtype, i);
       avx2Prefetch32(pf, dtype, i + 32);
-      __m256i n0 = avx2Nibbles(avx2Quant32(x, dtype, i, vinv));
-      __m256i n1 = avx2Nibbles(avx2Quant32(x, dtype, i + 32, vinv));
+      __m256i q0 = avx2Quant32(x, dtype, i, vinv);
+      __m256i q1 = avx2Quant32(x, dtype, i + 32, vinv);
+      nz += avx2NonZero32(q0) + avx2NonZero32(q1);
+      __m256i n0 = avx2Nibbles(q0);
+      __m256i n1 = avx2Nibbles(q1);
       _mm256_storeu_si256((__m256i*)(d + i / 2),
                           _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n1), 0xd8));
     }
     for (; i + 32 <= len; i += 32) {
-      __m256i n0 = avx2Nibbles(avx2Quant32(x, dtype, i, vinv));
+      __m256i q0 = avx2Quant32(x, dtype, i, vinv);
+      nz += avx2NonZero32(q0);
+      __m256i n0 = avx2Nibbles(q0);
       __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n0), 0xd8);
       _mm_storeu_si128((__m128i*)(d + i / 2), _mm256_castsi256_si128(p));
     }
@@ -244,38 +261,47 @@ ZPP_AVX2_INLINE void avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t 
   if (i < len)
     zppQuantEncodeDtypeRef((const uint8_t*)x + i * (dtype == zppFloat32 ? 4 : 2), dtype, len - i, bp,
                            bits, data, base + i);
+  return nz;
 }
 
-/* Scales and data of a block whose parameters are known. */
-ZPP_AVX2_INLINE void avx2EncodeWithParams(const void* x, zppDataType_t dtype, size_t len, int bits,
-                                          const zppQuantBlockParams_t* bp, uint8_t* data, size_t base,
-                                          const uint8_t* pf) {
+/* Scales and data of a block whose parameters are known. Returns the
+ * block's escape hint (quant_impl.h): 0 when it is zero or has more than E
+ * non-zero q (counted), else 1. */
+ZPP_AVX2_INLINE int avx2EncodeWithParams(const void* x, zppDataType_t dtype, size_t len, int bits,
+                                         const zppQuantBlockParams_t* bp, uint8_t* data, size_t base,
+                                         const uint8_t* pf) {
   if (bp->kind != ZPP_QBLOCK_NORMAL) {
     memset(data + (bits == 8 ? base : base / 2), 0, zppQuantDataBytes(len, bits));
-  } else if (bp->p != 1.0f) {
-    /* max |x| < 2^-64: the x * 2^64 step of the reference. Such blocks are
-     * rare enough to take the scalar path. */
-    zppQuantEncodeDtypeRef(x, dtype, len, bp, bits, data, base);
-  } else {
-    avx2EncodeBlock(x, dtype, len, bits, bp, data, base, pf);
+    return bp->kind != ZPP_QBLOCK_ZERO;
   }
+  if (bp->p != 1.0f) {
+    /* max |x| < 2^-64: the x * 2^64 step of the reference. Such blocks are
+     * rare enough to take the scalar path (and the escape scan). */
+    zppQuantEncodeDtypeRef(x, dtype, len, bp, bits, data, base);
+    return 1;
+  }
+  return avx2EncodeBlock(x, dtype, len, bits, bp, data, base, pf) <= ZPP_QUANT_ESC_PER_BLOCK;
 }
 
-/* One block of any length, on its own: the last, short block of a segment. */
-ZPP_AVX2_INLINE void avx2QuantizeOneBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
-                                          uint8_t* scales, size_t b, uint8_t* data, size_t base) {
+/* One block of any length, on its own: the last, short block of a segment.
+ * Returns its escape hint. */
+ZPP_AVX2_INLINE int avx2QuantizeOneBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
+                                         uint8_t* scales, size_t b, uint8_t* data, size_t base) {
   zppQuantBlockParams_t bp = zppQuantBlockSetup(avx2AbsMaxBits(x, dtype, len), zppQuantQmax(bits));
   zppQuantStoreScale(scales, b, bp.scale);
-  avx2EncodeWithParams(x, dtype, len, bits, &bp, data, base, NULL);
+  return avx2EncodeWithParams(x, dtype, len, bits, &bp, data, base, NULL);
 }
 
 /* Whole blocks [b0, b0 + nb) of a segment, `in` pointing at block b0's first
  * element, in groups of up to eight: pass 1 over the group (from memory), all
  * eight scales and reciprocals with one vector division each (the same IEEE
  * operations as zppQuantBlockSetup), then pass 2 (from L1: a group is at most
- * 16 KiB of input). */
+ * 16 KiB of input). Each block's escape hint is ORed into hints[its escape
+ * group] (hints: indexed from the segment's first group; NULL: none). */
 ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, size_t b0, size_t nb,
-                                        int bits, int block, uint8_t* scales, uint8_t* data) {
+                                        int bits, int block, uint8_t* scales, uint8_t* data,
+                                        uint8_t* hints) {
+  const size_t perGroupLog2 = (size_t)(zppQuantLog2(ZPP_QUANT_ESC_GROUP) - zppQuantLog2(block));
   const size_t esize = dtype == zppFloat32 ? 4 : 2;
   const size_t bs = (size_t)block;
   size_t group = 16384 / (bs * esize);
@@ -316,42 +342,46 @@ ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, siz
       bp.scale = sc[k];
       bp.inv = iv[k];
       bp.p = pv[k];
-      avx2EncodeWithParams(x + k * bs * esize, dtype, bs, bits, &bp, data, (g0 + k) * bs,
-                           pfNext ? x + (g + k) * bs * esize : NULL);
+      int may = avx2EncodeWithParams(x + k * bs * esize, dtype, bs, bits, &bp, data, (g0 + k) * bs,
+                                     pfNext ? x + (g + k) * bs * esize : NULL);
+      if (hints != NULL) hints[(g0 + k) >> perGroupLog2] |= (uint8_t)may;
     }
   }
 }
 
 ZPP_AVX2_INLINE void avx2QuantizeT(const void* in, zppDataType_t dtype, size_t count, int bits,
-                                   int block, uint8_t* packed) {
+                                   int block, uint8_t* packed, uint8_t* hints) {
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
   size_t esize = dtype == zppFloat32 ? 4 : 2;
   size_t full = count / (size_t)block;
-  avx2QuantizeBlocks(in, dtype, 0, full, bits, block, scales, data);
+  if (hints != NULL) memset(hints, 0, zppQuantNumGroups(count));
+  avx2QuantizeBlocks(in, dtype, 0, full, bits, block, scales, data, hints);
   size_t lo = full * (size_t)block;
-  if (lo < count)
-    avx2QuantizeOneBlock((const uint8_t*)in + lo * esize, dtype, count - lo, bits, scales, full, data,
-                         lo);
+  if (lo < count) {
+    int may = avx2QuantizeOneBlock((const uint8_t*)in + lo * esize, dtype, count - lo, bits, scales,
+                                   full, data, lo);
+    if (hints != NULL) hints[lo / ZPP_QUANT_ESC_GROUP] |= (uint8_t)may;
+  }
 }
 
 static void avx2Quantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
-                         uint8_t* packed) {
+                         uint8_t* packed, uint8_t* hints) {
   if (dtype == zppFloat32) {
     if (bits == 8)
-      avx2QuantizeT(in, zppFloat32, count, 8, block, packed);
+      avx2QuantizeT(in, zppFloat32, count, 8, block, packed, hints);
     else
-      avx2QuantizeT(in, zppFloat32, count, 4, block, packed);
+      avx2QuantizeT(in, zppFloat32, count, 4, block, packed, hints);
   } else if (dtype == zppFloat16) {
     if (bits == 8)
-      avx2QuantizeT(in, zppFloat16, count, 8, block, packed);
+      avx2QuantizeT(in, zppFloat16, count, 8, block, packed, hints);
     else
-      avx2QuantizeT(in, zppFloat16, count, 4, block, packed);
+      avx2QuantizeT(in, zppFloat16, count, 4, block, packed, hints);
   } else {
     if (bits == 8)
-      avx2QuantizeT(in, zppBfloat16, count, 8, block, packed);
+      avx2QuantizeT(in, zppBfloat16, count, 8, block, packed, hints);
     else
-      avx2QuantizeT(in, zppBfloat16, count, 4, block, packed);
+      avx2QuantizeT(in, zppBfloat16, count, 4, block, packed, hints);
   }
 }
 
@@ -651,9 +681,9 @@ static void avx2ReduceRequant(const uint8_t* packed, size_t stride, int n, size_
                          k == 0 ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD);
     size_t b0 = c0 / (size_t)block_out, full = (c1 - c0) / (size_t)block_out;
     if (bits_out == 8)
-      avx2QuantizeBlocks(buf, zppFloat32, b0, full, 8, block_out, scales, data);
+      avx2QuantizeBlocks(buf, zppFloat32, b0, full, 8, block_out, scales, data, NULL);
     else
-      avx2QuantizeBlocks(buf, zppFloat32, b0, full, 4, block_out, scales, data);
+      avx2QuantizeBlocks(buf, zppFloat32, b0, full, 4, block_out, scales, data, NULL);
     size_t lo = c0 + full * (size_t)block_out;
     if (lo < c1) {
       if (bits_out == 8)

@@ -179,41 +179,58 @@ ZPP_AVX512_INLINE void avx512Prefetch(const uint16_t* p, int streaming) {
     _mm_prefetch((const char*)p, _MM_HINT_T1);
 }
 
+/* How many of the 32 q in q are not zero (the escape hint's count). */
+ZPP_AVX512_INLINE int avx512NonZero32(avx512Q32_t q) {
+  return __builtin_popcount((unsigned)_mm512_test_epi32_mask(q.a, q.a)) +
+         __builtin_popcount((unsigned)_mm512_test_epi32_mask(q.b, q.b));
+}
+
 /* Encodes a whole block x[0..len) (len a multiple of 32) with 1/step inv into
  * d (the block's first data byte), prefetching the same span of pf. Unless
  * streaming, also returns the max vector (avx512Max32) of the same span of
  * nx, a block of a later group: that group's pass 1 rides along this pass 2,
- * its and and max on pipes that the conversions leave idle. */
+ * its and and max on pipes that the conversions leave idle. *nz gets the
+ * block's number of non-zero q. */
 ZPP_AVX512_INLINE __m512i avx512EncodeBlock(const uint16_t* x, zppDataType_t dtype, size_t len,
                                             int bits, float inv, uint8_t* d, const uint16_t* nx,
-                                            const uint16_t* pf, int streaming) {
+                                            const uint16_t* pf, int streaming, int* nz) {
   const __m512 vinv = _mm512_set1_ps(inv);
   __m512i m = _mm512_setzero_si512();
   size_t i = 0;
+  int n = 0;
   if (bits == 8) {
     for (; i < len; i += 32) {
       avx512Prefetch(pf + i, streaming);
       if (!streaming) m = avx512Max32(m, nx + i);
-      _mm256_storeu_si256((__m256i*)(d + i), avx512Int8x32(avx512Round32(x + i, dtype, vinv), dtype));
+      avx512Q32_t q = avx512Round32(x + i, dtype, vinv);
+      n += avx512NonZero32(q);
+      _mm256_storeu_si256((__m256i*)(d + i), avx512Int8x32(q, dtype));
     }
+    *nz = n;
     return m;
   }
   for (; i + 64 <= len; i += 64) {
     avx512Prefetch(pf + i, streaming);
     avx512Prefetch(pf + i + 32, streaming);
     if (!streaming) m = avx512Max32(avx512Max32(m, nx + i), nx + i + 32);
-    __m512i n0 = avx512Int4x32(avx512Round32(x + i, dtype, vinv), dtype);
-    __m512i n1 = avx512Int4x32(avx512Round32(x + i + 32, dtype, vinv), dtype);
+    avx512Q32_t q0 = avx512Round32(x + i, dtype, vinv);
+    avx512Q32_t q1 = avx512Round32(x + i + 32, dtype, vinv);
+    n += avx512NonZero32(q0) + avx512NonZero32(q1);
+    __m512i n0 = avx512Int4x32(q0, dtype);
+    __m512i n1 = avx512Int4x32(q1, dtype);
     _mm256_storeu_si256((__m256i*)(d + i / 2),
                         _mm512_castsi512_si256(_mm512_permutex2var_epi8(n0, avx512IdxLowBytes(), n1)));
   }
   if (i < len) { /* a block of 32 */
     avx512Prefetch(pf + i, streaming);
     if (!streaming) m = avx512Max32(m, nx + i);
-    __m512i n0 = avx512Int4x32(avx512Round32(x + i, dtype, vinv), dtype);
+    avx512Q32_t q0 = avx512Round32(x + i, dtype, vinv);
+    n += avx512NonZero32(q0);
+    __m512i n0 = avx512Int4x32(q0, dtype);
     _mm_storeu_si128((__m128i*)(d + i / 2),
                      _mm512_castsi512_si128(_mm512_permutexvar_epi8(avx512IdxLowBytes(), n0)));
   }
+  *nz = n;
   return m;
 }
 
@@ -261,21 +278,25 @@ ZPP_AVX512_INLINE void avx512GroupMax(const uint16_t* x, size_t n, size_t bs, __
 
 /* Pass 2 over the g blocks at x (the first one is block b0 of the segment),
  * prefetching the blocks at pf; unless streaming, also pass 1 over the nn
- * blocks at nx, whose max vectors go to mn. */
-ZPP_AVX512_INLINE void avx512EncodeGroup(const uint16_t* x, size_t g, size_t b0,
-                                         const avx512Group_t* gp, zppDataType_t dtype, int bits,
-                                         size_t bs, uint8_t* data, const uint16_t* nx, size_t nn,
-                                         const uint16_t* pf, int streaming, __m512i mn[16]) {
+ * blocks at nx, whose max vectors go to mn. Returns 1 when a block of the
+ * group may hold an escape (the hint, quant_impl.h), else 0. */
+ZPP_AVX512_INLINE int avx512EncodeGroup(const uint16_t* x, size_t g, size_t b0, const avx512Group_t* gp,
+                                        zppDataType_t dtype, int bits, size_t bs, uint8_t* data,
+                                        const uint16_t* nx, size_t nn, const uint16_t* pf,
+                                        int streaming, __m512i mn[16]) {
   const int Q = zppQuantQmax(bits);
+  int may = 0, nz = 0;
   if (gp->special == 0 && (streaming || nn == g)) {
     /* the usual case, without the per-block checks below */
     uint8_t* d = data + (bits == 8 ? b0 * bs : b0 * bs / 2);
-    for (size_t k = 0; k < g; k++)
-      mn[k] =
-          avx512EncodeBlock(x + k * bs, dtype, bs, bits, gp->inv[k],
-                            d + (bits == 8 ? k * bs : k * bs / 2), nx + k * bs, pf + k * bs, streaming);
+    for (size_t k = 0; k < g; k++) {
+      mn[k] = avx512EncodeBlock(x + k * bs, dtype, bs, bits, gp->inv[k],
+                                d + (bits == 8 ? k * bs : k * bs / 2), nx + k * bs, pf + k * bs,
+                                streaming, &nz);
+      may |= nz <= ZPP_QUANT_ESC_PER_BLOCK;
+    }
     for (size_t k = g; k < 16; k++) mn[k] = _mm512_setzero_si512();
-    return;
+    return may;
   }
   for (size_t k = 0; k < 16; k++) {
     /* a block of the later group, or this one again when there is none */
@@ -293,12 +314,16 @@ ZPP_AVX512_INLINE void avx512EncodeGroup(const uint16_t* x, size_t g, size_t b0,
         memset(d, 0, zppQuantDataBytes(bs, bits));
       else
         zppQuantEncodeDtypeRef(x + k * bs, dtype, bs, &bp, bits, data, base);
+      may |= bp.kind != ZPP_QBLOCK_ZERO; /* the escape pass scans these */
       mn[k] = streaming ? _mm512_setzero_si512() : avx512BlockMax(nk, bs);
     } else {
-      mn[k] = avx512EncodeBlock(x + k * bs, dtype, bs, bits, gp->inv[k], d, nk, pf + k * bs, streaming);
+      mn[k] = avx512EncodeBlock(x + k * bs, dtype, bs, bits, gp->inv[k], d, nk, pf + k * bs, streaming,
+                                &nz);
+      may |= nz <= ZPP_QUANT_ESC_PER_BLOCK;
     }
     if (k >= nn) mn[k] = _mm512_setzero_si512();
   }
+  return may;
 }
 
 /* Blocks in the group that starts at block b (of full whole blocks). */
@@ -323,7 +348,7 @@ ZPP_AVX512_INLINE size_t avx512GroupN(size_t full, size_t group, size_t b) {
  *     narrowing, 4K aliasing). In cache it is 8-15% faster, except for bf16
  *     to int8 (5% slower). */
 ZPP_AVX512_INLINE void avx512QuantizeT(const uint16_t* in, zppDataType_t dtype, size_t count, int bits,
-                                       int block, uint8_t* packed) {
+                                       int block, uint8_t* packed, uint8_t* hints) {
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
   const size_t bs = (size_t)block, full = count / bs;
@@ -332,6 +357,7 @@ ZPP_AVX512_INLINE void avx512QuantizeT(const uint16_t* in, zppDataType_t dtype, 
   const int Q = zppQuantQmax(bits);
   __m512i m[2][16];    /* cache: max vectors of groups i+1 and i+2 */
   avx512Group_t gp[2]; /* cache: parameters of groups i and i+1 */
+  if (hints != NULL) memset(hints, 0, zppQuantNumGroups(count));
   if (count > ((size_t)4 << 20) || (dtype == zppBfloat16 && bits == 8)) {
     for (size_t g0 = 0; g0 < full; g0 += group) {
       size_t g = avx512GroupN(full, group, g0);
@@ -340,7 +366,8 @@ ZPP_AVX512_INLINE void avx512QuantizeT(const uint16_t* in, zppDataType_t dtype, 
       avx512GroupSetup(m[0], dtype, Q, g, scales + 4 * g0, &gp[0]);
       /* the next group when it is a full one, else this one again */
       const uint16_t* pf = g0 + 2 * group <= full ? x + group * bs : x;
-      avx512EncodeGroup(x, g, g0, &gp[0], dtype, bits, bs, data, x, 0, pf, 1, m[0]);
+      int may = avx512EncodeGroup(x, g, g0, &gp[0], dtype, bits, bs, data, x, 0, pf, 1, m[0]);
+      if (hints != NULL) hints[g0 * bs / ZPP_QUANT_ESC_GROUP] |= (uint8_t)may;
     }
   } else {
     avx512GroupMax(in, full < group ? full : group, bs, m[0]);
@@ -354,46 +381,50 @@ ZPP_AVX512_INLINE void avx512QuantizeT(const uint16_t* in, zppDataType_t dtype, 
       const uint16_t* x = in + g0 * bs;
       /* group i+3 into L2 when it is a full one, else this one again */
       const uint16_t* pf = g0 + 4 * group <= full ? in + (g0 + 3 * group) * bs : x;
-      avx512EncodeGroup(x, g, g0, &gp[i & 1], dtype, bits, bs, data, in + g2 * bs,
-                        g2 < full ? avx512GroupN(full, group, g2) : 0, pf, 0, m[i & 1]);
+      int may = avx512EncodeGroup(x, g, g0, &gp[i & 1], dtype, bits, bs, data, in + g2 * bs,
+                                  g2 < full ? avx512GroupN(full, group, g2) : 0, pf, 0, m[i & 1]);
+      if (hints != NULL) hints[g0 * bs / ZPP_QUANT_ESC_GROUP] |= (uint8_t)may;
     }
   }
   size_t lo = full * bs;
-  if (lo < count) zppQuantBlockRef(in + lo, dtype, count - lo, bits, scales, full, data, lo);
+  if (lo < count) {
+    zppQuantBlockRef(in + lo, dtype, count - lo, bits, scales, full, data, lo);
+    if (hints != NULL) hints[lo / ZPP_QUANT_ESC_GROUP] = 1; /* not counted: the pass scans it */
+  }
 }
 
 /* The block size as a constant for the small blocks, whose loops then unroll
  * into straight code: per-block overhead is what limits them. */
 ZPP_AVX512_INLINE void avx512QuantizeB(const uint16_t* in, zppDataType_t dtype, size_t count, int bits,
-                                       int block, uint8_t* packed) {
+                                       int block, uint8_t* packed, uint8_t* hints) {
   switch (block) {
-    case 32: avx512QuantizeT(in, dtype, count, bits, 32, packed); break;
-    case 64: avx512QuantizeT(in, dtype, count, bits, 64, packed); break;
-    case 128: avx512QuantizeT(in, dtype, count, bits, 128, packed); break;
-    case 256: avx512QuantizeT(in, dtype, count, bits, 256, packed); break;
-    default: avx512QuantizeT(in, dtype, count, bits, block, packed); break;
+    case 32: avx512QuantizeT(in, dtype, count, bits, 32, packed, hints); break;
+    case 64: avx512QuantizeT(in, dtype, count, bits, 64, packed, hints); break;
+    case 128: avx512QuantizeT(in, dtype, count, bits, 128, packed, hints); break;
+    case 256: avx512QuantizeT(in, dtype, count, bits, 256, packed, hints); break;
+    default: avx512QuantizeT(in, dtype, count, bits, block, packed, hints); break;
   }
 }
 
 static void avx512Quantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
-                           uint8_t* packed) {
+                           uint8_t* packed, uint8_t* hints) {
   const uint16_t* h = (const uint16_t*)in;
   if (dtype == zppFloat32 || (bits == 8 && count > ((size_t)16 << 20))) {
     /* fp32; and int8 beyond 32 MiB of input, from DRAM: there the AVX2 loop
      * measured about 10% faster than the streaming schedule (16.3 against
      * 14.7 GB/s at 64 MiB; equal at 32 MiB, slower below), both above a
      * memcpy's speed. */
-    zppQuantImplAvx2.quantize(in, dtype, count, bits, block, packed);
+    zppQuantImplAvx2.quantize(in, dtype, count, bits, block, packed, hints);
   } else if (dtype == zppFloat16) {
     if (bits == 8)
-      avx512QuantizeB(h, zppFloat16, count, 8, block, packed);
+      avx512QuantizeB(h, zppFloat16, count, 8, block, packed, hints);
     else
-      avx512QuantizeB(h, zppFloat16, count, 4, block, packed);
+      avx512QuantizeB(h, zppFloat16, count, 4, block, packed, hints);
   } else {
     if (bits == 8)
-      avx512QuantizeB(h, zppBfloat16, count, 8, block, packed);
+      avx512QuantizeB(h, zppBfloat16, count, 8, block, packed, hints);
     else
-      avx512QuantizeB(h, zppBfloat16, count, 4, block, packed);
+      avx512QuantizeB(h, zppBfloat16, count, 4, block, packed, hints);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -27,7 +28,8 @@ static pthread_once_t implOnce = PTHREAD_ONCE_INIT;
 static int cpuRunsAvx2(void) {
   /* libgcc's check includes the OS saving YMM state (XGETBV). */
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+         __builtin_cpu_supports("popcnt");
 }
 #endif
 
@@ -260,8 +262,14 @@ static void quantizeSegment(const zppQuantImpl_t* impl, const void* in, zppDataT
                             size_t count, int bits, int block, uint8_t* packed) {
   writeHeader(packed, count, bits, block);
   if (count > 0) {
-    impl->quantize(in, dtype, count, bits, block, packed);
-    zppQuantEscEncode(in, dtype, count, bits, block, packed);
+    /* The implementation's hints (quant_impl.h): on the stack up to 4M
+     * elements, else on the heap; without them the escape pass scans. */
+    uint8_t stackHints[1024];
+    size_t ngroups = zppQuantNumGroups(count);
+    uint8_t* hints = ngroups <= sizeof stackHints ? stackHints : (uint8_t*)malloc(ngroups);
+    impl->quantize(in, dtype, count, bits, block, packed, hints);
+    zppQuantEscEncode(in, dtype, count, bits, block, packed, hints);
+    if (hints != stackHints) free(hints);
   }
   writePadding(packed, count, bits, block);
 }

@@ -8,7 +8,10 @@
  * - encoding: a block that may hold a candidate has a NaN scale (a
  *   non-finite element) or at most E non-zero q (zpp_quant.h says why); an
  *   escape group with such a block is encoded again from its input. The
- *   scan stops at the (E+1)-th non-zero q, a few bytes into most blocks.
+ *   scan stops at the (E+1)-th non-zero q, a few bytes into most blocks;
+ *   the vector implementations count the non-zero q while they encode and
+ *   hint which groups cannot hold such a block, so that their scan is
+ *   skipped (the packed data is not read again).
  * - decoding: the escaped elements decode to 0 in the packed data; their
  *   values are added from the tables, after the packed values, in input
  *   order, which is the order the spec defines. Markers (only in segments
@@ -134,7 +137,7 @@ static int groupHasMarker(const uint8_t* seg, size_t count, int bits, int block,
 }
 
 void zppQuantEscEncode(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
-                       uint8_t* packed) {
+                       uint8_t* packed, const uint8_t* hints) {
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
   uint8_t* tables = packed + zppQuantEscOffset(count, bits, block);
@@ -142,7 +145,7 @@ void zppQuantEscEncode(const void* in, zppDataType_t dtype, size_t count, int bi
   int marked = 0;
   for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
     uint8_t* table = tables + g * ZPP_QUANT_ESC_TABLE_BYTES;
-    if (!groupMayEscape(scales, data, count, bits, block, g)) {
+    if ((hints != NULL && hints[g] == 0) || !groupMayEscape(scales, data, count, bits, block, g)) {
       clearTable(table);
       continue;
     }

@@ -42,9 +42,14 @@ typedef struct {
   const char* name;
 
   /* Scales and data of one segment of `count` elements (header and padding
-   * are the caller's). `packed` points at the segment start. */
+   * are the caller's). `packed` points at the segment start. `hints`: NULL,
+   * or one byte per escape group (zppQuantNumGroups(count)), set to 0 when
+   * every block of the group is known to have a finite scale and either a
+   * zero scale or more than E non-zero q (then it has no candidate and no
+   * non-finite element: zpp_quant.h, "Why 2^K"), else to 1. 1 is always
+   * right: the escape pass then scans the group itself. */
   void (*quantize)(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
-                   uint8_t* packed);
+                   uint8_t* packed, uint8_t* hints);
 
   /* Decode one segment into dtype. */
   void (*dequantize)(const uint8_t* packed, size_t count, int bits, int block, void* out,
@@ -82,10 +87,11 @@ extern const zppQuantImpl_t zppQuantImplAvx512;
 /* Escapes (zpp_quant.h, "Escapes"), applied by the front end around every
  * CPU implementation, which itself encodes as if escapes did not exist:
  * after a quantize, zppQuantEscEncode re-encodes, with the reference code,
- * every escape group that may hold an escape; after a decode, the other
+ * every escape group that may hold an escape (skipping without a scan the
+ * groups whose hint, from the quantize, is 0; hints may be NULL); after a decode, the other
  * functions add the escaped values. quant_escape.c. */
 void zppQuantEscEncode(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
-                       uint8_t* packed);
+                       uint8_t* packed, const uint8_t* hints);
 void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
                         int block_in, int bits_out, int block_out, uint8_t* packed_out);
 void zppQuantEscDequantize(const uint8_t* packed, size_t count, int bits, int block, void* out,

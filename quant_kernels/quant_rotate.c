@@ -156,7 +156,7 @@ static void rotateGroup(const void* in, zppDataType_t dtype, size_t count, int b
   size_t nb = zppQuantNumBlocks(glen, block);
   uint8_t tmp[ZPP_QUANT_HEADER_BYTES + 4 * (ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK) +
               ZPP_QUANT_ESC_GROUP];
-  zppQuantImplActive()->quantize(xg, zppFloat32, glen, bits, block, tmp);
+  zppQuantImplActive()->quantize(xg, zppFloat32, glen, bits, block, tmp, NULL);
   const uint8_t* tdata = tmp + zppQuantDataOffset(glen, block);
   for (size_t k = 0; k < nb; k++) {
     if (!rotated[k]) continue;

@@ -35,7 +35,9 @@ static void scalarFromFloat(const float* in, size_t n, void* out, zppDataType_t 
 }
 
 static void scalarQuantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
-                           uint8_t* packed) {
+                           uint8_t* packed, uint8_t* hints) {
+  /* The reference leaves the escape pass to scan every group. */
+  if (hints != NULL) memset(hints, 1, zppQuantNumGroups(count));
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
   size_t esize = dtype == zppFloat32 ? 4 : 2;

@@ -211,7 +211,7 @@ void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes
     Buffer* in = Tensor(dtype, count);
     Buffer* out = GetBuffer("qout/" + std::to_string(packedBytes), packedBytes);
     for (auto _ : state) {
-      zppQuantImplActive()->quantize(in->data, dtype, count, bits, block, out->data);
+      zppQuantImplActive()->quantize(in->data, dtype, count, bits, block, out->data, nullptr);
       benchmark::ClobberMemory();
     }
     SetRates(state, bytes, packedBytes, baseline);

@@ -465,6 +465,89 @@ static void checkExtremes(void) {
   checkBlock(x, 32, OUT_ALL, "smallest subnormals");
 }
 
+/* The escape hints (quant_impl.h) at the E/E+1 boundary. Escape group k of
+ * the input is made of blocks of one kind:
+ *   0: E+1 non-zero q, the (E+1)-th at 0.6/Q of the max (q = 1): no
+ *      candidate, and the vector codecs must hint 0 (the scan is skipped);
+ *   1: as 0, but one block has exactly E non-zero q, the rest 1e-4 (q = 0):
+ *      those E escape, found by the exact test after a hint of 1;
+ *   2: as 0, but one block has E non-zero q and its (E+1)-th element at
+ *      0.45/Q (q = 0): hint 1 (the exact test decides);
+ *   3: as 0, but one block holds a NaN: hint 1;
+ *   4: all zero: hint 0;
+ * then a short tail. Every implementation must give the scalar's bytes
+ * (checkCase), and the hints must say 0 exactly where stated. */
+static void fillHintBlock(void* in, zppDataType_t dtype, size_t lo, int block, int bits, int kind) {
+  const float Q = (float)zppQuantQmax(bits);
+  for (int i = 0; i < block; i++) {
+    float v = 0.0f;
+    if (kind == 4)
+      v = 0.0f;
+    else if (i < ZPP_QUANT_ESC_PER_BLOCK)
+      v = (i & 1) ? -1.0f : 1.0f;
+    else if (i == ZPP_QUANT_ESC_PER_BLOCK)
+      v = kind == 0 ? 0.6f / Q : kind == 2 ? -0.45f / Q : kind == 3 ? NAN : 1e-4f;
+    else
+      v = kind == 1 ? 1e-4f : 0.0f;
+    qtSet(in, dtype, lo + (size_t)((i * 7) % block), v); /* spread over the block */
+  }
+}
+
+static void checkEscapeHints(void) {
+  const int blocks[] = {32, 64, 256, 4096};
+  const size_t G = ZPP_QUANT_ESC_GROUP;
+  for (int t = 0; t < 3; t++)
+    for (int bits = 8; bits >= 4; bits -= 4)
+      for (int bi = 0; bi < 4; bi++) {
+        int block = blocks[bi];
+        size_t count = 5 * G + 40;
+        void* in = calloc(count, 4);
+        REQUIRE(in != NULL);
+        for (size_t lo = 0; lo + (size_t)block <= 5 * G; lo += (size_t)block) {
+          int kind = (int)(lo / G);
+          /* kinds 1-3: the group's special block is its last; the rest as 0 */
+          int last = lo + 2 * (size_t)block > (lo / G + 1) * G;
+          fillHintBlock(in, kTypes[t], lo, block, bits, kind == 4 || last ? kind : 0);
+        }
+        for (size_t i = 5 * G; i < count; i++) qtSet(in, kTypes[t], i, (float)(i % 5) - 2.0f);
+        char label[64];
+        snprintf(label, sizeof label, "escape hints");
+        checkCase(in, kTypes[t], count, bits, block, 0, label);
+        for (int k = 1; k < gNimpl; k++) {
+          const zppQuantImpl_t* impl = zppQuantImplGet(gImpls[k]);
+          REQUIRE(impl != NULL);
+          uint8_t* seg = malloc(zppQuantPackedSize(count, bits, block));
+          uint8_t hints[6];
+          REQUIRE(seg != NULL);
+          memset(hints, 0xee, sizeof hints);
+          impl->quantize(in, kTypes[t], count, bits, block, seg, hints);
+          const int want[5] = {0, 1, 1, 1, 0};
+          for (int g = 0; g < 5; g++)
+            CHECK_MSG(hints[g] == want[g], "%s %s int%d block %d: hint of group %d is %d, expected %d",
+                      gImpls[k], qtTypeName(kTypes[t]), bits, block, g, hints[g], want[g]);
+          CHECK_MSG(hints[5] <= 1, "%s: hint of the tail group is %d", gImpls[k], hints[5]);
+          free(seg);
+        }
+        /* kind 1's block: its E elements escaped (the exact path ran) */
+        uint8_t* seg = malloc(zppQuantPackedSize(count, bits, block));
+        REQUIRE(seg != NULL);
+        CHECK(zppQuantize(in, kTypes[t], count, bits, block, seg) == zppSuccess);
+        int used = 0;
+        for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
+          used += qtEscSlotIndex(seg, count, bits, block, 1, j) != 0xffff;
+        CHECK_MSG(used == ZPP_QUANT_ESC_PER_BLOCK,
+                  "%s int%d block %d: %d escapes in group 1, expected %d", qtTypeName(kTypes[t]), bits,
+                  block, used, ZPP_QUANT_ESC_PER_BLOCK);
+        for (int g = 0; g < 5; g++)
+          if (g != 1 && !(g == 2 && bits == 8)) /* int8: 2^8 * 0.45/Q < 1, kind 2's E escape */
+            CHECK_MSG(qtEscSlotIndex(seg, count, bits, block, (size_t)g, 0) == 0xffff,
+                      "%s int%d block %d: an escape in group %d", qtTypeName(kTypes[t]), bits, block,
+                      g);
+        free(seg);
+        free(in);
+      }
+}
+
 int main(void) {
   gNimpl = qtImpls(gImpls);
   zppTestRng_t rng;
@@ -472,6 +555,7 @@ int main(void) {
   checkRandom(&rng);
   checkSpecialBlocks(&rng);
   checkExtremes();
+  checkEscapeHints();
   checkLarge(&rng);
   checkHuge(&rng);
   return zppTestExit("test_quant_roundtrip");
