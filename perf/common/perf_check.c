@@ -261,12 +261,25 @@ void zppPerfCodecBoundFree(zppPerfCodecBound_t* b) {
   b->amax = b->e1 = NULL;
 }
 
+/* The extra terms of the rotated bound for scale s and block max m. */
+static double zppPerfRotExtra(int q, int block, double s, double m) {
+  int L = 0;
+  while ((1 << L) < block) L++;
+  return 0x1p-22 * block * m + 0x1p-23 * L * q * s + 2 * 0x1p-150;
+}
+
 int zppPerfQwzBoundPrepare(const zppPerfCheckSpec_t* s, int bits, int block, zppPerfCodecBound_t* b) {
+  return zppPerfQwzBoundPrepareRot(s, bits, block, 0, b);
+}
+
+int zppPerfQwzBoundPrepareRot(const zppPerfCheckSpec_t* s, int bits, int block, int rotated,
+                              zppPerfCodecBound_t* b) {
   memset(b, 0, sizeof *b);
   if (zppPerfLevels(bits) == 0 || block < 1) return -1;
   size_t c = s->apiCount;
   b->bits = bits;
   b->block = block;
+  b->rotated = rotated;
   b->nblocks = (c + (size_t)block - 1) / (size_t)block;
   b->amax = calloc((size_t)s->nranks * (b->nblocks ? b->nblocks : 1), sizeof *b->amax);
   if (b->amax == NULL) return -1;
@@ -285,15 +298,29 @@ double zppPerfQwzBound(const zppPerfCheckSpec_t* s, size_t i, double exact, void
   size_t p = i / c, j = i % c;
   int q = zppPerfLevels(b->bits);
   /* The scale exactly as the codec computes it: fp32 amax / Q. */
-  float scale = (float)b->amax[p * b->nblocks + j / (size_t)b->block] / (float)q;
-  return zppPerfRoundTrip(s->dtype, q, scale, exact);
+  double m = b->amax[p * b->nblocks + j / (size_t)b->block];
+  float scale = (float)m / (float)q;
+  if (!b->rotated) return zppPerfRoundTrip(s->dtype, q, scale, exact);
+  double sr = (double)b->block * m / q * (1 + 0x1p-20);
+  double e = zppPerfRoundTrip(zppFloat32, q, sr, 0.0) + zppPerfRotExtra(q, b->block, sr, m);
+  double u = zppPerfTypeUnitRoundoff(s->dtype);
+  return e + (s->dtype == zppFloat32 ? 0.0 : u * (fabs(exact) + e)) + zppPerfHalfSubnormal(s->dtype);
 }
 
 int zppPerfQgzBoundPrepare(const zppPerfCheckSpec_t* s, int bits, zppPerfCodecBound_t* b) {
+  return zppPerfQgzBoundPrepareRot(s, bits, 0, 0, b);
+}
+
+int zppPerfQgzBoundPrepareRot(const zppPerfCheckSpec_t* s, int bits, int block, int rotated,
+                              zppPerfCodecBound_t* b) {
   memset(b, 0, sizeof *b);
   int q = zppPerfLevels(bits);
-  if (q == 0) return -1;
+  if (q == 0 || (rotated && block < 1)) return -1;
   b->bits = bits;
+  b->block = block;
+  b->rotated = rotated;
+  /* Rotated: every scale grows by up to B (see perf_check.h). */
+  const double grow = rotated ? (double)block * (1 + 0x1p-20) : 1.0;
   b->amax = calloc((size_t)s->nranks, sizeof *b->amax);
   b->e1 = calloc((size_t)s->nranks, sizeof *b->e1);
   if (b->amax == NULL || b->e1 == NULL) {
@@ -311,11 +338,14 @@ int zppPerfQgzBoundPrepare(const zppPerfCheckSpec_t* s, int bits, zppPerfCodecBo
     }
     b->amax[k] = a;
     /* fp32 stages: the first round trip decodes into fp32 accumulators */
-    b->e1[k] = zppPerfRoundTrip(zppFloat32, q, a / q * scaleRound, 0.0);
+    double s1 = a / q * scaleRound * grow;
+    b->e1[k] = zppPerfRoundTrip(zppFloat32, q, s1, 0.0);
+    if (rotated) b->e1[k] += zppPerfRotExtra(q, block, s1, a);
     b->sumE1 += b->e1[k];
     s2 += (a + b->e1[k]) / q * scaleRound;
   }
-  b->e2 = s2 * (0.5 + 0x1p-21 * q) + s->nranks * (q + 1) * 0x1p-150;
+  b->e2 = s2 * grow * (0.5 + 0x1p-21 * q) + s->nranks * (q + 1) * 0x1p-150;
+  if (rotated) b->e2 += zppPerfRotExtra(q, block, s2 * grow, s2 * q) + s->nranks * 2 * 0x1p-150;
   return 0;
 }
 

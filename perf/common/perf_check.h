@@ -136,6 +136,17 @@ void zppPerfCorrupt(zppDataType_t dtype, void* buf, size_t i);
  * (scales carry a factor 1 + 2^-23 for their own fp32 rounding). It assumes
  * every hop quantizes with `bits` or finer, which makes it an upper bound
  * for an int8 second hop too.
+ *
+ * Rotated codec (ZPP_QUANT_ROTATE; zpp_quant.h, "Rotation"): a rotated block's
+ * scale is max |H D x'| / Q, which the tool does not compute; it bounds it
+ * by B * M / Q (every |w_i| <= sum_j |x'_j| <= B M, M the block's amax), and
+ * adds the rotated bound's terms 2^-22 B M + 2^-23 L Q s. qwZ: per block, M
+ * its amax. qgZ: the formula above with each stage's scale multiplied by B
+ * and those terms added per stage (M = A_k, then the node sums' bound). The
+ * rotated reductions add each input's full decode in order (no escapes
+ * after), which the 2(n-1) 2^-24 term covers. Looser than the plain bound
+ * by up to B: a check for gross errors (wrong data, blocks or ranks), not
+ * of the codec's accuracy, which tests/zeropp checks element by element.
  * ------------------------------------------------------------------------- */
 typedef struct {
   int bits;     /* 8 or 4 */
@@ -144,12 +155,18 @@ typedef struct {
   size_t nblocks;
   double sumE1, e2; /* qgZ: sum_k e1_k and E2 (the per-element parts come later) */
   double* e1;       /* qgZ: [nranks] */
+  int rotated;      /* the rotated codec's bound (see above) */
 } zppPerfCodecBound_t;
 
 /* Prepare for spec (an allgather for qwZ/hpZ, a reducescatter for qgZ);
  * return 0, or -1 for bad bits/block or no memory. */
 int zppPerfQwzBoundPrepare(const zppPerfCheckSpec_t* spec, int bits, int block, zppPerfCodecBound_t* b);
 int zppPerfQgzBoundPrepare(const zppPerfCheckSpec_t* spec, int bits, zppPerfCodecBound_t* b);
+/* The same for the rotated codec when rotated (qgZ needs the block then). */
+int zppPerfQwzBoundPrepareRot(const zppPerfCheckSpec_t* spec, int bits, int block, int rotated,
+                              zppPerfCodecBound_t* b);
+int zppPerfQgzBoundPrepareRot(const zppPerfCheckSpec_t* spec, int bits, int block, int rotated,
+                              zppPerfCodecBound_t* b);
 void zppPerfCodecBoundFree(zppPerfCodecBound_t* b);
 /* zppPerfBoundFn's with arg = the prepared zppPerfCodecBound_t. */
 double zppPerfQwzBound(const zppPerfCheckSpec_t* spec, size_t i, double exact, void* arg);

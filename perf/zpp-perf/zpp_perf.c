@@ -95,6 +95,9 @@ int main(int argc, char** argv) {
     snprintf(b, sizeof b, "%d", args.quantBlock);
     setenv("ZPP_QUANT_BLOCK", b, 1);
   }
+  /* --rotate: the library reads the switch from here (every rank, before
+   * its communicator is made); ZPP_QUANT_ROTATE=0 keeps a caller's env off. */
+  setenv("ZPP_QUANT_ROTATE", args.quantRotate ? "1" : "0", 1);
   if (args.forkRanks > 0) {
     /* A one-task srun step is a shell (srun --pty bash), not a launch of ranks. */
     if (mpi || (envRanks != 0 && !(envRanks == 1 && strcmp(envLauncher, "srun") == 0))) {

@@ -74,6 +74,7 @@ typedef struct {
   int bits, block;     /* compressed modes: codec bits (0: exact) and elements per scale */
   void* modeState;     /* from the mode's setup (e.g. hpZ's partitioned parameter) */
   int rotateRoot;      /* -r rotate: timed call i has root i % nranks (root is 0 otherwise) */
+  int quantRotate;     /* --rotate: the compressed modes' codec rotates its blocks */
 } zppPerfCall_t;
 
 /* -r rotate: the broadcast root moves to the next rank every call, so that a
@@ -163,6 +164,7 @@ typedef struct zppPerfArgs {
   int timeoutSec;                /* --timeout: sets ZPP_TIMEOUT for the library */
   int qwzBits, qgzBits, hpzBits; /* --qwz-bits (8), --qgz-bits (4), --hpz-bits (8; 0: exact forward) */
   int quantBlock;         /* --block, else ZPP_QUANT_BLOCK, else 0: the codec's default per bits */
+  int quantRotate;        /* --rotate, else ZPP_QUANT_ROTATE=1: the rotated codec */
   const char* injectSpec; /* ZPP_PERF_INJECT_ERROR, "rank:elem" */
   int injectRank;
   long injectElem;
@@ -221,6 +223,7 @@ typedef struct {
   uint64_t wrong;
   double maxError, bound;
   int bits, block; /* compressed modes */
+  int rotated;     /* compressed modes under --rotate */
   zppPerfBaseResult_t base;
 } zppPerfRecord_t;
 

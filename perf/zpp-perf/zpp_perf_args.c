@@ -116,6 +116,8 @@ void zppPerfUsage(FILE* f) {
           "      --hpz-bits 8|4|0    --hpz-bits of hpz's forward gather (default 8, 0 exact)\n"
           "      --block N           elements per scale (sets ZPP_QUANT_BLOCK; default the\n"
           "                          codec's: 256 for 8 bits, 64 for 4)\n"
+          "      --rotate            the compressed modes rotate each block before quantizing\n"
+          "                          (sets ZPP_QUANT_ROTATE=1; default ZPP_QUANT_ROTATE, else off)\n"
           "      --baseline mpi|nccl the same operation through MPI (under mpirun) or NCCL\n"
           "                          (device buffers, needs a GPU), beside our rows\n"
           "      --rounds R          split each row's -n iterations into R rounds that\n"
@@ -360,6 +362,8 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
   a->hpzBits = 8;
   const char* envBlock = getenv("ZPP_QUANT_BLOCK");
   a->quantBlock = envBlock != NULL ? atoi(envBlock) : 0;
+  const char* envRotate = getenv("ZPP_QUANT_ROTATE");
+  a->quantRotate = envRotate != NULL && strcmp(envRotate, "1") == 0;
 
   enum {
     OPT_BASELINE = 1000,
@@ -370,6 +374,7 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
     OPT_QGZ_BITS,
     OPT_HPZ_BITS,
     OPT_BLOCK,
+    OPT_ROTATE,
     OPT_ROUNDS,
     OPT_DEVICE
   };
@@ -400,6 +405,7 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
                                            {"qgz-bits", required_argument, 0, OPT_QGZ_BITS},
                                            {"hpz-bits", required_argument, 0, OPT_HPZ_BITS},
                                            {"block", required_argument, 0, OPT_BLOCK},
+                                           {"rotate", no_argument, 0, OPT_ROTATE},
                                            {"rounds", required_argument, 0, OPT_ROUNDS},
                                            {"device", no_argument, 0, OPT_DEVICE},
                                            {0, 0, 0, 0}};
@@ -525,6 +531,7 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
           return zppPerfUsageError("--block must be a power of two from 32 to 4096, not %s", optarg);
         a->quantBlock = (int)v;
         break;
+      case OPT_ROTATE: a->quantRotate = 1; break;
       case OPT_ROUNDS:
         if (zppPerfParseInt(optarg, 1, 1000000, &v) != 0)
           return zppPerfUsageError("bad round count --rounds %s (a whole number, 1 or more)", optarg);

@@ -130,12 +130,12 @@ static void zppPerfTeardownHpz(zppPerfCall_t* c) {
 static int zppPerfPrepareQwz(const zppPerfCheckSpec_t* s, const zppPerfCall_t* c,
                              zppPerfCodecBound_t* b) {
   if (c->bits == 0) return 1; /* hpZ with an exact forward gather */
-  return zppPerfQwzBoundPrepare(s, c->bits, c->block, b);
+  return zppPerfQwzBoundPrepareRot(s, c->bits, c->block, c->quantRotate, b);
 }
 
 static int zppPerfPrepareQgz(const zppPerfCheckSpec_t* s, const zppPerfCall_t* c,
                              zppPerfCodecBound_t* b) {
-  return zppPerfQgzBoundPrepare(s, c->bits, b);
+  return zppPerfQgzBoundPrepareRot(s, c->bits, c->block, c->quantRotate, b);
 }
 
 static const zppPerfMode_t zppPerfModes[] = {

@@ -53,7 +53,7 @@ void zppPerfPrintSectionHeader(FILE* f, const zppPerfRecord_t* r, int baseline) 
   if (zppPerfCollReduces(r->coll)) fprintf(f, ", %s", zppPerfRedOpName(r->redop));
   if (r->compressed) {
     if (r->bits)
-      fprintf(f, ", int%d, block %d", r->bits, r->block);
+      fprintf(f, ", int%d, block %d%s", r->bits, r->block, r->rotated ? ", rotated" : "");
     else
       fprintf(f, ", unquantized");
   }
@@ -292,6 +292,8 @@ static void zppPerfJsonRecord(FILE* f, const zppPerfRecord_t* r, const zppPerfRu
     fprintf(f, "%d", r->bits);
     zppPerfJsonKey(f, "block", &first);
     fprintf(f, "%d", r->block);
+    zppPerfJsonKey(f, "rotated", &first);
+    fprintf(f, "%s", r->rotated ? "true" : "false");
   }
   if (r->base.present) {
     zppPerfJsonKey(f, "baseline", &first);

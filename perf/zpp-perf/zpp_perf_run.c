@@ -470,6 +470,7 @@ static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t*
     rec.redop = redop;
     rec.root = a->root;
     zppPerfModeParams(task->mode, a, &rec.bits, &rec.block);
+    rec.rotated = task->mode->compressed && rec.bits != 0 && a->quantRotate;
     zppPerfCounts(task->coll, sizes[k], zppTypeSize(dtype), env->nranks, &rec.counts);
     if (env->rank == 0 && !headerDone) {
       zppPerfPrintSectionHeader(stdout, &rec, a->baseline != ZPP_PERF_BASELINE_NONE);
@@ -497,7 +498,8 @@ static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t*
                           rec.bits,
                           rec.block,
                           NULL,
-                          rotate};
+                          rotate,
+                          rec.rotated};
     if (env->rank == 0) zppPerfProgress(st, &rec);
     res = zppPerfRunRow(st, task->mode, &call, &rec);
     st->rowsDone++;

@@ -534,6 +534,24 @@ def test_zeropp(bin_, schema_path, outdir):
     if doc is not None:
         check(len(doc["records"]) == 3 and all(r["wrong"] == 1 for r in doc["records"]),
               "injected error not counted once per lossy row: %s" % [r["wrong"] for r in doc["records"]])
+
+    # --rotate: the rotated codec, within the tool's (looser) rotated bound,
+    # marked rotated in the rows; the injected error is still caught.
+    rot = ["-N", "4", "--layout", "2x2", "-t", "qwz,hpz,qgz", "-d", "bfloat16,float", "--qwz-bits", "4",
+           "-b", "4K", "-e", "256K", "-f", "8", "-n", "1", "-w", "0", "--rotate"]
+    rc, out, err, doc, path = run_json(bin_, rot, outdir, "zeropp-rotate", timeout=300)
+    check(rc == 0, "--rotate run exited %d: %s" % (rc, err[-500:]))
+    if doc is not None and json_ok(doc, schema):
+        check(len(doc["records"]) == 18, "--rotate rows: %d" % len(doc["records"]))
+        for r in doc["records"]:
+            tag = "--rotate %s %s %s %d B" % (r["op"], r["mode"], r["dtype"], r["bytes"])
+            check(r.get("rotated") is True, tag + ": not marked rotated")
+            check(r["wrong"] == 0 and r["max_error"] <= r["bound"], tag + ": %d wrong" % r["wrong"])
+    check(", rotated" in out, "--rotate: the table headers do not say rotated")
+    rc, out, err, doc, path = run_json(bin_, rot[:-11] + ["-b", "64K", "-e", "64K", "-n", "1", "-w", "0",
+                                                        "--rotate"],
+                                       outdir, "zeropp-rotate-inject", env={"ZPP_PERF_INJECT_ERROR": "3:5"})
+    check(rc == 3, "--rotate: injected error in a lossy mode: exit %d, want 3" % rc)
     return 0
 
 
