@@ -1,23 +1,46 @@
-"""FSDP2 step time over gloo, zpp plain and zpp ZeRO++ (qwZ int8 + qgZ int4),
-interleaved in rounds in one run, with the bytes that crossed node links.
+"""Step time over gloo, zpp plain and zpp ZeRO++ (qwZ int8 + qgZ int4), with the
+bytes that crossed node links, for FSDP2 and for DeepSpeed ZeRO-3, in one run.
 
 Run by perf/torch-fsdp/torch-fsdp-bench.sh inside perf/emucluster/emucluster.sh (one process per
-rank, torchrun-style environment). Not a test: it prints a table and writes
-JSON (--json); the model is tests/torch/fsdp_model.py's, wider.
+rank, torchrun-style environment). Not a test: it prints a table per framework and writes JSON
+(--json). The model is tests/torch/fsdp_model.py's, wider.
+
+FSDP2 takes its backend per process group, so its three runs share this process and alternate
+within each round. DeepSpeed takes the default process group's backend, and zpp reads ZeRO++'s
+settings from the environment that DeepSpeed's users set: so each DeepSpeed run is a process of
+its own per rank (this script with --ds-worker, its own rendezvous port), launched by this one,
+the three backends alternating within each round as well.
 """
 import argparse
+import datetime
 import json
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
+import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "torch"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "torch"))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import fsdp_model  # noqa: E402
 import torch_zpp  # noqa: E402
+
+ZEROPP = dict(qwz_bits=8, qgz_bits=4, compress_min_bytes=0)
+# DeepSpeed runs: (init_distributed's backend, the environment added). ZeRO++
+# is the same setting as FSDP2's, set the way a DeepSpeed user sets it.
+DS_RUNS = {
+    "gloo": ("gloo", {}),
+    "zpp plain": ("zpp", {}),
+    "zpp ZeRO++": ("zpp", {"ZPP_QWZ_BITS": str(ZEROPP["qwz_bits"]),
+                           "ZPP_QGZ_BITS": str(ZEROPP["qgz_bits"]),
+                           "ZPP_COMPRESS_MIN_BYTES": str(ZEROPP["compress_min_bytes"])}),
+}
+DS_RUN_TIMEOUT_S = 900
 
 
 def link_tx_bytes():
@@ -30,6 +53,162 @@ def link_tx_bytes():
         return int(f.read())
 
 
+def node_tx_bytes():
+    """The node's link counter, read by one rank per node (the others 0), so
+    that a sum over ranks counts every node once."""
+    return link_tx_bytes() if int(os.environ.get("LOCAL_RANK", "0")) == 0 else 0
+
+
+def new_result():
+    return {"step_s": [], "link_bytes_per_step": [], "zpp_inter_bytes_per_step": [],
+            "final_loss": []}
+
+
+def add_run(r, step_s, link_bytes, zpp_inter_bytes, final_loss, steps):
+    """One run of one backend: per-step times of the slowest rank (the first
+    step, warm-up, dropped), per-step byte counts summed over ranks."""
+    r["step_s"] += step_s[1:]
+    r["link_bytes_per_step"].append(link_bytes / steps)
+    r["zpp_inter_bytes_per_step"].append(zpp_inter_bytes / steps)
+    r["final_loss"].append(final_loss)
+
+
+def bench_fsdp2(a, ctl):
+    """FSDP2 over gloo (the default group), zpp plain and zpp ZeRO++ groups."""
+    groups = {
+        "gloo": dist.group.WORLD,
+        "zpp plain": dist.new_group(backend="zpp"),
+        "zpp ZeRO++": dist.new_group(backend="zpp", pg_options=torch_zpp.Options(**ZEROPP)),
+    }
+    res = {k: new_result() for k in groups}
+    for rnd in range(a.rounds):
+        for name, g in groups.items():
+            if name != "gloo":
+                torch_zpp.reset_stats(g)
+            dist.barrier(group=ctl)
+            tx0 = node_tx_bytes()
+            losses, times = fsdp_model.train(g, a.steps, bsz=a.bsz, d=a.d, layers=a.layers,
+                                             seq=a.seq, report_group=ctl)
+            dist.barrier(group=ctl)
+            tx = torch.tensor([float(node_tx_bytes() - tx0)])
+            st = torch.tensor(times, dtype=torch.float64)
+            dist.all_reduce(st, op=dist.ReduceOp.MAX, group=ctl)  # a step lasts as long as its slowest rank
+            dist.all_reduce(tx, group=ctl)
+            inter = 0.0
+            if name != "gloo":
+                inter = float(sum(v["inter_node_bytes"] for v in torch_zpp.stats(g).values()))
+            it = torch.tensor([inter])
+            dist.all_reduce(it, group=ctl)
+            add_run(res[name], st.tolist(), tx.item(), it.item(), losses[-1], a.steps)
+            progress(ctl, "fsdp2", rnd, name, st.tolist(), tx.item() / a.steps)
+    for name, g in groups.items():
+        if name != "gloo":
+            dist.destroy_process_group(g)  # nothing of zpp's left running beside DeepSpeed's runs
+    return res
+
+
+def bench_deepspeed(a, ctl):
+    """DeepSpeed ZeRO-3 runs, each a process per rank (ds_worker), their
+    results gathered over ctl."""
+    rank = dist.get_rank()
+    base_port = int(os.environ["MASTER_PORT"])
+    res = {k: new_result() for k in DS_RUNS}
+    out = tempfile.mkdtemp(prefix="zpp-ds-bench-")
+    for rnd in range(a.rounds):
+        for i, (name, (_, env)) in enumerate(DS_RUNS.items()):
+            # A port per run: a rendezvous never meets a previous run's store.
+            port = base_port + 1 + rnd * len(DS_RUNS) + i
+            path = os.path.join(out, "run%d.%d.json" % (rnd, i))
+            cmd = [sys.executable, os.path.abspath(__file__), "--ds-worker", name, "--ds-out", path,
+                   "--steps", str(a.steps), "--d", str(a.d), "--layers", str(a.layers),
+                   "--bsz", str(a.bsz), "--seq", str(a.seq)]
+            e = dict(os.environ, MASTER_PORT=str(port), DS_ACCELERATOR="cpu", **env)
+            dist.barrier(group=ctl)
+            try:
+                code = subprocess.call(cmd, env=e, timeout=DS_RUN_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                code = "timed out after %d s" % DS_RUN_TIMEOUT_S
+            mine = None
+            if code == 0:
+                with open(path) as f:
+                    mine = json.load(f)
+            else:
+                print("rank %d: DeepSpeed run %r (round %d) failed: %s" % (rank, name, rnd, code),
+                      file=sys.stderr, flush=True)
+            every = [None] * dist.get_world_size()
+            dist.all_gather_object(every, mine, group=ctl)
+            if any(r is None for r in every):
+                raise SystemExit("DeepSpeed run %r failed on rank(s) %s; their output is above"
+                                 % (name, [i for i, r in enumerate(every) if r is None]))
+            steps = len(every[0]["step_s"])
+            st = [max(r["step_s"][s] for r in every) for s in range(steps)]
+            tx = sum(r["tx_bytes"] for r in every)
+            inter = sum(r["zpp_inter_bytes"] for r in every)
+            loss = sum(r["final_loss"] for r in every) / len(every)
+            add_run(res[name], st, tx, inter, loss, a.steps)
+            skipped = [r["skipped"] for r in every]
+            if any(skipped):
+                raise SystemExit("DeepSpeed run %r skipped steps %s (overflow): its timing is not "
+                                 "a training step's" % (name, skipped))
+            progress(ctl, "deepspeed", rnd, name, st, tx / a.steps)
+    return res
+
+
+def ds_worker(a):
+    """One rank of one DeepSpeed run: times each step, counts the bytes, and
+    writes this rank's figures to --ds-out."""
+    import deepspeed
+    import ds_zero3
+
+    backend = DS_RUNS[a.ds_worker][0]
+    deepspeed.init_distributed(dist_backend=backend, timeout=datetime.timedelta(seconds=600))
+    rank = dist.get_rank()
+    engine, data = ds_zero3.make_engine(d=a.d, layers=a.layers, seq=a.seq, micro_batch=a.bsz)
+    if backend == "zpp":
+        torch_zpp.reset_stats()
+    dist.barrier()
+    tx0 = node_tx_bytes()
+    times = []
+    for step in range(a.steps):
+        t0 = time.perf_counter()
+        loss = ds_zero3.train_step(engine, data, rank, step, a.bsz, a.seq)
+        times.append(time.perf_counter() - t0)
+    dist.barrier()
+    res = {"step_s": times, "tx_bytes": node_tx_bytes() - tx0, "final_loss": loss.item(),
+           "skipped": engine.skipped_steps, "zpp_inter_bytes": 0}
+    if backend == "zpp":
+        res["zpp_inter_bytes"] = sum(v["inter_node_bytes"] for v in torch_zpp.stats().values())
+    with open(a.ds_out, "w") as f:
+        json.dump(res, f)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def progress(ctl, framework, rnd, name, step_s, link_bytes_per_step):
+    if dist.get_rank(ctl) == 0:
+        print("%-9s round %d %-11s median step %.3f s, link bytes/step %.1f MB" % (
+            framework, rnd, name, statistics.median(step_s[1:]), link_bytes_per_step / 1e6),
+            flush=True)
+
+
+def table(title, res, extra):
+    """Prints one framework's table; returns its JSON summary."""
+    print("\n" + title)
+    print("%-11s %10s %10s %16s %16s" % ("backend", "step s", "vs gloo", "link MB/step",
+                                          "zpp inter MB/st"))
+    g = statistics.median(res["gloo"]["step_s"])
+    summary = dict(extra, backends={})
+    for name, r in res.items():
+        m = statistics.median(r["step_s"])
+        lb = statistics.median(r["link_bytes_per_step"])
+        zb = statistics.median(r["zpp_inter_bytes_per_step"])
+        print("%-11s %10.3f %9.2fx %16.1f %16s" % (name, m, g / m, lb / 1e6,
+                                                  "-" if name == "gloo" else "%.1f" % (zb / 1e6)))
+        summary["backends"][name] = dict(r, median_step_s=m, speedup_vs_gloo=g / m,
+                                         median_link_bytes_per_step=lb)
+    return summary
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--rounds", type=int, default=3)
@@ -38,66 +217,40 @@ def main():
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--bsz", type=int, default=1)
     p.add_argument("--seq", type=int, default=32)
+    p.add_argument("--frameworks", default="fsdp2,deepspeed",
+                   help="comma-separated: fsdp2, deepspeed (default both)")
     p.add_argument("--json")
+    p.add_argument("--ds-worker", choices=sorted(DS_RUNS), help=argparse.SUPPRESS)
+    p.add_argument("--ds-out", help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.ds_worker:
+        ds_worker(a)
+        return
+    frameworks = a.frameworks.split(",")
+    unknown = set(frameworks) - {"fsdp2", "deepspeed"}
+    if unknown:
+        p.error("--frameworks takes fsdp2 and deepspeed, not %s" % ",".join(sorted(unknown)))
+    if a.steps < 2:
+        p.error("--steps must be at least 2 (the first step of each run is not timed)")
 
     dist.init_process_group("gloo")
     ctl = dist.new_group(backend="gloo")  # reports and timing, not measured
-    rank, W = dist.get_rank(), dist.get_world_size()
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    groups = {
-        "gloo": dist.group.WORLD,
-        "zpp plain": dist.new_group(backend="zpp"),
-        "zpp ZeRO++": dist.new_group(backend="zpp", pg_options=torch_zpp.Options(
-            qwz_bits=8, qgz_bits=4, compress_min_bytes=0)),
-    }
-    res = {k: {"step_s": [], "link_bytes_per_step": [], "zpp_inter_bytes_per_step": [],
-               "final_loss": []} for k in groups}
-    for rnd in range(a.rounds):
-        for name, g in groups.items():
-            if name != "gloo":
-                torch_zpp.reset_stats(g)
-            dist.barrier(group=ctl)
-            tx0 = link_tx_bytes() if local == 0 else 0
-            losses, times = fsdp_model.train(g, a.steps, bsz=a.bsz, d=a.d, layers=a.layers,
-                                             seq=a.seq, report_group=ctl)
-            dist.barrier(group=ctl)
-            tx = torch.tensor([float(link_tx_bytes() - tx0 if local == 0 else 0)])
-            # a step lasts as long as its slowest rank
-            st = torch.tensor(times, dtype=torch.float64)
-            dist.all_reduce(st, op=dist.ReduceOp.MAX, group=ctl)
-            dist.all_reduce(tx, group=ctl)
-            inter = 0.0
-            if name != "gloo":
-                s = torch_zpp.stats(g)
-                inter = float(sum(v["inter_node_bytes"] for v in s.values()))
-            it = torch.tensor([inter])
-            dist.all_reduce(it, group=ctl)
-            r = res[name]
-            r["step_s"] += st[1:].tolist()
-            r["link_bytes_per_step"].append(tx.item() / a.steps)
-            r["zpp_inter_bytes_per_step"].append(it.item() / a.steps)
-            r["final_loss"].append(losses[-1])
-            if rank == 0:
-                print("round %d %-11s median step %.3f s, link bytes/step %.1f MB" % (
-                    rnd, name, statistics.median(st[1:].tolist()), tx.item() / a.steps / 1e6),
-                    flush=True)
-    if rank == 0:
+    W = dist.get_world_size()
+    results = {}
+    if "fsdp2" in frameworks:
+        results["fsdp2"] = bench_fsdp2(a, ctl)
+    if "deepspeed" in frameworks:
+        results["deepspeed"] = bench_deepspeed(a, ctl)
+    if dist.get_rank() == 0:
         nparams = fsdp_model.nparams(d=a.d, layers=a.layers, seq=a.seq)
-        print("\nFSDP2, %d ranks, %.1fM params fp32, batch %dx%d, %d rounds x %d steps (first "
-              "of each run not timed)" % (W, nparams / 1e6, a.bsz, a.seq, a.rounds, a.steps - 1))
-        print("%-11s %10s %10s %16s %16s" % ("backend", "step s", "vs gloo", "link MB/step",
-                                              "zpp inter MB/st"))
-        g = statistics.median(res["gloo"]["step_s"])
-        summary = {"params": nparams, "ranks": W, "args": vars(a), "backends": {}}
-        for name, r in res.items():
-            m = statistics.median(r["step_s"])
-            lb = statistics.median(r["link_bytes_per_step"])
-            zb = statistics.median(r["zpp_inter_bytes_per_step"])
-            print("%-11s %10.3f %9.2fx %16.1f %16s" % (name, m, g / m, lb / 1e6,
-                                                      "-" if name == "gloo" else "%.1f" % (zb / 1e6)))
-            summary["backends"][name] = dict(r, median_step_s=m, speedup_vs_gloo=g / m,
-                                             median_link_bytes_per_step=lb)
+        shape = ("%d ranks, %.1fM params fp32, batch %dx%d, %d rounds x %d steps (first of each "
+                 "run not timed)" % (W, nparams / 1e6, a.bsz, a.seq, a.rounds, a.steps - 1))
+        extra = {"params": nparams, "ranks": W, "args": vars(a)}
+        summary = {}
+        if "fsdp2" in results:
+            summary["fsdp2"] = table("FSDP2, " + shape, results["fsdp2"], extra)
+        if "deepspeed" in results:
+            summary["deepspeed"] = table("DeepSpeed ZeRO-3, " + shape, results["deepspeed"], extra)
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(summary, f, indent=1)

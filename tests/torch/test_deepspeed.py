@@ -10,8 +10,8 @@ transformer on 4 ranks as 2 nodes x 2, through gloo and through zpp:
              one secondary partition per node).
 
 fp32 (this CPU has no fp16 for DeepSpeed; its stage 3 checks overflow in fp16
-only), Adam, gradient clipping at 1.0 so that DeepSpeed computes the global
-gradient norm every step. Checked:
+only), set up by ds_zero3.py (shared with the benchmark in perf/torch-fsdp).
+Checked:
   - every run: losses and gradient norms finite at every step, no skipped step
     (engine.skipped_steps, and no "OVERFLOW" in DeepSpeed's output);
   - plain against gloo: the first-step loss is the same bits (the forward uses
@@ -51,34 +51,20 @@ RUNS = {
 
 def body(rank, run, steps, out):
     import deepspeed
-    import torch
+    import ds_zero3
     import torch.distributed as dist
-    import torch.nn.functional as F
 
-    import fsdp_model
     import torch_zpp
 
     backend, _, zero_extra = RUNS[run]
     deepspeed.init_distributed(dist_backend=backend)
     W = dist.get_world_size()
-    zero = {"stage": 3, "stage3_param_persistence_threshold": 0}
-    zero.update(zero_extra)
-    config = {"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1,
-              "gradient_clipping": 1.0, "zero_optimization": zero,
-              "zero_allow_untested_optimizer": True, "steps_per_print": 1000}
-    torch.manual_seed(0)
-    data, vocab = fsdp_model.load_corpus()
-    model = fsdp_model.CharLM(vocab, d=256, layers=2, seq=64)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
-    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config)
+    engine, data = ds_zero3.make_engine(zero_extra, d=256, layers=2, seq=64, micro_batch=8)
     if backend == "zpp":
         torch_zpp.reset_stats()
     losses, norms = [], []
     for step in range(steps):
-        x, y = fsdp_model.batch(data, rank, step, 8, 64)
-        loss = F.cross_entropy(engine(x).flatten(0, 1), y.flatten())
-        engine.backward(loss)
-        engine.step()
+        loss = ds_zero3.train_step(engine, data, rank, step, 8, 64)
         losses.append(loss.item())
         norms.append(float(engine.get_global_grad_norm()))
     res = {"rank": rank, "world": W, "losses": losses, "norms": norms,
