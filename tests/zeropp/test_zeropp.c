@@ -834,6 +834,132 @@ static void suiteOutliers(const ctx_t* c) {
   testDeepSpeedPadding(c, zppBfloat16);
 }
 
+/* ---- rotation against plain: whole calls (suite "rotation") ----------------- */
+
+/* The issue's three kinds of data: Gaussian, Student's t with 3 degrees of
+ * freedom, Gaussian with one element in 64 at 100x. */
+enum { EK_GAUSS, EK_T3, EK_SPIKES, EK_N };
+static const char* const kErrKind[EK_N] = {"Gaussian", "Student t(3)", "Gaussian + 1/64 at x100"};
+
+static void errFill(float* x, size_t n, int kind, int rank) {
+  zppTestRng_t rng;
+  zppTestRngSeed(&rng, 4242u + 977u * (uint64_t)kind + 31u * (uint64_t)rank);
+  for (size_t i = 0; i < n; i++) {
+    double v = zppTestRngNormal(&rng);
+    if (kind == EK_T3) {
+      double c = 0;
+      for (int k = 0; k < 3; k++) {
+        double g = zppTestRngNormal(&rng);
+        c += g * g;
+      }
+      v = v / sqrt(c / 3);
+    }
+    if (kind == EK_SPIKES && zppTestRngNext(&rng) % 64 == 0) v *= 100;
+    x[i] = (float)v;
+  }
+}
+
+typedef struct {
+  double rms;   /* RMS error / RMS of the exact values */
+  double worst; /* largest |error| / the largest |exact| of its block */
+} errStat_t;
+
+/* qwZ (zppAllGather under qwzBits) of fp32 shards of n elements: every rank
+ * knows every shard (seeded), so every rank measures the whole result. */
+static errStat_t measureQwz(zppComm_t comm, int W, int rank, int kind, int bits, size_t n) {
+  float* shard = xmalloc(n * sizeof(float));
+  float* out = xmalloc(n * (size_t)W * sizeof(float));
+  float* x = xmalloc(n * sizeof(float));
+  errFill(shard, n, kind, rank);
+  REQUIRE(zppQwzAllGather(shard, out, n, zppFloat32, bits, comm, NULL) == zppSuccess);
+  const size_t B = (size_t)ztBlock(bits);
+  double se = 0, sx = 0, worst = 0;
+  for (int r = 0; r < W; r++) {
+    errFill(x, n, kind, r);
+    for (size_t b0 = 0; b0 < n; b0 += B) {
+      double m = 0;
+      for (size_t i = b0; i < b0 + B && i < n; i++) m = fmax(m, fabs((double)x[i]));
+      for (size_t i = b0; i < b0 + B && i < n; i++) {
+        double e = (double)out[(size_t)r * n + i] - (double)x[i];
+        se += e * e;
+        sx += (double)x[i] * x[i];
+        if (m > 0) worst = fmax(worst, fabs(e) / m);
+      }
+    }
+  }
+  free(shard);
+  free(out);
+  free(x);
+  errStat_t st = {sqrt(se / sx), worst};
+  return st;
+}
+
+/* qgZ sum of fp32 inputs of W * rc elements: each rank measures its own
+ * partition against the exact sum, then the ranks combine. */
+static errStat_t measureQgz(zppComm_t comm, zppComm_t plain, int W, int rank, int kind, int bits,
+                            size_t rc) {
+  float* in = xmalloc(rc * (size_t)W * sizeof(float));
+  float* out = xmalloc(rc * sizeof(float));
+  double* exact = calloc(rc, sizeof(double));
+  REQUIRE(exact != NULL);
+  errFill(in, rc * (size_t)W, kind, rank);
+  REQUIRE(zppQgzReduceScatter(in, out, rc, zppFloat32, zppSum, bits, comm, NULL) == zppSuccess);
+  for (int r = 0; r < W; r++) {
+    errFill(in, rc * (size_t)W, kind, r);
+    for (size_t i = 0; i < rc; i++) exact[i] += (double)in[(size_t)rank * rc + i];
+  }
+  const size_t B = (size_t)ztBlock(bits);
+  double v[2] = {0, 0}, worst = 0, tot[2];
+  for (size_t b0 = 0; b0 < rc; b0 += B) {
+    double m = 0;
+    for (size_t i = b0; i < b0 + B && i < rc; i++) m = fmax(m, fabs(exact[i]));
+    for (size_t i = b0; i < b0 + B && i < rc; i++) {
+      double e = (double)out[i] - exact[i];
+      v[0] += e * e;
+      v[1] += exact[i] * exact[i];
+      if (m > 0) worst = fmax(worst, fabs(e) / m);
+    }
+  }
+  double w = 0;
+  REQUIRE(zppAllReduce(v, tot, 2, zppFloat64, zppSum, plain, NULL) == zppSuccess);
+  REQUIRE(zppAllReduce(&worst, &w, 1, zppFloat64, zppMax, plain, NULL) == zppSuccess);
+  free(in);
+  free(out);
+  free(exact);
+  errStat_t st = {sqrt(tot[0] / tot[1]), w};
+  return st;
+}
+
+/* Whole qwZ and qgZ calls, plain and rotated communicators side by side, on
+ * the three kinds of data, int8 and int4: prints the table (docs/codecs.md)
+ * and checks what rotation is for: on heavy tails (t(3)) int4's RMS error
+ * goes down, for qwZ and for qgZ's two stages. */
+static void suiteRotation(zppComm_t plain, zppComm_t rotated, int rank, int W) {
+  const size_t n = 16384;
+  if (rank == 0)
+    printf(
+        "| call | bits | data | rel. RMS plain | rel. RMS rotated | worst / block max, plain | "
+        "worst / block max, rotated |\n|---|---|---|---|---|---|---|\n");
+  for (int call = 0; call < 2; call++)
+    for (int bits = 8; bits >= 4; bits -= 4)
+      for (int kind = 0; kind < EK_N; kind++) {
+        errStat_t p, r;
+        if (call == 0) {
+          p = measureQwz(plain, W, rank, kind, bits, n);
+          r = measureQwz(rotated, W, rank, kind, bits, n);
+        } else {
+          p = measureQgz(plain, plain, W, rank, kind, bits, n);
+          r = measureQgz(rotated, plain, W, rank, kind, bits, n);
+        }
+        if (rank == 0)
+          printf("| %s | int%d | %s | %.3e | %.3e | %.3e | %.3e |\n", call ? "qgZ sum" : "qwZ", bits,
+                 kErrKind[kind], p.rms, r.rms, p.worst, r.worst);
+        if (bits == 4 && kind == EK_T3)
+          CHECK_MSG(r.rms < p.rms, "%s int4 t(3): rotated RMS %g not below plain %g",
+                    call ? "qgZ" : "qwZ", r.rms, p.rms);
+      }
+}
+
 /* ---- launch ---------------------------------------------------------------- */
 
 static void runSuite(zppComm_t comm, const char* suite) {
@@ -903,7 +1029,23 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
     cfg.qgzBits = 4;
     cfg.compressMinBytes = 0;
   }
+  if (strcmp(arg, "rotation") == 0) cfg.quantRotate = 0;
   if (zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) != zppSuccess) return 1;
+  if (strcmp(arg, "rotation") == 0) {
+    /* A second communicator, rotating: its id goes out over the first. */
+    zppUniqueId id2;
+    memset(&id2, 0, sizeof id2);
+    if (rank == 0) REQUIRE(zppGetUniqueId(&id2) == zppSuccess);
+    REQUIRE(zppBroadcast(&id2, &id2, sizeof id2, zppUint8, 0, comm, NULL) == zppSuccess);
+    zppConfig_t rc = cfg;
+    rc.quantRotate = 1;
+    zppComm_t rot;
+    REQUIRE(zppCommInitRankConfig(&rot, nranks, id2, rank, &rc) == zppSuccess);
+    suiteRotation(comm, rot, rank, nranks);
+    CHECK(zppCommDestroy(rot) == zppSuccess);
+    CHECK(zppCommDestroy(comm) == zppSuccess);
+    return zppTestRankResult();
+  }
   runSuite(comm, arg);
   CHECK(zppCommDestroy(comm) == zppSuccess);
   return zppTestRankResult();
@@ -911,7 +1053,8 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: %s LAYOUT|env core|hpz|counters|wrap|config|split|outliers\n", argv[0]);
+    fprintf(stderr, "usage: %s LAYOUT|env core|hpz|counters|wrap|config|split|outliers|rotation\n",
+            argv[0]);
     return 2;
   }
   if (strcmp(argv[1], "env") == 0) {
