@@ -41,6 +41,8 @@ class Options:
     qgz_bits: reduce-scatters (sum, avg, premul-sum) as qgZ (4 or 8; 0 off).
     compress_min_bytes: smaller calls stay plain and exact (count x size x ranks).
     quant_block: elements per scale. hpz_group_size: see zpp.h.
+    rotate: qwZ, hpZ and qgZ rotate each block before quantizing
+    (ZPP_QUANT_ROTATE; off by default; host tensors only for now).
     timeout_s: every wait of this group, seconds.
     host_id: this rank's node identity (ZPP_HOSTID).
     """
@@ -49,6 +51,7 @@ class Options:
     compress_min_bytes: Optional[int] = None
     quant_block: Optional[int] = None
     hpz_group_size: Optional[int] = None
+    rotate: Optional[bool] = None
     timeout_s: Optional[int] = None
     host_id: Optional[str] = None
 
@@ -94,6 +97,7 @@ def _create(dist_opts, pg_options):
         compress_min_bytes=-1 if options.compress_min_bytes is None
         else int(options.compress_min_bytes),
         hpz_group_size=_int(options.hpz_group_size),
+        quant_rotate=_int(options.rotate),
         host_id=options.host_id or "",
         comm_name="torch:" + str(dist_opts.group_id),
         timeout_in_effect=in_effect, timeout_from=source)

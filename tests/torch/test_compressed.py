@@ -163,6 +163,56 @@ def body(rank):
         if st["allgather"]["calls"] != 1 or st["qwz"]["calls"] != 1:
             fail("threshold: expected one plain and one qwZ call: %s" % st)
 
+    # Rotation (Options(rotate=True)): heavy-tailed weights (Student's t, 3
+    # degrees of freedom) gathered with int4 by a rotating group and a plain
+    # one. The rotated result differs from the plain one (the codec rotated),
+    # is within the rotated bound E of zpp_quant.h with the scale bounded by
+    # B * M / Q (|w_i| <= sum |x'_j|), and has the smaller RMS error: what
+    # rotation is for. qgZ likewise, against the exact sum.
+    rot = dist.new_group(backend="zpp", pg_options=torch_zpp.Options(
+        qwz_bits=4, qgz_bits=4, compress_min_bytes=0, rotate=True))
+    plain4 = dist.new_group(backend="zpp", pg_options=torch_zpp.Options(
+        qwz_bits=4, qgz_bits=4, compress_min_bytes=0, rotate=False))
+    Q, B = QB[4]
+    n = 4096
+    chi = sum(torch.randn(n, generator=gen) ** 2 for _ in range(3)) / 3
+    x = (torch.randn(n, generator=gen) / chi.sqrt()).float()
+    sh = gathered(x)
+    ex = sh.reshape(-1)
+    got = {}
+    for name, g in (("rotated", rot), ("plain", plain4)):
+        out = torch.empty(W * n, dtype=torch.float32)
+        dist.all_gather_into_tensor(out, x, group=g)
+        got[name] = out.double()
+    M = blocks(sh, B).reshape(-1)
+    smax = B * M / Q * (1 + 2.0 ** -20)
+    Erot = smax / 2 + 2.0 ** -21 * Q * smax + 2.0 ** -22 * B * M + 2.0 ** -23 * 6 * Q * smax \
+        + (Q + 3) * 2.0 ** -150
+    within("rotated all_gather_into_tensor int4", got["rotated"], ex, Erot)
+    within("plain all_gather_into_tensor int4", got["plain"], ex, qwz_bound(sh, "float32", 4))
+    checks[0] += 1
+    if torch.equal(got["rotated"], got["plain"]):
+        fail("Options(rotate=True) gathered the same bytes as rotate=False")
+    rms = {k: float(((v - ex) ** 2).mean().sqrt()) for k, v in got.items()}
+    checks[0] += 1
+    if not rms["rotated"] < rms["plain"]:
+        fail("rotation did not lower the int4 RMS error on t(3) data: %s" % rms)
+    xs = (torch.randn(W * n, generator=gen) / torch.cat([chi.sqrt()] * W)).float()
+    parts = gathered(xs)[:, rank * n:(rank + 1) * n]
+    exact = parts.sum(0)
+    outs = {}
+    for name, g in (("rotated", rot), ("plain", plain4)):
+        out = torch.empty(n, dtype=torch.float32)
+        dist.reduce_scatter_tensor(out, xs, op=dist.ReduceOp.SUM, group=g)
+        outs[name] = out.double()
+    checks[0] += 1
+    if not bool(torch.isfinite(outs["rotated"]).all()) or torch.equal(outs["rotated"], outs["plain"]):
+        fail("rotated reduce_scatter_tensor: not finite, or the plain group's bytes")
+    rms_rs = {k: float(((v - exact) ** 2).mean().sqrt()) for k, v in outs.items()}
+    if rank == 0:
+        print("rank 0: int4 t(3) RMS error, all-gather %s, reduce-scatter %s" % (rms, rms_rs),
+              flush=True)
+
     # Compressed types only: an integer qwZ call is refused, naming the call.
     try:
         torch_zpp.qwz_all_gather(torch.empty(W * 4, dtype=torch.int32),

@@ -87,6 +87,7 @@ ZppBackend::ZppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
   config.quantBlock = s.quantBlock;
   if (s.compressMinBytes >= 0) config.compressMinBytes = static_cast<size_t>(s.compressMinBytes);
   config.hpzGroupSize = s.hpzGroupSize;
+  config.quantRotate = s.quantRotate;
   if (!s.hostId.empty()) config.hostId = s.hostId.c_str();
   if (!s.commName.empty()) config.commName = s.commName.c_str();
   timeoutFrom_ = s.timeoutFrom;

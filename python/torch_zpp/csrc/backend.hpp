@@ -69,6 +69,7 @@ struct Settings {
   int quantBlock = ZPP_CONFIG_UNDEF_INT;
   int64_t compressMinBytes = -1;
   int hpzGroupSize = ZPP_CONFIG_UNDEF_INT;
+  int quantRotate = ZPP_CONFIG_UNDEF_INT;
   std::string hostId;
   std::string commName;
   // The timeout in effect and where it came from, for messages:

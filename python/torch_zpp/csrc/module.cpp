@@ -53,7 +53,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int timeoutSec,
                        int qwzBits, int qgzBits, int quantBlock, int64_t compressMinBytes,
                        int hpzGroupSize, const std::string& hostId, const std::string& commName,
-                       int timeoutInEffect, const std::string& timeoutFrom) {
+                       int timeoutInEffect, const std::string& timeoutFrom, int quantRotate) {
              Settings s;
              s.timeoutSec = timeoutSec;
              s.qwzBits = qwzBits;
@@ -61,6 +61,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              s.quantBlock = quantBlock;
              s.compressMinBytes = compressMinBytes;
              s.hpzGroupSize = hpzGroupSize;
+             s.quantRotate = quantRotate;
              s.hostId = hostId;
              s.commName = commName;
              s.timeoutInEffect = timeoutInEffect;
@@ -71,7 +72,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("qwz_bits"), py::arg("qgz_bits"), py::arg("quant_block"),
            py::arg("compress_min_bytes"), py::arg("hpz_group_size"), py::arg("host_id"),
            py::arg("comm_name"), py::arg("timeout_in_effect") = 0, py::arg("timeout_from") = "",
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("quant_rotate") = ZPP_CONFIG_UNDEF_INT, py::call_guard<py::gil_scoped_release>())
       .def("qwz_all_gather", &ZppBackend::qwzAllGather, py::arg("output"), py::arg("input"),
            py::arg("bits"), py::call_guard<py::gil_scoped_release>())
       .def("qgz_reduce_scatter", &ZppBackend::qgzReduceScatter, py::arg("output"), py::arg("input"),
