@@ -276,6 +276,19 @@ static void quantizeSegment(const zppQuantImpl_t* impl, const void* in, zppDataT
 
 /* ---- the codecs -------------------------------------------------------------------- */
 
+zppResult_t zppQuantFrame(const char* fn, const void* in, zppDataType_t dtype, size_t count, int bits,
+                          int block, void* packed) {
+  ZPPCHECK(checkParams(fn, bits, block));
+  ZPPCHECK(checkDtype(fn, dtype));
+  ZPPCHECK(checkCount(fn, count, bits, block));
+  if (packed == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "%s: packed is NULL", fn);
+  if (in == NULL && count > 0)
+    ZPP_FAIL(zppInvalidArgument, QUANT, "%s: in is NULL with count %zu", fn, count);
+  writeHeader((uint8_t*)packed, count, bits, block);
+  writePadding((uint8_t*)packed, count, bits, block);
+  return zppSuccess;
+}
+
 zppResult_t zppQuantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                         void* packed) {
   ZPPCHECK(checkParams("zppQuantize", bits, block));

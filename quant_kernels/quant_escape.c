@@ -158,6 +158,20 @@ void zppQuantEscEncode(const void* in, zppDataType_t dtype, size_t count, int bi
   addCounts(&counts);
 }
 
+int zppQuantEscEncodeGroup(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                           uint8_t* packed, size_t g) {
+  uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
+  uint8_t* data = packed + zppQuantDataOffset(count, block);
+  uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
+  zppQuantEscCounts_t counts = {0, 0};
+  float x[ZPP_QUANT_ESC_GROUP];
+  size_t base = g * ZPP_QUANT_ESC_GROUP, glen = groupLen(count, g);
+  for (size_t i = 0; i < glen; i++) x[i] = zppQuantLoadOne(in, dtype, base + i);
+  int marked = zppQuantEncodeGroupRef(x, glen, base, bits, block, scales, data, table, &counts);
+  addCounts(&counts);
+  return marked;
+}
+
 /* 1 when the group's table has a used slot. */
 static int tableUsed(const uint8_t* table) { return zppQuantEscIndex(table, 0) != ZPP_QUANT_ESC_EMPTY; }
 

@@ -101,6 +101,33 @@ void zppQuantEscAccumulate(const uint8_t* packed, size_t stride, int n, size_t c
 void zppQuantEscSum(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
                     float divisor, void* out, zppDataType_t dtype);
 
+/* One escape group of a segment's scales, data and table; returns the
+ * marker flag. For a group that a faster path cannot encode (the rotated
+ * codec's). quant_escape.c. */
+int zppQuantEscEncodeGroup(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                           uint8_t* packed, size_t g);
+
+/* zppQuantize's argument checks under the name fn, then the header and the
+ * padding of the segment (nothing else): for encoders that write the
+ * scales, data and tables themselves. quant_common.c. */
+zppResult_t zppQuantFrame(const char* fn, const void* in, zppDataType_t dtype, size_t count, int bits,
+                          int block, void* packed);
+
+#if defined(ZPP_QUANT_HAVE_AVX2)
+/* The rotated codec with AVX2 (quant_rotate_avx2.c), bit-identical to
+ * quant_rotate.c's reference:
+ * - zppQuantRotEncodeGroupAvx2 writes escape group g (scales, data, an
+ *   empty table) when every block of it is full, finite, has no candidate
+ *   and a finite w, and returns 1; else returns 0 and the caller encodes
+ *   the group with the reference;
+ * - zppQuantRotDecodeBlockAvx2 decodes a rotated block (scale s >= 0,
+ *   finite; len = the block size) at elements [lo, lo + len) into out. */
+int zppQuantRotEncodeGroupAvx2(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                               uint8_t* packed, size_t g);
+void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t len, float s,
+                                void* out, zppDataType_t dtype);
+#endif
+
 /* The implementation called `name` ("scalar", "avx2", "avx512"), or NULL
  * when it is not built in or this CPU cannot run it. */
 const zppQuantImpl_t* zppQuantImplGet(const char* name);

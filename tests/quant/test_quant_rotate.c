@@ -111,11 +111,13 @@ static long checkSegment(const void* in, zppDataType_t dtype, size_t count, int 
 }
 
 static void checkRandom(zppTestRng_t* rng) {
-  static const int blocks[] = {32, 64, 256, 4096};
+  /* every block size: the vector kernels run the stages from 64 on two at
+   * a time, so 128, 512 and 2048 end with a single one */
+  static const int blocks[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
   long nrot = 0, nseg = 0;
   for (int ti = 0; ti < 3; ti++)
     for (int bits = 4; bits <= 8; bits += 4)
-      for (int bi = 0; bi < 4; bi++)
+      for (int bi = 0; bi < 8; bi++)
         for (int kind = 0; kind < D_NDATA; kind++)
           for (int specials = 0; specials < 2; specials++) {
             zppDataType_t dtype = kTypes[ti];
@@ -127,8 +129,8 @@ static void checkRandom(zppTestRng_t* rng) {
               uint8_t* ref = malloc(sz);
               uint8_t* seg = malloc(sz);
               void* out = malloc(count * 4);
-              void* out0 = malloc(count * 4);
-              REQUIRE(in && ref && seg && out && out0);
+              void* out0[3] = {malloc(count * 4), malloc(count * 4), malloc(count * 4)};
+              REQUIRE(in && ref && seg && out && out0[0] && out0[1] && out0[2]);
               fill(in, dtype, count, kind, specials, rng);
               char what[160];
               for (int k = 0; k < gNimpl; k++) {
@@ -147,9 +149,9 @@ static void checkRandom(zppTestRng_t* rng) {
                             "%s", what);
                   nrot += rot;
                   nseg++;
-                  if (ot == dtype && k == 0) memcpy(out0, out, count * qtTypeSize(dtype));
-                  if (ot == dtype && k > 0)
-                    CHECK_MSG(memcmp(out0, out, count * qtTypeSize(dtype)) == 0,
+                  if (k == 0) memcpy(out0[oi], out, count * qtTypeSize(ot));
+                  if (k > 0)
+                    CHECK_MSG(memcmp(out0[oi], out, count * qtTypeSize(ot)) == 0,
                               "%s: decode differs from scalar", what);
                 }
                 if (k == 0)
@@ -161,7 +163,7 @@ static void checkRandom(zppTestRng_t* rng) {
               free(ref);
               free(seg);
               free(out);
-              free(out0);
+              for (int oi = 0; oi < 3; oi++) free(out0[oi]);
             }
           }
   printf("rotate: %ld segment decodes checked, %ld rotated blocks\n", nseg, nrot);
@@ -279,6 +281,83 @@ static void checkFormat(zppTestRng_t* rng) {
   free(seg);
 }
 
+/* The vector encoder's fast path at its edges (quant_rotate_avx2.c): a
+ * block is encoded there only when at least E + 1 of its elements have
+ * |x| * 2^K >= max |x|. Escape group 0 has blocks with E elements at +-1
+ * and the (E+1)-th at exactly 2^-K (ordinary: rotated, no escape); group 1
+ * the same but one block's (E+1)-th element just below 2^-K (its E
+ * elements escape, the reference's path); group 2 (fp32) one block whose
+ * w overflows (x = D * 3e38: stored unrotated); then an odd tail. Every
+ * implementation must give the scalar's bytes and decodes, in all types. */
+static void checkFastPathEdges(zppTestRng_t* rng) {
+  static const int blocks[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
+  const size_t G = ZPP_QUANT_ESC_GROUP;
+  for (int ti = 0; ti < 3; ti++)
+    for (int bits = 4; bits <= 8; bits += 4)
+      for (int bi = 0; bi < 8; bi++) {
+        zppDataType_t dtype = kTypes[ti];
+        int block = blocks[bi], K = ZPP_QUANT_ESC_LOG2(bits);
+        size_t count = 3 * G + (size_t)block + 5, sz = zppQuantPackedSize(count, bits, block);
+        void* in = malloc(count * 4);
+        uint8_t* seg[QT_MAX_IMPLS];
+        REQUIRE(in);
+        fill(in, dtype, count, D_GAUSS, 0, rng);
+        for (size_t lo = 0; lo + (size_t)block <= 2 * G; lo += (size_t)block) {
+          int below = lo / G == 1 && lo + 2 * (size_t)block > 2 * G; /* group 1's last block */
+          for (size_t i = 0; i < (size_t)block; i++) {
+            float v = i < ZPP_QUANT_ESC_PER_BLOCK ? ((i & 1) ? -1.0f : 1.0f)
+                      : i == ZPP_QUANT_ESC_PER_BLOCK
+                          ? ldexpf(below ? 1.0f - 1.0f / 128 : 1.0f, -K)
+                          : ldexpf((float)zppTestRngUniform(rng, -0.5, 0.5), -K - 2);
+            qtSet(in, dtype, lo + (i * 5) % (size_t)block, v);
+          }
+        }
+        if (dtype == zppFloat32)
+          for (size_t i = 0; i < (size_t)block; i++)
+            ((float*)in)[2 * G + i] = zppQuantRotSignMask(i) ? -3e38f : 3e38f;
+        for (int k = 0; k < gNimpl; k++) {
+          seg[k] = malloc(sz);
+          REQUIRE(seg[k]);
+          qtUse(gImpls[k]);
+          char what[128];
+          snprintf(what, sizeof what, "%s fast-path edges %s int%d block %d", gImpls[k],
+                   qtTypeName(dtype), bits, block);
+          CHECK_MSG(
+              zppQuantizeEx(in, dtype, count, bits, block, ZPP_QUANT_ROTATE, seg[k]) == zppSuccess,
+              "%s", what);
+          if (k > 0) CHECK_MSG(memcmp(seg[0], seg[k], sz) == 0, "%s: bytes differ from scalar", what);
+          int esc0 = 0, esc1 = 0;
+          for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+            esc0 += qtEscSlotIndex(seg[k], count, bits, block, 0, j) != 0xffff;
+            esc1 += qtEscSlotIndex(seg[k], count, bits, block, 1, j) != 0xffff;
+          }
+          CHECK_MSG(esc0 == 0 && esc1 == ZPP_QUANT_ESC_PER_BLOCK,
+                    "%s: %d and %d escapes in groups 0, 1", what, esc0, esc1);
+          CHECK_MSG(!signbit(qtScale(seg[k], count, block, 0)), "%s: block 0 not rotated", what);
+          if (dtype == zppFloat32)
+            CHECK_MSG(signbit(qtScale(seg[k], count, block, 2 * G / (size_t)block)),
+                      "%s: the overflowing block was rotated", what);
+          for (int oi = 0; oi < 3 && k > 0; oi++) {
+            size_t osz = count * qtTypeSize(kTypes[oi]);
+            void* o0 = malloc(osz);
+            void* o1 = malloc(osz);
+            REQUIRE(o0 && o1);
+            qtUse(gImpls[0]);
+            CHECK(zppDequantizeEx(seg[0], count, bits, block, o0, kTypes[oi]) == zppSuccess);
+            qtUse(gImpls[k]);
+            CHECK(zppDequantizeEx(seg[k], count, bits, block, o1, kTypes[oi]) == zppSuccess);
+            CHECK_MSG(memcmp(o0, o1, osz) == 0, "%s: decode to %s differs from scalar", what,
+                      qtTypeName(kTypes[oi]));
+            free(o0);
+            free(o1);
+          }
+        }
+        for (int k = 0; k < gNimpl; k++) free(seg[k]);
+        free(in);
+      }
+  qtUse("scalar");
+}
+
 int main(void) {
   gNimpl = qtImpls(gImpls);
   zppTestRng_t rng;
@@ -287,5 +366,6 @@ int main(void) {
   checkFormat(&rng);
   checkSpecDecode(&rng);
   checkRandom(&rng);
+  checkFastPathEdges(&rng);
   return zppTestExit("test_quant_rotate");
 }
