@@ -180,13 +180,80 @@ ROT_INLINE int stagesNarrowCount(float* buf, size_t len, __m256 va, __m256 vk) {
   return c;
 }
 
-ROT_INLINE __m256i quant32(const float* w, __m256 vinv) {
-  __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(w), vinv));
-  __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(w + 8), vinv));
-  __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(w + 16), vinv));
-  __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_load_ps(w + 24), vinv));
+/* 32 values quantized to int8 bytes in element order. */
+ROT_INLINE __m256i quant32v(__m256 w0, __m256 w1, __m256 w2, __m256 w3, __m256 vinv) {
+  __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(w0, vinv));
+  __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(w1, vinv));
+  __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(w2, vinv));
+  __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(w3, vinv));
   __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
   return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+ROT_INLINE __m256i quant32(const float* w, __m256 vinv) {
+  return quant32v(_mm256_load_ps(w), _mm256_load_ps(w + 8), _mm256_load_ps(w + 16),
+                  _mm256_load_ps(w + 24), vinv);
+}
+
+/* 32 int8 q stored as int8 (32 bytes) or int4 (16 bytes) at d. */
+ROT_INLINE void store32(__m256i q, int bits, uint8_t* d) {
+  if (bits == 8) {
+    _mm256_storeu_si256((__m256i*)d, q);
+    return;
+  }
+  __m256i n =
+      _mm256_maddubs_epi16(_mm256_and_si256(q, _mm256_set1_epi8(0x0f)), _mm256_set1_epi16(0x1001));
+  __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi16(n, n), 0xd8);
+  _mm_storeu_si128((__m128i*)d, _mm256_castsi256_si128(p));
+}
+
+/* A block of 8n elements (n = 4 or 8: blocks of 32 and 64) in registers
+ * from load to store. Returns 0 where encodeGroupT's block loop would. */
+ROT_INLINE int encodeSmall(const void* in, zppDataType_t dtype, size_t at, int n, int bits, int Q,
+                           __m256 vk, uint8_t* scales, size_t b, uint8_t* data) {
+  __m256 v[8];
+  __m256i m = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int k = 0; k < n; k++) {
+    v[k] = _mm256_xor_ps(load8(in, dtype, at + 8 * (size_t)k), signs8(8 * (size_t)k));
+    m = _mm256_max_epu32(m, absBits(v[k]));
+  }
+  uint32_t a = hmaxU32(m);
+  if (a >= 0x7f800000u) return 0;
+  if (a != 0) {
+    const __m256 va = _mm256_castsi256_ps(_mm256_set1_epi32((int)a));
+    int c = 0;
+#pragma GCC unroll 8
+    for (int k = 0; k < n; k++) {
+      __m256 t = _mm256_mul_ps(_mm256_castsi256_ps(absBits(v[k])), vk);
+      c += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(t, va, _CMP_GE_OQ)));
+    }
+    if (c <= ZPP_QUANT_ESC_PER_BLOCK) return 0;
+  }
+  m = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int k = 0; k < n; k++) v[k] = stages124(v[k]);
+  stagesAcross(v, n);
+#pragma GCC unroll 8
+  for (int k = 0; k < n; k++) m = _mm256_max_epu32(m, absBits(v[k]));
+  uint32_t wmax = hmaxU32(m);
+  if (wmax >= 0x7f800000u) return 0;
+  zppQuantBlockParams_t bp = zppQuantBlockSetup(wmax, Q);
+  zppQuantStoreScale(scales, b, bp.scale);
+  uint8_t* d = data + (bits == 8 ? at : at / 2);
+  const size_t len = 8 * (size_t)n;
+  if (bp.kind != ZPP_QBLOCK_NORMAL) {
+    memset(d, 0, zppQuantDataBytes(len, bits));
+  } else if (bp.p != 1.0f) {
+    float w[64] __attribute__((aligned(32)));
+    for (int k = 0; k < n; k++) _mm256_store_ps(w + 8 * k, v[k]);
+    zppQuantEncodeDtypeRef(w, zppFloat32, len, &bp, bits, data, at);
+  } else {
+    const __m256 vinv = _mm256_set1_ps(bp.inv);
+    store32(quant32v(v[0], v[1], v[2], v[3], vinv), bits, d);
+    if (n == 8) store32(quant32v(v[4], v[5], v[6], v[7], vinv), bits, d + (bits == 8 ? 32 : 16));
+  }
+  return 1;
 }
 
 /* w (len a multiple of 32) quantized as a plain normal block with p = 1: q
@@ -215,7 +282,15 @@ ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, i
   const int Q = zppQuantQmax(bits);
   const __m256 vk = _mm256_set1_ps((float)(1u << ZPP_QUANT_ESC_LOG2(bits)));
   float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(32)));
-  for (size_t lo = 0; lo < glen; lo += bs) {
+  if (bs <= 64) {
+    for (size_t lo = 0; lo < glen; lo += bs) {
+      size_t at = base + lo;
+      if (!(bs == 32 ? encodeSmall(in, dtype, at, 4, bits, Q, vk, scales, at / bs, data)
+                     : encodeSmall(in, dtype, at, 8, bits, Q, vk, scales, at / bs, data)))
+        return 0;
+    }
+  }
+  for (size_t lo = 0; bs > 64 && lo < glen; lo += bs) {
     size_t at = base + lo, b = at / bs;
     uint32_t a = loadSigned(in, dtype, at, bs, buf);
     if (a >= 0x7f800000u) return 0; /* a non-finite element: markers */
@@ -283,12 +358,22 @@ ROT_INLINE void decodeBlockT(const uint8_t* data, int bits, size_t lo, size_t le
                              zppDataType_t dtype) {
   float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(32)));
   const __m256 vs = _mm256_set1_ps(s);
-  if (len < 64)
-    chunkDecode(data, bits, lo, vs, buf, 4);
-  else
-    for (size_t i = 0; i < len; i += 64) chunkDecode(data, bits, lo + i, vs, buf + i, 8);
-  if (len >= 128) stagesWide(buf, len);
   const __m256 invB = _mm256_castsi256_ps(_mm256_set1_epi32((127 - zppQuantLog2((int)len)) << 23));
+  if (len <= 64) { /* in registers from load to store */
+    const int n = len == 32 ? 4 : 8;
+    __m256 v[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < n; k++)
+      v[k] = stages124(_mm256_mul_ps(decodeQ8(data, bits, lo + 8 * (size_t)k), vs));
+    stagesAcross(v, n);
+#pragma GCC unroll 8
+    for (int k = 0; k < n; k++)
+      store8(out, dtype, lo + 8 * (size_t)k,
+             _mm256_xor_ps(_mm256_mul_ps(v[k], invB), signs8(8 * (size_t)k)));
+    return;
+  }
+  for (size_t i = 0; i < len; i += 64) chunkDecode(data, bits, lo + i, vs, buf + i, 8);
+  stagesWide(buf, len);
   for (size_t i = 0; i < len; i += 8)
     store8(out, dtype, lo + i, _mm256_xor_ps(_mm256_mul_ps(_mm256_load_ps(buf + i), invB), signs8(i)));
 }
