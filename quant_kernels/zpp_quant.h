@@ -145,8 +145,9 @@
  * The other decoders and the reductions above refuse a rotated segment
  * (header check: "flags ... expected 0 or 0x0001"); the Ex reductions
  * below take both kinds. Reductions in the rotated domain are not yet
- * implemented, nor AVX2/AVX-512/CUDA rotated kernels (the reference in
- * quant_rotate.c serves every implementation for now).
+ * implemented, nor AVX-512/CUDA rotated kernels: the vector implementations
+ * use quant_rotate_avx2.c (bit-identical), the scalar one the reference in
+ * quant_rotate.c.
  * Escape counts are those of the plain encoding (the same selection).
  *
  * Error bound of a rotated block (tested): for a finite, non-escaped input
