@@ -81,10 +81,15 @@ void mlpInitLayer(const mlpShape_t* s, int layer, uint64_t seed, float* params) 
   double sd = layer == MLP_EMB ? 1.0 : 1.0 / sqrt((double)in);
   if (layer == MLP_OUT) sd *= 0.1;
   size_t nw = (size_t)in * (size_t)out;
+  /* Draw i is element (o, k) = (i / in, i % in) of [out][in]; [in][out]
+   * stores it at k * out + o. The table is [V][E] either way. */
+  int transpose = s->weightInOut && layer != MLP_EMB;
   for (size_t i = 0; i < nw; i += 2) {
     double r = sqrt(-2.0 * log(mlpUniform(&st))), t = 6.283185307179586 * mlpUniform(&st);
-    params[i] = (float)(sd * r * cos(t));
-    if (i + 1 < nw) params[i + 1] = (float)(sd * r * sin(t));
+    for (size_t j = i; j < i + 2 && j < nw; j++) {
+      size_t at = transpose ? (j % (size_t)in) * (size_t)out + j / (size_t)in : j;
+      params[at] = (float)(sd * r * (j == i ? cos(t) : sin(t)));
+    }
   }
   if (layer != MLP_EMB) memset(params + nw, 0, (size_t)out * sizeof(float));
 }
@@ -140,11 +145,14 @@ static inline float mlpDot(const float* restrict a, const float* restrict b, int
   return s;
 }
 
-/* W is stored [out][in], as torch.nn.Linear keeps it: a quantization block
- * of a gradient then runs along one output's inputs, whose gradients have
- * one scale (d_out[o] times activations of one kind), rather than across
- * outputs of very different scales (the frequent and the rare characters of
- * the output layer), which int4 blocks would flush to zero. */
+/* W is stored [out][in] by default, as torch.nn.Linear keeps it: a
+ * quantization block of a gradient then runs along one output's inputs,
+ * whose gradients have one scale (d_out[o] times activations of one kind).
+ * Stored [in][out] (--weight-layout in-out, the trainer's first layout), a
+ * block runs across 64 outputs of very different scales (the frequent and
+ * the rare characters of the output layer), which unrotated int4 blocks
+ * flush to zero. Both compute the same model; only the order of the sums
+ * inside a sample's dot products differs. */
 
 /* Y[b][o] = bias[o] + X[b] . W[o]: a sample's output depends on that sample
  * and W only, whatever else is in the slice. */
@@ -185,6 +193,72 @@ MLP_HOT static void mlpLinearBackWeights(const float* X, const float* dY, int n,
   for (int b = 0; b < n; b++) mlpAxpy(1.0f, dY + (size_t)b * out, db, out);
 }
 
+/* The same three on W stored [in][out]. */
+
+/* Y[b] = bias + sum_i X[b][i] W[i], the sum over i in increasing order for
+ * every element whatever the blocking. */
+MLP_HOT static void mlpLinearIO(const float* X, int n, int in, const float* W, const float* bias,
+                                int out, float* Y) {
+  for (int b = 0; b < n; b++) memcpy(Y + (size_t)b * out, bias, (size_t)out * sizeof(float));
+  for (int i0 = 0; i0 < in; i0 += MLP_ROW_BLOCK) {
+    int i1 = i0 + MLP_ROW_BLOCK < in ? i0 + MLP_ROW_BLOCK : in;
+    for (int b = 0; b < n; b++) {
+      const float* x = X + (size_t)b * in;
+      float* y = Y + (size_t)b * out;
+      for (int i = i0; i < i1; i++) mlpAxpy(x[i], W + (size_t)i * out, y, out);
+    }
+  }
+}
+
+/* dX[b][i] = dY[b] . W[i]. */
+MLP_HOT static void mlpLinearBackDataIO(const float* dY, int n, int in, const float* W, int out,
+                                        float* dX) {
+  for (int i0 = 0; i0 < in; i0 += MLP_ROW_BLOCK) {
+    int i1 = i0 + MLP_ROW_BLOCK < in ? i0 + MLP_ROW_BLOCK : in;
+    for (int b = 0; b < n; b++)
+      for (int i = i0; i < i1; i++)
+        dX[(size_t)b * in + i] = mlpDot(dY + (size_t)b * out, W + (size_t)i * out, out);
+  }
+}
+
+/* dW[i] = sum_b X[b][i] dY[b] and db = sum_b dY[b], samples in order (the
+ * same order per element as [out][in]). */
+MLP_HOT static void mlpLinearBackWeightsIO(const float* X, const float* dY, int n, int in, int out,
+                                           float* dW, float* db) {
+  memset(dW, 0, (size_t)in * out * sizeof(float));
+  for (int i = 0; i < in; i++) {
+    float* row = dW + (size_t)i * out;
+    for (int b = 0; b < n; b++) mlpAxpy(X[(size_t)b * in + i], dY + (size_t)b * out, row, out);
+  }
+  memset(db, 0, (size_t)out * sizeof(float));
+  for (int b = 0; b < n; b++) mlpAxpy(1.0f, dY + (size_t)b * out, db, out);
+}
+
+/* The layer's weights in the shape's layout. */
+static void mlpFc(const mlpShape_t* s, const float* X, int n, int in, const float* W, const float* bias,
+                  int out, float* Y) {
+  if (s->weightInOut)
+    mlpLinearIO(X, n, in, W, bias, out, Y);
+  else
+    mlpLinear(X, n, in, W, bias, out, Y);
+}
+
+static void mlpFcBackData(const mlpShape_t* s, const float* dY, int n, int in, const float* W, int out,
+                          float* dX) {
+  if (s->weightInOut)
+    mlpLinearBackDataIO(dY, n, in, W, out, dX);
+  else
+    mlpLinearBackData(dY, n, in, W, out, dX);
+}
+
+static void mlpFcBackWeights(const mlpShape_t* s, const float* X, const float* dY, int n, int in,
+                             int out, float* dW, float* db) {
+  if (s->weightInOut)
+    mlpLinearBackWeightsIO(X, dY, n, in, out, dW, db);
+  else
+    mlpLinearBackWeights(X, dY, n, in, out, dW, db);
+}
+
 static void mlpTanh(float* x, size_t n) {
   for (size_t i = 0; i < n; i++) x[i] = tanhf(x[i]);
 }
@@ -204,15 +278,15 @@ void mlpForward(const mlpShape_t* s, int layer, const float* params, mlpActs_t* 
                  (size_t)E * sizeof(float));
       break;
     case MLP_FC1:
-      mlpLinear(a->x0, a->n, in, params, bias, out, a->h1);
+      mlpFc(s, a->x0, a->n, in, params, bias, out, a->h1);
       mlpTanh(a->h1, (size_t)a->n * H);
       break;
     case MLP_FC2:
-      mlpLinear(a->h1, a->n, in, params, bias, out, a->h2);
+      mlpFc(s, a->h1, a->n, in, params, bias, out, a->h2);
       mlpTanh(a->h2, (size_t)a->n * H);
       break;
     case MLP_OUT:
-      mlpLinear(a->h2, a->n, in, params, bias, out, a->p);
+      mlpFc(s, a->h2, a->n, in, params, bias, out, a->p);
       /* Softmax with its log-sum-exp loss, per sample. */
       for (int b = 0; b < a->n; b++) {
         float* z = a->p + (size_t)b * V;
@@ -257,8 +331,8 @@ void mlpBackward(const mlpShape_t* s, int layer, const float* params, mlpActs_t*
         float* d = a->d_out + (size_t)b * V;
         for (int v = 0; v < V; v++) d[v] = (p[v] - (v == a->tgt[b] ? 1.0f : 0.0f)) * scale;
       }
-      mlpLinearBackWeights(a->h2, a->d_out, n, in, out, gw, gb);
-      mlpLinearBackData(a->d_out, n, in, params, out, a->d_in);
+      mlpFcBackWeights(s, a->h2, a->d_out, n, in, out, gw, gb);
+      mlpFcBackData(s, a->d_out, n, in, params, out, a->d_in);
       mlpSwapDeltas(a);
       break;
     case MLP_FC2:
@@ -266,8 +340,8 @@ void mlpBackward(const mlpShape_t* s, int layer, const float* params, mlpActs_t*
       const float* h = layer == MLP_FC2 ? a->h2 : a->h1;
       const float* x = layer == MLP_FC2 ? a->h1 : a->x0;
       for (size_t i = 0; i < (size_t)n * H; i++) a->d_out[i] *= 1.0f - h[i] * h[i];
-      mlpLinearBackWeights(x, a->d_out, n, in, out, gw, gb);
-      mlpLinearBackData(a->d_out, n, in, params, out, a->d_in);
+      mlpFcBackWeights(s, x, a->d_out, n, in, out, gw, gb);
+      mlpFcBackData(s, a->d_out, n, in, params, out, a->d_in);
       mlpSwapDeltas(a);
       break;
     }

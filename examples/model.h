@@ -10,8 +10,9 @@
  *
  * Four layers, each one flat parameter vector, which is the unit ZeRO-3
  * shards and gathers: the embedding table [V][E]; for the others the
- * weights [out][in] (as torch.nn.Linear keeps them, which matters for the
- * quantization blocks of qgZ: see model.c) then the bias [out]. This file
+ * weights [out][in] (as torch.nn.Linear keeps them, the default) or [in][out]
+ * (weightInOut; the same model, but it matters for the quantization blocks of
+ * qgZ: see model.c) then the bias [out]. This file
  * knows nothing of communication: it computes one layer forward or
  * backward on full weights.
  *
@@ -29,10 +30,11 @@
 enum { MLP_EMB = 0, MLP_FC1 = 1, MLP_FC2 = 2, MLP_OUT = 3, MLP_NLAYERS = 4 };
 
 typedef struct {
-  int vocab;   /* V: distinct characters of the corpus */
-  int context; /* C: characters of context */
-  int embed;   /* E: embedding width */
-  int hidden;  /* H: width of both hidden layers */
+  int vocab;       /* V: distinct characters of the corpus */
+  int context;     /* C: characters of context */
+  int embed;       /* E: embedding width */
+  int hidden;      /* H: width of both hidden layers */
+  int weightInOut; /* 1: weights stored [in][out]; 0: [out][in] (the default) */
 } mlpShape_t;
 
 /* Activations of one batch slice, kept from forward to backward. */
@@ -56,7 +58,8 @@ size_t mlpLayerParams(const mlpShape_t* s, int layer);
 size_t mlpTotalParams(const mlpShape_t* s);
 
 /* Full initial parameters of one layer, the same for any rank count: a
- * stream of normal numbers seeded by (seed, layer). */
+ * stream of normal numbers seeded by (seed, layer), drawn in [out][in] order
+ * and stored in the shape's layout, so both layouts start from one model. */
 void mlpInitLayer(const mlpShape_t* s, int layer, uint64_t seed, float* params);
 
 int mlpActsAlloc(mlpActs_t* a, const mlpShape_t* s, int cap);

@@ -34,6 +34,7 @@ typedef struct {
   zppDataType_t type;
   const char* data;
   int steps, batch, context, embed, hidden;
+  int weightInOut; /* --weight-layout in-out (1) or out-in (0, the default) */
   double lr;
   uint64_t seed;
   double bucketMB;

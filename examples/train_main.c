@@ -95,6 +95,10 @@ static void trUsage(FILE* f) {
           "      --context C       characters of context (default 16)\n"
           "      --embed E         embedding width (default 32)\n"
           "      --hidden H        width of both hidden layers (default 512)\n"
+          "      --weight-layout L how the weight matrices are stored: out-in (default, as\n"
+          "                        torch.nn.Linear) or in-out; the same model either way, but\n"
+          "                        the codec's 64-element gradient blocks then run along one\n"
+          "                        output's inputs (out-in) or across 64 outputs (in-out)\n"
           "      --lr LR           Adam's learning rate (default 0.002)\n"
           "      --seed S          weights and batches (default 1)\n"
           "      --eval-every K    held-out loss every K steps (default 0: at the end only)\n"
@@ -185,6 +189,7 @@ enum {
   O_CONTEXT,
   O_EMBED,
   O_HIDDEN,
+  O_WLAYOUT,
   O_LR,
   O_SEED,
   O_EVALEVERY,
@@ -219,6 +224,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
                                        {"context", required_argument, 0, O_CONTEXT},
                                        {"embed", required_argument, 0, O_EMBED},
                                        {"hidden", required_argument, 0, O_HIDDEN},
+                                       {"weight-layout", required_argument, 0, O_WLAYOUT},
                                        {"lr", required_argument, 0, O_LR},
                                        {"seed", required_argument, 0, O_SEED},
                                        {"eval-every", required_argument, 0, O_EVALEVERY},
@@ -325,6 +331,17 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
         break;
       case O_HIDDEN:
         if (trInt("--hidden", v, 1, 16384, &a->hidden)) return TR_EXIT_USAGE;
+        break;
+      case O_WLAYOUT:
+        if (strcmp(v, "out-in") == 0)
+          a->weightInOut = 0;
+        else if (strcmp(v, "in-out") == 0)
+          a->weightInOut = 1;
+        else
+          return trBad(
+              "--weight-layout '%s': expected out-in (weights [out][in], the default) or "
+              "in-out (weights [in][out])%s",
+              v, "");
         break;
       case O_LR:
         if (trDouble("--lr", v, 1e-9, 10, &a->lr)) return TR_EXIT_USAGE;
@@ -579,7 +596,7 @@ int main(int argc, char** argv) {
     if (mpi) trMpiFinalize();
     return TR_EXIT_USAGE;
   }
-  mlpShape_t shape = {corpus.vocab, a.context, a.embed, a.hidden};
+  mlpShape_t shape = {corpus.vocab, a.context, a.embed, a.hidden, a.weightInOut};
   if (a.forkRanks > 0) {
     code = trForkRun(&a, &corpus, &shape);
     tdFree(&corpus);

@@ -48,9 +48,10 @@ void trPrintHeader(const trArgs_t* a, const trEnv_t* env, const trRun_t* run) {
          env->nranks, env->nranks == 1 ? "" : "s", env->topo.nNodes, env->topo.nNodes == 1 ? "" : "s",
          trTypeName(a->type), run->overlap ? "with" : "without");
   printf(
-      "zpp-train: char MLP V=%d C=%d E=%d H=%d: %zu parameters (%.2f MB as %s), batch %d "
-      "(%d per rank), %d steps, lr %g, seed %llu\n",
-      env->shape.vocab, env->shape.context, env->shape.embed, env->shape.hidden, params,
+      "zpp-train: char MLP V=%d C=%d E=%d H=%d, weights [%s]: %zu parameters (%.2f MB as %s), "
+      "batch %d (%d per rank), %d steps, lr %g, seed %llu\n",
+      env->shape.vocab, env->shape.context, env->shape.embed, env->shape.hidden,
+      env->shape.weightInOut ? "in][out" : "out][in", params,
       (double)params * (double)zppTypeSize(a->type) / 1e6, trTypeName(a->type), a->batch,
       a->batch / env->nranks, a->steps, a->lr, (unsigned long long)a->seed);
   printf("%-11s %6s %12s %10s %12s %12s %12s\n", "run", "step", "loss", "ms/step", "comm busy ms",
@@ -198,8 +199,9 @@ int trWriteJson(const char* path, const trArgs_t* a, const trEnv_t* env, const t
           env->launcher);
   fprintf(f,
           "  \"model\": {\"kind\": \"char-mlp\", \"vocab\": %d, \"context\": %d, \"embed\": %d, "
-          "\"hidden\": %d, \"params\": %zu, \"layers\": [",
-          s->vocab, s->context, s->embed, s->hidden, mlpTotalParams(s));
+          "\"hidden\": %d, \"weight_layout\": \"%s\", \"params\": %zu, \"layers\": [",
+          s->vocab, s->context, s->embed, s->hidden, s->weightInOut ? "in-out" : "out-in",
+          mlpTotalParams(s));
   for (int l = 0; l < MLP_NLAYERS; l++)
     fprintf(f, "%s{\"name\": \"%s\", \"params\": %zu}", l ? ", " : "", mlpLayerName(l),
             mlpLayerParams(s, l));
