@@ -10,6 +10,8 @@ One case per ctest entry, each a few seconds on 2 shared cores:
              bit for bit identical
   zeropp     qwZ + hpZ + qgZ against plain on 2 nodes of 2 ranks: final loss
              within 2%, no divergence, the ZeRO++ volumes, determinism
+  wlayout    --weight-layout in-out and out-in compute the same model: plain
+             losses agree within a summation-order tolerance (below)
   outputs    the JSON and the SVG exist and parse, with both curves
   args       bad arguments: exit 2 and a message that names the problem
   launch     ranks from RANK/WORLD_SIZE/MASTER_* and from mpirun
@@ -179,6 +181,76 @@ def case_zeropp(exe, tmp):
     print("zeropp: rerun identical bit for bit")
 
 
+
+def case_wlayout(exe, tmp):
+    """--weight-layout in-out against out-in: the same model, two storage orders.
+
+    Plain collectives, fp32 on the wire, on one rank and on 2x2. Both layouts
+    draw the initial weights in [out][in] order (in-out stores them
+    transposed), and in both every per-sample quantity is computed from the
+    sample and the weights; what differs is the ORDER of the sums inside each
+    sample's products: a layer's output o sums its in products and the bias
+    (out-in: a dot product of eight partial sums; in-out: one running sum over
+    i), and the delta flowing back sums out products. With u = 2^-24 and
+    gamma_n = n u / (1 - n u), each such sum is within gamma_n of the exact
+    one relative to its absolute mass in either order, so the layouts differ
+    by at most rho = 2 gamma_n, n = the longest sum (129 terms for this
+    model: C E = 128 inputs and the bias; H = 128). The sums over samples
+    (the weight gradients) run in the same order in both.
+
+    First order, as in case single: the forward passes three such layers in
+    series (tanh and the softmax's log-sum-exp are 1-Lipschitz), so the loss
+    of step 1 differs by at most 3 rho relative; each later step adds the
+    perturbation of three layers forward and three backward to the update
+    (Adam's m/sqrt(v) does not depend on the gradient's scale), accumulated
+    linearly over a short run:
+        |L_io(k) - L_oi(k)| <= (3 + 6 (k - 1)) rho L_oi(k).
+    At k = 30 that is 2.8e-3 relative, at k = 1 4.6e-5. Weights left in the
+    wrong order anywhere change the model, far outside it: with the initial
+    draw not transposed, step 1 differed by 6.0e-3 (tolerance 4.6e-5); with
+    in-out's weight gradient written in the other order, step 2 by 4.2e-3
+    (tolerance 1.4e-4). (Measured on this machine: at most 3.3e-8 over 30
+    steps, one rank and 2x2.)
+    """
+    steps = 30
+    args = ["--plain", "--dtype", "fp32", "--steps", str(steps), "--seed", "7"] + SMALL
+    n = 129
+    u = 2.0 ** -24
+    rho = 2 * n * u / (1 - n * u)
+    for ranks in [[], ["--layout", "2x2"]]:
+        where = "2x2" if ranks else "one rank"
+        docs = {}
+        for layout in ["out-in", "in-out"]:
+            docs[layout] = train(exe, tmp, "wl" + layout + str(len(ranks)),
+                                 ranks + args + ["--weight-layout", layout])
+            got = docs[layout]["model"].get("weight_layout")
+            check(got == layout, "%s, --weight-layout %s: the JSON says %r" % (where, layout, got))
+        oi, io = losses(docs["out-in"]), losses(docs["in-out"])
+        check(len(oi) == steps and len(io) == steps, "%s: %d / %d steps" % (where, len(oi), len(io)))
+        worst = 0.0
+        for k, (a, b) in enumerate(zip(oi, io), start=1):
+            check(math.isfinite(a) and math.isfinite(b), "%s step %d: loss %r / %r" % (where, k, a, b))
+            rel = abs(b - a) / a
+            tol = (3 + 6 * (k - 1)) * rho
+            check(rel <= tol, "%s step %d: in-out loss %.17g against out-in's %.17g: relative "
+                  "difference %.3g > tolerance %.3g" % (where, k, b, a, rel, tol))
+            worst = max(worst, rel)
+        va = docs["out-in"]["runs"][0]["final_val_loss"]
+        vb = docs["in-out"]["runs"][0]["final_val_loss"]
+        tol = (3 + 6 * steps) * rho
+        check(abs(vb - va) <= tol * va, "%s: held-out loss in-out %.17g against out-in %.17g (tolerance "
+              "%.3g relative)" % (where, vb, va, tol))
+        print("wlayout: %s, in-out against out-in: largest relative difference %.3g over %d steps "
+              "(tolerance at step %d: %.3g); held-out %.3g" %
+              (where, worst, steps, steps, (3 + 6 * (steps - 1)) * rho, abs(vb - va) / va))
+    for bad in ["inout", "IN-OUT", ""]:
+        p = run([exe, "--weight-layout", bad], expect=2, timeout=60)
+        msg = "--weight-layout '%s': expected out-in" % bad
+        check(msg in p.stderr, "--weight-layout %r: stderr lacks %r:\n%s" % (bad, msg, p.stderr))
+        check(p.stdout == "", "--weight-layout %r printed on stdout: %s" % (bad, p.stdout))
+    print("wlayout: 3 bad --weight-layout values refused with exit 2 and a reason")
+
+
 def case_outputs(exe, tmp):
     jpath = os.path.join(tmp, "out.json")
     run([exe, "-N", "2", "--compare", "--steps", "12", "--eval-every", "5", "-q", "--json", jpath] + SMALL)
@@ -263,6 +335,7 @@ def case_args(exe, tmp):
         (["--data", os.path.join(tmp, "missing.txt")], "cannot open the corpus"),
         (["-N", "3", "--batch", "64", "--steps", "1"], "does not divide by 3 ranks"),
         (["--prefetch", "9"], "--prefetch '9'"),
+        (["--weight-layout", "io"], "--weight-layout 'io'"),
     ]
     tiny = os.path.join(tmp, "tiny.txt")
     with open(tiny, "w") as f:
@@ -345,7 +418,8 @@ def main():
             rc = case_emucluster(exe, tmp, sys.argv[3])
         else:
             rc = {"single": case_single, "zeropp": case_zeropp, "outputs": case_outputs,
-                  "args": case_args, "launch": case_launch}[case](exe, tmp)
+                  "args": case_args, "launch": case_launch,
+                  "wlayout": case_wlayout}[case](exe, tmp)
         return rc or 0
     except Failure as e:
         print("FAIL %s: %s" % (case, e))
