@@ -1,5 +1,6 @@
-"""Step time over gloo, zpp plain and zpp ZeRO++ (qwZ int8 + qgZ int4), with the
-bytes that crossed node links, for FSDP2 and for DeepSpeed ZeRO-3, in one run.
+"""Step time over gloo, zpp plain, zpp ZeRO++ (qwZ int8 + qgZ int4) and zpp with
+4-bit weights and gradients, rotated (qwZ int4 + qgZ int4, ZPP_QUANT_ROTATE), with
+the bytes that crossed node links, for FSDP2 and for DeepSpeed ZeRO-3, in one run.
 
 Run by perf/torch-fsdp/torch-fsdp-bench.sh inside perf/emucluster/emucluster.sh (one process per
 rank, torchrun-style environment). Not a test: it prints a table per framework and writes JSON
@@ -31,14 +32,23 @@ import fsdp_model  # noqa: E402
 import torch_zpp  # noqa: E402
 
 ZEROPP = dict(qwz_bits=8, qgz_bits=4, compress_min_bytes=0)
-# DeepSpeed runs: (init_distributed's backend, the environment added). ZeRO++
-# is the same setting as FSDP2's, set the way a DeepSpeed user sets it.
+INT4_ROTATED = dict(qwz_bits=4, qgz_bits=4, compress_min_bytes=0, rotate=True)
+
+
+def zpp_env(opts):
+    """The environment that sets what torch_zpp.Options(**opts) sets."""
+    names = {"qwz_bits": "ZPP_QWZ_BITS", "qgz_bits": "ZPP_QGZ_BITS",
+             "compress_min_bytes": "ZPP_COMPRESS_MIN_BYTES", "rotate": "ZPP_QUANT_ROTATE"}
+    return {names[k]: str(int(v)) for k, v in opts.items()}
+
+
+# DeepSpeed runs: (init_distributed's backend, the environment added). The
+# zpp settings are FSDP2's, set the way a DeepSpeed user sets them.
 DS_RUNS = {
     "gloo": ("gloo", {}),
     "zpp plain": ("zpp", {}),
-    "zpp ZeRO++": ("zpp", {"ZPP_QWZ_BITS": str(ZEROPP["qwz_bits"]),
-                           "ZPP_QGZ_BITS": str(ZEROPP["qgz_bits"]),
-                           "ZPP_COMPRESS_MIN_BYTES": str(ZEROPP["compress_min_bytes"])}),
+    "zpp ZeRO++": ("zpp", zpp_env(ZEROPP)),
+    "zpp 4-bit rot": ("zpp", zpp_env(INT4_ROTATED)),
 }
 DS_RUN_TIMEOUT_S = 900
 
@@ -79,6 +89,8 @@ def bench_fsdp2(a, ctl):
         "gloo": dist.group.WORLD,
         "zpp plain": dist.new_group(backend="zpp"),
         "zpp ZeRO++": dist.new_group(backend="zpp", pg_options=torch_zpp.Options(**ZEROPP)),
+        "zpp 4-bit rot": dist.new_group(backend="zpp",
+                                        pg_options=torch_zpp.Options(**INT4_ROTATED)),
     }
     res = {k: new_result() for k in groups}
     for rnd in range(a.rounds):
@@ -186,7 +198,7 @@ def ds_worker(a):
 
 def progress(ctl, framework, rnd, name, step_s, link_bytes_per_step):
     if dist.get_rank(ctl) == 0:
-        print("%-9s round %d %-11s median step %.3f s, link bytes/step %.1f MB" % (
+        print("%-9s round %d %-13s median step %.3f s, link bytes/step %.1f MB" % (
             framework, rnd, name, statistics.median(step_s[1:]), link_bytes_per_step / 1e6),
             flush=True)
 
@@ -194,7 +206,7 @@ def progress(ctl, framework, rnd, name, step_s, link_bytes_per_step):
 def table(title, res, extra):
     """Prints one framework's table; returns its JSON summary."""
     print("\n" + title)
-    print("%-11s %10s %10s %16s %16s" % ("backend", "step s", "vs gloo", "link MB/step",
+    print("%-13s %10s %10s %16s %16s" % ("backend", "step s", "vs gloo", "link MB/step",
                                           "zpp inter MB/st"))
     g = statistics.median(res["gloo"]["step_s"])
     summary = dict(extra, backends={})
@@ -202,7 +214,7 @@ def table(title, res, extra):
         m = statistics.median(r["step_s"])
         lb = statistics.median(r["link_bytes_per_step"])
         zb = statistics.median(r["zpp_inter_bytes_per_step"])
-        print("%-11s %10.3f %9.2fx %16.1f %16s" % (name, m, g / m, lb / 1e6,
+        print("%-13s %10.3f %9.2fx %16.1f %16s" % (name, m, g / m, lb / 1e6,
                                                   "-" if name == "gloo" else "%.1f" % (zb / 1e6)))
         summary["backends"][name] = dict(r, median_step_s=m, speedup_vs_gloo=g / m,
                                          median_link_bytes_per_step=lb)
