@@ -20,56 +20,10 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "quant_kernels/quant_avx2_vec.h"
 #include "quant_kernels/quant_impl.h"
 #include "quant_kernels/quant_ref.h"
 #include "quant_kernels/zpp_half.h"
-
-#define ZPP_AVX2_INLINE static inline __attribute__((always_inline))
-
-/* ---- element loads and stores ---------------------------------------------------- */
-
-/* Eight elements of dtype starting at element i, widened exactly. */
-ZPP_AVX2_INLINE __m256 avx2Load8(const void* in, zppDataType_t dtype, size_t i) {
-  if (dtype == zppFloat32) return _mm256_loadu_ps((const float*)in + i);
-  __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)in + i));
-  if (dtype == zppFloat16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/* fp32 -> bf16 bits in the low half of each 32-bit lane: round to nearest
- * even by the carry of an integer add; NaN kept quiet (zppFloatToBf16). */
-ZPP_AVX2_INLINE __m256i avx2Bf16Round(__m256 y) {
-  __m256i u = _mm256_castps_si256(y);
-  __m256i hi = _mm256_srli_epi32(u, 16);
-  __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-  __m256i r =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-  __m256i nanv = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
-  __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                     _mm256_set1_epi32(0x7f800000));
-  return _mm256_blendv_epi8(r, nanv, isnan);
-}
-
-/* Eight fp32 values rounded to dtype, stored at element i. */
-ZPP_AVX2_INLINE void avx2Store8(void* out, zppDataType_t dtype, size_t i, __m256 y) {
-  if (dtype == zppFloat32) {
-    _mm256_storeu_ps((float*)out + i, y);
-  } else if (dtype == zppFloat16) {
-    _mm_storeu_si128((__m128i*)((uint16_t*)out + i),
-                     _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  } else {
-    __m256i r = avx2Bf16Round(y);
-    _mm_storeu_si128((__m128i*)((uint16_t*)out + i),
-                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
-  }
-}
-
-ZPP_AVX2_INLINE uint32_t avx2HmaxU32(__m256i v) {
-  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
-  return (uint32_t)_mm_cvtsi128_si32(m);
-}
 
 ZPP_AVX2_INLINE uint32_t avx2HmaxU16(__m256i v) {
   __m128i m = _mm_max_epu16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));

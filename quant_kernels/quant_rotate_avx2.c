@@ -26,6 +26,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "quant_kernels/quant_avx2_vec.h"
 #include "quant_kernels/quant_impl.h"
 #include "quant_kernels/quant_ref.h"
 #include "quant_kernels/zpp_half.h"
@@ -40,43 +41,6 @@ static void fillSigns(void) {
 }
 
 ROT_INLINE __m256 signs8(size_t i) { return _mm256_load_ps((const float*)(const void*)(gSigns + i)); }
-
-/* Eight elements of dtype at element i, widened exactly. */
-ROT_INLINE __m256 load8(const void* in, zppDataType_t dtype, size_t i) {
-  if (dtype == zppFloat32) return _mm256_loadu_ps((const float*)in + i);
-  __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)in + i));
-  if (dtype == zppFloat16) return _mm256_cvtph_ps(h);
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/* Eight fp32 values rounded to dtype (zppFloatToHalf / zppFloatToBf16: RNE,
- * NaN kept quiet), stored at element i. */
-ROT_INLINE void store8(void* out, zppDataType_t dtype, size_t i, __m256 y) {
-  if (dtype == zppFloat32) {
-    _mm256_storeu_ps((float*)out + i, y);
-  } else if (dtype == zppFloat16) {
-    _mm_storeu_si128((__m128i*)((uint16_t*)out + i),
-                     _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  } else {
-    __m256i u = _mm256_castps_si256(y);
-    __m256i hi = _mm256_srli_epi32(u, 16);
-    __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-    __m256i r =
-        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
-    __m256i isnan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                       _mm256_set1_epi32(0x7f800000));
-    r = _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), isnan);
-    _mm_storeu_si128((__m128i*)((uint16_t*)out + i),
-                     _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1)));
-  }
-}
-
-ROT_INLINE uint32_t hmaxU32(__m256i v) {
-  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
-  return (uint32_t)_mm_cvtsi128_si32(m);
-}
 
 ROT_INLINE __m256i absBits(__m256 v) {
   return _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7fffffff));
@@ -143,14 +107,14 @@ ROT_INLINE void stagesWide(float* buf, size_t len) {
 ROT_INLINE uint32_t loadSigned(const void* in, zppDataType_t dtype, size_t at, size_t len, float* buf) {
   __m256i m0 = _mm256_setzero_si256(), m1 = m0;
   for (size_t i = 0; i < len; i += 16) {
-    __m256 a = _mm256_xor_ps(load8(in, dtype, at + i), signs8(i));
-    __m256 b = _mm256_xor_ps(load8(in, dtype, at + i + 8), signs8(i + 8));
+    __m256 a = _mm256_xor_ps(avx2Load8(in, dtype, at + i), signs8(i));
+    __m256 b = _mm256_xor_ps(avx2Load8(in, dtype, at + i + 8), signs8(i + 8));
     m0 = _mm256_max_epu32(m0, absBits(a));
     m1 = _mm256_max_epu32(m1, absBits(b));
     _mm256_store_ps(buf + i, a);
     _mm256_store_ps(buf + i + 8, b);
   }
-  return hmaxU32(_mm256_max_epu32(m0, m1));
+  return avx2HmaxU32(_mm256_max_epu32(m0, m1));
 }
 
 /* The first stages of n * 8 elements at b in registers (n = 4 or 8, a
@@ -215,10 +179,10 @@ ROT_INLINE int encodeSmall(const void* in, zppDataType_t dtype, size_t at, int n
   __m256i m = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int k = 0; k < n; k++) {
-    v[k] = _mm256_xor_ps(load8(in, dtype, at + 8 * (size_t)k), signs8(8 * (size_t)k));
+    v[k] = _mm256_xor_ps(avx2Load8(in, dtype, at + 8 * (size_t)k), signs8(8 * (size_t)k));
     m = _mm256_max_epu32(m, absBits(v[k]));
   }
-  uint32_t a = hmaxU32(m);
+  uint32_t a = avx2HmaxU32(m);
   if (a >= 0x7f800000u) return 0;
   if (a != 0) {
     const __m256 va = _mm256_castsi256_ps(_mm256_set1_epi32((int)a));
@@ -236,7 +200,7 @@ ROT_INLINE int encodeSmall(const void* in, zppDataType_t dtype, size_t at, int n
   stagesAcross(v, n);
 #pragma GCC unroll 8
   for (int k = 0; k < n; k++) m = _mm256_max_epu32(m, absBits(v[k]));
-  uint32_t wmax = hmaxU32(m);
+  uint32_t wmax = avx2HmaxU32(m);
   if (wmax >= 0x7f800000u) return 0;
   zppQuantBlockParams_t bp = zppQuantBlockSetup(wmax, Q);
   zppQuantStoreScale(scales, b, bp.scale);
@@ -299,7 +263,7 @@ ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, i
     if (bs >= 128) stagesWide(buf, bs);
     __m256i m = _mm256_setzero_si256();
     for (size_t i = 0; i < bs; i += 8) m = _mm256_max_epu32(m, absBits(_mm256_load_ps(buf + i)));
-    uint32_t wmax = hmaxU32(m);
+    uint32_t wmax = avx2HmaxU32(m);
     if (wmax >= 0x7f800000u) return 0; /* w not finite: stored unrotated */
     zppQuantBlockParams_t bp = zppQuantBlockSetup(wmax, Q);
     zppQuantStoreScale(scales, b, bp.scale);
@@ -368,14 +332,15 @@ ROT_INLINE void decodeBlockT(const uint8_t* data, int bits, size_t lo, size_t le
     stagesAcross(v, n);
 #pragma GCC unroll 8
     for (int k = 0; k < n; k++)
-      store8(out, dtype, lo + 8 * (size_t)k,
-             _mm256_xor_ps(_mm256_mul_ps(v[k], invB), signs8(8 * (size_t)k)));
+      avx2Store8(out, dtype, lo + 8 * (size_t)k,
+                 _mm256_xor_ps(_mm256_mul_ps(v[k], invB), signs8(8 * (size_t)k)));
     return;
   }
   for (size_t i = 0; i < len; i += 64) chunkDecode(data, bits, lo + i, vs, buf + i, 8);
   stagesWide(buf, len);
   for (size_t i = 0; i < len; i += 8)
-    store8(out, dtype, lo + i, _mm256_xor_ps(_mm256_mul_ps(_mm256_load_ps(buf + i), invB), signs8(i)));
+    avx2Store8(out, dtype, lo + i,
+               _mm256_xor_ps(_mm256_mul_ps(_mm256_load_ps(buf + i), invB), signs8(i)));
 }
 
 void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t len, float s,
