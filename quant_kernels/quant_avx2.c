@@ -341,18 +341,6 @@ static void avx2Quantize(const void* in, zppDataType_t dtype, size_t count, int 
 
 /* ---- decode ------------------------------------------------------------------------ */
 
-/* q of elements i..i+7 as fp32 (i even, so int4 starts on a byte). */
-ZPP_AVX2_INLINE __m256 avx2DecodeQ8(const uint8_t* data, int bits, size_t i) {
-  if (bits == 8)
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(data + i))));
-  /* Four bytes hold eight nibbles, element j at bits 4j..4j+3: shift each
-   * lane's nibble to the top, then arithmetic-shift it back down (sign). */
-  int32_t w;
-  memcpy(&w, data + i / 2, sizeof w);
-  __m256i v = _mm256_sllv_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0));
-  return _mm256_cvtepi32_ps(_mm256_srai_epi32(v, 28));
-}
-
 /* q of elements i..i+31 (i even) as four fp32 vectors. int4 splits all 32
  * nibbles with byte operations first, so that per eight elements only the
  * widening (a shuffle) and the conversion remain: fewer operations on the

@@ -1,6 +1,6 @@
 /* Vector helpers shared by the AVX2 codecs (quant_avx2.c) and the AVX2
  * rotated codecs (quant_rotate_avx2.c): element loads and stores in the
- * codecs' arithmetic (zpp_quant.h), one copy so both round alike. Include
+ * codecs' arithmetic, packed q widened to fp32 (zpp_quant.h), one copy so both round alike. Include
  * only from files compiled with -mavx2 -mf16c (quant_kernels/CMakeLists.txt). */
 #ifndef ZPP_QUANT_AVX2_VEC_H
 #define ZPP_QUANT_AVX2_VEC_H
@@ -8,6 +8,7 @@
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "quant_kernels/zpp_quant.h"
 
@@ -56,6 +57,18 @@ ZPP_AVX2_INLINE uint32_t avx2HmaxU32(__m256i v) {
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
   return (uint32_t)_mm_cvtsi128_si32(m);
+}
+
+/* q of elements i..i+7 as fp32 (i even, so int4 starts on a byte). */
+ZPP_AVX2_INLINE __m256 avx2DecodeQ8(const uint8_t* data, int bits, size_t i) {
+  if (bits == 8)
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(data + i))));
+  /* Four bytes hold eight nibbles, element j at bits 4j..4j+3: shift each
+   * lane's nibble to the top, then arithmetic-shift it back down (sign). */
+  int32_t w;
+  memcpy(&w, data + i / 2, sizeof w);
+  __m256i v = _mm256_sllv_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0));
+  return _mm256_cvtepi32_ps(_mm256_srai_epi32(v, 28));
 }
 
 #endif

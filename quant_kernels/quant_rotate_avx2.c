@@ -296,24 +296,18 @@ int zppQuantRotEncodeGroupAvx2(const void* in, zppDataType_t dtype, size_t count
 
 /* ---- decode ----------------------------------------------------------------------- */
 
-/* q of elements i..i+7 as fp32 (i even, so int4 starts on a byte). */
-ROT_INLINE __m256 decodeQ8(const uint8_t* data, int bits, size_t i) {
-  if (bits == 8)
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(data + i))));
-  int32_t w;
-  memcpy(&w, data + i / 2, sizeof w);
-  __m256i v = _mm256_sllv_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0));
-  return _mm256_cvtepi32_ps(_mm256_srai_epi32(v, 28));
-}
-
-/* q * s of n * 8 elements from element i, the stages below 8n in
- * registers, into b. */
-ROT_INLINE void chunkDecode(const uint8_t* data, int bits, size_t i, __m256 vs, float* b, int n) {
-  __m256 v[8];
+/* q * s of n * 8 elements from element i, the stages below 8n done, in v. */
+ROT_INLINE void decodeStages(const uint8_t* data, int bits, size_t i, __m256 vs, __m256* v, int n) {
 #pragma GCC unroll 8
   for (int k = 0; k < n; k++)
-    v[k] = stages124(_mm256_mul_ps(decodeQ8(data, bits, i + 8 * (size_t)k), vs));
+    v[k] = stages124(_mm256_mul_ps(avx2DecodeQ8(data, bits, i + 8 * (size_t)k), vs));
   stagesAcross(v, n);
+}
+
+/* The same, stored into b. */
+ROT_INLINE void chunkDecode(const uint8_t* data, int bits, size_t i, __m256 vs, float* b, int n) {
+  __m256 v[8];
+  decodeStages(data, bits, i, vs, v, n);
 #pragma GCC unroll 8
   for (int k = 0; k < n; k++) _mm256_store_ps(b + 8 * k, v[k]);
 }
@@ -326,10 +320,7 @@ ROT_INLINE void decodeBlockT(const uint8_t* data, int bits, size_t lo, size_t le
   if (len <= 64) { /* in registers from load to store */
     const int n = len == 32 ? 4 : 8;
     __m256 v[8];
-#pragma GCC unroll 8
-    for (int k = 0; k < n; k++)
-      v[k] = stages124(_mm256_mul_ps(decodeQ8(data, bits, lo + 8 * (size_t)k), vs));
-    stagesAcross(v, n);
+    decodeStages(data, bits, lo, vs, v, n);
 #pragma GCC unroll 8
     for (int k = 0; k < n; k++)
       avx2Store8(out, dtype, lo + 8 * (size_t)k,
