@@ -681,8 +681,8 @@ static double rotatedFitScale(const void* shard, zppDataType_t t, size_t b0, siz
 static double rotatedBound(double x, double s, double M, int B, int bits, zppDataType_t t) {
   double Q = bits == 8 ? 127.0 : 7.0, L = log2((double)B);
   double E = s / 2 + 0x1p-21 * Q * s + 0x1p-22 * B * M + 0x1p-23 * L * Q * s + (Q + 3) * 0x1p-150;
-  double uT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-11 : 0x1p-8;
-  double mT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-25 : 0x1p-134;
+  double uT = ztRoundRel(t);
+  double mT = ztRoundAbs(t);
   return E + uT * (fabs(x) + E) + mT;
 }
 

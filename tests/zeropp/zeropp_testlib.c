@@ -97,6 +97,17 @@ static void segErr(const void* in, zppDataType_t t, size_t count, int bits, int 
   free(marks);
 }
 
+/* Rounding an fp32 result to the output type t adds at most ztRoundRel(t)
+ * times its magnitude plus ztRoundAbs(t) (half the smallest subnormal):
+ * 0 for fp32, which is not rounded again. */
+double ztRoundRel(zppDataType_t t) {
+  return t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-11 : 0x1p-8;
+}
+
+double ztRoundAbs(zppDataType_t t) {
+  return t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-25 : 0x1p-134;
+}
+
 int ztQwzExpect(const void* shard, zppDataType_t t, size_t count, int bits, int block, void* out) {
   size_t size = zppQuantPackedSize(count, bits, block);
   if (ztQuantFlags()) {
@@ -106,8 +117,8 @@ int ztQwzExpect(const void* shard, zppDataType_t t, size_t count, int bits, int 
     REQUIRE(zppQuantizeEx(shard, t, count, bits, block, ztQuantFlags(), seg) == zppSuccess);
     REQUIRE(zppDequantizeEx(seg, count, bits, block, out, t) == zppSuccess);
     segErr(shard, t, count, bits, block, seg, err);
-    const double uT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-11 : 0x1p-8;
-    const double mT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-25 : 0x1p-134;
+    const double uT = ztRoundRel(t);
+    const double mT = ztRoundAbs(t);
     int bad = 0;
     for (size_t i = 0; i < count; i++) {
       double x = qtGet(shard, t, i), y = qtGet(out, t, i);
@@ -155,8 +166,8 @@ static void qgzExpectRot(const int* byNode, int N, int L, const void* const* inp
   const unsigned F = ztQuantFlags();
   const size_t ts = zppTypeSize(t), ce = ztChunkElemsFor(chunkBytes, t, block);
   const float d = op == zppAvg ? (float)W : 1.0f;
-  const double uT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-11 : 0x1p-8;
-  const double mT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-25 : 0x1p-134;
+  const double uT = ztRoundRel(t);
+  const double mT = ztRoundAbs(t);
   const int twoStage = N > 1 && L > 1;
   for (size_t off = 0; off < rc; off += ce) {
     size_t len = rc - off < ce ? rc - off : ce;
@@ -257,8 +268,8 @@ void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, i
   }
   const size_t ts = zppTypeSize(t), ce = ztChunkElemsFor(chunkBytes, t, block);
   const float d = op == zppAvg ? (float)W : 1.0f;
-  const double uT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-11 : 0x1p-8;
-  const double mT = t == zppFloat32 ? 0.0 : t == zppFloat16 ? 0x1p-25 : 0x1p-134;
+  const double uT = ztRoundRel(t);
+  const double mT = ztRoundAbs(t);
   const int twoStage = N > 1 && L > 1;
   for (size_t off = 0; off < rc; off += ce) {
     size_t len = rc - off < ce ? rc - off : ce;

@@ -63,4 +63,8 @@ double ztGet(const void* buf, zppDataType_t t, size_t i);
 void ztSet(void* buf, zppDataType_t t, size_t i, float v);
 const char* ztTypeName(zppDataType_t t);
 
+/* The error of rounding an fp32 result to t: relative and absolute part. */
+double ztRoundRel(zppDataType_t t);
+double ztRoundAbs(zppDataType_t t);
+
 #endif /* ZPP_ZEROPP_TESTLIB_H_ */
