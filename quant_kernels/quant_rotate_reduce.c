@@ -1,29 +1,181 @@
 /* Reductions over segments of either kind, rotated or plain: qgZ's sums
  * when rotation is on (zpp_quant.h, "Reductions of rotated segments").
  *
- * Each input is decoded in full to fp32 (zppDequantizeEx: the inverse
- * transform, the signs, the escapes in their places), then the inputs are
- * added element by element in input order, then the sum is divided and
- * stored (zppDequantizeSumEx) or quantized again (zppQuantReduceRequantEx,
- * rotated when asked). One inverse per input, not one per sum: this is the
- * simple order, kept as the reference that a rotated-domain sum (one inverse
- * at the end) must be measured against. */
+ * Two orders, both block by block into a tile of one escape group (4096
+ * fp32 on the stack), so that no call allocates:
+ *   - the simple order: each input's block decoded in full (inverse
+ *     transform, signs, escapes in their places, markers as NaN, exactly as
+ *     zppDequantizeEx), then added in input order;
+ *   - the rotated-domain order: for a block that every input stores rotated,
+ *     the inputs' rotated values q * s are added in input order, one inverse
+ *     transform of the sum follows, then the escaped values in input order;
+ *     other blocks take the simple order.
+ * The sums of a group are then divided and stored (zppDequantizeSumOrder)
+ * or quantized again as one group of the output (zppQuantReduceRequantOrder;
+ * a group is encoded on its own, so this is byte for byte zppQuantizeEx of
+ * all the sums). */
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
-#include <stdlib.h>
+#include <string.h>
 
 #include "quant_kernels/zpp_quant.h"
 
 #include "check.h"
 #include "quant_kernels/quant_impl.h"
 #include "quant_kernels/quant_ref.h"
+#include "quant_kernels/zpp_half.h"
 
-static zppResult_t checkCommon(const char* fn, const void* packed, size_t stride, int n, size_t count,
-                               int bits, int block) {
+/* A packed segment of one escape group at the largest size (int8, block 32). */
+#define GROUP_SEG_BYTES                                                                             \
+  (ZPP_QUANT_HEADER_BYTES + 4 * (ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK) + ZPP_QUANT_ESC_GROUP + \
+   ZPP_QUANT_ESC_TABLE_BYTES + 16)
+
+static uint32_t gSign[ZPP_QUANT_MAX_BLOCK];
+static pthread_once_t gSignOnce = PTHREAD_ONCE_INIT;
+static void fillSigns(void) {
+  for (size_t i = 0; i < ZPP_QUANT_MAX_BLOCK; i++) gSign[i] = zppQuantRotSignMask(i);
+}
+
+/* y = D (H y) * 2^-L, the inverse transform of one full block in place. */
+static void inverseBlock(float* y, size_t len) {
+  zppQuantRotHadamardRef(y, len);
+  const float invB = zppF32FromBits((uint32_t)(127 - zppQuantLog2((int)len)) << 23);
+  for (size_t i = 0; i < len; i++) y[i] = zppF32FromBits(zppF32Bits(y[i] * invB) ^ gSign[i]);
+}
+
+static int segRotated(const uint8_t* seg) { return (seg[6] & ZPP_QUANT_FLAG_ROTATED) != 0; }
+
+/* 1 when block b of a segment is stored rotated (and decodes as such). */
+static int blockRotated(const uint8_t* seg, size_t b, size_t len, int block) {
+  if (!segRotated(seg) || len != (size_t)block) return 0;
+  uint32_t sb = zppF32Bits(zppQuantLoadScale(zppQuantScalesPtr(seg), b));
+  return !(sb & 0x80000000u) && (sb & 0x7f800000u) != 0x7f800000u;
+}
+
+/* Calls f(k, index relative to the block, value) for the escaped elements
+ * of block [lo, lo + len) of segment seg (input k), in slot order: what
+ * zppDequantizeEx (rotated segments) and zppDequantize (plain: a slot past
+ * the group's end ends the table) store. */
+typedef struct {
+  const uint8_t* seg;
+  size_t count;
+  int bits, block;
+} segInfo_t;
+
+static int blockEscape(const segInfo_t* si, size_t lo, size_t len, int j, size_t* at, float* v) {
+  size_t g = lo / ZPP_QUANT_ESC_GROUP, base = g * ZPP_QUANT_ESC_GROUP;
+  size_t glen = si->count - base < ZPP_QUANT_ESC_GROUP ? si->count - base : ZPP_QUANT_ESC_GROUP;
+  const uint8_t* t =
+      si->seg + zppQuantEscOffset(si->count, si->bits, si->block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
+  for (; j < ZPP_QUANT_ESC_SLOTS; j++) {
+    unsigned idx = zppQuantEscIndex(t, j);
+    if (idx == ZPP_QUANT_ESC_EMPTY || idx >= glen) return -1;
+    if (base + idx >= lo && base + idx < lo + len) {
+      *at = base + idx - lo;
+      *v = zppQuantEscValue(t, j);
+      return j;
+    }
+  }
+  return -1;
+}
+
+/* y[0..len) = block [lo, lo + len) of one input decoded to fp32, bit for
+ * bit what zppDequantizeEx writes there. */
+static void decodeBlock(const segInfo_t* si, size_t b, size_t lo, size_t len, float* y) {
+  const uint8_t* seg = si->seg;
+  const uint8_t* data = seg + zppQuantDataOffset(si->count, si->block);
+  const int bits = si->bits;
+  float s = zppQuantLoadScale(zppQuantScalesPtr(seg), b);
+  const float nan = zppF32FromBits(ZPP_QUANT_NAN_BITS);
+  if (!segRotated(seg)) {
+    if (s != s)
+      for (size_t i = 0; i < len; i++) y[i] = nan;
+    else
+      for (size_t i = 0; i < len; i++) y[i] = (float)zppQuantGetQ(data, bits, lo + i) * s;
+  } else if (blockRotated(seg, b, len, si->block)) {
+    for (size_t i = 0; i < len; i++) y[i] = (float)zppQuantGetQ(data, bits, lo + i) * s;
+    inverseBlock(y, len);
+  } else {
+    float sa = zppF32FromBits(zppF32Bits(s) & 0x7fffffffu);
+    for (size_t i = 0; i < len; i++)
+      y[i] = zppQuantIsMarker(data, bits, lo + i) || zppQuantNonFinite(sa)
+                 ? nan
+                 : (float)zppQuantGetQ(data, bits, lo + i) * sa;
+  }
+  size_t at;
+  float v;
+  for (int j = blockEscape(si, lo, len, 0, &at, &v); j >= 0;
+       j = blockEscape(si, lo, len, j + 1, &at, &v))
+    y[at] = v;
+  if (!segRotated(seg) && (seg[6] & ZPP_QUANT_FLAG_MARKERS))
+    for (size_t i = 0; i < len; i++)
+      if (zppQuantIsMarker(data, bits, lo + i)) y[i] = nan;
+}
+
+/* acc[0..len) = the sums of block b (elements [lo, lo + len)) of the n
+ * inputs, in `order`; y is scratch of len floats. */
+static void sumBlock(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
+                     zppQuantSumOrder_t order, size_t b, size_t lo, size_t len, float* acc, float* y) {
+  int allRotated = order == ZPP_QUANT_SUM_ROTATED_DOMAIN;
+  for (int k = 0; k < n && allRotated; k++)
+    allRotated = blockRotated(packed + (size_t)k * stride, b, len, block);
+  if (allRotated) {
+    const size_t dataOff = zppQuantDataOffset(count, block);
+    for (int k = 0; k < n; k++) {
+      const uint8_t* seg = packed + (size_t)k * stride;
+      const uint8_t* data = seg + dataOff;
+      float s = zppQuantLoadScale(zppQuantScalesPtr(seg), b);
+      if (k == 0)
+        for (size_t i = 0; i < len; i++) acc[i] = 0.0f + (float)zppQuantGetQ(data, bits, lo + i) * s;
+      else
+        for (size_t i = 0; i < len; i++) acc[i] = acc[i] + (float)zppQuantGetQ(data, bits, lo + i) * s;
+    }
+    inverseBlock(acc, len);
+    for (int k = 0; k < n; k++) {
+      segInfo_t si = {packed + (size_t)k * stride, count, bits, block};
+      size_t at;
+      float v;
+      for (int j = blockEscape(&si, lo, len, 0, &at, &v); j >= 0;
+           j = blockEscape(&si, lo, len, j + 1, &at, &v))
+        acc[at] = acc[at] + v;
+    }
+    return;
+  }
+  for (int k = 0; k < n; k++) {
+    segInfo_t si = {packed + (size_t)k * stride, count, bits, block};
+    decodeBlock(&si, b, lo, len, k == 0 ? acc : y);
+    if (k == 0)
+      for (size_t i = 0; i < len; i++) acc[i] = 0.0f + acc[i];
+    else
+      for (size_t i = 0; i < len; i++) acc[i] = acc[i] + y[i];
+  }
+}
+
+/* The sums of escape group g into acc[0..glen). */
+static void sumGroup(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
+                     zppQuantSumOrder_t order, size_t g, float* acc) {
+  float y[ZPP_QUANT_MAX_BLOCK];
+  size_t base = g * ZPP_QUANT_ESC_GROUP;
+  size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
+  for (size_t r = 0; r < glen; r += (size_t)block) {
+    size_t len = glen - r < (size_t)block ? glen - r : (size_t)block;
+    sumBlock(packed, stride, n, count, bits, block, order, (base + r) / (size_t)block, base + r, len,
+             acc + r, y);
+  }
+}
+
+static zppResult_t checkInputs(const char* fn, const void* packed, size_t stride, int n, size_t count,
+                               int bits, int block, zppQuantSumOrder_t order) {
   if (!zppQuantValidParams(bits, block))
     ZPP_FAIL(zppInvalidArgument, QUANT,
              "%s: bits %d / block %d: expected 4 or 8 and a power of two in [%d, %d]", fn, bits, block,
              ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
+  if (order != ZPP_QUANT_SUM_SIMPLE && order != ZPP_QUANT_SUM_ROTATED_DOMAIN)
+    ZPP_FAIL(zppInvalidArgument, QUANT,
+             "%s: order %d: expected ZPP_QUANT_SUM_SIMPLE or "
+             "ZPP_QUANT_SUM_ROTATED_DOMAIN",
+             fn, (int)order);
   if (n < 1) ZPP_FAIL(zppInvalidArgument, QUANT, "%s: n %d: at least one input", fn, n);
   if (packed == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "%s: packed is NULL", fn);
   size_t seg = zppQuantPackedSize(count, bits, block);
@@ -31,67 +183,102 @@ static zppResult_t checkCommon(const char* fn, const void* packed, size_t stride
   if (n > 1 && stride < seg)
     ZPP_FAIL(zppInvalidArgument, QUANT, "%s: stride %zu is below the segment size %zu", fn, stride,
              seg);
-  return zppSuccess;
-}
-
-/* acc = ((0 + y_0) + y_1) + ... + y_{n-1}, y_k input k decoded to fp32. */
-static zppResult_t sumInputs(const char* fn, const void* packed, size_t stride, int n, size_t count,
-                             int bits, int block, float** accOut) {
-  *accOut = NULL;
-  float* acc = calloc(count ? count : 1, sizeof(float));
-  float* y = malloc((count ? count : 1) * sizeof(float));
-  if (acc == NULL || y == NULL) {
-    free(acc);
-    free(y);
-    ZPP_FAIL(zppSystemError, QUANT, "%s: out of memory for %zu elements", fn, count);
-  }
   for (int k = 0; k < n; k++) {
-    zppResult_t res =
-        zppDequantizeEx((const uint8_t*)packed + (size_t)k * stride, count, bits, block, y, zppFloat32);
-    if (res != zppSuccess) {
-      free(acc);
-      free(y);
+    const uint8_t* p = (const uint8_t*)packed + (size_t)k * stride;
+    uint8_t hdr[ZPP_QUANT_HEADER_BYTES];
+    memcpy(hdr, p, sizeof hdr);
+    hdr[6] &= (uint8_t)~ZPP_QUANT_FLAG_ROTATED;
+    zppResult_t res = zppQuantCheckHeader(hdr, count, bits, block);
+    if (res != zppSuccess)
       ZPP_FAIL(res, QUANT, "%s: input %d of %d: its segment does not decode (see above)", fn, k, n);
-    }
-    for (size_t i = 0; i < count; i++) acc[i] = acc[i] + y[i];
+    if (!segRotated(p)) continue;
+    /* What zppDequantizeEx refuses in a rotated segment: a slot past the end. */
+    const uint8_t* tables = p + zppQuantEscOffset(count, bits, block);
+    for (size_t g = 0; g < zppQuantNumGroups(count); g++)
+      for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+        unsigned idx = zppQuantEscIndex(tables + g * ZPP_QUANT_ESC_TABLE_BYTES, j);
+        if (idx == ZPP_QUANT_ESC_EMPTY) break;
+        if (g * ZPP_QUANT_ESC_GROUP + idx >= count)
+          ZPP_FAIL(zppInvalidUsage, QUANT,
+                   "%s: input %d of %d: escape slot %d of group %zu points at element %zu of %zu", fn,
+                   k, n, j, g, g * ZPP_QUANT_ESC_GROUP + idx, count);
+      }
   }
-  free(y);
-  *accOut = acc;
+  pthread_once(&gSignOnce, fillSigns);
   return zppSuccess;
 }
 
-zppResult_t zppDequantizeSumEx(const void* packed, size_t stride, int n, size_t count, int bits,
-                               int block, float divisor, void* out, zppDataType_t dtype) {
+zppResult_t zppDequantizeSumOrder(const void* packed, size_t stride, int n, size_t count, int bits,
+                                  int block, float divisor, void* out, zppDataType_t dtype,
+                                  zppQuantSumOrder_t order) {
   const char* fn = "zppDequantizeSumEx";
   ZPP_ARGCHECK(dtype == zppFloat32 || dtype == zppFloat16 || dtype == zppBfloat16,
                "%s: dtype %d: expected fp32, fp16 or bf16", fn, (int)dtype);
   ZPP_ARGCHECK(out != NULL || count == 0, "%s: out is NULL with count %zu", fn, count);
   ZPP_ARGCHECK(isfinite(divisor) && divisor != 0.0f, "%s: divisor %g must be finite and non-zero", fn,
                (double)divisor);
-  ZPPCHECK(checkCommon(fn, packed, stride, n, count, bits, block));
-  float* acc = NULL;
-  ZPPCHECK(sumInputs(fn, packed, stride, n, count, bits, block, &acc));
-  for (size_t i = 0; i < count; i++) zppQuantStoreOne(out, dtype, i, acc[i] / divisor);
-  free(acc);
+  ZPPCHECK(checkInputs(fn, packed, stride, n, count, bits, block, order));
+  float acc[ZPP_QUANT_ESC_GROUP];
+  for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
+    size_t base = g * ZPP_QUANT_ESC_GROUP;
+    size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
+    sumGroup((const uint8_t*)packed, stride, n, count, bits, block, order, g, acc);
+    for (size_t i = 0; i < glen; i++) zppQuantStoreOne(out, dtype, base + i, acc[i] / divisor);
+  }
   return zppSuccess;
 }
 
-zppResult_t zppQuantReduceRequantEx(const void* packed, size_t stride, int n, size_t count, int bits_in,
-                                    int block_in, int bits_out, int block_out, unsigned flags_out,
-                                    void* packed_out) {
+zppResult_t zppQuantReduceRequantOrder(const void* packed, size_t stride, int n, size_t count,
+                                       int bits_in, int block_in, int bits_out, int block_out,
+                                       unsigned flags_out, zppQuantSumOrder_t order, void* packed_out) {
   const char* fn = "zppQuantReduceRequantEx";
   ZPP_ARGCHECK(packed_out != NULL, "%s: packed_out is NULL", fn);
-  ZPPCHECK(checkCommon(fn, packed, stride, n, count, bits_in, block_in));
-  /* Every input is decoded before the output is written: an output that
-   * overlaps the inputs is still refused, as by zppQuantReduceRequant. */
+  ZPP_ARGCHECK((flags_out & ~(unsigned)ZPP_QUANT_ROTATE) == 0,
+               "%s: flags_out 0x%x unknown (0 or ZPP_QUANT_ROTATE)", fn, flags_out);
+  ZPPCHECK(checkInputs(fn, packed, stride, n, count, bits_in, block_in, order));
+  ZPP_ARGCHECK(zppQuantValidParams(bits_out, block_out),
+               "%s: bits_out %d / block_out %d: expected 4 or 8 and a power of two in [%d, %d]", fn,
+               bits_out, block_out, ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
+  /* The output is written group by group while inputs are still read: an
+   * output that overlaps the inputs is refused, as by zppQuantReduceRequant. */
   uintptr_t inLo = (uintptr_t)packed;
   uintptr_t inHi = inLo + (size_t)(n - 1) * stride + zppQuantPackedSize(count, bits_in, block_in);
   uintptr_t outLo = (uintptr_t)packed_out;
   uintptr_t outHi = outLo + zppQuantPackedSize(count, bits_out, block_out);
   ZPP_ARGCHECK(!(outLo < inHi && inLo < outHi), "%s: packed_out overlaps the inputs", fn);
-  float* acc = NULL;
-  ZPPCHECK(sumInputs(fn, packed, stride, n, count, bits_in, block_in, &acc));
-  zppResult_t res = zppQuantizeEx(acc, zppFloat32, count, bits_out, block_out, flags_out, packed_out);
-  free(acc);
-  return res;
+  float acc[ZPP_QUANT_ESC_GROUP];
+  ZPPCHECK(zppQuantFrame(fn, acc, zppFloat32, count, bits_out, block_out, packed_out));
+  uint8_t* po = (uint8_t*)packed_out;
+  if (flags_out & ZPP_QUANT_ROTATE) po[6] |= ZPP_QUANT_FLAG_ROTATED;
+  uint8_t tmp[GROUP_SEG_BYTES];
+  const size_t dataOut = zppQuantDataOffset(count, block_out);
+  const size_t escOut = zppQuantEscOffset(count, bits_out, block_out);
+  for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
+    size_t base = g * ZPP_QUANT_ESC_GROUP;
+    size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
+    sumGroup((const uint8_t*)packed, stride, n, count, bits_in, block_in, order, g, acc);
+    /* Groups encode independently (blocks, tables): one group's segment. */
+    ZPPCHECK(zppQuantizeEx(acc, zppFloat32, glen, bits_out, block_out, flags_out, tmp));
+    po[6] |= (uint8_t)(tmp[6] & ZPP_QUANT_FLAG_MARKERS);
+    memcpy(po + ZPP_QUANT_HEADER_BYTES + 4 * (base / (size_t)block_out), tmp + ZPP_QUANT_HEADER_BYTES,
+           4 * zppQuantNumBlocks(glen, block_out));
+    memcpy(po + dataOut + (bits_out == 8 ? base : base / 2), tmp + zppQuantDataOffset(glen, block_out),
+           zppQuantDataBytes(glen, bits_out));
+    memcpy(po + escOut + g * ZPP_QUANT_ESC_TABLE_BYTES,
+           tmp + zppQuantEscOffset(glen, bits_out, block_out), ZPP_QUANT_ESC_TABLE_BYTES);
+  }
+  return zppSuccess;
+}
+
+zppResult_t zppDequantizeSumEx(const void* packed, size_t stride, int n, size_t count, int bits,
+                               int block, float divisor, void* out, zppDataType_t dtype) {
+  return zppDequantizeSumOrder(packed, stride, n, count, bits, block, divisor, out, dtype,
+                               ZPP_QUANT_SUM_QGZ);
+}
+
+zppResult_t zppQuantReduceRequantEx(const void* packed, size_t stride, int n, size_t count, int bits_in,
+                                    int block_in, int bits_out, int block_out, unsigned flags_out,
+                                    void* packed_out) {
+  return zppQuantReduceRequantOrder(packed, stride, n, count, bits_in, block_in, bits_out, block_out,
+                                    flags_out, ZPP_QUANT_SUM_QGZ, packed_out);
 }

@@ -144,8 +144,8 @@
  * The header flag bit 1 says "rotated"; zppDequantizeEx decodes both kinds.
  * The other decoders and the reductions above refuse a rotated segment
  * (header check: "flags ... expected 0 or 0x0001"); the Ex reductions
- * below take both kinds. Reductions in the rotated domain are not yet
- * implemented, nor AVX-512/CUDA rotated kernels: the vector implementations
+ * below take both kinds (in the simple order or in the rotated domain).
+ * There are no AVX-512/CUDA rotated kernels: the vector implementations
  * use quant_rotate_avx2.c (bit-identical), the scalar one the reference in
  * quant_rotate.c.
  * Escape counts are those of the plain encoding (the same selection).
@@ -181,28 +181,64 @@
  * escapes or is marked like any non-finite element).
  *
  * ---------------------------------------------------------------------------
- * Reductions of rotated segments (zppDequantizeSumEx, zppQuantReduceRequantEx,
- * quant_rotate_reduce.c; what qgZ uses when rotation is on). Inputs of
- * either kind, rotated or plain, with the same count, bits and block. Each
- * input k is decoded in full to fp32 by zppDequantizeEx (inverse transform,
- * signs, escaped values in their elements, markers as NaN): y_{k,i}. Then
- *   sum_i = ((((0 + y_{0,i}) + y_{1,i}) + ...) + y_{n-1,i})
- * in fp32, in input order (the escaped values are inside the y, not added
- * after them as in the plain reductions). zppDequantizeSumEx stores
- * sum_i / divisor (one fp32 division) rounded to the output type;
- * zppQuantReduceRequantEx quantizes the fp32 sums with zppQuantizeEx and
- * its flags (rotated again with ZPP_QUANT_ROTATE). This is the simple order:
- * one inverse per input. (Summing in the rotated domain with one inverse
- * at the end is the planned alternative; which is the more accurate is to
- * be measured.) Bound: against the exact sum S_i of the y_{k,i},
- *   |sum_i - S_i| <= gamma_{n-1} * sum_k |y_{k,i}|,
- *   gamma_m = m u / (1 - m u), u = 2^-24 (0 + y_0 is exact), and each y_{k,i} is
- * within its own segment's bound of its input (the rotated bound E of its
- * block, the plain bound for a block stored plain, exact for an escape);
- * the requantized output adds the bound of its own block for the fp32 sums
- * as input (rotated: E with M the block's largest non-escaped |sum|).
- * A NaN or Inf input stays NaN in its element (markers, then a NaN sum,
- * which the requantization marks again).
+ * Reductions of rotated segments (zppDequantizeSumOrder and
+ * zppQuantReduceRequantOrder; zppDequantizeSumEx and zppQuantReduceRequantEx
+ * are these in the order qgZ uses, ZPP_QUANT_SUM_QGZ; quant_rotate_reduce.c).
+ * Inputs of either kind, rotated or plain, with the same count, bits and
+ * block. No call allocates: the sums are formed one escape group (4096
+ * elements) at a time in an fp32 tile on the stack, which changes no bit.
+ * Two orders, per block:
+ *   - the simple order (ZPP_QUANT_SUM_SIMPLE; every block in it, and in
+ *     either order every block that some input stores unrotated: a plain
+ *     segment, a short last block, a block with its scale's sign set, or a
+ *     non-finite scale). Each input k's block is decoded as zppDequantizeEx
+ *     does (inverse transform, signs, escaped values in their elements,
+ *     markers as NaN): y_{k,i}. Then
+ *       sum_i = ((((0 + y_{0,i}) + y_{1,i}) + ...) + y_{n-1,i})
+ *     in fp32, in input order (the escaped values are inside the y).
+ *   - the rotated-domain order (ZPP_QUANT_SUM_ROTATED_DOMAIN, for a block of
+ *     B = 2^L elements that every input stores rotated). With v_{k,j} =
+ *     (float)q_{k,j} * s_k (one fp32 multiply, the decoder's first step),
+ *       r_j = ((((0 + v_{0,j}) + v_{1,j}) + ...) + v_{n-1,j})  in fp32,
+ *       z = D ((H r) * 2^-L)   (the decoder's stages, multiply, signs, once),
+ *       sum_i = ((z_i + e_{k1,i}) + e_{k2,i}) + ...
+ *     the escaped values of element i added last, in input order k1 < k2
+ *     (each input has at most one slot per element). An input's rotated
+ *     block holds quantization noise at its escaped elements (they were +0
+ *     when rotated): here that noise stays in z_i; the simple order
+ *     replaces it by the escaped value.
+ * zppDequantizeSumOrder stores sum_i / divisor (one fp32 division) rounded
+ * to the output type; zppQuantReduceRequantOrder quantizes the fp32 sums as
+ * zppQuantizeEx would with flags_out (rotated again with ZPP_QUANT_ROTATE),
+ * byte for byte. A NaN or Inf input stays NaN in its element (its block is
+ * stored plain: markers, then a NaN sum, which the requantization marks
+ * again).
+ * Bounds (tested; u = 2^-24, gamma_m = m u / (1 - m u)).
+ *   Simple order, against the exact sum S_i of the y_{k,i}:
+ *     |sum_i - S_i| <= gamma_{n-1} * sum_k |y_{k,i}|   (0 + y_0 is exact),
+ *   each y_{k,i} within its own segment's bound of its input (the rotated
+ *   bound E of its block, the plain bound for a block stored plain, exact
+ *   for an escape).
+ *   Rotated-domain order, against T_i = sum_k Y_{k,i} + sum_k e_{k,i}, Y_k
+ *   = (1/B) D H v_k the exact inverse of input k's rotated values (each
+ *   within E' of its input x'_k, E' being E without its inverse term
+ *   2^-23 L Q s: one inverse of the sum replaces the n inverses), with
+ *   A = (1/B) sum_j sum_k |v_{k,j}| (the block's mean), R = max_j |r_j|
+ *   and m_i the escapes at i:
+ *     |sum_i - T_i| <= (1 + gamma_{m_i}) * F + gamma_{m_i} * (|z_i| + sum_k |e_{k,i}|),
+ *     F = gamma_{n-1} * A + 2^-24 * L * R * (1 + 2^-20) + 2^-150.
+ *   Why: the error of r_j (at most gamma_{n-1} sum_k |v_{k,j}|) reaches z_i
+ *   through the exact inverse, a row of B terms of 1/B: at most the block's
+ *   mean. The inverse's roundings are those of the rotated bound with R in
+ *   place of Q s (stage k rounds values of at most 2^k R (1 + u)^k, the
+ *   later stages and 2^-L scale by 2^(L-k)/B); the multiply by 2^-L may
+ *   round a subnormal by 2^-150; the escape additions are a sum of m_i + 1
+ *   terms.
+ *   Either way the requantized output adds the bound of its own block for
+ *   the fp32 sums as input (rotated: E with M the block's largest
+ *   non-escaped |sum|). Which order qgZ uses, and the measured errors of
+ *   both on whole qgZ calls: docs/codecs.md, "Reductions of rotated
+ *   segments".
  *
  * ---------------------------------------------------------------------------
  * Tensor-slice reordering (qgZ). The input holds W partitions (partition p is
@@ -317,8 +353,17 @@ zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size
                                   int block_in, int bits_out, int block_out, void* packed_out);
 
 /* zppDequantizeSum and zppQuantReduceRequant for inputs of either kind,
- * rotated or plain, in the order of "Reductions of rotated segments";
- * flags_out: 0 or ZPP_QUANT_ROTATE for the requantized output. */
+ * rotated or plain, in one of the orders of "Reductions of rotated
+ * segments"; flags_out: 0 or ZPP_QUANT_ROTATE for the requantized output.
+ * The Ex functions use ZPP_QUANT_SUM_QGZ, the order qgZ uses. */
+typedef enum { ZPP_QUANT_SUM_SIMPLE = 0, ZPP_QUANT_SUM_ROTATED_DOMAIN = 1 } zppQuantSumOrder_t;
+#define ZPP_QUANT_SUM_QGZ ZPP_QUANT_SUM_SIMPLE
+zppResult_t zppDequantizeSumOrder(const void* packed, size_t stride, int n, size_t count, int bits,
+                                  int block, float divisor, void* out, zppDataType_t dtype,
+                                  zppQuantSumOrder_t order);
+zppResult_t zppQuantReduceRequantOrder(const void* packed, size_t stride, int n, size_t count,
+                                       int bits_in, int block_in, int bits_out, int block_out,
+                                       unsigned flags_out, zppQuantSumOrder_t order, void* packed_out);
 zppResult_t zppDequantizeSumEx(const void* packed, size_t stride, int n, size_t count, int bits,
                                int block, float divisor, void* out, zppDataType_t dtype);
 zppResult_t zppQuantReduceRequantEx(const void* packed, size_t stride, int n, size_t count, int bits_in,
