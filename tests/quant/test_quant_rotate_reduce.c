@@ -7,6 +7,13 @@
  *   - inputs of both kinds mixed (rotated and plain segments), every dtype,
  *     int8 and int4, odd counts, an Inf and a NaN (NaN in the result);
  *   - the fp32 sum within gamma_{n-1} sum |y| of the exact sum;
+ *   - the rotated-domain order (zppDequantizeSumOrder/...RequantOrder with
+ *     ZPP_QUANT_SUM_ROTATED_DOMAIN) bit for bit against the spec written
+ *     out here from the segments' bytes (one inverse per block of the sum,
+ *     then the escapes in input order; the simple order in blocks that
+ *     some input stores plain), and element by element within its bound of
+ *     the exact sum T_i of the inputs' exact inverses plus escapes;
+ *     all-rotated and mixed inputs, escapes, Inf/NaN, n = 1..8;
  *   - bad arguments refused with zppInvalidArgument.
  */
 #include <math.h>
@@ -15,6 +22,9 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "quant_kernels/quant_impl.h"
+#include "quant_kernels/quant_ref.h"
+#include "quant_kernels/zpp_half.h"
 #include "quant_kernels/zpp_quant.h"
 #include "quant_testlib.h"
 
@@ -34,9 +44,100 @@ static void fill(float* x, size_t n, zppTestRng_t* rng, int heavy) {
   }
 }
 
-/* One case: n inputs of count elements, input k rotated when k is even. */
+/* Block b of segment seg stored rotated: rotated segment, full block, the
+ * scale's sign clear and finite. */
+static int specRotated(const uint8_t* seg, size_t count, int block, size_t b) {
+  if (!(seg[6] & ZPP_QUANT_FLAG_ROTATED) || (b + 1) * (size_t)block > count) return 0;
+  uint32_t sb = zppF32Bits(zppQuantLoadScale(seg + ZPP_QUANT_HEADER_BYTES, b));
+  return !(sb & 0x80000000u) && (sb & 0x7f800000u) != 0x7f800000u;
+}
+
+/* Exact (double) inverse of one block of rotated values v: (1/B) D H v. */
+static void exactInverse(double* v, size_t len) {
+  for (size_t h = 1; h < len; h *= 2)
+    for (size_t i = 0; i < len; i += 2 * h)
+      for (size_t j = i; j < i + h; j++) {
+        double a = v[j], c = v[j + h];
+        v[j] = a + c;
+        v[j + h] = a - c;
+      }
+  for (size_t i = 0; i < len; i++) v[i] = (zppQuantRotSignMask(i) ? -v[i] : v[i]) / (double)len;
+}
+
+/* The rotated-domain order written out from the spec into want[] (fp32
+ * sums; simple[] holds the simple order's), and the bound of each element
+ * of a rotated-domain block against T_i: returns the elements outside. */
+static long specRotatedDomain(const uint8_t* segs, size_t P, int n, size_t count, int bits, int block,
+                              const float* simple, float* want, int* nrotBlocks) {
+  static float r[ZPP_QUANT_MAX_BLOCK];
+  static double t[ZPP_QUANT_MAX_BLOCK], y[ZPP_QUANT_MAX_BLOCK], ae[ZPP_QUANT_MAX_BLOCK];
+  static int m[ZPP_QUANT_MAX_BLOCK];
+  const double u = 0x1p-24;
+  const size_t dataOff = zppQuantDataOffset(count, block),
+               escOff = zppQuantEscOffset(count, bits, block);
+  const int L = zppQuantLog2(block);
+  long bad = 0;
+  for (size_t b = 0; b * (size_t)block < count; b++) {
+    size_t lo = b * (size_t)block, len = count - lo < (size_t)block ? count - lo : (size_t)block;
+    int all = 1;
+    for (int k = 0; k < n; k++) all &= specRotated(segs + (size_t)k * P, count, block, b);
+    if (!all) {
+      memcpy(want + lo, simple + lo, len * sizeof(float));
+      continue;
+    }
+    ++*nrotBlocks;
+    double A = 0.0;
+    for (size_t j = 0; j < len; j++) t[j] = 0.0, ae[j] = 0.0, m[j] = 0;
+    for (int k = 0; k < n; k++) {
+      const uint8_t* seg = segs + (size_t)k * P;
+      float s = zppQuantLoadScale(seg + ZPP_QUANT_HEADER_BYTES, b);
+      for (size_t j = 0; j < len; j++) {
+        float v = (float)zppQuantGetQ(seg + dataOff, bits, lo + j) * s;
+        r[j] = k == 0 ? 0.0f + v : r[j] + v;
+        y[j] = (double)v;
+        A += fabs((double)v);
+      }
+      exactInverse(y, len);
+      for (size_t j = 0; j < len; j++) t[j] += y[j];
+    }
+    A /= (double)len;
+    double R = 0.0;
+    for (size_t j = 0; j < len; j++) R = fmax(R, fabs((double)r[j]));
+    zppQuantRotHadamardRef(r, len);
+    const float invB = 1.0f / (float)len;
+    for (size_t j = 0; j < len; j++)
+      want[lo + j] = zppF32FromBits(zppF32Bits(r[j] * invB) ^ zppQuantRotSignMask(j));
+    for (size_t j = 0; j < len; j++) y[j] = fabs((double)want[lo + j]); /* y: now |z_i| */
+    for (int k = 0; k < n; k++) {
+      const uint8_t* tab =
+          segs + (size_t)k * P + escOff + (lo / ZPP_QUANT_ESC_GROUP) * ZPP_QUANT_ESC_TABLE_BYTES;
+      size_t base = lo / ZPP_QUANT_ESC_GROUP * ZPP_QUANT_ESC_GROUP;
+      for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+        unsigned idx = zppQuantEscIndex(tab, j);
+        if (idx == ZPP_QUANT_ESC_EMPTY) break;
+        if (base + idx < lo || base + idx >= lo + len) continue;
+        float e = zppQuantEscValue(tab, j);
+        size_t at = base + idx - lo;
+        want[lo + at] = want[lo + at] + e;
+        t[at] += (double)e;
+        ae[at] += fabs((double)e);
+        m[at]++;
+      }
+    }
+    const double F = (n - 1) * u / (1 - (n - 1) * u) * A + u * L * R * (1 + 0x1p-20) + 0x1p-150;
+    for (size_t j = 0; j < len; j++) {
+      double gm = m[j] * u / (1 - m[j] * u);
+      double bound = (1 + gm) * F + gm * (y[j] + ae[j]) + 0x1p-50 * (fabs(t[j]) + ae[j] + A);
+      if (!(fabs((double)want[lo + j] - t[j]) <= bound)) bad++;
+    }
+  }
+  return bad;
+}
+
+/* One case: n inputs of count elements, input k rotated when k is even (or
+ * every input when allRot); a huge value escapes in inputs 2, 6, ... */
 static void checkCase(int n, size_t count, int bits, int block, zppDataType_t otype, int specials,
-                      zppTestRng_t* rng) {
+                      int allRot, zppTestRng_t* rng) {
   const size_t P = zppQuantPackedSize(count, bits, block);
   uint8_t* segs = xmalloc((size_t)n * P);
   uint8_t* req = xmalloc(P);
@@ -49,8 +150,8 @@ static void checkCase(int n, size_t count, int bits, int block, zppDataType_t ot
   char* out = xmalloc(count * 4);
   char* ref = xmalloc(count * 4);
   char what[128];
-  snprintf(what, sizeof what, "n %d count %zu int%d block %d -> %s%s", n, count, bits, block,
-           qtTypeName(otype), specials ? " with Inf/NaN" : "");
+  snprintf(what, sizeof what, "n %d count %zu int%d block %d -> %s%s%s", n, count, bits, block,
+           qtTypeName(otype), specials ? " with Inf/NaN" : "", allRot ? ", all rotated" : "");
   for (size_t i = 0; i < count; i++) sum[i] = 0.0f, exact[i] = 0.0, absy[i] = 0.0;
   for (int k = 0; k < n; k++) {
     fill(x, count, rng, k % 3 == 1);
@@ -58,7 +159,9 @@ static void checkCase(int n, size_t count, int bits, int block, zppDataType_t ot
       x[3] = INFINITY;
       x[count - 2] = NAN;
     }
-    REQUIRE(zppQuantizeEx(x, zppFloat32, count, bits, block, k % 2 == 0 ? ZPP_QUANT_ROTATE : 0u,
+    if (k % 4 == 2 && count > 10) x[7 + (size_t)k] = 3e6f;
+    REQUIRE(zppQuantizeEx(x, zppFloat32, count, bits, block,
+                          allRot || k % 2 == 0 ? ZPP_QUANT_ROTATE : 0u,
                           segs + (size_t)k * P) == zppSuccess);
     REQUIRE(zppDequantizeEx(segs + (size_t)k * P, count, bits, block, y, zppFloat32) == zppSuccess);
     for (size_t i = 0; i < count; i++) {
@@ -92,6 +195,29 @@ static void checkCase(int n, size_t count, int bits, int block, zppDataType_t ot
     CHECK_MSG(memcmp(req, want, P) == 0, "%s: requant (flags %u) differs from quantizing the sums",
               what, flags);
   }
+  /* The rotated-domain order: the spec, bit for bit, and its bound. */
+  float* rsum = xmalloc(count * sizeof(float));
+  int nrot = 0;
+  bad = specRotatedDomain(segs, P, n, count, bits, block, sum, rsum, &nrot);
+  CHECK_MSG(bad == 0, "%s: rotated-domain order: %ld sums outside the bound", what, bad);
+  CHECK_MSG(allRot == 0 || n == 1 || count < 4 * (size_t)block || nrot > 0,
+            "%s: no block in the rotated domain", what);
+  CHECK_MSG(zppDequantizeSumOrder(segs, P, n, count, bits, block, divisor, out, otype,
+                                  ZPP_QUANT_SUM_ROTATED_DOMAIN) == zppSuccess,
+            "%s: rotated-domain sum", what);
+  for (size_t i = 0; i < count; i++) qtSet(ref, otype, i, rsum[i] / divisor);
+  CHECK_MSG(qtFirstDiff(out, ref, otype, count) == (size_t)-1,
+            "%s: rotated-domain sum differs from the spec (first at %zu)", what,
+            qtFirstDiff(out, ref, otype, count));
+  for (unsigned flags = 0; flags <= ZPP_QUANT_ROTATE; flags += ZPP_QUANT_ROTATE) {
+    CHECK_MSG(zppQuantReduceRequantOrder(segs, P, n, count, bits, block, bits, block, flags,
+                                         ZPP_QUANT_SUM_ROTATED_DOMAIN, req) == zppSuccess,
+              "%s: rotated-domain requant flags %u", what, flags);
+    REQUIRE(zppQuantizeEx(rsum, zppFloat32, count, bits, block, flags, want) == zppSuccess);
+    CHECK_MSG(memcmp(req, want, P) == 0,
+              "%s: rotated-domain requant (flags %u) differs from quantizing the sums", what, flags);
+  }
+  free(rsum);
   free(segs);
   free(req);
   free(want);
@@ -135,14 +261,19 @@ int main(void) {
   zppTestRng_t rng;
   zppTestRngSeed(&rng, 2727);
   checkArguments();
-  static const size_t counts[] = {1, 63, 64, 1001, 4096, 5000};
-  for (int n = 1; n <= 5; n += 2)
+  static const size_t counts[] = {1, 63, 64, 1001, 4096, 5000, 8193};
+  for (int n = 1; n <= 8; n++)
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
       for (int bits = 8; bits >= 4; bits -= 4)
         for (int ti = 0; ti < 3; ti++) {
           int block = bits == 8 ? 256 : 64;
-          checkCase(n, counts[c], bits, block, kTypes[ti], 0, &rng);
-          if (counts[c] > 10 && ti == 0) checkCase(n, counts[c], bits, 32, kTypes[ti], 1, &rng);
+          checkCase(n, counts[c], bits, block, kTypes[ti], 0, ti != 1, &rng);
+          if (counts[c] > 10 && ti == 0) {
+            checkCase(n, counts[c], bits, 32, kTypes[ti], 1, 1, &rng);
+            checkCase(n, counts[c], bits, 32, kTypes[ti], 1, 0, &rng);
+          }
         }
+  /* The largest block: one inverse over 4096 elements. */
+  for (int n = 2; n <= 8; n += 3) checkCase(n, 3 * 4096 + 5, 4, 4096, zppFloat32, 1, 1, &rng);
   return zppTestExit("test_quant_rotate_reduce");
 }
