@@ -44,6 +44,28 @@ static void inverseBlock(float* y, size_t len) {
   for (size_t i = 0; i < len; i++) y[i] = zppF32FromBits(zppF32Bits(y[i] * invB) ^ gSign[i]);
 }
 
+/* dst[i] = (k == 0 ? 0 + v_i : dst[i] + v_i), v_i = (float)q_i * s for the
+ * elements [lo, lo + len) of a segment's data (lo even): the loops the
+ * compiler vectorizes (the same operations as zppQuantGetQ's). */
+static void addScaled(const uint8_t* data, int bits, size_t lo, size_t len, float s, float* dst,
+                      int first) {
+  if (bits == 8) {
+    const int8_t* q = (const int8_t*)(data + lo);
+    if (first)
+      for (size_t i = 0; i < len; i++) dst[i] = 0.0f + (float)q[i] * s;
+    else
+      for (size_t i = 0; i < len; i++) dst[i] = dst[i] + (float)q[i] * s;
+    return;
+  }
+  const uint8_t* b = data + lo / 2;
+  for (size_t j = 0; j < len / 2; j++) {
+    float v0 = (float)((int8_t)(uint8_t)(b[j] << 4) >> 4) * s;
+    float v1 = (float)((int8_t)b[j] >> 4) * s;
+    dst[2 * j] = first ? 0.0f + v0 : dst[2 * j] + v0;
+    dst[2 * j + 1] = first ? 0.0f + v1 : dst[2 * j + 1] + v1;
+  }
+}
+
 static int segRotated(const uint8_t* seg) { return (seg[6] & ZPP_QUANT_FLAG_ROTATED) != 0; }
 
 /* 1 when block b of a segment is stored rotated (and decodes as such). */
@@ -94,8 +116,15 @@ static void decodeBlock(const segInfo_t* si, size_t b, size_t lo, size_t len, fl
     else
       for (size_t i = 0; i < len; i++) y[i] = (float)zppQuantGetQ(data, bits, lo + i) * s;
   } else if (blockRotated(seg, b, len, si->block)) {
-    for (size_t i = 0; i < len; i++) y[i] = (float)zppQuantGetQ(data, bits, lo + i) * s;
-    inverseBlock(y, len);
+#if defined(ZPP_QUANT_HAVE_AVX2)
+    if (zppQuantImplActive() != &zppQuantImplScalar) /* bit-identical by contract */
+      zppQuantRotDecodeBlockAvx2(data + (bits == 8 ? lo : lo / 2), bits, 0, len, s, y, zppFloat32);
+    else
+#endif
+    {
+      for (size_t i = 0; i < len; i++) y[i] = (float)zppQuantGetQ(data, bits, lo + i) * s;
+      inverseBlock(y, len);
+    }
   } else {
     float sa = zppF32FromBits(zppF32Bits(s) & 0x7fffffffu);
     for (size_t i = 0; i < len; i++)
@@ -125,11 +154,7 @@ static void sumBlock(const uint8_t* packed, size_t stride, int n, size_t count, 
     for (int k = 0; k < n; k++) {
       const uint8_t* seg = packed + (size_t)k * stride;
       const uint8_t* data = seg + dataOff;
-      float s = zppQuantLoadScale(zppQuantScalesPtr(seg), b);
-      if (k == 0)
-        for (size_t i = 0; i < len; i++) acc[i] = 0.0f + (float)zppQuantGetQ(data, bits, lo + i) * s;
-      else
-        for (size_t i = 0; i < len; i++) acc[i] = acc[i] + (float)zppQuantGetQ(data, bits, lo + i) * s;
+      addScaled(data, bits, lo, len, zppQuantLoadScale(zppQuantScalesPtr(seg), b), acc, k == 0);
     }
     inverseBlock(acc, len);
     for (int k = 0; k < n; k++) {

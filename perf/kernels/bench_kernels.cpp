@@ -272,33 +272,46 @@ void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes
 // qgZ's CPU steps over n int4 inputs of count elements each (a bf16
 // gradient of `bytes` per input): the fused step between the hops (sum,
 // requantized to int4) when `requant`, else the last one (sum / n written as
-// bf16, an avg).
-void RegisterReduce(const char* impl, int n, size_t bytes, bool requant) {
+// bf16, an avg). rot: 0 plain inputs (zppQuantReduceRequant, zppDequantizeSum);
+// 1 or 2 rotated inputs, summed in the simple order (one inverse per input)
+// or in the rotated domain (one per block of the sum): zpp_quant.h,
+// "Reductions of rotated segments" (the output rotated too).
+void RegisterReduce(const char* impl, int n, size_t bytes, bool requant, int rot = 0) {
   size_t count = bytes / 2;
   int block = DefaultBlock(4);
   size_t seg = zppQuantPackedSize(count, 4, block);
   size_t inBytes = seg * static_cast<size_t>(n);
   RegisterMemcpy(inBytes);
   std::string baseline = MemcpyName(inBytes);
-  std::string name = std::string(requant ? "reduce_requant/" : "dequantize_sum/") + impl + "/int4x" +
-                     std::to_string(n) + "/" + SizeName(bytes);
+  static const char* const kRot[3] = {"/", "-rot-simple/", "-rot-rdomain/"};
+  std::string name = std::string(requant ? "reduce_requant" : "dequantize_sum") + kRot[rot] + impl +
+                     "/int4x" + std::to_string(n) + "/" + SizeName(bytes);
   Register(name, [=](benchmark::State& state) {
     if (!Select(state, impl)) return;
-    std::string key = "reduce_in/" + std::to_string(count) + "/" + std::to_string(n);
+    std::string key = std::string(rot ? "rreduce_in/" : "reduce_in/") + std::to_string(count) + "/" +
+                      std::to_string(n);
     bool fresh = gBuffers.find(key) == gBuffers.end();
     Buffer* in = GetBuffer(key, inBytes);
     if (fresh) {
-      Buffer* one = Packed(zppBfloat16, count, 4, block);
+      Buffer* one =
+          rot ? RotPacked(zppBfloat16, count, 4, block) : Packed(zppBfloat16, count, 4, block);
       for (int k = 0; k < n; k++) std::memcpy(in->data + static_cast<size_t>(k) * seg, one->data, seg);
     }
     Buffer* out =
         GetBuffer(requant ? "reduce_out/" + std::to_string(seg) : "sum_out/" + std::to_string(count),
                   requant ? seg : count * 2);
+    const zppQuantSumOrder_t order = rot == 2 ? ZPP_QUANT_SUM_ROTATED_DOMAIN : ZPP_QUANT_SUM_SIMPLE;
     for (auto _ : state) {
-      zppResult_t r =
-          requant ? zppQuantReduceRequant(in->data, seg, n, count, 4, block, 4, block, out->data)
-                  : zppDequantizeSum(in->data, seg, n, count, 4, block, static_cast<float>(n),
-                                     out->data, zppBfloat16);
+      zppResult_t r;
+      if (rot)
+        r = requant ? zppQuantReduceRequantOrder(in->data, seg, n, count, 4, block, 4, block,
+                                                 ZPP_QUANT_ROTATE, order, out->data)
+                    : zppDequantizeSumOrder(in->data, seg, n, count, 4, block, static_cast<float>(n),
+                                            out->data, zppBfloat16, order);
+      else
+        r = requant ? zppQuantReduceRequant(in->data, seg, n, count, 4, block, 4, block, out->data)
+                    : zppDequantizeSum(in->data, seg, n, count, 4, block, static_cast<float>(n),
+                                       out->data, zppBfloat16);
       if (r != zppSuccess) {
         state.SkipWithError(requant ? "zppQuantReduceRequant failed" : "zppDequantizeSum failed");
         break;
@@ -394,8 +407,10 @@ int main(int argc, char** argv) {
     for (const char* impl : impls) {
       for (zppDataType_t t : types)
         for (int bits : {8, 4}) RegisterCodec(impl, t, bits, bytes);
-      RegisterReduce(impl, 4, bytes, true);
-      RegisterReduce(impl, 4, bytes, false);
+      for (int rot = 0; rot < 3; rot++) {
+        RegisterReduce(impl, 4, bytes, true, rot);
+        RegisterReduce(impl, 4, bytes, false, rot);
+      }
     }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
