@@ -58,12 +58,16 @@ static void addScaled(const uint8_t* data, int bits, size_t lo, size_t len, floa
     return;
   }
   const uint8_t* b = data + lo / 2;
-  for (size_t j = 0; j < len / 2; j++) {
-    float v0 = (float)((int8_t)(uint8_t)(b[j] << 4) >> 4) * s;
-    float v1 = (float)((int8_t)b[j] >> 4) * s;
-    dst[2 * j] = first ? 0.0f + v0 : dst[2 * j] + v0;
-    dst[2 * j + 1] = first ? 0.0f + v1 : dst[2 * j + 1] + v1;
-  }
+  if (first)
+    for (size_t j = 0; j < len / 2; j++) {
+      dst[2 * j] = 0.0f + (float)((int8_t)(uint8_t)(b[j] << 4) >> 4) * s;
+      dst[2 * j + 1] = 0.0f + (float)((int8_t)b[j] >> 4) * s;
+    }
+  else
+    for (size_t j = 0; j < len / 2; j++) {
+      dst[2 * j] = dst[2 * j] + (float)((int8_t)(uint8_t)(b[j] << 4) >> 4) * s;
+      dst[2 * j + 1] = dst[2 * j + 1] + (float)((int8_t)b[j] >> 4) * s;
+    }
 }
 
 static int segRotated(const uint8_t* seg) { return (seg[6] & ZPP_QUANT_FLAG_ROTATED) != 0; }
@@ -248,7 +252,10 @@ zppResult_t zppDequantizeSumOrder(const void* packed, size_t stride, int n, size
     size_t base = g * ZPP_QUANT_ESC_GROUP;
     size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
     sumGroup((const uint8_t*)packed, stride, n, count, bits, block, order, g, acc);
-    for (size_t i = 0; i < glen; i++) zppQuantStoreOne(out, dtype, base + i, acc[i] / divisor);
+    for (size_t i = 0; i < glen; i++) acc[i] = acc[i] / divisor;
+    /* The implementation's conversion (bit-identical to zppQuantStoreOne). */
+    zppQuantImplActive()->fromFloat(acc, glen, (uint8_t*)out + base * (dtype == zppFloat32 ? 4 : 2),
+                                    dtype);
   }
   return zppSuccess;
 }

@@ -192,7 +192,7 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
             sq += a[0], n += a[1], mx = fmax(mx, a[2]);
           }
           if (rr >= R_QWZ_PLAIN) sq /= W, n /= W; /* every rank holds the same gather */
-          printf(" %.3e | %.3e |", sqrt(sq / n), mx);
+          printf(" %.4e | %.4e |", sqrt(sq / n), mx);
         }
         printf("\n");
       }
