@@ -357,7 +357,7 @@ zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size
  * segments"; flags_out: 0 or ZPP_QUANT_ROTATE for the requantized output.
  * The Ex functions use ZPP_QUANT_SUM_QGZ, the order qgZ uses. */
 typedef enum { ZPP_QUANT_SUM_SIMPLE = 0, ZPP_QUANT_SUM_ROTATED_DOMAIN = 1 } zppQuantSumOrder_t;
-#define ZPP_QUANT_SUM_QGZ ZPP_QUANT_SUM_SIMPLE
+#define ZPP_QUANT_SUM_QGZ ZPP_QUANT_SUM_ROTATED_DOMAIN
 zppResult_t zppDequantizeSumOrder(const void* packed, size_t stride, int n, size_t count, int bits,
                                   int block, float divisor, void* out, zppDataType_t dtype,
                                   zppQuantSumOrder_t order);

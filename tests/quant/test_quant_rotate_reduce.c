@@ -1,7 +1,7 @@
 /*
  * The reductions over rotated segments (zppDequantizeSumEx,
  * zppQuantReduceRequantEx; zpp_quant.h, "Reductions of rotated segments"):
- *   - the documented order, bit for bit: each input decoded in full by
+ *   - the simple order, bit for bit: each input decoded in full by
  *     zppDequantizeEx, summed in input order in fp32, divided, rounded; the
  *     requantized output is zppQuantizeEx of those sums, byte for byte;
  *   - inputs of both kinds mixed (rotated and plain segments), every dtype,
@@ -171,7 +171,8 @@ static void checkCase(int n, size_t count, int bits, int block, zppDataType_t ot
     }
   }
   const float divisor = n > 2 ? (float)n : 1.0f;
-  CHECK_MSG(zppDequantizeSumEx(segs, P, n, count, bits, block, divisor, out, otype) == zppSuccess,
+  CHECK_MSG(zppDequantizeSumOrder(segs, P, n, count, bits, block, divisor, out, otype,
+                                  ZPP_QUANT_SUM_SIMPLE) == zppSuccess,
             "%s: sum", what);
   for (size_t i = 0; i < count; i++) qtSet(ref, otype, i, sum[i] / divisor);
   CHECK_MSG(qtFirstDiff(out, ref, otype, count) == (size_t)-1, "%s: sum differs from the spec's order",
@@ -188,9 +189,9 @@ static void checkCase(int n, size_t count, int bits, int block, zppDataType_t ot
   }
   CHECK_MSG(bad == 0, "%s: %ld sums outside gamma_{n-1} sum |y|", what, bad);
   for (unsigned flags = 0; flags <= ZPP_QUANT_ROTATE; flags += ZPP_QUANT_ROTATE) {
-    CHECK_MSG(
-        zppQuantReduceRequantEx(segs, P, n, count, bits, block, bits, block, flags, req) == zppSuccess,
-        "%s: requant flags %u", what, flags);
+    CHECK_MSG(zppQuantReduceRequantOrder(segs, P, n, count, bits, block, bits, block, flags,
+                                         ZPP_QUANT_SUM_SIMPLE, req) == zppSuccess,
+              "%s: requant flags %u", what, flags);
     REQUIRE(zppQuantizeEx(sum, zppFloat32, count, bits, block, flags, want) == zppSuccess);
     CHECK_MSG(memcmp(req, want, P) == 0, "%s: requant (flags %u) differs from quantizing the sums",
               what, flags);
@@ -217,6 +218,17 @@ static void checkCase(int n, size_t count, int bits, int block, zppDataType_t ot
     CHECK_MSG(memcmp(req, want, P) == 0,
               "%s: rotated-domain requant (flags %u) differs from quantizing the sums", what, flags);
   }
+  /* The Ex functions: the order qgZ uses (ZPP_QUANT_SUM_QGZ), bit for bit. */
+  CHECK_MSG(zppDequantizeSumEx(segs, P, n, count, bits, block, divisor, out, otype) == zppSuccess,
+            "%s: Ex sum", what);
+  for (size_t i = 0; i < count; i++)
+    qtSet(ref, otype, i, (ZPP_QUANT_SUM_QGZ == ZPP_QUANT_SUM_SIMPLE ? sum : rsum)[i] / divisor);
+  CHECK_MSG(qtFirstDiff(out, ref, otype, count) == (size_t)-1, "%s: Ex sum is not qgZ's order", what);
+  REQUIRE(zppQuantReduceRequantEx(segs, P, n, count, bits, block, bits, block, ZPP_QUANT_ROTATE, req) ==
+          zppSuccess);
+  REQUIRE(zppQuantizeEx(ZPP_QUANT_SUM_QGZ == ZPP_QUANT_SUM_SIMPLE ? sum : rsum, zppFloat32, count, bits,
+                        block, ZPP_QUANT_ROTATE, want) == zppSuccess);
+  CHECK_MSG(memcmp(req, want, P) == 0, "%s: Ex requant is not qgZ's order", what);
   free(rsum);
   free(segs);
   free(req);

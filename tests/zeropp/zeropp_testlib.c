@@ -157,9 +157,67 @@ static double stageErr(double s, int bits) {
   return s / 2 + 0x1p-21 * Q * s + (Q + 1) * 0x1p-150;
 }
 
+/* The bound of one stage's fp32 sum of n segments (zpp_quant.h,
+ * "Reductions of rotated segments", in the order qgZ uses) against the
+ * exact sum of the values the segments stand for: src[k] (type st, count
+ * len) is what segment k encodes, e[k * len + i] its decode bound (segErr),
+ * y its decode, w the fp32 sum the stage computed. Blocks that every input
+ * stores rotated are summed in the rotated domain when qgZ does so: each
+ * input within its block's E everywhere (the noise at its escaped elements
+ * stays in the sum), plus F and the escape additions; other blocks: the
+ * simple order, gamma_{n-1} sum |y|. */
+static void stageSumErr(const uint8_t* segs, size_t P, int n, const void* const* src, zppDataType_t st,
+                        const double* e, const float* y, const float* w, size_t len, int bits,
+                        int block, double* S) {
+  const double Q = bits == 8 ? 127.0 : 7.0;
+  int L = 0;
+  while ((1 << L) < block) L++;
+  char* marks = malloc((size_t)n * len + 1);
+  REQUIRE(marks != NULL);
+  for (int k = 0; k < n; k++) qtExpectEscapes(src[k], st, len, bits, block, marks + (size_t)k * len);
+  for (size_t lo = 0; lo < len; lo += (size_t)block) {
+    size_t hi = lo + (size_t)block < len ? lo + (size_t)block : len;
+    int allRot = ZPP_QUANT_SUM_QGZ == ZPP_QUANT_SUM_ROTATED_DOMAIN && hi - lo == (size_t)block;
+    double sumQs = 0, sumE = 0;
+    for (int k = 0; k < n && allRot; k++) {
+      const uint8_t* seg = segs + (size_t)k * P;
+      float sf = qtScale(seg, len, block, lo / (size_t)block);
+      allRot = (qtReadHeader(seg).reserved & ZPP_QUANT_FLAG_ROTATED) && !signbit(sf) && isfinite(sf);
+      sumQs += Q * (double)sf;
+      double Eb = 0;
+      for (size_t i = lo; i < hi; i++)
+        if (e[(size_t)k * len + i] > Eb) Eb = e[(size_t)k * len + i];
+      sumE += Eb;
+    }
+    if (!allRot) {
+      for (size_t i = lo; i < hi; i++) {
+        double err = 0, abs = 0;
+        for (int k = 0; k < n; k++) {
+          err += e[(size_t)k * len + i];
+          abs += fabs((double)y[(size_t)k * len + i]);
+        }
+        S[i] = err + gammaK(n - 1) * abs;
+      }
+      continue;
+    }
+    /* |v| <= Q s per input, so A and R are at most (1 + gamma) sum Q s. */
+    const double F =
+        (gammaK(n - 1) + 0x1p-24 * L * (1 + 0x1p-20)) * (1 + gammaK(n - 1)) * sumQs + 0x1p-150;
+    for (size_t i = lo; i < hi; i++) {
+      int m = 0;
+      double ea = 0;
+      for (int k = 0; k < n; k++)
+        if (marks[(size_t)k * len + i] == 1) m++, ea += fabs(qtGet(src[k], st, i));
+      double z = (fabs((double)w[i]) + 2 * ea) * 1.001; /* above |z_i| */
+      S[i] = sumE + (1 + gammaK(m)) * F + gammaK(m) * (z + ea);
+    }
+  }
+  free(marks);
+}
+
 /* ztQgzExpect under rotation: the library's order (zpp_quant.h,
- * "Reductions of rotated segments": every input decoded in full, then
- * summed), with the bound of each decode (segErr) and of each fp32 sum. */
+ * "Reductions of rotated segments", ZPP_QUANT_SUM_QGZ), with the bound of
+ * each decode (segErr) and of each stage's fp32 sum (stageSumErr). */
 static void qgzExpectRot(const int* byNode, int N, int L, const void* const* inputs, zppDataType_t t,
                          size_t rc, int p, int W, int bits, int block, zppRedOp_t op, size_t chunkBytes,
                          void* out, double* bound, double* target) {
@@ -176,12 +234,16 @@ static void qgzExpectRot(const int* byNode, int N, int L, const void* const* inp
     uint8_t* rr = malloc((size_t)N * P);
     float* y = malloc((size_t)W * len * sizeof(float));  /* inputs decoded */
     float* yr = malloc((size_t)N * len * sizeof(float)); /* node sums decoded */
+    float* vn = malloc((size_t)N * len * sizeof(float)); /* node sums, fp32 */
     float* v32 = malloc(len * sizeof(float));
     double* e = malloc((size_t)W * len * sizeof(double));
     double* er = malloc((size_t)N * len * sizeof(double));
-    REQUIRE(segs && rr && y && yr && v32 && e && er);
+    double* S = malloc((size_t)(N + 1) * len * sizeof(double));
+    const void** src = malloc((size_t)W * sizeof(void*));
+    REQUIRE(segs && rr && y && yr && vn && v32 && e && er && S && src);
     for (int k = 0; k < W; k++) {
       const char* in = (const char*)inputs[byNode[k]] + ((size_t)p * rc + off) * ts;
+      src[k] = in;
       REQUIRE(zppQuantizeEx(in, t, len, bits, block, F, segs + (size_t)k * P) == zppSuccess);
       REQUIRE(zppDequantizeEx(segs + (size_t)k * P, len, bits, block, y + (size_t)k * len,
                               zppFloat32) == zppSuccess);
@@ -191,15 +253,16 @@ static void qgzExpectRot(const int* byNode, int N, int L, const void* const* inp
     int nLast = W;
     if (twoStage) {
       for (int n = 0; n < N; n++) {
-        REQUIRE(zppQuantReduceRequantEx(segs + (size_t)n * L * P, P, L, len, bits, block, bits, block,
-                                        F, rr + (size_t)n * P) == zppSuccess);
-        /* The node's fp32 sum, in the library's order: the requantized input. */
-        for (size_t i = 0; i < len; i++) {
-          float a = 0.0f;
-          for (int j = 0; j < L; j++) a = a + y[(size_t)(n * L + j) * len + i];
-          v32[i] = a;
-        }
-        segErr(v32, zppFloat32, len, bits, block, rr + (size_t)n * P, er + (size_t)n * len);
+        const uint8_t* ns = segs + (size_t)n * L * P;
+        REQUIRE(zppQuantReduceRequantEx(ns, P, L, len, bits, block, bits, block, F,
+                                        rr + (size_t)n * P) == zppSuccess);
+        /* The node's fp32 sum in the library's order: the requantized input
+         * (the same sums, checked against the spec in test_quant_rotate_reduce). */
+        float* w = vn + (size_t)n * len;
+        REQUIRE(zppDequantizeSumEx(ns, P, L, len, bits, block, 1.0f, w, zppFloat32) == zppSuccess);
+        stageSumErr(ns, P, L, src + (size_t)n * L, t, e + (size_t)n * L * len, y + (size_t)n * L * len,
+                    w, len, bits, block, S + (size_t)(n + 1) * len);
+        segErr(w, zppFloat32, len, bits, block, rr + (size_t)n * P, er + (size_t)n * len);
         REQUIRE(zppDequantizeEx(rr + (size_t)n * P, len, bits, block, yr + (size_t)n * len,
                                 zppFloat32) == zppSuccess);
       }
@@ -208,27 +271,22 @@ static void qgzExpectRot(const int* byNode, int N, int L, const void* const* inp
     }
     REQUIRE(zppDequantizeSumEx(last, P, nLast, len, bits, block, d, (char*)out + off * ts, t) ==
             zppSuccess);
+    /* The last stage: its fp32 sum (before the division) and its bound. */
+    REQUIRE(zppDequantizeSumEx(last, P, nLast, len, bits, block, 1.0f, v32, zppFloat32) == zppSuccess);
+    if (twoStage) {
+      const void* nsrc[64];
+      REQUIRE(N <= 64);
+      for (int n = 0; n < N; n++) nsrc[n] = vn + (size_t)n * len;
+      stageSumErr(rr, P, N, nsrc, zppFloat32, er, yr, v32, len, bits, block, S);
+    } else {
+      stageSumErr(segs, P, W, src, t, e, y, v32, len, bits, block, S);
+    }
     REQUIRE(zppDequantizeSumEx(last, P, nLast, len, bits, block, d, v32, zppFloat32) == zppSuccess);
     for (size_t i = 0; i < len; i++) {
-      double x = 0, err = 0;
-      for (int k = 0; k < W; k++) {
-        x += qtGet(inputs[byNode[k]], t, (size_t)p * rc + off + i);
-        err += e[(size_t)k * len + i];
-      }
-      if (twoStage) {
-        double sumAbsR = 0;
-        for (int n = 0; n < N; n++) {
-          double nodeAbs = 0;
-          for (int j = 0; j < L; j++) nodeAbs += fabs((double)y[(size_t)(n * L + j) * len + i]);
-          err += gammaK(L - 1) * nodeAbs + er[(size_t)n * len + i];
-          sumAbsR += fabs((double)yr[(size_t)n * len + i]);
-        }
-        err += gammaK(N - 1) * sumAbsR;
-      } else {
-        double sumAbs = 0;
-        for (int k = 0; k < W; k++) sumAbs += fabs((double)y[(size_t)k * len + i]);
-        err += gammaK(W - 1) * sumAbs;
-      }
+      double x = 0, err = S[i];
+      for (int k = 0; k < W; k++) x += qtGet(inputs[byNode[k]], t, (size_t)p * rc + off + i);
+      if (twoStage)
+        for (int n = 0; n < N; n++) err += S[(size_t)(n + 1) * len + i];
       double v = fabs((double)v32[i]);
       double div = d != 1.0f ? 0x1p-24 * v * (1 + 0x1p-23) + 0x1p-150 : 0.0;
       bound[off + i] = err / (double)d + div + uT * v + mT;
@@ -238,9 +296,12 @@ static void qgzExpectRot(const int* byNode, int N, int L, const void* const* inp
     free(rr);
     free(y);
     free(yr);
+    free(vn);
     free(v32);
     free(e);
     free(er);
+    free(S);
+    free(src);
   }
 }
 
