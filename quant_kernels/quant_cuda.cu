@@ -68,32 +68,10 @@
  * counts are not collected on the device (zppQuantTakeEscapeCounts counts
  * the CPU codecs only).
  */
-#include <stdint.h>
-
-#ifndef ZPP_CUDA_EMU
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-#endif
-/* else: tests/gpu/cuda_emu.h, included before this file, runs these kernels
- * on the CPU (threads as fibers) so that CI without a GPU still executes
- * their indexing, packing and reductions against the CPU codecs. */
-
-#include "cuda_check.h"
-#include "quant_kernels/quant_impl.h"
-#include "quant_kernels/quant_ref.h"
-#include "zpp_quant_cuda.h"
-
-/* Every launch goes through this macro: the one seam the emulator needs. The
- * kernel name comes in parentheses (it holds template commas). */
-#ifndef ZPP_CUDA_LAUNCH
-#define ZPP_CUDA_UNPAREN(...) __VA_ARGS__
-#define ZPP_CUDA_LAUNCH(kernel, grid, block, stream, ...) \
-  ZPP_CUDA_UNPAREN kernel<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
-#endif
+#include "quant_kernels/quant_cuda_dev.cuh"
 
 namespace {
 
-enum { kF32 = 0, kF16 = 1, kBF16 = 2 };
 enum { kModeDequant = 0, kModeAccumulate = 1, kModeSum = 2 };
 
 constexpr int kThreads = 256;     // CTA size, unless one block needs more
@@ -160,10 +138,6 @@ __host__ __device__ __forceinline__ Geom geom(size_t count, int bits, int blockL
   return g;
 }
 
-__host__ __device__ __forceinline__ uint32_t headerWord1(int bits, int blockLog2) {
-  return (uint32_t)bits | ((uint32_t)blockLog2 << 8);  // reserved = 0
-}
-
 /* Header and zero padding of one segment (up to 3 bytes between the data and
  * the escape tables, up to 15 after them), by threads 0..23 of one CTA. The
  * tables are escapeKernel's. */
@@ -183,29 +157,6 @@ __device__ __forceinline__ void writeHeaderAndPadding(uint8_t* seg, size_t count
     size_t at = g.escOff + ZPP_QUANT_ESC_TABLE_BYTES * g.ngroups + (t - 8);
     if (at < g.segBytes) seg[at] = 0;
   }
-}
-
-/* The header's flag bit "the segment holds markers", in its second word. */
-constexpr uint32_t kMarkersFlag = (uint32_t)ZPP_QUANT_FLAG_MARKERS << 16;
-
-/* Every decoding thread checks the header of each input it reads (a cache
- * hit after the first warp): one 16-byte load where the segment is 16-byte
- * aligned, as segments laid end to end in a cudaMalloc buffer are. Returns
- * kHeaderBad when it does not match (count, bits, block), else kHeaderOk or
- * kHeaderMarkers (its flag says the segment holds markers). */
-enum { kHeaderBad = 0, kHeaderOk = 1, kHeaderMarkers = 2 };
-__device__ __forceinline__ int headerCheck(const uint8_t* seg, size_t count, int bits, int blockLog2) {
-  uint4 h;
-  if ((reinterpret_cast<uintptr_t>(seg) & 15) == 0) {
-    h = __ldg(reinterpret_cast<const uint4*>(seg));
-  } else {
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(seg);
-    h = make_uint4(__ldg(w), __ldg(w + 1), __ldg(w + 2), __ldg(w + 3));
-  }
-  if (h.x != ZPP_QUANT_MAGIC || (h.y & ~kMarkersFlag) != headerWord1(bits, blockLog2) ||
-      h.z != (uint32_t)(uint64_t)count || h.w != (uint32_t)((uint64_t)count >> 32))
-    return kHeaderBad;
-  return (h.y & kMarkersFlag) ? kHeaderMarkers : kHeaderOk;
 }
 
 /* The fp32 packed value q * scale; in a segment with markers, the marker
@@ -722,30 +673,6 @@ __global__ void __launch_bounds__(kThreads)
 
 /* ---- host side -------------------------------------------------------------- */
 
-int blockLog2Of(int block) {
-  int l = 0;
-  while ((1 << l) < block) l++;
-  return l;
-}
-
-bool validParams(int bits, int block) {
-  return (bits == 4 || bits == 8) && block >= ZPP_QUANT_MIN_BLOCK && block <= ZPP_QUANT_MAX_BLOCK &&
-         (block & (block - 1)) == 0;
-}
-
-int dtypeIndex(zppDataType_t dt) {
-  switch (dt) {
-    case zppFloat32: return kF32;
-    case zppFloat16: return kF16;
-    case zppBfloat16: return kBF16;
-    default: return -1;
-  }
-}
-
-int elemSize(int dt) { return dt == kF32 ? 4 : 2; }
-
-bool aligned(const void* p, size_t a) { return (reinterpret_cast<uintptr_t>(p) & (a - 1)) == 0; }
-
 /* Grid x for `count` elements at `perCta` elements per CTA; at least one CTA
  * so that an empty segment still gets its header. */
 bool gridFor(size_t count, size_t perCta, unsigned* grid) {
@@ -755,11 +682,6 @@ bool gridFor(size_t count, size_t perCta, unsigned* grid) {
   *grid = (unsigned)g;
   return true;
 }
-
-#define QC_ARG(cond, ...)                                          \
-  do {                                                             \
-    if (!(cond)) ZPP_FAIL(zppInvalidArgument, QUANT, __VA_ARGS__); \
-  } while (0)
 
 zppResult_t checkDecodeArgs(const char* fn, const void* packed, size_t stride, int n, size_t count,
                             int bits, int block) {

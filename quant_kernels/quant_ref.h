@@ -316,4 +316,15 @@ ZPP_QUANT_INL int zppQuantEncodeGroupRef(float* x, size_t glen, size_t base, int
   return marked;
 }
 
+/* ---- rotation (zpp_quant.h, "Rotation") ---------------------------------- */
+
+/* Sign word k (elements 64k .. 64k+63 of a block): splitmix64's k-th output
+ * for the documented seed. Bit j set: element 64k + j is negated. */
+ZPP_QUANT_INL uint64_t zppQuantRotSignWord(size_t k) {
+  uint64_t z = ZPP_QUANT_ROT_SEED + (uint64_t)(k + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 #endif /* ZPP_QUANT_REF_H_ */

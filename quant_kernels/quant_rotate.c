@@ -15,17 +15,8 @@
 #include "quant_kernels/quant_ref.h"
 #include "quant_kernels/zpp_half.h"
 
-/* Sign word k (elements 64k .. 64k+63 of a block): splitmix64's k-th output
- * for the documented seed. Bit j set: element 64k + j is negated. */
-static uint64_t signWord(size_t k) {
-  uint64_t z = ZPP_QUANT_ROT_SEED + (uint64_t)(k + 1) * 0x9e3779b97f4a7c15ull;
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 uint32_t zppQuantRotSignMask(size_t i) {
-  return ((signWord(i / 64) >> (i % 64)) & 1) ? 0x80000000u : 0u;
+  return ((zppQuantRotSignWord(i / 64) >> (i % 64)) & 1) ? 0x80000000u : 0u;
 }
 
 /* The sign masks of a whole 4096 block, filled once. */

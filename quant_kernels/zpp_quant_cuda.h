@@ -50,6 +50,15 @@ extern "C" {
 zppResult_t zppQuantizeCuda(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                             void* packed, cudaStream_t stream);
 
+/* zppQuantizeEx and zppDequantizeEx on the device (zpp_quant.h, "Rotation";
+ * quant_rotate_cuda.cu): flags 0 or ZPP_QUANT_ROTATE; the decoder takes
+ * segments of either kind, rotated or plain. The other decoders here
+ * decode a rotated segment as all NaN (its header does not match theirs). */
+zppResult_t zppQuantizeExCuda(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                              unsigned flags, void* packed, cudaStream_t stream);
+zppResult_t zppDequantizeExCuda(const void* packed, size_t count, int bits, int block, void* out,
+                                zppDataType_t dtype, cudaStream_t stream);
+
 zppResult_t zppDequantizeCuda(const void* packed, size_t count, int bits, int block, void* out,
                               zppDataType_t dtype, cudaStream_t stream);
 

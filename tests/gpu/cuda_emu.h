@@ -183,6 +183,7 @@ static inline unsigned __shfl_xor_sync(unsigned mask, unsigned v, int laneMask) 
  * SSE arithmetic is the same (the tests are built with -ffp-contract=off). */
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline int __float2int_rn(float x) { return (int)nearbyintf(x); }
 static inline float __int2float_rn(int i) { return (float)i; }

@@ -25,6 +25,8 @@
 #define zppDequantizeSumCuda zppEmuDequantizeSumCuda
 #define zppQuantReduceRequantCuda zppEmuQuantReduceRequantCuda
 #define zppQuantizeReorderedCuda zppEmuQuantizeReorderedCuda
+#define zppQuantizeExCuda zppEmuQuantizeExCuda
+#define zppDequantizeExCuda zppEmuDequantizeExCuda
 #endif
 
 #include "quant_kernels/zpp_quant_cuda.h"

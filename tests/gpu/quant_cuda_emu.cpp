@@ -1,6 +1,7 @@
 /*
- * The emulated side of gpu_dev.h: quant_kernels/quant_cuda.cu compiled as
- * host C++ over tests/gpu/cuda_emu.h, "device" memory being host memory.
+ * The emulated side of gpu_dev.h: quant_kernels/quant_cuda.cu and
+ * quant_rotate_cuda.cu compiled as host C++ over tests/gpu/cuda_emu.h,
+ * "device" memory being host memory.
  */
 #define ZPP_CUDA_EMU 1
 
@@ -13,6 +14,7 @@
 #include "gpu_dev.h"
 
 #include "quant_kernels/quant_cuda.cu"
+#include "quant_kernels/quant_rotate_cuda.cu"
 
 extern "C" {
 

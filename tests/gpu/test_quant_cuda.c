@@ -39,6 +39,13 @@ static const int kBlocks[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
 static int quick;
 static zppTestRng_t rng;
 
+/* 0, or ZPP_QUANT_ROTATE while the rotated sweeps run: compareCodec then
+ * compares zppQuantizeEx / zppDequantizeEx with their CUDA twins. */
+static unsigned quantFlags;
+/* Blocks of the rotated segments compared so far, rotated and stored plain
+ * (scale sign set): both kinds must have been seen. */
+static size_t rotBlocks, rotPlainBlocks;
+
 static const char* typeName(zppDataType_t t) { return zppDtypeShortName(t); }
 
 static uint64_t rnd(void) { return zppTestRngNext(&rng); }
@@ -341,12 +348,30 @@ static void compareCodec(const char* tag, const void* hin, zppDataType_t dt, int
   size_t P = zppQuantPackedSize(count, bits, block);
 
   uint8_t* cpuPk = hAlloc(P, CPU_FILL);
-  CHECK_EQ_INT(zppQuantize(hin, dt, count, bits, block, cpuPk), zppSuccess);
+  if (quantFlags)
+    CHECK_EQ_INT(zppQuantizeEx(hin, dt, count, bits, block, quantFlags, cpuPk), zppSuccess);
+  else
+    CHECK_EQ_INT(zppQuantize(hin, dt, count, bits, block, cpuPk), zppSuccess);
+  if (quantFlags) {
+    CHECK_MSG(cpuPk[6] & ZPP_QUANT_FLAG_ROTATED, "%s: the CPU segment is not rotated", what);
+    for (size_t b = 0; b * (size_t)block < count; b++) {
+      uint32_t sb;
+      memcpy(&sb, cpuPk + ZPP_QUANT_HEADER_BYTES + 4 * b, 4);
+      if (sb & 0x80000000u)
+        rotPlainBlocks++;
+      else
+        rotBlocks++;
+    }
+  }
 
   devbuf_t din = dbAlloc(count * es, inOff * es);
   dbUpload(&din, hin);
   devbuf_t dpk = dbAlloc(P, pkOff);
-  CHECK_EQ_INT(zppQuantizeCuda(din.p, dt, count, bits, block, dpk.p, tdevStream()), zppSuccess);
+  if (quantFlags)
+    CHECK_EQ_INT(zppQuantizeExCuda(din.p, dt, count, bits, block, quantFlags, dpk.p, tdevStream()),
+                 zppSuccess);
+  else
+    CHECK_EQ_INT(zppQuantizeCuda(din.p, dt, count, bits, block, dpk.p, tdevStream()), zppSuccess);
   uint8_t* gpuPk = hAlloc(P, 0);
   dbDownload(&dpk, gpuPk, what);
   comparePacked(what, cpuPk, gpuPk, count, bits, block);
@@ -360,9 +385,15 @@ static void compareCodec(const char* tag, const void* hin, zppDataType_t dt, int
     snprintf(what, sizeof what, "%sdequantize int%d block %d count %zu -> %s (offset %zu)", tag, bits,
              block, count, typeName(odt), inOff);
     void* cpuOut = hAlloc(count * oes, CPU_FILL);
-    CHECK_EQ_INT(zppDequantize(cpuPk, count, bits, block, cpuOut, odt), zppSuccess);
     devbuf_t dout = dbAlloc(count * oes, inOff * oes);
-    CHECK_EQ_INT(zppDequantizeCuda(dpk.p, count, bits, block, dout.p, odt, tdevStream()), zppSuccess);
+    if (quantFlags) {
+      CHECK_EQ_INT(zppDequantizeEx(cpuPk, count, bits, block, cpuOut, odt), zppSuccess);
+      CHECK_EQ_INT(zppDequantizeExCuda(dpk.p, count, bits, block, dout.p, odt, tdevStream()),
+                   zppSuccess);
+    } else {
+      CHECK_EQ_INT(zppDequantize(cpuPk, count, bits, block, cpuOut, odt), zppSuccess);
+      CHECK_EQ_INT(zppDequantizeCuda(dpk.p, count, bits, block, dout.p, odt, tdevStream()), zppSuccess);
+    }
     void* gpuOut = hAlloc(count * oes, 0);
     dbDownload(&dout, gpuOut, what);
     compareValues(what, cpuOut, gpuOut, odt, count);
@@ -629,19 +660,26 @@ static void testEscapeReduce(int bits, int block, size_t count, int n, int sc) {
   free(x);
 }
 
-static void runEscapeSweep(void) {
-  static const int blocks[] = {32, 64, 256, 1024, 4096};
+static const int kEscBlocks[] = {32, 64, 256, 1024, 4096};
+
+static void runEscapeCodecSweep(void) {
   const size_t counts[] = {100, 2 * ZPP_QUANT_ESC_GROUP + 333, ZPP_QUANT_ESC_GROUP + 1};
   for (size_t t = 0; t < sizeof kTypes / sizeof kTypes[0]; t++)
     for (int b = 0; b < 2; b++)
-      for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++)
+      for (size_t k = 0; k < sizeof kEscBlocks / sizeof kEscBlocks[0]; k++)
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
           for (int sc = 0; sc < SC_COUNT; sc++) {
             if (quick && (k + c + (size_t)sc) % 3 != 0) continue;
-            testEscapeCodec(kTypes[t], kBits[b], blocks[k], counts[c], sc, 4 * ((c + (size_t)sc) % 4));
+            testEscapeCodec(kTypes[t], kBits[b], kEscBlocks[k], counts[c], sc,
+                            4 * ((c + (size_t)sc) % 4));
           }
+}
+
+static void runEscapeSweep(void) {
+  const int* blocks = kEscBlocks;
+  runEscapeCodecSweep();
   for (int b = 0; b < 2; b++)
-    for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++)
+    for (size_t k = 0; k < sizeof kEscBlocks / sizeof kEscBlocks[0]; k++)
       for (int sc = 0; sc < SC_COUNT; sc++) {
         if (quick && (k + (size_t)sc) % 2) continue;
         size_t count = sc == SC_EDGES ? 2 * ZPP_QUANT_ESC_GROUP + 333 : 3 * (size_t)blocks[k] + 101;
@@ -919,6 +957,100 @@ static void testAsync(void) {
   tdevFree(dreord);
 }
 
+/* ---- the rotated codec (zpp_quant.h, "Rotation") ------------------------------------ */
+
+/* A plain segment decoded by zppDequantizeExCuda (which takes both kinds)
+ * equals the CPU's zppDequantizeEx; a rotated segment decodes to NaN through
+ * the plain decoder (its header does not match) and through the Ex decoder
+ * under another count; bad arguments are refused by name. */
+static void testRotatedExtras(void) {
+  const size_t count = 3 * 256 + 77;
+  const int bits = 4, block = 256;
+  size_t P = zppQuantPackedSize(count, bits, block);
+  float* x = hAlloc(count * 4, 0);
+  fill(x, zppFloat32, count, block, bits, 1);
+  x[300] = 7.49e25f; /* an escape */
+  uint8_t* plain = hAlloc(P, 0);
+  uint8_t* rot = hAlloc(P, 0);
+  CHECK_EQ_INT(zppQuantize(x, zppFloat32, count, bits, block, plain), zppSuccess);
+  CHECK_EQ_INT(zppQuantizeEx(x, zppFloat32, count, bits, block, ZPP_QUANT_ROTATE, rot), zppSuccess);
+  devbuf_t dpk = dbAlloc(P, 0);
+  float* cpuOut = hAlloc(count * 4, 0);
+  float* gpuOut = hAlloc(count * 4, 0);
+  devbuf_t dout = dbAlloc(count * 4, 0);
+
+  dbUpload(&dpk, plain);
+  CHECK_EQ_INT(zppDequantizeEx(plain, count, bits, block, cpuOut, zppFloat32), zppSuccess);
+  CHECK_EQ_INT(zppDequantizeExCuda(dpk.p, count, bits, block, dout.p, zppFloat32, tdevStream()),
+               zppSuccess);
+  dbDownload(&dout, gpuOut, "plain segment through zppDequantizeExCuda");
+  compareValues("plain segment through zppDequantizeExCuda", cpuOut, gpuOut, zppFloat32, count);
+  CHECK(gpuOut[300] == 7.49e25f);
+
+  dbUpload(&dpk, rot);
+  CHECK_EQ_INT(zppDequantizeCuda(dpk.p, count, bits, block, dout.p, zppFloat32, tdevStream()),
+               zppSuccess);
+  tdevToHost(gpuOut, dout.p, count * 4);
+  CHECK_MSG(allNaN(gpuOut, zppFloat32, count), "a rotated segment through the plain decoder: not NaN");
+  CHECK_EQ_INT(zppDequantizeExCuda(dpk.p, count - 1, bits, block, dout.p, zppFloat32, tdevStream()),
+               zppSuccess);
+  tdevToHost(gpuOut, dout.p, (count - 1) * 4);
+  CHECK_MSG(allNaN(gpuOut, zppFloat32, count - 1), "a count mismatch must decode to NaN");
+  CHECK_EQ_INT(zppDequantizeExCuda(dpk.p, count, 8, block, dout.p, zppFloat32, tdevStream()),
+               zppSuccess);
+  tdevToHost(gpuOut, dout.p, count * 4);
+  CHECK_MSG(allNaN(gpuOut, zppFloat32, count), "a bits mismatch must decode to NaN");
+
+  cudaStream_t st = tdevStream();
+  zppLogLevel_t level = zppLogLevel();
+  zppLogSetLevel(ZPP_LOG_NONE);
+  CHECK_EQ_INT(zppQuantizeExCuda(dout.p, zppFloat32, count, bits, block, 2u, dpk.p, st),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantizeExCuda(dout.p, zppFloat32, count, bits, 48, ZPP_QUANT_ROTATE, dpk.p, st),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantizeExCuda(NULL, zppFloat32, count, bits, block, ZPP_QUANT_ROTATE, dpk.p, st),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeExCuda(dpk.p, count, 5, block, dout.p, zppFloat32, st), zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeExCuda(dpk.p + 2, count, bits, block, dout.p, zppFloat32, st),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeExCuda(dpk.p, count, bits, block, NULL, zppFloat32, st),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeExCuda(dpk.p, count, bits, block, dout.p, zppInt32, st),
+               zppInvalidArgument);
+  zppLogSetLevel(level);
+  tdevSync();
+  free(x);
+  free(plain);
+  free(rot);
+  free(cpuOut);
+  free(gpuOut);
+  dbFree(&dpk);
+  dbFree(&dout);
+}
+
+static void runCodecSweep(size_t large);
+
+/* Every case of the codec sweep again, rotated: all dtypes, both widths,
+ * every block size, odd and short counts, Inf, NaN, tiny and huge blocks
+ * (w overflows: stored plain), escapes, overflows, saturation. */
+static void runRotatedCodecSweep(size_t large) {
+  quantFlags = ZPP_QUANT_ROTATE;
+  rotBlocks = rotPlainBlocks = 0;
+  runCodecSweep(large);
+  quantFlags = 0;
+  printf("rotated codec sweep: %zu blocks rotated, %zu stored plain\n", rotBlocks, rotPlainBlocks);
+  CHECK_MSG(rotBlocks > 0 && rotPlainBlocks > 0, "rotated sweep: %zu rotated, %zu plain blocks",
+            rotBlocks, rotPlainBlocks);
+}
+
+/* The planted outliers of the escape sweep (each case checks its own
+ * escapes), rotated. */
+static void runRotatedEscapeSweep(void) {
+  quantFlags = ZPP_QUANT_ROTATE;
+  runEscapeCodecSweep();
+  quantFlags = 0;
+}
+
 /* ---- driver ------------------------------------------------------------------------------ */
 
 static void runCodecSweep(size_t large) {
@@ -1031,6 +1163,9 @@ int main(int argc, char** argv) {
   runSweep("reduce", runReduceSweep, large, 1);
   runEscapeSweep();
   runSweep("reorder", runReorderSweep, 0, 0);
+  runSweep("rotated codec", runRotatedCodecSweep, large, 1);
+  runRotatedEscapeSweep();
+  testRotatedExtras();
   tdevSync();
   tdevShutdown();
   return zppTestExit(argv[0]);
