@@ -52,8 +52,8 @@ static zppResult_t checkDeviceRotate(const struct zppComm* comm, const char* wha
   if (!s->quantRotate) return zppSuccess;
   ZPP_FAIL(zppInvalidUsage, ALL,
            "%s: rank %d: %s on device buffers: quantRotate=1 (from %s) but the device path has no "
-           "rotated codec yet: set ZPP_QUANT_ROTATE=0 (or zppConfig_t.quantRotate = 0) for device "
-           "buffers",
+           "reductions of rotated segments yet (qwZ has the rotated codec; qgZ does not): set "
+           "ZPP_QUANT_ROTATE=0 (or zppConfig_t.quantRotate = 0) for device buffers",
            comm->name, comm->rank, what, s->from[ZPP_COMPRESS_ROTATE]);
 }
 
@@ -85,10 +85,8 @@ static zppResult_t qwzIssue(zppComm_t comm, const void* sendbuff, void* recvbuff
   if (count == 0) return zppSuccess;
   int block = zppCompressBlock(&comm->compress, bits);
   unsigned flags = zppCompressQuantFlags(&comm->compress);
-  if (device) {
-    ZPPCHECK(checkDeviceRotate(comm, "qwZ"));
-    return zppDeviceQwzIssue(comm, sendbuff, recvbuff, count, type, bits, block, stream);
-  }
+  if (device)
+    return zppDeviceQwzIssue(comm, sendbuff, recvbuff, count, type, bits, block, flags, stream);
   zppQwzCall_t call = {sendbuff, recvbuff, count, type, bits, block, flags, zppOpQwZ};
   return zppZeroppIssueQwz(comm, &call, (zppHostStream_t)stream);
 }

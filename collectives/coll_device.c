@@ -46,8 +46,8 @@ zppResult_t zppDeviceCollIssue(struct zppComm* comm, const zppHostColl_t* c, int
 }
 
 zppResult_t zppDeviceQwzIssue(struct zppComm* comm, const void* send, void* recv, size_t count,
-                              zppDataType_t type, int bits, int block, void* stream) {
-  return zppZeroppDeviceQwz(comm, send, recv, count, type, bits, block, stream);
+                              zppDataType_t type, int bits, int block, unsigned flags, void* stream) {
+  return zppZeroppDeviceQwz(comm, send, recv, count, type, bits, block, flags, stream);
 }
 
 zppResult_t zppDeviceQgzIssue(struct zppComm* comm, const zppQgzArgs_t* args, void* stream) {
@@ -69,8 +69,9 @@ zppResult_t zppDeviceCollIssue(struct zppComm* comm, const zppHostColl_t* c, int
 }
 
 zppResult_t zppDeviceQwzIssue(struct zppComm* comm, const void* send, void* recv, size_t count,
-                              zppDataType_t type, int bits, int block, void* stream) {
-  (void)comm, (void)send, (void)recv, (void)count, (void)type, (void)bits, (void)block, (void)stream;
+                              zppDataType_t type, int bits, int block, unsigned flags, void* stream) {
+  (void)comm, (void)send, (void)recv, (void)count, (void)type, (void)bits, (void)block, (void)flags;
+  (void)stream;
   return noDevicePath();
 }
 

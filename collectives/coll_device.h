@@ -22,8 +22,9 @@ int zppDeviceCollAvailable(void);
 
 /* A plain collective; inPlace: NCCL's in-place form of it. */
 zppResult_t zppDeviceCollIssue(struct zppComm* comm, const zppHostColl_t* c, int inPlace, void* stream);
+/* qwZ; flags: 0 or ZPP_QUANT_ROTATE (the rotated codec, zpp_quant.h). */
 zppResult_t zppDeviceQwzIssue(struct zppComm* comm, const void* send, void* recv, size_t count,
-                              zppDataType_t type, int bits, int block, void* stream);
+                              zppDataType_t type, int bits, int block, unsigned flags, void* stream);
 zppResult_t zppDeviceQgzIssue(struct zppComm* comm, const zppQgzArgs_t* args, void* stream);
 
 #endif /* ZPP_COLL_DEVICE_H_ */

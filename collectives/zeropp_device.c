@@ -139,24 +139,29 @@ static zppResult_t qwzIssue(devCall_t* d, ncclComm_t nc, int rank, int W, const 
     size_t P = zppQuantPackedSize(cnt, l->bits, l->block);
     /* Chunk ch of every shard side by side: one in-place all-gather. */
     char* slab = base + (size_t)W * (size_t)ch * l->chunkPacked;
-    ZPPCHECK(zppQuantizeCuda(send + off * ts, l->type, cnt, l->bits, l->block, slab + (size_t)rank * P,
-                             d->k));
+    ZPPCHECK(zppQuantizeExCuda(send + off * ts, l->type, cnt, l->bits, l->block, l->flags,
+                               slab + (size_t)rank * P, d->k));
     ZPPCHECK(after(d->c, d->k, d->ev[1 + ch % NSLOTS]));
     NCCLCHK(ncclAllGather(slab + (size_t)rank * P, slab, P, ncclUint8, nc, d->c));
     ZPPCHECK(after(d->k, d->c, d->ev[1 + NSLOTS + ch % NSLOTS]));
-    for (int r = 0; r < W; r++)
-      ZPPCHECK(zppDequantizeCuda(slab + (size_t)r * P, cnt, l->bits, l->block,
-                                 recv + ((size_t)r * l->count + off) * ts, l->type, d->k));
+    /* The rotated segments through the decoder that takes both kinds. */
+    for (int r = 0; r < W; r++) {
+      char* out = recv + ((size_t)r * l->count + off) * ts;
+      if (l->flags & ZPP_QUANT_ROTATE)
+        ZPPCHECK(zppDequantizeExCuda(slab + (size_t)r * P, cnt, l->bits, l->block, out, l->type, d->k));
+      else
+        ZPPCHECK(zppDequantizeCuda(slab + (size_t)r * P, cnt, l->bits, l->block, out, l->type, d->k));
+    }
   }
   return zppSuccess;
 }
 
 zppResult_t zppZeroppDeviceQwz(struct zppComm* comm, const void* send, void* recv, size_t count,
-                               zppDataType_t type, int bits, int block, void* stream) {
+                               zppDataType_t type, int bits, int block, unsigned flags, void* stream) {
   ncclComm_t nc;
   ZPPCHECK(getNccl(comm, &nc));
   zppQwzLayout_t l;
-  ZPPCHECK(zppCollQwzLayout(count, type, bits, block, 0, deviceChunkElems(type, block), &l));
+  ZPPCHECK(zppCollQwzLayout(count, type, bits, block, flags, deviceChunkElems(type, block), &l));
   devCall_t d;
   zppResult_t res = callOpen(comm, &d, stream, (size_t)comm->nranks * l.shardPacked);
   if (res == zppSuccess) res = qwzIssue(&d, nc, comm->rank, comm->nranks, send, recv, &l);

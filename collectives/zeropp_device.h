@@ -20,14 +20,17 @@ struct zppComm;
 
 /* qwZ: chunks of whole blocks; per chunk, quantize the own chunk, one
  * in-place ncclAllGather of the packed chunks (data and scales in one
- * buffer), decode every rank's chunk. Bit-identical to the host path. */
+ * buffer), decode every rank's chunk. Bit-identical to the host path.
+ * flags ZPP_QUANT_ROTATE: the rotated codec (zppQuantizeExCuda). */
 zppResult_t zppZeroppDeviceQwz(struct zppComm* comm, const void* send, void* recv, size_t count,
-                               zppDataType_t type, int bits, int block, void* stream);
+                               zppDataType_t type, int bits, int block, unsigned flags, void* stream);
 
 /* qgZ: per tensor, chunks through slice-reordered quantization, the
  * intra-node and inter-node all-to-alls (ncclSend/ncclRecv in groups) and
  * the fused reduce-requantize, pipelined over three buffer slots. Needs
- * nodes of equal size. Bit-identical to the host path. */
+ * nodes of equal size. Bit-identical to the host path. Unrotated only: the
+ * device reductions of rotated segments do not exist yet, and the API
+ * refuses qgZ on device buffers of a rotating communicator. */
 zppResult_t zppZeroppDeviceQgz(struct zppComm* comm, const zppQgzArgs_t* args, void* stream);
 
 #endif /* ZPP_ZEROPP_DEVICE_H_ */
