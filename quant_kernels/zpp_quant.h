@@ -145,9 +145,10 @@
  * The other decoders and the reductions above refuse a rotated segment
  * (header check: "flags ... expected 0 or 0x0001"); the Ex reductions
  * below take both kinds (in the simple order or in the rotated domain).
- * There are no AVX-512/CUDA rotated kernels: the vector implementations
+ * There are no AVX-512 rotated kernels: the vector implementations
  * use quant_rotate_avx2.c (bit-identical), the scalar one the reference in
- * quant_rotate.c.
+ * quant_rotate.c; the CUDA codecs quant_rotate_cuda.cu (zppQuantizeExCuda,
+ * zppDequantizeExCuda; no CUDA reductions of rotated segments yet).
  * Escape counts are those of the plain encoding (the same selection).
  *
  * Error bound of a rotated block (tested): for a finite, non-escaped input
