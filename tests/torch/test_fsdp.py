@@ -23,6 +23,13 @@ as 2 nodes x 2, exactly as it does on gloo.
    reduce-scatters inside each node, all-reduces across): the same average
    gradient in another summation order, so the final loss is within 0.1 % of
    gloo's, and the replicate groups' all-reduces crossed nodes.
+5. 4-bit weights and gradients, rotated (qwZ int4 + qgZ int4, rotate=True,
+   issue 27): final loss within 1 % of plain at step 12 (measured +0.25 %;
+   unrotated int4 +0.78 %), and the calls were compressed. This guards the
+   rotated codecs inside FSDP2; it is not issue 27's accuracy target, which
+   these 12 steps are too short to judge: at 100 steps 4-bit weights end
+   about 3 % above plain, rotated or not (docs/pytorch.md, "Accuracy of the
+   4-bit codecs in FSDP2").
 """
 import math
 import sys
@@ -103,6 +110,10 @@ def body(rank):
     torch_zpp.reset_stats(zg)
     zeropp, _ = fsdp_model.train(zg, STEPS, report_group=gloo)
     st = torch_zpp.stats(zg)
+    zg4 = dist.new_group(backend="zpp", pg_options=torch_zpp.Options(
+        qwz_bits=4, qgz_bits=4, rotate=True, compress_min_bytes=0))
+    rot4, _ = fsdp_model.train(zg4, STEPS, report_group=gloo)
+    st4 = torch_zpp.stats(zg4)
     from torch.distributed.device_mesh import init_device_mesh
     mesh = init_device_mesh("cpu", (2, W // 2), mesh_dim_names=("replicate", "shard"))
     hsdp, _ = fsdp_model.train(None, STEPS, report_group=gloo, mesh=mesh)
@@ -110,25 +121,29 @@ def body(rank):
     if rank == 0:
         print("params %d" % fsdp_model.nparams())
         for name, losses in (("gloo", ref), ("zpp checked", checked), ("zpp plain", plain),
-                             ("zpp qwZ+qgZ", zeropp), ("zpp HSDP", hsdp)):
-            print("%-12s %s" % (name, " ".join("%.4f" % x for x in losses)), flush=True)
+                             ("zpp qwZ+qgZ", zeropp), ("zpp 4-bit rot", rot4),
+                             ("zpp HSDP", hsdp)):
+            print("%-13s %s" % (name, " ".join("%.4f" % x for x in losses)), flush=True)
         print("stats: qwz calls %d, qgz calls %d, allgather calls %d, reducescatter calls %d"
               % (st["qwz"]["calls"], st["qgz"]["calls"], st["allgather"]["calls"],
                  st["reducescatter"]["calls"]))
     if checked[0] != ref[0]:
         fail("first-step loss %r differs from gloo's %r" % (checked[0], ref[0]))
-    if not all(math.isfinite(x) for x in ref + plain + zeropp) or ref[-1] > ref[0] - 0.5:
+    if not all(math.isfinite(x) for x in ref + plain + zeropp + rot4) or ref[-1] > ref[0] - 0.5:
         fail("training did not make progress: %s" % ref)
     if abs(plain[-1] - ref[-1]) > 1e-3 * abs(ref[-1]):
         fail("zpp plain final loss %.6f vs gloo %.6f" % (plain[-1], ref[-1]))
     if abs(zeropp[-1] - plain[-1]) > 0.02 * abs(plain[-1]):
         fail("zpp qwZ+qgZ final loss %.6f vs plain %.6f: more than 2%%" % (zeropp[-1], plain[-1]))
+    if abs(rot4[-1] - plain[-1]) > 0.01 * abs(plain[-1]):
+        fail("zpp 4-bit rotated final loss %.6f vs plain %.6f: more than 1%%" % (rot4[-1], plain[-1]))
     if abs(hsdp[-1] - ref[-1]) > 1e-3 * abs(ref[-1]):
         fail("zpp HSDP final loss %.6f vs gloo %.6f" % (hsdp[-1], ref[-1]))
     if rep["calls"] < STEPS or rep["inter_node_bytes"] == 0:
         fail("HSDP's replicate group did not all-reduce across nodes: %s" % rep)
-    if st["qwz"]["calls"] < STEPS or st["qgz"]["calls"] < STEPS:
-        fail("compression was not applied: %s" % st)
+    for cs in (st, st4):
+        if cs["qwz"]["calls"] < STEPS or cs["qgz"]["calls"] < STEPS:
+            fail("compression was not applied: %s" % cs)
     dist.destroy_process_group()
     print("rank %d: passed" % rank, flush=True)
 
