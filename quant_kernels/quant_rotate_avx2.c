@@ -35,9 +35,13 @@
 
 /* Sign masks (D) of a whole 4096 block, filled once. */
 static uint32_t gSigns[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(32)));
+static uint16_t gSigns16[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(32))); /* bf16's */
 static pthread_once_t gSignsOnce = PTHREAD_ONCE_INIT;
 static void fillSigns(void) {
-  for (size_t i = 0; i < ZPP_QUANT_MAX_BLOCK; i++) gSigns[i] = zppQuantRotSignMask(i);
+  for (size_t i = 0; i < ZPP_QUANT_MAX_BLOCK; i++) {
+    gSigns[i] = zppQuantRotSignMask(i);
+    gSigns16[i] = (uint16_t)(gSigns[i] >> 16);
+  }
 }
 
 ROT_INLINE __m256 signs8(size_t i) { return _mm256_load_ps((const float*)(const void*)(gSigns + i)); }
@@ -63,17 +67,34 @@ ROT_INLINE __m256 stages124(__m256 v) {
   return v;
 }
 
-/* Stages h = 8 .. 4n (n vectors of eight, n = 4 or 8) across the vectors. */
-ROT_INLINE void stagesAcross(__m256* v, int n) {
-#pragma GCC unroll 4
-  for (int hv = 1; hv < n; hv *= 2)
+#define ROT_BFLY(p, q)            \
+  do {                            \
+    __m256 t_ = (p);              \
+    (p) = _mm256_add_ps(t_, (q)); \
+    (q) = _mm256_sub_ps(t_, (q)); \
+  } while (0)
+
+/* All stages below 8n of n groups of eight in v[0..n-1] (n = 4 or 8, a
+ * constant): h = 1, 2, 4 inside each vector, then h = 8, 16, 32 across. */
+ROT_INLINE void stagesNarrow(__m256* v, int n) {
 #pragma GCC unroll 8
-    for (int j = 0; j < n; j++)
-      if ((j & hv) == 0) {
-        __m256 a = v[j], b = v[j + hv];
-        v[j] = _mm256_add_ps(a, b);
-        v[j + hv] = _mm256_sub_ps(a, b);
-      }
+  for (int k = 0; k < n; k++) v[k] = stages124(v[k]);
+  ROT_BFLY(v[0], v[1]);
+  ROT_BFLY(v[2], v[3]);
+  if (n == 8) {
+    ROT_BFLY(v[4], v[5]);
+    ROT_BFLY(v[6], v[7]);
+  }
+  ROT_BFLY(v[0], v[2]);
+  ROT_BFLY(v[1], v[3]);
+  if (n == 8) {
+    ROT_BFLY(v[4], v[6]);
+    ROT_BFLY(v[5], v[7]);
+    ROT_BFLY(v[0], v[4]);
+    ROT_BFLY(v[1], v[5]);
+    ROT_BFLY(v[2], v[6]);
+    ROT_BFLY(v[3], v[7]);
+  }
 }
 
 /* Stages h = 64 .. len/2 on buf (len >= 128), two stages per pass where
@@ -103,6 +124,16 @@ ROT_INLINE void stagesWide(float* buf, size_t len) {
 
 /* ---- encode ----------------------------------------------------------------------- */
 
+/* Prefetches the len elements of the next group that match the block at
+ * hand (pf: the input, or NULL in the last group), so that memory keeps
+ * streaming while this group is computed (as quant_avx2.c does). */
+ROT_INLINE void prefetchBlock(const void* pf, zppDataType_t dtype, size_t at, size_t len) {
+  if (pf == NULL) return;
+  const size_t esize = dtype == zppFloat32 ? 4 : 2;
+  const char* p = (const char*)pf + esize * (at + ZPP_QUANT_ESC_GROUP);
+  for (size_t b = 0; b < esize * len; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+}
+
 /* x of one block (D applied) into buf; returns max |x| as fp32 bits. */
 ROT_INLINE uint32_t loadSigned(const void* in, zppDataType_t dtype, size_t at, size_t len, float* buf) {
   __m256i m0 = _mm256_setzero_si256(), m1 = m0;
@@ -117,50 +148,64 @@ ROT_INLINE uint32_t loadSigned(const void* in, zppDataType_t dtype, size_t at, s
   return avx2HmaxU32(_mm256_max_epu32(m0, m1));
 }
 
-/* The first stages of n * 8 elements at b in registers (n = 4 or 8, a
- * constant), counting on the way the elements with |x| * 2^K >= a (va). */
-ROT_INLINE int chunkCount(float* b, int n, __m256 va, __m256 vk) {
-  __m256 v[8];
-  int c = 0;
+/* How many of the 8n elements in v have |x| * 2^K >= a (a: finite fp32
+ * bits, not zero). |x| * 2^K is exact (or Inf), so the test is |x| >= a 2^-K
+ * in the reals; where a 2^-K is a normal float t (a's exponent field above
+ * K) that is an integer compare of the magnitude bits with t. Else the fp32
+ * product, as the reference. */
+ROT_INLINE int countAbove(const __m256* v, int n, uint32_t a, int K) {
+  __m256i c = _mm256_setzero_si256();
+  if (a >= ((uint32_t)K + 1u) << 23) {
+    const __m256i t = _mm256_set1_epi32((int)(a - ((uint32_t)K << 23) - 1u));
 #pragma GCC unroll 8
-  for (int k = 0; k < n; k++) {
-    v[k] = _mm256_load_ps(b + 8 * k);
-    __m256 t = _mm256_mul_ps(_mm256_castsi256_ps(absBits(v[k])), vk);
-    c += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(t, va, _CMP_GE_OQ)));
-    v[k] = stages124(v[k]);
+    for (int k = 0; k < n; k++) c = _mm256_sub_epi32(c, _mm256_cmpgt_epi32(absBits(v[k]), t));
+  } else {
+    const __m256 va = _mm256_castsi256_ps(_mm256_set1_epi32((int)a));
+    const __m256 vk = _mm256_castsi256_ps(_mm256_set1_epi32((127 + K) << 23));
+#pragma GCC unroll 8
+    for (int k = 0; k < n; k++) {
+      __m256 x = _mm256_mul_ps(_mm256_castsi256_ps(absBits(v[k])), vk);
+      c = _mm256_sub_epi32(c, _mm256_castps_si256(_mm256_cmp_ps(x, va, _CMP_GE_OQ)));
+    }
   }
-  stagesAcross(v, n);
+  __m128i h = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+  return _mm_cvtsi128_si32(h);
+}
+
+/* The stages below 64 of the 64 elements at b (in place),
+ * returning countAbove of its input. */
+ROT_INLINE int chunkCount(float* b, uint32_t a, int K) {
+  __m256 v[8];
 #pragma GCC unroll 8
-  for (int k = 0; k < n; k++) _mm256_store_ps(b + 8 * k, v[k]);
+  for (int k = 0; k < 8; k++) v[k] = _mm256_load_ps(b + 8 * k);
+  int c = a != 0 ? countAbove(v, 8, a, K) : 0;
+  stagesNarrow(v, 8);
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; k++) _mm256_store_ps(b + 8 * k, v[k]);
   return c;
 }
 
-/* The stages below 64 over a block (a block of 32 has those below 32),
- * counting as chunkCount does. Returns the count. */
-ROT_INLINE int stagesNarrowCount(float* buf, size_t len, __m256 va, __m256 vk) {
-  if (len < 64) return chunkCount(buf, 4, va, vk);
-  int c = 0;
-  for (size_t i = 0; i < len; i += 64) c += chunkCount(buf + i, 8, va, vk);
-  return c;
-}
+/* rne(w * inv) of 32 values as int32, the dword permute that puts packs'
+ * output back in element order. |q| <= Q without a clamp (quant_avx2.c). */
+#define ROT_Q4(w0, w1, w2, w3, vinv)                        \
+  __m256i qa = _mm256_cvtps_epi32(_mm256_mul_ps(w0, vinv)); \
+  __m256i qb = _mm256_cvtps_epi32(_mm256_mul_ps(w1, vinv)); \
+  __m256i qc = _mm256_cvtps_epi32(_mm256_mul_ps(w2, vinv)); \
+  __m256i qd = _mm256_cvtps_epi32(_mm256_mul_ps(w3, vinv)); \
+  const __m256i ix = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)
 
 /* 32 values quantized to int8 bytes in element order. */
 ROT_INLINE __m256i quant32v(__m256 w0, __m256 w1, __m256 w2, __m256 w3, __m256 vinv) {
-  __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(w0, vinv));
-  __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(w1, vinv));
-  __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(w2, vinv));
-  __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(w3, vinv));
-  __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
-  return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  ROT_Q4(w0, w1, w2, w3, vinv);
+  return _mm256_permutevar8x32_epi32(
+      _mm256_packs_epi16(_mm256_packs_epi32(qa, qb), _mm256_packs_epi32(qc, qd)), ix);
 }
 
-ROT_INLINE __m256i quant32(const float* w, __m256 vinv) {
-  return quant32v(_mm256_load_ps(w), _mm256_load_ps(w + 8), _mm256_load_ps(w + 16),
-                  _mm256_load_ps(w + 24), vinv);
-}
-
-/* 32 int8 q stored as int8 (32 bytes) or int4 (16 bytes) at d. */
-ROT_INLINE void store32(__m256i q, int bits, uint8_t* d) {
+/* 32 values quantized and stored as int8 (32 bytes) or int4 (16) at d. */
+ROT_INLINE void store32(__m256 w0, __m256 w1, __m256 w2, __m256 w3, __m256 vinv, int bits, uint8_t* d) {
+  __m256i q = quant32v(w0, w1, w2, w3, vinv);
   if (bits == 8) {
     _mm256_storeu_si256((__m256i*)d, q);
     return;
@@ -171,11 +216,13 @@ ROT_INLINE void store32(__m256i q, int bits, uint8_t* d) {
   _mm_storeu_si128((__m128i*)d, _mm256_castsi256_si128(p));
 }
 
-/* A block of 8n elements (n = 4 or 8: blocks of 32 and 64) in registers
- * from load to store. Returns 0 where encodeGroupT's block loop would. */
-ROT_INLINE int encodeSmall(const void* in, zppDataType_t dtype, size_t at, int n, int bits, int Q,
-                           __m256 vk, uint8_t* scales, size_t b, uint8_t* data) {
+/* Pass 1 of a block of 8n elements (n = 4 or 8: blocks of 32 and 64), in
+ * registers from load to w: its w into wb, max |w| (fp32 bits) returned, or
+ * all ones where encodeGroupT gives the group to the reference. */
+ROT_INLINE uint32_t rotateSmall(const void* in, zppDataType_t dtype, size_t at, int n, int K, float* wb,
+                                const void* pf) {
   __m256 v[8];
+  prefetchBlock(pf, dtype, at, 8 * (size_t)n);
   __m256i m = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int k = 0; k < n; k++) {
@@ -183,57 +230,46 @@ ROT_INLINE int encodeSmall(const void* in, zppDataType_t dtype, size_t at, int n
     m = _mm256_max_epu32(m, absBits(v[k]));
   }
   uint32_t a = avx2HmaxU32(m);
-  if (a >= 0x7f800000u) return 0;
-  if (a != 0) {
-    const __m256 va = _mm256_castsi256_ps(_mm256_set1_epi32((int)a));
-    int c = 0;
-#pragma GCC unroll 8
-    for (int k = 0; k < n; k++) {
-      __m256 t = _mm256_mul_ps(_mm256_castsi256_ps(absBits(v[k])), vk);
-      c += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(t, va, _CMP_GE_OQ)));
-    }
-    if (c <= ZPP_QUANT_ESC_PER_BLOCK) return 0;
-  }
+  if (a >= 0x7f800000u) return UINT32_MAX;
+  if (a != 0 && countAbove(v, n, a, K) <= ZPP_QUANT_ESC_PER_BLOCK) return UINT32_MAX;
+  stagesNarrow(v, n);
   m = _mm256_setzero_si256();
 #pragma GCC unroll 8
-  for (int k = 0; k < n; k++) v[k] = stages124(v[k]);
-  stagesAcross(v, n);
-#pragma GCC unroll 8
-  for (int k = 0; k < n; k++) m = _mm256_max_epu32(m, absBits(v[k]));
-  uint32_t wmax = avx2HmaxU32(m);
-  if (wmax >= 0x7f800000u) return 0;
+  for (int k = 0; k < n; k++) {
+    m = _mm256_max_epu32(m, absBits(v[k]));
+    _mm256_store_ps(wb + 8 * k, v[k]);
+  }
+  return avx2HmaxU32(m);
+}
+
+/* Pass 2: the block's w (at wb, max |w| wmax, finite) quantized as a plain
+ * block: scale, then q. */
+ROT_INLINE void quantizeSmall(const float* wb, uint32_t wmax, size_t at, size_t len, int bits, int Q,
+                              uint8_t* scales, size_t b, uint8_t* data) {
   zppQuantBlockParams_t bp = zppQuantBlockSetup(wmax, Q);
   zppQuantStoreScale(scales, b, bp.scale);
   uint8_t* d = data + (bits == 8 ? at : at / 2);
-  const size_t len = 8 * (size_t)n;
   if (bp.kind != ZPP_QBLOCK_NORMAL) {
     memset(d, 0, zppQuantDataBytes(len, bits));
   } else if (bp.p != 1.0f) {
     float w[64] __attribute__((aligned(32)));
-    for (int k = 0; k < n; k++) _mm256_store_ps(w + 8 * k, v[k]);
+    for (size_t k = 0; k < len; k += 8) _mm256_store_ps(w + k, (_mm256_load_ps(wb + k)));
     zppQuantEncodeDtypeRef(w, zppFloat32, len, &bp, bits, data, at);
   } else {
     const __m256 vinv = _mm256_set1_ps(bp.inv);
-    store32(quant32v(v[0], v[1], v[2], v[3], vinv), bits, d);
-    if (n == 8) store32(quant32v(v[4], v[5], v[6], v[7], vinv), bits, d + (bits == 8 ? 32 : 16));
+    for (size_t k = 0; k < len; k += 32)
+      store32(_mm256_load_ps(wb + k), _mm256_load_ps(wb + k + 8), _mm256_load_ps(wb + k + 16),
+              _mm256_load_ps(wb + k + 24), vinv, bits, d + (bits == 8 ? k : k / 2));
   }
-  return 1;
 }
 
-/* w (len a multiple of 32) quantized as a plain normal block with p = 1: q
- * = rne(w * inv); |q| <= Q without a clamp, as in quant_avx2.c. */
+/* w (len a multiple of 32) quantized as a plain normal block
+ * with p = 1: q = rne(w * inv). */
 ROT_INLINE void quantizeW(const float* w, size_t len, int bits, float inv, uint8_t* d) {
   const __m256 vinv = _mm256_set1_ps(inv);
-  if (bits == 8) {
-    for (size_t i = 0; i < len; i += 32) _mm256_storeu_si256((__m256i*)(d + i), quant32(w + i, vinv));
-    return;
-  }
-  const __m256i lo = _mm256_set1_epi8(0x0f), mul = _mm256_set1_epi16(0x1001);
-  for (size_t i = 0; i < len; i += 32) {
-    __m256i n = _mm256_maddubs_epi16(_mm256_and_si256(quant32(w + i, vinv), lo), mul);
-    __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi16(n, n), 0xd8);
-    _mm_storeu_si128((__m128i*)(d + i / 2), _mm256_castsi256_si128(p));
-  }
+  for (size_t i = 0; i < len; i += 32)
+    store32(_mm256_load_ps(w + i), _mm256_load_ps(w + i + 8), _mm256_load_ps(w + i + 16),
+            _mm256_load_ps(w + i + 24), vinv, bits, d + (bits == 8 ? i : i / 2));
 }
 
 ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
@@ -243,24 +279,29 @@ ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, i
   if (glen % bs != 0) return 0; /* a short last block: the reference's */
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
-  const int Q = zppQuantQmax(bits);
-  const __m256 vk = _mm256_set1_ps((float)(1u << ZPP_QUANT_ESC_LOG2(bits)));
+  const int Q = zppQuantQmax(bits), K = ZPP_QUANT_ESC_LOG2(bits);
   float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(32)));
-  if (bs <= 64) {
+  const void* pf = count - base > ZPP_QUANT_ESC_GROUP ? in : NULL; /* a next group */
+  if (bs <= 64) { /* two passes, so that the blocks' latency chains overlap */
+    uint32_t wmax[ZPP_QUANT_ESC_GROUP / 32];
     for (size_t lo = 0; lo < glen; lo += bs) {
-      size_t at = base + lo;
-      if (!(bs == 32 ? encodeSmall(in, dtype, at, 4, bits, Q, vk, scales, at / bs, data)
-                     : encodeSmall(in, dtype, at, 8, bits, Q, vk, scales, at / bs, data)))
-        return 0;
+      uint32_t m = bs == 32 ? rotateSmall(in, dtype, base + lo, 4, K, buf + lo, pf)
+                            : rotateSmall(in, dtype, base + lo, 8, K, buf + lo, pf);
+      if (m >= 0x7f800000u) return 0; /* UINT32_MAX, or w not finite */
+      wmax[lo / bs] = m;
     }
+    for (size_t lo = 0; lo < glen; lo += bs)
+      quantizeSmall(buf + lo, wmax[lo / bs], base + lo, bs, bits, Q, scales, (base + lo) / bs, data);
   }
   for (size_t lo = 0; bs > 64 && lo < glen; lo += bs) {
     size_t at = base + lo, b = at / bs;
+    prefetchBlock(pf, dtype, at, bs);
     uint32_t a = loadSigned(in, dtype, at, bs, buf);
     if (a >= 0x7f800000u) return 0; /* a non-finite element: markers */
-    int c = stagesNarrowCount(buf, bs, _mm256_castsi256_ps(_mm256_set1_epi32((int)a)), vk);
+    int c = 0;
+    for (size_t i = 0; i < bs; i += 64) c += chunkCount(buf + i, a, K);
     if (a != 0 && c <= ZPP_QUANT_ESC_PER_BLOCK) return 0; /* may have candidates */
-    if (bs >= 128) stagesWide(buf, bs);
+    stagesWide(buf, bs);
     __m256i m = _mm256_setzero_si256();
     for (size_t i = 0; i < bs; i += 8) m = _mm256_max_epu32(m, absBits(_mm256_load_ps(buf + i)));
     uint32_t wmax = avx2HmaxU32(m);
@@ -268,12 +309,14 @@ ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, i
     zppQuantBlockParams_t bp = zppQuantBlockSetup(wmax, Q);
     zppQuantStoreScale(scales, b, bp.scale);
     uint8_t* d = data + (bits == 8 ? at : at / 2);
-    if (bp.kind != ZPP_QBLOCK_NORMAL)
+    if (bp.kind != ZPP_QBLOCK_NORMAL) {
       memset(d, 0, zppQuantDataBytes(bs, bits));
-    else if (bp.p != 1.0f)
+    } else if (bp.p != 1.0f) {
+      for (size_t i = 0; i < bs; i += 8) _mm256_store_ps(buf + i, (_mm256_load_ps(buf + i)));
       zppQuantEncodeDtypeRef(buf, zppFloat32, bs, &bp, bits, data, at);
-    else
+    } else {
       quantizeW(buf, bs, bits, bp.inv, d);
+    }
   }
   uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
   for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
@@ -299,17 +342,33 @@ int zppQuantRotEncodeGroupAvx2(const void* in, zppDataType_t dtype, size_t count
 /* q * s of n * 8 elements from element i, the stages below 8n done, in v. */
 ROT_INLINE void decodeStages(const uint8_t* data, int bits, size_t i, __m256 vs, __m256* v, int n) {
 #pragma GCC unroll 8
-  for (int k = 0; k < n; k++)
-    v[k] = stages124(_mm256_mul_ps(avx2DecodeQ8(data, bits, i + 8 * (size_t)k), vs));
-  stagesAcross(v, n);
+  for (int k = 0; k < n; k++) v[k] = _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 8 * (size_t)k), vs);
+  stagesNarrow(v, n);
 }
 
-/* The same, stored into b. */
-ROT_INLINE void chunkDecode(const uint8_t* data, int bits, size_t i, __m256 vs, float* b, int n) {
-  __m256 v[8];
-  decodeStages(data, bits, i, vs, v, n);
-#pragma GCC unroll 8
-  for (int k = 0; k < n; k++) _mm256_store_ps(b + 8 * k, v[k]);
+/* Groups j and j + 8 of a block (a, b) * 2^-L, signed, rounded to dtype and
+ * stored at element at. bf16: the rounding comes before the sign, which it
+ * commutes with (the carry never reaches the sign bit), and has no NaN case:
+ * s and q are finite, so a NaN here can only be made by Inf - Inf, the
+ * default NaN (or it with its sign flipped), whose low 22 bits are zero and
+ * which the carry rounding keeps. Two groups pack at once (one pack, one
+ * qword permute for 16 elements). */
+ROT_INLINE void finish16(void* out, zppDataType_t dtype, size_t at, size_t j, __m256 a, __m256 b,
+                         __m256 invB) {
+  if (dtype == zppBfloat16) {
+    const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff);
+    __m256i ua = _mm256_castps_si256(_mm256_mul_ps(a, invB));
+    __m256i ub = _mm256_castps_si256(_mm256_mul_ps(b, invB));
+    ua = _mm256_add_epi32(_mm256_add_epi32(ua, half), _mm256_and_si256(_mm256_srli_epi32(ua, 16), one));
+    ub = _mm256_add_epi32(_mm256_add_epi32(ub, half), _mm256_and_si256(_mm256_srli_epi32(ub, 16), one));
+    __m256i p = _mm256_packus_epi32(_mm256_srli_epi32(ua, 16), _mm256_srli_epi32(ub, 16));
+    p = _mm256_permute4x64_epi64(p, 0xd8);
+    p = _mm256_xor_si256(p, _mm256_load_si256((const __m256i*)(const void*)(gSigns16 + j)));
+    _mm256_storeu_si256((__m256i*)((uint16_t*)out + at), p);
+    return;
+  }
+  avx2Store8(out, dtype, at, _mm256_xor_ps(_mm256_mul_ps((a), invB), signs8(j)));
+  avx2Store8(out, dtype, at + 8, _mm256_xor_ps(_mm256_mul_ps((b), invB), signs8(j + 8)));
 }
 
 ROT_INLINE void decodeBlockT(const uint8_t* data, int bits, size_t lo, size_t len, float s, void* out,
@@ -321,17 +380,20 @@ ROT_INLINE void decodeBlockT(const uint8_t* data, int bits, size_t lo, size_t le
     const int n = len == 32 ? 4 : 8;
     __m256 v[8];
     decodeStages(data, bits, lo, vs, v, n);
-#pragma GCC unroll 8
-    for (int k = 0; k < n; k++)
-      avx2Store8(out, dtype, lo + 8 * (size_t)k,
-                 _mm256_xor_ps(_mm256_mul_ps(v[k], invB), signs8(8 * (size_t)k)));
+#pragma GCC unroll 4
+    for (int k = 0; k < n; k += 2)
+      finish16(out, dtype, lo + 8 * (size_t)k, 8 * (size_t)k, v[k], v[k + 1], invB);
     return;
   }
-  for (size_t i = 0; i < len; i += 64) chunkDecode(data, bits, lo + i, vs, buf + i, 8);
+  for (size_t i = 0; i < len; i += 64) {
+    __m256 v[8];
+    decodeStages(data, bits, lo + i, vs, v, 8);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) _mm256_store_ps(buf + i + 8 * k, v[k]);
+  }
   stagesWide(buf, len);
-  for (size_t i = 0; i < len; i += 8)
-    avx2Store8(out, dtype, lo + i,
-               _mm256_xor_ps(_mm256_mul_ps(_mm256_load_ps(buf + i), invB), signs8(i)));
+  for (size_t i = 0; i < len; i += 16)
+    finish16(out, dtype, lo + i, i, _mm256_load_ps(buf + i), _mm256_load_ps(buf + i + 8), invB);
 }
 
 void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t len, float s,
