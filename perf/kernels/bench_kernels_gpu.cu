@@ -199,27 +199,33 @@ void BM_Copy(benchmark::State& st, size_t bytes) {
   st.SetBytesProcessed((int64_t)(bytes * st.iterations()));
 }
 
-void BM_Quantize(benchmark::State& st, zppDataType_t dt, int bits, int block, size_t count) {
+/* flags: 0, or ZPP_QUANT_ROTATE for the rotated codec (zppQuantizeExCuda). */
+void BM_Quantize(benchmark::State& st, zppDataType_t dt, int bits, int block, size_t count,
+                 unsigned flags) {
   DevBuf in, pk;
   if (!in.alloc(count * typeSize(dt)) || !pk.alloc(zppQuantPackedSize(count, bits, block)) ||
       !ok(st, fillRandom(in.p, dt, count), "fill")) {
     if (!st.error_occurred()) st.SkipWithError("cudaMalloc");
     return;
   }
-  timedAgainstCopy(st, count * typeSize(dt),
-                   [&] { return zppQuantizeCuda(in.p, dt, count, bits, block, pk.p, benchStream()); });
+  timedAgainstCopy(st, count * typeSize(dt), [&] {
+    return zppQuantizeExCuda(in.p, dt, count, bits, block, flags, pk.p, benchStream());
+  });
 }
 
-void BM_Dequantize(benchmark::State& st, zppDataType_t dt, int bits, int block, size_t count) {
+void BM_Dequantize(benchmark::State& st, zppDataType_t dt, int bits, int block, size_t count,
+                   unsigned flags) {
   DevBuf in, pk, out;
   if (!in.alloc(count * 4) || !pk.alloc(zppQuantPackedSize(count, bits, block)) ||
       !out.alloc(count * typeSize(dt)) || !ok(st, fillRandom(in.p, zppFloat32, count), "fill") ||
-      !ok(st, zppQuantizeCuda(in.p, zppFloat32, count, bits, block, pk.p, benchStream()), "quantize")) {
+      !ok(st, zppQuantizeExCuda(in.p, zppFloat32, count, bits, block, flags, pk.p, benchStream()),
+          "quantize")) {
     if (!st.error_occurred()) st.SkipWithError("cudaMalloc");
     return;
   }
   timedAgainstCopy(st, count * typeSize(dt), [&] {
-    return zppDequantizeCuda(pk.p, count, bits, block, out.p, dt, benchStream());
+    return flags ? zppDequantizeExCuda(pk.p, count, bits, block, out.p, dt, benchStream())
+                 : zppDequantizeCuda(pk.p, count, bits, block, out.p, dt, benchStream());
   });
 }
 
@@ -350,9 +356,14 @@ void registerAll() {
         const std::string tail =
             std::string("cuda/") + typeName(dt) + "/int" + std::to_string(bits) + "/" + sizeName(bytes);
         add("quantize/" + tail, bytes,
-            [=](benchmark::State& st) { BM_Quantize(st, dt, bits, block, count); });
+            [=](benchmark::State& st) { BM_Quantize(st, dt, bits, block, count, 0); });
         add("dequantize/" + tail, bytes,
-            [=](benchmark::State& st) { BM_Dequantize(st, dt, bits, block, count); });
+            [=](benchmark::State& st) { BM_Dequantize(st, dt, bits, block, count, 0); });
+        /* the rotated codec beside it (docs/codecs.md, "Rotation", "CUDA") */
+        add("quantize-rotated/" + tail, bytes,
+            [=](benchmark::State& st) { BM_Quantize(st, dt, bits, block, count, ZPP_QUANT_ROTATE); });
+        add("dequantize-rotated/" + tail, bytes,
+            [=](benchmark::State& st) { BM_Dequantize(st, dt, bits, block, count, ZPP_QUANT_ROTATE); });
       }
     }
     /* the block-size extremes: 2..4 threads per block (32) and a whole CTA
@@ -363,9 +374,9 @@ void registerAll() {
         const std::string tail =
             "cuda-b" + std::to_string(block) + "/" + typeName(dt) + "/int8/" + sizeName(bytes);
         add("quantize/" + tail, bytes,
-            [=](benchmark::State& st) { BM_Quantize(st, dt, 8, block, count); });
+            [=](benchmark::State& st) { BM_Quantize(st, dt, 8, block, count, 0); });
         add("dequantize/" + tail, bytes,
-            [=](benchmark::State& st) { BM_Dequantize(st, dt, 8, block, count); });
+            [=](benchmark::State& st) { BM_Dequantize(st, dt, 8, block, count, 0); });
       }
     }
     /* qgZ's steps on a bf16 gradient of `bytes`: the reordered int4
