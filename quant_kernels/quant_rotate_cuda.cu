@@ -36,15 +36,20 @@
  * escaped elements then take their value from the table; then each element
  * is rounded to the output type by quant_ref.h's store.
  *
- * Speed: one CTA per block of up to 4096 elements, log2(B) barriers per
- * block in each direction; the re-encoding reads the input a second time.
- * The point here is exactness; a fused single-pass kernel is future work.
+ * Speed: one CTA per block of up to 4096 elements (shared memory sized for
+ * 512 or 4096 elements), log2(B) barriers per block in each direction; the
+ * re-encoding reads the input a second time. The point here is exactness;
+ * a fused single-pass kernel is future work, once a GPU can time it.
  */
 #include "quant_kernels/quant_cuda_dev.cuh"
 
 namespace {
 
 constexpr int kRotThreads = 256;  // CTA size for blocks of 512 elements and more
+/* Blocks up to this size (the defaults: int4 64, int8 256) take kernels with
+ * 2 KiB of shared memory for the block rather than 16 KiB, so that many
+ * more CTAs fit on an SM. */
+constexpr int kSmallBlock = 512;
 constexpr uint32_t kExpBits = 0x7f800000u;
 
 /* Threads of the CTA for one block of B elements: one pair per thread up to
@@ -86,10 +91,11 @@ __device__ __forceinline__ void markPlain(uint8_t* scales, size_t b) {
 
 /* Re-encodes block blockIdx.x of a segment that the plain codec just wrote
  * from `in` (see the file comment). */
+template <int MAXB>
 __global__ void __launch_bounds__(kRotThreads)
     rotateKernel(const void* __restrict__ in, zppDataType_t dtype, size_t count, int bits,
                  int blockLog2, uint8_t* __restrict__ seg) {
-  __shared__ float x[ZPP_QUANT_MAX_BLOCK];
+  __shared__ float x[MAXB];
   __shared__ uint32_t red[kRotThreads];
   __shared__ int shared[2];  // non-zero q; "saturated" from thread 0
   const int block = 1 << blockLog2;
@@ -193,10 +199,11 @@ __global__ void __launch_bounds__(kRotThreads)
 }
 
 /* Decodes block blockIdx.x of one segment of either kind into `out`. */
+template <int MAXB>
 __global__ void __launch_bounds__(kRotThreads)
     rotDecodeKernel(const uint8_t* __restrict__ seg, size_t count, int bits, int blockLog2, void* out,
                     zppDataType_t dtype) {
-  __shared__ float y[ZPP_QUANT_MAX_BLOCK];
+  __shared__ float y[MAXB];
   const int block = 1 << blockLog2;
   const unsigned t = threadIdx.x;
   const size_t b = blockIdx.x;
@@ -259,8 +266,14 @@ extern "C" zppResult_t zppQuantizeExCuda(const void* in, zppDataType_t dtype, si
   if (!(flags & ZPP_QUANT_ROTATE)) return zppSuccess;
   const size_t nb = zppQuantNumBlocks(count, block);
   QC_ARG(nb <= 0x7fffffffu, "zppQuantizeExCuda: count %zu too large", count);
-  ZPP_CUDA_LAUNCH((rotateKernel), nb ? (unsigned)nb : 1u, rotThreads(block), stream, in, dtype, count,
-                  bits, blockLog2Of(block), static_cast<uint8_t*>(packed));
+  const unsigned grid = nb ? (unsigned)nb : 1u;
+  uint8_t* pk = static_cast<uint8_t*>(packed);
+  if (block <= kSmallBlock)
+    ZPP_CUDA_LAUNCH((rotateKernel<kSmallBlock>), grid, rotThreads(block), stream, in, dtype, count,
+                    bits, blockLog2Of(block), pk);
+  else
+    ZPP_CUDA_LAUNCH((rotateKernel<ZPP_QUANT_MAX_BLOCK>), grid, rotThreads(block), stream, in, dtype,
+                    count, bits, blockLog2Of(block), pk);
   CUDALAUNCHCHECK("zpp rotate");
   return zppSuccess;
 }
@@ -277,8 +290,13 @@ extern "C" zppResult_t zppDequantizeExCuda(const void* packed, size_t count, int
   if (count == 0) return zppSuccess;
   const size_t nb = zppQuantNumBlocks(count, block);
   QC_ARG(nb <= 0x7fffffffu, "zppDequantizeExCuda: count %zu too large", count);
-  ZPP_CUDA_LAUNCH((rotDecodeKernel), (unsigned)nb, rotThreads(block), stream,
-                  static_cast<const uint8_t*>(packed), count, bits, blockLog2Of(block), out, dtype);
+  const uint8_t* pk = static_cast<const uint8_t*>(packed);
+  if (block <= kSmallBlock)
+    ZPP_CUDA_LAUNCH((rotDecodeKernel<kSmallBlock>), (unsigned)nb, rotThreads(block), stream, pk, count,
+                    bits, blockLog2Of(block), out, dtype);
+  else
+    ZPP_CUDA_LAUNCH((rotDecodeKernel<ZPP_QUANT_MAX_BLOCK>), (unsigned)nb, rotThreads(block), stream, pk,
+                    count, bits, blockLog2Of(block), out, dtype);
   CUDALAUNCHCHECK("zpp rotated decode");
   return zppSuccess;
 }
