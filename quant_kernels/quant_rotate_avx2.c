@@ -67,6 +67,19 @@ ROT_INLINE __m256 stages124(__m256 v) {
   return v;
 }
 
+/* The same with the spec's subtraction itself (a blend of the add and the
+ * sub), one more operation per stage: where the transform can overflow,
+ * Inf - Inf makes the default NaN, which a - b passes on as it is and
+ * s + (-v) would pass on with its sign flipped. */
+ROT_INLINE __m256 stages124Exact(__m256 v) {
+  __m256 p = _mm256_permute_ps(v, 0xb1);
+  v = _mm256_blend_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), 0xaa);
+  p = _mm256_permute_ps(v, 0x4e);
+  v = _mm256_blend_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), 0xcc);
+  p = _mm256_permute2f128_ps(v, v, 0x01);
+  return _mm256_blend_ps(_mm256_add_ps(v, p), _mm256_sub_ps(p, v), 0xf0);
+}
+
 #define ROT_BFLY(p, q)            \
   do {                            \
     __m256 t_ = (p);              \
@@ -75,10 +88,11 @@ ROT_INLINE __m256 stages124(__m256 v) {
   } while (0)
 
 /* All stages below 8n of n groups of eight in v[0..n-1] (n = 4 or 8, a
- * constant): h = 1, 2, 4 inside each vector, then h = 8, 16, 32 across. */
-ROT_INLINE void stagesNarrow(__m256* v, int n) {
+ * constant): h = 1, 2, 4 inside each vector, then h = 8, 16, 32 across.
+ * exact (a constant): stages124Exact, for a decode that may overflow. */
+ROT_INLINE void stagesNarrow(__m256* v, int n, int exact) {
 #pragma GCC unroll 8
-  for (int k = 0; k < n; k++) v[k] = stages124(v[k]);
+  for (int k = 0; k < n; k++) v[k] = exact ? stages124Exact(v[k]) : stages124(v[k]);
   ROT_BFLY(v[0], v[1]);
   ROT_BFLY(v[2], v[3]);
   if (n == 8) {
@@ -181,7 +195,7 @@ ROT_INLINE int chunkCount(float* b, uint32_t a, int K) {
 #pragma GCC unroll 8
   for (int k = 0; k < 8; k++) v[k] = _mm256_load_ps(b + 8 * k);
   int c = a != 0 ? countAbove(v, 8, a, K) : 0;
-  stagesNarrow(v, 8);
+  stagesNarrow(v, 8, 0);
 #pragma GCC unroll 8
   for (int k = 0; k < 8; k++) _mm256_store_ps(b + 8 * k, v[k]);
   return c;
@@ -232,7 +246,7 @@ ROT_INLINE uint32_t rotateSmall(const void* in, zppDataType_t dtype, size_t at, 
   uint32_t a = avx2HmaxU32(m);
   if (a >= 0x7f800000u) return UINT32_MAX;
   if (a != 0 && countAbove(v, n, a, K) <= ZPP_QUANT_ESC_PER_BLOCK) return UINT32_MAX;
-  stagesNarrow(v, n);
+  stagesNarrow(v, n, 0);
   m = _mm256_setzero_si256();
 #pragma GCC unroll 8
   for (int k = 0; k < n; k++) {
@@ -340,10 +354,11 @@ int zppQuantRotEncodeGroupAvx2(const void* in, zppDataType_t dtype, size_t count
 /* ---- decode ----------------------------------------------------------------------- */
 
 /* q * s of n * 8 elements from element i, the stages below 8n done, in v. */
-ROT_INLINE void decodeStages(const uint8_t* data, int bits, size_t i, __m256 vs, __m256* v, int n) {
+ROT_INLINE void decodeStages(const uint8_t* data, int bits, size_t i, __m256 vs, __m256* v, int n,
+                             int exact) {
 #pragma GCC unroll 8
   for (int k = 0; k < n; k++) v[k] = _mm256_mul_ps(avx2DecodeQ8(data, bits, i + 8 * (size_t)k), vs);
-  stagesNarrow(v, n);
+  stagesNarrow(v, n, exact);
 }
 
 /* Groups j and j + 8 of a block (a, b) * 2^-L, signed, rounded to dtype and
@@ -354,11 +369,15 @@ ROT_INLINE void decodeStages(const uint8_t* data, int bits, size_t i, __m256 vs,
  * which the carry rounding keeps. Two groups pack at once (one pack, one
  * qword permute for 16 elements). */
 ROT_INLINE void finish16(void* out, zppDataType_t dtype, size_t at, size_t j, __m256 a, __m256 b,
-                         __m256 invB) {
+                         __m256 invB, int mulB) {
+  if (mulB) {
+    a = _mm256_mul_ps(a, invB);
+    b = _mm256_mul_ps(b, invB);
+  }
   if (dtype == zppBfloat16) {
     const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7fff);
-    __m256i ua = _mm256_castps_si256(_mm256_mul_ps(a, invB));
-    __m256i ub = _mm256_castps_si256(_mm256_mul_ps(b, invB));
+    __m256i ua = _mm256_castps_si256(a);
+    __m256i ub = _mm256_castps_si256(b);
     ua = _mm256_add_epi32(_mm256_add_epi32(ua, half), _mm256_and_si256(_mm256_srli_epi32(ua, 16), one));
     ub = _mm256_add_epi32(_mm256_add_epi32(ub, half), _mm256_and_si256(_mm256_srli_epi32(ub, 16), one));
     __m256i p = _mm256_packus_epi32(_mm256_srli_epi32(ua, 16), _mm256_srli_epi32(ub, 16));
@@ -367,51 +386,96 @@ ROT_INLINE void finish16(void* out, zppDataType_t dtype, size_t at, size_t j, __
     _mm256_storeu_si256((__m256i*)((uint16_t*)out + at), p);
     return;
   }
-  avx2Store8(out, dtype, at, _mm256_xor_ps(_mm256_mul_ps((a), invB), signs8(j)));
-  avx2Store8(out, dtype, at + 8, _mm256_xor_ps(_mm256_mul_ps((b), invB), signs8(j + 8)));
+  avx2Store8(out, dtype, at, _mm256_xor_ps(a, signs8(j)));
+  avx2Store8(out, dtype, at + 8, _mm256_xor_ps(b, signs8(j + 8)));
 }
 
-ROT_INLINE void decodeBlockT(const uint8_t* data, int bits, size_t lo, size_t len, float s, void* out,
+/* A rotated block of 32 or 64 in registers from load to store. Where s 2^-L
+ * is a normal float and B Q s < 2^119 (no value of the transform overflows),
+ * 2^-L is folded into s: every product q s 2^-L is then exact, every sum of
+ * the stages is the unscaled sum times 2^-L exactly (a normal result rounds
+ * alike at both scales; a subnormal one is a sum of multiples of 2^-149
+ * below 2^-126, exact at both), and so is the final multiply it replaces. */
+ROT_INLINE void decodeSmallT(const uint8_t* data, int bits, size_t lo, size_t len, float s, void* out,
                              zppDataType_t dtype) {
-  float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(32)));
-  const __m256 vs = _mm256_set1_ps(s);
-  const __m256 invB = _mm256_castsi256_ps(_mm256_set1_epi32((127 - zppQuantLog2((int)len)) << 23));
-  if (len <= 64) { /* in registers from load to store */
-    const int n = len == 32 ? 4 : 8;
-    __m256 v[8];
-    decodeStages(data, bits, lo, vs, v, n);
+  const int n = len == 32 ? 4 : 8, L = len == 32 ? 5 : 6;
+  const uint32_t sb = zppF32Bits(s);
+  __m256 v[8];
+  if (sb >= (uint32_t)(L + 1) << 23 && sb < (uint32_t)(246 - L) << 23) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    decodeStages(data, bits, lo, _mm256_set1_ps(zppF32FromBits(sb - ((uint32_t)L << 23))), v, n, 0);
 #pragma GCC unroll 4
     for (int k = 0; k < n; k += 2)
-      finish16(out, dtype, lo + 8 * (size_t)k, 8 * (size_t)k, v[k], v[k + 1], invB);
+      finish16(out, dtype, lo + 8 * (size_t)k, 8 * (size_t)k, v[k], v[k + 1], one, 0);
     return;
   }
+  const __m256 invB = _mm256_castsi256_ps(_mm256_set1_epi32((127 - L) << 23));
+  decodeStages(data, bits, lo, _mm256_set1_ps(s), v, n, 1); /* rare: s tiny or huge */
+#pragma GCC unroll 4
+  for (int k = 0; k < n; k += 2)
+    finish16(out, dtype, lo + 8 * (size_t)k, 8 * (size_t)k, v[k], v[k + 1], invB, 1);
+}
+
+/* A rotated block of 128 or more: 64 at a time through the stages below
+ * 64 into an L1 buffer, the wide stages there, then the output. */
+ROT_INLINE void decodeWideT(const uint8_t* data, int bits, size_t lo, size_t len, float s, void* out,
+                            zppDataType_t dtype) {
+  float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(32)));
+  const __m256 vs = _mm256_set1_ps(s);
+  const int L = zppQuantLog2((int)len);
+  const __m256 invB = _mm256_castsi256_ps(_mm256_set1_epi32((127 - L) << 23));
+  const int big = zppF32Bits(s) >= (uint32_t)(246 - L) << 23; /* B Q s may overflow */
   for (size_t i = 0; i < len; i += 64) {
     __m256 v[8];
-    decodeStages(data, bits, lo + i, vs, v, 8);
+    if (big)
+      decodeStages(data, bits, lo + i, vs, v, 8, 1);
+    else
+      decodeStages(data, bits, lo + i, vs, v, 8, 0);
 #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) _mm256_store_ps(buf + i + 8 * k, v[k]);
   }
   stagesWide(buf, len);
   for (size_t i = 0; i < len; i += 16)
-    finish16(out, dtype, lo + i, i, _mm256_load_ps(buf + i), _mm256_load_ps(buf + i + 8), invB);
+    finish16(out, dtype, lo + i, i, _mm256_load_ps(buf + i), _mm256_load_ps(buf + i + 8), invB, 1);
+}
+
+static __attribute__((noinline)) void decodeWide(const uint8_t* data, int bits, size_t lo, size_t len,
+                                                 float s, void* out, zppDataType_t dtype) {
+  if (bits == 8) {
+    if (dtype == zppFloat32)
+      decodeWideT(data, 8, lo, len, s, out, zppFloat32);
+    else if (dtype == zppFloat16)
+      decodeWideT(data, 8, lo, len, s, out, zppFloat16);
+    else
+      decodeWideT(data, 8, lo, len, s, out, zppBfloat16);
+  } else {
+    if (dtype == zppFloat32)
+      decodeWideT(data, 4, lo, len, s, out, zppFloat32);
+    else if (dtype == zppFloat16)
+      decodeWideT(data, 4, lo, len, s, out, zppFloat16);
+    else
+      decodeWideT(data, 4, lo, len, s, out, zppBfloat16);
+  }
 }
 
 void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t len, float s,
                                 void* out, zppDataType_t dtype) {
   pthread_once(&gSignsOnce, fillSigns);
-  if (bits == 8) {
+  if (len > 64) {
+    decodeWide(data, bits, lo, len, s, out, dtype);
+  } else if (bits == 8) {
     if (dtype == zppFloat32)
-      decodeBlockT(data, 8, lo, len, s, out, zppFloat32);
+      decodeSmallT(data, 8, lo, len, s, out, zppFloat32);
     else if (dtype == zppFloat16)
-      decodeBlockT(data, 8, lo, len, s, out, zppFloat16);
+      decodeSmallT(data, 8, lo, len, s, out, zppFloat16);
     else
-      decodeBlockT(data, 8, lo, len, s, out, zppBfloat16);
+      decodeSmallT(data, 8, lo, len, s, out, zppBfloat16);
   } else {
     if (dtype == zppFloat32)
-      decodeBlockT(data, 4, lo, len, s, out, zppFloat32);
+      decodeSmallT(data, 4, lo, len, s, out, zppFloat32);
     else if (dtype == zppFloat16)
-      decodeBlockT(data, 4, lo, len, s, out, zppFloat16);
+      decodeSmallT(data, 4, lo, len, s, out, zppFloat16);
     else
-      decodeBlockT(data, 4, lo, len, s, out, zppBfloat16);
+      decodeSmallT(data, 4, lo, len, s, out, zppBfloat16);
   }
 }
