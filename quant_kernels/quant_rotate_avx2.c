@@ -188,6 +188,18 @@ ROT_INLINE int countAbove(const __m256* v, int n, uint32_t a, int K) {
   return _mm_cvtsi128_si32(h);
 }
 
+/* A shortcut for countAbove(...) > E: the lanes of m (the magnitude bits'
+ * lane-wise maxima) are distinct elements, so E + 1 of them at or above
+ * a 2^-K (where that is a normal float) already make the count. Usually
+ * true (int4: one element in 32 of the max; int8: in 256); where it is
+ * not, countAbove decides. */
+ROT_INLINE int lanesAbove(__m256i m, uint32_t a, int K) {
+  if (a < ((uint32_t)K + 1u) << 23) return 0;
+  const __m256i t = _mm256_set1_epi32((int)(a - ((uint32_t)K << 23) - 1u));
+  unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(m, t)));
+  return __builtin_popcount(mask) > ZPP_QUANT_ESC_PER_BLOCK;
+}
+
 /* The stages below 64 of the 64 elements at b (in place),
  * returning countAbove of its input. */
 ROT_INLINE int chunkCount(float* b, uint32_t a, int K) {
@@ -245,7 +257,8 @@ ROT_INLINE uint32_t rotateSmall(const void* in, zppDataType_t dtype, size_t at, 
   }
   uint32_t a = avx2HmaxU32(m);
   if (a >= 0x7f800000u) return UINT32_MAX;
-  if (a != 0 && countAbove(v, n, a, K) <= ZPP_QUANT_ESC_PER_BLOCK) return UINT32_MAX;
+  if (a != 0 && !lanesAbove(m, a, K) && countAbove(v, n, a, K) <= ZPP_QUANT_ESC_PER_BLOCK)
+    return UINT32_MAX;
   stagesNarrow(v, n, 0);
   m = _mm256_setzero_si256();
 #pragma GCC unroll 8
