@@ -279,9 +279,7 @@ ROT_INLINE void quantizeSmall(const float* wb, uint32_t wmax, size_t at, size_t 
   if (bp.kind != ZPP_QBLOCK_NORMAL) {
     memset(d, 0, zppQuantDataBytes(len, bits));
   } else if (bp.p != 1.0f) {
-    float w[64] __attribute__((aligned(32)));
-    for (size_t k = 0; k < len; k += 8) _mm256_store_ps(w + k, (_mm256_load_ps(wb + k)));
-    zppQuantEncodeDtypeRef(w, zppFloat32, len, &bp, bits, data, at);
+    zppQuantEncodeDtypeRef(wb, zppFloat32, len, &bp, bits, data, at);
   } else {
     const __m256 vinv = _mm256_set1_ps(bp.inv);
     for (size_t k = 0; k < len; k += 32)
@@ -339,7 +337,6 @@ ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, i
     if (bp.kind != ZPP_QBLOCK_NORMAL) {
       memset(d, 0, zppQuantDataBytes(bs, bits));
     } else if (bp.p != 1.0f) {
-      for (size_t i = 0; i < bs; i += 8) _mm256_store_ps(buf + i, (_mm256_load_ps(buf + i)));
       zppQuantEncodeDtypeRef(buf, zppFloat32, bs, &bp, bits, data, at);
     } else {
       quantizeW(buf, bs, bits, bp.inv, d);
