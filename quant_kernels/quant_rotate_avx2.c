@@ -4,23 +4,27 @@
  * quant_rotate.c. Compiled with -mavx2 -mf16c (this file only), called only
  * when the active implementation is a vector one (cpuid said yes).
  *
- * Encoding, per block: one pass loads the input, flips the signs (D) into an
- * fp32 buffer and takes max |x|; a second pass, per 64 elements in
- * registers, counts the elements with |x| * 2^K >= max |x| and runs the
- * butterfly stages h = 1, 2, 4 (shuffles: s + (+-v), which is the spec's
- * x_j + x_{j+h} and x_j - x_{j+h} exactly) and 8, 16, 32 (across vectors);
- * the stages from 64 on run across the buffer; the last pass quantizes w
- * as the plain codec does. A block is "ordinary" when it is finite and at
- * least E + 1 elements have |x| * 2^K >= max |x| (or it is zero): then its
- * reference r (the (E+1)-th largest magnitude) is >= max |x| / 2^K, so it
- * has no candidate, no escape and is rotated, as in the reference. A group
- * with any other block (or a short block, or a w that is not finite) is
- * left to the reference (the caller's fallback), so that escapes, markers
- * and unrotated blocks keep the reference's code.
+ * Encoding, blocks of 32 and 64: pass 1, per block in registers, loads the
+ * input, flips the signs (D), takes max |x|, tests that the block is
+ * "ordinary" (below), runs the butterfly stages h = 1, 2, 4 (shuffles:
+ * s + (+-v), which is the spec's x_j + x_{j+h} and x_j - x_{j+h} exactly)
+ * and 8, 16, 32 (across vectors) and keeps w and max |w| for the group;
+ * pass 2 scales and quantizes each w as the plain codec does. Blocks of 128
+ * and more: per block, the input into an fp32 buffer, the stages below 64
+ * per 64 elements in registers, the later ones across the buffer, then the
+ * quantization. A block is "ordinary" when it is finite and at least E + 1
+ * elements have |x| * 2^K >= max |x| (or it is zero): then its reference r
+ * (the (E+1)-th largest magnitude) is >= max |x| / 2^K, so it has no
+ * candidate, no escape and is rotated, as in the reference. A group with
+ * any other block (or a short block, or a w that is not finite) is left to
+ * the reference (the caller's fallback), so that escapes, markers and
+ * unrotated blocks keep the reference's code.
  *
- * Decoding, per rotated block: q * s per 64 elements in registers with the
- * same stages, the later stages across the buffer, then * 2^-L, the signs,
- * and the output type's rounding in one pass.
+ * Decoding, per rotated block: q * s in registers with the same stages
+ * (blocks of 128 and more: the later stages across a buffer), * 2^-L
+ * (folded into s where that is exact), the signs, and the output type's
+ * rounding. Where the transform may overflow, stages 1-4 use the spec's
+ * subtraction itself, so that NaNs come out as the reference's.
  */
 #include <immintrin.h>
 #include <pthread.h>
