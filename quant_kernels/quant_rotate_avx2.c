@@ -152,8 +152,10 @@ ROT_INLINE void prefetchBlock(const void* pf, zppDataType_t dtype, size_t at, si
   for (size_t b = 0; b < esize * len; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
 }
 
-/* x of one block (D applied) into buf; returns max |x| as fp32 bits. */
-ROT_INLINE uint32_t loadSigned(const void* in, zppDataType_t dtype, size_t at, size_t len, float* buf) {
+/* x of one block (D applied) into buf; returns max |x| as fp32 bits, and
+ * in m the two vectors of lane-wise maxima (16 disjoint sets of elements). */
+ROT_INLINE uint32_t loadSigned(const void* in, zppDataType_t dtype, size_t at, size_t len, float* buf,
+                               __m256i* m) {
   __m256i m0 = _mm256_setzero_si256(), m1 = m0;
   for (size_t i = 0; i < len; i += 16) {
     __m256 a = _mm256_xor_ps(avx2Load8(in, dtype, at + i), signs8(i));
@@ -163,6 +165,8 @@ ROT_INLINE uint32_t loadSigned(const void* in, zppDataType_t dtype, size_t at, s
     _mm256_store_ps(buf + i, a);
     _mm256_store_ps(buf + i + 8, b);
   }
+  m[0] = m0;
+  m[1] = m1;
   return avx2HmaxU32(_mm256_max_epu32(m0, m1));
 }
 
@@ -202,6 +206,15 @@ ROT_INLINE int lanesAbove(__m256i m, uint32_t a, int K) {
   const __m256i t = _mm256_set1_epi32((int)(a - ((uint32_t)K << 23) - 1u));
   unsigned mask = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(m, t)));
   return __builtin_popcount(mask) > ZPP_QUANT_ESC_PER_BLOCK;
+}
+
+/* lanesAbove over the 16 lanes of two such vectors (disjoint sets). */
+ROT_INLINE int lanesAbove2(__m256i m0, __m256i m1, uint32_t a, int K) {
+  if (a < ((uint32_t)K + 1u) << 23) return 0;
+  const __m256i t = _mm256_set1_epi32((int)(a - ((uint32_t)K << 23) - 1u));
+  unsigned k0 = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(m0, t)));
+  unsigned k1 = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(m1, t)));
+  return __builtin_popcount(k0) + __builtin_popcount(k1) > ZPP_QUANT_ESC_PER_BLOCK;
 }
 
 /* The stages below 64 of the 64 elements at b (in place),
@@ -325,11 +338,13 @@ ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, i
   for (size_t lo = 0; bs > 64 && lo < glen; lo += bs) {
     size_t at = base + lo, b = at / bs;
     prefetchBlock(pf, dtype, at, bs);
-    uint32_t a = loadSigned(in, dtype, at, bs, buf);
-    if (a >= 0x7f800000u) return 0; /* a non-finite element: markers */
+    __m256i lm[2];
+    uint32_t a = loadSigned(in, dtype, at, bs, buf, lm);
+    if (a >= 0x7f800000u) return 0;                       /* a non-finite element: markers */
+    int fast = a != 0 && lanesAbove2(lm[0], lm[1], a, K); /* the count is > E */
     int c = 0;
-    for (size_t i = 0; i < bs; i += 64) c += chunkCount(buf + i, a, K);
-    if (a != 0 && c <= ZPP_QUANT_ESC_PER_BLOCK) return 0; /* may have candidates */
+    for (size_t i = 0; i < bs; i += 64) c += chunkCount(buf + i, fast ? 0 : a, K);
+    if (a != 0 && !fast && c <= ZPP_QUANT_ESC_PER_BLOCK) return 0; /* may have candidates */
     stagesWide(buf, bs);
     __m256i m = _mm256_setzero_si256();
     for (size_t i = 0; i < bs; i += 8) m = _mm256_max_epu32(m, absBits(_mm256_load_ps(buf + i)));
