@@ -5,7 +5,9 @@
 # As root: builds, emulates 2 nodes x 2 ranks on 1 Gbit/s links (network
 # namespaces, tc tbf), runs zpp-perf for all-gather and reduce-scatter in bf16
 # from 1 MiB to 64 MiB comparing OpenMPI, zpp plain, qwZ, hpZ and qgZ, then
-# 4 nodes x 1 rank for plain all-gather against the link rate and OpenMPI.
+# 4 nodes x 1 rank for plain all-gather against the link rate and OpenMPI,
+# then the 2x2 again with the ranks placed on nodes in turn, and with the
+# 4-bit rotated codec (qwZ int4 beside qwZ int8, qgZ int4 rotated).
 # Prints the tables and a summary of speed-ups and targets; writes JSON and
 # SVG pictures under results/. Without root (or without network namespaces)
 # it says so and runs the same measurement on loopback, where no target is
@@ -25,7 +27,7 @@ start=$(date +%s)
 
 step() { printf '\n[zpp main job %s, %ds] %s\n' "$1" $(($(date +%s) - start)) "$2"; }
 
-step "1/5" "setup and build"
+step "1/6" "setup and build"
 bash scripts/setup-deps.sh
 bash scripts/build.sh >"$root_dir/build-main-job.log" 2>&1 || {
   tail -40 "$root_dir/build-main-job.log" >&2
@@ -60,7 +62,7 @@ fi
 if ((emulate == 0)); then
   echo "zpp main job: $why" >&2
   echo "zpp main job: running on loopback instead: no shaped links, so no target is judged" >&2
-  step "2/5" "loopback: 4 ranks as 2 nodes x 2, all-gather and reduce-scatter (no shaped links)"
+  step "2/6" "loopback: 4 ranks as 2 nodes x 2, all-gather and reduce-scatter (no shaped links)"
   "$perf" -N 4 --layout 2x2 -t allgather,reducescatter -m plain,qwz,hpz,qgz "${common[@]}" \
     -J "$out/main-2x2-loopback.json"
   python3 scripts/main-summary.py --loopback --two-by-two "$out/main-2x2-loopback.json"
@@ -73,7 +75,7 @@ fi
 export OMPI_MCA_coll_tuned_use_dynamic_rules=1
 export OMPI_MCA_coll_tuned_allgather_algorithm=4
 
-step "2/5" "2 nodes x 2 ranks at $rate: OpenMPI, plain, qwZ, hpZ, qgZ; bf16 1 MiB..$max"
+step "2/6" "2 nodes x 2 ranks at $rate: OpenMPI, plain, qwZ, hpZ, qgZ; bf16 1 MiB..$max"
 # The 2x2 targets compare our modes with each other, so their rows run back
 # to back (--rounds 1; OpenMPI's row follows, for reference): interleaved
 # with OpenMPI's rounds, 64 MiB qgZ measured 3.6-4.2x plain against 4.7-4.9x
@@ -83,18 +85,23 @@ perf/emucluster/emucluster.sh -n 2 -l 2 -r "$rate" --rate-json "$out/main-2x2-li
   "$perf" --baseline mpi --rounds 1 -t allgather,reducescatter -m plain,qwz,hpz,qgz "${common[@]}" \
   -J "$out/main-2x2.json"
 
-step "3/5" "4 nodes x 1 rank at $rate: plain all-gather against the link rate and OpenMPI"
+step "3/6" "4 nodes x 1 rank at $rate: plain all-gather against the link rate and OpenMPI"
 perf/emucluster/emucluster.sh -n 4 -l 1 -r "$rate" --rate-json "$out/main-4x1-links.json" --mpi -- \
   "$perf" --baseline mpi -t allgather -m plain -d bfloat16 -b "$max" -e "$max" -n "$iters" -w 1 -c 1 \
   -J "$out/main-4x1.json"
 
-step "4/5" "2 nodes x 2 ranks at $rate, ranks placed on nodes in turn (mpirun --map-by node): plain, qwZ, hpZ, qgZ at $max"
+step "4/6" "2 nodes x 2 ranks at $rate, ranks placed on nodes in turn (mpirun --map-by node): plain, qwZ, hpZ, qgZ at $max"
 perf/emucluster/emucluster.sh -q -n 2 -l 2 -r "$rate" --no-check-rate --placement cyclic -- \
   "$perf" -t allgather,reducescatter -m plain,qwz,hpz,qgz -d bfloat16 -b "$max" -e "$max" -n "$iters" \
   -w 1 -c 1 -J "$out/main-2x2-cyclic.json"
 
-step "5/5" "summary"
+step "5/6" "2 nodes x 2 ranks at $rate, 4-bit rotated codec (issue 27): plain, qwZ int4 and qgZ int4, rotated, at $max"
+perf/emucluster/emucluster.sh -q -n 2 -l 2 -r "$rate" --no-check-rate -- \
+  "$perf" -t allgather,reducescatter -m plain,qwz,qgz --qwz-bits 4 --qgz-bits 4 --rotate -d bfloat16 \
+  -b "$max" -e "$max" -n "$iters" -w 1 -c 1 -J "$out/main-2x2-rot4.json"
+
+step "6/6" "summary"
 python3 scripts/main-summary.py --two-by-two "$out/main-2x2.json" --links "$out/main-2x2-links.json" \
   --four-by-one "$out/main-4x1.json" --links-4x1 "$out/main-4x1-links.json" --rate "$rate" \
-  --cyclic "$out/main-2x2-cyclic.json"
+  --cyclic "$out/main-2x2-cyclic.json" --rotated4 "$out/main-2x2-rot4.json"
 echo "zpp main job: done in $(($(date +%s) - start)) s; JSON and SVG pictures in results/"

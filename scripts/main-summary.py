@@ -7,7 +7,11 @@ Targets (issues 3, 4, 5): 4x1 plain all-gather busbw >= 0.85 x link rate and
 >= OpenMPI; 2x2 qwZ >= 1.8x plain all-gather, qgZ >= 3.4x plain
 reduce-scatter, in effective busbw. With --cyclic (issue 18), the same 2x2
 with ranks placed on nodes in turn: the inter-node bytes of qwZ, hpZ and qgZ
-equal those of the blocks layout.
+equal those of the blocks layout. With --rotated4 (issue 27), the 2x2 with
+qwZ int4 and qgZ int4, rotated: each beside plain from the same run and qwZ
+int8 / qgZ beside it from the blocks run, and each against its wire limit
+(plain's inter-node bytes over the mode's: the speed-up that the bytes alone
+would give); the target is 0.9 of that limit or more.
 """
 import argparse
 import json
@@ -120,6 +124,28 @@ def cyclic(blocks, doc, results):
                                 f"{row['wire_bytes_inter']} vs {same[0]['wire_bytes_inter']}"))
 
 
+def rotated4(blocks, doc, results):
+    """qwZ int4 and qgZ int4 with rotation against plain of the same run, and
+    the fraction of their wire limit they reach."""
+    recs = doc["records"]
+    print("2x2 with the 4-bit rotated codec (qwZ int4 + qgZ int4, --rotate), largest size:")
+    for op, mode, beside in (("allgather", "qwz", "qwZ int8"), ("reducescatter", "qgz", "qgZ")):
+        plain, row = largest(recs, op, "plain"), largest(recs, op, mode)
+        if plain is None or row is None or not row["wire_bytes_inter"]:
+            continue
+        vs_plain = row["effective_busbw"] / plain["effective_busbw"]
+        limit = plain["wire_bytes_inter"] / row["wire_bytes_inter"]
+        line = (f"  {op:13s} {mode} int{row.get('bits', 4)} rotated {row['effective_busbw']:.4f} GB/s "
+                f"effective   vs plain {vs_plain:.2f}x (wire limit {limit:.2f}x: "
+                f"{vs_plain / limit:.2f} of it)")
+        other = largest(blocks["records"], op, mode)
+        if other is not None:
+            line += f"   vs {beside} of the 2x2 run {row['effective_busbw'] / other['effective_busbw']:.2f}x"
+        print(line)
+        results.append((f"2x2 {mode} int4 rotated >= 0.9 of its wire limit", vs_plain / limit >= 0.9,
+                        f"{vs_plain / limit:.2f} ({vs_plain:.2f}x plain, limit {limit:.2f}x)"))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--two-by-two", required=True)
@@ -128,6 +154,7 @@ def main():
     ap.add_argument("--links-4x1")
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--cyclic", help="zpp-perf JSON of 2x2 with ranks placed on nodes in turn")
+    ap.add_argument("--rotated4", help="zpp-perf JSON of 2x2 with qwZ int4 and qgZ int4 rotated")
     ap.add_argument("--loopback", action="store_true",
                     help="the figures come from loopback, not shaped links: show them, judge no target")
     args = ap.parse_args()
@@ -136,6 +163,8 @@ def main():
     two_by_two(blocks, results)
     if args.cyclic:
         cyclic(blocks, load(args.cyclic), results)
+    if args.rotated4:
+        rotated4(blocks, load(args.rotated4), results)
     if args.four_by_one:
         links = load(args.links_4x1) if args.links_4x1 else None
         four_by_one(load(args.four_by_one), links, rate_bits(args.rate), results)
