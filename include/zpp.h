@@ -117,7 +117,8 @@ typedef struct {
   int qgzBits;             /* zppReduceScatter sum/avg of fp32/fp16/bf16; env ZPP_QGZ_BITS */
   int quantBlock;          /* elements per scale; env ZPP_QUANT_BLOCK (0: codec default) */
   int quantRotate;         /* 1: qwZ, hpZ and qgZ rotate their blocks (Hadamard) before
-                              quantizing; env ZPP_QUANT_ROTATE; default 0 for now */
+                              quantizing; env ZPP_QUANT_ROTATE; default 0
+                              (docs/zeropp.md says why and when to set it) */
   size_t compressMinBytes; /* smaller calls stay plain (latency); env ZPP_COMPRESS_MIN_BYTES */
   int hpzGroupSize;        /* ranks sharing a secondary partition; env ZPP_HPZ_GROUP (0: the node) */
 } zppConfig_t;

@@ -42,7 +42,7 @@ class Options:
     compress_min_bytes: smaller calls stay plain and exact (count x size x ranks).
     quant_block: elements per scale. hpz_group_size: see zpp.h.
     rotate: qwZ, hpZ and qgZ rotate each block before quantizing
-    (ZPP_QUANT_ROTATE; off by default; host tensors only for now).
+    (ZPP_QUANT_ROTATE; off by default: docs/zeropp.md says when to turn it on).
     timeout_s: every wait of this group, seconds.
     host_id: this rank's node identity (ZPP_HOSTID).
     """
