@@ -126,6 +126,12 @@ int zppQuantRotEncodeGroupAvx2(const void* in, zppDataType_t dtype, size_t count
                                uint8_t* packed, size_t g);
 void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t len, float s,
                                 void* out, zppDataType_t dtype);
+/* The rotated-domain sums of block b (elements [lo, lo + len), len the
+ * block size) of the n segments at packed + k * stride (each storing the
+ * block rotated; data at dataOff), inverse transformed, into acc[0..len):
+ * bit for bit quant_rotate_reduce.c's sums before the escapes are added. */
+void zppQuantRotSumBlockAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
+                             size_t b, size_t lo, size_t len, float* acc);
 #endif
 
 /* The implementation called `name` ("scalar", "avx2", "avx512"), or NULL

@@ -508,3 +508,71 @@ void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t
       decodeSmallT(data, 4, lo, len, s, out, zppBfloat16);
   }
 }
+
+/* ---- sums in the rotated domain --------------------------------------------------- */
+
+/* v[0..n) = r of the 8n elements from lo of block b of the nin inputs
+ * (zpp_quant.h, "Reductions of rotated segments"): r = ((0 + v_0) + v_1)
+ * + ... in input order, v_k = (float)q * s_k, the decoder's first step. */
+ROT_INLINE void sumRotated(const uint8_t* packed, size_t stride, int nin, size_t dataOff, int bits,
+                           size_t b, size_t lo, __m256* v, int n) {
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 vs = _mm256_set1_ps(zppQuantLoadScale(zppQuantScalesPtr(packed), b));
+#pragma GCC unroll 8
+  for (int j = 0; j < n; j++) /* input 0: 0 + v_0 (nin >= 1) */
+    v[j] = _mm256_add_ps(zero,
+                         _mm256_mul_ps(avx2DecodeQ8(packed + dataOff, bits, lo + 8 * (size_t)j), vs));
+  for (int k = 1; k < nin; k++) {
+    const uint8_t* seg = packed + (size_t)k * stride;
+    vs = _mm256_set1_ps(zppQuantLoadScale(zppQuantScalesPtr(seg), b));
+#pragma GCC unroll 8
+    for (int j = 0; j < n; j++)
+      v[j] =
+          _mm256_add_ps(v[j], _mm256_mul_ps(avx2DecodeQ8(seg + dataOff, bits, lo + 8 * (size_t)j), vs));
+  }
+}
+
+/* The sums of one block, then its inverse D ((H r) * 2^-L) into acc: the
+ * decoder's stages, with the spec's subtraction in stages 1-4 (a sum may
+ * overflow to Inf, and Inf - Inf must give the reference's NaN). Blocks of
+ * 128 and more: 64 at a time through the stages below 64 into an L1
+ * buffer, the wide stages there, then the multiply and the signs. */
+ROT_INLINE void sumBlockT(const uint8_t* packed, size_t stride, int nin, size_t dataOff, int bits,
+                          size_t b, size_t lo, size_t len, float* acc) {
+  const int L = zppQuantLog2((int)len);
+  const __m256 invB = _mm256_castsi256_ps(_mm256_set1_epi32((127 - L) << 23));
+  __m256 v[8];
+  if (len <= 64) {
+    const int n = len == 32 ? 4 : 8;
+    if (n == 4) { /* n a constant in each call */
+      sumRotated(packed, stride, nin, dataOff, bits, b, lo, v, 4);
+      stagesNarrow(v, 4, 1);
+    } else {
+      sumRotated(packed, stride, nin, dataOff, bits, b, lo, v, 8);
+      stagesNarrow(v, 8, 1);
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < n; k += 2)
+      finish16(acc, zppFloat32, 8 * (size_t)k, 8 * (size_t)k, v[k], v[k + 1], invB, 1);
+    return;
+  }
+  float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(32)));
+  for (size_t i = 0; i < len; i += 64) {
+    sumRotated(packed, stride, nin, dataOff, bits, b, lo + i, v, 8);
+    stagesNarrow(v, 8, 1);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) _mm256_store_ps(buf + i + 8 * k, v[k]);
+  }
+  stagesWide(buf, len);
+  for (size_t i = 0; i < len; i += 16)
+    finish16(acc, zppFloat32, i, i, _mm256_load_ps(buf + i), _mm256_load_ps(buf + i + 8), invB, 1);
+}
+
+void zppQuantRotSumBlockAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
+                             size_t b, size_t lo, size_t len, float* acc) {
+  pthread_once(&gSignsOnce, fillSigns);
+  if (bits == 8)
+    sumBlockT(packed, stride, n, dataOff, 8, b, lo, len, acc);
+  else
+    sumBlockT(packed, stride, n, dataOff, 4, b, lo, len, acc);
+}

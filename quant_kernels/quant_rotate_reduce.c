@@ -146,22 +146,37 @@ static void decodeBlock(const segInfo_t* si, size_t b, size_t lo, size_t len, fl
       if (zppQuantIsMarker(data, bits, lo + i)) y[i] = nan;
 }
 
+/* 1 when input k may have an escape in the group at hand: escMask holds
+ * a bit per input below 64 whose table is not empty (others: always). */
+static int mayEscape(uint64_t escMask, int k) { return k >= 64 || ((escMask >> k) & 1); }
+
 /* acc[0..len) = the sums of block b (elements [lo, lo + len)) of the n
- * inputs, in `order`; y is scratch of len floats. */
+ * inputs, in `order`; y is scratch of len floats; vec: the AVX2 code may
+ * run (bit-identical by contract). */
 static void sumBlock(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
-                     zppQuantSumOrder_t order, size_t b, size_t lo, size_t len, float* acc, float* y) {
+                     zppQuantSumOrder_t order, size_t b, size_t lo, size_t len, float* acc, float* y,
+                     int vec, uint64_t escMask) {
   int allRotated = order == ZPP_QUANT_SUM_ROTATED_DOMAIN;
   for (int k = 0; k < n && allRotated; k++)
     allRotated = blockRotated(packed + (size_t)k * stride, b, len, block);
   if (allRotated) {
     const size_t dataOff = zppQuantDataOffset(count, block);
-    for (int k = 0; k < n; k++) {
-      const uint8_t* seg = packed + (size_t)k * stride;
-      const uint8_t* data = seg + dataOff;
-      addScaled(data, bits, lo, len, zppQuantLoadScale(zppQuantScalesPtr(seg), b), acc, k == 0);
+#if defined(ZPP_QUANT_HAVE_AVX2)
+    if (vec)
+      zppQuantRotSumBlockAvx2(packed, stride, n, dataOff, bits, b, lo, len, acc);
+    else
+#endif
+    {
+      (void)vec;
+      for (int k = 0; k < n; k++) {
+        const uint8_t* seg = packed + (size_t)k * stride;
+        const uint8_t* data = seg + dataOff;
+        addScaled(data, bits, lo, len, zppQuantLoadScale(zppQuantScalesPtr(seg), b), acc, k == 0);
+      }
+      inverseBlock(acc, len);
     }
-    inverseBlock(acc, len);
     for (int k = 0; k < n; k++) {
+      if (!mayEscape(escMask, k)) continue;
       segInfo_t si = {packed + (size_t)k * stride, count, bits, block};
       size_t at;
       float v;
@@ -187,10 +202,18 @@ static void sumGroup(const uint8_t* packed, size_t stride, int n, size_t count, 
   float y[ZPP_QUANT_MAX_BLOCK];
   size_t base = g * ZPP_QUANT_ESC_GROUP;
   size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
+  const int vec = zppQuantImplActive() != &zppQuantImplScalar;
+  /* Inputs whose table in this group is empty (slot 0 empty: slots fill in
+   * order) add no escape: their scan is skipped. */
+  const size_t escOff = zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
+  uint64_t escMask = 0;
+  for (int k = 0; k < n && k < 64; k++)
+    if (zppQuantEscIndex(packed + (size_t)k * stride + escOff, 0) != ZPP_QUANT_ESC_EMPTY)
+      escMask |= (uint64_t)1 << k;
   for (size_t r = 0; r < glen; r += (size_t)block) {
     size_t len = glen - r < (size_t)block ? glen - r : (size_t)block;
     sumBlock(packed, stride, n, count, bits, block, order, (base + r) / (size_t)block, base + r, len,
-             acc + r, y);
+             acc + r, y, vec, escMask);
   }
 }
 
