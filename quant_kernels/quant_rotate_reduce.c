@@ -271,11 +271,22 @@ zppResult_t zppDequantizeSumOrder(const void* packed, size_t stride, int n, size
                (double)divisor);
   ZPPCHECK(checkInputs(fn, packed, stride, n, count, bits, block, order));
   float acc[ZPP_QUANT_ESC_GROUP];
+  /* A divisor 2^k (|k| <= 126) divides as its reciprocal multiplies: both
+   * round the same real number once (subnormal results too); 1 is none. */
+  const uint32_t db = zppF32Bits(divisor) & 0x7fffffffu;
+  const int pow2 = (db & 0x7fffffu) == 0 && db >= 1u << 23 && db <= 253u << 23;
+  const float recip =
+      pow2 ? zppF32FromBits((zppF32Bits(divisor) & 0x80000000u) | ((254u << 23) - db)) : 0.0f;
   for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
     size_t base = g * ZPP_QUANT_ESC_GROUP;
     size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
     sumGroup((const uint8_t*)packed, stride, n, count, bits, block, order, g, acc);
-    for (size_t i = 0; i < glen; i++) acc[i] = acc[i] / divisor;
+    if (divisor == 1.0f) { /* x / 1 = x: nothing to do */
+    } else if (pow2) {
+      for (size_t i = 0; i < glen; i++) acc[i] = acc[i] * recip;
+    } else {
+      for (size_t i = 0; i < glen; i++) acc[i] = acc[i] / divisor;
+    }
     /* The implementation's conversion (bit-identical to zppQuantStoreOne). */
     zppQuantImplActive()->fromFloat(acc, glen, (uint8_t*)out + base * (dtype == zppFloat32 ? 4 : 2),
                                     dtype);
