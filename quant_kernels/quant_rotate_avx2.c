@@ -539,7 +539,7 @@ ROT_INLINE void sumRotated(const uint8_t* packed, size_t stride, int nin, size_t
  * buffer, the wide stages there, then the multiply and the signs. */
 ROT_INLINE void sumBlockT(const uint8_t* packed, size_t stride, int nin, size_t dataOff, int bits,
                           size_t b, size_t lo, size_t len, float* acc) {
-  const int L = zppQuantLog2((int)len);
+  const int L = __builtin_ctz((unsigned)len); /* len a power of two */
   const __m256 invB = _mm256_castsi256_ps(_mm256_set1_epi32((127 - L) << 23));
   __m256 v[8];
   if (len <= 64) {
