@@ -132,6 +132,13 @@ void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t
  * bit for bit quant_rotate_reduce.c's sums before the escapes are added. */
 void zppQuantRotSumBlockAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
                              size_t b, size_t lo, size_t len, float* acc);
+/* The same sums, for a block without escapes in any input, divided (div:
+ * 0 not at all, 1 multiplied by divisor, the reciprocal of a power of two,
+ * 2 divided by divisor) and stored as dtype at elements [lo, lo + len) of
+ * out: bit for bit zppDequantizeSumOrder's. */
+void zppQuantRotSumStoreAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
+                             size_t b, size_t lo, size_t len, int div, float divisor, void* out,
+                             zppDataType_t dtype);
 #endif
 
 /* The implementation called `name` ("scalar", "avx2", "avx512"), or NULL

@@ -532,15 +532,41 @@ ROT_INLINE void sumRotated(const uint8_t* packed, size_t stride, int nin, size_t
   }
 }
 
-/* The sums of one block, then its inverse D ((H r) * 2^-L) into acc: the
- * decoder's stages, with the spec's subtraction in stages 1-4 (a sum may
- * overflow to Inf, and Inf - Inf must give the reference's NaN). Blocks of
- * 128 and more: 64 at a time through the stages below 64 into an L1
- * buffer, the wide stages there, then the multiply and the signs. */
+/* z / divisor of 16 sums (a, b: H r, before 2^-L) stored as dtype at element
+ * at, signs from j: div 0 none (z itself), 1 multiply by vd (the reciprocal
+ * of a divisor 2^k: the same rounded quotient), 2 divide by vd. The signs
+ * commute with the division (round to nearest is symmetric; a NaN keeps
+ * its sign through it), so they come last, in finish16. */
+ROT_INLINE void finishSum16(void* out, zppDataType_t dtype, size_t at, size_t j, __m256 a, __m256 b,
+                            __m256 invB, int div, __m256 vd) {
+  if (div == 0) {
+    finish16(out, dtype, at, j, a, b, invB, 1);
+    return;
+  }
+  a = _mm256_mul_ps(a, invB);
+  b = _mm256_mul_ps(b, invB);
+  if (div == 1) {
+    a = _mm256_mul_ps(a, vd);
+    b = _mm256_mul_ps(b, vd);
+  } else {
+    a = _mm256_div_ps(a, vd);
+    b = _mm256_div_ps(b, vd);
+  }
+  finish16(out, dtype, at, j, a, b, invB, 0);
+}
+
+/* The sums of one block, then its inverse D ((H r) * 2^-L), divided as
+ * finishSum16 says, into out (dtype) at element at: the decoder's stages,
+ * with the spec's subtraction in stages 1-4 (a sum may overflow to Inf,
+ * and Inf - Inf must give the reference's NaN). Blocks of 128 and more:
+ * 64 at a time through the stages below 64 into an L1 buffer, the wide
+ * stages there, then the multiply, the division and the signs. */
 ROT_INLINE void sumBlockT(const uint8_t* packed, size_t stride, int nin, size_t dataOff, int bits,
-                          size_t b, size_t lo, size_t len, float* acc) {
+                          size_t b, size_t lo, size_t len, void* out, size_t at, zppDataType_t dtype,
+                          int div, float divisor) {
   const int L = __builtin_ctz((unsigned)len); /* len a power of two */
   const __m256 invB = _mm256_castsi256_ps(_mm256_set1_epi32((127 - L) << 23));
+  const __m256 vd = _mm256_set1_ps(divisor);
   __m256 v[8];
   if (len <= 64) {
     const int n = len == 32 ? 4 : 8;
@@ -553,7 +579,7 @@ ROT_INLINE void sumBlockT(const uint8_t* packed, size_t stride, int nin, size_t 
     }
 #pragma GCC unroll 4
     for (int k = 0; k < n; k += 2)
-      finish16(acc, zppFloat32, 8 * (size_t)k, 8 * (size_t)k, v[k], v[k + 1], invB, 1);
+      finishSum16(out, dtype, at + 8 * (size_t)k, 8 * (size_t)k, v[k], v[k + 1], invB, div, vd);
     return;
   }
   float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(32)));
@@ -565,14 +591,36 @@ ROT_INLINE void sumBlockT(const uint8_t* packed, size_t stride, int nin, size_t 
   }
   stagesWide(buf, len);
   for (size_t i = 0; i < len; i += 16)
-    finish16(acc, zppFloat32, i, i, _mm256_load_ps(buf + i), _mm256_load_ps(buf + i + 8), invB, 1);
+    finishSum16(out, dtype, at + i, i, _mm256_load_ps(buf + i), _mm256_load_ps(buf + i + 8), invB, div,
+                vd);
 }
 
 void zppQuantRotSumBlockAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
                              size_t b, size_t lo, size_t len, float* acc) {
   pthread_once(&gSignsOnce, fillSigns);
   if (bits == 8)
-    sumBlockT(packed, stride, n, dataOff, 8, b, lo, len, acc);
+    sumBlockT(packed, stride, n, dataOff, 8, b, lo, len, acc, 0, zppFloat32, 0, 1.0f);
   else
-    sumBlockT(packed, stride, n, dataOff, 4, b, lo, len, acc);
+    sumBlockT(packed, stride, n, dataOff, 4, b, lo, len, acc, 0, zppFloat32, 0, 1.0f);
+}
+
+void zppQuantRotSumStoreAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
+                             size_t b, size_t lo, size_t len, int div, float divisor, void* out,
+                             zppDataType_t dtype) {
+  pthread_once(&gSignsOnce, fillSigns);
+  if (bits == 8) {
+    if (dtype == zppFloat32)
+      sumBlockT(packed, stride, n, dataOff, 8, b, lo, len, out, lo, zppFloat32, div, divisor);
+    else if (dtype == zppFloat16)
+      sumBlockT(packed, stride, n, dataOff, 8, b, lo, len, out, lo, zppFloat16, div, divisor);
+    else
+      sumBlockT(packed, stride, n, dataOff, 8, b, lo, len, out, lo, zppBfloat16, div, divisor);
+  } else {
+    if (dtype == zppFloat32)
+      sumBlockT(packed, stride, n, dataOff, 4, b, lo, len, out, lo, zppFloat32, div, divisor);
+    else if (dtype == zppFloat16)
+      sumBlockT(packed, stride, n, dataOff, 4, b, lo, len, out, lo, zppFloat16, div, divisor);
+    else
+      sumBlockT(packed, stride, n, dataOff, 4, b, lo, len, out, lo, zppBfloat16, div, divisor);
+  }
 }

@@ -196,9 +196,31 @@ static void sumBlock(const uint8_t* packed, size_t stride, int n, size_t count, 
   }
 }
 
-/* The sums of escape group g into acc[0..glen). */
+/* Where zppDequantizeSumOrder's results go: sum / divisor as dtype at out
+ * (div: 0 a divisor of 1, 1 a power of two, multiplied by its reciprocal
+ * recip, 2 divided). */
+typedef struct {
+  void* out;
+  zppDataType_t dtype;
+  int div;
+  float divisor, recip;
+} sumOut_t;
+
+/* acc[0..len) / divisor stored at element at of the output. */
+static void storeSums(const sumOut_t* so, float* acc, size_t at, size_t len) {
+  if (so->div == 1)
+    for (size_t i = 0; i < len; i++) acc[i] = acc[i] * so->recip;
+  else if (so->div == 2)
+    for (size_t i = 0; i < len; i++) acc[i] = acc[i] / so->divisor;
+  /* The implementation's conversion (bit-identical to zppQuantStoreOne). */
+  zppQuantImplActive()->fromFloat(acc, len, (uint8_t*)so->out + at * (so->dtype == zppFloat32 ? 4 : 2),
+                                  so->dtype);
+}
+
+/* The sums of escape group g into acc[0..glen), or, with so, stored as its
+ * results (acc then scratch). */
 static void sumGroup(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
-                     zppQuantSumOrder_t order, size_t g, float* acc) {
+                     zppQuantSumOrder_t order, size_t g, float* acc, const sumOut_t* so) {
   float y[ZPP_QUANT_MAX_BLOCK];
   size_t base = g * ZPP_QUANT_ESC_GROUP;
   size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
@@ -210,10 +232,31 @@ static void sumGroup(const uint8_t* packed, size_t stride, int n, size_t count, 
   for (int k = 0; k < n && k < 64; k++)
     if (zppQuantEscIndex(packed + (size_t)k * stride + escOff, 0) != ZPP_QUANT_ESC_EMPTY)
       escMask |= (uint64_t)1 << k;
+  /* Without escapes, a rotated-domain block goes from the inputs to the
+   * output in one AVX2 pass (the same operations, in the same order). */
+  const int fuse =
+      so != NULL && vec && order == ZPP_QUANT_SUM_ROTATED_DOMAIN && escMask == 0 && n <= 64;
+  const size_t dataOff = zppQuantDataOffset(count, block);
   for (size_t r = 0; r < glen; r += (size_t)block) {
     size_t len = glen - r < (size_t)block ? glen - r : (size_t)block;
-    sumBlock(packed, stride, n, count, bits, block, order, (base + r) / (size_t)block, base + r, len,
-             acc + r, y, vec, escMask);
+    size_t b = (base + r) / (size_t)block;
+#if defined(ZPP_QUANT_HAVE_AVX2)
+    if (fuse) {
+      int allRotated = 1;
+      for (int k = 0; k < n && allRotated; k++)
+        allRotated = blockRotated(packed + (size_t)k * stride, b, len, block);
+      if (allRotated) {
+        zppQuantRotSumStoreAvx2(packed, stride, n, dataOff, bits, b, base + r, len, so->div,
+                                so->div == 1 ? so->recip : so->divisor, so->out, so->dtype);
+        continue;
+      }
+    }
+#else
+    (void)fuse;
+    (void)dataOff;
+#endif
+    sumBlock(packed, stride, n, count, bits, block, order, b, base + r, len, acc + r, y, vec, escMask);
+    if (so != NULL) storeSums(so, acc + r, base + r, len);
   }
 }
 
@@ -275,22 +318,14 @@ zppResult_t zppDequantizeSumOrder(const void* packed, size_t stride, int n, size
    * round the same real number once (subnormal results too); 1 is none. */
   const uint32_t db = zppF32Bits(divisor) & 0x7fffffffu;
   const int pow2 = (db & 0x7fffffu) == 0 && db >= 1u << 23 && db <= 253u << 23;
-  const float recip =
-      pow2 ? zppF32FromBits((zppF32Bits(divisor) & 0x80000000u) | ((254u << 23) - db)) : 0.0f;
-  for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
-    size_t base = g * ZPP_QUANT_ESC_GROUP;
-    size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-    sumGroup((const uint8_t*)packed, stride, n, count, bits, block, order, g, acc);
-    if (divisor == 1.0f) { /* x / 1 = x: nothing to do */
-    } else if (pow2) {
-      for (size_t i = 0; i < glen; i++) acc[i] = acc[i] * recip;
-    } else {
-      for (size_t i = 0; i < glen; i++) acc[i] = acc[i] / divisor;
-    }
-    /* The implementation's conversion (bit-identical to zppQuantStoreOne). */
-    zppQuantImplActive()->fromFloat(acc, glen, (uint8_t*)out + base * (dtype == zppFloat32 ? 4 : 2),
-                                    dtype);
-  }
+  sumOut_t so = {
+      out, dtype,
+      divisor == 1.0f ? 0
+      : pow2          ? 1
+                      : 2,
+      divisor, pow2 ? zppF32FromBits((zppF32Bits(divisor) & 0x80000000u) | ((254u << 23) - db)) : 0.0f};
+  for (size_t g = 0; g < zppQuantNumGroups(count); g++)
+    sumGroup((const uint8_t*)packed, stride, n, count, bits, block, order, g, acc, &so);
   return zppSuccess;
 }
 
@@ -322,7 +357,7 @@ zppResult_t zppQuantReduceRequantOrder(const void* packed, size_t stride, int n,
   for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
     size_t base = g * ZPP_QUANT_ESC_GROUP;
     size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-    sumGroup((const uint8_t*)packed, stride, n, count, bits_in, block_in, order, g, acc);
+    sumGroup((const uint8_t*)packed, stride, n, count, bits_in, block_in, order, g, acc, NULL);
     /* Groups encode independently (blocks, tables): one group's segment. */
     ZPPCHECK(zppQuantizeEx(acc, zppFloat32, glen, bits_out, block_out, flags_out, tmp));
     po[6] |= (uint8_t)(tmp[6] & ZPP_QUANT_FLAG_MARKERS);

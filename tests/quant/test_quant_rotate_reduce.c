@@ -135,7 +135,9 @@ static long specRotatedDomain(const uint8_t* segs, size_t P, int n, size_t count
 }
 
 /* One case: n inputs of count elements, input k rotated when k is even (or
- * every input when allRot); a huge value escapes in inputs 2, 6, ... */
+ * every input when allRot); a huge value escapes in inputs 2, 6, ...;
+ * specials 1: an Inf and a NaN in the last input; 2: ordinary data only
+ * (Gaussian, no escape: the sums' one-pass path). */
 static void checkCase(int n, size_t count, int bits, int block, zppDataType_t otype, int specials,
                       int allRot, zppTestRng_t* rng) {
   const size_t P = zppQuantPackedSize(count, bits, block);
@@ -151,15 +153,19 @@ static void checkCase(int n, size_t count, int bits, int block, zppDataType_t ot
   char* ref = xmalloc(count * 4);
   char what[128];
   snprintf(what, sizeof what, "n %d count %zu int%d block %d -> %s%s%s", n, count, bits, block,
-           qtTypeName(otype), specials ? " with Inf/NaN" : "", allRot ? ", all rotated" : "");
+           qtTypeName(otype),
+           specials == 1   ? " with Inf/NaN"
+           : specials == 2 ? " ordinary"
+                           : "",
+           allRot ? ", all rotated" : "");
   for (size_t i = 0; i < count; i++) sum[i] = 0.0f, exact[i] = 0.0, absy[i] = 0.0;
   for (int k = 0; k < n; k++) {
-    fill(x, count, rng, k % 3 == 1);
-    if (specials && k == n - 1 && count > 10) {
+    fill(x, count, rng, specials != 2 && k % 3 == 1);
+    if (specials == 1 && k == n - 1 && count > 10) {
       x[3] = INFINITY;
       x[count - 2] = NAN;
     }
-    if (k % 4 == 2 && count > 10) x[7 + (size_t)k] = 3e6f;
+    if (specials != 2 && k % 4 == 2 && count > 10) x[7 + (size_t)k] = 3e6f;
     REQUIRE(zppQuantizeEx(x, zppFloat32, count, bits, block,
                           allRot || k % 2 == 0 ? ZPP_QUANT_ROTATE : 0u,
                           segs + (size_t)k * P) == zppSuccess);
@@ -181,7 +187,7 @@ static void checkCase(int n, size_t count, int bits, int block, zppDataType_t ot
   const double u = 0x1p-24, g = (n - 1) * u / (1 - (n - 1) * u);
   long bad = 0;
   for (size_t i = 0; i < count; i++) {
-    if (specials && count > 10 && (i == 3 || i == count - 2)) {
+    if (specials == 1 && count > 10 && (i == 3 || i == count - 2)) {
       CHECK_MSG(isnan(sum[i]) && isnan(qtGet(out, otype, i)), "%s: element %zu not NaN", what, i);
       continue;
     }
@@ -278,7 +284,8 @@ static void checkOverflow(int bits, int block) {
   const int n = 4;
   const size_t count = 2 * (size_t)block, P = zppQuantPackedSize(count, bits, block);
   uint8_t* segs = xmalloc((size_t)n * P);
-  float x[2 * ZPP_QUANT_MAX_BLOCK], out[2 * ZPP_QUANT_MAX_BLOCK], want[2 * ZPP_QUANT_MAX_BLOCK];
+  static float x[2 * ZPP_QUANT_MAX_BLOCK], out[2 * ZPP_QUANT_MAX_BLOCK], ref[2 * ZPP_QUANT_MAX_BLOCK],
+      want[2 * ZPP_QUANT_MAX_BLOCK];
   const float W = 0x1.8p126f;
   for (size_t i = 0; i < count; i++) {
     size_t j = i % (size_t)block;
@@ -310,13 +317,17 @@ static void checkOverflow(int bits, int block) {
     }
   }
   CHECK_MSG(nanSeen > 0, "overflow int%d block %d: the sums made no NaN", bits, block);
-  CHECK(zppDequantizeSumOrder(segs, P, n, count, bits, block, 1.0f, out, zppFloat32,
-                              ZPP_QUANT_SUM_ROTATED_DOMAIN) == zppSuccess);
-  size_t diff = (size_t)-1;
-  for (size_t i = 0; i < count && diff == (size_t)-1; i++)
-    if (zppF32Bits(out[i]) != zppF32Bits(want[i])) diff = i;
-  CHECK_MSG(diff == (size_t)-1, "overflow int%d block %d: sum differs from the spec at %zu", bits,
-            block, diff);
+  /* Every output type and kind of divisor (none, 2^k, other). */
+  static const float kDiv[4] = {1.0f, 4.0f, 8.0f, 3.0f};
+  for (int ti = 0; ti < 3; ti++)
+    for (int di = 0; di < 4; di++) {
+      CHECK(zppDequantizeSumOrder(segs, P, n, count, bits, block, kDiv[di], out, kTypes[ti],
+                                  ZPP_QUANT_SUM_ROTATED_DOMAIN) == zppSuccess);
+      for (size_t i = 0; i < count; i++) qtSet(ref, kTypes[ti], i, want[i] / kDiv[di]);
+      size_t diff = qtFirstDiff(out, ref, kTypes[ti], count);
+      CHECK_MSG(diff == (size_t)-1, "overflow int%d block %d -> %s / %g: differs from the spec at %zu",
+                bits, block, qtTypeName(kTypes[ti]), (double)kDiv[di], diff);
+    }
   free(segs);
 }
 
@@ -333,6 +344,13 @@ static void runAll(zppTestRng_t* rng) {
             checkCase(n, counts[c], bits, 32, kTypes[ti], 1, 0, rng);
           }
         }
+  /* Ordinary data, every divisor kind (n = 4, 8: 2^k; 3, 5..7: others). */
+  for (int n = 1; n <= 8; n++)
+    for (int ti = 0; ti < 3; ti++) {
+      checkCase(n, 8193, 4, 64, kTypes[ti], 2, 1, rng);
+      checkCase(n, 8193, 8, 256, kTypes[ti], 2, 1, rng);
+      checkCase(n, 4096 + 128, 4, 32, kTypes[ti], 2, 1, rng);
+    }
   /* The largest block: one inverse over 4096 elements. */
   for (int n = 2; n <= 8; n += 3) checkCase(n, 3 * 4096 + 5, 4, 4096, zppFloat32, 1, 1, rng);
   for (int bits = 8; bits >= 4; bits -= 4)
