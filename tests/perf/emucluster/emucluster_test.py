@@ -353,8 +353,15 @@ CC_LOCK = "/run/zpp-emucluster-tcp-cc.lock"  # emucluster-host.sh's, so runs sid
 
 
 def read_allowed_cc():
-    with open(CC_ALLOWED) as f:
-        return f.read().split()
+    """The host-wide list, read under the script's lock: a cluster being built
+    beside this test (another test under ctest -j, a benchmark) adds cubic
+    for the moment its nodes choose, holding the lock; unlocked, this read
+    could see that moment and blame the run under test."""
+    import fcntl
+    with open(CC_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        with open(CC_ALLOWED) as f:
+            return f.read().split()
 
 
 def write_allowed_cc(names):
