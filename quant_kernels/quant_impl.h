@@ -126,6 +126,11 @@ int zppQuantRotEncodeGroupAvx2(const void* in, zppDataType_t dtype, size_t count
                                uint8_t* packed, size_t g);
 void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t len, float s,
                                 void* out, zppDataType_t dtype);
+/* zppQuantRotDecodeBlockAvx2 over the blocks from element lo (a block
+ * start) while they are full and rotated (scale >= 0, finite); returns
+ * the element where it stopped. */
+size_t zppQuantRotDecodeRunAvx2(const uint8_t* scales, const uint8_t* data, int bits, int block,
+                                size_t lo, size_t count, void* out, zppDataType_t dtype);
 /* The rotated-domain sums of block b (elements [lo, lo + len), len the
  * block size) of the n segments at packed + k * stride (each storing the
  * block rotated; data at dataOff), inverse transformed, into acc[0..len):

@@ -217,7 +217,16 @@ zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int bloc
   const uint8_t* data = p + zppQuantDataOffset(count, block);
   const uint8_t* tables = p + zppQuantEscOffset(count, bits, block);
   float y[ZPP_QUANT_MAX_BLOCK];
+#if defined(ZPP_QUANT_HAVE_AVX2)
+  const int vec = zppQuantImplActive() != &zppQuantImplScalar;
+#endif
   for (size_t lo = 0; lo < count; lo += (size_t)block) {
+#if defined(ZPP_QUANT_HAVE_AVX2)
+    if (vec) { /* a run of rotated blocks in one call (bit-identical by contract) */
+      lo = zppQuantRotDecodeRunAvx2(scales, data, bits, block, lo, count, out, dtype);
+      if (lo >= count) break;
+    }
+#endif
     size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
     float s = zppQuantLoadScale(scales, lo / (size_t)block);
     uint32_t sb = zppF32Bits(s);

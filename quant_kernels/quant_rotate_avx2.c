@@ -509,6 +509,42 @@ void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t
   }
 }
 
+/* Decodes the rotated blocks from element lo on, as long as they are full
+ * and their scale is >= 0 and finite; returns the element where it
+ * stopped (the caller's loop takes that block): one call and one dispatch
+ * for a run of blocks instead of one per block. */
+#define ROT_DECODE_RUN(BITS, DT)                                        \
+  for (; lo + bs <= count; lo += bs) {                                  \
+    float s = zppQuantLoadScale(scales, lo / bs);                       \
+    if (zppF32Bits(s) >= 0x7f800000u) break; /* sign set, Inf or NaN */ \
+    if (bs > 64)                                                        \
+      decodeWide(data, BITS, lo, bs, s, out, DT);                       \
+    else                                                                \
+      decodeSmallT(data, BITS, lo, bs, s, out, DT);                     \
+  }
+
+size_t zppQuantRotDecodeRunAvx2(const uint8_t* scales, const uint8_t* data, int bits, int block,
+                                size_t lo, size_t count, void* out, zppDataType_t dtype) {
+  pthread_once(&gSignsOnce, fillSigns);
+  const size_t bs = (size_t)block;
+  if (bits == 8) {
+    if (dtype == zppFloat32)
+      ROT_DECODE_RUN(8, zppFloat32)
+    else if (dtype == zppFloat16)
+      ROT_DECODE_RUN(8, zppFloat16)
+    else
+      ROT_DECODE_RUN(8, zppBfloat16)
+  } else {
+    if (dtype == zppFloat32)
+      ROT_DECODE_RUN(4, zppFloat32)
+    else if (dtype == zppFloat16)
+      ROT_DECODE_RUN(4, zppFloat16)
+    else
+      ROT_DECODE_RUN(4, zppBfloat16)
+  }
+  return lo;
+}
+
 /* ---- sums in the rotated domain --------------------------------------------------- */
 
 /* v[0..n) = r of the 8n elements from lo of block b of the nin inputs
