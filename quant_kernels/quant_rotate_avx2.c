@@ -468,23 +468,35 @@ ROT_INLINE void decodeWideT(const uint8_t* data, int bits, size_t lo, size_t len
     finish16(out, dtype, lo + i, i, _mm256_load_ps(buf + i), _mm256_load_ps(buf + i + 8), invB, 1);
 }
 
+/* Runs CALL(BITS, DT) with the bit width and the output type as constants,
+ * one branch per pair, so that each always-inline kernel is compiled for the
+ * six pairs the codec has; the one copy of that ladder. */
+#define ROT_SPECIALIZE(bits, dtype, CALL) \
+  do {                                    \
+    if ((bits) == 8) {                    \
+      if ((dtype) == zppFloat32) {        \
+        CALL(8, zppFloat32);              \
+      } else if ((dtype) == zppFloat16) { \
+        CALL(8, zppFloat16);              \
+      } else {                            \
+        CALL(8, zppBfloat16);             \
+      }                                   \
+    } else {                              \
+      if ((dtype) == zppFloat32) {        \
+        CALL(4, zppFloat32);              \
+      } else if ((dtype) == zppFloat16) { \
+        CALL(4, zppFloat16);              \
+      } else {                            \
+        CALL(4, zppBfloat16);             \
+      }                                   \
+    }                                     \
+  } while (0)
+
 static __attribute__((noinline)) void decodeWide(const uint8_t* data, int bits, size_t lo, size_t len,
                                                  float s, void* out, zppDataType_t dtype) {
-  if (bits == 8) {
-    if (dtype == zppFloat32)
-      decodeWideT(data, 8, lo, len, s, out, zppFloat32);
-    else if (dtype == zppFloat16)
-      decodeWideT(data, 8, lo, len, s, out, zppFloat16);
-    else
-      decodeWideT(data, 8, lo, len, s, out, zppBfloat16);
-  } else {
-    if (dtype == zppFloat32)
-      decodeWideT(data, 4, lo, len, s, out, zppFloat32);
-    else if (dtype == zppFloat16)
-      decodeWideT(data, 4, lo, len, s, out, zppFloat16);
-    else
-      decodeWideT(data, 4, lo, len, s, out, zppBfloat16);
-  }
+#define DECODE_WIDE(BITS, DT) decodeWideT(data, BITS, lo, len, s, out, DT)
+  ROT_SPECIALIZE(bits, dtype, DECODE_WIDE);
+#undef DECODE_WIDE
 }
 
 void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t len, float s,
@@ -492,21 +504,11 @@ void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t
   pthread_once(&gSignsOnce, fillSigns);
   if (len > 64) {
     decodeWide(data, bits, lo, len, s, out, dtype);
-  } else if (bits == 8) {
-    if (dtype == zppFloat32)
-      decodeSmallT(data, 8, lo, len, s, out, zppFloat32);
-    else if (dtype == zppFloat16)
-      decodeSmallT(data, 8, lo, len, s, out, zppFloat16);
-    else
-      decodeSmallT(data, 8, lo, len, s, out, zppBfloat16);
-  } else {
-    if (dtype == zppFloat32)
-      decodeSmallT(data, 4, lo, len, s, out, zppFloat32);
-    else if (dtype == zppFloat16)
-      decodeSmallT(data, 4, lo, len, s, out, zppFloat16);
-    else
-      decodeSmallT(data, 4, lo, len, s, out, zppBfloat16);
+    return;
   }
+#define DECODE_SMALL(BITS, DT) decodeSmallT(data, BITS, lo, len, s, out, DT)
+  ROT_SPECIALIZE(bits, dtype, DECODE_SMALL);
+#undef DECODE_SMALL
 }
 
 /* Decodes the rotated blocks from element lo on, as long as they are full
@@ -527,21 +529,7 @@ size_t zppQuantRotDecodeRunAvx2(const uint8_t* scales, const uint8_t* data, int 
                                 size_t lo, size_t count, void* out, zppDataType_t dtype) {
   pthread_once(&gSignsOnce, fillSigns);
   const size_t bs = (size_t)block;
-  if (bits == 8) {
-    if (dtype == zppFloat32)
-      ROT_DECODE_RUN(8, zppFloat32)
-    else if (dtype == zppFloat16)
-      ROT_DECODE_RUN(8, zppFloat16)
-    else
-      ROT_DECODE_RUN(8, zppBfloat16)
-  } else {
-    if (dtype == zppFloat32)
-      ROT_DECODE_RUN(4, zppFloat32)
-    else if (dtype == zppFloat16)
-      ROT_DECODE_RUN(4, zppFloat16)
-    else
-      ROT_DECODE_RUN(4, zppBfloat16)
-  }
+  ROT_SPECIALIZE(bits, dtype, ROT_DECODE_RUN);
   return lo;
 }
 
@@ -644,19 +632,8 @@ void zppQuantRotSumStoreAvx2(const uint8_t* packed, size_t stride, int n, size_t
                              size_t b, size_t lo, size_t len, int div, float divisor, void* out,
                              zppDataType_t dtype) {
   pthread_once(&gSignsOnce, fillSigns);
-  if (bits == 8) {
-    if (dtype == zppFloat32)
-      sumBlockT(packed, stride, n, dataOff, 8, b, lo, len, out, lo, zppFloat32, div, divisor);
-    else if (dtype == zppFloat16)
-      sumBlockT(packed, stride, n, dataOff, 8, b, lo, len, out, lo, zppFloat16, div, divisor);
-    else
-      sumBlockT(packed, stride, n, dataOff, 8, b, lo, len, out, lo, zppBfloat16, div, divisor);
-  } else {
-    if (dtype == zppFloat32)
-      sumBlockT(packed, stride, n, dataOff, 4, b, lo, len, out, lo, zppFloat32, div, divisor);
-    else if (dtype == zppFloat16)
-      sumBlockT(packed, stride, n, dataOff, 4, b, lo, len, out, lo, zppFloat16, div, divisor);
-    else
-      sumBlockT(packed, stride, n, dataOff, 4, b, lo, len, out, lo, zppBfloat16, div, divisor);
-  }
+#define SUM_STORE(BITS, DT) \
+  sumBlockT(packed, stride, n, dataOff, BITS, b, lo, len, out, lo, DT, div, divisor)
+  ROT_SPECIALIZE(bits, dtype, SUM_STORE);
+#undef SUM_STORE
 }
