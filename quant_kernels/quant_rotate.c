@@ -26,6 +26,11 @@ static void fillSigns(void) {
   for (size_t i = 0; i < ZPP_QUANT_MAX_BLOCK; i++) gSignMask[i] = zppQuantRotSignMask(i);
 }
 
+const uint32_t* zppQuantRotSignMasks(void) {
+  pthread_once(&gSignOnce, fillSigns);
+  return gSignMask;
+}
+
 /* D: flips the sign bits (exact, also for zeros). */
 static void applySigns(float* x, size_t len) {
   pthread_once(&gSignOnce, fillSigns);

@@ -15,7 +15,6 @@
  * a group is encoded on its own, so this is byte for byte zppQuantizeEx of
  * all the sums). */
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -31,17 +30,12 @@
   (ZPP_QUANT_HEADER_BYTES + 4 * (ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK) + ZPP_QUANT_ESC_GROUP + \
    ZPP_QUANT_ESC_TABLE_BYTES + 16)
 
-static uint32_t gSign[ZPP_QUANT_MAX_BLOCK];
-static pthread_once_t gSignOnce = PTHREAD_ONCE_INIT;
-static void fillSigns(void) {
-  for (size_t i = 0; i < ZPP_QUANT_MAX_BLOCK; i++) gSign[i] = zppQuantRotSignMask(i);
-}
-
 /* y = D (H y) * 2^-L, the inverse transform of one full block in place. */
 static void inverseBlock(float* y, size_t len) {
   zppQuantRotHadamardRef(y, len);
   const float invB = zppF32FromBits((uint32_t)(127 - zppQuantLog2((int)len)) << 23);
-  for (size_t i = 0; i < len; i++) y[i] = zppF32FromBits(zppF32Bits(y[i] * invB) ^ gSign[i]);
+  const uint32_t* sign = zppQuantRotSignMasks();
+  for (size_t i = 0; i < len; i++) y[i] = zppF32FromBits(zppF32Bits(y[i] * invB) ^ sign[i]);
 }
 
 /* dst[i] = (k == 0 ? 0 + v_i : dst[i] + v_i), v_i = (float)q_i * s for the
@@ -299,7 +293,6 @@ static zppResult_t checkInputs(const char* fn, const void* packed, size_t stride
                    k, n, j, g, g * ZPP_QUANT_ESC_GROUP + idx, count);
       }
   }
-  pthread_once(&gSignOnce, fillSigns);
   return zppSuccess;
 }
 

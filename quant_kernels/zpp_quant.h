@@ -331,6 +331,8 @@ zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int bloc
  * (0 or 0x80000000) of element i of a block, and the in-place fp32
  * Walsh-Hadamard transform of len = 2^L elements in the documented order. */
 uint32_t zppQuantRotSignMask(size_t i);
+/* The masks of a whole 4096 block, zppQuantRotSignMask(i) at [i], filled once. */
+const uint32_t* zppQuantRotSignMasks(void);
 void zppQuantRotHadamardRef(float* x, size_t len);
 
 /* Decode one segment into `count` elements of dtype. */
