@@ -180,5 +180,8 @@ setup(
         )
     ],
     package_data={"torch_zpp": ["_build_info.json"]},
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
+    # ninja compiles the four sources at once (MAX_JOBS) where it is installed and
+    # ZPP_TORCH_NINJA=1 asks for it (scripts/gpu-check.sh); the default stays serial.
+    cmdclass={"build_ext": BuildExtension.with_options(
+        use_ninja=os.environ.get("ZPP_TORCH_NINJA") == "1")},
 )

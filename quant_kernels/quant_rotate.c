@@ -235,7 +235,10 @@ zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int bloc
     size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
     float s = zppQuantLoadScale(scales, lo / (size_t)block);
     uint32_t sb = zppF32Bits(s);
-    if ((sb & 0x80000000u) || zppQuantNonFinite(s)) {
+    /* A short last block is never rotated (the encoder stores it plain);
+     * a corrupt segment that says otherwise decodes it plain, as the
+     * rotated sums do (quant_rotate_reduce.c, blockRotated). */
+    if ((sb & 0x80000000u) || zppQuantNonFinite(s) || len != (size_t)block) {
       float sa = zppF32FromBits(sb & 0x7fffffffu);
       for (size_t i = 0; i < len; i++)
         y[i] = zppQuantIsMarker(data, bits, lo + i) || zppQuantNonFinite(sa)
@@ -243,7 +246,7 @@ zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int bloc
                    : (float)zppQuantGetQ(data, bits, lo + i) * sa;
     } else {
 #if defined(ZPP_QUANT_HAVE_AVX2)
-      if (len == (size_t)block && zppQuantImplActive() != &zppQuantImplScalar) {
+      if (zppQuantImplActive() != &zppQuantImplScalar) {
         zppQuantRotDecodeBlockAvx2(data, bits, lo, len, s, out, dtype);
         continue;
       }

@@ -217,7 +217,8 @@ __global__ void __launch_bounds__(kRotThreads)
   if (flags >= 0) s = zppQuantLoadScale(seg + ZPP_QUANT_HEADER_BYTES, b);
   const uint32_t sb = __float_as_uint(s);
   const bool rotated =
-      flags >= 0 && (flags & ZPP_QUANT_FLAG_ROTATED) && !(sb & 0x80000000u) && !zppQuantNonFinite(s);
+      flags >= 0 && (flags & ZPP_QUANT_FLAG_ROTATED) && !(sb & 0x80000000u) && !zppQuantNonFinite(s) &&
+      len == block;  // a short block is never rotated: decoded plain, as on the CPU
   if (!rotated) {
     const float sa = __uint_as_float(sb & 0x7fffffffu);
     const bool markers = flags >= 0 && (flags & ZPP_QUANT_FLAG_MARKERS);
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(kRotThreads)
                  : __fmul_rn(__int2float_rn(q), sa);
     }
   } else {
-    // Rotated blocks are whole (len == block): D H (q s) * 2^-L.
+    // A rotated block is whole (len == block): D H (q s) * 2^-L.
     for (int i = (int)t; i < block; i += (int)blockDim.x)
       y[i] = __fmul_rn(__int2float_rn(zppQuantGetQ(data, bits, lo + (size_t)i)), s);
     hadamard(y, block);

@@ -2,6 +2,7 @@
 #include "nccl.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,11 +41,16 @@ _Static_assert((int)zppAvg == (int)ncclAvg, "reduction ops differ from NCCL's");
 /* Without a usable device every pointer is host memory; asked once, since a
  * machine without a GPU answers every CUDA call with an error. */
 /* NCCL before 2.30 refuses two ranks on one GPU ("Duplicate GPU detected");
- * say so in our words before NCCL fails with its own. */
+ * say so in our words before NCCL fails with its own. NCCL compares GPUs only
+ * between ranks of one host, and takes its host from NCCL_HOSTID where that is
+ * set: ranks given different NCCL_HOSTIDs (the fork launcher's
+ * ZPP_LAUNCH_NCCL_HOST_PER_RANK) share a GPU through NCCL's network transport,
+ * on any NCCL. */
 static zppResult_t checkSharedGpu(zppNccl_t* n, int ncclVersion) {
   struct zppComm* comm = n->comm;
   typedef struct {
     char busId[32];
+    char ncclHost[64]; /* NCCL_HOSTID, "" when unset */
     int node;
   } gpu_t;
   gpu_t* gpus = calloc((size_t)comm->nranks, sizeof(gpu_t));
@@ -53,10 +59,13 @@ static zppResult_t checkSharedGpu(zppNccl_t* n, int ncclVersion) {
   if (cudaDeviceGetPCIBusId(gpus[comm->rank].busId, sizeof(gpus[0].busId), n->device) != cudaSuccess)
     (void)cudaGetLastError();
   gpus[comm->rank].node = comm->topo->nodeOf[comm->rank];
+  const char* ncclHost = getenv("NCCL_HOSTID");
+  snprintf(gpus[comm->rank].ncclHost, sizeof(gpus[0].ncclHost), "%s", ncclHost ? ncclHost : "");
   ZPPCHECKGOTO(zppBootstrapAllGather(comm->bootstrap, gpus, sizeof(gpu_t)), res, out);
   for (int r = 0; r < comm->nranks; r++) {
     if (r == comm->rank || gpus[r].node != gpus[comm->rank].node) continue;
     if (strcmp(gpus[r].busId, gpus[comm->rank].busId) != 0 || gpus[r].busId[0] == '\0') continue;
+    if (strcmp(gpus[r].ncclHost, gpus[comm->rank].ncclHost) != 0) continue; /* hosts to NCCL */
     const char* enable = getenv("NCCL_MULTI_RANK_GPU_ENABLE");
     if (ncclVersion < 23000)
       ZPP_FAILGOTO(zppInvalidUsage, res, out, CUDA,

@@ -164,6 +164,15 @@ static void setupChild(const zppLaunchOpts_t* o, int rank, int nranks, const int
       localSize++;
     }
   }
+  /* Several ranks on one GPU under any NCCL: to NCCL, ranks with different
+   * NCCL_HOSTIDs are on different hosts, which it connects through its
+   * network transport instead of refusing the shared GPU (before 2.30). */
+  const char* perRank = getenv("ZPP_LAUNCH_NCCL_HOST_PER_RANK");
+  if (perRank != NULL && strcmp(perRank, "1") == 0) {
+    char id[64];
+    snprintf(id, sizeof(id), "zpp-launch-rank%d", rank);
+    setenv("NCCL_HOSTID", id, 1);
+  }
   if (o->torchrunEnv) {
     setEnvInt("RANK", rank);
     setEnvInt("WORLD_SIZE", nranks);

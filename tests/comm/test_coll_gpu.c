@@ -12,6 +12,7 @@
  *   Stream arguments: host buffers with a cudaStream_t, device buffers with a
  *   host stream, and mixed host/device buffers are refused.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,7 +36,20 @@ static int checkDevice(const void* dev, zppDataType_t t, size_t count, const voi
   REQUIRE(host);
   CU(cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost));
   int ok = memcmp(host, want, bytes) == 0;
-  CHECK_MSG(ok, "%s %s: wrong result", what, collTestTypeName(t));
+  size_t ts = zppTypeSize(t), bad = 0, first = (size_t)-1;
+  for (size_t i = 0; !ok && i < count; i++)
+    if (memcmp(host + i * ts, (const char*)want + i * ts, ts) != 0) {
+      if (first == (size_t)-1) first = i;
+      bad++;
+    }
+  uint64_t got = 0, exp = 0;
+  if (!ok) {
+    memcpy(&got, host + first * ts, ts);
+    memcpy(&exp, (const char*)want + first * ts, ts);
+  }
+  CHECK_MSG(
+      ok, "%s %s: wrong result in %zu of %zu elements, first at %zu: bits 0x%llx, expected 0x%llx",
+      what, collTestTypeName(t), bad, count, first, (unsigned long long)got, (unsigned long long)exp);
   free(host);
   return ok;
 }
@@ -44,6 +58,8 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) return ZPP_TEST_SKIP;
   if (rank == 0 && sharedDevices) *sharedDevices = ndev;
+  /* 0: a GPU per rank; 1: two ranks on one GPU, refused by NCCL < 2.30;
+   * 2: ranks on one GPU as hosts of their own to NCCL (NCCL_HOSTID per rank) */
   int shareGpu = *(const int*)arg;
   CU(cudaSetDevice(shareGpu ? 0 : rank % ndev));
   zppComm_t comm;
@@ -59,7 +75,7 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
   char* want = malloc(maxBytes);
   REQUIRE(hsend && want);
 
-  if (shareGpu) {
+  if (shareGpu == 1) {
     /* Two ranks, one GPU: refused with a reason before NCCL (< 2.30) could hang. */
     int v = 0;
     ncclGetVersion(&v);
@@ -81,12 +97,15 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
         collTestExpect(t, (zppRedOp_t)op, nranks, i, op + 1, want + i * ts);
       CHECK(zppAllReduce(dsend, drecv, count, t, (zppRedOp_t)op, comm, stream) == zppSuccess);
       CU(cudaStreamSynchronize(stream));
-      checkDevice(drecv, t, count, want, "allreduce");
+      char what[64];
+      snprintf(what, sizeof what, "allreduce %s", collTestOpName((zppRedOp_t)op));
+      checkDevice(drecv, t, count, want, what);
       for (size_t i = 0; i < count; i++)
         collTestExpect(t, (zppRedOp_t)op, nranks, (size_t)rank * count + i, op + 1, want + i * ts);
       CHECK(zppReduceScatter(dsend, drecv, count, t, (zppRedOp_t)op, comm, stream) == zppSuccess);
       CU(cudaStreamSynchronize(stream));
-      checkDevice(drecv, t, count, want, "reducescatter");
+      snprintf(what, sizeof what, "reducescatter %s", collTestOpName((zppRedOp_t)op));
+      checkDevice(drecv, t, count, want, what);
       /* Reduce to the last rank; the others pass recvbuff NULL. */
       for (size_t i = 0; i < count; i++)
         collTestExpect(t, (zppRedOp_t)op, nranks, i, op + 1, want + i * ts);
@@ -94,7 +113,8 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
       CHECK(zppReduce(dsend, rank == root ? drecv : NULL, count, t, (zppRedOp_t)op, root, comm,
                       stream) == zppSuccess);
       CU(cudaStreamSynchronize(stream));
-      if (rank == root) checkDevice(drecv, t, count, want, "reduce");
+      snprintf(what, sizeof what, "reduce %s", collTestOpName((zppRedOp_t)op));
+      if (rank == root) checkDevice(drecv, t, count, want, what);
     }
     collTestFill(t, zppSum, rank, 0, count, 9, hsend);
     CU(cudaMemcpy(dsend, hsend, bytes, cudaMemcpyHostToDevice));
@@ -195,7 +215,10 @@ static int run(int nranks, int shareGpu) {
   o.nranks = nranks;
   o.timeoutSec = 300;
   int rc = zppLaunch(&o, body, &shareGpu);
-  printf("%d rank(s)%s: %s\n", nranks, shareGpu ? " on one GPU" : "",
+  printf("%d rank(s)%s: %s\n", nranks,
+         shareGpu == 2 ? " on one GPU, NCCL_HOSTID per rank"
+         : shareGpu    ? " on one GPU"
+                       : "",
          rc == 0               ? "passed"
          : rc == ZPP_TEST_SKIP ? "skipped (no CUDA device)"
                                : "FAILED");
@@ -211,7 +234,10 @@ int main(void) {
   int ndev = *sharedDevices;
   if (ndev >= 2)
     rc |= run(ndev < 4 ? ndev : 4, 0);
-  else
+  else {
     rc |= run(2, 1);
+    setenv("ZPP_LAUNCH_NCCL_HOST_PER_RANK", "1", 1);
+    rc |= run(4, 2);
+  }
   return rc;
 }

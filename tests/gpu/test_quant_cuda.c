@@ -930,12 +930,14 @@ static void testAsync(void) {
   uint8_t* dreord = tdevMalloc(zppQuantPackedSize(count / 4, 4, 64) * 4);
   tdevToDevice(din, x, count * 4);
 
-  if (tdevHoldStream()) {
+  /* Not under --quick, the sanitizers' run: they slow the enqueueing host
+   * past the gate's 20 s, which then reads as a call that waited. */
+  if (!quick && tdevHoldStream()) {
     enqueueAll(din, dacc, dout, dpk, dreq, dreord, count, P, n);
     CHECK_MSG(tdevReleaseStream(), "a codec call waited for its stream");
     checkAll(x, dacc, dout, dreq, dreord, count, P, n, "calls behind a held stream");
   } else {
-    printf("stream-hold check: not available on this device (%s)\n", tdevName());
+    printf("stream-hold check: %s\n", quick ? "skipped under --quick" : "not available on this device");
     enqueueAll(din, dacc, dout, dpk, dreq, dreord, count, P, n);
     tdevSync();
     checkAll(x, dacc, dout, dreq, dreord, count, P, n, "calls in sequence");

@@ -32,7 +32,7 @@ class CharLM(nn.Module):
                              persistent=False)
 
     def forward(self, x):
-        h = self.tok(x) + self.pos(torch.arange(x.shape[1]))
+        h = self.tok(x) + self.pos(torch.arange(x.shape[1], device=x.device))
         for b in self.blocks:
             h = b(h, src_mask=self.mask, is_causal=True)
         return self.head(self.norm(h))
@@ -54,18 +54,19 @@ def batch(data, rank, step, bsz, seq):
 
 
 def train(group, steps, bsz=8, d=256, layers=3, seq=64, lr=3e-3, report_group=None,
-          on_step=None, mesh=None):
+          on_step=None, mesh=None, device="cpu"):
     """FSDP2 over `group` (or HSDP over a 2-D `mesh`, group None) for `steps`
-    steps. Returns (losses, step seconds): losses are the mean over all ranks
-    (all-reduced on report_group, outside the timed part)."""
+    steps, the model on `device` ("cpu" or "cuda"). Returns (losses, step
+    seconds): losses are the mean over all ranks (all-reduced on
+    report_group, outside the timed part)."""
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
     data, vocab = load_corpus()
-    model = CharLM(vocab, d=d, layers=layers, seq=seq)
+    model = CharLM(vocab, d=d, layers=layers, seq=seq).to(device)
     if mesh is None:
-        mesh = DeviceMesh.from_group(group, "cpu")
+        mesh = DeviceMesh.from_group(group, torch.device(device).type)
     for b in model.blocks:
         fully_shard(b, mesh=mesh)
     fully_shard(model, mesh=mesh)
@@ -74,6 +75,7 @@ def train(group, steps, bsz=8, d=256, layers=3, seq=64, lr=3e-3, report_group=No
     losses, times = [], []
     for step in range(steps):
         x, y = batch(data, rank, step, bsz, seq)
+        x, y = x.to(device), y.to(device)
         t0 = time.perf_counter()
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         loss.backward()

@@ -793,6 +793,15 @@ c10::intrusive_ptr<c10d::Work> ZppBackend::submit(const c10::intrusive_ptr<ZppWo
     // operation; the event lets the worker finish the future, and the
     // outputs' memory must not be reused before then.
     auto stream = c10::cuda::getCurrentCUDAStream(w->device_->index());
+    // The copies into the caller's outputs (a list, a non-contiguous tensor)
+    // are queued here, behind the call on the same stream, so that the event
+    // and a wait cover them; run later by the worker they would land on
+    // another stream after the caller had read its outputs.
+    {
+      c10::cuda::CUDAGuard guard(*w->device_);
+      for (auto& f : w->finishers_) f();
+      w->finishers_.clear();
+    }
     w->event_ = std::make_unique<c10::Event>(c10::DeviceType::CUDA);
     w->event_->record(stream);
     for (auto& t : w->keep_)
