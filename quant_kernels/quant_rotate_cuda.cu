@@ -216,9 +216,9 @@ __global__ void __launch_bounds__(kRotThreads)
   float s = qnan;
   if (flags >= 0) s = zppQuantLoadScale(seg + ZPP_QUANT_HEADER_BYTES, b);
   const uint32_t sb = __float_as_uint(s);
-  const bool rotated =
-      flags >= 0 && (flags & ZPP_QUANT_FLAG_ROTATED) && !(sb & 0x80000000u) && !zppQuantNonFinite(s) &&
-      len == block;  // a short block is never rotated: decoded plain, as on the CPU
+  const bool rotated = flags >= 0 && (flags & ZPP_QUANT_FLAG_ROTATED) && !(sb & 0x80000000u) &&
+                       !zppQuantNonFinite(s) &&
+                       len == block;  // a short block is never rotated: decoded plain, as on the CPU
   if (!rotated) {
     const float sa = __uint_as_float(sb & 0x7fffffffu);
     const bool markers = flags >= 0 && (flags & ZPP_QUANT_FLAG_MARKERS);
