@@ -91,6 +91,9 @@ void zppCollProgress(const zppCollCtx_t* c);
 size_t zppCollChunkElems(const zppCollCtx_t* c, zppDataType_t type, int block, int fanIn);
 /* The same for a chunk size of one's own (before any operation runs). */
 size_t zppCollChunkElemsFor(size_t chunkBytes, zppDataType_t type, int block, int fanIn);
+/* elems rounded down to whole escape groups (ZPP_QUANT_ESC_GROUP, or block
+ * where larger), at least one: every pipeline cut of a quantized call. */
+size_t zppCollCutUnits(size_t elems, int block);
 
 /* The plain collectives' algorithm for a kind (ZPP_ALGO_*) and the size
  * below which its latency algorithm runs (ZPP_*_SMALL_BYTES). SMALL: all-gather

@@ -280,9 +280,17 @@ size_t zppCollChunkElemsFor(size_t chunkBytes, zppDataType_t type, int block, in
   size_t bytes = chunkBytes / (size_t)(fanIn > 1 ? fanIn : 1);
   if (bytes < ZPP_COLL_MIN_SPLIT_CHUNK)
     bytes = chunkBytes < ZPP_COLL_MIN_SPLIT_CHUNK ? chunkBytes : ZPP_COLL_MIN_SPLIT_CHUNK;
-  size_t e = bytes / zppDtypeSize(type);
-  e -= e % (size_t)block;
-  return e < (size_t)block ? (size_t)block : e;
+  return zppCollCutUnits(bytes / zppDtypeSize(type), block);
+}
+
+size_t zppCollCutUnits(size_t elems, int block) {
+  /* Whole escape groups: a segment counts its groups from its first element,
+   * so cuts at multiples of the group leave every group, and so every
+   * escape, where an uncut tensor has it: the result does not depend on
+   * the pipeline chunk (host or device, docs/codecs.md, "Limits"). */
+  size_t unit = (size_t)block > ZPP_QUANT_ESC_GROUP ? (size_t)block : ZPP_QUANT_ESC_GROUP;
+  elems -= elems % unit;
+  return elems < unit ? unit : elems;
 }
 
 size_t zppCollChunkElems(const zppCollCtx_t* c, zppDataType_t type, int block, int fanIn) {

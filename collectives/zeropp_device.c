@@ -31,6 +31,7 @@
 #include "quant_kernels/zpp_quant_cuda.h"
 
 #include "check.h"
+#include "coll.h"
 #include "names.h"
 #include "params.h"
 #include "lib/comm.h"
@@ -45,7 +46,8 @@
   } while (0)
 
 /* Device chunks: at least this much input, so that NCCL's per-call cost is
- * amortized; whole blocks, so results equal the host path's. */
+ * amortized; cut where the host path may cut (zppCollCutUnits), so that
+ * results equal the host path's, byte for byte. */
 #define DEVICE_MIN_CHUNK_BYTES ((size_t)4 << 20)
 #define NSLOTS 3
 
@@ -62,9 +64,7 @@ static size_t deviceChunkElems(zppDataType_t type, int block) {
   int64_t chunk = 0;
   if (zppEnvGetInt("ZPP_PIPELINE_CHUNK_BYTES", &chunk) != zppSuccess || chunk < 1) chunk = 1;
   size_t bytes = (size_t)chunk < DEVICE_MIN_CHUNK_BYTES ? DEVICE_MIN_CHUNK_BYTES : (size_t)chunk;
-  size_t e = bytes / zppDtypeSize(type);
-  e -= e % (size_t)block;
-  return e < (size_t)block ? (size_t)block : e;
+  return zppCollCutUnits(bytes / zppDtypeSize(type), block);
 }
 
 static zppResult_t callOpen(struct zppComm* comm, devCall_t* d, void* stream, size_t scratchBytes) {

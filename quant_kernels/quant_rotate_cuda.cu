@@ -223,7 +223,9 @@ __global__ void __launch_bounds__(kRotThreads)
     const float sa = __uint_as_float(sb & 0x7fffffffu);
     const bool markers = flags >= 0 && (flags & ZPP_QUANT_FLAG_MARKERS);
     for (int i = (int)t; i < len; i += (int)blockDim.x) {
-      const int q = zppQuantGetQ(data, bits, lo + (size_t)i);
+      // A header that does not match decodes to NaN without reading the data,
+      // which a short or foreign segment may not hold (memcheck on an H100).
+      const int q = flags >= 0 ? zppQuantGetQ(data, bits, lo + (size_t)i) : 0;
       y[i] = zppQuantNonFinite(sa) || (markers && q == -zppQuantQmax(bits) - 1)
                  ? qnan
                  : __fmul_rn(__int2float_rn(q), sa);

@@ -226,6 +226,14 @@ size_t zppNcclScratchBytes(const zppNccl_t* n) { return n ? n->scratchBytes : 0;
 
 void* zppNcclHandle(zppNccl_t* n) { return n ? (void*)n->nccl : NULL; }
 
+/* The average of one rank is its input, which the sum gives exactly: NCCL
+ * 2.28.9 leaves the last count % 4 elements of a one-rank fp32 ncclAvg
+ * unwritten (seen on an H100, docs/gpu.md), and NCCL's other averages are
+ * untouched. */
+static ncclRedOp_t ncclOp(const zppNccl_t* n, zppRedOp_t op) {
+  return op == zppAvg && n->comm->nranks == 1 ? ncclSum : (ncclRedOp_t)op;
+}
+
 static zppResult_t usable(const zppNccl_t* n) {
   if (n->nccl == NULL) ZPP_FAIL(zppInvalidUsage, CUDA, "the NCCL communicator was aborted");
   return zppSuccess;
@@ -242,7 +250,7 @@ zppResult_t zppNcclAllGather(zppNccl_t* n, const void* sendbuff, void* recvbuff,
 zppResult_t zppNcclReduceScatter(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t recvcount,
                                  zppDataType_t type, zppRedOp_t op, void* stream) {
   ZPPCHECK(usable(n));
-  NCCLCHECK(ncclReduceScatter(sendbuff, recvbuff, recvcount, (ncclDataType_t)type, (ncclRedOp_t)op,
+  NCCLCHECK(ncclReduceScatter(sendbuff, recvbuff, recvcount, (ncclDataType_t)type, ncclOp(n, op),
                               n->nccl, (cudaStream_t)stream));
   return zppSuccess;
 }
@@ -250,7 +258,7 @@ zppResult_t zppNcclReduceScatter(zppNccl_t* n, const void* sendbuff, void* recvb
 zppResult_t zppNcclAllReduce(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t count,
                              zppDataType_t type, zppRedOp_t op, void* stream) {
   ZPPCHECK(usable(n));
-  NCCLCHECK(ncclAllReduce(sendbuff, recvbuff, count, (ncclDataType_t)type, (ncclRedOp_t)op, n->nccl,
+  NCCLCHECK(ncclAllReduce(sendbuff, recvbuff, count, (ncclDataType_t)type, ncclOp(n, op), n->nccl,
                           (cudaStream_t)stream));
   return zppSuccess;
 }
@@ -307,7 +315,7 @@ zppResult_t zppNcclAllToAllv(zppNccl_t* n, const void* sendbuff, const size_t* s
 zppResult_t zppNcclReduce(zppNccl_t* n, const void* sendbuff, void* recvbuff, size_t count,
                           zppDataType_t type, zppRedOp_t op, int root, void* stream) {
   ZPPCHECK(usable(n));
-  NCCLCHECK(ncclReduce(sendbuff, recvbuff, count, (ncclDataType_t)type, (ncclRedOp_t)op, root, n->nccl,
+  NCCLCHECK(ncclReduce(sendbuff, recvbuff, count, (ncclDataType_t)type, ncclOp(n, op), root, n->nccl,
                        (cudaStream_t)stream));
   return zppSuccess;
 }

@@ -278,6 +278,29 @@ static void checkFormat(zppTestRng_t* rng) {
   CHECK(memcmp(a, b, sizeof a) == 0);
   CHECK(zppQuantizeEx(in, zppFloat32, count, bits, block, 6, seg) == zppInvalidArgument);
   CHECK(zppDequantizeEx(seg, count + 1, bits, block, b, zppFloat32) == zppInvalidUsage);
+  /* A short last block is never rotated; one whose scale says rotated (a
+   * corrupt segment: sign bit cleared) decodes plain, q * |s|, in every
+   * implementation, reading nothing past the segment (as the CUDA decoder,
+   * which memcheck caught reading past it). */
+  CHECK(zppQuantizeEx(in, zppFloat32, count, bits, block, ZPP_QUANT_ROTATE, seg) == zppSuccess);
+  size_t last = count / (size_t)block, lo = last * (size_t)block;
+  uint8_t* sp = seg + 16 + 4 * last;
+  CHECK(sp[3] & 0x80); /* stored plain by the encoder */
+  sp[3] &= 0x7f;
+  float s = qtScale(seg, count, block, last);
+  for (int k = 0; k < gNimpl; k++) {
+    qtUse(gImpls[k]);
+    CHECK(zppDequantizeEx(seg, count, bits, block, b, zppFloat32) == zppSuccess);
+    int bad = 0;
+    for (size_t i = lo; i < count; i++) {
+      float v;
+      if (qtEscaped(seg, count, bits, block, i, &v)) continue;
+      bad += b[i] != (float)qtQ(seg, count, bits, block, i) * s;
+    }
+    CHECK_MSG(bad == 0, "%s: a short block marked rotated: %d elements not decoded plain", gImpls[k],
+              bad);
+  }
+  qtUse(gImpls[0]);
   free(seg);
 }
 

@@ -576,13 +576,13 @@ static void suiteSplit(const ctx_t* cAll) {
   ctx_t cSplit = *cAll;
   const ctx_t* c = &cSplit;
   /* qgZ's elements per chunk: the pipeline chunk over N - 1 peers, at least
-   * 16 KiB, whole blocks (the rule of zppCollChunkElems, restated). */
+   * 16 KiB, whole escape groups (the rule of zppCollChunkElems, restated). */
   size_t bytes = c->N > 2 ? SPLIT_CHUNK_BYTES / (size_t)(c->N - 1) : SPLIT_CHUNK_BYTES;
   if (bytes < 16384) bytes = 16384;
   cSplit.qgzChunkBytes = bytes;
   const zppDataType_t t = zppBfloat16;
   const int bits = 4, block = ztBlock(4);
-  size_t ce = bytes / 2 - bytes / 2 % (size_t)block;
+  size_t ce = ztChunkElemsFor(bytes, t, block);
   const size_t rc = 5 * ce + 77; /* several split chunks and a short one */
 
   zppCommStats_t s;
@@ -592,8 +592,7 @@ static void suiteSplit(const ctx_t* cAll) {
   uint64_t run = ztPackedInChunks(rc, bits, block, ce);
   CHECK_EQ_INT(s.interNodeBytes[zppOpQgZ], (uint64_t)(c->N - 1) * run);
   if (c->N > 2) /* the unsplit cut would send fewer headers */
-    CHECK(run !=
-          ztPackedInChunks(rc, bits, block, SPLIT_CHUNK_BYTES / 2 - SPLIT_CHUNK_BYTES / 2 % block));
+    CHECK(run != ztPackedInChunks(rc, bits, block, ztChunkElemsFor(SPLIT_CHUNK_BYTES, t, block)));
 
   testQgz(c, zppFloat32, 8, zppAvg, 3 * ce + 5, 0, 0, 802);
   testQgz(c, t, bits, zppAvg, rc, 1, 0, 803);

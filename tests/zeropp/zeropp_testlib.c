@@ -37,9 +37,11 @@ int ztBlock(int bits) {
 size_t ztChunkElems(zppDataType_t t, int block) { return ztChunkElemsFor(ZT_CHUNK_BYTES, t, block); }
 
 size_t ztChunkElemsFor(size_t bytes, zppDataType_t t, int block) {
+  /* whole escape groups, as the library cuts (zppCollCutUnits) */
+  size_t unit = (size_t)block > ZPP_QUANT_ESC_GROUP ? (size_t)block : ZPP_QUANT_ESC_GROUP;
   size_t e = bytes / zppTypeSize(t);
-  e -= e % (size_t)block;
-  return e < (size_t)block ? (size_t)block : e;
+  e -= e % unit;
+  return e < unit ? unit : e;
 }
 
 size_t ztPackedInChunks(size_t count, int bits, int block, size_t ce) {
