@@ -287,7 +287,8 @@ size_t zppCollCutUnits(size_t elems, int block) {
   /* Whole escape groups: a segment counts its groups from its first element,
    * so cuts at multiples of the group leave every group, and so every
    * escape, where an uncut tensor has it: the result does not depend on
-   * the pipeline chunk (host or device, docs/codecs.md, "Limits"). */
+   * the pipeline chunk (host or device; docs/codecs.md, "Where a tensor is
+   * cut"). */
   size_t unit = (size_t)block > ZPP_QUANT_ESC_GROUP ? (size_t)block : ZPP_QUANT_ESC_GROUP;
   elems -= elems % unit;
   return elems < unit ? unit : elems;
