@@ -242,7 +242,12 @@ static zppResult_t checkParam(const struct zppParam* p, const char* name) {
 
 zppResult_t zppParamCreate(zppComm_t comm, size_t shardcount, zppDataType_t datatype, int bits,
                            zppParam_t* param) {
-  const char* name = "zppParamCreate";
+  return zppParamCreateEx(comm, shardcount, datatype, bits, 0, param);
+}
+
+zppResult_t zppParamCreateEx(zppComm_t comm, size_t shardcount, zppDataType_t datatype, int bits,
+                             unsigned flags, zppParam_t* param) {
+  const char* name = flags ? "zppParamCreateEx" : "zppParamCreate";
   ZPP_ARGCHECK(param != NULL, "%s: param (the output) is NULL", name);
   ZPPCHECK(zppCommStateCheckUsable(comm));
   ZPP_ARGCHECK((int)datatype >= 0 && datatype < zppNumTypes, "%s: invalid datatype %d", name,
@@ -250,9 +255,15 @@ zppResult_t zppParamCreate(zppComm_t comm, size_t shardcount, zppDataType_t data
   ZPPCHECK(checkBits(name, bits));
   if (bits == 0) bits = comm->compress.qwzBits;
   if (bits) ZPPCHECK(checkType(name, datatype));
+  ZPP_ARGCHECK((flags & ~ZPP_PARAM_DELTA) == 0, "%s: flags 0x%x unknown (0 or ZPP_PARAM_DELTA)", name,
+               flags);
+  ZPP_ARGCHECK(!(flags & ZPP_PARAM_DELTA) || bits != 0,
+               "%s: ZPP_PARAM_DELTA needs a quantized gather: bits 8 or 4 (bits 0 took the "
+               "communicator's qwzBits, which is 0)",
+               name);
   ZPPCHECK(zppApiCheckCount(name, shardcount, datatype, comm->nranks));
   struct zppParam* p = NULL;
-  ZPPCHECK(zppHpzCreate(comm, shardcount, datatype, bits, &p));
+  ZPPCHECK(zppHpzCreate(comm, shardcount, datatype, bits, (flags & ZPP_PARAM_DELTA) != 0, &p));
   zppResult_t res = zppHandleRegister(p, ZPP_HANDLE_PARAM);
   if (res != zppSuccess) {
     zppHpzDestroy(p);
@@ -314,7 +325,15 @@ zppResult_t zppParamIsValid(zppParam_t param, int* valid) {
 zppResult_t zppParamSecondaryBytes(zppParam_t param, size_t* bytes) {
   ZPPCHECK(checkParam(param, "zppParamSecondaryBytes"));
   ZPP_ARGCHECK(bytes != NULL, "zppParamSecondaryBytes: bytes is NULL");
-  *bytes = param->secondaryBytes;
+  *bytes = param->delta ? param->count * zppDtypeSize(param->type) * (size_t)param->comm->nranks
+                        : param->secondaryBytes;
+  return zppSuccess;
+}
+
+zppResult_t zppParamDropReference(zppParam_t param) {
+  ZPPCHECK(checkParam(param, "zppParamDropReference"));
+  ZPP_ARGCHECK(param->delta, "zppParamDropReference: not a delta parameter (ZPP_PARAM_DELTA)");
+  atomic_fetch_add(&param->drops, 1);
   return zppSuccess;
 }
 

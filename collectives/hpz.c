@@ -37,6 +37,11 @@
  * divisor of some node's rank count) cannot hold a secondary: the parameter
  * then always gathers globally, said once at WARN when it is created.
  *
+ * Delta parameters (ZPP_PARAM_DELTA, qwz_delta.c) keep the full weights of
+ * the last forward gather instead of a secondary: their forward gather is
+ * zppQwzDeltaGather, and a backward gather at a valid version (the same
+ * handshake) copies that reference.
+ *
  * Bytes: the forward gather counts as zppOpQwZ (or zppOpAllGather when plain),
  * the backward one as zppOpHpZ, fallbacks included (with the handshake's
  * 24-byte summaries to the other groups): beyond those, zppOpHpZ has no
@@ -71,6 +76,7 @@ typedef struct {
   const void* shard;
   void* full;
   uint64_t version; /* at issue */
+  uint64_t drops;   /* zppParamDropReference calls at issue */
   int backward;
 } gatherArgs_t;
 
@@ -115,7 +121,7 @@ static int pickGroup(struct zppParam* p, int* groupIndex) {
   return g;
 }
 
-zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type, int bits,
+zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type, int bits, int delta,
                          struct zppParam** out) {
   zppResult_t res = zppSuccess;
   struct zppParam* p = NULL;
@@ -136,6 +142,19 @@ zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type,
                                   zppCollChunkElemsFor(chunkBytes, type, p->block, 1), &p->layout),
                  res, fail);
     p->shardBytes = p->layout.shardPacked;
+    if (delta) {
+      /* The differences travel as fp32 (qwz_delta.c). */
+      p->delta = 1;
+      ZPPCHECKGOTO(
+          zppCollQwzLayout(count, zppFloat32, bits, p->block, p->layout.flags,
+                           zppCollChunkElemsFor(chunkBytes, zppFloat32, p->block, 1), &p->deltaLayout),
+          res, fail);
+      size_t refBytes = count * zppDtypeSize(type) * (size_t)comm->nranks;
+      p->ref = malloc(refBytes ? refBytes : 1);
+      if (p->ref == NULL)
+        ZPP_FAILGOTO(zppSystemError, res, fail, COLL,
+                     "qwZ of differences: out of memory for a %zu-byte reference", refBytes);
+    }
   } else {
     p->shardBytes = count * zppDtypeSize(type);
   }
@@ -154,7 +173,8 @@ zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type,
     for (int i = 0; i < p->groupSize; i++) p->members[i] = nodeRanks[groupIndex * p->groupSize + i];
     p->shardLo = (int)zppBlockOffset((size_t)comm->nranks, p->groupSize, p->groupPos);
     p->shardCnt = (int)zppBlockCount((size_t)comm->nranks, p->groupSize, p->groupPos);
-    p->secondaryBytes = (size_t)p->shardCnt * p->shardBytes;
+    /* A delta parameter's reference holds every shard: no secondary. */
+    p->secondaryBytes = p->delta ? 0 : (size_t)p->shardCnt * p->shardBytes;
     if (p->secondaryBytes) {
       p->secondary = malloc(p->secondaryBytes);
       if (p->secondary == NULL)
@@ -171,6 +191,7 @@ zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type,
   return zppSuccess;
 fail:
   if (p) {
+    free(p->ref);
     free(p->members);
     free(p);
   }
@@ -185,6 +206,7 @@ void zppHpzDestroy(struct zppParam* p) {
   if (zppHandleIsLive(p->comm, ZPP_HANDLE_COMM) && p->comm->transports)
     (void)zppExecutorSubmit(p->comm->transports->exec, barrierJob, NULL, NULL, 0, NULL);
   free(p->secondary);
+  free(p->ref);
   free(p->members);
   free(p);
 }
@@ -418,27 +440,44 @@ out:
   return res;
 }
 
+/* The gather that refreshes what the backward gather serves: the global
+ * gather (secondary), or the delta gather (reference). */
+static zppResult_t refreshingGather(zppCollCtx_t* c, struct zppParam* p, const gatherArgs_t* a,
+                                    size_t shardBytes) {
+  uint64_t fp = fingerprint(a->shard, shardBytes);
+  zppResult_t res =
+      p->delta ? zppQwzDeltaGather(c, p, a->shard, a->full) : globalGather(c, p, a->shard, a->full);
+  if (res == zppSuccess) {
+    p->fingerprint = fp;
+    atomic_store(&p->secVersion, p->groupSize ? a->version : ZPP_PARAM_NO_VERSION);
+  }
+  return res;
+}
+
 static zppResult_t gatherJob(struct zppComm* comm, void* arg) {
   const gatherArgs_t* a = arg;
   struct zppParam* p = a->p;
   const size_t shardBytes = p->count * zppDtypeSize(p->type);
   zppOpKind_t kind = a->backward ? zppOpHpZ : (p->bits ? zppOpQwZ : zppOpAllGather);
-  uint64_t vals[5] = {p->count, (uint64_t)p->bits, (uint64_t)p->block, (uint64_t)a->backward,
-                      (uint64_t)p->layout.flags};
+  if (p->delta && a->drops != p->dropsSeen) {
+    p->dropsSeen = a->drops;
+    p->refValid = 0;
+  }
+  /* A delta parameter signs its reference's state: ranks that disagree on
+   * it fail the call as mismatched (qwz_delta.c, "Agreement"). */
+  uint64_t vals[7] = {p->count,
+                      (uint64_t)p->bits,
+                      (uint64_t)p->block,
+                      (uint64_t)a->backward,
+                      (uint64_t)p->layout.flags,
+                      (uint64_t)p->delta,
+                      p->delta ? 2 * p->refGen + (uint64_t)p->refValid : 0};
   zppCollCtx_t c;
   ZPPCHECK(zppCollBegin(comm, kind, &c));
-  zppCollSign(&c, p->type, -1, vals, 5);
+  zppCollSign(&c, p->type, -1, vals, 7);
   zppResult_t res = zppSuccess;
   int agreed = 0;
-  if (!a->backward) {
-    uint64_t fp = fingerprint(a->shard, shardBytes);
-    res = globalGather(&c, p, a->shard, a->full);
-    if (res == zppSuccess) {
-      p->fingerprint = fp;
-      atomic_store(&p->secVersion, p->groupSize ? a->version : ZPP_PARAM_NO_VERSION);
-    }
-    return zppCollEnd(&c, res, 0);
-  }
+  if (!a->backward) return zppCollEnd(&c, refreshingGather(&c, p, a, shardBytes), 0);
   int valid = p->groupSize > 0 && atomic_load(&p->secVersion) == a->version;
   int useGroup = valid;
   if (p->groupSize > 0) {
@@ -446,7 +485,10 @@ static zppResult_t gatherJob(struct zppComm* comm, void* arg) {
     mine.changed = valid && fingerprint(a->shard, shardBytes) != p->fingerprint;
     res = handshake(&c, p, &mine, &useGroup, &agreed);
   }
-  if (res == zppSuccess && useGroup) {
+  if (res == zppSuccess && useGroup && p->delta) {
+    /* The reference is the forward's result, on every rank alike. */
+    memcpy(a->full, p->ref, shardBytes * (size_t)comm->nranks);
+  } else if (res == zppSuccess && useGroup) {
     /* One signature for every message of the call (the transport reads a
      * message of this call with another signature as a mismatch); the
      * handshake already proved that the group agrees on the version. */
@@ -454,12 +496,7 @@ static zppResult_t gatherJob(struct zppComm* comm, void* arg) {
   } else if (res == zppSuccess) {
     ZPP_INFO(COLL, "%s: rank %d: hpZ backward gather from an invalid secondary: global gather",
              comm->name, comm->rank);
-    uint64_t fp = fingerprint(a->shard, shardBytes);
-    res = globalGather(&c, p, a->shard, a->full);
-    if (res == zppSuccess) {
-      p->fingerprint = fp;
-      atomic_store(&p->secVersion, p->groupSize ? a->version : ZPP_PARAM_NO_VERSION);
-    }
+    res = refreshingGather(&c, p, a, shardBytes);
   }
   return zppCollEnd(&c, res, agreed);
 }
@@ -468,5 +505,6 @@ zppResult_t zppHpzIssueGather(struct zppParam* p, const void* shard, void* full,
                               zppHostStream_t stream) {
   gatherArgs_t a = {.p = p, .shard = shard, .full = full, .backward = backward};
   a.version = atomic_load(&p->version);
+  a.drops = atomic_load(&p->drops);
   return zppExecutorSubmit(p->comm->transports->exec, gatherJob, NULL, &a, sizeof(a), stream);
 }

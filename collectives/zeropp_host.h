@@ -54,10 +54,23 @@ struct zppParam {
   _Atomic uint64_t version;    /* bumped by zppParamInvalidate (caller's thread) */
   _Atomic uint64_t secVersion; /* version the secondary was gathered at, or NO_VERSION */
   uint64_t fingerprint;        /* of the local shard at the forward gather (executor thread) */
+  /* ZPP_PARAM_DELTA (qwz_delta.c): the reference replaces the secondary. */
+  int delta;
+  zppQwzLayout_t deltaLayout; /* the differences' qwZ: fp32 input */
+  void* ref;                  /* [count * nranks] of type, the last forward's result */
+  int refValid;               /* executor thread */
+  uint64_t refGen;            /* executor thread: references built so far */
+  _Atomic uint64_t drops;     /* bumped by zppParamDropReference (caller's thread) */
+  uint64_t dropsSeen;         /* executor thread */
 };
 
-zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type, int bits,
+zppResult_t zppHpzCreate(struct zppComm* comm, size_t count, zppDataType_t type, int bits, int delta,
                          struct zppParam** out);
+
+/* The forward gather of a delta parameter (qwz_delta.c, executor thread):
+ * exact while the reference is invalid, differences after; full receives
+ * the new reference. On failure the reference is dropped. */
+zppResult_t zppQwzDeltaGather(zppCollCtx_t* c, struct zppParam* p, const void* shard, void* full);
 /* backward 0: the global gather that refreshes the secondary; 1: from the
  * secondaries inside the group (or the global fallback when invalid). */
 zppResult_t zppHpzIssueGather(struct zppParam* p, const void* shard, void* full, int backward,

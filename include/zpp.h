@@ -367,6 +367,34 @@ ZPP_API zppResult_t zppParamSecondaryBytes(zppParam_t param, size_t* bytes);
 /* Waits for the parameter's queued gathers, then frees. NULL is a no-op. */
 ZPP_API zppResult_t zppParamDestroy(zppParam_t param);
 
+/* Delta parameters: qwZ of the weights' change (SDP4Bit's weight
+ * differences). zppParamCreateEx with ZPP_PARAM_DELTA (bits 8 or 4, or the
+ * communicator's qwzBits, which must then be non-zero) keeps on every rank a
+ * reference: the full weights as the last forward gather returned them,
+ * bit-identical on every rank. The first forward gather (and the first after
+ * zppParamDropReference) is an exact plain gather; every later one sends
+ * each shard's difference to its part of the reference, quantized, and adds
+ * the decoded differences to the reference, which it returns. The error of
+ * a gathered weight is then the codec's error on the last difference (plus
+ * the data type's rounding of the sum), not on the weight: it does not build
+ * up, because each difference is taken against the reference, and it is
+ * small where weights move little per step. A backward gather at a valid
+ * version (see hpZ above) copies the reference: no traffic beyond hpZ's
+ * handshake. Invalidation keeps its meaning (call it after every weight
+ * write); it does not drop the reference.
+ * Cost: the reference holds the full weights (shardcount * nranks elements
+ * of datatype) on every rank, reported by zppParamSecondaryBytes: memory of
+ * ZeRO-1/2's full weights, not ZeRO-3's. flags: 0 is zppParamCreate. */
+#define ZPP_PARAM_DELTA 1u
+ZPP_API zppResult_t zppParamCreateEx(zppComm_t comm, size_t shardcount, zppDataType_t datatype,
+                                     int bits, unsigned flags, zppParam_t* param);
+/* The next forward gather of a delta parameter is exact and rebuilds the
+ * reference (after a checkpoint load, say: a difference that large would
+ * otherwise take several gathers to settle). Ordered with the gathers the
+ * caller issued before it; every rank must call it at the same point, else
+ * that gather fails on every rank as a mismatched call. */
+ZPP_API zppResult_t zppParamDropReference(zppParam_t param);
+
 /* ---------------------------------------------------------------------------
  * Point-to-point: NCCL's ncclSend / ncclRecv / ncclGroupStart / ncclGroupEnd,
  * same arguments and semantics, on device buffers (NCCL) and host buffers

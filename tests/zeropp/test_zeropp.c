@@ -495,6 +495,148 @@ static void suiteHpz(const ctx_t* c) {
   hpzCase(c, zppFloat32, 0, 257); /* plain gathers, raw secondary */
 }
 
+/* ---- delta parameters (ZPP_PARAM_DELTA) ------------------------------------ */
+
+/* Every rank's weights after `steps` updates: the seed-41 weights plus, per
+ * step, 1/64 of fresh weight-like noise, rounded to t each time (an
+ * optimizer writing t weights). */
+static void deltaWeights(const ctx_t* c, zppDataType_t t, size_t count, int steps, void* x) {
+  size_t ts = zppTypeSize(t);
+  float* noise = xmalloc(count * sizeof(float));
+  for (int r = 0; r < c->W; r++) {
+    char* xr = (char*)x + (size_t)r * count * ts;
+    ztFill(xr, t, count, 41, r);
+    for (int s = 1; s <= steps; s++) {
+      ztFill(noise, zppFloat32, count, 100 + s, r);
+      for (size_t i = 0; i < count; i++) ztSet(xr, t, i, (float)ztGet(xr, t, i) + noise[i] / 64.0f);
+    }
+  }
+  free(noise);
+}
+
+/* The reference after one gather of differences, as qwz_delta.c specifies
+ * it: d = x - R (fp32), its qwZ decode d' (every rank's codec, checked
+ * against the codec's bound on d), R = round_t(R + d'). */
+static void deltaModel(const ctx_t* c, zppDataType_t t, size_t count, int bits, const void* x,
+                       void* ref) {
+  size_t ts = zppTypeSize(t), n = count * (size_t)c->W;
+  float* d = xmalloc(n * sizeof(float));
+  float* dq = xmalloc(n * sizeof(float));
+  for (size_t i = 0; i < n; i++) d[i] = (float)ztGet(x, t, i) - (float)ztGet(ref, t, i);
+  for (int r = 0; r < c->W; r++) {
+    size_t o = (size_t)r * count;
+    int bad = ztQwzExpect(d + o, zppFloat32, count, bits, ztBlock(bits), dq + o);
+    CHECK_MSG(bad == 0, "delta qwZ int%d: %d differences outside the codec bound", bits, bad);
+  }
+  for (size_t i = 0; i < n; i++) ztSet(ref, t, i, (float)ztGet(ref, t, i) + dq[i]);
+  (void)ts;
+  free(d);
+  free(dq);
+}
+
+static double rmsDiff(const void* a, const void* b, zppDataType_t t, size_t n) {
+  double e = 0;
+  for (size_t i = 0; i < n; i++) {
+    double v = ztGet(a, t, i) - ztGet(b, t, i);
+    e += v * v;
+  }
+  return sqrt(e / (double)(n ? n : 1));
+}
+
+/* A delta parameter over several steps: the first gather exact, later
+ * ones the model above byte for byte (the same on every rank), the
+ * backward gather the reference with no weight bytes across nodes, a
+ * dropped reference an exact gather again. lastOfComm: also the rank that
+ * alone drops its reference, which fails the gather on every rank as a
+ * mismatched call and leaves the communicator broken. */
+static void deltaCase(const ctx_t* c, zppDataType_t t, int bits, size_t count, int lastOfComm) {
+  const int steps = 6;
+  size_t ts = zppTypeSize(t), n = count * (size_t)c->W, all = n * ts;
+  char* x = xmalloc(all);
+  char* ref = xmalloc(all);
+  char* full = xmalloc(all);
+  char* bwd = xmalloc(all);
+  char* stateless = xmalloc(all);
+  zppParam_t p = NULL;
+  CHECK(zppParamCreateEx(c->comm, count, t, bits, 7, &p) == zppInvalidArgument);
+  REQUIRE(zppParamCreateEx(c->comm, count, t, bits, ZPP_PARAM_DELTA, &p) == zppSuccess);
+  size_t held = 0;
+  CHECK(zppParamSecondaryBytes(p, &held) == zppSuccess);
+  CHECK_EQ_INT(held, all);
+  zppCommStats_t st;
+  statsDelta(c, &st);
+  for (int s = 0; s <= steps; s++) {
+    deltaWeights(c, t, count, s, x);
+    if (s == 0)
+      memcpy(ref, x, all); /* the first gather is exact */
+    else
+      deltaModel(c, t, count, bits, x, ref);
+    CHECK(zppParamGatherForward(p, x + (size_t)c->rank * count * ts, full, NULL) == zppSuccess);
+    CHECK_MSG(ztFirstDiff(full, ref, t, n) < 0, "delta %s int%d step %d: element %ld != the model",
+              ztTypeName(t), bits, s, ztFirstDiff(full, ref, t, n));
+    /* Backward at the same version: the reference, no weights across nodes. */
+    statsDelta(c, &st);
+    memset(bwd, 0, all);
+    CHECK(zppParamGatherBackward(p, x + (size_t)c->rank * count * ts, bwd, NULL) == zppSuccess);
+    statsDelta(c, &st);
+    CHECK_MSG(memcmp(bwd, full, all) == 0, "delta backward != forward at step %d", s);
+    CHECK_MSG(st.interNodeBytes[zppOpHpZ] <= 24 * (uint64_t)c->W,
+              "delta backward sent %llu bytes across nodes",
+              (unsigned long long)st.interNodeBytes[zppOpHpZ]);
+    CHECK(zppParamInvalidate(p) == zppSuccess); /* the optimizer step comes */
+  }
+  /* What it is for: the gathered weights are far closer to the true ones
+   * than a stateless qwZ of them. */
+  for (int r = 0; r < c->W; r++)
+    (void)ztQwzExpect(x + (size_t)r * count * ts, t, count, bits, ztBlock(bits),
+                      stateless + (size_t)r * count * ts);
+  double eDelta = rmsDiff(full, x, t, n), eStateless = rmsDiff(stateless, x, t, n);
+  CHECK_MSG(eDelta < eStateless / 8, "delta %s int%d: RMS error %g, stateless qwZ %g", ztTypeName(t),
+            bits, eDelta, eStateless);
+  if (c->rank == 0)
+    printf("delta %s int%d: RMS error after %d steps %.3g, stateless qwZ %.3g\n", ztTypeName(t), bits,
+           steps, eDelta, eStateless);
+  /* A backward gather after a weight write: refreshes through differences. */
+  deltaWeights(c, t, count, steps + 1, x);
+  deltaModel(c, t, count, bits, x, ref);
+  CHECK(zppParamGatherBackward(p, x + (size_t)c->rank * count * ts, bwd, NULL) == zppSuccess);
+  CHECK_MSG(ztFirstDiff(bwd, ref, t, n) < 0, "delta backward after invalidation != the model");
+  /* Dropped on every rank: exact again. */
+  CHECK(zppParamDropReference(p) == zppSuccess);
+  CHECK(zppParamGatherForward(p, x + (size_t)c->rank * count * ts, full, NULL) == zppSuccess);
+  CHECK_MSG(ztFirstDiff(full, x, t, n) < 0,
+            "delta %s int%d: the gather after zppParamDropReference differs at element %ld",
+            ztTypeName(t), bits, ztFirstDiff(full, x, t, n));
+  if (lastOfComm && c->W > 1) {
+    /* Every rank past the exact gather first: rank 0 finds the mismatch of
+     * the next call and fails the communicator, which would also end a
+     * rank still finishing this one. Once a rank leaves this all-reduce,
+     * every rank has entered it; its own result is not what is tested. */
+    int32_t one = 1, sum = 0;
+    (void)zppAllReduce(&one, &sum, 1, zppInt32, zppSum, c->comm, NULL);
+    if (c->rank == 0) CHECK(zppParamDropReference(p) == zppSuccess);
+    zppResult_t res = zppParamGatherForward(p, x + (size_t)c->rank * count * ts, full, NULL);
+    CHECK_MSG(res != zppSuccess, "rank %d: delta gather with rank 0 alone dropping succeeded", c->rank);
+  }
+  (void)zppParamDestroy(p);
+  free(x);
+  free(ref);
+  free(full);
+  free(bwd);
+  free(stateless);
+}
+
+static void suiteDelta(const ctx_t* c) {
+  zppParam_t p = NULL;
+  CHECK(zppParamCreateEx(c->comm, 64, zppFloat32, 0, ZPP_PARAM_DELTA, &p) == zppInvalidArgument);
+  CHECK(zppParamCreate(c->comm, 64, zppFloat32, 8, &p) == zppSuccess);
+  CHECK(zppParamDropReference(p) == zppInvalidArgument);
+  CHECK(zppParamDestroy(p) == zppSuccess);
+  deltaCase(c, zppFloat32, 4, 5000, 0);
+  deltaCase(c, zppFloat16, 8, 333, 0);
+  deltaCase(c, zppBfloat16, 4, 9000, 1);
+}
+
 /* ---- counters -------------------------------------------------------------- */
 
 static uint64_t sumAll(const ctx_t* c, uint64_t v) {
@@ -1014,6 +1156,8 @@ static void runSuite(zppComm_t comm, const char* suite) {
     suiteSplit(&c);
   else if (strcmp(suite, "outliers") == 0)
     suiteOutliers(&c);
+  else if (strcmp(suite, "delta") == 0)
+    suiteDelta(&c);
   else
     REQUIRE(!"unknown suite");
   if (c.rank == 0) printf("rank 0: %ld checks, %d failed\n", zppTestChecks, zppTestFailures);
@@ -1052,7 +1196,8 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: %s LAYOUT|env core|hpz|counters|wrap|config|split|outliers|rotation\n",
+    fprintf(stderr,
+            "usage: %s LAYOUT|env core|hpz|delta|counters|wrap|config|split|outliers|rotation\n",
             argv[0]);
     return 2;
   }
