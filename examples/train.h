@@ -29,6 +29,7 @@ typedef struct {
   int compareOverlap;             /* both, each with and without overlap */
   int qwzBits, qgzBits, hpz;      /* ZeRO++ settings */
   int rotate;                     /* ZeRO++: rotated codec blocks (zppConfig_t.quantRotate) */
+  int qwzDelta;                   /* ZeRO++: weight gathers send differences (ZPP_PARAM_DELTA) */
   int overlap;
   int prefetch;
   zppDataType_t type;

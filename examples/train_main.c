@@ -83,6 +83,9 @@ static void trUsage(FILE* f) {
           "      --no-hpz          backward gathers go across nodes like the forward ones\n"
           "      --rotate          rotate each codec block (random signs, Walsh-Hadamard) before\n"
           "                        quantizing: qwZ, hpZ and qgZ (ZPP_QUANT_ROTATE; off by default)\n"
+          "      --qwz-delta       weight gathers send each shard's change since the last gather\n"
+          "                        (ZPP_PARAM_DELTA: every rank keeps the full weights; the\n"
+          "                        backward gathers copy them)\n"
           "      --dtype T         weights and gradients on the wire: bf16 (default) or fp32\n"
           "      --bucket-mb MB    gradient bucket for one reduce-scatter call (default 4)\n"
           "      --prefetch N      weight gathers in flight ahead of the computing layer\n"
@@ -178,6 +181,7 @@ enum {
   O_QGZ,
   O_NOHPZ,
   O_ROTATE,
+  O_QWZDELTA,
   O_DTYPE,
   O_BUCKET,
   O_NOOVERLAP,
@@ -213,6 +217,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
                                        {"qgz-bits", required_argument, 0, O_QGZ},
                                        {"no-hpz", no_argument, 0, O_NOHPZ},
                                        {"rotate", no_argument, 0, O_ROTATE},
+                                       {"qwz-delta", no_argument, 0, O_QWZDELTA},
                                        {"dtype", required_argument, 0, O_DTYPE},
                                        {"bucket-mb", required_argument, 0, O_BUCKET},
                                        {"no-overlap", no_argument, 0, O_NOOVERLAP},
@@ -298,6 +303,10 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
         a->hpz = 0;
         zeroppKnobs = 1;
         break;
+      case O_QWZDELTA:
+        a->qwzDelta = 1;
+        zeroppKnobs = 1;
+        break;
       case O_DTYPE:
         if (strcmp(v, "bf16") == 0 || strcmp(v, "bfloat16") == 0)
           a->type = zppBfloat16;
@@ -378,9 +387,13 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
     return trBad("--compare-overlap runs both with and without overlap: drop --no-overlap%s%s", "", "");
   if (a->plain && zeroppKnobs)
     return trBad(
-        "--qwz-bits, --qgz-bits, --rotate and --no-hpz set ZeRO++; they make no sense with "
+        "--qwz-bits, --qgz-bits, --rotate, --qwz-delta and --no-hpz set ZeRO++; they make no sense "
+        "with "
         "--plain%s%s",
         "", "");
+  if (a->qwzDelta && a->qwzBits == 0)
+    return trBad("--qwz-delta sends quantized weight differences: it needs --qwz-bits 8 or 4%s%s", "",
+                 "");
   if (!a->plain && !a->compare) a->zeropp = 1;
   if (a->layoutNodes > 0 && a->forkRanks > 0) {
     int n = a->layoutNodes * a->layoutPerNode;
@@ -451,7 +464,7 @@ static int trRankMain(const trArgs_t* a, trEnv_t* env) {
     zcOptions_t modes[TR_MAX_RUNS];
     int overlap[TR_MAX_RUNS];
     zcOptions_t plain = ZC_OPTIONS_PLAIN,
-                zpp = {zcModeZeroPP, a->qwzBits, a->qgzBits, a->hpz, a->rotate};
+                zpp = {zcModeZeroPP, a->qwzBits, a->qgzBits, a->hpz, a->rotate, a->qwzDelta};
     for (int pass = 0; pass < (a->compareOverlap ? 2 : 1); pass++) {
       int ov = a->compareOverlap ? !pass : a->overlap;
       if (a->plain || a->compare) overlap[nruns] = ov, modes[nruns++] = plain;

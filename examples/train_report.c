@@ -20,10 +20,10 @@ static void trModeLabel(const trRun_t* r, char* out, size_t len) {
     snprintf(out, len, "plain%s", r->overlap ? "" : " (no overlap)");
     return;
   }
-  char qw[24], qg[24];
+  char qw[40], qg[24];
   const char* rot = r->opt.rotate ? " rotated" : "";
   if (r->opt.qwzBits)
-    snprintf(qw, sizeof qw, "qwZ int%d%s", r->opt.qwzBits, rot);
+    snprintf(qw, sizeof qw, "qwZ int%d%s%s", r->opt.qwzBits, rot, r->opt.qwzDelta ? " delta" : "");
   else
     snprintf(qw, sizeof qw, "no qwZ");
   if (r->opt.qgzBits)
@@ -139,8 +139,8 @@ static void trJsonRun(FILE* f, const trRun_t* r) {
   fprintf(f, "    {\"mode\": \"%s\", \"overlap\": %s, \"label\": ", r->mode,
           r->overlap ? "true" : "false");
   trJsonString(f, mode);
-  fprintf(f, ", \"qwz_bits\": %d, \"qgz_bits\": %d, \"hpz\": %s,\n", r->opt.qwzBits, r->opt.qgzBits,
-          r->opt.hpz ? "true" : "false");
+  fprintf(f, ", \"qwz_bits\": %d, \"qgz_bits\": %d, \"hpz\": %s, \"qwz_delta\": %s,\n", r->opt.qwzBits,
+          r->opt.qgzBits, r->opt.hpz ? "true" : "false", r->opt.qwzDelta ? "true" : "false");
   fprintf(f, "     \"steps\": [\n");
   for (int s = 0; s < r->nsteps; s++) {
     fprintf(f, "       {\"step\": %d, \"loss\": ", s + 1);

@@ -91,7 +91,7 @@ zppResult_t zcCommInit(zcComm_t* out, zppComm_t comm, const zcOptions_t* options
   if (c == NULL) return zppSystemError;
   c->comm = comm;
   c->opt = *options;
-  if (c->opt.mode == zcModePlain) c->opt.qwzBits = c->opt.qgzBits = c->opt.hpz = 0;
+  if (c->opt.mode == zcModePlain) c->opt.qwzBits = c->opt.qgzBits = c->opt.hpz = c->opt.qwzDelta = 0;
   zppCommCount(comm, &c->nranks);
   c->blocking.comm = c;
   pthread_mutex_init(&c->lock, NULL);
@@ -343,10 +343,12 @@ zppResult_t zcParamCreate(zcComm_t comm, size_t shardcount, zppDataType_t dataty
   p->comm = comm;
   p->count = shardcount;
   p->type = datatype;
-  if (comm->opt.hpz) {
+  if (comm->opt.hpz || comm->opt.qwzDelta) {
     /* bits 0 would mean "the communicator's qwzBits"; the trainer's
-     * communicator keeps those at 0, so 0 stays a plain hpZ gather. */
-    zppResult_t r = zppParamCreate(comm->comm, shardcount, datatype, comm->opt.qwzBits, &p->hpz);
+     * communicator keeps those at 0, so 0 stays a plain hpZ gather (and
+     * --qwz-delta refuses bits 0 before it comes here). */
+    zppResult_t r = zppParamCreateEx(comm->comm, shardcount, datatype, comm->opt.qwzBits,
+                                     comm->opt.qwzDelta ? ZPP_PARAM_DELTA : 0, &p->hpz);
     if (r != zppSuccess) {
       free(p);
       return r;

@@ -48,16 +48,17 @@ typedef enum { zcModePlain = 0, zcModeZeroPP = 1 } zcMode_t;
 
 typedef struct {
   zcMode_t mode;
-  int qwzBits; /* ZeRO++: bits of the weight gathers (8, 4; 0 = plain gathers) */
-  int qgzBits; /* ZeRO++: bits of the gradient reduce-scatter (4, 8; 0 = plain) */
-  int hpz;     /* ZeRO++: 1 = backward gathers from the node's secondary partition */
-  int rotate;  /* ZeRO++: the communicator's codec rotates its blocks (quantRotate) */
+  int qwzBits;  /* ZeRO++: bits of the weight gathers (8, 4; 0 = plain gathers) */
+  int qgzBits;  /* ZeRO++: bits of the gradient reduce-scatter (4, 8; 0 = plain) */
+  int hpz;      /* ZeRO++: 1 = backward gathers from the node's secondary partition */
+  int rotate;   /* ZeRO++: the communicator's codec rotates its blocks (quantRotate) */
+  int qwzDelta; /* ZeRO++: weight gathers send the change since the last one (ZPP_PARAM_DELTA) */
 } zcOptions_t;
 
 #define ZC_OPTIONS_PLAIN \
-  { zcModePlain, 0, 0, 0, 0 }
+  { zcModePlain, 0, 0, 0, 0, 0 }
 #define ZC_OPTIONS_ZEROPP \
-  { zcModeZeroPP, 8, 4, 1, 0 }
+  { zcModeZeroPP, 8, 4, 1, 0, 0 }
 
 typedef struct zcComm* zcComm_t;
 typedef struct zcStream* zcStream_t;

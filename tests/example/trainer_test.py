@@ -12,6 +12,9 @@ One case per ctest entry, each a few seconds on 2 shared cores:
              within 2%, no divergence, the ZeRO++ volumes, determinism
   wlayout    --weight-layout in-out and out-in compute the same model: plain
              losses agree within a summation-order tolerance (below)
+  delta      --qwz-delta (4-bit weight differences) against plain and against
+             stateless 4-bit weights: closer to plain, no weights across nodes
+             in the backward gathers
   outputs    the JSON and the SVG exist and parse, with both curves
   args       bad arguments: exit 2 and a message that names the problem
   launch     ranks from RANK/WORLD_SIZE/MASTER_* and from mpirun
@@ -336,6 +339,8 @@ def case_args(exe, tmp):
         (["-N", "3", "--batch", "64", "--steps", "1"], "does not divide by 3 ranks"),
         (["--prefetch", "9"], "--prefetch '9'"),
         (["--weight-layout", "io"], "--weight-layout 'io'"),
+        (["--qwz-delta", "--qwz-bits", "0"], "it needs --qwz-bits 8 or 4"),
+        (["--plain", "--qwz-delta"], "make no sense with --plain"),
     ]
     tiny = os.path.join(tmp, "tiny.txt")
     with open(tiny, "w") as f:
@@ -351,6 +356,38 @@ def case_args(exe, tmp):
     print("args: %d bad invocations refused with exit 2 and a reason" % (len(bad) + 1))
 
 
+
+def case_delta(exe, tmp):
+    """qwZ int4 of weight differences against plain and against stateless qwZ int4.
+
+    The differences are small, so their rounding is: the delta run's loss
+    curve follows plain's more closely than the stateless run's (summed
+    absolute difference of the training losses), and ends within 1% of it.
+    Its backward gathers copy the reference: only hpZ's handshake crosses
+    nodes, and only the forward gathers carry weights.
+    """
+    steps = 120
+    base = ["--layout", "2x2", "--compare", "--steps", str(steps), "--seed", "5", "--qwz-bits", "4",
+            "--interleave", "0"] + SMALL
+    stateless = train(exe, tmp, "stateless", base)
+    delta = train(exe, tmp, "delta", base + ["--qwz-delta"])
+    plain, dz = delta["runs"]
+    check(dz["qwz_delta"] is True and stateless["runs"][1]["qwz_delta"] is False,
+          "qwz_delta in the JSON: %r / %r" % (dz.get("qwz_delta"), stateless["runs"][1].get("qwz_delta")))
+    check(losses(stateless, 0) == losses(delta, 0), "the plain runs differ")
+    lp = losses(delta, 0)
+    gap_delta = sum(abs(a - b) for a, b in zip(losses(delta, 1), lp))
+    gap_stateless = sum(abs(a - b) for a, b in zip(losses(stateless, 1), lp))
+    check(gap_delta < gap_stateless, "delta's losses are farther from plain (%.4f summed) than stateless "
+          "qwZ int4's (%.4f)" % (gap_delta, gap_stateless))
+    vp, vd = plain["final_val_loss"], dz["final_val_loss"]
+    check(abs(vd - vp) / vp <= 0.01, "held-out loss: delta %.5f against plain %.5f (%+.2f%%)"
+          % (vd, vp, 100 * (vd - vp) / vp))
+    ops = dz["bytes_per_step"]["by_op"]
+    check(ops["hpz"]["inter_node"] < 0.02 * ops["qwz"]["inter_node"],
+          "delta backward gathers crossed nodes: %r" % ops)
+    print("delta: summed |loss - plain| over %d steps: %.4f delta, %.4f stateless int4; held-out %+.2f%%"
+          % (steps, gap_delta, gap_stateless, 100 * (vd - vp) / vp))
 
 
 def case_launch(exe, tmp):
@@ -419,7 +456,7 @@ def main():
         else:
             rc = {"single": case_single, "zeropp": case_zeropp, "outputs": case_outputs,
                   "args": case_args, "launch": case_launch,
-                  "wlayout": case_wlayout}[case](exe, tmp)
+                  "wlayout": case_wlayout, "delta": case_delta}[case](exe, tmp)
         return rc or 0
     except Failure as e:
         print("FAIL %s: %s" % (case, e))
