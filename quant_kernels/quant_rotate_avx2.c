@@ -637,3 +637,69 @@ void zppQuantRotSumStoreAvx2(const uint8_t* packed, size_t stride, int n, size_t
   ROT_SPECIALIZE(bits, dtype, SUM_STORE);
 #undef SUM_STORE
 }
+
+/* The direct order's block: r in registers (blocks of 32 and 64) or 64 at
+ * a time into an L1 buffer, max |r|, then quant_ref.h's block setup and the
+ * encoder's quantization of w (quantizeSmall's, quantizeW's): no inverse,
+ * no forward transform. */
+ROT_INLINE int sumRequantT(const uint8_t* packed, size_t stride, int nin, size_t dataOff, int bitsIn,
+                           size_t b, size_t lo, size_t len, int bitsOut, uint8_t* scales,
+                           uint8_t* data) {
+  const int Q = zppQuantQmax(bitsOut);
+  float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(32)));
+  __m256 v[8];
+  __m256i m = _mm256_setzero_si256();
+  uint8_t* d = data + (bitsOut == 8 ? lo : lo / 2);
+  if (len <= 64) {
+    const int n = len == 32 ? 4 : 8;
+    if (n == 4)
+      sumRotated(packed, stride, nin, dataOff, bitsIn, b, lo, v, 4);
+    else
+      sumRotated(packed, stride, nin, dataOff, bitsIn, b, lo, v, 8);
+    for (int k = 0; k < n; k++) m = _mm256_max_epu32(m, absBits(v[k]));
+    const uint32_t a = avx2HmaxU32(m);
+    if (a >= 0x7f800000u) return 0;
+    zppQuantBlockParams_t bp = zppQuantBlockSetup(a, Q);
+    zppQuantStoreScale(scales, b, bp.scale);
+    if (bp.kind != ZPP_QBLOCK_NORMAL) {
+      memset(d, 0, zppQuantDataBytes(len, bitsOut));
+    } else if (bp.p != 1.0f) { /* max |r| < 2^-64: the reference's scaled path */
+      for (int k = 0; k < n; k++) _mm256_store_ps(buf + 8 * k, v[k]);
+      zppQuantEncodeDtypeRef(buf, zppFloat32, len, &bp, bitsOut, data, lo);
+    } else {
+      const __m256 vinv = _mm256_set1_ps(bp.inv);
+      for (int k = 0; k < n; k += 4)
+        store32(v[k], v[k + 1], v[k + 2], v[k + 3], vinv, bitsOut, d + (bitsOut == 8 ? 8 * k : 4 * k));
+    }
+    return 1;
+  }
+  for (size_t i = 0; i < len; i += 64) {
+    sumRotated(packed, stride, nin, dataOff, bitsIn, b, lo + i, v, 8);
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+      m = _mm256_max_epu32(m, absBits(v[k]));
+      _mm256_store_ps(buf + i + 8 * k, v[k]);
+    }
+  }
+  const uint32_t a = avx2HmaxU32(m);
+  if (a >= 0x7f800000u) return 0;
+  zppQuantBlockParams_t bp = zppQuantBlockSetup(a, Q);
+  zppQuantStoreScale(scales, b, bp.scale);
+  if (bp.kind != ZPP_QBLOCK_NORMAL)
+    memset(d, 0, zppQuantDataBytes(len, bitsOut));
+  else if (bp.p != 1.0f)
+    zppQuantEncodeDtypeRef(buf, zppFloat32, len, &bp, bitsOut, data, lo);
+  else
+    quantizeW(buf, len, bitsOut, bp.inv, d);
+  return 1;
+}
+
+int zppQuantRotSumRequantAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
+                              size_t b, size_t lo, size_t len, int bits_out, uint8_t* scalesOut,
+                              uint8_t* dataOut) {
+#define SUM_REQUANT(BI, BO) \
+  sumRequantT(packed, stride, n, dataOff, BI, b, lo, len, BO, scalesOut, dataOut)
+  if (bits == 8) return bits_out == 8 ? SUM_REQUANT(8, 8) : SUM_REQUANT(8, 4);
+  return bits_out == 8 ? SUM_REQUANT(4, 8) : SUM_REQUANT(4, 4);
+#undef SUM_REQUANT
+}

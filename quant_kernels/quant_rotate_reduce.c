@@ -13,7 +13,11 @@
  * The sums of a group are then divided and stored (zppDequantizeSumOrder)
  * or quantized again as one group of the output (zppQuantReduceRequantOrder;
  * a group is encoded on its own, so this is byte for byte zppQuantizeEx of
- * all the sums). */
+ * all the sums). The direct order (requantization only) quantizes the
+ * rotated-domain sums r of a block straight into the rotated output where
+ * every input stores it rotated with no escape and r is finite (no inverse,
+ * no forward transform); its other blocks are the rotated-domain order's,
+ * encoded by zppQuantizeEx with the direct blocks' sums at +0. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -254,16 +258,106 @@ static void sumGroup(const uint8_t* packed, size_t stride, int n, size_t count, 
   }
 }
 
+/* 1 when no input has an escape in block [lo, lo + len). */
+static int noEscape(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
+                    uint64_t escMask, size_t lo, size_t len) {
+  for (int k = 0; k < n; k++) {
+    if (!mayEscape(escMask, k)) continue;
+    segInfo_t si = {packed + (size_t)k * stride, count, bits, block};
+    size_t at;
+    float v;
+    if (blockEscape(&si, lo, len, 0, &at, &v) >= 0) return 0;
+  }
+  return 1;
+}
+
+/* The direct requantization of one block from its sums r in acc[0..len)
+ * (zpp_quant.h, "Reductions of rotated segments", the direct order): w = r
+ * quantized as the rotated encoder quantizes its w, into block b of the
+ * output po. Returns 0, writing nothing, when some r is not finite. */
+static int directBlockRef(const float* r, size_t len, int bits_out, uint8_t* po, size_t dataOut,
+                          size_t b, size_t lo) {
+  uint32_t amax = 0;
+  for (size_t i = 0; i < len; i++) {
+    uint32_t m = zppF32Bits(r[i]) & 0x7fffffffu;
+    if (m >= 0x7f800000u) return 0;
+    if (m > amax) amax = m;
+  }
+  const int Q = zppQuantQmax(bits_out);
+  zppQuantBlockParams_t bp = zppQuantBlockSetup(amax, Q);
+  zppQuantStoreScale(po + ZPP_QUANT_HEADER_BYTES, b, bp.scale);
+  if (bp.kind != ZPP_QBLOCK_NORMAL)
+    memset(po + dataOut + (bits_out == 8 ? lo : lo / 2), 0, zppQuantDataBytes(len, bits_out));
+  else
+    zppQuantEncodeSpanRef(r, 0, len, &bp, bits_out, po + dataOut, lo);
+  return 1;
+}
+
+/* Escape group g of a requantization in the direct order (block_in ==
+ * block_out, output rotated): each block that every input stores rotated,
+ * without an escape in any input, whose sums r are finite, is quantized
+ * from r into po (direct[k] = 1, acc +0 there); the others' sums, in the
+ * rotated-domain order, go to acc (direct[k] = 0) for zppQuantizeEx.
+ * Returns the number of those others. */
+static size_t directGroup(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
+                          int block, int bits_out, size_t g, float* acc, uint8_t* po, uint8_t* direct) {
+  float y[ZPP_QUANT_MAX_BLOCK];
+  const size_t base = g * ZPP_QUANT_ESC_GROUP;
+  const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
+  const int vec = zppQuantImplActive() != &zppQuantImplScalar;
+  const size_t escOff = zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
+  uint64_t escMask = 0;
+  for (int k = 0; k < n && k < 64; k++)
+    if (zppQuantEscIndex(packed + (size_t)k * stride + escOff, 0) != ZPP_QUANT_ESC_EMPTY)
+      escMask |= (uint64_t)1 << k;
+  const size_t dataIn = zppQuantDataOffset(count, block), dataOut = zppQuantDataOffset(count, block);
+  size_t nfall = 0;
+  for (size_t r = 0; r < glen; r += (size_t)block) {
+    size_t len = glen - r < (size_t)block ? glen - r : (size_t)block;
+    size_t b = (base + r) / (size_t)block, k = r / (size_t)block;
+    int ok = len == (size_t)block;
+    for (int i = 0; i < n && ok; i++) ok = blockRotated(packed + (size_t)i * stride, b, len, block);
+    if (ok && escMask != 0)
+      ok = noEscape(packed, stride, n, count, bits, block, escMask, base + r, len);
+    if (ok) {
+#if defined(ZPP_QUANT_HAVE_AVX2)
+      if (vec)
+        ok = zppQuantRotSumRequantAvx2(packed, stride, n, dataIn, bits, b, base + r, len, bits_out,
+                                       po + ZPP_QUANT_HEADER_BYTES, po + dataOut);
+      else
+#endif
+      {
+        for (int i = 0; i < n; i++) {
+          const uint8_t* seg = packed + (size_t)i * stride;
+          addScaled(seg + dataIn, bits, base + r, len, zppQuantLoadScale(zppQuantScalesPtr(seg), b),
+                    acc + r, i == 0);
+        }
+        ok = directBlockRef(acc + r, len, bits_out, po, dataOut, b, base + r);
+      }
+    }
+    direct[k] = (uint8_t)ok;
+    if (ok) {
+      memset(acc + r, 0, len * sizeof(float));
+      continue;
+    }
+    nfall++;
+    sumBlock(packed, stride, n, count, bits, block, ZPP_QUANT_SUM_ROTATED_DOMAIN, b, base + r, len,
+             acc + r, y, vec, escMask);
+  }
+  return nfall;
+}
+
 static zppResult_t checkInputs(const char* fn, const void* packed, size_t stride, int n, size_t count,
                                int bits, int block, zppQuantSumOrder_t order) {
   if (!zppQuantValidParams(bits, block))
     ZPP_FAIL(zppInvalidArgument, QUANT,
              "%s: bits %d / block %d: expected 4 or 8 and a power of two in [%d, %d]", fn, bits, block,
              ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
-  if (order != ZPP_QUANT_SUM_SIMPLE && order != ZPP_QUANT_SUM_ROTATED_DOMAIN)
+  if (order != ZPP_QUANT_SUM_SIMPLE && order != ZPP_QUANT_SUM_ROTATED_DOMAIN &&
+      order != ZPP_QUANT_SUM_ROTATED_DIRECT)
     ZPP_FAIL(zppInvalidArgument, QUANT,
-             "%s: order %d: expected ZPP_QUANT_SUM_SIMPLE or "
-             "ZPP_QUANT_SUM_ROTATED_DOMAIN",
+             "%s: order %d: expected ZPP_QUANT_SUM_SIMPLE, ZPP_QUANT_SUM_ROTATED_DOMAIN or "
+             "ZPP_QUANT_SUM_ROTATED_DIRECT",
              fn, (int)order);
   if (n < 1) ZPP_FAIL(zppInvalidArgument, QUANT, "%s: n %d: at least one input", fn, n);
   if (packed == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "%s: packed is NULL", fn);
@@ -317,8 +411,10 @@ zppResult_t zppDequantizeSumOrder(const void* packed, size_t stride, int n, size
       : pow2          ? 1
                       : 2,
       divisor, pow2 ? zppF32FromBits((zppF32Bits(divisor) & 0x80000000u) | ((254u << 23) - db)) : 0.0f};
+  /* The direct order differs only in its requantization. */
+  const zppQuantSumOrder_t sums = order == ZPP_QUANT_SUM_SIMPLE ? order : ZPP_QUANT_SUM_ROTATED_DOMAIN;
   for (size_t g = 0; g < zppQuantNumGroups(count); g++)
-    sumGroup((const uint8_t*)packed, stride, n, count, bits, block, order, g, acc, &so);
+    sumGroup((const uint8_t*)packed, stride, n, count, bits, block, sums, g, acc, &so);
   return zppSuccess;
 }
 
@@ -345,19 +441,49 @@ zppResult_t zppQuantReduceRequantOrder(const void* packed, size_t stride, int n,
   uint8_t* po = (uint8_t*)packed_out;
   if (flags_out & ZPP_QUANT_ROTATE) po[6] |= ZPP_QUANT_FLAG_ROTATED;
   uint8_t tmp[GROUP_SEG_BYTES];
+  uint8_t direct[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK];
   const size_t dataOut = zppQuantDataOffset(count, block_out);
   const size_t escOut = zppQuantEscOffset(count, bits_out, block_out);
+  /* The direct order: blocks quantized from r where it applies. */
+  const int useDirect =
+      order == ZPP_QUANT_SUM_ROTATED_DIRECT && (flags_out & ZPP_QUANT_ROTATE) && block_in == block_out;
+  const zppQuantSumOrder_t sums = order == ZPP_QUANT_SUM_SIMPLE ? order : ZPP_QUANT_SUM_ROTATED_DOMAIN;
+  const size_t nbOut = (size_t)block_out;
   for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
     size_t base = g * ZPP_QUANT_ESC_GROUP;
     size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-    sumGroup((const uint8_t*)packed, stride, n, count, bits_in, block_in, order, g, acc, NULL);
-    /* Groups encode independently (blocks, tables): one group's segment. */
+    size_t nb = zppQuantNumBlocks(glen, block_out), nfall = nb;
+    if (useDirect) {
+      nfall = directGroup((const uint8_t*)packed, stride, n, count, bits_in, block_in, bits_out, g, acc,
+                          po, direct);
+      if (nfall == 0) { /* every block direct: no escape, an empty table */
+        uint8_t* table = po + escOut + g * ZPP_QUANT_ESC_TABLE_BYTES;
+        for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
+          zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+        continue;
+      }
+    } else {
+      sumGroup((const uint8_t*)packed, stride, n, count, bits_in, block_in, sums, g, acc, NULL);
+    }
+    /* Groups encode independently (blocks, tables): one group's segment
+     * (the direct blocks are +0 in acc: no escape, no marker, overwritten). */
     ZPPCHECK(zppQuantizeEx(acc, zppFloat32, glen, bits_out, block_out, flags_out, tmp));
     po[6] |= (uint8_t)(tmp[6] & ZPP_QUANT_FLAG_MARKERS);
-    memcpy(po + ZPP_QUANT_HEADER_BYTES + 4 * (base / (size_t)block_out), tmp + ZPP_QUANT_HEADER_BYTES,
-           4 * zppQuantNumBlocks(glen, block_out));
-    memcpy(po + dataOut + (bits_out == 8 ? base : base / 2), tmp + zppQuantDataOffset(glen, block_out),
-           zppQuantDataBytes(glen, bits_out));
+    if (nfall == nb) {
+      memcpy(po + ZPP_QUANT_HEADER_BYTES + 4 * (base / nbOut), tmp + ZPP_QUANT_HEADER_BYTES, 4 * nb);
+      memcpy(po + dataOut + (bits_out == 8 ? base : base / 2),
+             tmp + zppQuantDataOffset(glen, block_out), zppQuantDataBytes(glen, bits_out));
+    } else {
+      const size_t bytes = zppQuantDataBytes(nbOut, bits_out);
+      for (size_t k = 0; k < nb; k++) {
+        if (direct[k]) continue;
+        size_t at = base + k * nbOut; /* a short last block: its bytes are the segment's last */
+        size_t len = glen - k * nbOut < nbOut ? glen - k * nbOut : nbOut;
+        memcpy(po + ZPP_QUANT_HEADER_BYTES + 4 * (at / nbOut), tmp + ZPP_QUANT_HEADER_BYTES + 4 * k, 4);
+        memcpy(po + dataOut + (bits_out == 8 ? at : at / 2),
+               tmp + zppQuantDataOffset(glen, block_out) + bytes * k, zppQuantDataBytes(len, bits_out));
+      }
+    }
     memcpy(po + escOut + g * ZPP_QUANT_ESC_TABLE_BYTES,
            tmp + zppQuantEscOffset(glen, bits_out, block_out), ZPP_QUANT_ESC_TABLE_BYTES);
   }

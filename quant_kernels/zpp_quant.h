@@ -188,7 +188,7 @@
  * Inputs of either kind, rotated or plain, with the same count, bits and
  * block. No call allocates: the sums are formed one escape group (4096
  * elements) at a time in an fp32 tile on the stack, which changes no bit.
- * Two orders, per block:
+ * Two orders of the sums, per block, and a third for requantizing them:
  *   - the simple order (ZPP_QUANT_SUM_SIMPLE; every block in it, and in
  *     either order every block that some input stores unrotated: a plain
  *     segment, a short last block, a block with its scale's sign set, or a
@@ -208,6 +208,35 @@
  *     block holds quantization noise at its escaped elements (they were +0
  *     when rotated): here that noise stays in z_i; the simple order
  *     replaces it by the escaped value.
+ *   - the direct order (ZPP_QUANT_SUM_ROTATED_DIRECT; it changes only the
+ *     requantization: zppDequantizeSumOrder sums as in the rotated-domain
+ *     order). zppQuantReduceRequantOrder with block_out == block and
+ *     flags_out ZPP_QUANT_ROTATE takes a block "direct" when every input
+ *     stores it rotated (full, scale sign clear, finite), no input has an
+ *     escape in it and every r_j above is finite. Its output block is r
+ *     itself as the rotated encoder's w: a = max |r_j|, then the plain
+ *     block's rules with bits_out (scale = a / Q, p, inv = Q / (a p),
+ *     q_j = clamp(rne((r_j p) inv), -Q, Q)), stored rotated (scale sign
+ *     clear), with no escape and no marker: the inverse of r and the
+ *     encoder's forward transform of z are not run (H D D H r / B = r in
+ *     exact arithmetic). Every other block (all of them when block_out !=
+ *     block or flags_out is 0) is the rotated-domain order's: the sums z_i
+ *     with their escapes added, encoded by zppQuantizeEx's rules (escape
+ *     selection on the unrotated sums, such blocks stored plain, markers).
+ *     Per escape group: the group's sums with every direct block's set to
+ *     +0 are quantized as zppQuantizeEx would (flags_out), then each direct
+ *     block's scale and data replace what that wrote for it. A +0 block
+ *     has no candidate (its r is 0), no non-finite element and nothing to
+ *     saturate, so the group's escape table (its slots, their order), its
+ *     markers, the header's marker flag and the escape counts are those of
+ *     the fallback blocks alone: the group is well-formed, every slot
+ *     pointing into a fallback block, and a direct block decodes as any
+ *     rotated block without escapes. Saturation and "w not finite": a
+ *     direct block has no candidates and none are looked for (an outlier
+ *     in its sum can only come from cancellation, since no input had a
+ *     candidate there; it stays in the block and is rotated with it), so
+ *     nothing saturates; its w = r is finite by the condition, and a block
+ *     whose r overflows falls back, its Inf or NaN sums marked as before.
  * zppDequantizeSumOrder stores sum_i / divisor (one fp32 division) rounded
  * to the output type; zppQuantReduceRequantOrder quantizes the fp32 sums as
  * zppQuantizeEx would with flags_out (rotated again with ZPP_QUANT_ROTATE),
@@ -237,9 +266,24 @@
  *   terms.
  *   Either way the requantized output adds the bound of its own block for
  *   the fp32 sums as input (rotated: E with M the block's largest
- *   non-escaped |sum|). Which order qgZ uses, and the measured errors of
- *   both on whole qgZ calls: docs/codecs.md, "Reductions of rotated
- *   segments".
+ *   non-escaped |sum|), except a direct block of the direct order:
+ *   Direct order, a direct block, against T_i = sum_k Y_{k,i} (no escapes
+ *   there), with Y_out = (1/B) D H (q s) the exact inverse of the output
+ *   block (scale s, Q of bits_out) and A as above:
+ *     |Y_out,i - T_i| <= gamma_{n-1} * A + s/2 + 2^-21 * Q * s
+ *                        + (Q + 1) * 2^-150.
+ *   Why: r_j is within gamma_{n-1} sum_k |v_{k,j}| of sum_k v_{k,j}, which
+ *   the exact inverse turns into at most the block's mean; quantizing r_j
+ *   is a plain block's quantization, within s/2 + 2^-21 Q s + (Q + 1)
+ *   2^-150 of r_j per element (the plain bound without its decode
+ *   rounding), and (1/B) D H maps a per-element error e to at most e per
+ *   element (rows of B terms of 1/B). Decoding the output adds, as for any
+ *   rotated block, the inverse's 2^-23 L Q s and 2^-149 (and the output
+ *   type's rounding). Beside the rotated-domain order's F plus the
+ *   output's E, the inverse of r (2^-24 L R (1 + 2^-20) + 2^-150) and the
+ *   forward transform (2^-22 B M) are gone.
+ *   Which order qgZ uses, and the measured errors of all three on whole
+ *   qgZ calls: docs/codecs.md, "Reductions of rotated segments".
  *
  * ---------------------------------------------------------------------------
  * Tensor-slice reordering (qgZ). The input holds W partitions (partition p is
@@ -359,7 +403,11 @@ zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size
  * rotated or plain, in one of the orders of "Reductions of rotated
  * segments"; flags_out: 0 or ZPP_QUANT_ROTATE for the requantized output.
  * The Ex functions use ZPP_QUANT_SUM_QGZ, the order qgZ uses. */
-typedef enum { ZPP_QUANT_SUM_SIMPLE = 0, ZPP_QUANT_SUM_ROTATED_DOMAIN = 1 } zppQuantSumOrder_t;
+typedef enum {
+  ZPP_QUANT_SUM_SIMPLE = 0,
+  ZPP_QUANT_SUM_ROTATED_DOMAIN = 1,
+  ZPP_QUANT_SUM_ROTATED_DIRECT = 2 /* requantization from r; sums as ROTATED_DOMAIN */
+} zppQuantSumOrder_t;
 #define ZPP_QUANT_SUM_QGZ ZPP_QUANT_SUM_ROTATED_DOMAIN
 zppResult_t zppDequantizeSumOrder(const void* packed, size_t stride, int n, size_t count, int bits,
                                   int block, float divisor, void* out, zppDataType_t dtype,

@@ -14,6 +14,14 @@
  *     some input stores plain), and element by element within its bound of
  *     the exact sum T_i of the inputs' exact inverses plus escapes;
  *     all-rotated and mixed inputs, escapes, Inf/NaN, n = 1..8;
+ *   - the direct order's requantization (ZPP_QUANT_SUM_ROTATED_DIRECT) bit
+ *     for bit against the spec written out here (a block that every input
+ *     stores rotated, without escapes, with finite r: r quantized as the
+ *     encoder quantizes w, stored rotated; the others: the rotated-domain
+ *     sums through zppQuantizeEx with the direct blocks at +0), its direct
+ *     blocks' exact inverse within their bound of T_i, with mixed direct and
+ *     fallback blocks in one group, block_in != block_out, 8 -> 4 bits,
+ *     an unrotated output, sums that overflow;
  *   - bad arguments refused with zppInvalidArgument.
  */
 #include <math.h>
@@ -29,6 +37,8 @@
 #include "quant_testlib.h"
 
 static const zppDataType_t kTypes[3] = {zppFloat32, zppFloat16, zppBfloat16};
+/* Blocks the direct order's spec took directly and not, over a run. */
+static int gDirect, gFall;
 
 static void* xmalloc(size_t n) {
   void* p = malloc(n ? n : 1);
@@ -134,6 +144,143 @@ static long specRotatedDomain(const uint8_t* segs, size_t P, int n, size_t count
   return bad;
 }
 
+/* The direct order's requantized segment (bits_out, block_out, flags_out)
+ * written out from the spec into want, from the segments' bytes and the
+ * rotated-domain sums rsum (as specRotatedDomain wrote them); *ndirect
+ * counts the direct blocks, *nfall the others. Returns the elements of
+ * direct blocks outside the bound: the exact inverse of the output's block
+ * against T_i (the exact inverses of the inputs summed), within
+ * gamma_{n-1} A + s/2 + 2^-21 Q s + (Q + 1) 2^-150. */
+static long specDirect(const uint8_t* segs, size_t P, int n, size_t count, int bits, int block,
+                       const float* rsum, int bitsOut, int blockOut, unsigned flags, uint8_t* want,
+                       int* ndirect, int* nfall) {
+  static float r[ZPP_QUANT_MAX_BLOCK];
+  static double t[ZPP_QUANT_MAX_BLOCK], y[ZPP_QUANT_MAX_BLOCK];
+  const double u = 0x1p-24;
+  const size_t dataOff = zppQuantDataOffset(count, block),
+               escOff = zppQuantEscOffset(count, bits, block);
+  const size_t nb = (count + (size_t)blockOut - 1) / (size_t)blockOut;
+  float* tile = xmalloc(count * sizeof(float));
+  char* direct = xmalloc(nb);
+  memcpy(tile, rsum, count * sizeof(float));
+  long bad = 0;
+  for (size_t b = 0; b < nb; b++) {
+    size_t lo = b * (size_t)blockOut,
+           len = count - lo < (size_t)blockOut ? count - lo : (size_t)blockOut;
+    int ok = (flags & ZPP_QUANT_ROTATE) && blockOut == block && len == (size_t)block;
+    for (int k = 0; k < n && ok; k++) {
+      const uint8_t* seg = segs + (size_t)k * P;
+      ok = specRotated(seg, count, block, b);
+      const uint8_t* tab = seg + escOff + (lo / ZPP_QUANT_ESC_GROUP) * ZPP_QUANT_ESC_TABLE_BYTES;
+      size_t base = lo / ZPP_QUANT_ESC_GROUP * ZPP_QUANT_ESC_GROUP;
+      for (int j = 0; j < ZPP_QUANT_ESC_SLOTS && ok; j++) {
+        unsigned idx = zppQuantEscIndex(tab, j);
+        if (idx == ZPP_QUANT_ESC_EMPTY) break;
+        ok = base + idx < lo || base + idx >= lo + len;
+      }
+    }
+    double A = 0.0;
+    for (size_t j = 0; j < len && ok; j++) t[j] = 0.0;
+    for (int k = 0; k < n && ok; k++) {
+      const uint8_t* seg = segs + (size_t)k * P;
+      float s = zppQuantLoadScale(seg + ZPP_QUANT_HEADER_BYTES, b);
+      for (size_t j = 0; j < len; j++) {
+        float v = (float)zppQuantGetQ(seg + dataOff, bits, lo + j) * s;
+        r[j] = k == 0 ? 0.0f + v : r[j] + v;
+        y[j] = (double)v;
+        A += fabs((double)v);
+      }
+      exactInverse(y, len);
+      for (size_t j = 0; j < len; j++) t[j] += y[j];
+    }
+    float a = 0.0f;
+    for (size_t j = 0; j < len && ok; j++) {
+      ok = isfinite(r[j]);
+      a = fmaxf(a, fabsf(r[j]));
+    }
+    direct[b] = (char)ok;
+    if (!ok) {
+      ++*nfall;
+      continue;
+    }
+    ++*ndirect;
+    for (size_t j = 0; j < len; j++) tile[lo + j] = 0.0f;
+    /* w = r, quantized as a plain block: scale a / Q, q = rne((r p) inv). */
+    const int Q = bitsOut == 8 ? 127 : 7;
+    const float p = a < 0x1p-64f ? 0x1p64f : 1.0f;
+    const float sc = a / (float)Q, inv = a == 0.0f ? 0.0f : (float)Q / (a * p);
+    A /= (double)len;
+    for (size_t j = 0; j < len; j++) {
+      int q = a == 0.0f ? 0 : (int)nearbyintf((r[j] * p) * inv);
+      q = q > Q ? Q : q < -Q ? -Q : q;
+      y[j] = (double)q * (double)sc;
+    }
+    exactInverse(y, len);
+    const double bound =
+        (n - 1) * u / (1 - (n - 1) * u) * A + sc / 2.0 + 0x1p-21 * Q * (double)sc + (Q + 1) * 0x1p-150;
+    for (size_t j = 0; j < len; j++)
+      if (!(fabs(y[j] - t[j]) <= bound + 0x1p-50 * (fabs(t[j]) + A))) bad++;
+  }
+  REQUIRE(zppQuantizeEx(tile, zppFloat32, count, bitsOut, blockOut, flags, want) == zppSuccess);
+  const size_t dataOut = zppQuantDataOffset(count, blockOut);
+  for (size_t b = 0; b < nb; b++) {
+    if (!direct[b]) continue;
+    size_t lo = b * (size_t)blockOut;
+    float a = 0.0f;
+    for (int k = 0; k < n; k++) {
+      const uint8_t* seg = segs + (size_t)k * P;
+      float s = zppQuantLoadScale(seg + ZPP_QUANT_HEADER_BYTES, b);
+      for (size_t j = 0; j < (size_t)block; j++) {
+        float v = (float)zppQuantGetQ(seg + dataOff, bits, lo + j) * s;
+        r[j] = k == 0 ? 0.0f + v : r[j] + v;
+      }
+    }
+    for (size_t j = 0; j < (size_t)block; j++) a = fmaxf(a, fabsf(r[j]));
+    const int Q = bitsOut == 8 ? 127 : 7;
+    const float p = a < 0x1p-64f ? 0x1p64f : 1.0f;
+    const float sc = a / (float)Q, inv = a == 0.0f ? 0.0f : (float)Q / (a * p);
+    memcpy(want + ZPP_QUANT_HEADER_BYTES + 4 * b, &sc, 4);
+    for (size_t j = 0; j < (size_t)block; j++) {
+      int q = a == 0.0f ? 0 : (int)nearbyintf((r[j] * p) * inv);
+      q = q > Q ? Q : q < -Q ? -Q : q;
+      zppQuantSetQ(want + dataOut, bitsOut, lo + j, q);
+    }
+  }
+  free(tile);
+  free(direct);
+  return bad;
+}
+
+/* The direct order's requantization of one case's segments against the
+ * spec, for each output (bits, block, flags) of interest. */
+static void checkDirect(const uint8_t* segs, size_t P, int n, size_t count, int bits, int block,
+                        const float* rsum, const char* what, int* ndirect, int* nfall) {
+  const int outs[3][2] = {{bits, block}, {4, block}, {bits, block == 64 ? 32 : 64}};
+  for (int o = 0; o < 3; o++) {
+    const int bo = outs[o][0], blo = outs[o][1];
+    if (o == 1 && bits == 4) continue;
+    const size_t PO = zppQuantPackedSize(count, bo, blo);
+    uint8_t* req = xmalloc(PO);
+    uint8_t* want = xmalloc(PO);
+    for (unsigned flags = 0; flags <= ZPP_QUANT_ROTATE; flags += ZPP_QUANT_ROTATE) {
+      CHECK_MSG(zppQuantReduceRequantOrder(segs, P, n, count, bits, block, bo, blo, flags,
+                                           ZPP_QUANT_SUM_ROTATED_DIRECT, req) == zppSuccess,
+                "%s: direct requant -> int%d block %d flags %u", what, bo, blo, flags);
+      long bad = specDirect(segs, P, n, count, bits, block, rsum, bo, blo, flags, want, ndirect, nfall);
+      CHECK_MSG(bad == 0, "%s: direct order -> int%d block %d: %ld elements outside the bound", what,
+                bo, blo, bad);
+      size_t at = 0;
+      while (at < PO && req[at] == want[at]) at++;
+      CHECK_MSG(
+          at == PO,
+          "%s: direct requant -> int%d block %d flags %u differs from the spec at byte %zu of %zu",
+          what, bo, blo, flags, at, PO);
+    }
+    free(req);
+    free(want);
+  }
+}
+
 /* One case: n inputs of count elements, input k rotated when k is even (or
  * every input when allRot); a huge value escapes in inputs 2, 6, ...;
  * specials 1: an Inf and a NaN in the last input; 2: ordinary data only
@@ -224,6 +371,20 @@ static void checkCase(int n, size_t count, int bits, int block, zppDataType_t ot
     CHECK_MSG(memcmp(req, want, P) == 0,
               "%s: rotated-domain requant (flags %u) differs from quantizing the sums", what, flags);
   }
+  /* The direct order: its sums are the rotated domain's; its requantization
+   * the spec's. */
+  CHECK_MSG(zppDequantizeSumOrder(segs, P, n, count, bits, block, divisor, out, otype,
+                                  ZPP_QUANT_SUM_ROTATED_DIRECT) == zppSuccess,
+            "%s: direct-order sum", what);
+  for (size_t i = 0; i < count; i++) qtSet(ref, otype, i, rsum[i] / divisor);
+  CHECK_MSG(qtFirstDiff(out, ref, otype, count) == (size_t)-1,
+            "%s: direct-order sum differs from the rotated domain's", what);
+  const int d0 = gDirect, f0 = gFall;
+  checkDirect(segs, P, n, count, bits, block, rsum, what, &gDirect, &gFall);
+  /* An escape in input 2 (block 0) beside ordinary blocks: one group holds
+   * direct and fallback blocks. */
+  CHECK_MSG(!(allRot && n >= 3 && count >= 4096 && specials != 2) || (gDirect > d0 && gFall > f0),
+            "%s: no group with both direct and fallback blocks", what);
   /* The Ex functions: the order qgZ uses (ZPP_QUANT_SUM_QGZ), bit for bit. */
   CHECK_MSG(zppDequantizeSumEx(segs, P, n, count, bits, block, divisor, out, otype) == zppSuccess,
             "%s: Ex sum", what);
@@ -232,8 +393,14 @@ static void checkCase(int n, size_t count, int bits, int block, zppDataType_t ot
   CHECK_MSG(qtFirstDiff(out, ref, otype, count) == (size_t)-1, "%s: Ex sum is not qgZ's order", what);
   REQUIRE(zppQuantReduceRequantEx(segs, P, n, count, bits, block, bits, block, ZPP_QUANT_ROTATE, req) ==
           zppSuccess);
-  REQUIRE(zppQuantizeEx(ZPP_QUANT_SUM_QGZ == ZPP_QUANT_SUM_SIMPLE ? sum : rsum, zppFloat32, count, bits,
-                        block, ZPP_QUANT_ROTATE, want) == zppSuccess);
+  if (ZPP_QUANT_SUM_QGZ == ZPP_QUANT_SUM_ROTATED_DIRECT) {
+    int nd = 0, nf = 0;
+    (void)specDirect(segs, P, n, count, bits, block, rsum, bits, block, ZPP_QUANT_ROTATE, want, &nd,
+                     &nf);
+  } else {
+    REQUIRE(zppQuantizeEx(ZPP_QUANT_SUM_QGZ == ZPP_QUANT_SUM_SIMPLE ? sum : rsum, zppFloat32, count,
+                          bits, block, ZPP_QUANT_ROTATE, want) == zppSuccess);
+  }
   CHECK_MSG(memcmp(req, want, P) == 0, "%s: Ex requant is not qgZ's order", what);
   free(rsum);
   free(segs);
@@ -317,6 +484,11 @@ static void checkOverflow(int bits, int block) {
     }
   }
   CHECK_MSG(nanSeen > 0, "overflow int%d block %d: the sums made no NaN", bits, block);
+  /* The direct order falls back where r is not finite. */
+  int nd = 0, nf = 0;
+  checkDirect(segs, P, n, count, bits, block, want, "overflow", &nd, &nf);
+  CHECK_MSG(nd == 0 && nf > 0, "overflow int%d block %d: %d blocks direct, %d not", bits, block, nd,
+            nf);
   /* Every output type and kind of divisor (none, 2^k, other). */
   static const float kDiv[4] = {1.0f, 4.0f, 8.0f, 3.0f};
   for (int ti = 0; ti < 3; ti++)
@@ -369,7 +541,11 @@ int main(void) {
     if (zppQuantImplGet(kImpls[i]) == NULL) continue;
     REQUIRE(zppQuantImplSelect(kImpls[i]) == zppSuccess);
     printf("test_quant_rotate_reduce: implementation %s\n", kImpls[i]);
+    gDirect = gFall = 0;
     runAll(&rng);
+    printf("test_quant_rotate_reduce: %s: direct order: %d blocks direct, %d fallback\n", kImpls[i],
+           gDirect, gFall);
+    CHECK(gDirect > 0 && gFall > 0);
     ran++;
   }
   CHECK(ran >= 1);
