@@ -450,6 +450,9 @@ static zppResult_t refreshingGather(zppCollCtx_t* c, struct zppParam* p, const g
   if (res == zppSuccess) {
     p->fingerprint = fp;
     atomic_store(&p->secVersion, p->groupSize ? a->version : ZPP_PARAM_NO_VERSION);
+  } else if (p->delta) {
+    /* The reference may hold part of this gather's differences. */
+    atomic_store(&p->secVersion, ZPP_PARAM_NO_VERSION);
   }
   return res;
 }
@@ -478,7 +481,8 @@ static zppResult_t gatherJob(struct zppComm* comm, void* arg) {
   zppResult_t res = zppSuccess;
   int agreed = 0;
   if (!a->backward) return zppCollEnd(&c, refreshingGather(&c, p, a, shardBytes), 0);
-  int valid = p->groupSize > 0 && atomic_load(&p->secVersion) == a->version;
+  int valid =
+      p->groupSize > 0 && atomic_load(&p->secVersion) == a->version && (!p->delta || p->refValid);
   int useGroup = valid;
   if (p->groupSize > 0) {
     handshake_t mine = {.magic = HANDSHAKE_MAGIC, .valid = (uint32_t)valid, .version = a->version};

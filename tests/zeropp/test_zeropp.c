@@ -601,12 +601,17 @@ static void deltaCase(const ctx_t* c, zppDataType_t t, int bits, size_t count, i
   deltaModel(c, t, count, bits, x, ref);
   CHECK(zppParamGatherBackward(p, x + (size_t)c->rank * count * ts, bwd, NULL) == zppSuccess);
   CHECK_MSG(ztFirstDiff(bwd, ref, t, n) < 0, "delta backward after invalidation != the model");
-  /* Dropped on every rank: exact again. */
+  /* Dropped on every rank: the next gather, a backward one here, is exact;
+   * then a forward one sends differences of zero, exact too. */
   CHECK(zppParamDropReference(p) == zppSuccess);
-  CHECK(zppParamGatherForward(p, x + (size_t)c->rank * count * ts, full, NULL) == zppSuccess);
+  CHECK(zppParamGatherBackward(p, x + (size_t)c->rank * count * ts, full, NULL) == zppSuccess);
   CHECK_MSG(ztFirstDiff(full, x, t, n) < 0,
             "delta %s int%d: the gather after zppParamDropReference differs at element %ld",
             ztTypeName(t), bits, ztFirstDiff(full, x, t, n));
+  memset(full, 0, all);
+  CHECK(zppParamGatherForward(p, x + (size_t)c->rank * count * ts, full, NULL) == zppSuccess);
+  CHECK_MSG(memcmp(full, x, all) == 0, "delta %s int%d: differences of zero changed the weights",
+            ztTypeName(t), bits);
   if (lastOfComm && c->W > 1) {
     /* Every rank past the exact gather first: rank 0 finds the mismatch of
      * the next call and fails the communicator, which would also end a
