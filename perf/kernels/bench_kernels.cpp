@@ -274,8 +274,9 @@ void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes
 // requantized to int4) when `requant`, else the last one (sum / n written as
 // bf16, an avg). rot: 0 plain inputs (zppQuantReduceRequant, zppDequantizeSum);
 // 1 or 2 rotated inputs, summed in the simple order (one inverse per input)
-// or in the rotated domain (one per block of the sum): zpp_quant.h,
-// "Reductions of rotated segments" (the output rotated too).
+// or in the rotated domain (one per block of the sum); 3 (requant only) the
+// direct order (the sums r quantized as the output's w, no transform):
+// zpp_quant.h, "Reductions of rotated segments" (the output rotated too).
 void RegisterReduce(const char* impl, int n, size_t bytes, bool requant, int rot = 0) {
   size_t count = bytes / 2;
   int block = DefaultBlock(4);
@@ -283,7 +284,7 @@ void RegisterReduce(const char* impl, int n, size_t bytes, bool requant, int rot
   size_t inBytes = seg * static_cast<size_t>(n);
   RegisterMemcpy(inBytes);
   std::string baseline = MemcpyName(inBytes);
-  static const char* const kRot[3] = {"/", "-rot-simple/", "-rot-rdomain/"};
+  static const char* const kRot[4] = {"/", "-rot-simple/", "-rot-rdomain/", "-rot-direct/"};
   std::string name = std::string(requant ? "reduce_requant" : "dequantize_sum") + kRot[rot] + impl +
                      "/int4x" + std::to_string(n) + "/" + SizeName(bytes);
   Register(name, [=](benchmark::State& state) {
@@ -300,7 +301,9 @@ void RegisterReduce(const char* impl, int n, size_t bytes, bool requant, int rot
     Buffer* out =
         GetBuffer(requant ? "reduce_out/" + std::to_string(seg) : "sum_out/" + std::to_string(count),
                   requant ? seg : count * 2);
-    const zppQuantSumOrder_t order = rot == 2 ? ZPP_QUANT_SUM_ROTATED_DOMAIN : ZPP_QUANT_SUM_SIMPLE;
+    const zppQuantSumOrder_t order = rot == 3   ? ZPP_QUANT_SUM_ROTATED_DIRECT
+                                     : rot == 2 ? ZPP_QUANT_SUM_ROTATED_DOMAIN
+                                                : ZPP_QUANT_SUM_SIMPLE;
     for (auto _ : state) {
       zppResult_t r;
       if (rot)
@@ -407,9 +410,9 @@ int main(int argc, char** argv) {
     for (const char* impl : impls) {
       for (zppDataType_t t : types)
         for (int bits : {8, 4}) RegisterCodec(impl, t, bits, bytes);
-      for (int rot = 0; rot < 3; rot++) {
+      for (int rot = 0; rot < 4; rot++) {
         RegisterReduce(impl, 4, bytes, true, rot);
-        RegisterReduce(impl, 4, bytes, false, rot);
+        if (rot < 3) RegisterReduce(impl, 4, bytes, false, rot);
       }
     }
   benchmark::Initialize(&argc, argv);

@@ -6,12 +6,11 @@
  * with one element in 64 at 100x.
  *
  * qgZ (reduce-scatter, sum) runs on a plain and a rotating communicator;
- * for the rotating one the two orders of zpp_quant.h ("Reductions of
- * rotated segments") are also computed here with the codec functions, stage
- * by stage as qgZ does on 2x2 (each node's two segments reduced and
- * requantized, then the two node sums summed), and the order qgZ uses must
- * match the real call bit for bit (else the tool fails). qwZ (all-gather)
- * runs on both communicators.
+ * for the rotating one the three orders of zpp_quant.h ("Reductions of
+ * rotated segments": simple, rotated-domain, direct) are also computed here with the codec functions,
+ * stage by stage as qgZ does on 2x2 (each node's two segments reduced and requantized, then the two
+ * node sums summed), and the order qgZ uses must match the real call bit for bit (else the tool fails).
+ * qwZ (all-gather) runs on both communicators.
  *
  * Error of element i: |y_i - x_i| / max |x_j| over the codec block of i,
  * x the exact result (double: the sum of the four inputs for qgZ, the
@@ -103,9 +102,9 @@ static int emulate(float* const* in, size_t rc, int p, int bits, int block, zppQ
   return bad;
 }
 
-/* Rows: qgZ plain, qgZ rotated simple, qgZ rotated rotated-domain, qwZ
- * plain, qwZ rotated; per bits (4, 8) and data kind. */
-enum { R_QGZ_PLAIN, R_QGZ_SIMPLE, R_QGZ_RDOM, R_QWZ_PLAIN, R_QWZ_ROT, NROW };
+/* Rows: qgZ plain, qgZ rotated in the simple, rotated-domain and direct
+ * orders, qwZ plain, qwZ rotated; per bits (4, 8) and data kind. */
+enum { R_QGZ_PLAIN, R_QGZ_SIMPLE, R_QGZ_RDOM, R_QGZ_DIRECT, R_QWZ_PLAIN, R_QWZ_ROT, NROW };
 #define NSTAT (2 * NKIND * NROW)
 
 static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
@@ -150,10 +149,12 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
       fail |= zppQgzReduceScatter(in[rank], y, rc, zppFloat32, zppSum, bits, plain, NULL) != zppSuccess;
       addErr(&row[R_QGZ_PLAIN], y, x, rc, block);
       fail |= zppQgzReduceScatter(in[rank], y, rc, zppFloat32, zppSum, bits, rot, NULL) != zppSuccess;
-      for (int o = 0; o < 2; o++) {
-        zppQuantSumOrder_t order = o == 0 ? ZPP_QUANT_SUM_SIMPLE : ZPP_QUANT_SUM_ROTATED_DOMAIN;
+      for (int o = 0; o < 3; o++) {
+        static const zppQuantSumOrder_t kOrder[3] = {ZPP_QUANT_SUM_SIMPLE, ZPP_QUANT_SUM_ROTATED_DOMAIN,
+                                                     ZPP_QUANT_SUM_ROTATED_DIRECT};
+        zppQuantSumOrder_t order = kOrder[o];
         fail |= emulate(in, rc, rank, bits, block, order, e);
-        addErr(&row[o == 0 ? R_QGZ_SIMPLE : R_QGZ_RDOM], e, x, rc, block);
+        addErr(&row[R_QGZ_SIMPLE + o], e, x, rc, block);
         if (order == ZPP_QUANT_SUM_QGZ)
           for (size_t i = 0; i < rc; i++) mismatch += memcmp(&e[i], &y[i], sizeof(float)) != 0;
       }
@@ -175,8 +176,11 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
     mine[3 * s] = st[s].sumsq, mine[3 * s + 1] = st[s].n, mine[3 * s + 2] = st[s].max;
   fail |= zppAllGather(mine, all, NSTAT * 3, zppFloat64, plain, NULL) != zppSuccess;
   if (rank == 0 && !fail) {
-    static const char* const rowName[NROW] = {"qgZ plain", "qgZ rotated, simple order",
-                                              "qgZ rotated, rotated-domain order", "qwZ plain",
+    static const char* const rowName[NROW] = {"qgZ plain",
+                                              "qgZ rotated, simple order",
+                                              "qgZ rotated, rotated-domain order",
+                                              "qgZ rotated, direct order",
+                                              "qwZ plain",
                                               "qwZ rotated"};
     printf("| call | bits | %s RMS | max | %s RMS | max | %s RMS | max |\n", kKind[0], kKind[1],
            kKind[2]);
@@ -197,7 +201,9 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
         printf("\n");
       }
     printf("(qgZ rotated uses the %s order: bit for bit the real call)\n",
-           ZPP_QUANT_SUM_QGZ == ZPP_QUANT_SUM_SIMPLE ? "simple" : "rotated-domain");
+           ZPP_QUANT_SUM_QGZ == ZPP_QUANT_SUM_SIMPLE           ? "simple"
+           : ZPP_QUANT_SUM_QGZ == ZPP_QUANT_SUM_ROTATED_DOMAIN ? "rotated-domain"
+                                                               : "direct");
   }
   for (int k = 0; k < W; k++) free(in[k]);
   free(y);
