@@ -12,7 +12,9 @@ the last 10, 20 and 50 steps against plain's. Not a test: docs/pytorch.md
       $ZPP_TORCH_PYTHON perf/torch-fsdp/fsdp_accuracy.py --steps 100 [--json F]
 
 A setting is NAME=key:value,key:value with torch_zpp.Options' keys, e.g.
-q4g4rot=qwz_bits:4,qgz_bits:4,rotate:1 (the defaults are below, --configs).
+q4g4rot=qwz_bits:4,qgz_bits:4,rotate:1 (the defaults are below, --configs),
+and delta:B for weight gathers of differences at B bits
+(torch_zpp.fsdp.delta_weights; the group's qwz_bits stays 0).
 """
 import argparse
 import json
@@ -26,7 +28,9 @@ import launch  # noqa: E402
 DEFAULT_CONFIGS = ("q8g4=qwz_bits:8,qgz_bits:4;"
                    "q8g4rot=qwz_bits:8,qgz_bits:4,rotate:1;"
                    "q4g4=qwz_bits:4,qgz_bits:4;"
-                   "q4g4rot=qwz_bits:4,qgz_bits:4,rotate:1")
+                   "q4g4rot=qwz_bits:4,qgz_bits:4,rotate:1;"
+                   "d4g4=delta:4,qgz_bits:4;"
+                   "d4g4rot=delta:4,qgz_bits:4,rotate:1")
 
 
 def parse_configs(text):
@@ -54,9 +58,11 @@ def body(rank, args):
     gloo = dist.new_group(backend="gloo")
     runs = {"plain": fsdp_model.train(dist.group.WORLD, args.steps, report_group=gloo)[0]}
     for name, opts in parse_configs(args.configs):
+        opts = dict(opts)
+        delta = opts.pop("delta", None)
         g = dist.new_group(backend="zpp",
                            pg_options=torch_zpp.Options(compress_min_bytes=0, **opts))
-        runs[name] = fsdp_model.train(g, args.steps, report_group=gloo)[0]
+        runs[name] = fsdp_model.train(g, args.steps, report_group=gloo, delta_bits=delta)[0]
     if rank == 0:
         plain = runs["plain"]
         tails = [n for n in (10, 20, 50) if n <= args.steps]

@@ -1,0 +1,107 @@
+"""FSDP2 weight gathers of differences: 4-bit weights that train like 16-bit ones.
+
+    from torch.distributed.fsdp import fully_shard
+    import torch_zpp.fsdp
+
+    for block in model.blocks:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    torch_zpp.fsdp.delta_weights(model, bits=4)   # after every fully_shard
+
+A stateless qwZ gather of 4-bit weights puts a rounding error of about a
+tenth of each block's largest weight into every forward pass; FSDP2 then
+trains about 3% worse than plain at 100 steps (docs/pytorch.md, "Accuracy of
+the 4-bit codecs in FSDP2"). Weights move little per step, so this sends
+their change instead, as zpp's ZPP_PARAM_DELTA parameters do in C
+(docs/zeropp.md, "Delta parameters"):
+
+- every FSDP module's all-gather becomes a DeltaAllGather (FSDP2's
+  set_custom_all_gather), which keeps the reference R: the module's gathered
+  weights exactly as its last gather returned them, the same on every rank;
+- the first gather is the group's plain all_gather_into_tensor (exact while
+  the group does not compress all-gathers itself: qwz_bits 0, the default);
+- later ones send d = x - R_own (fp32) with qwz_all_gather at `bits` (the
+  group's rotate and block settings apply), and set R = round(R + d'), d' the
+  decoded differences, which they return.
+A gathered weight is then off by the codec's error on the last difference,
+not on the weight, and nothing builds up: what one gather rounded away is in
+the next difference. The backward pass re-gathers unchanged weights, whose
+differences are zero and decode to zero exactly.
+
+Cost: R holds the module's full weights on every rank (ZeRO-1/2's weight
+memory for the modules it is applied to); fp32 temporaries of the full size
+during a gather; the bytes of a qwZ of fp32 shards at `bits` (the packed size
+does not depend on the input type), the backward's included.
+
+The group must be a zpp group on the weights' device (a bits-0 qwz_all_gather
+call is refused otherwise). Ranks of the group must apply it to the same
+modules. Needs FSDPModule.set_custom_all_gather (torch 2.8 and later).
+"""
+import torch
+import torch.distributed as dist
+
+from . import qwz_all_gather
+
+try:
+    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _AllGather
+except ImportError:  # torch without FSDP2's custom collectives
+    _AllGather = object
+
+__all__ = ["DeltaAllGather", "delta_weights"]
+
+
+class DeltaAllGather(_AllGather):
+    """FSDP2's AllGather interface, as gathers of weight differences (see the
+    module's docstring). One object per FSDP module: it holds that module's
+    reference."""
+
+    def __init__(self, bits=4):
+        if bits not in (4, 8):
+            raise ValueError("DeltaAllGather: bits %r: expected 4 or 8" % (bits,))
+        self.bits = bits
+        self.reference = None
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def drop_reference(self):
+        """The next gather is exact (after a checkpoint load, say). Every rank
+        must call it at the same point."""
+        self.reference = None
+
+    def __call__(self, output_tensor, input_tensor, group, async_op=False):
+        ref = self.reference
+        if ref is None or ref.shape != output_tensor.shape or ref.dtype != output_tensor.dtype:
+            dist.all_gather_into_tensor(output_tensor, input_tensor, group=group)
+            self.reference = output_tensor.detach().clone()
+            return None
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
+        # FSDP2 copies the shard into its own slot of the output: the input
+        # may alias it, so d is taken before anything is written.
+        d = input_tensor.detach().reshape(-1).float() - ref.view(world, -1)[rank].float()
+        decoded = torch.empty(world * d.numel(), dtype=torch.float32, device=d.device)
+        qwz_all_gather(decoded, d, bits=self.bits, group=group)
+        ref = (ref.reshape(-1).float() + decoded).to(ref.dtype).view(ref.shape)
+        self.reference = ref
+        output_tensor.copy_(ref)
+        return None
+
+
+def delta_weights(model, bits=4):
+    """Gives every FSDP module in `model` (itself included) its own
+    DeltaAllGather. Call it after fully_shard on all of them. Returns the
+    objects, module name -> DeltaAllGather."""
+    if _AllGather is object:
+        raise RuntimeError("torch_zpp.fsdp.delta_weights: this torch (%s) has no FSDP2 custom "
+                           "all-gather (FSDPModule.set_custom_all_gather)" % torch.__version__)
+    from torch.distributed.fsdp import FSDPModule
+
+    gathers = {}
+    for name, m in model.named_modules():
+        if isinstance(m, FSDPModule):
+            gathers[name] = DeltaAllGather(bits)
+            m.set_custom_all_gather(gathers[name])
+    if not gathers:
+        raise ValueError("torch_zpp.fsdp.delta_weights: no FSDP module in the model (call "
+                         "fully_shard first)")
+    return gathers
