@@ -10,8 +10,11 @@
 
 #if ZPP_HAVE_NCCL
 #include <nccl.h>
+#include <stdint.h>
 
+#include "names.h"
 #include "lib/comm.h"
+#include "lib/stats.h"
 #include "lib/transport/nccl.h"
 #include "lib/transport/transports.h"
 
@@ -51,6 +54,10 @@ zppResult_t zppDeviceP2pIssue(struct zppComm* const* comms, const zppP2pOp_t* op
   if (nr != ncclSuccess && nr != ncclInProgress)
     ZPP_FAILGOTO((zppResult_t)nr, res, out, CUDA,
                  "ncclGroupEnd of %d point-to-point operations failed: %s", n, ncclGetErrorString(nr));
+  for (int i = 0; i < n; i++) /* exact: each send's bytes (lib/stats.h) */
+    if (ops[i].isSend)
+      zppStatsCountDevice(comms[i], zppOpSendRecv, ops[i].peer,
+                          (uint64_t)ops[i].count * zppDtypeSize(ops[i].type));
 out:
   free(nc);
   return res;

@@ -35,6 +35,7 @@
 #include "names.h"
 #include "params.h"
 #include "lib/comm.h"
+#include "lib/stats.h"
 #include "lib/transport/nccl.h"
 #include "lib/transport/transports.h"
 
@@ -52,6 +53,7 @@
 #define NSLOTS 3
 
 typedef struct {
+  struct zppComm* comm;
   cudaStream_t caller, k, c;
   cudaEvent_t start, kDone, cDone;
   cudaEvent_t ev[2 * NSLOTS + 2];
@@ -69,6 +71,7 @@ static size_t deviceChunkElems(zppDataType_t type, int block) {
 
 static zppResult_t callOpen(struct zppComm* comm, devCall_t* d, void* stream, size_t scratchBytes) {
   memset(d, 0, sizeof(*d));
+  d->comm = comm;
   d->caller = (cudaStream_t)stream;
   enum cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   CUDACHECK(cudaStreamIsCapturing(d->caller, &capture));
@@ -143,6 +146,7 @@ static zppResult_t qwzIssue(devCall_t* d, ncclComm_t nc, int rank, int W, const 
                                slab + (size_t)rank * P, d->k));
     ZPPCHECK(after(d->c, d->k, d->ev[1 + ch % NSLOTS]));
     NCCLCHK(ncclAllGather(slab + (size_t)rank * P, slab, P, ncclUint8, nc, d->c));
+    zppStatsCountDevice(d->comm, zppOpQwZ, ZPP_STATS_EVERY_PEER, P); /* lib/stats.h: logical */
     ZPPCHECK(after(d->k, d->c, d->ev[1 + NSLOTS + ch % NSLOTS]));
     /* The rotated segments through the decoder that takes both kinds. */
     for (int r = 0; r < W; r++) {
@@ -219,6 +223,8 @@ static zppResult_t exchange(qgzDev_t* g, const int* peers, int n, int me, const 
     }
   }
   NCCLCHK(ncclGroupEnd());
+  for (int i = 0; i < n; i++) /* exact: what went to each peer (the own region is a copy) */
+    if (i != me) zppStatsCountDevice(g->d->comm, zppOpQgZ, peers[i], bytes);
   return zppSuccess;
 }
 

@@ -269,7 +269,14 @@ ZPP_API zppResult_t zppAllToAllv(const void* sendbuff, const size_t sendcounts[]
  * Accounting: bytes this rank sent, split by whether the peer is on the same
  * node, per kind of operation. Compressed operations count what went on the
  * wire (packed data and scales), so that the volume ZeRO++ promises can be
- * checked from these counters.
+ * checked from these counters. Host buffers: the bytes the host transport
+ * sent. Device buffers (NCCL does not report its traffic), counted when the
+ * call is queued: exact for what zpp sends as ncclSend/ncclRecv (qgZ, send,
+ * all-to-all(v), gather, scatter); for NCCL's collectives (all-gather and
+ * qwZ's packed chunks, reduce-scatter, all-reduce, broadcast, reduce) the
+ * logical bytes, what this rank must deliver to each peer in a direct
+ * exchange, not NCCL's wire bytes (its ring moves the same total by other
+ * routes). The rules: docs/gpu.md, "zpp-perf on device buffers".
  * ------------------------------------------------------------------------- */
 typedef enum {
   zppOpAllGather = 0,

@@ -36,6 +36,12 @@ void zppPerfPrintBanner(FILE* f, const zppPerfRunInfo_t* info, const zppPerfArgs
   fprintf(f,
           "# time: median over iterations of the slowest rank, us; algbw, busbw: GB/s (1e9 B/s);"
           " inter: bytes sent across nodes per call, all ranks\n");
+  /* NCCL does not report its traffic: the library counts the device path's
+   * bytes by its own rules (zpp.h, zppCommStats_t; docs/gpu.md). */
+  if (a->device)
+    fprintf(f,
+            "# --device: inter counts what zpp sends as ncclSend/ncclRecv exactly, and for NCCL's "
+            "collectives the logical bytes (a direct exchange's), not NCCL's wire bytes\n");
 }
 
 static const char* zppPerfRedopLabel(const zppPerfRecord_t* r) {
