@@ -9,6 +9,9 @@
  *   With one device, two ranks on it: NCCL before 2.30 refuses that, and
  *   zpp says so (zppInvalidUsage) instead of hanging.
  *   zppSend/zppRecv: a ring shift in a group, checked exactly.
+ *   Byte counters (zppCommGetStats) after each kind of call, by the device
+ *   path's rules (lib/stats.h): exact for the grouped sends, logical for
+ *   NCCL's collectives.
  *   Stream arguments: host buffers with a cudaStream_t, device buffers with a
  *   host stream, and mixed host/device buffers are refused.
  */
@@ -52,6 +55,91 @@ static int checkDevice(const void* dev, zppDataType_t t, size_t count, const voi
       what, collTestTypeName(t), bad, count, first, (unsigned long long)got, (unsigned long long)exp);
   free(host);
   return ok;
+}
+
+/* After the calls since the last reset: kind's bytes to all peers total
+ * `total` (up to `slack` more), of them inter-node `inter` (UINT64_MAX: not
+ * checked), every other kind none; then a reset. */
+static void checkBytesIn(zppComm_t comm, cudaStream_t stream, zppOpKind_t kind, uint64_t total,
+                         uint64_t slack, uint64_t inter) {
+  CU(cudaStreamSynchronize(stream));
+  zppCommStats_t st;
+  REQUIRE(zppCommGetStats(comm, &st) == zppSuccess);
+  uint64_t in = st.interNodeBytes[kind], all = st.intraNodeBytes[kind] + in;
+  CHECK_MSG(all >= total && all - total <= slack && (inter == UINT64_MAX || in == inter),
+            "%s on device buffers: %llu bytes (%llu inter-node), want %llu (+%llu) (%llu)",
+            zppOpKindName(kind), (unsigned long long)all, (unsigned long long)in,
+            (unsigned long long)total, (unsigned long long)slack, (unsigned long long)inter);
+  for (int k = 0; k < zppNumOpKinds; k++)
+    CHECK_MSG(k == (int)kind || (st.intraNodeBytes[k] == 0 && st.interNodeBytes[k] == 0),
+              "%s on device buffers: %s has bytes too", zppOpKindName(kind),
+              zppOpKindName((zppOpKind_t)k));
+  REQUIRE(zppCommResetStats(comm) == zppSuccess);
+}
+
+static void checkBytes(zppComm_t comm, cudaStream_t stream, zppOpKind_t kind, uint64_t total,
+                       uint64_t inter) {
+  checkBytesIn(comm, stream, kind, total, 0, inter);
+}
+
+/* Every kind once (fp32, count elements), its bytes by lib/stats.h's rules:
+ * b = count * 4 to each other rank for all-gather, reduce-scatter,
+ * all-to-all and the roots of broadcast and scatter (inter-node: the ranks
+ * off this node); b to the root for reduce and gather; all-reduce: a
+ * reduce-scatter and an all-gather of W blocks, (count - mine) elements out
+ * and mine to each of W - 1 peers; the uneven all-to-all and zppSend what
+ * they send to others. */
+static void deviceBytes(zppComm_t comm, int rank, int nranks, cudaStream_t stream, void* dsend,
+                        void* drecv, size_t count) {
+  zppTopology_t topo;
+  REQUIRE(zppCommTopology(comm, &topo) == zppSuccess);
+  const uint64_t W = (uint64_t)nranks, L = (uint64_t)topo.localSize, b = count * 4;
+  const zppDataType_t t = zppFloat32;
+  const int last = nranks - 1;
+  REQUIRE(zppCommResetStats(comm) == zppSuccess);
+  CHECK(zppAllGather(dsend, drecv, count, t, comm, stream) == zppSuccess);
+  checkBytes(comm, stream, zppOpAllGather, (W - 1) * b, (W - L) * b);
+  CHECK(zppReduceScatter(dsend, drecv, count, t, zppSum, comm, stream) == zppSuccess);
+  checkBytes(comm, stream, zppOpReduceScatter, (W - 1) * b, (W - L) * b);
+  CHECK(zppAllToAll(dsend, drecv, count, t, comm, stream) == zppSuccess);
+  checkBytes(comm, stream, zppOpAllToAll, (W - 1) * b, (W - L) * b);
+  CHECK(zppAllReduce(dsend, drecv, count, t, zppSum, comm, stream) == zppSuccess);
+  uint64_t mine = count / W + ((uint64_t)rank < count % W);
+  checkBytes(comm, stream, zppOpAllReduce, (count - mine + (W - 1) * mine) * 4,
+             L == W ? 0 : UINT64_MAX);
+  CHECK(zppBroadcast(dsend, drecv, count, t, last, comm, stream) == zppSuccess);
+  checkBytes(comm, stream, zppOpBroadcast, rank == last ? (W - 1) * b : 0,
+             rank == last ? (W - L) * b : 0);
+  CHECK(zppReduce(dsend, rank == last ? drecv : NULL, count, t, zppSum, last, comm, stream) ==
+        zppSuccess);
+  checkBytes(comm, stream, zppOpReduce, rank == last ? 0 : b, L == W ? 0 : UINT64_MAX);
+  CHECK(zppGather(dsend, rank == 0 ? drecv : NULL, count, t, 0, comm, stream) == zppSuccess);
+  checkBytes(comm, stream, zppOpGather, rank == 0 ? 0 : b, L == W ? 0 : UINT64_MAX);
+  CHECK(zppScatter(rank == 0 ? dsend : NULL, drecv, count, t, 0, comm, stream) == zppSuccess);
+  checkBytes(comm, stream, zppOpScatter, rank == 0 ? (W - 1) * b : 0, rank == 0 ? (W - L) * b : 0);
+  size_t sc[64], sd[64], rcv[64], rd[64], so = 0, ro = 0, unit = count / 4;
+  uint64_t toOthers = 0;
+  for (int p = 0; p < nranks; p++) {
+    sc[p] = unit * (size_t)((rank + p) % 3 + 1);
+    rcv[p] = unit * (size_t)((p + rank) % 3 + 1);
+    sd[p] = so;
+    rd[p] = ro;
+    so += sc[p];
+    ro += rcv[p];
+    if (p != rank) toOthers += sc[p] * 4;
+  }
+  CHECK(zppAllToAllv(dsend, sc, sd, drecv, rcv, rd, t, comm, stream) == zppSuccess);
+  /* Before it is queued, the counts are compared over the host transport,
+   * whose few bytes per peer count under the same kind: at most 1 KiB per
+   * peer on top of the payload (>= 100 KB to each). */
+  checkBytesIn(comm, stream, zppOpAllToAllv, toOthers, 1024 * (W - 1), UINT64_MAX);
+  if (nranks > 1) {
+    CHECK_EQ_INT(zppGroupStart(), zppSuccess);
+    CHECK_EQ_INT(zppSend(dsend, count, t, (rank + 1) % nranks, comm, stream), zppSuccess);
+    CHECK_EQ_INT(zppRecv(drecv, count, t, (rank - 1 + nranks) % nranks, comm, stream), zppSuccess);
+    CHECK_EQ_INT(zppGroupEnd(), zppSuccess);
+    checkBytes(comm, stream, zppOpSendRecv, b, L == W ? 0 : UINT64_MAX);
+  }
 }
 
 static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
@@ -188,6 +276,8 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
     CHECK_EQ_INT(zppSendTagged(dsend, 4, zppFloat32, right, 1, comm, stream), zppInvalidUsage);
     CHECK_EQ_INT(zppSend(dsend, 4, zppFloat32, rank, comm, stream), zppInvalidUsage);
   }
+
+  deviceBytes(comm, rank, nranks, stream, dsend, drecv, count);
 
   /* Stream arguments. */
   float hbuf[16] = {0};

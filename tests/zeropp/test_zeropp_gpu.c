@@ -14,7 +14,12 @@
  *     compresses them: the same bytes as the explicit calls;
  *   - 200 calls in a row on the communicator's reused streams and scratch,
  *     alternating sizes (the scratch grows and is trimmed), still right;
- *   - a call inside CUDA graph capture: refused with zppInvalidUsage.
+ *   - a call inside CUDA graph capture: refused with zppInvalidUsage;
+ *   - the byte counters (zppCommGetStats) of one-chunk bf16 calls: plain
+ *     all-gather and reduce-scatter by the logical rule, qwZ int8 by the
+ *     all-gather's rule on its packed chunk (about half of plain's), qgZ int4
+ *     exactly (about a quarter of plain's inter-node bytes over the ranks per
+ *     node): lib/stats.h, docs/gpu.md.
  * Ranks: one per device when there are several (up to 4), else 4 ranks on
  * one GPU: with NCCL 2.30+ through NCCL_MULTI_RANK_GPU_ENABLE=1, with an older
  * NCCL as hosts of their own to NCCL (ZPP_LAUNCH_NCCL_HOST_PER_RANK).
@@ -156,6 +161,66 @@ static void manyCalls(zppComm_t comm, int rank, int nranks, cudaStream_t stream)
   }
 }
 
+/* The counters of kind after the calls issued since the last reset, then a
+ * reset: intra and inter node bytes as given, every other kind 0. */
+static void checkBytes(zppComm_t comm, cudaStream_t stream, zppOpKind_t kind, const char* what,
+                       uint64_t intra, uint64_t inter) {
+  CU(cudaStreamSynchronize(stream));
+  zppCommStats_t st;
+  REQUIRE(zppCommGetStats(comm, &st) == zppSuccess);
+  CHECK_MSG(st.intraNodeBytes[kind] == intra && st.interNodeBytes[kind] == inter,
+            "%s: intra %llu inter %llu bytes, want %llu and %llu", what,
+            (unsigned long long)st.intraNodeBytes[kind], (unsigned long long)st.interNodeBytes[kind],
+            (unsigned long long)intra, (unsigned long long)inter);
+  for (int k = 0; k < zppNumOpKinds; k++)
+    CHECK_MSG(k == (int)kind || (st.intraNodeBytes[k] == 0 && st.interNodeBytes[k] == 0),
+              "%s: %s has bytes too", what, zppOpKindName((zppOpKind_t)k));
+  REQUIRE(zppCommResetStats(comm) == zppSuccess);
+}
+
+/* One device chunk each (c elements of bf16, far below 4 MiB), on a
+ * communicator that compresses nothing by itself. W ranks, L per node, N
+ * nodes; P(bits) the packed size of c elements. Plain all-gather and
+ * reduce-scatter: c * 2 bytes to each other rank. qwZ: P(8) to each other
+ * rank. qgZ: N * P(4) to each other rank of the node, P(4) to each other
+ * node. */
+static void deviceBytes(zppComm_t comm, int rank, int nranks, cudaStream_t stream) {
+  zppTopology_t topo;
+  REQUIRE(zppCommTopology(comm, &topo) == zppSuccess);
+  const uint64_t W = (uint64_t)nranks, L = (uint64_t)topo.localSize, N = (uint64_t)topo.nNodes;
+  REQUIRE(N * L == W);
+  const size_t c = 65536;
+  const uint64_t plain = c * 2, p8 = ztPackedInChunks(c, 8, ztBlock(8), c),
+                 p4 = ztPackedInChunks(c, 4, ztBlock(4), c);
+  /* The promised ratios, for the reader of a failure: int8 about half the
+   * bf16 bytes, int4 about a quarter (scales, headers and escape tables
+   * above that). */
+  CHECK_MSG(p8 * 100 > plain * 50 && p8 * 100 < plain * 53, "qwZ int8 packs %llu of %llu bytes",
+            (unsigned long long)p8, (unsigned long long)plain);
+  CHECK_MSG(p4 * 100 > plain * 25 && p4 * 100 < plain * 30, "qgZ int4 packs %llu of %llu bytes",
+            (unsigned long long)p4, (unsigned long long)plain);
+  char* in = malloc(c * 2 * W);
+  REQUIRE(in);
+  ztFill(in, zppBfloat16, c * W, 77, rank);
+  void *dsend = NULL, *drecv = NULL;
+  CU(cudaMalloc(&dsend, c * 2 * W));
+  CU(cudaMalloc(&drecv, c * 2 * W));
+  CU(cudaMemcpy(dsend, in, c * 2 * W, cudaMemcpyHostToDevice));
+  REQUIRE(zppCommResetStats(comm) == zppSuccess);
+  CHECK(zppAllGather(dsend, drecv, c, zppBfloat16, comm, stream) == zppSuccess);
+  checkBytes(comm, stream, zppOpAllGather, "device all-gather", (L - 1) * plain, (W - L) * plain);
+  CHECK(zppQwzAllGather(dsend, drecv, c, zppBfloat16, 8, comm, stream) == zppSuccess);
+  checkBytes(comm, stream, zppOpQwZ, "device qwZ int8", (L - 1) * p8, (W - L) * p8);
+  CHECK(zppReduceScatter(dsend, drecv, c, zppBfloat16, zppSum, comm, stream) == zppSuccess);
+  checkBytes(comm, stream, zppOpReduceScatter, "device reduce-scatter", (L - 1) * plain,
+             (W - L) * plain);
+  CHECK(zppQgzReduceScatter(dsend, drecv, c, zppBfloat16, zppSum, 4, comm, stream) == zppSuccess);
+  checkBytes(comm, stream, zppOpQgZ, "device qgZ int4", (L - 1) * N * p4, (N - 1) * p4);
+  CU(cudaFree(dsend));
+  CU(cudaFree(drecv));
+  free(in);
+}
+
 static void captureRefused(zppComm_t comm, cudaStream_t stream) {
   void* d = NULL;
   CU(cudaMalloc(&d, 1 << 20));
@@ -239,6 +304,7 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
       suite(comm, rank, nranks, stream, plain);
     if (!plain) {
       manyCalls(comm, rank, nranks, stream);
+      deviceBytes(comm, rank, nranks, stream);
       captureRefused(comm, stream);
     }
     CHECK(zppCommDestroy(comm) == zppSuccess);
