@@ -408,7 +408,11 @@ typedef enum {
   ZPP_QUANT_SUM_ROTATED_DOMAIN = 1,
   ZPP_QUANT_SUM_ROTATED_DIRECT = 2 /* requantization from r; sums as ROTATED_DOMAIN */
 } zppQuantSumOrder_t;
+/* A whole build (library, tools, tests alike) may define it otherwise, to
+ * measure another order in qgZ (docs/codecs.md, "Which order qgZ uses"). */
+#ifndef ZPP_QUANT_SUM_QGZ
 #define ZPP_QUANT_SUM_QGZ ZPP_QUANT_SUM_ROTATED_DOMAIN
+#endif
 zppResult_t zppDequantizeSumOrder(const void* packed, size_t stride, int n, size_t count, int bits,
                                   int block, float divisor, void* out, zppDataType_t dtype,
                                   zppQuantSumOrder_t order);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant_kernels/quant_impl.h"
 #include "quant_kernels/zpp_quant.h"
 #include "../quant/quant_testlib.h"
 #include "testutil.h"
@@ -179,7 +180,7 @@ static void stageSumErr(const uint8_t* segs, size_t P, int n, const void* const*
   for (int k = 0; k < n; k++) qtExpectEscapes(src[k], st, len, bits, block, marks + (size_t)k * len);
   for (size_t lo = 0; lo < len; lo += (size_t)block) {
     size_t hi = lo + (size_t)block < len ? lo + (size_t)block : len;
-    int allRot = ZPP_QUANT_SUM_QGZ == ZPP_QUANT_SUM_ROTATED_DOMAIN && hi - lo == (size_t)block;
+    int allRot = ZPP_QUANT_SUM_QGZ != ZPP_QUANT_SUM_SIMPLE && hi - lo == (size_t)block;
     double sumQs = 0, sumE = 0;
     for (int k = 0; k < n && allRot; k++) {
       const uint8_t* seg = segs + (size_t)k * P;
@@ -215,6 +216,50 @@ static void stageSumErr(const uint8_t* segs, size_t P, int n, const void* const*
     }
   }
   free(marks);
+}
+
+/* 1 when some input of the n segments has an escape in [lo, lo + block). */
+static int anyEscape(const uint8_t* segs, size_t P, int n, size_t len, int bits, int block, size_t lo) {
+  const size_t g = lo / ZPP_QUANT_ESC_GROUP, base = g * ZPP_QUANT_ESC_GROUP;
+  const size_t off = zppQuantEscOffset(len, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
+  for (int k = 0; k < n; k++)
+    for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+      unsigned idx = zppQuantEscIndex(segs + (size_t)k * P + off, j);
+      if (idx == ZPP_QUANT_ESC_EMPTY) break;
+      if (base + idx >= lo && base + idx < lo + (size_t)block) return 1;
+    }
+  return 0;
+}
+
+/* The direct order (ZPP_QUANT_SUM_ROTATED_DIRECT): a block of the
+ * requantized node sum rr taken from r (every input rotated, no escape,
+ * rr's block rotated, the sums w finite) decodes within, of w,
+ * s/2 + 2^-21 Q s (quantizing r) + 2^-23 L Q s (its decode's inverse) +
+ * 2^-24 L Q s (1 + 2^-19) (the inverse that made w from r, R <= Q s (1 +
+ * 2^-23)) + (Q + 4) 2^-150, on every element (no escape, no exact one):
+ * replaces segErr's bound there, which assumed zppQuantizeEx of w. */
+static void directErr(const uint8_t* ns, size_t P, int n, const uint8_t* rr, const float* w, size_t len,
+                      int bits, int block, double* er) {
+  const double Q = bits == 8 ? 127.0 : 7.0;
+  int L = 0;
+  while ((1 << L) < block) L++;
+  for (size_t lo = 0; lo + (size_t)block <= len; lo += (size_t)block) {
+    const size_t b = lo / (size_t)block;
+    int direct = (qtReadHeader(rr).reserved & ZPP_QUANT_FLAG_ROTATED) != 0;
+    for (int k = 0; k < n && direct; k++) {
+      float sf = qtScale(ns + (size_t)k * P, len, block, b);
+      direct = (qtReadHeader(ns + (size_t)k * P).reserved & ZPP_QUANT_FLAG_ROTATED) && !signbit(sf) &&
+               isfinite(sf);
+    }
+    float so = qtScale(rr, len, block, b);
+    direct = direct && !signbit(so) && isfinite(so) && !anyEscape(ns, P, n, len, bits, block, lo);
+    for (size_t i = lo; i < lo + (size_t)block && direct; i++) direct = isfinite(w[i]);
+    if (!direct) continue;
+    const double s = (double)so;
+    const double E = s / 2 + ldexp(Q * s, -21) + ldexp((double)L * Q * s, -23) +
+                     ldexp((double)L * Q * s, -24) * (1 + 0x1p-19) + (Q + 4) * 0x1p-150;
+    for (size_t i = lo; i < lo + (size_t)block; i++) er[i] = E;
+  }
 }
 
 /* ztQgzExpect under rotation: the library's order (zpp_quant.h,
@@ -265,6 +310,8 @@ static void qgzExpectRot(const int* byNode, int N, int L, const void* const* inp
         stageSumErr(ns, P, L, src + (size_t)n * L, t, e + (size_t)n * L * len, y + (size_t)n * L * len,
                     w, len, bits, block, S + (size_t)(n + 1) * len);
         segErr(w, zppFloat32, len, bits, block, rr + (size_t)n * P, er + (size_t)n * len);
+        if (ZPP_QUANT_SUM_QGZ == ZPP_QUANT_SUM_ROTATED_DIRECT && F == ZPP_QUANT_ROTATE)
+          directErr(ns, P, L, rr + (size_t)n * P, w, len, bits, block, er + (size_t)n * len);
         REQUIRE(zppDequantizeEx(rr + (size_t)n * P, len, bits, block, yr + (size_t)n * len,
                                 zppFloat32) == zppSuccess);
       }
