@@ -336,14 +336,15 @@ static size_t directGroup(const uint8_t* packed, size_t stride, int n, size_t co
       }
     }
     direct[k] = (uint8_t)ok;
-    if (ok) {
-      memset(acc + r, 0, len * sizeof(float));
-      continue;
-    }
+    if (ok) continue;
     nfall++;
     sumBlock(packed, stride, n, count, bits, block, ZPP_QUANT_SUM_ROTATED_DOMAIN, b, base + r, len,
              acc + r, y, vec, escMask);
   }
+  /* For zppQuantizeEx, the direct blocks' sums are +0 (nothing to do when
+   * every block is direct). */
+  for (size_t r = 0; nfall > 0 && r < glen; r += (size_t)block)
+    if (direct[r / (size_t)block]) memset(acc + r, 0, (size_t)block * sizeof(float));
   return nfall;
 }
 
