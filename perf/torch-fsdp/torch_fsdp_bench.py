@@ -33,6 +33,8 @@ import torch_zpp  # noqa: E402
 
 ZEROPP = dict(qwz_bits=8, qgz_bits=4, compress_min_bytes=0)
 INT4_ROTATED = dict(qwz_bits=4, qgz_bits=4, compress_min_bytes=0, rotate=True)
+# 4-bit weights as differences (torch_zpp.fsdp): the group's own all-gathers stay plain.
+DELTA4_ROTATED = dict(qgz_bits=4, compress_min_bytes=0, rotate=True)
 
 
 def zpp_env(opts):
@@ -91,7 +93,10 @@ def bench_fsdp2(a, ctl):
         "zpp ZeRO++": dist.new_group(backend="zpp", pg_options=torch_zpp.Options(**ZEROPP)),
         "zpp 4-bit rot": dist.new_group(backend="zpp",
                                         pg_options=torch_zpp.Options(**INT4_ROTATED)),
+        "zpp 4-bit delta": dist.new_group(backend="zpp",
+                                          pg_options=torch_zpp.Options(**DELTA4_ROTATED)),
     }
+    delta_bits = {"zpp 4-bit delta": 4}
     res = {k: new_result() for k in groups}
     for rnd in range(a.rounds):
         for name, g in groups.items():
@@ -100,7 +105,8 @@ def bench_fsdp2(a, ctl):
             dist.barrier(group=ctl)
             tx0 = node_tx_bytes()
             losses, times = fsdp_model.train(g, a.steps, bsz=a.bsz, d=a.d, layers=a.layers,
-                                             seq=a.seq, report_group=ctl)
+                                             seq=a.seq, report_group=ctl,
+                                             delta_bits=delta_bits.get(name))
             dist.barrier(group=ctl)
             tx = torch.tensor([float(node_tx_bytes() - tx0)])
             st = torch.tensor(times, dtype=torch.float64)
@@ -198,7 +204,7 @@ def ds_worker(a):
 
 def progress(ctl, framework, rnd, name, step_s, link_bytes_per_step):
     if dist.get_rank(ctl) == 0:
-        print("%-9s round %d %-13s median step %.3f s, link bytes/step %.1f MB" % (
+        print("%-9s round %d %-15s median step %.3f s, link bytes/step %.1f MB" % (
             framework, rnd, name, statistics.median(step_s[1:]), link_bytes_per_step / 1e6),
             flush=True)
 
@@ -206,7 +212,7 @@ def progress(ctl, framework, rnd, name, step_s, link_bytes_per_step):
 def table(title, res, extra):
     """Prints one framework's table; returns its JSON summary."""
     print("\n" + title)
-    print("%-13s %10s %10s %16s %16s" % ("backend", "step s", "vs gloo", "link MB/step",
+    print("%-15s %10s %10s %16s %16s" % ("backend", "step s", "vs gloo", "link MB/step",
                                           "zpp inter MB/st"))
     g = statistics.median(res["gloo"]["step_s"])
     summary = dict(extra, backends={})
@@ -214,7 +220,7 @@ def table(title, res, extra):
         m = statistics.median(r["step_s"])
         lb = statistics.median(r["link_bytes_per_step"])
         zb = statistics.median(r["zpp_inter_bytes_per_step"])
-        print("%-13s %10.3f %9.2fx %16.1f %16s" % (name, m, g / m, lb / 1e6,
+        print("%-15s %10.3f %9.2fx %16.1f %16s" % (name, m, g / m, lb / 1e6,
                                                   "-" if name == "gloo" else "%.1f" % (zb / 1e6)))
         summary["backends"][name] = dict(r, median_step_s=m, speedup_vs_gloo=g / m,
                                          median_link_bytes_per_step=lb)
