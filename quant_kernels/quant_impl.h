@@ -144,15 +144,16 @@ void zppQuantRotSumBlockAvx2(const uint8_t* packed, size_t stride, int n, size_t
 void zppQuantRotSumStoreAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
                              size_t b, size_t lo, size_t len, int div, float divisor, void* out,
                              zppDataType_t dtype);
-/* The sums r of block b as zppQuantRotSumBlockAvx2 forms them, before any
- * transform, quantized straight into block b of an output segment (scales
- * at scalesOut, data at dataOut; bits_out, the same block size) as the
- * rotated encoder quantizes its w: the direct order's block (zpp_quant.h,
- * "Reductions of rotated segments"). Returns 0, writing nothing, when some
- * r is not finite. */
-int zppQuantRotSumRequantAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
-                              size_t b, size_t lo, size_t len, int bits_out, uint8_t* scalesOut,
-                              uint8_t* dataOut);
+/* The direct order's blocks of one escape group: for each block b0 + k
+ * (k < nb, full blocks of `block`) with ok[k] set, the sums r as
+ * zppQuantRotSumBlockAvx2 forms them, before any transform, quantized
+ * straight into that block of an output segment (scales at scalesOut,
+ * data at dataOut; bits_out, the same block size) as the rotated encoder
+ * quantizes its w (zpp_quant.h, "Reductions of rotated segments"). ok[k]
+ * is cleared, and nothing written, where some r is not finite. */
+void zppQuantRotSumRequantGroupAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff,
+                                    int bits, int block, size_t b0, size_t nb, int bits_out,
+                                    uint8_t* scalesOut, uint8_t* dataOut, uint8_t* ok);
 #endif
 
 /* The implementation called `name` ("scalar", "avx2", "avx512"), or NULL

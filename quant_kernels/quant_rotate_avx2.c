@@ -638,68 +638,96 @@ void zppQuantRotSumStoreAvx2(const uint8_t* packed, size_t stride, int n, size_t
 #undef SUM_STORE
 }
 
-/* The direct order's block: r in registers (blocks of 32 and 64) or 64 at
- * a time into an L1 buffer, max |r|, then quant_ref.h's block setup and the
- * encoder's quantization of w (quantizeSmall's, quantizeW's): no inverse,
- * no forward transform. */
-ROT_INLINE int sumRequantT(const uint8_t* packed, size_t stride, int nin, size_t dataOff, int bitsIn,
-                           size_t b, size_t lo, size_t len, int bitsOut, uint8_t* scales,
-                           uint8_t* data) {
-  const int Q = zppQuantQmax(bitsOut);
-  float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(32)));
+/* The direct order over the blocks of one escape group (zpp_quant.h,
+ * "Reductions of rotated segments"): pass 1, per block with ok[k] set, the
+ * sums r into an L1 tile (the rotated-domain sums before any transform)
+ * and max |r|; pass 2, the block setups eight blocks at a time with vector
+ * divisions (the IEEE operations of zppQuantBlockSetup: a / Q, Q / (a p)),
+ * so that no block waits on its own divisions; pass 3, the quantization of
+ * each block as the encoder quantizes its w. ok[k] is cleared where some r
+ * is not finite (nothing written for that block). */
+ROT_INLINE void sumRequantGroupT(const uint8_t* packed, size_t stride, int nin, size_t dataOff,
+                                 int bitsIn, size_t bs, size_t b0, size_t nb, int bitsOut,
+                                 uint8_t* scales, uint8_t* data, uint8_t* ok) {
+  float tile[ZPP_QUANT_ESC_GROUP] __attribute__((aligned(32)));
+  uint32_t amax[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(32)));
   __m256 v[8];
-  __m256i m = _mm256_setzero_si256();
-  uint8_t* d = data + (bitsOut == 8 ? lo : lo / 2);
-  if (len <= 64) {
-    const int n = len == 32 ? 4 : 8;
-    if (n == 4)
-      sumRotated(packed, stride, nin, dataOff, bitsIn, b, lo, v, 4);
-    else
-      sumRotated(packed, stride, nin, dataOff, bitsIn, b, lo, v, 8);
-    for (int k = 0; k < n; k++) m = _mm256_max_epu32(m, absBits(v[k]));
-    const uint32_t a = avx2HmaxU32(m);
-    if (a >= 0x7f800000u) return 0;
-    zppQuantBlockParams_t bp = zppQuantBlockSetup(a, Q);
-    zppQuantStoreScale(scales, b, bp.scale);
-    if (bp.kind != ZPP_QBLOCK_NORMAL) {
-      memset(d, 0, zppQuantDataBytes(len, bitsOut));
-    } else if (bp.p != 1.0f) { /* max |r| < 2^-64: the reference's scaled path */
-      for (int k = 0; k < n; k++) _mm256_store_ps(buf + 8 * k, v[k]);
-      zppQuantEncodeDtypeRef(buf, zppFloat32, len, &bp, bitsOut, data, lo);
+  for (size_t k = 0; k < nb; k++) {
+    amax[k] = 0;
+    if (!ok[k]) continue;
+    const size_t lo = (b0 + k) * bs;
+    float* t = tile + k * bs;
+    __m256i m = _mm256_setzero_si256();
+    if (bs == 32) {
+      sumRotated(packed, stride, nin, dataOff, bitsIn, b0 + k, lo, v, 4);
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) {
+        m = _mm256_max_epu32(m, absBits(v[j]));
+        _mm256_store_ps(t + 8 * j, v[j]);
+      }
     } else {
-      const __m256 vinv = _mm256_set1_ps(bp.inv);
-      for (int k = 0; k < n; k += 4)
-        store32(v[k], v[k + 1], v[k + 2], v[k + 3], vinv, bitsOut, d + (bitsOut == 8 ? 8 * k : 4 * k));
-    }
-    return 1;
-  }
-  for (size_t i = 0; i < len; i += 64) {
-    sumRotated(packed, stride, nin, dataOff, bitsIn, b, lo + i, v, 8);
+      for (size_t i = 0; i < bs; i += 64) {
+        sumRotated(packed, stride, nin, dataOff, bitsIn, b0 + k, lo + i, v, 8);
 #pragma GCC unroll 8
-    for (int k = 0; k < 8; k++) {
-      m = _mm256_max_epu32(m, absBits(v[k]));
-      _mm256_store_ps(buf + i + 8 * k, v[k]);
+        for (int j = 0; j < 8; j++) {
+          m = _mm256_max_epu32(m, absBits(v[j]));
+          _mm256_store_ps(t + i + 8 * j, v[j]);
+        }
+      }
+    }
+    amax[k] = avx2HmaxU32(m);
+    if (amax[k] >= 0x7f800000u) ok[k] = 0; /* r not finite: the fallback */
+  }
+  const int Q = zppQuantQmax(bitsOut);
+  float sc[8] __attribute__((aligned(32))), inv[8] __attribute__((aligned(32)));
+  const __m256 vq = _mm256_set1_ps((float)Q);
+  const __m256i tiny = _mm256_set1_epi32((int)ZPP_QUANT_TINY_BITS);
+  for (size_t k0 = 0; k0 < nb; k0 += 8) {
+    const size_t kn = nb - k0 < 8 ? nb - k0 : 8;
+    uint32_t a8[8] __attribute__((aligned(32))) = {0};
+    memcpy(a8, amax + k0, kn * sizeof(uint32_t));
+    const __m256i ai = _mm256_load_si256((const __m256i*)(const void*)a8);
+    const __m256 a = _mm256_castsi256_ps(ai);
+    /* p = 2^64 where a < 2^-64 (bits below ZPP_QUANT_TINY_BITS), else 1. */
+    const __m256 p = _mm256_blendv_ps(_mm256_set1_ps(1.0f), _mm256_set1_ps(0x1p64f),
+                                      _mm256_castsi256_ps(_mm256_cmpgt_epi32(tiny, ai)));
+    _mm256_store_ps(sc, _mm256_div_ps(a, vq));
+    _mm256_store_ps(inv, _mm256_div_ps(vq, _mm256_mul_ps(a, p)));
+    for (size_t j = 0; j < kn; j++) {
+      const size_t k = k0 + j, lo = (b0 + k) * bs;
+      if (!ok[k]) continue;
+      uint8_t* d = data + (bitsOut == 8 ? lo : lo / 2);
+      if (amax[k] == 0) { /* ZPP_QBLOCK_ZERO: scale +0, every q 0 */
+        zppQuantStoreScale(scales, b0 + k, 0.0f);
+        memset(d, 0, zppQuantDataBytes(bs, bitsOut));
+        continue;
+      }
+      zppQuantStoreScale(scales, b0 + k, sc[j]);
+      if (amax[k] < ZPP_QUANT_TINY_BITS) { /* the reference's scaled path */
+        zppQuantBlockParams_t bp = zppQuantBlockSetup(amax[k], Q);
+        zppQuantEncodeDtypeRef(tile + k * bs, zppFloat32, bs, &bp, bitsOut, data, lo);
+      } else {
+        quantizeW(tile + k * bs, bs, bitsOut, inv[j], d);
+      }
     }
   }
-  const uint32_t a = avx2HmaxU32(m);
-  if (a >= 0x7f800000u) return 0;
-  zppQuantBlockParams_t bp = zppQuantBlockSetup(a, Q);
-  zppQuantStoreScale(scales, b, bp.scale);
-  if (bp.kind != ZPP_QBLOCK_NORMAL)
-    memset(d, 0, zppQuantDataBytes(len, bitsOut));
-  else if (bp.p != 1.0f)
-    zppQuantEncodeDtypeRef(buf, zppFloat32, len, &bp, bitsOut, data, lo);
-  else
-    quantizeW(buf, len, bitsOut, bp.inv, d);
-  return 1;
 }
 
-int zppQuantRotSumRequantAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
-                              size_t b, size_t lo, size_t len, int bits_out, uint8_t* scalesOut,
-                              uint8_t* dataOut) {
+void zppQuantRotSumRequantGroupAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff,
+                                    int bits, int block, size_t b0, size_t nb, int bits_out,
+                                    uint8_t* scalesOut, uint8_t* dataOut, uint8_t* ok) {
 #define SUM_REQUANT(BI, BO) \
-  sumRequantT(packed, stride, n, dataOff, BI, b, lo, len, BO, scalesOut, dataOut)
-  if (bits == 8) return bits_out == 8 ? SUM_REQUANT(8, 8) : SUM_REQUANT(8, 4);
-  return bits_out == 8 ? SUM_REQUANT(4, 8) : SUM_REQUANT(4, 4);
+  sumRequantGroupT(packed, stride, n, dataOff, BI, (size_t)block, b0, nb, BO, scalesOut, dataOut, ok)
+  if (bits == 8) {
+    if (bits_out == 8)
+      SUM_REQUANT(8, 8);
+    else
+      SUM_REQUANT(8, 4);
+  } else {
+    if (bits_out == 8)
+      SUM_REQUANT(4, 8);
+    else
+      SUM_REQUANT(4, 4);
+  }
 #undef SUM_REQUANT
 }

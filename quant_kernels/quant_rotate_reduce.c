@@ -312,28 +312,32 @@ static size_t directGroup(const uint8_t* packed, size_t stride, int n, size_t co
       escMask |= (uint64_t)1 << k;
   const size_t dataIn = zppQuantDataOffset(count, block), dataOut = zppQuantDataOffset(count, block);
   size_t nfall = 0;
+  const size_t nb = zppQuantNumBlocks(glen, block), b0 = base / (size_t)block;
+  for (size_t k = 0; k < nb; k++) { /* which blocks may be direct */
+    size_t lo = base + k * (size_t)block, len = glen - k * (size_t)block;
+    int ok = len >= (size_t)block;
+    for (int i = 0; i < n && ok; i++)
+      ok = blockRotated(packed + (size_t)i * stride, b0 + k, (size_t)block, block);
+    if (ok && escMask != 0)
+      ok = noEscape(packed, stride, n, count, bits, block, escMask, lo, (size_t)block);
+    direct[k] = (uint8_t)ok;
+  }
+#if defined(ZPP_QUANT_HAVE_AVX2)
+  if (vec) /* clears direct[k] where r is not finite */
+    zppQuantRotSumRequantGroupAvx2(packed, stride, n, dataIn, bits, block, b0, nb, bits_out,
+                                   po + ZPP_QUANT_HEADER_BYTES, po + dataOut, direct);
+#endif
   for (size_t r = 0; r < glen; r += (size_t)block) {
     size_t len = glen - r < (size_t)block ? glen - r : (size_t)block;
     size_t b = (base + r) / (size_t)block, k = r / (size_t)block;
-    int ok = len == (size_t)block;
-    for (int i = 0; i < n && ok; i++) ok = blockRotated(packed + (size_t)i * stride, b, len, block);
-    if (ok && escMask != 0)
-      ok = noEscape(packed, stride, n, count, bits, block, escMask, base + r, len);
-    if (ok) {
-#if defined(ZPP_QUANT_HAVE_AVX2)
-      if (vec)
-        ok = zppQuantRotSumRequantAvx2(packed, stride, n, dataIn, bits, b, base + r, len, bits_out,
-                                       po + ZPP_QUANT_HEADER_BYTES, po + dataOut);
-      else
-#endif
-      {
-        for (int i = 0; i < n; i++) {
-          const uint8_t* seg = packed + (size_t)i * stride;
-          addScaled(seg + dataIn, bits, base + r, len, zppQuantLoadScale(zppQuantScalesPtr(seg), b),
-                    acc + r, i == 0);
-        }
-        ok = directBlockRef(acc + r, len, bits_out, po, dataOut, b, base + r);
+    int ok = direct[k];
+    if (ok && !vec) {
+      for (int i = 0; i < n; i++) {
+        const uint8_t* seg = packed + (size_t)i * stride;
+        addScaled(seg + dataIn, bits, base + r, len, zppQuantLoadScale(zppQuantScalesPtr(seg), b),
+                  acc + r, i == 0);
       }
+      ok = directBlockRef(acc + r, len, bits_out, po, dataOut, b, base + r);
     }
     direct[k] = (uint8_t)ok;
     if (ok) continue;

@@ -303,6 +303,7 @@ static void checkCase(int n, size_t count, int bits, int block, zppDataType_t ot
            qtTypeName(otype),
            specials == 1   ? " with Inf/NaN"
            : specials == 2 ? " ordinary"
+           : specials == 3 ? " zero and tiny blocks"
                            : "",
            allRot ? ", all rotated" : "");
   for (size_t i = 0; i < count; i++) sum[i] = 0.0f, exact[i] = 0.0, absy[i] = 0.0;
@@ -313,6 +314,9 @@ static void checkCase(int n, size_t count, int bits, int block, zppDataType_t ot
       x[count - 2] = NAN;
     }
     if (specials != 2 && k % 4 == 2 && count > 10) x[7 + (size_t)k] = 3e6f;
+    if (specials == 3) /* block 1 zero, block 2 tiny (max |r| below 2^-64) */
+      for (size_t i = (size_t)block; i < 3 * (size_t)block && i < count; i++)
+        x[i] = i < 2 * (size_t)block ? 0.0f : x[i] * 1e-22f;
     REQUIRE(zppQuantizeEx(x, zppFloat32, count, bits, block,
                           allRot || k % 2 == 0 ? ZPP_QUANT_ROTATE : 0u,
                           segs + (size_t)k * P) == zppSuccess);
@@ -523,6 +527,11 @@ static void runAll(zppTestRng_t* rng) {
       checkCase(n, 8193, 8, 256, kTypes[ti], 2, 1, rng);
       checkCase(n, 4096 + 128, 4, 32, kTypes[ti], 2, 1, rng);
     }
+  /* A zero block and a tiny one (the scaled path, p = 2^64). */
+  for (int n = 1; n <= 4; n++)
+    for (int bits = 8; bits >= 4; bits -= 4)
+      for (int block = 32; block <= 256; block *= 2)
+        checkCase(n, 4096 + 64, bits, block, zppFloat32, 3, 1, rng);
   /* The largest block: one inverse over 4096 elements. */
   for (int n = 2; n <= 8; n += 3) checkCase(n, 3 * 4096 + 5, 4, 4096, zppFloat32, 1, 1, rng);
   for (int bits = 8; bits >= 4; bits -= 4)
