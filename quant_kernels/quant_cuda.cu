@@ -52,13 +52,18 @@
  * (quant_escape.c): the kernels above encode as if escapes did not exist, and
  * one more kernel (escapeKernel, one CTA per escape group and segment) scans
  * what they wrote: a group whose blocks all have a zero scale or more than E
- * non-zero q holds no escape (zpp_quant.h says why) and gets an empty table;
- * the rare other group is encoded again from its input, by one thread
- * running quant_ref.h's zppQuantEncodeGroupRef, the reference itself (which
- * also writes an overflow's markers; the kernel then sets the header's flag
- * bit with an atomic OR, as several groups' CTAs may). The
- * scan reads the packed data once more (1/4 to 1/8 of an fp32 input's
- * bytes); the re-encoding is slow (serial) and meant to be rare. Decoding
+ * non-zero q holds no escape (zpp_quant.h says why) and gets an empty table.
+ * The other groups load their input (or recompute their sums) into shared
+ * memory and run the exact test of escapeKernel's comment, per block, in
+ * parallel: ordinary data that only looked suspicious (sums of int8 inputs
+ * requantized to int4 blocks of a few non-zero q: 217 of every 256 groups of
+ * zpp-bench-kernels' data) stops there with an empty table. Only blocks with
+ * a real candidate or a non-finite element are encoded again, one thread per
+ * block, by the reference's own block step (escapeBlock), after one thread
+ * hands out the group's slots in block order (the overflow rule); a marker
+ * sets the header's flag bit with an atomic OR, as several groups' CTAs may.
+ * The scan reads the packed data once more (1/4 to 1/8 of an fp32 input's
+ * bytes); the reload and the re-encoding are meant to be rare. Decoding
  * needs no second kernel: each thread decodes markers as NaN where the
  * header's flag says there are any, and adds the escaped values of its
  * elements after the packed values, input by input (the spec's order),
@@ -609,18 +614,88 @@ struct SumSrc {
   }
 };
 
+/* One block's step of quant_ref.h's zppQuantEncodeGroupRef, the same
+ * operations in the same order, for a block that holds a candidate or a
+ * non-finite element: b[0..len) its fp32 elements (modified: what leaves the
+ * block becomes +0, non-finite -0), lo its first element relative to the
+ * group, r its reference magnitude, slot its first table slot when its nc
+ * candidates escape (-1 when they overflow). Returns 1 when it wrote a marker.
+ * Blocks of one group run this in parallel: each writes only its own scale,
+ * its own data bytes (blocks are even-sized, so they start on a byte) and its
+ * own slots. */
+__device__ int escapeBlock(float* b, size_t len, size_t lo, size_t base, int bits, int block,
+                           uint32_t r, int slot, uint8_t* scales, uint8_t* data, uint8_t* table) {
+  const int K = ZPP_QUANT_ESC_LOG2(bits), Q = zppQuantQmax(bits);
+  const int escape = slot >= 0;
+  int used = slot, nsat = 0, marked = 0;
+  uint32_t satAt[ZPP_QUANT_ESC_PER_BLOCK];
+  int satNeg[ZPP_QUANT_ESC_PER_BLOCK];
+  for (size_t i = 0; i < len; i++) {
+    if (b[i] == 0.0f) {
+      b[i] = 0.0f;
+    } else if (zppQuantNonFinite(b[i])) {
+      b[i] = -0.0f;
+    } else if (escape && zppQuantEscAbove(b[i], r, K)) {
+      zppQuantEscStoreSlot(table, used++, b[i], (unsigned)(lo + i));
+      b[i] = 0.0f;
+    } else if (!escape && nsat < ZPP_QUANT_ESC_PER_BLOCK &&
+               zppQuantEscAbove(b[i], r, ZPP_QUANT_SAT_LOG2)) {
+      satAt[nsat] = (uint32_t)i;
+      satNeg[nsat++] = b[i] < 0.0f;
+      b[i] = 0.0f;
+    }
+  }
+  zppQuantBlockRef(b, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data, base + lo);
+  for (size_t i = 0; i < len; i++)
+    if (__float_as_uint(b[i]) == 0x80000000u) {
+      zppQuantSetMarker(data, bits, base + lo + i);
+      marked = 1;
+    }
+  for (int k = 0; k < nsat; k++) zppQuantSetQ(data, bits, base + lo + satAt[k], satNeg[k] ? -Q : Q);
+  return marked;
+}
+
 /* The escape tables of nseg segments that an encoding kernel just wrote
  * (scales and data as if escapes did not exist): one CTA per escape group
- * (blockIdx.x) and segment (blockIdx.y, striding). A block may hold an escape
- * only if its scale is NaN, or non-zero with at most E non-zero q; a group
- * without such a block keeps what the kernel wrote and gets an empty table.
- * Any other group is encoded again, escapes included, by the reference. */
+ * (blockIdx.x) and segment (blockIdx.y, striding), in three stages, each
+ * ending where the group turns out to need nothing more (empty table, the
+ * kernel's scales and data kept: for a group without candidates and
+ * non-finite elements the reference encodes every block plain).
+ *  A. The packed data, no input: a block may hold a candidate or a
+ *     non-finite element only if its scale is NaN, or non-zero with at most
+ *     E non-zero q (zpp_quant.h, "Escapes", "Why 2^K").
+ *  B. The group's fp32 input (or sums) in shared memory, and the exact test
+ *     per block, in parallel: with len its elements, all finite, a = max |x|,
+ *     m = min(E + 1, len), c = #{i : |x_i| 2^K >= a} and nz = #{i : x_i != 0},
+ *     the block has a candidate iff c < m and nz >= m. Proof: r is the m-th
+ *     largest magnitude (the (E+1)-th, or the smallest when len <= E + 1).
+ *     A candidate exists iff r > 0 and the largest element is one, a > 2^K r.
+ *     r > 0 iff at least m magnitudes are non-zero (nz >= m); r < a 2^-K iff
+ *     fewer than m magnitudes reach a 2^-K (c < m), r being the m-th largest.
+ *     (The comparison is exact in double, as zppQuantEscAbove's.) Blocks with
+ *     a non-finite element always go on. Ordinary data whose blocks hold few
+ *     non-zero q (sums of inputs quantized with a far larger scale) stop here.
+ *  C. The blocks that go on, one thread each, in parallel: the reference
+ *     magnitude and candidates (quant_ref.h's own functions); one thread
+ *     hands out the table's slots in block order by the overflow rule (a
+ *     block's candidates take the next slots only when all fit); then each
+ *     such block is encoded again by escapeBlock, the reference's block step.
+ * A block of 4096 elements is still one thread's work in C: only real
+ * outliers get there. */
 template <int BITS, class Src>
 __global__ void __launch_bounds__(kThreads)
     escapeKernel(Src src, size_t count, int blockLog2, uint8_t* __restrict__ out, size_t segBytes,
                  int nseg) {
+  constexpr int kMaxBlk = ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK;
+  constexpr int kPer = ZPP_QUANT_ESC_GROUP / kThreads;  // stage B: elements per thread
+  static_assert(kPer <= ZPP_QUANT_MIN_BLOCK, "a thread's elements must lie in one block");
+  constexpr int K = ZPP_QUANT_ESC_LOG2(BITS);
   __shared__ float x[ZPP_QUANT_ESC_GROUP];
-  __shared__ int nonzero[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK];
+  __shared__ int nonzero[kMaxBlk];    // A: non-zero q; C: first slot, -1 none
+  __shared__ uint32_t amax[kMaxBlk];  // B: max finite |x| bits; C: r
+  __shared__ int stat[kMaxBlk];       // B: c << 16 | nz (each <= 4096); C: nc
+  __shared__ uint32_t info[kMaxBlk];  // bit 0: non-finite; bit 1: goes on to C
+  __shared__ int usedAll;
   const Geom g = geom(count, BITS, blockLog2);
   const int block = 1 << blockLog2;
   const size_t grp = blockIdx.x;
@@ -635,8 +710,14 @@ __global__ void __launch_bounds__(kThreads)
   const size_t lo = g.dataOff + (BITS == 8 ? base : base / 2);
   const size_t groupBytes = BITS == 8 ? ZPP_QUANT_ESC_GROUP : ZPP_QUANT_ESC_GROUP / 2;
   const size_t hi = lo + groupBytes < g.escOff ? lo + groupBytes : g.escOff;
+  // Stage B's share of this thread: kPer consecutive elements, one block's.
+  const size_t i0 = (size_t)threadIdx.x * kPer;
+  const size_t i1 = i0 + kPer < glen ? i0 + kPer : glen;
+  const int myBlk = (int)(i0 >> blockLog2);
   for (int k = blockIdx.y; k < nseg; k += gridDim.y) {
     uint8_t* seg = out + (size_t)k * segBytes;
+    uint8_t* table = seg + g.escOff + grp * ZPP_QUANT_ESC_TABLE_BYTES;
+    // A.
     for (int b = threadIdx.x; b < nblk; b += blockDim.x) nonzero[b] = 0;
     __syncthreads();
     for (size_t c = lo + 16 * (size_t)threadIdx.x; c < hi; c += 16 * (size_t)blockDim.x) {
@@ -653,21 +734,98 @@ __global__ void __launch_bounds__(kThreads)
       const float sc = reinterpret_cast<const float*>(seg + ZPP_QUANT_HEADER_BYTES)[b0 + b];
       may |= sc != sc || (sc != 0.0f && nonzero[b] <= ZPP_QUANT_ESC_PER_BLOCK);
     }
-    uint8_t* table = seg + g.escOff + grp * ZPP_QUANT_ESC_TABLE_BYTES;
     if (!__syncthreads_or(may)) {
       if (threadIdx.x < ZPP_QUANT_ESC_SLOTS)
         zppQuantEscStoreSlot(table, (int)threadIdx.x, 0.0f, ZPP_QUANT_ESC_EMPTY);
       continue;
     }
+    // B.
     src.load(k, base, glen, x);
+    for (int b = threadIdx.x; b < nblk; b += blockDim.x) {
+      amax[b] = 0;
+      stat[b] = 0;
+      info[b] = 0;
+    }
+    __syncthreads();
+    if (i0 < glen) {
+      uint32_t mx = 0;
+      bool nonfinite = false;
+      for (size_t i = i0; i < i1; i++) {
+        const uint32_t m = __float_as_uint(x[i]) & 0x7fffffffu;
+        if (m >= kExpMask)
+          nonfinite = true;
+        else
+          mx = max(mx, m);
+      }
+      atomicMax(&amax[myBlk], mx);
+      if (nonfinite) atomicOr(&info[myBlk], 1u);
+    }
+    __syncthreads();
+    if (i0 < glen) {
+      const double a = (double)__uint_as_float(amax[myBlk]);
+      int c = 0, nz = 0;
+      for (size_t i = i0; i < i1; i++) {
+        const uint32_t m = __float_as_uint(x[i]) & 0x7fffffffu;
+        if (m >= kExpMask) continue;
+        nz += m != 0;
+        c += (double)__uint_as_float(m) * (double)(1u << K) >= a;
+      }
+      if (c | nz) atomicAdd(&stat[myBlk], (c << 16) | nz);
+    }
+    __syncthreads();
+    int work = 0;
+    for (int b = threadIdx.x; b < nblk; b += blockDim.x) {
+      const size_t len = glen - ((size_t)b << blockLog2) < (size_t)block
+                             ? glen - ((size_t)b << blockLog2)
+                             : (size_t)block;
+      const int m = len < ZPP_QUANT_ESC_PER_BLOCK + 1 ? (int)len : ZPP_QUANT_ESC_PER_BLOCK + 1;
+      const int c = stat[b] >> 16, nz = stat[b] & 0xffff;
+      if ((info[b] & 1u) || (c < m && nz >= m)) {
+        info[b] |= 2u;
+        work = 1;
+      }
+    }
+    if (!__syncthreads_or(work)) {
+      if (threadIdx.x < ZPP_QUANT_ESC_SLOTS)
+        zppQuantEscStoreSlot(table, (int)threadIdx.x, 0.0f, ZPP_QUANT_ESC_EMPTY);
+      continue;  // x and the arrays of B are written again only after A's barriers
+    }
+    // C.
+    for (int b = threadIdx.x; b < nblk; b += blockDim.x) {
+      int nc = 0;
+      if (info[b] & 2u) {
+        const size_t l0 = (size_t)b << blockLog2;
+        const size_t len = glen - l0 < (size_t)block ? glen - l0 : (size_t)block;
+        const uint32_t r = zppQuantEscReference(x + l0, len);
+        for (size_t i = 0; i < len; i++) nc += zppQuantEscAbove(x[l0 + i], r, K);
+        amax[b] = r;
+      }
+      stat[b] = nc;
+    }
     __syncthreads();
     if (threadIdx.x == 0) {
-      zppQuantEscCounts_t counts = {0, 0};  // not collected on the device
-      if (zppQuantEncodeGroupRef(x, glen, base, BITS, block, seg + ZPP_QUANT_HEADER_BYTES,
-                                 seg + g.dataOff, table, &counts))
-        atomicOr(reinterpret_cast<unsigned*>(seg + 4), kMarkersFlag);  // other groups' CTAs too
+      int used = 0;
+      for (int b = 0; b < nblk; b++) {
+        const int nc = stat[b];
+        const bool escape = nc > 0 && used + nc <= ZPP_QUANT_ESC_SLOTS;
+        nonzero[b] = escape ? used : -1;
+        if (escape) used += nc;
+      }
+      usedAll = used;
     }
-    __syncthreads();  // x is reused by the next segment
+    __syncthreads();
+    int marked = 0;
+    for (int b = threadIdx.x; b < nblk; b += blockDim.x) {
+      if (!(info[b] & 2u)) continue;
+      const size_t l0 = (size_t)b << blockLog2;
+      const size_t len = glen - l0 < (size_t)block ? glen - l0 : (size_t)block;
+      marked |= escapeBlock(x + l0, len, l0, base, BITS, block, amax[b], nonzero[b],
+                            seg + ZPP_QUANT_HEADER_BYTES, seg + g.dataOff, table);
+    }
+    if (threadIdx.x >= (unsigned)usedAll && threadIdx.x < ZPP_QUANT_ESC_SLOTS)
+      zppQuantEscStoreSlot(table, (int)threadIdx.x, 0.0f, ZPP_QUANT_ESC_EMPTY);
+    if (marked) atomicOr(reinterpret_cast<unsigned*>(seg + 4), kMarkersFlag);  // other groups' CTAs too
+    __syncthreads();  // x and the block arrays are reused by the next segment
   }
 }
 

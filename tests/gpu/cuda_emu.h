@@ -160,6 +160,11 @@ static inline int atomicAdd(int* p, int v) {
   *p = old + v;
   return old;
 }
+static inline unsigned atomicMax(unsigned* p, unsigned v) {
+  const unsigned old = *p;
+  *p = old > v ? old : v;
+  return old;
+}
 static inline unsigned atomicOr(unsigned* p, unsigned v) {
   const unsigned old = *p;
   *p = old | v;
