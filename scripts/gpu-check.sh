@@ -158,11 +158,16 @@ for p in sys.path:
   local pid
   for pid in "${sans[@]}"; do wait "$pid" || true; done
   # Where the codecs spend their time: ncu's speed-of-light of the 64 MiB
-  # bf16 int4 codecs, plain and rotated (a profile, not a pass or fail).
+  # bf16 int4 codecs, plain and rotated, and qgZ's reductions (a profile, not
+  # a pass or fail). Every call also runs escapeKernel, and the inputs'
+  # quantizations launch kernels before the timed ones: two launches of each
+  # kernel and launch shape (per-launch-config), so that no kernel uses up
+  # the count of the others.
   local ncu ncuFilter='^(de)?quantize(-rotated)?/cuda/bf16/int4/64MiB|^reduce_requant/cuda/int(4x8|8x8-int4)/64MiB'
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-  step ncu 90 "$ncu" --section SpeedOfLight --section Occupancy --section LaunchStats --launch-count 16 \
-    -k 'regex:quantizeKernel|decodeKernel|rotateKernel|rotDecodeKernel|reduceRequantKernel' \
+  step ncu 120 "$ncu" --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --filter-mode per-launch-config --launch-count 2 \
+    -k 'regex:quantizeKernel|decodeKernel|rotateKernel|rotDecodeKernel|reduceRequantKernel|escapeKernel' \
     "$bin/zpp-bench-kernels" --benchmark_min_time=0.001 --benchmark_filter="${ZPP_GPU_CHECK_NCU_FILTER:-$ncuFilter}"
   cat "$logs"/*.summary
   if grep -q "FAILED\|not run" "$logs"/*.summary; then status=1; fi
