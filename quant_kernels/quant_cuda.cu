@@ -280,33 +280,82 @@ __device__ __forceinline__ void storeElems(void* base, size_t e0, size_t count,
   }
 }
 
-/* q[j] for elements e0 .. e0+E-1 of one segment's data (values past `count`
- * are undefined and never used). Whole words are read even at the end: the
- * data starts 4-byte aligned and the segment is padded to 16 bytes, so a word
- * that starts inside the data ends inside the segment. */
+/* The packed words of elements e0 .. e0+E-1 of one segment's data (values
+ * past `count` are undefined and never used). Whole words are read even at
+ * the end: the data starts 4-byte aligned and the segment is padded to 16
+ * bytes, so a word that starts inside the data ends inside the segment. */
 template <int BITS, int E>
-__device__ __forceinline__ void loadQ(const uint8_t* data, size_t e0, size_t count, size_t dataBytes,
-                                      int (&q)[E]) {
-  constexpr int NW = BITS == 8 ? E / 4 : E / 8;
+struct QWords {
+  static constexpr int kN = BITS == 8 ? E / 4 : E / 8;
+  uint32_t w[kN];
+};
+
+template <int BITS, int E>
+__device__ __forceinline__ void loadQWords(const uint8_t* data, size_t e0, size_t count,
+                                           size_t dataBytes, QWords<BITS, E>& q) {
+  constexpr int NW = QWords<BITS, E>::kN;
   const size_t boff = BITS == 8 ? e0 : e0 / 2;
   const uint8_t* p = data + boff;
-  uint32_t w[NW];
   if (e0 + E <= count) {
-    loadWords<NW>(p, w);
+    loadWords<NW>(p, q.w);
   } else {
 #pragma unroll
     for (int i = 0; i < NW; i++)
-      w[i] = boff + 4 * i < dataBytes ? __ldcs(reinterpret_cast<const unsigned int*>(p) + i) : 0u;
+      q.w[i] = boff + 4 * i < dataBytes ? __ldcs(reinterpret_cast<const unsigned int*>(p) + i) : 0u;
   }
+}
+
+/* q of element e0 + j (j a constant after unrolling): int8 bytes; int4
+ * element 2i in the low nibble, 2i+1 in the high one; sign-extended. */
+template <int BITS, int E>
+__device__ __forceinline__ int qOf(const QWords<BITS, E>& q, int j) {
+  if (BITS == 8) return (int)(q.w[j / 4] << (24 - 8 * (j % 4))) >> 24;
+  return (int)(q.w[j / 8] << (28 - 4 * (j % 8))) >> 28;
+}
+
+/* Inputs whose loads a decoding thread issues before it adds any of them:
+ * 4 x 4..16 bytes of packed data (plus a header and a scale, cache hits)
+ * instead of one input's 4..16 bytes at a time, so that a thread has several
+ * loads in flight even at int4 and 8 elements. */
+constexpr int kInputsInFlight = 4;
+
+/* The packed values (markers NaN) of elements e0 .. e0+E-1 of n segments,
+ * handed to add(j, y) in input order: add sees exactly the sequence of the
+ * one-input-at-a-time loop, only the loads of kInputsInFlight inputs go
+ * first. A segment whose header does not match gives NaN. */
+template <int BITS, int E, class Add>
+__device__ __forceinline__ void forPackedValues(const uint8_t* packed, size_t stride, int n,
+                                                size_t count, int blockLog2, const Geom& g, size_t e0,
+                                                Add add) {
+  constexpr int U = kInputsInFlight;
+  const size_t blk = e0 >> blockLog2;  // E divides every block size
+  for (int k0 = 0; k0 < n; k0 += U) {
+    QWords<BITS, E> q[U];
+    float scale[U];
+    bool markers[U];
 #pragma unroll
-  for (int i = 0; i < NW; i++) {
-    if (BITS == 8) {
+    for (int u = 0; u < U; u++) {
+      scale[u] = __uint_as_float(kNaN32);
+      markers[u] = false;
 #pragma unroll
-      for (int b = 0; b < 4; b++) q[4 * i + b] = (int)(w[i] << (24 - 8 * b)) >> 24;
-    } else {
-      // Element 2i in the low nibble, 2i+1 in the high one; sign-extend.
+      for (int i = 0; i < QWords<BITS, E>::kN; i++) q[u].w[i] = 0u;
+      if (k0 + u < n) {
+        const uint8_t* seg = packed + (size_t)(k0 + u) * stride;
+        const int hc = headerCheck(seg, count, BITS, blockLog2);
+        // The scale and data are inside the caller's segment whatever the
+        // header says (its geometry is the call's): load them unconditionally.
+        const float sc = __ldg(reinterpret_cast<const float*>(seg + ZPP_QUANT_HEADER_BYTES) + blk);
+        if (hc != kHeaderBad) scale[u] = sc;
+        markers[u] = hc == kHeaderMarkers;
+        loadQWords<BITS, E>(seg + g.dataOff, e0, count, g.dataBytes, q[u]);
+      }
+    }
 #pragma unroll
-      for (int b = 0; b < 8; b++) q[8 * i + b] = (int)(w[i] << (28 - 4 * b)) >> 28;
+    for (int u = 0; u < U; u++) {
+      if (k0 + u >= n) break;
+#pragma unroll
+      for (int j = 0; j < E; j++)
+        add(j, packedValue<BITS>(qOf<BITS, E>(q[u], j), scale[u], markers[u]));
     }
   }
 }
@@ -346,19 +395,8 @@ __device__ __forceinline__ void sumInputs(const uint8_t* packed, size_t stride, 
                                           int blockLog2, const Geom& g, size_t e0, float (&s)[E]) {
 #pragma unroll
   for (int j = 0; j < E; j++) s[j] = 0.0f;
-  const size_t blk = e0 >> blockLog2;
-  for (int k = 0; k < n; k++) {
-    const uint8_t* seg = packed + (size_t)k * stride;
-    const int hc = headerCheck(seg, count, BITS, blockLog2);
-    float scale = __uint_as_float(kNaN32);
-    if (hc != kHeaderBad)
-      scale = __ldg(reinterpret_cast<const float*>(seg + ZPP_QUANT_HEADER_BYTES) + blk);
-    int q[E];
-    loadQ<BITS, E>(seg + g.dataOff, e0, count, g.dataBytes, q);
-#pragma unroll
-    for (int j = 0; j < E; j++)
-      s[j] = __fadd_rn(s[j], packedValue<BITS>(q[j], scale, hc == kHeaderMarkers));
-  }
+  forPackedValues<BITS, E>(packed, stride, n, count, blockLog2, g, e0,
+                           [&](int j, float y) { s[j] = __fadd_rn(s[j], y); });
   for (int k = 0; k < n; k++) {
     const uint8_t* seg = packed + (size_t)k * stride;
     if (headerCheck(seg, count, BITS, blockLog2) != kHeaderBad) applyEscapes<E>(seg, g, e0, false, s);
@@ -487,7 +525,6 @@ __global__ void __launch_bounds__(kThreads)
   const size_t e0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * E;
   if (e0 >= count) return;  // no cross-thread work in decoding
   const Geom g = geom(count, BITS, blockLog2);
-  const size_t blk = e0 >> blockLog2;  // E divides every block size
 
   float acc[E];
   if (MODE == kModeAccumulate && accumulate) {
@@ -511,20 +548,9 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < E; j++) acc[j] = 0.0f;
   }
 
-  for (int k = 0; k < n; k++) {
-    const uint8_t* seg = packed + (size_t)k * stride;
-    const int hc = headerCheck(seg, count, BITS, blockLog2);
-    float scale = __uint_as_float(kNaN32);
-    if (hc != kHeaderBad)
-      scale = __ldg(reinterpret_cast<const float*>(seg + ZPP_QUANT_HEADER_BYTES) + blk);
-    int q[E];
-    loadQ<BITS, E>(seg + g.dataOff, e0, count, g.dataBytes, q);
-#pragma unroll
-    for (int j = 0; j < E; j++) {
-      const float y = packedValue<BITS>(q[j], scale, hc == kHeaderMarkers);
-      acc[j] = MODE == kModeDequant ? y : __fadd_rn(acc[j], y);
-    }
-  }
+  forPackedValues<BITS, E>(packed, stride, n, count, blockLog2, g, e0, [&](int j, float y) {
+    acc[j] = MODE == kModeDequant ? y : __fadd_rn(acc[j], y);
+  });
   for (int k = 0; k < n; k++) {
     const uint8_t* seg = packed + (size_t)k * stride;
     if (headerCheck(seg, count, BITS, blockLog2) != kHeaderBad)
