@@ -59,7 +59,7 @@
  * requantized to int4 blocks of a few non-zero q: 217 of every 256 groups of
  * zpp-bench-kernels' data) stops there with an empty table. Only blocks with
  * a real candidate or a non-finite element are encoded again, one thread per
- * block, by the reference's own block step (escapeBlock), after one thread
+ * block, by the reference's own block step (zppQuantEscBlockRef), after one thread
  * hands out the group's slots in block order (the overflow rule); a marker
  * sets the header's flag bit with an atomic OR, as several groups' CTAs may.
  * The scan reads the packed data once more (1/4 to 1/8 of an fp32 input's
@@ -658,47 +658,6 @@ struct SumSrc {
   }
 };
 
-/* One block's step of quant_ref.h's zppQuantEncodeGroupRef, the same
- * operations in the same order, for a block that holds a candidate or a
- * non-finite element: b[0..len) its fp32 elements (modified: what leaves the
- * block becomes +0, non-finite -0), lo its first element relative to the
- * group, r its reference magnitude, slot its first table slot when its nc
- * candidates escape (-1 when they overflow). Returns 1 when it wrote a marker.
- * Blocks of one group run this in parallel: each writes only its own scale,
- * its own data bytes (blocks are even-sized, so they start on a byte) and its
- * own slots. */
-__device__ int escapeBlock(float* b, size_t len, size_t lo, size_t base, int bits, int block,
-                           uint32_t r, int slot, uint8_t* scales, uint8_t* data, uint8_t* table) {
-  const int K = ZPP_QUANT_ESC_LOG2(bits), Q = zppQuantQmax(bits);
-  const int escape = slot >= 0;
-  int used = slot, nsat = 0, marked = 0;
-  uint32_t satAt[ZPP_QUANT_ESC_PER_BLOCK];
-  int satNeg[ZPP_QUANT_ESC_PER_BLOCK];
-  for (size_t i = 0; i < len; i++) {
-    if (b[i] == 0.0f) {
-      b[i] = 0.0f;
-    } else if (zppQuantNonFinite(b[i])) {
-      b[i] = -0.0f;
-    } else if (escape && zppQuantEscAbove(b[i], r, K)) {
-      zppQuantEscStoreSlot(table, used++, b[i], (unsigned)(lo + i));
-      b[i] = 0.0f;
-    } else if (!escape && nsat < ZPP_QUANT_ESC_PER_BLOCK &&
-               zppQuantEscAbove(b[i], r, ZPP_QUANT_SAT_LOG2)) {
-      satAt[nsat] = (uint32_t)i;
-      satNeg[nsat++] = b[i] < 0.0f;
-      b[i] = 0.0f;
-    }
-  }
-  zppQuantBlockRef(b, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data, base + lo);
-  for (size_t i = 0; i < len; i++)
-    if (__float_as_uint(b[i]) == 0x80000000u) {
-      zppQuantSetMarker(data, bits, base + lo + i);
-      marked = 1;
-    }
-  for (int k = 0; k < nsat; k++) zppQuantSetQ(data, bits, base + lo + satAt[k], satNeg[k] ? -Q : Q);
-  return marked;
-}
-
 /* The escape tables of nseg segments that an encoding kernel just wrote
  * (scales and data as if escapes did not exist): one CTA per escape group
  * (blockIdx.x) and segment (blockIdx.y, striding), in three stages, each
@@ -723,7 +682,7 @@ __device__ int escapeBlock(float* b, size_t len, size_t lo, size_t base, int bit
  *     magnitude and candidates (quant_ref.h's own functions); one thread
  *     hands out the table's slots in block order by the overflow rule (a
  *     block's candidates take the next slots only when all fit); then each
- *     such block is encoded again by escapeBlock, the reference's block step.
+ *     such block is encoded again by zppQuantEscBlockRef, the reference's block step.
  * A block of 4096 elements is still one thread's work in C: only real
  * outliers get there. */
 template <int BITS, class Src>
@@ -863,8 +822,8 @@ __global__ void __launch_bounds__(kThreads)
       if (!(info[b] & 2u)) continue;
       const size_t l0 = (size_t)b << blockLog2;
       const size_t len = glen - l0 < (size_t)block ? glen - l0 : (size_t)block;
-      marked |= escapeBlock(x + l0, len, l0, base, BITS, block, amax[b], nonzero[b],
-                            seg + ZPP_QUANT_HEADER_BYTES, seg + g.dataOff, table);
+      marked |= zppQuantEscBlockRef(x + l0, len, l0, base, BITS, block, amax[b], nonzero[b],
+                                    seg + ZPP_QUANT_HEADER_BYTES, seg + g.dataOff, table);
     }
     if (threadIdx.x >= (unsigned)usedAll && threadIdx.x < ZPP_QUANT_ESC_SLOTS)
       zppQuantEscStoreSlot(table, (int)threadIdx.x, 0.0f, ZPP_QUANT_ESC_EMPTY);

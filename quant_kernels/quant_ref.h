@@ -254,6 +254,52 @@ ZPP_QUANT_INL int zppQuantIsMarker(const uint8_t* data, int bits, size_t i) {
   return zppQuantGetQ(data, bits, i) == -zppQuantQmax(bits) - 1;
 }
 
+/* One block's encoding when it holds a candidate or a non-finite element:
+ * b[0..len) its fp32 elements (modified: what leaves the block becomes +0),
+ * lo its first element relative to its escape group (base the group's first
+ * in the segment), r its reference magnitude, slot its first table slot
+ * when its candidates escape (all of them, in element order), -1 when they
+ * overflow the table (then the extreme ones saturate). What becomes +0 for
+ * the scale: escaped candidates, on overflow the extreme ones (saturated
+ * afterwards: at most E, listed with their sign), and non-finite elements,
+ * which wait for their marker as -0 (a value the block no longer holds: its
+ * -0 become +0 first, which quantize alike). No per-element side table: the
+ * CUDA escape kernel runs this in one thread per block, where a large frame
+ * costs every resident thread. Writes only this block's scale, data and
+ * slots. Returns 1 when it wrote a marker. */
+ZPP_QUANT_INL int zppQuantEscBlockRef(float* b, size_t len, size_t lo, size_t base, int bits, int block,
+                                      uint32_t r, int slot, uint8_t* scales, uint8_t* data,
+                                      uint8_t* table) {
+  const int K = ZPP_QUANT_ESC_LOG2(bits), Q = zppQuantQmax(bits);
+  const int escape = slot >= 0;
+  int used = slot, marked = 0;
+  uint32_t satAt[ZPP_QUANT_ESC_PER_BLOCK];
+  int satNeg[ZPP_QUANT_ESC_PER_BLOCK], nsat = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (b[i] == 0.0f) {
+      b[i] = 0.0f;
+    } else if (zppQuantNonFinite(b[i])) {
+      b[i] = -0.0f;
+    } else if (escape && zppQuantEscAbove(b[i], r, K)) {
+      zppQuantEscStoreSlot(table, used++, b[i], (unsigned)(lo + i));
+      b[i] = 0.0f;
+    } else if (!escape && nsat < ZPP_QUANT_ESC_PER_BLOCK &&
+               zppQuantEscAbove(b[i], r, ZPP_QUANT_SAT_LOG2)) {
+      satAt[nsat] = (uint32_t)i;
+      satNeg[nsat++] = b[i] < 0.0f;
+      b[i] = 0.0f;
+    }
+  }
+  zppQuantBlockRef(b, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data, base + lo);
+  for (size_t i = 0; i < len; i++)
+    if (zppF32Bits(b[i]) == 0x80000000u) {
+      zppQuantSetMarker(data, bits, base + lo + i);
+      marked = 1;
+    }
+  for (int k = 0; k < nsat; k++) zppQuantSetQ(data, bits, base + lo + satAt[k], satNeg[k] ? -Q : Q);
+  return marked;
+}
+
 /* Scales, data and escape table of one escape group, from its elements in
  * fp32: x[0..glen) are the segment's elements [base, base + glen), base a
  * multiple of ZPP_QUANT_ESC_GROUP. The reference of every implementation's
@@ -262,7 +308,7 @@ ZPP_QUANT_INL int zppQuantIsMarker(const uint8_t* data, int bits, size_t i) {
 ZPP_QUANT_INL int zppQuantEncodeGroupRef(float* x, size_t glen, size_t base, int bits, int block,
                                          uint8_t* scales, uint8_t* data, uint8_t* table,
                                          zppQuantEscCounts_t* counts) {
-  const int K = ZPP_QUANT_ESC_LOG2(bits), Q = zppQuantQmax(bits);
+  const int K = ZPP_QUANT_ESC_LOG2(bits);
   int used = 0, marked = 0;
   for (size_t lo = 0; lo < glen; lo += (size_t)block) {
     size_t len = glen - lo < (size_t)block ? glen - lo : (size_t)block;
@@ -279,37 +325,14 @@ ZPP_QUANT_INL int zppQuantEncodeGroupRef(float* x, size_t glen, size_t base, int
       zppQuantBlockRef(b, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data, base + lo);
       continue;
     }
-    /* What becomes +0 for the scale: escaped candidates, on overflow the
-     * extreme ones (saturated afterwards: at most E, listed with their
-     * sign), and non-finite elements, which wait for their marker as -0 (a
-     * value the block no longer holds: its -0 become +0 first, which
-     * quantize alike). No per-element side table: the CUDA codecs run this
-     * in one thread, where a large frame costs every resident thread. */
-    uint32_t satAt[ZPP_QUANT_ESC_PER_BLOCK];
-    int satNeg[ZPP_QUANT_ESC_PER_BLOCK], nsat = 0;
-    for (size_t i = 0; i < len; i++) {
-      if (b[i] == 0.0f) {
-        b[i] = 0.0f;
-      } else if (zppQuantNonFinite(b[i])) {
-        b[i] = -0.0f;
-      } else if (escape && zppQuantEscAbove(b[i], r, K)) {
-        zppQuantEscStoreSlot(table, used++, b[i], (unsigned)(lo + i));
-        counts->escapes++;
-        b[i] = 0.0f;
-      } else if (!escape && nsat < ZPP_QUANT_ESC_PER_BLOCK &&
-                 zppQuantEscAbove(b[i], r, ZPP_QUANT_SAT_LOG2)) {
-        satAt[nsat] = (uint32_t)i;
-        satNeg[nsat++] = b[i] < 0.0f;
-        b[i] = 0.0f;
-      }
+    /* zppQuantEscAbove is false for non-finite elements: an escaping block
+     * stores exactly its nc candidates. */
+    marked |=
+        zppQuantEscBlockRef(b, len, lo, base, bits, block, r, escape ? used : -1, scales, data, table);
+    if (escape) {
+      used += nc;
+      counts->escapes += (uint64_t)nc;
     }
-    zppQuantBlockRef(b, zppFloat32, len, bits, scales, (base + lo) / (size_t)block, data, base + lo);
-    for (size_t i = 0; i < len; i++)
-      if (zppF32Bits(b[i]) == 0x80000000u) {
-        zppQuantSetMarker(data, bits, base + lo + i);
-        marked = 1;
-      }
-    for (int k = 0; k < nsat; k++) zppQuantSetQ(data, bits, base + lo + satAt[k], satNeg[k] ? -Q : Q);
   }
   for (int j = used; j < ZPP_QUANT_ESC_SLOTS; j++)
     zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
