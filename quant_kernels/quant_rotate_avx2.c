@@ -25,6 +25,12 @@
  * (folded into s where that is exact), the signs, and the output type's
  * rounding. Where the transform may overflow, stages 1-4 use the spec's
  * subtraction itself, so that NaNs come out as the reference's.
+ *
+ * Sums of rotated segments (quant_rotate_reduce.c): the rotated-domain sums
+ * of a block in registers, inverse transformed, then divided and stored
+ * (zppQuantRotSumStoreAvx2) or kept for the escapes; and the direct order's
+ * requantization (zppQuantRotSumRequantGroupAvx2), which quantizes the sums
+ * r themselves, with no transform at all.
  */
 #include <immintrin.h>
 #include <pthread.h>
