@@ -411,7 +411,7 @@ typedef enum {
 /* A whole build (library, tools, tests alike) may define it otherwise, to
  * measure another order in qgZ (docs/codecs.md, "Which order qgZ uses"). */
 #ifndef ZPP_QUANT_SUM_QGZ
-#define ZPP_QUANT_SUM_QGZ ZPP_QUANT_SUM_ROTATED_DOMAIN
+#define ZPP_QUANT_SUM_QGZ ZPP_QUANT_SUM_ROTATED_DIRECT
 #endif
 zppResult_t zppDequantizeSumOrder(const void* packed, size_t stride, int n, size_t count, int bits,
                                   int block, float divisor, void* out, zppDataType_t dtype,
