@@ -25,13 +25,15 @@ their change instead, as zpp's ZPP_PARAM_DELTA parameters do in C
   decoded differences, which they return.
 A gathered weight is then off by the codec's error on the last difference,
 not on the weight, and nothing builds up: what one gather rounded away is in
-the next difference. The backward pass re-gathers unchanged weights, whose
-differences are zero and decode to zero exactly.
+the next difference. The backward pass re-gathers unchanged weights: when no
+rank's shard changed since the last gather (one small all-reduce agrees on
+it), the reference is returned and nothing else moves.
 
 Cost: R holds the module's full weights on every rank (ZeRO-1/2's weight
 memory for the modules it is applied to); fp32 temporaries of the full size
 during a gather; the bytes of a qwZ of fp32 shards at `bits` (the packed size
-does not depend on the input type), the backward's included.
+does not depend on the input type) for a forward gather, a 4-byte all-reduce
+for a backward one.
 
 The group must be a zpp group on the weights' device (a bits-0 qwz_all_gather
 call is refused otherwise). Ranks of the group must apply it to the same
@@ -76,13 +78,27 @@ class DeltaAllGather(_AllGather):
             self.reference = output_tensor.detach().clone()
             return None
         world, rank = dist.get_world_size(group), dist.get_rank(group)
+        own = ref.view(world, -1)[rank]
+        x = input_tensor.detach().reshape(-1)
+        # The backward pass gathers the weights the forward pass gathered: when
+        # no rank's shard changed (agreed on by one small all-reduce), the
+        # reference is the result and nothing else moves.
+        changed = torch.tensor([0 if torch.equal(x, own) else 1], dtype=torch.int32,
+                               device=x.device)
+        dist.all_reduce(changed, op=dist.ReduceOp.MAX, group=group)
+        if changed.item() == 0:
+            output_tensor.copy_(ref)
+            return None
         # FSDP2 copies the shard into its own slot of the output: the input
-        # may alias it, so d is taken before anything is written.
-        d = input_tensor.detach().reshape(-1).float() - ref.view(world, -1)[rank].float()
+        # may alias it, so d is taken (a copy) before anything is written.
+        d = x.float()
+        d.sub_(own.float() if own.dtype != torch.float32 else own)
         decoded = torch.empty(world * d.numel(), dtype=torch.float32, device=d.device)
         qwz_all_gather(decoded, d, bits=self.bits, group=group)
-        ref = (ref.reshape(-1).float() + decoded).to(ref.dtype).view(ref.shape)
-        self.reference = ref
+        if ref.dtype == torch.float32:
+            ref.view(-1).add_(decoded)
+        else:
+            self.reference = ref = (ref.reshape(-1).float() + decoded).to(ref.dtype).view(ref.shape)
         output_tensor.copy_(ref)
         return None
 
