@@ -215,6 +215,19 @@ static void storeSums(const sumOut_t* so, float* acc, size_t at, size_t len) {
                                   so->dtype);
 }
 
+/* Bit k set: input k has an escape somewhere in group g (k < 64; mayEscape
+ * answers for the others). A table whose slot 0 is empty is empty (slots
+ * fill in order), so the inputs without one skip the escape scan. */
+static uint64_t groupEscMask(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
+                             int block, size_t g) {
+  const size_t escOff = zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
+  uint64_t escMask = 0;
+  for (int k = 0; k < n && k < 64; k++)
+    if (zppQuantEscIndex(packed + (size_t)k * stride + escOff, 0) != ZPP_QUANT_ESC_EMPTY)
+      escMask |= (uint64_t)1 << k;
+  return escMask;
+}
+
 /* The sums of escape group g into acc[0..glen), or, with so, stored as its
  * results (acc then scratch). */
 static void sumGroup(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
@@ -223,13 +236,7 @@ static void sumGroup(const uint8_t* packed, size_t stride, int n, size_t count, 
   size_t base = g * ZPP_QUANT_ESC_GROUP;
   size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
   const int vec = zppQuantImplActive() != &zppQuantImplScalar;
-  /* Inputs whose table in this group is empty (slot 0 empty: slots fill in
-   * order) add no escape: their scan is skipped. */
-  const size_t escOff = zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
-  uint64_t escMask = 0;
-  for (int k = 0; k < n && k < 64; k++)
-    if (zppQuantEscIndex(packed + (size_t)k * stride + escOff, 0) != ZPP_QUANT_ESC_EMPTY)
-      escMask |= (uint64_t)1 << k;
+  const uint64_t escMask = groupEscMask(packed, stride, n, count, bits, block, g);
   /* Without escapes, a rotated-domain block goes from the inputs to the
    * output in one AVX2 pass (the same operations, in the same order). */
   const int fuse =
@@ -305,11 +312,7 @@ static size_t directGroup(const uint8_t* packed, size_t stride, int n, size_t co
   const size_t base = g * ZPP_QUANT_ESC_GROUP;
   const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
   const int vec = zppQuantImplActive() != &zppQuantImplScalar;
-  const size_t escOff = zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
-  uint64_t escMask = 0;
-  for (int k = 0; k < n && k < 64; k++)
-    if (zppQuantEscIndex(packed + (size_t)k * stride + escOff, 0) != ZPP_QUANT_ESC_EMPTY)
-      escMask |= (uint64_t)1 << k;
+  const uint64_t escMask = groupEscMask(packed, stride, n, count, bits, block, g);
   const size_t dataIn = zppQuantDataOffset(count, block), dataOut = zppQuantDataOffset(count, block);
   size_t nfall = 0;
   const size_t nb = zppQuantNumBlocks(glen, block), b0 = base / (size_t)block;
