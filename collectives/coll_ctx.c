@@ -106,7 +106,8 @@ static void describeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t l
   int zeropp = (k1 >= zppOpQwZ && k1 <= zppOpQgZ) || (k2 >= zppOpQwZ && k2 <= zppOpQgZ);
   const char* hint = !zeropp ? "count, root and algorithm settings"
                              : "count, bits, block, rotation (quantRotate, ZPP_QUANT_ROTATE), "
-                               "pipeline chunk and forward or backward";
+                               "pipeline chunk, forward or backward, and a delta parameter's "
+                               "reference (zppParamDropReference)";
   zppCollDescribeMismatch(theirs, mine, hint, buf, len);
 }
 
