@@ -378,7 +378,7 @@ ZPP_API zppResult_t zppParamDestroy(zppParam_t param);
  * differences). zppParamCreateEx with ZPP_PARAM_DELTA (bits 8 or 4, or the
  * communicator's qwzBits, which must then be non-zero) keeps on every rank a
  * reference: the full weights as the last forward gather returned them,
- * bit-identical on every rank. The first forward gather (and the first after
+ * bit-identical on every rank. The first gather (and the first after
  * zppParamDropReference) is an exact plain gather; every later one sends
  * each shard's difference to its part of the reference, quantized, and adds
  * the decoded differences to the reference, which it returns. The error of
@@ -395,9 +395,9 @@ ZPP_API zppResult_t zppParamDestroy(zppParam_t param);
 #define ZPP_PARAM_DELTA 1u
 ZPP_API zppResult_t zppParamCreateEx(zppComm_t comm, size_t shardcount, zppDataType_t datatype,
                                      int bits, unsigned flags, zppParam_t* param);
-/* The next forward gather of a delta parameter is exact and rebuilds the
- * reference (after a checkpoint load, say: a difference that large would
- * otherwise take several gathers to settle). Ordered with the gathers the
+/* The next gather of a delta parameter (forward or backward) is exact and
+ * rebuilds the reference (after a checkpoint load, say: a difference that
+ * large would otherwise take several gathers to settle). Ordered with the gathers the
  * caller issued before it; every rank must call it at the same point, else
  * that gather fails on every rank as a mismatched call. */
 ZPP_API zppResult_t zppParamDropReference(zppParam_t param);
