@@ -91,7 +91,7 @@ class DeltaAllGather(_AllGather):
             return None
         # FSDP2 copies the shard into its own slot of the output: the input
         # may alias it, so d is taken (a copy) before anything is written.
-        d = x.float()
+        d = x.to(torch.float32, copy=True)  # .float() would be x itself for fp32
         d.sub_(own.float() if own.dtype != torch.float32 else own)
         decoded = torch.empty(world * d.numel(), dtype=torch.float32, device=d.device)
         qwz_all_gather(decoded, d, bits=self.bits, group=group)
