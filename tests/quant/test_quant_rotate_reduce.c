@@ -74,6 +74,28 @@ static void exactInverse(double* v, size_t len) {
   for (size_t i = 0; i < len; i++) v[i] = (zppQuantRotSignMask(i) ? -v[i] : v[i]) / (double)len;
 }
 
+/* Block b (elements lo..lo+len) of n rotated inputs: r[j] the fp32 sum of
+ * v_k = q_k s_k in input order, t[j] the exact inverses of the v_k summed
+ * (y: scratch). Returns sum_k sum_j |v_{k,j}|. */
+static double blockSums(const uint8_t* segs, size_t P, int n, size_t dataOff, int bits, size_t b,
+                        size_t lo, size_t len, float* r, double* y, double* t) {
+  double A = 0.0;
+  for (size_t j = 0; j < len; j++) t[j] = 0.0;
+  for (int k = 0; k < n; k++) {
+    const uint8_t* seg = segs + (size_t)k * P;
+    float s = zppQuantLoadScale(seg + ZPP_QUANT_HEADER_BYTES, b);
+    for (size_t j = 0; j < len; j++) {
+      float v = (float)zppQuantGetQ(seg + dataOff, bits, lo + j) * s;
+      r[j] = k == 0 ? 0.0f + v : r[j] + v;
+      y[j] = (double)v;
+      A += fabs((double)v);
+    }
+    exactInverse(y, len);
+    for (size_t j = 0; j < len; j++) t[j] += y[j];
+  }
+  return A;
+}
+
 /* The rotated-domain order written out from the spec into want[] (fp32
  * sums; simple[] holds the simple order's), and the bound of each element
  * of a rotated-domain block against T_i: returns the elements outside. */
@@ -96,21 +118,8 @@ static long specRotatedDomain(const uint8_t* segs, size_t P, int n, size_t count
       continue;
     }
     ++*nrotBlocks;
-    double A = 0.0;
-    for (size_t j = 0; j < len; j++) t[j] = 0.0, ae[j] = 0.0, m[j] = 0;
-    for (int k = 0; k < n; k++) {
-      const uint8_t* seg = segs + (size_t)k * P;
-      float s = zppQuantLoadScale(seg + ZPP_QUANT_HEADER_BYTES, b);
-      for (size_t j = 0; j < len; j++) {
-        float v = (float)zppQuantGetQ(seg + dataOff, bits, lo + j) * s;
-        r[j] = k == 0 ? 0.0f + v : r[j] + v;
-        y[j] = (double)v;
-        A += fabs((double)v);
-      }
-      exactInverse(y, len);
-      for (size_t j = 0; j < len; j++) t[j] += y[j];
-    }
-    A /= (double)len;
+    for (size_t j = 0; j < len; j++) ae[j] = 0.0, m[j] = 0;
+    double A = blockSums(segs, P, n, dataOff, bits, b, lo, len, r, y, t) / (double)len;
     double R = 0.0;
     for (size_t j = 0; j < len; j++) R = fmax(R, fabs((double)r[j]));
     zppQuantRotHadamardRef(r, len);
@@ -162,6 +171,8 @@ static long specDirect(const uint8_t* segs, size_t P, int n, size_t count, int b
   const size_t nb = (count + (size_t)blockOut - 1) / (size_t)blockOut;
   float* tile = xmalloc(count * sizeof(float));
   char* direct = xmalloc(nb);
+  float* scales = xmalloc(nb * sizeof(float));
+  int* qs = xmalloc(count * sizeof(int));
   memcpy(tile, rsum, count * sizeof(float));
   long bad = 0;
   for (size_t b = 0; b < nb; b++) {
@@ -179,20 +190,7 @@ static long specDirect(const uint8_t* segs, size_t P, int n, size_t count, int b
         ok = base + idx < lo || base + idx >= lo + len;
       }
     }
-    double A = 0.0;
-    for (size_t j = 0; j < len && ok; j++) t[j] = 0.0;
-    for (int k = 0; k < n && ok; k++) {
-      const uint8_t* seg = segs + (size_t)k * P;
-      float s = zppQuantLoadScale(seg + ZPP_QUANT_HEADER_BYTES, b);
-      for (size_t j = 0; j < len; j++) {
-        float v = (float)zppQuantGetQ(seg + dataOff, bits, lo + j) * s;
-        r[j] = k == 0 ? 0.0f + v : r[j] + v;
-        y[j] = (double)v;
-        A += fabs((double)v);
-      }
-      exactInverse(y, len);
-      for (size_t j = 0; j < len; j++) t[j] += y[j];
-    }
+    double A = ok ? blockSums(segs, P, n, dataOff, bits, b, lo, len, r, y, t) : 0.0;
     float a = 0.0f;
     for (size_t j = 0; j < len && ok; j++) {
       ok = isfinite(r[j]);
@@ -210,9 +208,11 @@ static long specDirect(const uint8_t* segs, size_t P, int n, size_t count, int b
     const float p = a < 0x1p-64f ? 0x1p64f : 1.0f;
     const float sc = a / (float)Q, inv = a == 0.0f ? 0.0f : (float)Q / (a * p);
     A /= (double)len;
+    scales[b] = sc;
     for (size_t j = 0; j < len; j++) {
       int q = a == 0.0f ? 0 : (int)nearbyintf((r[j] * p) * inv);
       q = q > Q ? Q : q < -Q ? -Q : q;
+      qs[lo + j] = q;
       y[j] = (double)q * (double)sc;
     }
     exactInverse(y, len);
@@ -222,32 +222,18 @@ static long specDirect(const uint8_t* segs, size_t P, int n, size_t count, int b
       if (!(fabs(y[j] - t[j]) <= bound + 0x1p-50 * (fabs(t[j]) + A))) bad++;
   }
   REQUIRE(zppQuantizeEx(tile, zppFloat32, count, bitsOut, blockOut, flags, want) == zppSuccess);
+  /* The direct blocks overwrite their own scale and data. */
   const size_t dataOut = zppQuantDataOffset(count, blockOut);
   for (size_t b = 0; b < nb; b++) {
     if (!direct[b]) continue;
-    size_t lo = b * (size_t)blockOut;
-    float a = 0.0f;
-    for (int k = 0; k < n; k++) {
-      const uint8_t* seg = segs + (size_t)k * P;
-      float s = zppQuantLoadScale(seg + ZPP_QUANT_HEADER_BYTES, b);
-      for (size_t j = 0; j < (size_t)block; j++) {
-        float v = (float)zppQuantGetQ(seg + dataOff, bits, lo + j) * s;
-        r[j] = k == 0 ? 0.0f + v : r[j] + v;
-      }
-    }
-    for (size_t j = 0; j < (size_t)block; j++) a = fmaxf(a, fabsf(r[j]));
-    const int Q = bitsOut == 8 ? 127 : 7;
-    const float p = a < 0x1p-64f ? 0x1p64f : 1.0f;
-    const float sc = a / (float)Q, inv = a == 0.0f ? 0.0f : (float)Q / (a * p);
-    memcpy(want + ZPP_QUANT_HEADER_BYTES + 4 * b, &sc, 4);
-    for (size_t j = 0; j < (size_t)block; j++) {
-      int q = a == 0.0f ? 0 : (int)nearbyintf((r[j] * p) * inv);
-      q = q > Q ? Q : q < -Q ? -Q : q;
-      zppQuantSetQ(want + dataOut, bitsOut, lo + j, q);
-    }
+    memcpy(want + ZPP_QUANT_HEADER_BYTES + 4 * b, &scales[b], 4);
+    for (size_t j = b * (size_t)blockOut; j < (b + 1) * (size_t)blockOut; j++)
+      zppQuantSetQ(want + dataOut, bitsOut, j, qs[j]);
   }
   free(tile);
   free(direct);
+  free(scales);
+  free(qs);
   return bad;
 }
 
