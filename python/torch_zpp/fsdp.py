@@ -25,15 +25,19 @@ their change instead, as zpp's ZPP_PARAM_DELTA parameters do in C
   decoded differences, which they return.
 A gathered weight is then off by the codec's error on the last difference,
 not on the weight, and nothing builds up: what one gather rounded away is in
-the next difference. The backward pass re-gathers unchanged weights: when no
-rank's shard changed since the last gather (one small all-reduce agrees on
-it), the reference is returned and nothing else moves.
+the next difference. The backward pass re-gathers the weights its forward
+pass gathered: those gathers return the reference and move nothing. Which
+pass gathers comes from FSDP2's state (a forward gather always sends the
+difference); where this torch does not expose it (or with ask_group=True),
+one small all-reduce per gather asks whether any rank's shard changed since
+the last gather.
 
 Cost: R holds the module's full weights on every rank (ZeRO-1/2's weight
 memory for the modules it is applied to); fp32 temporaries of the full size
 during a gather; the bytes of a qwZ of fp32 shards at `bits` (the packed size
-does not depend on the input type) for a forward gather, a 4-byte all-reduce
-for a backward one.
+does not depend on the input type) for a forward gather, none for a backward
+one (a 4-byte all-reduce per gather when asking the group); and a copy of this
+rank's shard, to tell whether it changed.
 
 The group must be a zpp group on the weights' device (a bits-0 qwz_all_gather
 call is refused otherwise). Ranks of the group must apply it to the same
@@ -55,13 +59,19 @@ __all__ = ["DeltaAllGather", "delta_weights"]
 class DeltaAllGather(_AllGather):
     """FSDP2's AllGather interface, as gathers of weight differences (see the
     module's docstring). One object per FSDP module: it holds that module's
-    reference."""
+    reference. in_backward: a callable that says whether FSDP2 is gathering
+    for the backward pass (delta_weights passes FSDP2's own state), or None:
+    then every gather after the first asks the group whether any shard
+    changed."""
 
-    def __init__(self, bits=4):
+    def __init__(self, bits=4, in_backward=None):
         if bits not in (4, 8):
             raise ValueError("DeltaAllGather: bits %r: expected 4 or 8" % (bits,))
         self.bits = bits
+        self.in_backward = in_backward
         self.reference = None
+        self.shard = None  # this rank's shard as the last gather took it
+        self.gathers = {"exact": 0, "difference": 0, "reused": 0}  # by kind, for tests and tuning
 
     def allocate(self, size, *, dtype, device):
         return torch.empty(*size, dtype=dtype, device=device)
@@ -70,27 +80,27 @@ class DeltaAllGather(_AllGather):
         """The next gather is exact (after a checkpoint load, say). Every rank
         must call it at the same point."""
         self.reference = None
+        self.shard = None
 
     def __call__(self, output_tensor, input_tensor, group, async_op=False):
         ref = self.reference
+        x = input_tensor.detach().reshape(-1)
+        world, rank = dist.get_world_size(group), dist.get_rank(group)
         if ref is None or ref.shape != output_tensor.shape or ref.dtype != output_tensor.dtype:
             dist.all_gather_into_tensor(output_tensor, input_tensor, group=group)
             self.reference = output_tensor.detach().clone()
+            self.shard = self.reference.view(world, -1)[rank].clone()  # exact: x itself
+            self.gathers["exact"] += 1
             return None
-        world, rank = dist.get_world_size(group), dist.get_rank(group)
-        own = ref.view(world, -1)[rank]
-        x = input_tensor.detach().reshape(-1)
-        # The backward pass gathers the weights the forward pass gathered: when
-        # no rank's shard changed (agreed on by one small all-reduce), the
-        # reference is the result and nothing else moves.
-        changed = torch.tensor([0 if torch.equal(x, own) else 1], dtype=torch.int32,
-                               device=x.device)
-        dist.all_reduce(changed, op=dist.ReduceOp.MAX, group=group)
-        if changed.item() == 0:
+        if self._unchanged(x, group):
             output_tensor.copy_(ref)
+            self.gathers["reused"] += 1
             return None
+        own = ref.view(world, -1)[rank]
         # FSDP2 copies the shard into its own slot of the output: the input
-        # may alias it, so d is taken (a copy) before anything is written.
+        # may alias it, so d and the shard's copy are taken before anything
+        # is written.
+        self.shard.copy_(x)
         d = x.to(torch.float32, copy=True)  # .float() would be x itself for fp32
         d.sub_(own.float() if own.dtype != torch.float32 else own)
         decoded = torch.empty(world * d.numel(), dtype=torch.float32, device=d.device)
@@ -100,13 +110,61 @@ class DeltaAllGather(_AllGather):
         else:
             self.reference = ref = (ref.reshape(-1).float() + decoded).to(ref.dtype).view(ref.shape)
         output_tensor.copy_(ref)
+        self.gathers["difference"] += 1
         return None
 
+    def _unchanged(self, x, group):
+        """Whether the reference is this gather's result: no rank's shard
+        changed since the last gather. The shard is compared with itself as
+        that gather took it, not with the reference, which holds its decoded
+        (lossy) value. Every rank answers alike."""
+        if self.in_backward is None:
+            changed = torch.tensor([0 if torch.equal(x, self.shard) else 1], dtype=torch.int32,
+                                   device=x.device)
+            dist.all_reduce(changed, op=dist.ReduceOp.MAX, group=group)
+            return changed.item() == 0
+        if not self.in_backward():
+            # A forward gather: the optimizer has (usually) written the
+            # weights since the last one; a rank whose shard did not change
+            # sends zeros, or the last gather's rounding error.
+            return False
+        # FSDP2 gathers for the backward pass what its forward pass gathered,
+        # in the same phase on every rank, with no weight write in between:
+        # no rank needs to ask. A shard that changed anyway is an error,
+        # rather than a backward pass on other weights than the forward's.
+        if not torch.equal(x, self.shard):
+            raise RuntimeError("torch_zpp.fsdp.DeltaAllGather: this rank's shard changed between "
+                               "the module's forward gather and its backward gather (weights "
+                               "written during the step?)")
+        return True
 
-def delta_weights(model, bits=4):
+
+def _backward_probe(module):
+    """A callable that says whether FSDP2 is gathering `module`'s parameters
+    for the backward pass (its parameter group's training state is
+    PRE_BACKWARD, for prefetches too), or None where this torch does not
+    expose that state as 2.9 to 2.15 do (private attributes)."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
+
+        state = module._get_fsdp_state()
+        groups = getattr(state, "_fsdp_param_groups", None)
+        if groups is None:
+            groups = [state._fsdp_param_group]
+    except (ImportError, AttributeError):
+        return None
+    if len(groups) != 1 or not hasattr(groups[0], "_training_state"):
+        return None
+    group = groups[0]
+    return lambda: group._training_state == TrainingState.PRE_BACKWARD
+
+
+def delta_weights(model, bits=4, ask_group=False):
     """Gives every FSDP module in `model` (itself included) its own
     DeltaAllGather. Call it after fully_shard on all of them. Returns the
-    objects, module name -> DeltaAllGather."""
+    objects, module name -> DeltaAllGather. ask_group: decide between a
+    difference and the reference with one small all-reduce per gather, even
+    where FSDP2's state says which pass is gathering."""
     if _AllGather is object:
         raise RuntimeError("torch_zpp.fsdp.delta_weights: this torch (%s) has no FSDP2 custom "
                            "all-gather (FSDPModule.set_custom_all_gather)" % torch.__version__)
@@ -115,7 +173,7 @@ def delta_weights(model, bits=4):
     gathers = {}
     for name, m in model.named_modules():
         if isinstance(m, FSDPModule):
-            gathers[name] = DeltaAllGather(bits)
+            gathers[name] = DeltaAllGather(bits, None if ask_group else _backward_probe(m))
             m.set_custom_all_gather(gathers[name])
     if not gathers:
         raise ValueError("torch_zpp.fsdp.delta_weights: no FSDP module in the model (call "

@@ -54,11 +54,13 @@ def batch(data, rank, step, bsz, seq):
 
 
 def train(group, steps, bsz=8, d=256, layers=3, seq=64, lr=3e-3, report_group=None,
-          on_step=None, mesh=None, device="cpu", delta_bits=None, delta_out=None):
+          on_step=None, mesh=None, device="cpu", delta_bits=None, delta_out=None,
+          delta_ask_group=False):
     """FSDP2 over `group` (or HSDP over a 2-D `mesh`, group None) for `steps`
     steps, the model on `device` ("cpu" or "cuda"). delta_bits (4 or 8):
-    weight gathers of differences (torch_zpp.fsdp.delta_weights; their
-    objects go into the dict delta_out when given). Returns
+    weight gathers of differences (torch_zpp.fsdp.delta_weights, with
+    ask_group=delta_ask_group; their objects go into the dict delta_out when
+    given). Returns
     (losses, step seconds): losses are the mean over all ranks (all-reduced
     on report_group, outside the timed part)."""
     from torch.distributed.device_mesh import DeviceMesh
@@ -75,7 +77,7 @@ def train(group, steps, bsz=8, d=256, layers=3, seq=64, lr=3e-3, report_group=No
     if delta_bits:
         import torch_zpp.fsdp
 
-        gathers = torch_zpp.fsdp.delta_weights(model, bits=delta_bits)
+        gathers = torch_zpp.fsdp.delta_weights(model, bits=delta_bits, ask_group=delta_ask_group)
         if delta_out is not None:
             delta_out.update(gathers)
     opt = torch.optim.Adam(model.parameters(), lr=lr)

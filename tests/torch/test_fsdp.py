@@ -35,7 +35,9 @@ as 2 nodes x 2, exactly as it does on gloo.
    the same on every rank, bit for bit; the losses follow plain's more
    closely than case 5's stateless 4-bit weights (summed |loss - plain| over
    the 12 steps); final loss within 1 % of plain; the gathers went through
-   qwZ.
+   qwZ, differences in forward gathers only (the backward re-gathers reuse
+   the reference, knowing the pass from FSDP2's state); with ask_group=True
+   (an all-reduce per gather decides instead) the same gathers and losses.
 """
 import math
 import sys
@@ -125,6 +127,13 @@ def body(rank):
     gathers = {}
     delta4, _ = fsdp_model.train(zgd, STEPS, report_group=gloo, delta_bits=4, delta_out=gathers)
     std = torch_zpp.stats(zgd)
+    # The same with every gather asking the group whether a shard changed
+    # (the path of a torch whose FSDP2 state is not known): in this loop
+    # every forward follows an optimizer step, so the same gathers happen and
+    # the losses are the same, bit for bit.
+    gathers_ask = {}
+    delta4_ask, _ = fsdp_model.train(zgd, STEPS, report_group=gloo, delta_bits=4,
+                                     delta_out=gathers_ask, delta_ask_group=True)
     for name, g in sorted(gathers.items()):
         # Two checksums of the bits (int64 arithmetic wraps alike on every rank).
         mine = g.reference.reshape(-1).view(torch.int32).to(torch.int64)
@@ -173,6 +182,23 @@ def body(rank):
         fail("HSDP's replicate group did not all-reduce across nodes: %s" % rep)
     if std["qwz"]["calls"] < STEPS or std["qgz"]["calls"] < STEPS:
         fail("the delta gathers did not go through qwZ: %s" % std)
+    # Differences only in forward gathers (at most one per module and step
+    # after the first); the backward re-gathers reuse the reference.
+    kinds = {k: sum(g.gathers[k] for g in gathers.values()) for k in ("exact", "difference", "reused")}
+    kinds_ask = {k: sum(g.gathers[k] for g in gathers_ask.values()) for k in kinds}
+    if rank == 0:
+        print("delta gathers: %s over %d modules; asking the group: %s"
+              % (kinds, len(gathers), kinds_ask))
+    if (kinds["difference"] != std["qwz"]["calls"] or kinds["reused"] == 0
+            or kinds["difference"] > (STEPS - 1) * len(gathers)):
+        fail("delta gathers %s (qwZ calls %d, %d modules, %d steps): the backward re-gathers "
+             "should reuse the reference" % (kinds, std["qwz"]["calls"], len(gathers), STEPS))
+    if any(g.in_backward is None for g in gathers.values()):
+        fail("torch_zpp.fsdp could not read FSDP2's training state on torch %s: every gather "
+             "would ask the group" % torch.__version__)
+    if kinds_ask != kinds or delta4_ask != delta4:
+        fail("delta gathers asking the group: %s and losses %s, against %s and %s"
+             % (kinds_ask, delta4_ask, kinds, delta4))
     for cs in (st, st4):
         if cs["qwz"]["calls"] < STEPS or cs["qgz"]["calls"] < STEPS:
             fail("compression was not applied: %s" % cs)
