@@ -7,7 +7,8 @@
 # from 1 MiB to 64 MiB comparing OpenMPI, zpp plain, qwZ, hpZ and qgZ, then
 # 4 nodes x 1 rank for plain all-gather against the link rate and OpenMPI,
 # then the 2x2 again with the ranks placed on nodes in turn, and with the
-# 4-bit rotated codec (qwZ int4 beside qwZ int8, qgZ int4 rotated).
+# 4-bit rotated codec (qwZ int4 beside qwZ int8, qgZ int4 rotated), on the
+# 2x2 and on 2 nodes x 1 rank (a core per rank).
 # Prints the tables and a summary of speed-ups and targets; writes JSON and
 # SVG pictures under results/. Without root (or without network namespaces)
 # it says so and runs the same measurement on loopback, where no target is
@@ -95,13 +96,20 @@ perf/emucluster/emucluster.sh -q -n 2 -l 2 -r "$rate" --no-check-rate --placemen
   "$perf" -t allgather,reducescatter -m plain,qwz,hpz,qgz -d bfloat16 -b "$max" -e "$max" -n "$iters" \
   -w 1 -c 1 -J "$out/main-2x2-cyclic.json"
 
-step "5/6" "2 nodes x 2 ranks at $rate, 4-bit rotated codec (issue 27): plain, qwZ int4 and qgZ int4, rotated, at $max"
+step "5/6" "2 nodes x 2 ranks, then 2 x 1, at $rate, 4-bit rotated codec (issue 27): plain, qwZ int4 and qgZ int4, rotated, at $max ($(nproc) cores)"
 perf/emucluster/emucluster.sh -q -n 2 -l 2 -r "$rate" --no-check-rate -- \
   "$perf" -t allgather,reducescatter -m plain,qwz,qgz --qwz-bits 4 --qgz-bits 4 --rotate -d bfloat16 \
   -b "$max" -e "$max" -n "$iters" -w 1 -c 1 -J "$out/main-2x2-rot4.json"
+# The same codec on 2 nodes x 1 rank: on 2 cores or more each rank has a
+# core of its own, as on a real cluster; the 2x2 above shares them when the
+# machine has fewer than 4, and then measures the codec's CPU time as well.
+perf/emucluster/emucluster.sh -q -n 2 -l 1 -r "$rate" --no-check-rate -- \
+  "$perf" -t allgather,reducescatter -m plain,qwz,qgz --qwz-bits 4 --qgz-bits 4 --rotate -d bfloat16 \
+  -b "$max" -e "$max" -n "$iters" -w 1 -c 1 -J "$out/main-2x1-rot4.json"
 
 step "6/6" "summary"
 python3 scripts/main-summary.py --two-by-two "$out/main-2x2.json" --links "$out/main-2x2-links.json" \
   --four-by-one "$out/main-4x1.json" --links-4x1 "$out/main-4x1-links.json" --rate "$rate" \
-  --cyclic "$out/main-2x2-cyclic.json" --rotated4 "$out/main-2x2-rot4.json"
+  --cyclic "$out/main-2x2-cyclic.json" --rotated4 "$out/main-2x2-rot4.json" \
+  --rotated4-2x1 "$out/main-2x1-rot4.json" --cores "$(nproc)"
 echo "zpp main job: done in $(($(date +%s) - start)) s; JSON and SVG pictures in results/"
