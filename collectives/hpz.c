@@ -35,7 +35,8 @@
  *
  * Groups that do not divide every node (hpzGroupSize given and not a
  * divisor of some node's rank count) cannot hold a secondary: the parameter
- * then always gathers globally, said once at WARN when it is created.
+ * then always gathers globally, said once at WARN when it is created. A
+ * delta parameter takes groups of one rank instead (pickGroup).
  *
  * Delta parameters (ZPP_PARAM_DELTA, qwz_delta.c) keep the full weights of
  * the last forward gather instead of a secondary: their forward gather is
@@ -104,7 +105,11 @@ static uint64_t fingerprint(const void* data, size_t bytes) {
 /* ---- object --------------------------------------------------------------- */
 
 /* The hpZ group of this rank: consecutive local ranks of its node. 0 when
- * the configured size does not divide every node. */
+ * the configured size does not divide every node, except for a delta
+ * parameter: its group only agrees on the reference's validity in the
+ * handshake (it holds no secondary), which groups of one rank do as well
+ * (every rank's summary then goes to every rank), so that its backward
+ * gathers still copy the reference. */
 static int pickGroup(struct zppParam* p, int* groupIndex) {
   const struct zppComm* comm = p->comm;
   const zppTopo_t* topo = comm->topo;
@@ -112,7 +117,12 @@ static int pickGroup(struct zppParam* p, int* groupIndex) {
   int g = comm->compress.hpzGroupSize;
   if (g > 0) {
     for (int n = 0; n < topo->nNodes; n++)
-      if (topo->nodeSize[n] % g != 0) return 0;
+      if (topo->nodeSize[n] % g != 0) {
+        if (!p->delta) return 0;
+        p->groupsOfOne = 1;
+        g = 1;
+        break;
+      }
   } else {
     g = topo->nodeSize[node];
   }
@@ -355,9 +365,9 @@ out:
 
 /* The group size of rank r's group (as in zppHpzCreate: hpzGroupSize, which
  * then divides every node, or r's node). */
-static int groupSizeOf(const struct zppComm* comm, int r) {
-  int g = comm->compress.hpzGroupSize;
-  return g > 0 ? g : comm->topo->nodeSize[comm->topo->nodeOf[r]];
+static int groupSizeOf(const struct zppParam* p, int r) {
+  int g = p->groupsOfOne ? 1 : p->comm->compress.hpzGroupSize;
+  return g > 0 ? g : p->comm->topo->nodeSize[p->comm->topo->nodeOf[r]];
 }
 
 static zppResult_t handshake(zppCollCtx_t* c, struct zppParam* p, const handshake_t* mine,
@@ -384,14 +394,14 @@ static zppResult_t handshake(zppCollCtx_t* c, struct zppParam* p, const handshak
    * ranks go through q in the same order. */
   int maxG = 0;
   for (int r = 0; r < n; r++)
-    if (groupSizeOf(c->comm, r) > maxG) maxG = groupSizeOf(c->comm, r);
+    if (groupSizeOf(p, r) > maxG) maxG = groupSizeOf(p, r);
   int nCross = 0;
   handshake_t* other = calloc((size_t)n, sizeof(*other));
   if (other == NULL) ZPP_FAILGOTO(zppSystemError, res, out, COLL, "hpZ: out of memory");
   for (int q = p->groupPos; q < maxG && res == zppSuccess; q += g) {
     int m = 0, pos = 0;
     for (int r = 0; r < n; r++) {
-      int gr = groupSizeOf(c->comm, r);
+      int gr = groupSizeOf(p, r);
       if (topo->localRankOf[r] % gr != q % gr) continue;
       if (r == c->comm->rank) pos = m;
       cross[m++] = r;

@@ -45,6 +45,7 @@ struct zppParam {
   zppQwzLayout_t layout; /* bits != 0 */
   size_t shardBytes;     /* one shard as the secondary holds it (packed or raw) */
   int groupSize;         /* ranks of the hpZ group; 0: no usable group (global fallback) */
+  int groupsOfOne;       /* a delta parameter whose hpzGroupSize divides no node: groups of one */
   int groupPos;          /* this rank's position in it */
   int* members;          /* [groupSize] ranks of the group */
   int shardLo;           /* first shard this rank's secondary holds */
