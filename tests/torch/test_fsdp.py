@@ -199,6 +199,29 @@ def body(rank):
     if kinds_ask != kinds or delta4_ask != delta4:
         fail("delta gathers asking the group: %s and losses %s, against %s and %s"
              % (kinds_ask, delta4_ask, kinds, delta4))
+    # Called directly, the pass given: a backward gather of a shard that
+    # changed since the forward one is an error (on every rank here, all
+    # of whose shards change), not a gather of other weights.
+    import torch_zpp.fsdp
+
+    phase = {"backward": False}
+    g = torch_zpp.fsdp.DeltaAllGather(4, in_backward=lambda: phase["backward"])
+    shard = torch.randn(1000, generator=torch.Generator().manual_seed(rank))
+    out = torch.empty(W * 1000)
+    g(output_tensor=out, input_tensor=shard, group=zgd)
+    phase["backward"] = True
+    g(output_tensor=out, input_tensor=shard, group=zgd)
+    shard.add_(0.01)
+    try:
+        g(output_tensor=out, input_tensor=shard, group=zgd)
+        fail("a backward gather of a changed shard returned")
+    except RuntimeError as e:
+        if "changed between the module's forward gather and its backward gather" not in str(e):
+            fail("unexpected error: %s" % e)
+    phase["backward"] = False
+    g(output_tensor=out, input_tensor=shard, group=zgd)
+    if g.gathers != {"exact": 1, "difference": 1, "reused": 1}:
+        fail("direct DeltaAllGather calls: %s" % g.gathers)
     for cs in (st, st4):
         if cs["qwz"]["calls"] < STEPS or cs["qgz"]["calls"] < STEPS:
             fail("compression was not applied: %s" % cs)
