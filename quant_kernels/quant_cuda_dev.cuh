@@ -1,8 +1,9 @@
 /*
- * What the CUDA codec files (quant_cuda.cu, quant_rotate_cuda.cu) share:
- * the launch seam for the emulator, the header word and its device check,
- * and the host-side argument helpers. Internal; included by .cu files only
- * (and, through them, by tests/gpu/quant_cuda_emu.cpp, which compiles both
+ * What the CUDA codec files (quant_cuda.cu, quant_rotate_cuda.cu,
+ * quant_rotate_reduce_cuda.cu) share: the launch seam for the emulator, the
+ * header word and its device check, the rotation's sign masks and plain-block
+ * mark, and the host-side argument helpers. Internal; included by .cu files only
+ * (and, through them, by tests/gpu/quant_cuda_emu.cpp, which compiles them
  * into one translation unit: hence the include guard).
  */
 #ifndef ZPP_QUANT_CUDA_DEV_CUH_
@@ -77,6 +78,21 @@ __device__ __forceinline__ int headerCheck(const uint8_t* seg, size_t count, int
   const int f = headerFlags(seg, count, bits, blockLog2, kMarkersFlag);
   if (f < 0) return kHeaderBad;
   return (f & ZPP_QUANT_FLAG_MARKERS) ? kHeaderMarkers : kHeaderOk;
+}
+
+/* ---- rotation (zpp_quant.h, "Rotation"): shared by quant_rotate_cuda.cu and
+ * quant_rotate_reduce_cuda.cu ------------------------------------------------ */
+
+/* The sign mask (0 or 0x80000000) of element i of a block: D's entry, from
+ * quant_ref.h's sign words. */
+__device__ __forceinline__ uint32_t zppRotSignMaskDev(int i) {
+  return (uint32_t)((zppQuantRotSignWord((size_t)i >> 6) >> (i & 63)) & 1u) << 31;
+}
+
+/* Sets the sign bit of block b's scale: "stored plain". */
+__device__ __forceinline__ void markPlainScale(uint8_t* scales, size_t b) {
+  const float s = zppQuantLoadScale(scales, b);
+  zppQuantStoreScale(scales, b, __uint_as_float(__float_as_uint(s) | 0x80000000u));
 }
 
 /* ---- host side ---------------------------------------------------------- */

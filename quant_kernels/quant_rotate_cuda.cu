@@ -19,7 +19,7 @@
  *   - the short last block, a block with a non-finite element, a saturated
  *     block and a block whose w is not finite stay the plain codec's block,
  *     with the sign bit of the scale set;
- *   - otherwise: the sign flips of D (quant_ref.h's zppQuantRotSignWord),
+ *   - otherwise: the sign flips of D (quant_cuda_dev.cuh's zppRotSignMaskDev),
  *     then the stages h = 1, 2, ..., B/2 in shared memory, one barrier after
  *     each; in stage h the pair (j, j + h) becomes (x_j + x_{j+h}, x_j -
  *     x_{j+h}) with __fadd_rn / __fsub_rn. The group's threads split the B/2
@@ -82,10 +82,8 @@ inline unsigned rotGrid(size_t nb, int block) {
 /* x <- D x for one block in shared memory (sign flips, exact); lt is the
  * thread's index in its group of gt threads. */
 __device__ __forceinline__ void applySigns(float* x, int block, int lt, int gt) {
-  for (int i = lt; i < block; i += gt) {
-    const uint32_t m = ((zppQuantRotSignWord((size_t)i >> 6) >> (i & 63)) & 1u) << 31;
-    x[i] = __uint_as_float(__float_as_uint(x[i]) ^ m);
-  }
+  for (int i = lt; i < block; i += gt)
+    x[i] = __uint_as_float(__float_as_uint(x[i]) ^ zppRotSignMaskDev(i));
 }
 
 /* The unnormalised Walsh-Hadamard transform of x[0..block) in shared memory,
@@ -105,12 +103,6 @@ __device__ __forceinline__ void hadamard(float* x, int block, int lt, int gt, bo
       }
   }
   __syncthreads();
-}
-
-/* Sets the sign bit of block b's scale: "stored plain". */
-__device__ __forceinline__ void markPlain(uint8_t* scales, size_t b) {
-  const float s = zppQuantLoadScale(scales, b);
-  zppQuantStoreScale(scales, b, __uint_as_float(__float_as_uint(s) | 0x80000000u));
 }
 
 /* Re-encodes the blocks of a segment that the plain codec just wrote from
@@ -137,8 +129,8 @@ __global__ void __launch_bounds__(kRotThreads)
     reinterpret_cast<uint32_t*>(seg)[1] |= kRotatedFlag;  // the escape kernel has finished
   const size_t b = (size_t)blockIdx.x * (size_t)(kRotThreads / gt) + (size_t)g;
   const size_t lo = b << blockLog2;
-  const bool whole = lo < count && count - lo >= (size_t)block;  // else past the end or short
-  if (lt == 0 && lo < count && !whole) markPlain(scales, b);     // the short last block
+  const bool whole = lo < count && count - lo >= (size_t)block;    // else past the end or short
+  if (lt == 0 && lo < count && !whole) markPlainScale(scales, b);  // the short last block
 
   // The block in fp32, its non-finite elements and its plain encoding's q.
   if (lt == 0) {
@@ -193,7 +185,7 @@ __global__ void __launch_bounds__(kRotThreads)
   }
   __syncthreads();
   const bool rot = whole && !nonfinite && !sats[g];
-  if (lt == 0 && whole && !rot) markPlain(scales, b);
+  if (lt == 0 && whole && !rot) markPlainScale(scales, b);
 
   if (rot) applySigns(x, block, lt, gt);
   hadamard(x, block, lt, gt, rot);
@@ -222,7 +214,7 @@ __global__ void __launch_bounds__(kRotThreads)
   }
   if (!rot) return;  // after the last barrier
   if (m >= kExpBits) {
-    if (lt == 0) markPlain(scales, b);
+    if (lt == 0) markPlainScale(scales, b);
     return;
   }
   const zppQuantBlockParams_t bp = zppQuantBlockSetup(m, Q);

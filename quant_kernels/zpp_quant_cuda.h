@@ -52,12 +52,33 @@ zppResult_t zppQuantizeCuda(const void* in, zppDataType_t dtype, size_t count, i
 
 /* zppQuantizeEx and zppDequantizeEx on the device (zpp_quant.h, "Rotation";
  * quant_rotate_cuda.cu): flags 0 or ZPP_QUANT_ROTATE; the decoder takes
- * segments of either kind, rotated or plain. The other decoders here
- * decode a rotated segment as all NaN (its header does not match theirs). */
+ * segments of either kind, rotated or plain. The plain decoders and
+ * reductions here decode a rotated segment as all NaN (its header does not
+ * match theirs); the Ex reductions below take both kinds. */
 zppResult_t zppQuantizeExCuda(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                               unsigned flags, void* packed, cudaStream_t stream);
 zppResult_t zppDequantizeExCuda(const void* packed, size_t count, int bits, int block, void* out,
                                 zppDataType_t dtype, cudaStream_t stream);
+
+/* zppDequantizeSumEx and zppQuantReduceRequantEx on the device (zpp_quant.h,
+ * "Reductions of rotated segments"; quant_rotate_reduce_cuda.cu): inputs of
+ * either kind, rotated or plain, summed in the order qgZ uses
+ * (ZPP_QUANT_SUM_QGZ), byte for byte the host's; flags_out 0 or
+ * ZPP_QUANT_ROTATE. The Order variants take the order as the host's
+ * zppDequantizeSumOrder / zppQuantReduceRequantOrder do. */
+zppResult_t zppDequantizeSumExCuda(const void* packed, size_t stride, int n, size_t count, int bits,
+                                   int block, float divisor, void* out, zppDataType_t dtype,
+                                   cudaStream_t stream);
+zppResult_t zppQuantReduceRequantExCuda(const void* packed, size_t stride, int n, size_t count,
+                                        int bits_in, int block_in, int bits_out, int block_out,
+                                        unsigned flags_out, void* packed_out, cudaStream_t stream);
+zppResult_t zppDequantizeSumOrderCuda(const void* packed, size_t stride, int n, size_t count, int bits,
+                                      int block, float divisor, void* out, zppDataType_t dtype,
+                                      zppQuantSumOrder_t order, cudaStream_t stream);
+zppResult_t zppQuantReduceRequantOrderCuda(const void* packed, size_t stride, int n, size_t count,
+                                           int bits_in, int block_in, int bits_out, int block_out,
+                                           unsigned flags_out, zppQuantSumOrder_t order,
+                                           void* packed_out, cudaStream_t stream);
 
 zppResult_t zppDequantizeCuda(const void* packed, size_t count, int bits, int block, void* out,
                               zppDataType_t dtype, cudaStream_t stream);

@@ -27,6 +27,10 @@
 #define zppQuantizeReorderedCuda zppEmuQuantizeReorderedCuda
 #define zppQuantizeExCuda zppEmuQuantizeExCuda
 #define zppDequantizeExCuda zppEmuDequantizeExCuda
+#define zppDequantizeSumExCuda zppEmuDequantizeSumExCuda
+#define zppQuantReduceRequantExCuda zppEmuQuantReduceRequantExCuda
+#define zppDequantizeSumOrderCuda zppEmuDequantizeSumOrderCuda
+#define zppQuantReduceRequantOrderCuda zppEmuQuantReduceRequantOrderCuda
 #endif
 
 #include "quant_kernels/zpp_quant_cuda.h"

@@ -1,6 +1,6 @@
 /*
- * The emulated side of gpu_dev.h: quant_kernels/quant_cuda.cu and
- * quant_rotate_cuda.cu compiled as host C++ over tests/gpu/cuda_emu.h,
+ * The emulated side of gpu_dev.h: quant_kernels/quant_cuda.cu,
+ * quant_rotate_cuda.cu and quant_rotate_reduce_cuda.cu compiled as host C++ over tests/gpu/cuda_emu.h,
  * "device" memory being host memory.
  */
 #define ZPP_CUDA_EMU 1
@@ -15,6 +15,7 @@
 
 #include "quant_kernels/quant_cuda.cu"
 #include "quant_kernels/quant_rotate_cuda.cu"
+#include "quant_kernels/quant_rotate_reduce_cuda.cu"
 
 extern "C" {
 

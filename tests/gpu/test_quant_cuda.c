@@ -9,7 +9,8 @@
  *                        so CI without a GPU runs every check below.
  *
  * Options: --quick (fewer and smaller cases: the compute-sanitizer run),
- * --probe (exit 0 if a device is usable, 77 otherwise; checks nothing).
+ * --probe (exit 0 if a device is usable, 77 otherwise; checks nothing),
+ * --rotated-reduce (only the reductions of rotated segments).
  *
  * Every device output buffer is pre-filled with 0xA5 and surrounded by guard
  * bytes, and every CPU output with 0x5A: a byte either side forgets to write
@@ -1030,6 +1031,287 @@ static void testRotatedExtras(void) {
   dbFree(&dout);
 }
 
+/* ---- reductions of rotated segments (zpp_quant.h, "Reductions of rotated segments") --- */
+
+/* How the inputs of a rotated reduction are made: mild data (no escapes:
+ * every full block qualifies for the direct order), the codec sweep's mixed
+ * patterns (Inf, NaN, huge, tiny blocks: stored plain), the same with every
+ * other input a plain segment, planted escapes (garbage, Inf, NaN at the
+ * same element in several inputs, overflowing tables), and a first block
+ * whose rotated sums overflow (each input's w is (2e38, 0, ..., 0): finite;
+ * their sum is not, so the direct order must fall back). */
+enum { RIN_MILD, RIN_MIXED, RIN_SOME_PLAIN, RIN_ESCAPES, RIN_OVERFLOW, RIN_COUNT };
+static const char* const kRinName[] = {"mild", "mixed", "some plain", "escapes", "r overflows"};
+
+/* Coverage of the rotated reductions: blocks that every input stores
+ * rotated without an escape (direct-order candidates), and the others. */
+static size_t rotQualBlocks, rotOtherBlocks, rotOverflowCases;
+
+static void makeRotInputs(int mode, int bits, int block, size_t count, int n, uint8_t* hpk,
+                          size_t stride) {
+  float* x = hAlloc(count * 4, 0);
+  for (int k = 0; k < n; k++) {
+    unsigned flags = ZPP_QUANT_ROTATE;
+    switch (mode) {
+      case RIN_MILD: fillMild(x, zppFloat32, count); break;
+      case RIN_MIXED: fill(x, zppFloat32, count, block, bits, 1); break;
+      case RIN_SOME_PLAIN:
+        fill(x, zppFloat32, count, block, bits, 1);
+        if (k % 2) flags = 0;
+        break;
+      case RIN_ESCAPES:
+        fillMild(x, zppFloat32, count);
+        plant(x, zppFloat32, count, block, k % SC_COUNT);
+        x[count / 2] = 7.49e25f * (float)(k + 1);
+        if (count > 7) x[7] = k == 0 ? INFINITY : k == 1 ? -INFINITY : x[7];
+        if (k == n - 1) putOutlier(x, zppFloat32, count - 1, OUT_NAN);
+        break;
+      default: {
+        fillMild(x, zppFloat32, count);
+        const float c = 2e38f / (float)block;
+        for (size_t i = 0; i < count && i < (size_t)block; i++) x[i] = zppQuantRotSignMask(i) ? -c : c;
+        break;
+      }
+    }
+    CHECK_EQ_INT(zppQuantizeEx(x, zppFloat32, count, bits, block, flags, hpk + (size_t)k * stride),
+                 zppSuccess);
+  }
+  free(x);
+}
+
+static void countRotBlocks(const uint8_t* hpk, size_t stride, int n, size_t count, int bits,
+                           int block) {
+  size_t nb = (count + (size_t)block - 1) / (size_t)block;
+  for (size_t b = 0; b < nb; b++) {
+    int qual = (b + 1) * (size_t)block <= count;
+    size_t g = b * (size_t)block / ZPP_QUANT_ESC_GROUP,
+           rlo = b * (size_t)block - g * ZPP_QUANT_ESC_GROUP;
+    for (int k = 0; k < n && qual; k++) {
+      const uint8_t* seg = hpk + (size_t)k * stride;
+      uint32_t sb;
+      memcpy(&sb, seg + ZPP_QUANT_HEADER_BYTES + 4 * b, 4);
+      qual =
+          (seg[6] & ZPP_QUANT_FLAG_ROTATED) && !(sb & 0x80000000u) && (sb & 0x7f800000u) != 0x7f800000u;
+      const uint8_t* t = escTable(seg, count, bits, block, g);
+      for (int j = 0; j < ZPP_QUANT_ESC_SLOTS && qual; j++) {
+        unsigned idx = escIndex(t, j);
+        if (idx == ZPP_QUANT_ESC_EMPTY) break;
+        qual = !(idx >= rlo && idx < rlo + (size_t)block);
+      }
+    }
+    if (qual)
+      rotQualBlocks++;
+    else
+      rotOtherBlocks++;
+  }
+}
+
+/* zppDequantizeSumOrder and zppQuantReduceRequantOrder against their CUDA
+ * twins, in every order, for the n segments hpk + k * stride; then the Ex
+ * entry points (the order qgZ uses). */
+static void compareRotReductions(const char* tag, const uint8_t* hpk, size_t stride, int n,
+                                 size_t count, int bits, int block, int cs) {
+  char what[240];
+  devbuf_t dpk = dbAlloc((size_t)n * stride, 0);
+  dbUpload(&dpk, hpk);
+  static const char* const orderName[] = {"simple", "rotated-domain", "direct"};
+  /* The emulator (every barrier a fiber switch per thread) takes one output
+   * type per order and three of the eight requantizations per case, in
+   * turn over the cases; a GPU takes all. */
+  const int emu = tdevIsEmulated();
+  for (int order = 0; order <= 2; order++) {
+    for (size_t t = 0; t < sizeof kTypes / sizeof kTypes[0]; t++) {
+      if (emu && t != ((size_t)cs + (size_t)order) % 3) continue;
+      zppDataType_t odt = kTypes[t];
+      const float divisors[] = {1.0f, (float)n, 3.0f};
+      float div = divisors[((size_t)cs + t) % 3];
+      size_t oes = zppTypeSize(odt);
+      snprintf(what, sizeof what, "%s%s sum/%g int%d block %d count %zu n %d -> %s", tag,
+               orderName[order], (double)div, bits, block, count, n, typeName(odt));
+      void* cpuOut = hAlloc(count * oes, CPU_FILL);
+      CHECK_EQ_INT(zppDequantizeSumOrder(hpk, stride, n, count, bits, block, div, cpuOut, odt,
+                                         (zppQuantSumOrder_t)order),
+                   zppSuccess);
+      devbuf_t dout = dbAlloc(count * oes, 0);
+      CHECK_EQ_INT(zppDequantizeSumOrderCuda(dpk.p, stride, n, count, bits, block, div, dout.p, odt,
+                                             (zppQuantSumOrder_t)order, tdevStream()),
+                   zppSuccess);
+      void* gpuOut = hAlloc(count * oes, 0);
+      dbDownload(&dout, gpuOut, what);
+      compareValues(what, cpuOut, gpuOut, odt, count);
+      free(cpuOut);
+      free(gpuOut);
+      dbFree(&dout);
+    }
+    const int blocksOut[] = {block, block == 32 ? 256 : 32};
+    for (int bo = 0; bo < 2; bo++)
+      for (int b = 0; b < 2; b++)
+        for (unsigned fo = 0; fo <= ZPP_QUANT_ROTATE; fo++) {
+          int bitsOut = kBits[bo], blockOut = blocksOut[b];
+          if (quick && (bo + b + (int)fo + cs) % 2) continue;
+          if (emu && (4 * bo + 2 * b + (int)fo + 3 * cs + order) % 8 >= 3) continue;
+          snprintf(what, sizeof what, "%s%s reduce-requant int%d/%d -> int%d/%d%s count %zu n %d", tag,
+                   orderName[order], bits, block, bitsOut, blockOut, fo ? " rotated" : "", count, n);
+          size_t PO = zppQuantPackedSize(count, bitsOut, blockOut);
+          uint8_t* cpuOut = hAlloc(PO, CPU_FILL);
+          CHECK_EQ_INT(zppQuantReduceRequantOrder(hpk, stride, n, count, bits, block, bitsOut, blockOut,
+                                                  fo, (zppQuantSumOrder_t)order, cpuOut),
+                       zppSuccess);
+          devbuf_t dout = dbAlloc(PO, 4 * (size_t)((cs + b) % 4));
+          CHECK_EQ_INT(
+              zppQuantReduceRequantOrderCuda(dpk.p, stride, n, count, bits, block, bitsOut, blockOut,
+                                             fo, (zppQuantSumOrder_t)order, dout.p, tdevStream()),
+              zppSuccess);
+          uint8_t* gpuOut = hAlloc(PO, 0);
+          dbDownload(&dout, gpuOut, what);
+          comparePacked(what, cpuOut, gpuOut, count, bitsOut, blockOut);
+          free(cpuOut);
+          free(gpuOut);
+          dbFree(&dout);
+        }
+  }
+  /* The Ex entry points: qgZ's order, qgZ's shapes. */
+  zppDataType_t odt = kTypes[cs % 3];
+  size_t oes = zppTypeSize(odt);
+  snprintf(what, sizeof what, "%sEx sum int%d block %d count %zu n %d -> %s", tag, bits, block, count,
+           n, typeName(odt));
+  void* cpuOut = hAlloc(count * oes, CPU_FILL);
+  CHECK_EQ_INT(zppDequantizeSumEx(hpk, stride, n, count, bits, block, (float)n, cpuOut, odt),
+               zppSuccess);
+  devbuf_t dout = dbAlloc(count * oes, 0);
+  CHECK_EQ_INT(
+      zppDequantizeSumExCuda(dpk.p, stride, n, count, bits, block, (float)n, dout.p, odt, tdevStream()),
+      zppSuccess);
+  void* gpuOut = hAlloc(count * oes, 0);
+  dbDownload(&dout, gpuOut, what);
+  compareValues(what, cpuOut, gpuOut, odt, count);
+  free(cpuOut);
+  free(gpuOut);
+  dbFree(&dout);
+  snprintf(what, sizeof what, "%sEx reduce-requant int%d block %d count %zu n %d", tag, bits, block,
+           count, n);
+  size_t P = zppQuantPackedSize(count, bits, block);
+  uint8_t* cpuPk = hAlloc(P, CPU_FILL);
+  CHECK_EQ_INT(
+      zppQuantReduceRequantEx(hpk, stride, n, count, bits, block, bits, block, ZPP_QUANT_ROTATE, cpuPk),
+      zppSuccess);
+  devbuf_t dreq = dbAlloc(P, 0);
+  CHECK_EQ_INT(zppQuantReduceRequantExCuda(dpk.p, stride, n, count, bits, block, bits, block,
+                                           ZPP_QUANT_ROTATE, dreq.p, tdevStream()),
+               zppSuccess);
+  uint8_t* gpuPk = hAlloc(P, 0);
+  dbDownload(&dreq, gpuPk, what);
+  comparePacked(what, cpuPk, gpuPk, count, bits, block);
+  free(cpuPk);
+  free(gpuPk);
+  dbFree(&dreq);
+  dbFree(&dpk);
+}
+
+static void testRotReduce(int mode, int bits, int block, size_t count, int n, size_t extra, int cs) {
+  size_t P = zppQuantPackedSize(count, bits, block);
+  size_t stride = P + extra;
+  uint8_t* hpk = hAlloc((size_t)n * stride, 0x77); /* gaps between segments: junk */
+  makeRotInputs(mode, bits, block, count, n, hpk, stride);
+  countRotBlocks(hpk, stride, n, count, bits, block);
+  if (mode == RIN_OVERFLOW && n > 1 && count >= (size_t)block) {
+    /* The CPU's direct order must have met a non-finite r: the first
+     * block's sums are NaN, marked in the output. */
+    uint8_t* po = hAlloc(P, 0);
+    CHECK_EQ_INT(zppQuantReduceRequantOrder(hpk, stride, n, count, bits, block, bits, block,
+                                            ZPP_QUANT_ROTATE, ZPP_QUANT_SUM_ROTATED_DIRECT, po),
+                 zppSuccess);
+    CHECK_MSG(po[6] & ZPP_QUANT_FLAG_MARKERS, "r overflows int%d block %d n %d: no markers", bits,
+              block, n);
+    rotOverflowCases++;
+    free(po);
+  }
+  char tag[64];
+  snprintf(tag, sizeof tag, "rotated (%s): ", kRinName[mode]);
+  compareRotReductions(tag, hpk, stride, n, count, bits, block, cs);
+  free(hpk);
+}
+
+/* The sweep: both widths, every block size, short last blocks and counts
+ * over several escape groups, n = 1..8, every input kind above. */
+static void runRotatedReduceSweep(size_t unused) {
+  (void)unused;
+  int cs = 0;
+  rotQualBlocks = rotOtherBlocks = rotOverflowCases = 0;
+  for (int b = 0; b < 2; b++)
+    for (size_t k = 0; k < sizeof kBlocks / sizeof kBlocks[0]; k++) {
+      int B = kBlocks[k];
+      size_t counts[] = {(size_t)B + 1, 3 * (size_t)B + 7, 2 * (size_t)ZPP_QUANT_ESC_GROUP + 333};
+      for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
+        for (int mode = 0; mode < RIN_COUNT; mode++, cs++) {
+          if (quick && cs % 3) continue;
+          if (c == 2 && (k + (size_t)mode) % 2) continue; /* the large count: half the cases */
+          int n = 1 + cs % 8;
+          if (mode == RIN_OVERFLOW && n == 1) n = 2;
+          testRotReduce(mode, kBits[b], B, counts[c], n, cs % 2 ? 16 : 0, cs);
+        }
+    }
+  printf("rotated reduce sweep: %zu blocks qualify for the direct order, %zu do not; %zu r overflows\n",
+         rotQualBlocks, rotOtherBlocks, rotOverflowCases);
+  CHECK_MSG(rotQualBlocks > 0 && rotOtherBlocks > 0 && rotOverflowCases > 0,
+            "rotated reduce sweep: %zu qualifying, %zu other blocks, %zu overflows", rotQualBlocks,
+            rotOtherBlocks, rotOverflowCases);
+}
+
+/* Bad arguments are refused by name; a mismatched input header sums to NaN. */
+static void testRotReduceExtras(void) {
+  const size_t count = 2 * 256 + 9;
+  const int bits = 8, block = 256, n = 2;
+  size_t P = zppQuantPackedSize(count, bits, block);
+  uint8_t* hpk = hAlloc(2 * P, 0);
+  makeRotInputs(RIN_MILD, bits, block, count, n, hpk, P);
+  devbuf_t dpk = dbAlloc(2 * P, 0);
+  dbUpload(&dpk, hpk);
+  devbuf_t dout = dbAlloc(count * 4, 0);
+  devbuf_t dreq = dbAlloc(P, 0);
+  float* gpuOut = hAlloc(count * 4, 0);
+  cudaStream_t st = tdevStream();
+  CHECK_EQ_INT(
+      zppDequantizeSumExCuda(dpk.p, P, n, count - 1, bits, block, 1.0f, dout.p, zppFloat32, st),
+      zppSuccess);
+  tdevSync();
+  tdevToHost(gpuOut, dout.p, (count - 1) * 4);
+  CHECK_MSG(allNaN(gpuOut, zppFloat32, count - 1), "rotated sum, count mismatch: not all NaN");
+  zppLogLevel_t level = zppLogLevel();
+  zppLogSetLevel(ZPP_LOG_NONE);
+  CHECK_EQ_INT(zppDequantizeSumOrderCuda(dpk.p, P, n, count, bits, block, 1.0f, dout.p, zppFloat32,
+                                         (zppQuantSumOrder_t)3, st),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeSumExCuda(dpk.p, P, n, count, bits, block, 0.0f, dout.p, zppFloat32, st),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeSumExCuda(dpk.p, P, 0, count, bits, block, 1.0f, dout.p, zppFloat32, st),
+               zppInvalidArgument);
+  CHECK_EQ_INT(
+      zppDequantizeSumExCuda(dpk.p, P - 16, n, count, bits, block, 1.0f, dout.p, zppFloat32, st),
+      zppInvalidArgument);
+  CHECK_EQ_INT(zppDequantizeSumExCuda(dpk.p, P, n, count, bits, block, 1.0f, NULL, zppFloat32, st),
+               zppInvalidArgument);
+  CHECK_EQ_INT(
+      zppQuantReduceRequantExCuda(dpk.p, P, n, count, bits, block, bits, block, 2u, dreq.p, st),
+      zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantReduceRequantExCuda(dpk.p, P, n, count, bits, block, bits, 48, ZPP_QUANT_ROTATE,
+                                           dreq.p, st),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantReduceRequantExCuda(dpk.p, P, n, count, bits, block, bits, block,
+                                           ZPP_QUANT_ROTATE, dpk.p + P, st),
+               zppInvalidArgument);
+  CHECK_EQ_INT(zppQuantReduceRequantExCuda(dpk.p, P, n, count, bits, block, bits, block,
+                                           ZPP_QUANT_ROTATE, dreq.p + 2, st),
+               zppInvalidArgument);
+  zppLogSetLevel(level);
+  tdevSync();
+  free(hpk);
+  free(gpuOut);
+  dbFree(&dpk);
+  dbFree(&dout);
+  dbFree(&dreq);
+}
+
 static void runCodecSweep(size_t large);
 
 /* Every case of the codec sweep again, rotated: all dtypes, both widths,
@@ -1133,14 +1415,16 @@ static void runSweep(const char* name, void (*sweep)(size_t), size_t large, int 
 }
 
 int main(int argc, char** argv) {
-  int probe = 0;
+  int probe = 0, onlyRotReduce = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick"))
       quick = 1;
     else if (!strcmp(argv[i], "--probe"))
       probe = 1;
+    else if (!strcmp(argv[i], "--rotated-reduce"))
+      onlyRotReduce = 1;
     else {
-      fprintf(stderr, "usage: %s [--quick] [--probe]\n", argv[0]);
+      fprintf(stderr, "usage: %s [--quick] [--probe] [--rotated-reduce]\n", argv[0]);
       return 2;
     }
   }
@@ -1158,6 +1442,13 @@ int main(int argc, char** argv) {
 
   /* The emulator runs every thread as a fiber: keep its large cases modest. */
   size_t large = tdevIsEmulated() ? 20011 : quick ? 100003 : (size_t)3 << 20 | 5;
+  if (onlyRotReduce) {
+    runSweep("rotated reduce", runRotatedReduceSweep, 0, 1);
+    testRotReduceExtras();
+    tdevSync();
+    tdevShutdown();
+    return zppTestExit(argv[0]);
+  }
   testArguments();
   testHeaderMismatch();
   testAsync();
@@ -1168,6 +1459,8 @@ int main(int argc, char** argv) {
   runSweep("rotated codec", runRotatedCodecSweep, large, 1);
   runRotatedEscapeSweep();
   testRotatedExtras();
+  runSweep("rotated reduce", runRotatedReduceSweep, 0, 1);
+  testRotReduceExtras();
   tdevSync();
   tdevShutdown();
   return zppTestExit(argv[0]);
