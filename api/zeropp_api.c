@@ -44,19 +44,6 @@ static void countCall(struct zppComm* comm, zppOpKind_t kind) {
   atomic_fetch_add_explicit(&comm->transports->calls[kind], 1, memory_order_relaxed);
 }
 
-/* The CUDA codecs have no rotated kernel yet: a rotating communicator must
- * not run its device calls unrotated (the ranks' results would differ from
- * what the setting promises), so they fail, naming the setting. */
-static zppResult_t checkDeviceRotate(const struct zppComm* comm, const char* what) {
-  const zppCompressSettings_t* s = &comm->compress;
-  if (!s->quantRotate) return zppSuccess;
-  ZPP_FAIL(zppInvalidUsage, ALL,
-           "%s: rank %d: %s on device buffers: quantRotate=1 (from %s) but the device path has no "
-           "reductions of rotated segments yet (qwZ has the rotated codec; qgZ does not): set "
-           "ZPP_QUANT_ROTATE=0 (or zppConfig_t.quantRotate = 0) for device buffers",
-           comm->name, comm->rank, what, s->from[ZPP_COMPRESS_ROTATE]);
-}
-
 /* ---- qwZ -------------------------------------------------------------------- */
 
 static zppResult_t qwzValidate(const char* name, const void* sendbuff, void* recvbuff, size_t count,
@@ -162,10 +149,7 @@ static zppResult_t qgzIssue(zppComm_t comm, int ntensors, const void* const* sen
                     bits,
                     zppCompressBlock(&comm->compress, bits),
                     zppCompressQuantFlags(&comm->compress)};
-  if (device) {
-    ZPPCHECK(checkDeviceRotate(comm, "qgZ"));
-    return zppDeviceQgzIssue(comm, &a, stream);
-  }
+  if (device) return zppDeviceQgzIssue(comm, &a, stream);
   return zppZeroppIssueQgz(comm, &a, (zppHostStream_t)stream);
 }
 

@@ -244,8 +244,16 @@ static zppResult_t qgzStage1(qgzDev_t* g, int ch) {
   const int s = ch % NSLOTS, W = g->N * g->L;
   size_t len = chunkLen(g, ch), P = zppQuantPackedSize(len, a->bits, a->block);
   const char* in = (const char*)a->send[g->t] + (size_t)ch * g->ce * g->ts;
-  /* W reordered segments: local rank j's N partitions contiguous. */
-  if (g->owners == OWNERS_BLOCKS)
+  /* W reordered segments: local rank j's N partitions contiguous. Rotated
+   * (a->flags ZPP_QUANT_ROTATE): one rotated quantization per partition,
+   * segment k = j * N + n holding owner(n, j)'s partition in any placement. */
+  if (a->flags & ZPP_QUANT_ROTATE)
+    for (int k = 0; k < W; k++) {
+      int owner = g->nodeRanks[k % g->N][k / g->N];
+      ZPPCHECK(zppQuantizeExCuda(in + (size_t)owner * g->rc * g->ts, a->type, len, a->bits, a->block,
+                                 a->flags, g->q[s] + (size_t)k * P, g->d->k));
+    }
+  else if (g->owners == OWNERS_BLOCKS)
     ZPPCHECK(zppQuantizeReorderedCuda(in, a->type, len, g->rc, W, g->L, a->bits, a->block, g->q[s],
                                       g->d->k));
   else if (g->owners == OWNERS_IN_TURN) /* one "node" of W: segment k is partition k */
@@ -262,6 +270,17 @@ static zppResult_t qgzStage1(qgzDev_t* g, int ch) {
   return exchange(g, g->intra, g->L, g->lr, g->q[s], g->a1[s], (size_t)g->N * P);
 }
 
+/* The last step: n segments summed, divided and written in the call's type
+ * (the Ex sum takes rotated segments, in the order the host's qgZ uses). */
+static zppResult_t sumSegments(qgzDev_t* g, const char* in, size_t stride, int n, size_t len,
+                               float divisor, char* out) {
+  const zppQgzArgs_t* a = g->a;
+  if (a->flags & ZPP_QUANT_ROTATE)
+    return zppDequantizeSumExCuda(in, stride, n, len, a->bits, a->block, divisor, out, a->type,
+                                  g->d->k);
+  return zppDequantizeSumCuda(in, stride, n, len, a->bits, a->block, divisor, out, a->type, g->d->k);
+}
+
 static zppResult_t qgzStage2(qgzDev_t* g, int ch) {
   const zppQgzArgs_t* a = g->a;
   const int s = ch % NSLOTS, N = g->N, L = g->L;
@@ -271,13 +290,16 @@ static zppResult_t qgzStage2(qgzDev_t* g, int ch) {
   const char* across = g->q[s]; /* one rank per node: segment n is owner(n, 0)'s partition */
   if (L > 1 || N == 1) {
     ZPPCHECK(after(g->d->k, g->d->c, g->d->ev[1 + NSLOTS + s]));
-    if (N == 1)
-      return zppDequantizeSumCuda(g->a1[s], P, L, len, a->bits, a->block, divisor, out, a->type,
-                                  g->d->k);
-    for (int n = 0; n < N; n++)
-      ZPPCHECK(zppQuantReduceRequantCuda(g->a1[s] + (size_t)n * P, (size_t)N * P, L, len, a->bits,
-                                         a->block, a->bits, a->block, g->r[s] + (size_t)n * P,
-                                         g->d->k));
+    if (N == 1) return sumSegments(g, g->a1[s], P, L, len, divisor, out);
+    for (int n = 0; n < N; n++) {
+      const char* in = g->a1[s] + (size_t)n * P;
+      if (a->flags & ZPP_QUANT_ROTATE) /* rotated sums, requantized rotated */
+        ZPPCHECK(zppQuantReduceRequantExCuda(in, (size_t)N * P, L, len, a->bits, a->block, a->bits,
+                                             a->block, a->flags, g->r[s] + (size_t)n * P, g->d->k));
+      else
+        ZPPCHECK(zppQuantReduceRequantCuda(in, (size_t)N * P, L, len, a->bits, a->block, a->bits,
+                                           a->block, g->r[s] + (size_t)n * P, g->d->k));
+    }
     ZPPCHECK(after(g->d->c, g->d->k, g->d->ev[1 + s]));
     across = g->r[s];
   }
@@ -298,8 +320,7 @@ static zppResult_t qgzStage3(qgzDev_t* g, int ch) {
   ZPPCHECK(after(g->d->k, g->d->c, g->d->ev[1 + NSLOTS + s]));
   float divisor = a->op == zppAvg ? (float)(g->N * g->L) : 1.0f;
   char* out = (char*)a->recv[g->t] + (size_t)ch * g->ce * g->ts;
-  return zppDequantizeSumCuda(g->a2[s], P, g->N, len, a->bits, a->block, divisor, out, a->type,
-                              g->d->k);
+  return sumSegments(g, g->a2[s], P, g->N, len, divisor, out);
 }
 
 zppResult_t zppZeroppDeviceQgz(struct zppComm* comm, const zppQgzArgs_t* a, void* stream) {

@@ -28,9 +28,10 @@ zppResult_t zppZeroppDeviceQwz(struct zppComm* comm, const void* send, void* rec
 /* qgZ: per tensor, chunks through slice-reordered quantization, the
  * intra-node and inter-node all-to-alls (ncclSend/ncclRecv in groups) and
  * the fused reduce-requantize, pipelined over three buffer slots. Needs
- * nodes of equal size. Bit-identical to the host path. Unrotated only: the
- * device reductions of rotated segments do not exist yet, and the API
- * refuses qgZ on device buffers of a rotating communicator. */
+ * nodes of equal size. Bit-identical to the host path. args->flags
+ * ZPP_QUANT_ROTATE: each partition quantized rotated (zppQuantizeExCuda),
+ * the reductions of rotated segments (zppQuantReduceRequantExCuda,
+ * zppDequantizeSumExCuda) in the order the host path uses. */
 zppResult_t zppZeroppDeviceQgz(struct zppComm* comm, const zppQgzArgs_t* args, void* stream);
 
 #endif /* ZPP_ZEROPP_DEVICE_H_ */

@@ -233,12 +233,12 @@ static void captureRefused(zppComm_t comm, cudaStream_t stream) {
   CU(cudaFree(d));
 }
 
-/* A rotating communicator (quantRotate = 1) on device buffers: qwZ (explicit,
- * and the plain all-gather compressed by the config) runs the rotated CUDA
- * codec and must equal the host path byte for byte; qgZ has no device
- * reductions of rotated segments yet, so it (and the compressed plain
- * reduce-scatter) fails at once on every rank, naming the setting, instead
- * of running unrotated. */
+/* A rotating communicator (quantRotate = 1) on device buffers: qwZ and qgZ
+ * (explicit, and the plain all-gather / reduce-scatter compressed by the
+ * config) run the rotated CUDA codec and the CUDA reductions of rotated
+ * segments, and must equal the host path byte for byte: escapes and markers
+ * among rotated blocks (an outlier and a NaN), sums and averages, several
+ * device chunks, in place. */
 static void rotateDevice(zppComm_t comm, int rank, int nranks, cudaStream_t stream) {
   const zppDataType_t types[] = {zppFloat32, zppFloat16, zppBfloat16};
   const size_t counts[] = {1, 1001, (size_t)3 << 20};
@@ -263,17 +263,31 @@ static void rotateDevice(zppComm_t comm, int rank, int nranks, cudaStream_t stre
                  ztTypeName(t), bits, n);
         samePaths(comm, stream, what, qwz, &cw, in, n * ts, n * ts * (size_t)nranks, (size_t)-1);
         free(in);
+        /* qgZ: the reduce-scatter of n elements per rank, the same outliers
+         * in every rank's partition 0 and the last one. */
+        zppRedOp_t op = (ti + ci) % 2 ? zppAvg : zppSum;
+        call_t cg = {n, t, bits == 8 && ci == 1 ? 4 : 12 - bits, op, bits == 8 && ci == 1};
+        in = malloc(n * ts * (size_t)nranks);
+        REQUIRE(in);
+        ztFill(in, t, n * (size_t)nranks, (int)(ti * 10 + ci + 70), rank);
+        if (n > 600)
+          for (int p = 0; p<nranks; p += nranks> 1 ? nranks - 1 : 1) {
+            const uint32_t huge = t == zppFloat32 ? 0x6a77d2c5u : t == zppFloat16 ? 0x7b53u : 0x6a78u;
+            const uint32_t qnan = t == zppFloat32 ? 0x7fc00000u : t == zppFloat16 ? 0x7e00u : 0x7fc0u;
+            memcpy(in + ((size_t)p * n + 17 + (size_t)rank) * ts, &huge, ts);
+            if (rank == 0) memcpy(in + ((size_t)p * n + 500) * ts, &qnan, ts);
+          }
+        snprintf(what, sizeof what, "rotated %s %s int%d %s count %zu",
+                 cg.plain ? "zppReduceScatter (qgZ)" : "qgZ", ztTypeName(t), cg.bits,
+                 op == zppAvg ? "avg" : "sum", n);
+        samePaths(comm, stream, what, qgz, &cg, in, n * ts * (size_t)nranks, n * ts, (size_t)-1);
+        if (!cg.plain && ci == 1) {
+          snprintf(what, sizeof what, "rotated qgZ in place %s int%d", ztTypeName(t), cg.bits);
+          samePaths(comm, stream, what, qgz, &cg, in, n * ts * (size_t)nranks, n * ts,
+                    (size_t)rank * n * ts);
+        }
+        free(in);
       }
-  void* d = NULL;
-  const size_t count = 4096;
-  CU(cudaMalloc(&d, count * 4 * (size_t)nranks * 2));
-  char* out = (char*)d + count * 4 * (size_t)nranks;
-  CHECK_EQ_INT(zppQgzReduceScatter(d, out, count, zppFloat32, zppSum, 4, comm, stream),
-               zppInvalidUsage);
-  CHECK(strstr(zppGetLastError(comm), "ZPP_QUANT_ROTATE") != NULL);
-  if (nranks > 1)
-    CHECK_EQ_INT(zppReduceScatter(d, out, count, zppFloat32, zppSum, comm, stream), zppInvalidUsage);
-  CU(cudaFree(d));
 }
 
 static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
