@@ -55,12 +55,13 @@ def batch(data, rank, step, bsz, seq):
 
 def train(group, steps, bsz=8, d=256, layers=3, seq=64, lr=3e-3, report_group=None,
           on_step=None, mesh=None, device="cpu", delta_bits=None, delta_out=None,
-          delta_ask_group=False):
+          delta_ask_group=False, param_dtype=None):
     """FSDP2 over `group` (or HSDP over a 2-D `mesh`, group None) for `steps`
     steps, the model on `device` ("cpu" or "cuda"). delta_bits (4 or 8):
     weight gathers of differences (torch_zpp.fsdp.delta_weights, with
     ask_group=delta_ask_group; their objects go into the dict delta_out when
-    given). Returns
+    given). param_dtype: FSDP2's mixed precision (MixedPrecisionPolicy with
+    that param_dtype, fp32 gradient reduction). Returns
     (losses, step seconds): losses are the mean over all ranks (all-reduced
     on report_group, outside the timed part)."""
     from torch.distributed.device_mesh import DeviceMesh
@@ -71,9 +72,14 @@ def train(group, steps, bsz=8, d=256, layers=3, seq=64, lr=3e-3, report_group=No
     model = CharLM(vocab, d=d, layers=layers, seq=seq).to(device)
     if mesh is None:
         mesh = DeviceMesh.from_group(group, torch.device(device).type)
+    kw = {}
+    if param_dtype is not None:
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     for b in model.blocks:
-        fully_shard(b, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(b, mesh=mesh, **kw)
+    fully_shard(model, mesh=mesh, **kw)
     if delta_bits:
         import torch_zpp.fsdp
 
@@ -87,14 +93,14 @@ def train(group, steps, bsz=8, d=256, layers=3, seq=64, lr=3e-3, report_group=No
         x, y = batch(data, rank, step, bsz, seq)
         x, y = x.to(device), y.to(device)
         t0 = time.perf_counter()
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
         loss.backward()
         opt.step()
         opt.zero_grad()
         times.append(time.perf_counter() - t0)
         if on_step:
             on_step(step)
-        lt = loss.detach().clone()
+        lt = loss.detach().float().clone()
         dist.all_reduce(lt, group=report_group or group)
         losses.append(lt.item() / dist.get_world_size(report_group or group))
     return losses, times

@@ -37,7 +37,9 @@ as 2 nodes x 2, exactly as it does on gloo.
    the 12 steps); final loss within 1 % of plain; the gathers went through
    qwZ, differences in forward gathers only (the backward re-gathers reuse
    the reference, knowing the pass from FSDP2's state); with ask_group=True
-   (an all-reduce per gather decides instead) the same gathers and losses.
+   (an all-reduce per gather decides instead) the same gathers and losses;
+   with FSDP2's bf16 mixed precision, bf16 references, the same gathers and
+   the final loss within 1 % of plain bf16's.
 """
 import math
 import sys
@@ -199,6 +201,26 @@ def body(rank):
     if kinds_ask != kinds or delta4_ask != delta4:
         fail("delta gathers asking the group: %s and losses %s, against %s and %s"
              % (kinds_ask, delta4_ask, kinds, delta4))
+    # FSDP2's mixed precision (bf16 gathers, fp32 master weights and
+    # gradient reduction): the references are bf16, the differences still
+    # fp32; the losses follow plain bf16's within 1 %, and the backward
+    # re-gathers reuse the reference (bf16 copies of an unchanged shard).
+    plain_bf16, _ = fsdp_model.train(zpp, STEPS, report_group=gloo, param_dtype=torch.bfloat16)
+    gathers_bf16 = {}
+    delta_bf16, _ = fsdp_model.train(zgd, STEPS, report_group=gloo, delta_bits=4,
+                                     delta_out=gathers_bf16, param_dtype=torch.bfloat16)
+    kinds_bf16 = {k: sum(g.gathers[k] for g in gathers_bf16.values()) for k in kinds}
+    if rank == 0:
+        print("bf16 params: plain %s\nbf16 params: delta %s %s"
+              % (" ".join("%.4f" % x for x in plain_bf16), " ".join("%.4f" % x for x in delta_bf16),
+                 kinds_bf16), flush=True)
+    if any(g.reference.dtype != torch.bfloat16 for g in gathers_bf16.values()):
+        fail("bf16 params: the references are not bf16")
+    if kinds_bf16 != kinds:
+        fail("bf16 params: delta gathers %s, against %s in fp32" % (kinds_bf16, kinds))
+    if abs(delta_bf16[-1] - plain_bf16[-1]) > 0.01 * abs(plain_bf16[-1]):
+        fail("bf16 params: 4-bit delta final loss %.6f vs plain %.6f: more than 1%%"
+             % (delta_bf16[-1], plain_bf16[-1]))
     # Called directly, the pass given: a backward gather of a shard that
     # changed since the forward one is an error (on every rank here, all
     # of whose shards change), not a gather of other weights.
