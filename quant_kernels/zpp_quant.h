@@ -148,7 +148,8 @@
  * There are no AVX-512 rotated kernels: the vector implementations
  * use quant_rotate_avx2.c (bit-identical), the scalar one the reference in
  * quant_rotate.c; the CUDA codecs quant_rotate_cuda.cu (zppQuantizeExCuda,
- * zppDequantizeExCuda; no CUDA reductions of rotated segments yet).
+ * zppDequantizeExCuda) and quant_rotate_reduce_cuda.cu (zppDequantizeSumExCuda,
+ * zppQuantReduceRequantExCuda: the reductions below).
  * Escape counts are those of the plain encoding (the same selection).
  *
  * Error bound of a rotated block (tested): for a finite, non-escaped input
