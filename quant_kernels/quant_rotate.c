@@ -44,8 +44,14 @@ static void applySigns(float* x, size_t len) {
 
 /* 1 when the plain encoding of a block has no escape in the group's table
  * (relative range [rlo, rlo + len)), more than E non-zero q and a finite
- * scale: then it has neither candidates nor non-finite elements (zpp_quant.h,
- * "Why 2^K"), and the exact test can be skipped. */
+ * scale, in a group whose table holds at most SLOTS - E entries: then no
+ * block of the group overflowed the table (a block has at most E
+ * candidates), so the block has no candidate and no saturated element
+ * (zpp_quant.h, "Why 2^K"), and the exact test can be skipped. A
+ * non-finite element, which the shortcut does not see, makes w non-finite:
+ * the block is stored plain all the same. Without the table's count, a
+ * saturated block (its scale fitted to the others, so many non-zero q)
+ * passed as ordinary and was rotated with its garbage in it. */
 static int plainBlockOrdinary(const uint8_t* scales, const uint8_t* data, const uint8_t* table,
                               int bits, size_t b, size_t lo, size_t rlo, size_t len) {
   if (zppQuantNonFinite(zppQuantLoadScale(scales, b))) return 0;
@@ -53,6 +59,7 @@ static int plainBlockOrdinary(const uint8_t* scales, const uint8_t* data, const 
     unsigned idx = zppQuantEscIndex(table, j);
     if (idx == ZPP_QUANT_ESC_EMPTY) break;
     if (idx >= rlo && idx < rlo + len) return 0;
+    if (j >= ZPP_QUANT_ESC_SLOTS - ZPP_QUANT_ESC_PER_BLOCK) return 0; /* may have overflowed */
   }
   int nz = 0;
   for (size_t i = 0; i < len && nz <= ZPP_QUANT_ESC_PER_BLOCK; i++)

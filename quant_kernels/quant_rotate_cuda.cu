@@ -9,8 +9,9 @@
  * per block (layout under "Speed"):
  *   - the block's elements are widened into shared memory (fp32, exact);
  *   - the block is "ordinary" when its plain scale is finite, the group's
- *     table holds no escape inside it and it has more than E non-zero q
- *     (then it has neither a candidate nor a non-finite element: zpp_quant.h,
+ *     table holds no escape inside it and at most SLOTS - E entries (no
+ *     block of the group overflowed it) and it has more than E non-zero q
+ *     (then it has neither a candidate nor a saturated element: zpp_quant.h,
  *     "Why 2^K"); otherwise the group's thread 0 repeats the exact test of
  *     the reference (quant_ref.h's zppQuantEscReference and
  *     zppQuantEscAbove, the same code): saturated elements keep the block plain. The elements that
@@ -159,13 +160,16 @@ __global__ void __launch_bounds__(kRotThreads)
     const size_t grp = lo / ZPP_QUANT_ESC_GROUP;
     table = seg + zppQuantEscOffset(count, bits, block) + grp * ZPP_QUANT_ESC_TABLE_BYTES;
     rlo = lo - grp * ZPP_QUANT_ESC_GROUP;
+    int entries = 0;
     for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
       const unsigned idx = zppQuantEscIndex(table, j);
       if (idx == ZPP_QUANT_ESC_EMPTY) break;
       escaped |= idx >= rlo && idx < rlo + (size_t)block;
+      entries++;
     }
     const float plainScale = zppQuantLoadScale(scales, b);
-    ordinary = !zppQuantNonFinite(plainScale) && !escaped && nzs[g] > ZPP_QUANT_ESC_PER_BLOCK;
+    ordinary = !zppQuantNonFinite(plainScale) && !escaped && nzs[g] > ZPP_QUANT_ESC_PER_BLOCK &&
+               entries <= ZPP_QUANT_ESC_SLOTS - ZPP_QUANT_ESC_PER_BLOCK;
   }
   if (lt == 0) {
     // Saturated: candidates that overflowed the table and exceed 2^S r

@@ -451,21 +451,11 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
 
   // Rotation: every full block without a non-finite or saturated element,
-  // as the reference (quant_rotate.c's rotateGroup) decides it: a block
-  // whose plain encoding looks ordinary (finite scale, no slot in it, more
-  // than E non-zero q) is rotated without the exact test, which a saturated
-  // block passes when enough of its other elements quantize to non-zero q:
-  // it is then rotated with its candidates in it (docs/codecs.md, "CUDA").
+  // as the reference (quant_rotate.c's rotateGroup) decides it.
   for (int b = (int)threadIdx.x; b < nbTile; b += kThreads) {
     const size_t l0 = (size_t)b << blOut;
     const bool whole = b < nb && glen - l0 >= (size_t)Bo;
-    bool sat = (sm.info[b] & 4u) && sm.first[b] < 0;
-    if (whole && sat && !(sm.info[b] & 1u)) {
-      int nz = 0;
-      for (int i = 0; i < Bo && nz <= ZPP_QUANT_ESC_PER_BLOCK; i++)
-        nz += zppQuantGetQ(data, bitsOut, base + l0 + (size_t)i) != 0;
-      sat = nz <= ZPP_QUANT_ESC_PER_BLOCK;
-    }
+    const bool sat = (sm.info[b] & 4u) && sm.first[b] < 0;
     sm.rotOut[b] = whole && !(sm.info[b] & 1u) && !sat && !sm.dir[b];
     if (b < nb && !sm.rotOut[b] && !sm.dir[b]) markPlainScale(scales, (base >> blOut) + (size_t)b);
   }

@@ -106,9 +106,16 @@
  * values (NaN where any input has a marker at i).
  * Why 2^K: a candidate exceeds 2^K times every element outside the top E
  * (or outside all but the smallest, in a block of at most E + 1), and those
- * quantize to q = 0 (Q * 2^-K < 1/2); so a block with more than E non-zero
- * q and a finite scale has neither a candidate nor a non-finite element,
- * and implementations may skip the exact test for such blocks.
+ * quantize to q = 0 (Q * 2^-K < 1/2); so a block quantized with the scale
+ * max |x| / Q of all its elements that has more than E non-zero q and a
+ * finite scale has neither a candidate nor a non-finite element, and
+ * implementations may skip the exact test for such blocks. A block's final
+ * encoding says less: a saturated block's scale fits its other elements
+ * and a marker is a non-zero q. There the same shortcut also needs the
+ * group's table to hold at most SLOTS - E entries (then no block overflowed
+ * it, a block having at most E candidates: no saturation), and a
+ * non-finite element may remain (quant_rotate.c's rotateGroup stores such
+ * a block plain all the same, its w being non-finite).
  *
  * ---------------------------------------------------------------------------
  * Rotation (zppQuantizeEx with ZPP_QUANT_ROTATE; flags bit 1). A block of
