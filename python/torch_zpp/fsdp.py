@@ -71,6 +71,7 @@ class DeltaAllGather(_AllGather):
         self.in_backward = in_backward
         self.reference = None
         self.shard = None  # this rank's shard as the last gather took it
+        self._d = None  # the fp32 difference's buffer
         self.gathers = {"exact": 0, "difference": 0, "reused": 0}  # by kind, for tests and tuning
 
     def allocate(self, size, *, dtype, device):
@@ -101,15 +102,24 @@ class DeltaAllGather(_AllGather):
         # may alias it, so d and the shard's copy are taken before anything
         # is written.
         self.shard.copy_(x)
-        d = x.to(torch.float32, copy=True)  # .float() would be x itself for fp32
+        if self._d is None or self._d.shape != x.shape:
+            self._d = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+        d = self._d  # kept: a fresh one would fault its pages in on every gather
+        d.copy_(x)
         d.sub_(own.float() if own.dtype != torch.float32 else own)
-        decoded = torch.empty(world * d.numel(), dtype=torch.float32, device=d.device)
-        qwz_all_gather(decoded, d, bits=self.bits, group=group)
         if ref.dtype == torch.float32:
-            ref.view(-1).add_(decoded)
+            # The output takes the decoded differences, then R + d' (the
+            # same bits as d' + R): no full-size temporary, whose fresh pages
+            # a CPU allocation would fault in on every gather.
+            out = output_tensor.view(-1)
+            qwz_all_gather(out, d, bits=self.bits, group=group)
+            out.add_(ref.view(-1))
+            ref.copy_(output_tensor)
         else:
+            decoded = torch.empty(world * d.numel(), dtype=torch.float32, device=d.device)
+            qwz_all_gather(decoded, d, bits=self.bits, group=group)
             self.reference = ref = (ref.reshape(-1).float() + decoded).to(ref.dtype).view(ref.shape)
-        output_tensor.copy_(ref)
+            output_tensor.copy_(ref)
         self.gathers["difference"] += 1
         return None
 

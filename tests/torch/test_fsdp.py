@@ -205,9 +205,11 @@ def body(rank):
     # gradient reduction): the references are bf16, the differences still
     # fp32; the losses follow plain bf16's within 1 %, and the backward
     # re-gathers reuse the reference (bf16 copies of an unchanged shard).
-    plain_bf16, _ = fsdp_model.train(zpp, STEPS, report_group=gloo, param_dtype=torch.bfloat16)
+    # (Batches of 2: bf16 matmuls are slow on CPUs without AVX-512 BF16.)
+    plain_bf16, _ = fsdp_model.train(zpp, STEPS, bsz=2, report_group=gloo,
+                                     param_dtype=torch.bfloat16)
     gathers_bf16 = {}
-    delta_bf16, _ = fsdp_model.train(zgd, STEPS, report_group=gloo, delta_bits=4,
+    delta_bf16, _ = fsdp_model.train(zgd, STEPS, bsz=2, report_group=gloo, delta_bits=4,
                                      delta_out=gathers_bf16, param_dtype=torch.bfloat16)
     kinds_bf16 = {k: sum(g.gathers[k] for g in gathers_bf16.values()) for k in kinds}
     if rank == 0:
