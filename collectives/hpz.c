@@ -364,7 +364,8 @@ out:
 }
 
 /* The group size of rank r's group (as in zppHpzCreate: hpzGroupSize, which
- * then divides every node, or r's node). */
+ * then divides every node, or r's node; 1 for a delta parameter's groups of
+ * one). */
 static int groupSizeOf(const struct zppParam* p, int r) {
   int g = p->groupsOfOne ? 1 : p->comm->compress.hpzGroupSize;
   return g > 0 ? g : p->comm->topo->nodeSize[p->comm->topo->nodeOf[r]];

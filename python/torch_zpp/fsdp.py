@@ -33,10 +33,11 @@ one small all-reduce per gather asks whether any rank's shard changed since
 the last gather.
 
 Cost: R holds the module's full weights on every rank (ZeRO-1/2's weight
-memory for the modules it is applied to); fp32 temporaries of the full size
-during a gather; the bytes of a qwZ of fp32 shards at `bits` (the packed size
-does not depend on the input type) for a forward gather, none for a backward
-one (a 4-byte all-reduce per gather when asking the group); and a copy of this
+memory for the modules it is applied to); an fp32 temporary of the full
+size during a gather of fp16 or bf16 weights (fp32 ones decode into FSDP2's
+output); the bytes of a qwZ of fp32 shards at `bits` (the packed size does
+not depend on the input type) for a forward gather, none for a backward one
+(a 4-byte all-reduce per gather when asking the group); and a copy of this
 rank's shard, to tell whether it changed.
 
 The group must be a zpp group on the weights' device (a bits-0 qwz_all_gather
