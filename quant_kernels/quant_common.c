@@ -43,6 +43,41 @@ static int cpuRunsAvx512(void) {
 }
 #endif
 
+#if defined(ZPP_QUANT_HAVE_ROT_AVX512)
+static int cpuRunsRotAvx512(void) {
+  /* quant_rotate_avx512.c's extensions: a subset of cpuRunsAvx512's. */
+  return cpuRunsAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+}
+#endif
+
+/* The rotated kernels called `name` that this CPU and build run; NULL for
+ * "scalar" (the reference) and for what cannot run (*runs = 0). */
+static const zppQuantRotImpl_t* rotGet(const char* name, int* runs) {
+  *runs = strcmp(name, "scalar") == 0;
+#if defined(ZPP_QUANT_HAVE_AVX2)
+  if (strcmp(name, "avx2") == 0 && cpuRunsAvx2()) {
+    *runs = 1;
+    return &zppQuantRotImplAvx2;
+  }
+#endif
+#if defined(ZPP_QUANT_HAVE_ROT_AVX512)
+  if (strcmp(name, "avx512") == 0 && cpuRunsRotAvx512()) {
+    *runs = 1;
+    return &zppQuantRotImplAvx512;
+  }
+#endif
+  return NULL;
+}
+
+/* The best rotated kernels this CPU runs. */
+static const zppQuantRotImpl_t* rotBest(void) {
+  int runs;
+  const zppQuantRotImpl_t* r = rotGet("avx512", &runs);
+  return r != NULL ? r : rotGet("avx2", &runs);
+}
+
+static _Atomic(const zppQuantRotImpl_t*) activeRot = NULL;
+
 const zppQuantImpl_t* zppQuantImplGet(const char* name) {
   if (name == NULL) return NULL;
   if (strcmp(name, "scalar") == 0) return &zppQuantImplScalar;
@@ -97,7 +132,16 @@ static void implInit(void) {
     ZPP_WARN(QUANT, "ZPP_QUANT_IMPL='%s' is not one of auto, avx512, avx2, scalar: using auto (%s)",
              want, best->name);
   }
-  ZPP_INFO(QUANT, "CPU codecs: %s", use->name);
+  /* The rotated kernels: the best where the choice is auto (or avx512, or
+   * unknown), else the plain choice's own. */
+  int runs;
+  const zppQuantRotImpl_t* rot = rotBest();
+  if (strcasecmp(want, "scalar") == 0)
+    rot = NULL;
+  else if (strcasecmp(want, "avx2") == 0)
+    rot = rotGet("avx2", &runs);
+  ZPP_INFO(QUANT, "CPU codecs: %s, rotated %s", use->name, rot != NULL ? rot->name : "scalar");
+  atomic_store(&activeRot, rot);
   atomic_store(&activeImpl, use);
 }
 
@@ -115,7 +159,37 @@ zppResult_t zppQuantImplSelect(const char* name) {
   const zppQuantImpl_t* impl = zppQuantImplGet(name);
   if (impl == NULL)
     ZPP_FAIL(zppInvalidUsage, QUANT, "codec implementation '%s' cannot run on this CPU or build", name);
+  int runs;
+  const zppQuantRotImpl_t* rot = rotGet(name, &runs);
+  if (!runs) rot = rotBest(); /* avx512 codecs in a build without the rotated ones */
+  atomic_store(&activeRot, rot);
   atomic_store(&activeImpl, impl);
+  return zppSuccess;
+}
+
+const zppQuantRotImpl_t* zppQuantRotImplActive(void) {
+  pthread_once(&implOnce, implInit);
+  return atomic_load(&activeRot);
+}
+
+const char* zppQuantRotImplName(void) {
+  const zppQuantRotImpl_t* rot = zppQuantRotImplActive();
+  return rot != NULL ? rot->name : "scalar";
+}
+
+zppResult_t zppQuantRotImplSelect(const char* name) {
+  pthread_once(&implOnce, implInit);
+  if (name == NULL ||
+      (strcmp(name, "scalar") != 0 && strcmp(name, "avx2") != 0 && strcmp(name, "avx512") != 0))
+    ZPP_FAIL(zppInvalidArgument, QUANT,
+             "unknown rotated codec implementation '%s' (scalar, avx2, avx512)",
+             name ? name : "(null)");
+  int runs;
+  const zppQuantRotImpl_t* rot = rotGet(name, &runs);
+  if (!runs)
+    ZPP_FAIL(zppInvalidUsage, QUANT,
+             "rotated codec implementation '%s' cannot run on this CPU or build", name);
+  atomic_store(&activeRot, rot);
   return zppSuccess;
 }
 

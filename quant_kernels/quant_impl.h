@@ -114,23 +114,9 @@ zppResult_t zppQuantFrame(const char* fn, const void* in, zppDataType_t dtype, s
                           int block, void* packed);
 
 #if defined(ZPP_QUANT_HAVE_AVX2)
-/* The rotated codec with AVX2 (quant_rotate_avx2.c), bit-identical to
- * quant_rotate.c's reference:
- * - zppQuantRotEncodeGroupAvx2 writes escape group g (scales, data, an
- *   empty table) when every block of it is full, finite, has no candidate
- *   and a finite w, and returns 1; else returns 0 and the caller encodes
- *   the group with the reference;
- * - zppQuantRotDecodeBlockAvx2 decodes a rotated block (scale s >= 0,
- *   finite; len = the block size) at elements [lo, lo + len) into out. */
-int zppQuantRotEncodeGroupAvx2(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
-                               uint8_t* packed, size_t g);
-void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t len, float s,
-                                void* out, zppDataType_t dtype);
-/* zppQuantRotDecodeBlockAvx2 over the blocks from element lo (a block
- * start) while they are full and rotated (scale >= 0, finite); returns
- * the element where it stopped. */
-size_t zppQuantRotDecodeRunAvx2(const uint8_t* scales, const uint8_t* data, int bits, int block,
-                                size_t lo, size_t count, void* out, zppDataType_t dtype);
+/* The AVX2 sums of rotated segments (quant_rotate_avx2.c), the entries of
+ * both vector tables (zppQuantRotImpl_t below), bit-identical to
+ * quant_rotate_reduce.c's. */
 /* The rotated-domain sums of block b (elements [lo, lo + len), len the
  * block size) of the n segments at packed + k * stride (each storing the
  * block rotated; data at dataOff), inverse transformed, into acc[0..len):
@@ -155,6 +141,64 @@ void zppQuantRotSumRequantGroupAvx2(const uint8_t* packed, size_t stride, int n,
                                     int bits, int block, size_t b0, size_t nb, int bits_out,
                                     uint8_t* scalesOut, uint8_t* dataOut, uint8_t* ok);
 #endif
+
+/* The rotated codec's vector kernels (zpp_quant.h, "Rotation"), one table
+ * per instruction set, each bit-identical to quant_rotate.c's reference,
+ * which runs where none is in use:
+ * - encodeGroup writes escape group g (scales, data, an empty table) when
+ *   every block of it is full, finite, has no candidate and a finite w,
+ *   and returns 1; else returns 0 and the caller encodes the group with the
+ *   reference;
+ * - decodeBlock decodes a rotated block (scale s >= 0, finite; len = the
+ *   block size) at elements [lo, lo + len) into out;
+ * - decodeRun: decodeBlock over the blocks from element lo (a block start)
+ *   while they are full and rotated (scale >= 0, finite); returns the
+ *   element where it stopped;
+ * - sumBlock, sumStore, sumRequantGroup: quant_rotate_reduce.c's sums, as
+ *   zppQuantRotSumBlockAvx2 & co. below. */
+typedef struct {
+  const char* name;
+  int (*encodeGroup)(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                     uint8_t* packed, size_t g);
+  void (*decodeBlock)(const uint8_t* data, int bits, size_t lo, size_t len, float s, void* out,
+                      zppDataType_t dtype);
+  size_t (*decodeRun)(const uint8_t* scales, const uint8_t* data, int bits, int block, size_t lo,
+                      size_t count, void* out, zppDataType_t dtype);
+  void (*sumBlock)(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits, size_t b,
+                   size_t lo, size_t len, float* acc);
+  void (*sumStore)(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits, size_t b,
+                   size_t lo, size_t len, int div, float divisor, void* out, zppDataType_t dtype);
+  void (*sumRequantGroup)(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
+                          int block, size_t b0, size_t nb, int bits_out, uint8_t* scalesOut,
+                          uint8_t* dataOut, uint8_t* ok);
+} zppQuantRotImpl_t;
+
+#if defined(ZPP_QUANT_HAVE_AVX2)
+extern const zppQuantRotImpl_t zppQuantRotImplAvx2;
+#endif
+#if defined(ZPP_QUANT_HAVE_ROT_AVX512)
+/* AVX-512 F and BW (quant_rotate_avx512.c): encode and decode; the sums are
+ * the AVX2 table's. Needs less than quant_avx512.c (no VBMI, VBMI2, BF16),
+ * so it also runs on CPUs where the plain codecs are AVX2's. */
+extern const zppQuantRotImpl_t zppQuantRotImplAvx512;
+#endif
+
+/* The rotated kernels in use, or NULL for the reference. They follow the
+ * plain choice (ZPP_QUANT_IMPL, zppQuantImplSelect: scalar, avx2, avx512),
+ * except that auto and avx512 take the AVX-512 table wherever the CPU runs
+ * it, even where the plain codecs could not be AVX-512's. */
+const zppQuantRotImpl_t* zppQuantRotImplActive(void);
+
+/* The rotated kernels' name in use: "scalar" (the reference), "avx2",
+ * "avx512". */
+const char* zppQuantRotImplName(void);
+
+/* Makes `name` ("scalar", "avx2", "avx512") the rotated kernels in use,
+ * whatever the plain codecs are, until the next zppQuantImplSelect (which
+ * sets both). For tests and benchmarks, as zppQuantImplSelect;
+ * zppInvalidArgument for an unknown name, zppInvalidUsage when this CPU or
+ * build cannot run it. */
+zppResult_t zppQuantRotImplSelect(const char* name);
 
 /* The implementation called `name` ("scalar", "avx2", "avx512"), or NULL
  * when it is not built in or this CPU cannot run it. */
@@ -230,6 +274,30 @@ ZPP_QUANT_INL void zppQuantStoreScale(uint8_t* scales, size_t b, float s) {
 
 /* Q for a bit width: the symmetric clamp limit. */
 ZPP_QUANT_INL int zppQuantQmax(int bits) { return bits == 8 ? 127 : 7; }
+
+/* Runs CALL(BITS, DT) with the bit width and the output type as constants,
+ * one branch per pair, so that each always-inline kernel is compiled for the
+ * six pairs the codec has (the vector files); the one copy of that ladder. */
+#define ZPP_QUANT_SPECIALIZE(bits, dtype, CALL) \
+  do {                                          \
+    if ((bits) == 8) {                          \
+      if ((dtype) == zppFloat32) {              \
+        CALL(8, zppFloat32);                    \
+      } else if ((dtype) == zppFloat16) {       \
+        CALL(8, zppFloat16);                    \
+      } else {                                  \
+        CALL(8, zppBfloat16);                   \
+      }                                         \
+    } else {                                    \
+      if ((dtype) == zppFloat32) {              \
+        CALL(4, zppFloat32);                    \
+      } else if ((dtype) == zppFloat16) {       \
+        CALL(4, zppFloat16);                    \
+      } else {                                  \
+        CALL(4, zppBfloat16);                   \
+      }                                         \
+    }                                           \
+  } while (0)
 
 /* Chunk (elements) of fp32 scratch the reductions keep on the stack: small
  * enough for L1 beside the inputs, a multiple of every block size's

@@ -176,21 +176,20 @@ zppResult_t zppQuantizeEx(const void* in, zppDataType_t dtype, size_t count, int
   if ((flags & ~(unsigned)ZPP_QUANT_ROTATE) != 0)
     ZPP_FAIL(zppInvalidArgument, QUANT, "zppQuantizeEx: flags 0x%x unknown (0 or ZPP_QUANT_ROTATE)",
              flags);
-#if defined(ZPP_QUANT_HAVE_AVX2)
-  if ((flags & ZPP_QUANT_ROTATE) && zppQuantImplActive() != &zppQuantImplScalar) {
-    /* quant_rotate_avx2.c encodes the ordinary groups in one pass; the
+  const zppQuantRotImpl_t* rk = zppQuantRotImplActive();
+  if ((flags & ZPP_QUANT_ROTATE) && rk != NULL) {
+    /* The vector kernels encode the ordinary groups in one pass; the
      * others take the plain reference encoding and rotateGroup, as below. */
     ZPPCHECK(zppQuantFrame("zppQuantizeEx", in, dtype, count, bits, block, packed));
     uint8_t* p = (uint8_t*)packed;
     p[6] |= ZPP_QUANT_FLAG_ROTATED;
     for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
-      if (zppQuantRotEncodeGroupAvx2(in, dtype, count, bits, block, p, g)) continue;
+      if (rk->encodeGroup(in, dtype, count, bits, block, p, g)) continue;
       if (zppQuantEscEncodeGroup(in, dtype, count, bits, block, p, g)) p[6] |= ZPP_QUANT_FLAG_MARKERS;
       rotateGroup(in, dtype, count, bits, block, p, g);
     }
     return zppSuccess;
   }
-#endif
   ZPPCHECK(zppQuantize(in, dtype, count, bits, block, packed));
   if (!(flags & ZPP_QUANT_ROTATE)) return zppSuccess;
   uint8_t* p = (uint8_t*)packed;
@@ -229,16 +228,12 @@ zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int bloc
   const uint8_t* data = p + zppQuantDataOffset(count, block);
   const uint8_t* tables = p + zppQuantEscOffset(count, bits, block);
   float y[ZPP_QUANT_MAX_BLOCK];
-#if defined(ZPP_QUANT_HAVE_AVX2)
-  const int vec = zppQuantImplActive() != &zppQuantImplScalar;
-#endif
+  const zppQuantRotImpl_t* rk = zppQuantRotImplActive();
   for (size_t lo = 0; lo < count; lo += (size_t)block) {
-#if defined(ZPP_QUANT_HAVE_AVX2)
-    if (vec) { /* a run of rotated blocks in one call (bit-identical by contract) */
-      lo = zppQuantRotDecodeRunAvx2(scales, data, bits, block, lo, count, out, dtype);
+    if (rk != NULL) { /* a run of rotated blocks in one call (bit-identical by contract) */
+      lo = rk->decodeRun(scales, data, bits, block, lo, count, out, dtype);
       if (lo >= count) break;
     }
-#endif
     size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
     float s = zppQuantLoadScale(scales, lo / (size_t)block);
     uint32_t sb = zppF32Bits(s);
@@ -252,12 +247,10 @@ zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int bloc
                    ? zppF32FromBits(ZPP_QUANT_NAN_BITS)
                    : (float)zppQuantGetQ(data, bits, lo + i) * sa;
     } else {
-#if defined(ZPP_QUANT_HAVE_AVX2)
-      if (zppQuantImplActive() != &zppQuantImplScalar) {
-        zppQuantRotDecodeBlockAvx2(data, bits, lo, len, s, out, dtype);
+      if (rk != NULL) {
+        rk->decodeBlock(data, bits, lo, len, s, out, dtype);
         continue;
       }
-#endif
       decodeRotatedBlock(data, bits, lo, len, s, y);
     }
     for (size_t i = 0; i < len; i++) zppQuantStoreOne(out, dtype, lo + i, y[i]);

@@ -323,6 +323,7 @@ ROT_INLINE void quantizeW(const float* w, size_t len, int bits, float inv, uint8
 ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                             uint8_t* packed, size_t g) {
   const size_t bs = (size_t)block, base = g * ZPP_QUANT_ESC_GROUP;
+  const int lb = __builtin_ctz((unsigned)block); /* shifts, not 64-bit divisions: they showed */
   const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
   if (glen % bs != 0) return 0; /* a short last block: the reference's */
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
@@ -336,13 +337,13 @@ ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, i
       uint32_t m = bs == 32 ? rotateSmall(in, dtype, base + lo, 4, K, buf + lo, pf)
                             : rotateSmall(in, dtype, base + lo, 8, K, buf + lo, pf);
       if (m >= 0x7f800000u) return 0; /* UINT32_MAX, or w not finite */
-      wmax[lo / bs] = m;
+      wmax[lo >> lb] = m;
     }
     for (size_t lo = 0; lo < glen; lo += bs)
-      quantizeSmall(buf + lo, wmax[lo / bs], base + lo, bs, bits, Q, scales, (base + lo) / bs, data);
+      quantizeSmall(buf + lo, wmax[lo >> lb], base + lo, bs, bits, Q, scales, (base + lo) >> lb, data);
   }
   for (size_t lo = 0; bs > 64 && lo < glen; lo += bs) {
-    size_t at = base + lo, b = at / bs;
+    size_t at = base + lo, b = at >> lb;
     prefetchBlock(pf, dtype, at, bs);
     __m256i lm[2];
     uint32_t a = loadSigned(in, dtype, at, bs, buf, lm);
@@ -373,8 +374,8 @@ ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, i
   return 1;
 }
 
-int zppQuantRotEncodeGroupAvx2(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
-                               uint8_t* packed, size_t g) {
+static int encodeGroup(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                       uint8_t* packed, size_t g) {
   pthread_once(&gSignsOnce, fillSigns);
   if (dtype == zppFloat32)
     return bits == 8 ? encodeGroupT(in, zppFloat32, count, 8, block, packed, g)
@@ -474,46 +475,22 @@ ROT_INLINE void decodeWideT(const uint8_t* data, int bits, size_t lo, size_t len
     finish16(out, dtype, lo + i, i, _mm256_load_ps(buf + i), _mm256_load_ps(buf + i + 8), invB, 1);
 }
 
-/* Runs CALL(BITS, DT) with the bit width and the output type as constants,
- * one branch per pair, so that each always-inline kernel is compiled for the
- * six pairs the codec has; the one copy of that ladder. */
-#define ROT_SPECIALIZE(bits, dtype, CALL) \
-  do {                                    \
-    if ((bits) == 8) {                    \
-      if ((dtype) == zppFloat32) {        \
-        CALL(8, zppFloat32);              \
-      } else if ((dtype) == zppFloat16) { \
-        CALL(8, zppFloat16);              \
-      } else {                            \
-        CALL(8, zppBfloat16);             \
-      }                                   \
-    } else {                              \
-      if ((dtype) == zppFloat32) {        \
-        CALL(4, zppFloat32);              \
-      } else if ((dtype) == zppFloat16) { \
-        CALL(4, zppFloat16);              \
-      } else {                            \
-        CALL(4, zppBfloat16);             \
-      }                                   \
-    }                                     \
-  } while (0)
-
 static __attribute__((noinline)) void decodeWide(const uint8_t* data, int bits, size_t lo, size_t len,
                                                  float s, void* out, zppDataType_t dtype) {
 #define DECODE_WIDE(BITS, DT) decodeWideT(data, BITS, lo, len, s, out, DT)
-  ROT_SPECIALIZE(bits, dtype, DECODE_WIDE);
+  ZPP_QUANT_SPECIALIZE(bits, dtype, DECODE_WIDE);
 #undef DECODE_WIDE
 }
 
-void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t len, float s,
-                                void* out, zppDataType_t dtype) {
+static void decodeBlock(const uint8_t* data, int bits, size_t lo, size_t len, float s, void* out,
+                        zppDataType_t dtype) {
   pthread_once(&gSignsOnce, fillSigns);
   if (len > 64) {
     decodeWide(data, bits, lo, len, s, out, dtype);
     return;
   }
 #define DECODE_SMALL(BITS, DT) decodeSmallT(data, BITS, lo, len, s, out, DT)
-  ROT_SPECIALIZE(bits, dtype, DECODE_SMALL);
+  ZPP_QUANT_SPECIALIZE(bits, dtype, DECODE_SMALL);
 #undef DECODE_SMALL
 }
 
@@ -523,7 +500,7 @@ void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t
  * for a run of blocks instead of one per block. */
 #define ROT_DECODE_RUN(BITS, DT)                                        \
   for (; lo + bs <= count; lo += bs) {                                  \
-    float s = zppQuantLoadScale(scales, lo / bs);                       \
+    float s = zppQuantLoadScale(scales, lo >> lb);                      \
     if (zppF32Bits(s) >= 0x7f800000u) break; /* sign set, Inf or NaN */ \
     if (bs > 64)                                                        \
       decodeWide(data, BITS, lo, bs, s, out, DT);                       \
@@ -531,11 +508,12 @@ void zppQuantRotDecodeBlockAvx2(const uint8_t* data, int bits, size_t lo, size_t
       decodeSmallT(data, BITS, lo, bs, s, out, DT);                     \
   }
 
-size_t zppQuantRotDecodeRunAvx2(const uint8_t* scales, const uint8_t* data, int bits, int block,
-                                size_t lo, size_t count, void* out, zppDataType_t dtype) {
+static size_t decodeRun(const uint8_t* scales, const uint8_t* data, int bits, int block, size_t lo,
+                        size_t count, void* out, zppDataType_t dtype) {
   pthread_once(&gSignsOnce, fillSigns);
   const size_t bs = (size_t)block;
-  ROT_SPECIALIZE(bits, dtype, ROT_DECODE_RUN);
+  const int lb = __builtin_ctz((unsigned)block);
+  ZPP_QUANT_SPECIALIZE(bits, dtype, ROT_DECODE_RUN);
   return lo;
 }
 
@@ -640,7 +618,7 @@ void zppQuantRotSumStoreAvx2(const uint8_t* packed, size_t stride, int n, size_t
   pthread_once(&gSignsOnce, fillSigns);
 #define SUM_STORE(BITS, DT) \
   sumBlockT(packed, stride, n, dataOff, BITS, b, lo, len, out, lo, DT, div, divisor)
-  ROT_SPECIALIZE(bits, dtype, SUM_STORE);
+  ZPP_QUANT_SPECIALIZE(bits, dtype, SUM_STORE);
 #undef SUM_STORE
 }
 
@@ -737,3 +715,13 @@ void zppQuantRotSumRequantGroupAvx2(const uint8_t* packed, size_t stride, int n,
   }
 #undef SUM_REQUANT
 }
+
+const zppQuantRotImpl_t zppQuantRotImplAvx2 = {
+    .name = "avx2",
+    .encodeGroup = encodeGroup,
+    .decodeBlock = decodeBlock,
+    .decodeRun = decodeRun,
+    .sumBlock = zppQuantRotSumBlockAvx2,
+    .sumStore = zppQuantRotSumStoreAvx2,
+    .sumRequantGroup = zppQuantRotSumRequantGroupAvx2,
+};

@@ -118,12 +118,10 @@ static void decodeBlock(const segInfo_t* si, size_t b, size_t lo, size_t len, fl
     else
       for (size_t i = 0; i < len; i++) y[i] = (float)zppQuantGetQ(data, bits, lo + i) * s;
   } else if (blockRotated(seg, b, len, si->block)) {
-#if defined(ZPP_QUANT_HAVE_AVX2)
-    if (zppQuantImplActive() != &zppQuantImplScalar) /* bit-identical by contract */
-      zppQuantRotDecodeBlockAvx2(data + (bits == 8 ? lo : lo / 2), bits, 0, len, s, y, zppFloat32);
-    else
-#endif
-    {
+    const zppQuantRotImpl_t* rk = zppQuantRotImplActive();
+    if (rk != NULL) /* bit-identical by contract */
+      rk->decodeBlock(data + (bits == 8 ? lo : lo / 2), bits, 0, len, s, y, zppFloat32);
+    else {
       for (size_t i = 0; i < len; i++) y[i] = (float)zppQuantGetQ(data, bits, lo + i) * s;
       inverseBlock(y, len);
     }
@@ -149,23 +147,19 @@ static void decodeBlock(const segInfo_t* si, size_t b, size_t lo, size_t len, fl
 static int mayEscape(uint64_t escMask, int k) { return k >= 64 || ((escMask >> k) & 1); }
 
 /* acc[0..len) = the sums of block b (elements [lo, lo + len)) of the n
- * inputs, in `order`; y is scratch of len floats; vec: the AVX2 code may
- * run (bit-identical by contract). */
+ * inputs, in `order`; y is scratch of len floats; rk: the vector kernels
+ * in use, or NULL (bit-identical by contract). */
 static void sumBlock(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
                      zppQuantSumOrder_t order, size_t b, size_t lo, size_t len, float* acc, float* y,
-                     int vec, uint64_t escMask) {
+                     const zppQuantRotImpl_t* rk, uint64_t escMask) {
   int allRotated = order == ZPP_QUANT_SUM_ROTATED_DOMAIN;
   for (int k = 0; k < n && allRotated; k++)
     allRotated = blockRotated(packed + (size_t)k * stride, b, len, block);
   if (allRotated) {
     const size_t dataOff = zppQuantDataOffset(count, block);
-#if defined(ZPP_QUANT_HAVE_AVX2)
-    if (vec)
-      zppQuantRotSumBlockAvx2(packed, stride, n, dataOff, bits, b, lo, len, acc);
-    else
-#endif
-    {
-      (void)vec;
+    if (rk != NULL)
+      rk->sumBlock(packed, stride, n, dataOff, bits, b, lo, len, acc);
+    else {
       for (int k = 0; k < n; k++) {
         const uint8_t* seg = packed + (size_t)k * stride;
         const uint8_t* data = seg + dataOff;
@@ -235,32 +229,27 @@ static void sumGroup(const uint8_t* packed, size_t stride, int n, size_t count, 
   float y[ZPP_QUANT_MAX_BLOCK];
   size_t base = g * ZPP_QUANT_ESC_GROUP;
   size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-  const int vec = zppQuantImplActive() != &zppQuantImplScalar;
+  const zppQuantRotImpl_t* rk = zppQuantRotImplActive();
   const uint64_t escMask = groupEscMask(packed, stride, n, count, bits, block, g);
   /* Without escapes, a rotated-domain block goes from the inputs to the
-   * output in one AVX2 pass (the same operations, in the same order). */
+   * output in one vector pass (the same operations, in the same order). */
   const int fuse =
-      so != NULL && vec && order == ZPP_QUANT_SUM_ROTATED_DOMAIN && escMask == 0 && n <= 64;
+      so != NULL && rk != NULL && order == ZPP_QUANT_SUM_ROTATED_DOMAIN && escMask == 0 && n <= 64;
   const size_t dataOff = zppQuantDataOffset(count, block);
   /* b counts blocks beside r: a division per block showed in profiles. */
   for (size_t r = 0, b = base / (size_t)block; r < glen; r += (size_t)block, b++) {
     size_t len = glen - r < (size_t)block ? glen - r : (size_t)block;
-#if defined(ZPP_QUANT_HAVE_AVX2)
     if (fuse) {
       int allRotated = 1;
       for (int k = 0; k < n && allRotated; k++)
         allRotated = blockRotated(packed + (size_t)k * stride, b, len, block);
       if (allRotated) {
-        zppQuantRotSumStoreAvx2(packed, stride, n, dataOff, bits, b, base + r, len, so->div,
-                                so->div == 1 ? so->recip : so->divisor, so->out, so->dtype);
+        rk->sumStore(packed, stride, n, dataOff, bits, b, base + r, len, so->div,
+                     so->div == 1 ? so->recip : so->divisor, so->out, so->dtype);
         continue;
       }
     }
-#else
-    (void)fuse;
-    (void)dataOff;
-#endif
-    sumBlock(packed, stride, n, count, bits, block, order, b, base + r, len, acc + r, y, vec, escMask);
+    sumBlock(packed, stride, n, count, bits, block, order, b, base + r, len, acc + r, y, rk, escMask);
     if (so != NULL) storeSums(so, acc + r, base + r, len);
   }
 }
@@ -311,7 +300,7 @@ static size_t directGroup(const uint8_t* packed, size_t stride, int n, size_t co
   float y[ZPP_QUANT_MAX_BLOCK];
   const size_t base = g * ZPP_QUANT_ESC_GROUP;
   const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-  const int vec = zppQuantImplActive() != &zppQuantImplScalar;
+  const zppQuantRotImpl_t* rk = zppQuantRotImplActive();
   const uint64_t escMask = groupEscMask(packed, stride, n, count, bits, block, g);
   const size_t dataIn = zppQuantDataOffset(count, block), dataOut = zppQuantDataOffset(count, block);
   size_t nfall = 0;
@@ -325,16 +314,14 @@ static size_t directGroup(const uint8_t* packed, size_t stride, int n, size_t co
       ok = noEscape(packed, stride, n, count, bits, block, escMask, lo, (size_t)block);
     direct[k] = (uint8_t)ok;
   }
-#if defined(ZPP_QUANT_HAVE_AVX2)
-  if (vec) /* clears direct[k] where r is not finite */
-    zppQuantRotSumRequantGroupAvx2(packed, stride, n, dataIn, bits, block, b0, nb, bits_out,
-                                   po + ZPP_QUANT_HEADER_BYTES, po + dataOut, direct);
-#endif
+  if (rk != NULL) /* clears direct[k] where r is not finite */
+    rk->sumRequantGroup(packed, stride, n, dataIn, bits, block, b0, nb, bits_out,
+                        po + ZPP_QUANT_HEADER_BYTES, po + dataOut, direct);
   for (size_t k = 0; k < nb; k++) {
     const size_t r = k * (size_t)block, b = b0 + k;
     size_t len = glen - r < (size_t)block ? glen - r : (size_t)block;
     int ok = direct[k];
-    if (ok && !vec) {
+    if (ok && rk == NULL) {
       for (int i = 0; i < n; i++) {
         const uint8_t* seg = packed + (size_t)i * stride;
         addScaled(seg + dataIn, bits, base + r, len, zppQuantLoadScale(zppQuantScalesPtr(seg), b),
@@ -346,7 +333,7 @@ static size_t directGroup(const uint8_t* packed, size_t stride, int n, size_t co
     if (ok) continue;
     nfall++;
     sumBlock(packed, stride, n, count, bits, block, ZPP_QUANT_SUM_ROTATED_DOMAIN, b, base + r, len,
-             acc + r, y, vec, escMask);
+             acc + r, y, rk, escMask);
   }
   /* For zppQuantizeEx, the direct blocks' sums are +0 (nothing to do when
    * every block is direct). */

@@ -143,6 +143,25 @@ bool Select(benchmark::State& state, const char* impl) {
   return true;
 }
 
+// The rotated kernels `impl`, beside the plain codecs of that name where
+// they run, else the best plain ones (the rotated AVX-512 kernels need less
+// of the CPU than the plain ones: quant_impl.h).
+bool SelectRot(benchmark::State& state, const char* impl) {
+  const char* plain = zppQuantImplGet(impl) ? impl : zppQuantImplGet("avx2") ? "avx2" : "scalar";
+  if (zppQuantImplSelect(plain) != zppSuccess || zppQuantRotImplSelect(impl) != zppSuccess) {
+    state.SkipWithError("implementation not available");
+    return false;
+  }
+  return true;
+}
+
+bool RotRuns(const char* impl) {
+  const char* was = zppQuantRotImplName();
+  bool runs = zppQuantRotImplSelect(impl) == zppSuccess;
+  zppQuantRotImplSelect(was);
+  return runs;
+}
+
 void SetRates(benchmark::State& state, size_t bytes, size_t packedBytes, const std::string& baseline) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
   if (packedBytes)
@@ -182,7 +201,7 @@ void RegisterMemcpy(size_t bytes) {
   })->UseRealTime();
 }
 
-void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes) {
+void RegisterPlain(const char* impl, zppDataType_t dtype, int bits, size_t bytes) {
   size_t count = bytes / TypeSize(dtype);
   int block = DefaultBlock(bits);
   size_t packedBytes = zppQuantPackedSize(count, bits, block);
@@ -239,9 +258,21 @@ void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes
     }
     SetRates(state, bytes, packedBytes, baseline);
   })->UseRealTime();
+}
+
+void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes) {
+  size_t count = bytes / TypeSize(dtype);
+  int block = DefaultBlock(bits);
+  size_t packedBytes = zppQuantPackedSize(count, bits, block);
+  std::string tail =
+      std::string(impl) + "/" + TypeName(dtype) + "/int" + std::to_string(bits) + "/" + SizeName(bytes);
+  std::string baseline = MemcpyName(bytes);
+  RegisterMemcpy(bytes);
+  if (zppQuantImplGet(impl) != nullptr) RegisterPlain(impl, dtype, bits, bytes);
+  if (!RotRuns(impl)) return;
   // The rotated codec (docs/codecs.md, "Rotation"), beside the plain one.
   Register("quantize-rotated/" + tail, [=](benchmark::State& state) {
-    if (!Select(state, impl)) return;
+    if (!SelectRot(state, impl)) return;
     Buffer* in = Tensor(dtype, count);
     Buffer* out = GetBuffer("qout/" + std::to_string(packedBytes), packedBytes);
     for (auto _ : state) {
@@ -255,7 +286,7 @@ void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes
     SetRates(state, bytes, packedBytes, baseline);
   })->UseRealTime();
   Register("dequantize-rotated/" + tail, [=](benchmark::State& state) {
-    if (!Select(state, impl)) return;
+    if (!SelectRot(state, impl)) return;
     Buffer* in = RotPacked(dtype, count, bits, block);
     Buffer* out = GetBuffer("dqout/" + std::to_string(bytes), bytes);
     for (auto _ : state) {
@@ -287,8 +318,9 @@ void RegisterReduce(const char* impl, int n, size_t bytes, bool requant, int rot
   static const char* const kRot[4] = {"/", "-rot-simple/", "-rot-rdomain/", "-rot-direct/"};
   std::string name = std::string(requant ? "reduce_requant" : "dequantize_sum") + kRot[rot] + impl +
                      "/int4x" + std::to_string(n) + "/" + SizeName(bytes);
+  if (rot ? !RotRuns(impl) : zppQuantImplGet(impl) == nullptr) return;
   Register(name, [=](benchmark::State& state) {
-    if (!Select(state, impl)) return;
+    if (!(rot ? SelectRot(state, impl) : Select(state, impl))) return;
     std::string key = std::string(rot ? "rreduce_in/" : "reduce_in/") + std::to_string(count) + "/" +
                       std::to_string(n);
     bool fresh = gBuffers.find(key) == gBuffers.end();
@@ -403,7 +435,7 @@ int main(int argc, char** argv) {
   const size_t sizes[] = {256u << 10, 4u << 20, 64u << 20};
   const zppDataType_t types[] = {zppFloat32, zppFloat16, zppBfloat16};
   std::vector<const char*> impls;
-  if (zppQuantImplGet("avx512")) impls.push_back("avx512");
+  if (zppQuantImplGet("avx512") || RotRuns("avx512")) impls.push_back("avx512");
   if (zppQuantImplGet("avx2")) impls.push_back("avx2");
   impls.push_back("scalar");
   for (size_t bytes : sizes)
@@ -419,8 +451,8 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   std::string names;
   for (const char* impl : impls) names += (names.empty() ? "" : " + ") + std::string(impl);
-  std::printf("zpp-bench-kernels: CPU codecs %s (default %s), blocks int8 %d / int4 %d\n",
-              names.c_str(), zppQuantImplName(), ZPP_QUANT_DEFAULT_BLOCK_INT8,
+  std::printf("zpp-bench-kernels: CPU codecs %s (default %s, rotated %s), blocks int8 %d / int4 %d\n",
+              names.c_str(), zppQuantImplName(), zppQuantRotImplName(), ZPP_QUANT_DEFAULT_BLOCK_INT8,
               ZPP_QUANT_DEFAULT_BLOCK_INT4);
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);

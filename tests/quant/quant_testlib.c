@@ -24,6 +24,24 @@ int qtImpls(const char* names[QT_MAX_IMPLS]) {
 
 void qtUse(const char* name) { REQUIRE(zppQuantImplSelect(name) == zppSuccess); }
 
+int qtRotImpls(const char* names[QT_MAX_IMPLS]) {
+  static const char* all[] = {"scalar", "avx2", "avx512"};
+  const char* was = zppQuantRotImplName();
+  int n = 0;
+  for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+    if (zppQuantRotImplSelect(all[k]) == zppSuccess)
+      names[n++] = all[k];
+    else
+      printf("note: no rotated %s kernels on this CPU or build: not compared\n", all[k]);
+  REQUIRE(zppQuantRotImplSelect(was) == zppSuccess);
+  return n;
+}
+
+void qtUseRot(const char* name) {
+  qtUse(zppQuantImplGet(name) ? name : zppQuantImplGet("avx2") ? "avx2" : "scalar");
+  REQUIRE(zppQuantRotImplSelect(name) == zppSuccess);
+}
+
 size_t qtTypeSize(zppDataType_t dtype) { return dtype == zppFloat32 ? 4 : 2; }
 
 const char* qtTypeName(zppDataType_t dtype) { return zppDtypeShortName(dtype); }

@@ -23,6 +23,15 @@ int qtImpls(const char* names[QT_MAX_IMPLS]);
 /* Makes `name` the implementation behind the public functions (REQUIREs). */
 void qtUse(const char* name);
 
+/* The rotated codec's implementations this CPU and build run, "scalar"
+ * first, into names; returns how many. Its AVX-512 kernels need less than
+ * the plain ones, so "avx512" may be here and not in qtImpls. */
+int qtRotImpls(const char* names[QT_MAX_IMPLS]);
+
+/* The rotated kernels `name`, beside the plain codecs of that name where
+ * they run (else the best plain ones below it). */
+void qtUseRot(const char* name);
+
 size_t qtTypeSize(zppDataType_t dtype);
 const char* qtTypeName(zppDataType_t dtype);
 

@@ -150,7 +150,7 @@ static void checkRandom(zppTestRng_t* rng) {
               fill(in, dtype, count, block, kind, specials, rng);
               char what[160];
               for (int k = 0; k < gNimpl; k++) {
-                qtUse(gImpls[k]);
+                qtUseRot(gImpls[k]);
                 CHECK(zppQuantizeEx(in, dtype, count, bits, block, ZPP_QUANT_ROTATE, seg) ==
                       zppSuccess);
                 for (int oi = 0; oi < 3; oi++) {
@@ -307,7 +307,7 @@ static void checkFormat(zppTestRng_t* rng) {
   sp[3] &= 0x7f;
   float s = qtScale(seg, count, block, last);
   for (int k = 0; k < gNimpl; k++) {
-    qtUse(gImpls[k]);
+    qtUseRot(gImpls[k]);
     CHECK(zppDequantizeEx(seg, count, bits, block, b, zppFloat32) == zppSuccess);
     int bad = 0;
     for (size_t i = lo; i < count; i++) {
@@ -318,7 +318,7 @@ static void checkFormat(zppTestRng_t* rng) {
     CHECK_MSG(bad == 0, "%s: a short block marked rotated: %d elements not decoded plain", gImpls[k],
               bad);
   }
-  qtUse(gImpls[0]);
+  qtUseRot(gImpls[0]);
   free(seg);
 }
 
@@ -331,9 +331,9 @@ static void checkDecodesAgree(const uint8_t* seg0, const uint8_t* segk, int k, s
     void* o0 = malloc(osz);
     void* o1 = malloc(osz);
     REQUIRE(o0 && o1);
-    qtUse(gImpls[0]);
+    qtUseRot(gImpls[0]);
     CHECK(zppDequantizeEx(seg0, count, bits, block, o0, kTypes[oi]) == zppSuccess);
-    qtUse(gImpls[k]);
+    qtUseRot(gImpls[k]);
     CHECK(zppDequantizeEx(segk, count, bits, block, o1, kTypes[oi]) == zppSuccess);
     CHECK_MSG(memcmp(o0, o1, osz) == 0, "%s: decode to %s differs from %s", what,
               qtTypeName(kTypes[oi]), gImpls[0]);
@@ -379,7 +379,7 @@ static void checkFastPathEdges(zppTestRng_t* rng) {
         for (int k = 0; k < gNimpl; k++) {
           seg[k] = malloc(sz);
           REQUIRE(seg[k]);
-          qtUse(gImpls[k]);
+          qtUseRot(gImpls[k]);
           char what[128];
           snprintf(what, sizeof what, "%s fast-path edges %s int%d block %d", gImpls[k],
                    qtTypeName(dtype), bits, block);
@@ -423,7 +423,7 @@ static void checkScaleSweep(zppTestRng_t* rng) {
         for (int k = 0; k < gNimpl; k++) {
           seg[k] = malloc(sz);
           REQUIRE(seg[k]);
-          qtUse(gImpls[k]);
+          qtUseRot(gImpls[k]);
           CHECK(zppQuantizeEx(in, zppFloat32, count, bits, block, ZPP_QUANT_ROTATE, seg[k]) ==
                 zppSuccess);
           char what[96];
@@ -439,7 +439,7 @@ static void checkScaleSweep(zppTestRng_t* rng) {
 }
 
 int main(void) {
-  gNimpl = qtImpls(gImpls);
+  gNimpl = qtRotImpls(gImpls);
   zppTestRng_t rng;
   zppTestRngSeed(&rng, 0x5eed0027);
   checkHadamard(&rng);

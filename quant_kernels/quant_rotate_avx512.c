@@ -1,0 +1,506 @@
+/*
+ * The rotated codec (zpp_quant.h, "Rotation") with AVX-512 F and BW: encode
+ * of an escape group and decode of rotated blocks, bit-identical to the
+ * reference in quant_rotate.c. It follows quant_rotate_avx2.c (read its
+ * header first) with 16 lanes and 32 registers:
+ *
+ * - Stages h = 1, 2, 4, 8 run inside a vector of 16 as fma(v, +-1, s), s the
+ *   vector with the partner lanes swapped (`vpermilps`, `vshuff32x4`): the
+ *   product v * (+-1) is exact, so the one rounding of the fused operation
+ *   is the rounding of s + v or s - v, the spec's x_j + x_{j+h} and
+ *   x_j - x_{j+h} (no other multiply-add is fused anywhere). Where the
+ *   transform may overflow, the spec's subtraction itself (an add, and a
+ *   masked sub over it), so that Inf - Inf gives the reference's NaN.
+ * - Blocks of up to 256 (16 vectors) stay in registers from load to w;
+ *   larger ones run 256 at a time into an L1 buffer, then the stages from
+ *   256 on across it.
+ * - The decode of int4 looks q * s up in a 16-entry table per block
+ *   (`vpermps` indexes by the low 4 bits of each lane: the nibble itself),
+ *   the same products the reference forms.
+ *
+ * Which groups it encodes, and why a group goes to the reference, is
+ * quant_rotate_avx2.c's rule word for word: every block full, finite, with
+ * more than E elements at or above max |x| 2^-K (or zero), and a finite w.
+ * The sums of rotated segments (qgZ) are the AVX2 file's.
+ *
+ * Compiled with -mavx512f -mavx512bw -mavx2 -mf16c (this file only); called
+ * only when cpuid says the CPU runs them (quant_common.c).
+ */
+#include <immintrin.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "quant_kernels/quant_impl.h"
+#include "quant_kernels/quant_ref.h"
+#include "quant_kernels/zpp_half.h"
+
+#define R5_INLINE static inline __attribute__((always_inline))
+
+/* Sign masks (D) of a whole 4096 block, filled once. */
+static uint32_t gSigns[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(64)));
+static pthread_once_t gSignsOnce = PTHREAD_ONCE_INIT;
+static void fillSigns(void) {
+  for (size_t i = 0; i < ZPP_QUANT_MAX_BLOCK; i++) gSigns[i] = zppQuantRotSignMask(i);
+}
+
+R5_INLINE __m512i signs16(size_t i) { return _mm512_load_si512((const void*)(gSigns + i)); }
+
+R5_INLINE __m512 flip(__m512 v, size_t i) {
+  return _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(v), signs16(i)));
+}
+
+R5_INLINE __m512i absBits(__m512 v) {
+  return _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0x7fffffff));
+}
+
+/* Sixteen elements of dtype from element i, widened exactly. */
+R5_INLINE __m512 load16(const void* in, zppDataType_t dtype, size_t i) {
+  if (dtype == zppFloat32) return _mm512_loadu_ps((const float*)in + i);
+  __m256i h = _mm256_loadu_si256((const __m256i*)((const uint16_t*)in + i));
+  if (dtype == zppFloat16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* ---- the stages -------------------------------------------------------------------- */
+
+/* +1 where lane j has (j & h) == 0, -1 elsewhere; and the mask of the
+ * latter lanes (the partners that take the subtraction). */
+#define R5_PM(h)                                                                       \
+  ((h) == 1   ? _mm512_setr_ps(1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1, 1, -1) \
+   : (h) == 2 ? _mm512_setr_ps(1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1, 1, 1, -1, -1) \
+   : (h) == 4 ? _mm512_setr_ps(1, 1, 1, 1, -1, -1, -1, -1, 1, 1, 1, 1, -1, -1, -1, -1) \
+              : _mm512_setr_ps(1, 1, 1, 1, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1))
+#define R5_UPPER(h) ((h) == 1 ? 0xaaaa : (h) == 2 ? 0xcccc : (h) == 4 ? 0xf0f0 : 0xff00)
+
+/* Lane j's partner j ^ h. */
+R5_INLINE __m512 partner(__m512 v, int h) {
+  switch (h) {
+    case 1: return _mm512_permute_ps(v, 0xb1);
+    case 2: return _mm512_permute_ps(v, 0x4e);
+    case 4: return _mm512_shuffle_f32x4(v, v, 0xb1);
+    default: return _mm512_shuffle_f32x4(v, v, 0x4e);
+  }
+}
+
+/* Stage h (1, 2, 4, 8) of one vector. Lower lanes: v + s = x_j + x_{j+h};
+ * upper lanes: s - v = x_{j-h} - x_j. exact: the sub itself (NaN from
+ * Inf - Inf as the reference makes it); else the fused form, the same
+ * rounding for finite operands. */
+R5_INLINE __m512 stage(__m512 v, int h, int exact) {
+  __m512 s = partner(v, h);
+  if (exact) return _mm512_mask_sub_ps(_mm512_add_ps(v, s), (__mmask16)R5_UPPER(h), s, v);
+  return _mm512_fmadd_ps(v, R5_PM(h), s);
+}
+
+R5_INLINE __m512 stagesIn(__m512 v, int exact) {
+  v = stage(v, 1, exact);
+  v = stage(v, 2, exact);
+  v = stage(v, 4, exact);
+  return stage(v, 8, exact);
+}
+
+#define R5_BFLY(p, q)             \
+  do {                            \
+    __m512 t_ = (p);              \
+    (p) = _mm512_add_ps(t_, (q)); \
+    (q) = _mm512_sub_ps(t_, (q)); \
+  } while (0)
+
+/* All stages below 16n of n vectors of 16 (n = 2, 4, 8 or 16, a constant):
+ * h = 1 .. 8 inside each vector, then h = 16 .. 8n across them. */
+R5_INLINE void stagesNarrow(__m512* v, int n, int exact) {
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) v[k] = stagesIn(v[k], exact);
+  for (int d = 1; d < n; d *= 2)
+#pragma GCC unroll 16
+    for (int k = 0; k < n; k++)
+      if ((k & d) == 0) R5_BFLY(v[k], v[k + d]);
+}
+
+/* Stages h = 256 .. len/2 on buf (len >= 512), two per pass where two are
+ * left (each element still sees them in order). */
+R5_INLINE void stagesWide(float* buf, size_t len) {
+  size_t h = 256;
+  for (; 4 * h <= len; h *= 4)
+    for (size_t i = 0; i < len; i += 4 * h)
+      for (size_t j = i; j < i + h; j += 16) {
+        __m512 a = _mm512_load_ps(buf + j), b = _mm512_load_ps(buf + j + h);
+        __m512 c = _mm512_load_ps(buf + j + 2 * h), d = _mm512_load_ps(buf + j + 3 * h);
+        __m512 ab0 = _mm512_add_ps(a, b), ab1 = _mm512_sub_ps(a, b);
+        __m512 cd0 = _mm512_add_ps(c, d), cd1 = _mm512_sub_ps(c, d);
+        _mm512_store_ps(buf + j, _mm512_add_ps(ab0, cd0));
+        _mm512_store_ps(buf + j + 2 * h, _mm512_sub_ps(ab0, cd0));
+        _mm512_store_ps(buf + j + h, _mm512_add_ps(ab1, cd1));
+        _mm512_store_ps(buf + j + 3 * h, _mm512_sub_ps(ab1, cd1));
+      }
+  for (; h < len; h *= 2)
+    for (size_t i = 0; i < len; i += 2 * h)
+      for (size_t j = i; j < i + h; j += 16) {
+        __m512 a = _mm512_load_ps(buf + j), b = _mm512_load_ps(buf + j + h);
+        _mm512_store_ps(buf + j, _mm512_add_ps(a, b));
+        _mm512_store_ps(buf + j + h, _mm512_sub_ps(a, b));
+      }
+}
+
+/* ---- encode ------------------------------------------------------------------------ */
+
+/* As quant_rotate_avx2.c's: the next group's elements of this block. */
+R5_INLINE void prefetchBlock(const void* pf, zppDataType_t dtype, size_t at, size_t len) {
+  if (pf == NULL) return;
+  const size_t esize = dtype == zppFloat32 ? 4 : 2;
+  const char* p = (const char*)pf + esize * (at + ZPP_QUANT_ESC_GROUP);
+  for (size_t b = 0; b < esize * len; b += 64) _mm_prefetch(p + b, _MM_HINT_T0);
+}
+
+/* How many of the 16n elements in v have |x| * 2^K >= a (a: finite fp32
+ * bits, not zero): quant_rotate_avx2.c's countAbove. */
+R5_INLINE int countAbove(const __m512* v, int n, uint32_t a, int K) {
+  int c = 0;
+  if (a >= ((uint32_t)K + 1u) << 23) {
+    const __m512i t = _mm512_set1_epi32((int)(a - ((uint32_t)K << 23) - 1u));
+#pragma GCC unroll 16
+    for (int k = 0; k < n; k++) c += __builtin_popcount(_mm512_cmpgt_epu32_mask(absBits(v[k]), t));
+  } else {
+    const __m512 va = _mm512_castsi512_ps(_mm512_set1_epi32((int)a));
+    const __m512 vk = _mm512_castsi512_ps(_mm512_set1_epi32((127 + K) << 23));
+#pragma GCC unroll 16
+    for (int k = 0; k < n; k++) {
+      __m512 x = _mm512_mul_ps(_mm512_castsi512_ps(absBits(v[k])), vk);
+      c += __builtin_popcount(_mm512_cmp_ps_mask(x, va, _CMP_GE_OQ));
+    }
+  }
+  return c;
+}
+
+/* A shortcut for countAbove(...) > E: the lanes of m (lane-wise maxima of
+ * the magnitude bits) are distinct elements (quant_rotate_avx2.c's
+ * lanesAbove). */
+R5_INLINE int lanesAbove(__m512i m, uint32_t a, int K) {
+  if (a < ((uint32_t)K + 1u) << 23) return 0;
+  const __m512i t = _mm512_set1_epi32((int)(a - ((uint32_t)K << 23) - 1u));
+  return __builtin_popcount(_mm512_cmpgt_epu32_mask(m, t)) > ZPP_QUANT_ESC_PER_BLOCK;
+}
+
+/* Pass 1 of a block of 16n elements (n <= 16), in registers from load to w:
+ * its w into wb, max |w| (fp32 bits) returned, or all ones where the group
+ * goes to the reference. */
+R5_INLINE uint32_t rotateBlock(const void* in, zppDataType_t dtype, size_t at, int n, int K, float* wb,
+                               const void* pf) {
+  __m512 v[16];
+  prefetchBlock(pf, dtype, at, 16 * (size_t)n);
+  __m512i m = _mm512_setzero_si512();
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) {
+    v[k] = flip(load16(in, dtype, at + 16 * (size_t)k), 16 * (size_t)k);
+    m = _mm512_max_epu32(m, absBits(v[k]));
+  }
+  uint32_t a = _mm512_reduce_max_epu32(m);
+  if (a >= 0x7f800000u) return UINT32_MAX;
+  if (a != 0 && !lanesAbove(m, a, K) && countAbove(v, n, a, K) <= ZPP_QUANT_ESC_PER_BLOCK)
+    return UINT32_MAX;
+  stagesNarrow(v, n, 0);
+  m = _mm512_setzero_si512();
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) {
+    m = _mm512_max_epu32(m, absBits(v[k]));
+    _mm512_store_ps(wb + 16 * k, v[k]);
+  }
+  return _mm512_reduce_max_epu32(m);
+}
+
+/* rne(w * inv) of 32 values, stored as int8 (32 bytes) or int4 (16) at d.
+ * |q| <= Q without a clamp (quant_avx2.c). packs interleaves the two
+ * vectors per 128-bit lane; the qword permute puts them back in order. */
+R5_INLINE void store32(__m512 w0, __m512 w1, __m512 vinv, int bits, uint8_t* d) {
+  __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(w0, vinv));
+  __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(w1, vinv));
+  __m512i q16 =
+      _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), _mm512_packs_epi32(qa, qb));
+  if (bits == 8) {
+    _mm256_storeu_si256((__m256i*)d, _mm512_cvtepi16_epi8(q16));
+    return;
+  }
+  /* Element 2i's nibble low, 2i + 1's high, in the low byte of dword i. */
+  __m512i x = _mm512_and_si512(q16, _mm512_set1_epi32(0x000f000f));
+  x = _mm512_or_si512(x, _mm512_srli_epi32(x, 12));
+  _mm_storeu_si128((__m128i*)d, _mm512_cvtepi32_epi8(x));
+}
+
+/* w (len a multiple of 32) quantized as a plain normal block with p = 1. */
+R5_INLINE void quantizeW(const float* w, size_t len, int bits, float inv, uint8_t* d) {
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (size_t i = 0; i < len; i += 32)
+    store32(_mm512_load_ps(w + i), _mm512_load_ps(w + i + 16), vinv, bits, d + (bits == 8 ? i : i / 2));
+}
+
+/* Pass 2: a block's w (max |w| wmax, finite) quantized as a plain block. */
+R5_INLINE void quantizeBlock(const float* wb, uint32_t wmax, size_t at, size_t len, int bits, int Q,
+                             uint8_t* scales, size_t b, uint8_t* data) {
+  zppQuantBlockParams_t bp = zppQuantBlockSetup(wmax, Q);
+  zppQuantStoreScale(scales, b, bp.scale);
+  uint8_t* d = data + (bits == 8 ? at : at / 2);
+  if (bp.kind != ZPP_QBLOCK_NORMAL)
+    memset(d, 0, zppQuantDataBytes(len, bits));
+  else if (bp.p != 1.0f)
+    zppQuantEncodeDtypeRef(wb, zppFloat32, len, &bp, bits, data, at);
+  else
+    quantizeW(wb, len, bits, bp.inv, d);
+}
+
+/* Pass 2 over nb blocks of bs (w at buf, max |w| in wmax[], finite): the
+ * block setups 16 at a time with vector divisions, the IEEE operations of
+ * zppQuantBlockSetup (a / Q; Q / (a p), p = 1 here: blocks with
+ * a < 2^-64 take the reference's scaled path), so that no block waits on
+ * its own two divisions; then each block's q. */
+R5_INLINE void quantizeBlocks(const float* buf, const uint32_t* wmax, size_t nb, size_t base, size_t bs,
+                              int bits, int Q, uint8_t* scales, uint8_t* data) {
+  const int lb = __builtin_ctz((unsigned)bs);
+  float sc[16] __attribute__((aligned(64))), inv[16] __attribute__((aligned(64)));
+  const __m512 vq = _mm512_set1_ps((float)Q);
+  for (size_t k0 = 0; k0 < nb; k0 += 16) {
+    const size_t kn = nb - k0 < 16 ? nb - k0 : 16;
+    const __m512 a = _mm512_castsi512_ps(
+        _mm512_maskz_loadu_epi32((__mmask16)((1u << kn) - 1u), (const void*)(wmax + k0)));
+    _mm512_store_ps(sc, _mm512_div_ps(a, vq));
+    _mm512_store_ps(inv, _mm512_div_ps(vq, a)); /* Inf where a = 0: not used */
+    for (size_t j = 0; j < kn; j++) {
+      const size_t k = k0 + j, at = base + k * bs;
+      uint8_t* d = data + (bits == 8 ? at : at / 2);
+      if (wmax[k] < ZPP_QUANT_TINY_BITS) { /* zero (scale +0, q 0), or the scaled path */
+        quantizeBlock(buf + k * bs, wmax[k], at, bs, bits, Q, scales, at >> lb, data);
+        continue;
+      }
+      zppQuantStoreScale(scales, at >> lb, sc[j]);
+      quantizeW(buf + k * bs, bs, bits, inv[j], d);
+    }
+  }
+}
+
+/* A block of 512 or more: 256 at a time through the stages below 256 into
+ * buf (each chunk's count of elements at or above a 2^-K taken first where
+ * the lane maxima did not settle it), then the wide stages. Returns max |w|
+ * or all ones as rotateBlock. */
+R5_INLINE uint32_t rotateWide(const void* in, zppDataType_t dtype, size_t at, size_t len, int K,
+                              float* buf, const void* pf) {
+  prefetchBlock(pf, dtype, at, len);
+  __m512i m0 = _mm512_setzero_si512(), m1 = m0;
+  for (size_t i = 0; i < len; i += 32) {
+    __m512 a = flip(load16(in, dtype, at + i), i);
+    __m512 b = flip(load16(in, dtype, at + i + 16), i + 16);
+    m0 = _mm512_max_epu32(m0, absBits(a));
+    m1 = _mm512_max_epu32(m1, absBits(b));
+    _mm512_store_ps(buf + i, a);
+    _mm512_store_ps(buf + i + 16, b);
+  }
+  uint32_t a = _mm512_reduce_max_epu32(_mm512_max_epu32(m0, m1));
+  if (a >= 0x7f800000u) return UINT32_MAX;
+  int fast = a == 0 || lanesAbove(m0, a, K) || lanesAbove(m1, a, K);
+  int c = 0;
+  for (size_t i = 0; i < len; i += 256) {
+    __m512 v[16];
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) v[k] = _mm512_load_ps(buf + i + 16 * k);
+    if (!fast) c += countAbove(v, 16, a, K);
+    stagesNarrow(v, 16, 0);
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) _mm512_store_ps(buf + i + 16 * k, v[k]);
+  }
+  if (!fast && c <= ZPP_QUANT_ESC_PER_BLOCK) return UINT32_MAX;
+  stagesWide(buf, len);
+  __m512i m = _mm512_setzero_si512();
+  for (size_t i = 0; i < len; i += 16) m = _mm512_max_epu32(m, absBits(_mm512_load_ps(buf + i)));
+  return _mm512_reduce_max_epu32(m);
+}
+
+R5_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                           uint8_t* packed, size_t g) {
+  const size_t bs = (size_t)block, base = g * ZPP_QUANT_ESC_GROUP;
+  const int lb = __builtin_ctz((unsigned)block); /* shifts, not 64-bit divisions: they showed */
+  const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
+  if (glen % bs != 0) return 0; /* a short last block: the reference's */
+  uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
+  uint8_t* data = packed + zppQuantDataOffset(count, block);
+  const int Q = zppQuantQmax(bits), K = ZPP_QUANT_ESC_LOG2(bits);
+  float buf[ZPP_QUANT_ESC_GROUP] __attribute__((aligned(64)));
+  const void* pf = count - base > ZPP_QUANT_ESC_GROUP ? in : NULL; /* a next group */
+  if (bs <= 256) { /* two passes, so that the blocks' latency chains overlap */
+    uint32_t wmax[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK];
+    for (size_t lo = 0; lo < glen; lo += bs) {
+      uint32_t m;
+      switch (bs) { /* n a constant in each call */
+        case 32: m = rotateBlock(in, dtype, base + lo, 2, K, buf + lo, pf); break;
+        case 64: m = rotateBlock(in, dtype, base + lo, 4, K, buf + lo, pf); break;
+        case 128: m = rotateBlock(in, dtype, base + lo, 8, K, buf + lo, pf); break;
+        default: m = rotateBlock(in, dtype, base + lo, 16, K, buf + lo, pf); break;
+      }
+      if (m >= 0x7f800000u) return 0; /* UINT32_MAX, or w not finite */
+      wmax[lo >> lb] = m;
+    }
+    quantizeBlocks(buf, wmax, glen >> lb, base, bs, bits, Q, scales, data);
+  } else {
+    for (size_t lo = 0; lo < glen; lo += bs) {
+      uint32_t m = rotateWide(in, dtype, base + lo, bs, K, buf, pf);
+      if (m >= 0x7f800000u) return 0;
+      quantizeBlock(buf, m, base + lo, bs, bits, Q, scales, (base + lo) >> lb, data);
+    }
+  }
+  uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
+  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
+    zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+  return 1;
+}
+
+static int encodeGroup(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                       uint8_t* packed, size_t g) {
+  pthread_once(&gSignsOnce, fillSigns);
+  if (dtype == zppFloat32)
+    return bits == 8 ? encodeGroupT(in, zppFloat32, count, 8, block, packed, g)
+                     : encodeGroupT(in, zppFloat32, count, 4, block, packed, g);
+  if (dtype == zppFloat16)
+    return bits == 8 ? encodeGroupT(in, zppFloat16, count, 8, block, packed, g)
+                     : encodeGroupT(in, zppFloat16, count, 4, block, packed, g);
+  return bits == 8 ? encodeGroupT(in, zppBfloat16, count, 8, block, packed, g)
+                   : encodeGroupT(in, zppBfloat16, count, 4, block, packed, g);
+}
+
+/* ---- decode ------------------------------------------------------------------------ */
+
+/* q * s of elements i .. i + 15 (i even). int4: the table t of the 16
+ * products nibble * s, indexed by the nibble (vpermps reads the low 4 bits
+ * of each lane, so the upper bits of the bytes need no mask). */
+R5_INLINE __m512 decodeQ16(const uint8_t* data, int bits, size_t i, __m512 vs, __m512 t) {
+  if (bits == 8)
+    return _mm512_mul_ps(
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(data + i)))), vs);
+  __m128i x = _mm_loadl_epi64((const __m128i*)(data + i / 2));
+  __m128i y = _mm_unpacklo_epi8(x, _mm_srli_epi16(x, 4)); /* byte 2k: lo(b_k), 2k + 1: hi(b_k) */
+  return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(y), t);
+}
+
+/* The int4 table for scale s: entry k = ((k ^ 8) - 8) * s. */
+R5_INLINE __m512 nibbleTable(__m512 vs) {
+  return _mm512_mul_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1), vs);
+}
+
+/* Sixteen results (times invB where mulB), signed, rounded to dtype and
+ * stored at element at, signs from j. The sign commutes with each type's
+ * rounding; bf16 rounds by the integer carry with no NaN case (as
+ * quant_rotate_avx2.c's finish16: s and q are finite, so the only NaN is
+ * Inf - Inf's default one, whose low bits the carry keeps). */
+R5_INLINE void finish16(void* out, zppDataType_t dtype, size_t at, size_t j, __m512 v, __m512 invB,
+                        int mulB) {
+  if (mulB) v = _mm512_mul_ps(v, invB);
+  v = flip(v, j);
+  if (dtype == zppFloat32) {
+    _mm512_storeu_ps((float*)out + at, v);
+  } else if (dtype == zppFloat16) {
+    _mm256_storeu_si256((__m256i*)((uint16_t*)out + at),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    u = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    _mm256_storeu_si256((__m256i*)((uint16_t*)out + at), _mm512_cvtepi32_epi16(u));
+  }
+}
+
+/* q * s of 16n elements from element i with the stages below 16n, in v. */
+R5_INLINE void decodeStages(const uint8_t* data, int bits, size_t i, __m512 vs, __m512* v, int n,
+                            int exact) {
+  const __m512 t = bits == 4 ? nibbleTable(vs) : vs;
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) v[k] = decodeQ16(data, bits, i + 16 * (size_t)k, vs, t);
+  stagesNarrow(v, n, exact);
+}
+
+/* A rotated block of 16n elements (n <= 16) in registers from load to
+ * store, 2^-L folded into s where that is exact (quant_rotate_avx2.c's
+ * decodeSmallT says why). */
+R5_INLINE void decodeSmallT(const uint8_t* data, int bits, size_t lo, int n, float s, void* out,
+                            zppDataType_t dtype) {
+  const int L = __builtin_ctz(16u * (unsigned)n);
+  const uint32_t sb = zppF32Bits(s);
+  __m512 v[16];
+  if (sb >= (uint32_t)(L + 1) << 23 && sb < (uint32_t)(246 - L) << 23) {
+    decodeStages(data, bits, lo, _mm512_set1_ps(zppF32FromBits(sb - ((uint32_t)L << 23))), v, n, 0);
+#pragma GCC unroll 16
+    for (int k = 0; k < n; k++)
+      finish16(out, dtype, lo + 16 * (size_t)k, 16 * (size_t)k, v[k], v[k], 0);
+    return;
+  }
+  const __m512 invB = _mm512_castsi512_ps(_mm512_set1_epi32((127 - L) << 23));
+  decodeStages(data, bits, lo, _mm512_set1_ps(s), v, n, 1); /* rare: s tiny or huge */
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) finish16(out, dtype, lo + 16 * (size_t)k, 16 * (size_t)k, v[k], invB, 1);
+}
+
+/* A rotated block of 512 or more: 256 at a time through the stages below
+ * 256 into an L1 buffer, the wide stages there, then the output. */
+R5_INLINE void decodeWideT(const uint8_t* data, int bits, size_t lo, size_t len, float s, void* out,
+                           zppDataType_t dtype) {
+  float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(64)));
+  const __m512 vs = _mm512_set1_ps(s);
+  const int L = zppQuantLog2((int)len);
+  const __m512 invB = _mm512_castsi512_ps(_mm512_set1_epi32((127 - L) << 23));
+  const int big = zppF32Bits(s) >= (uint32_t)(246 - L) << 23; /* B Q s may overflow */
+  for (size_t i = 0; i < len; i += 256) {
+    __m512 v[16];
+    if (big)
+      decodeStages(data, bits, lo + i, vs, v, 16, 1);
+    else
+      decodeStages(data, bits, lo + i, vs, v, 16, 0);
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) _mm512_store_ps(buf + i + 16 * k, v[k]);
+  }
+  stagesWide(buf, len);
+  for (size_t i = 0; i < len; i += 16)
+    finish16(out, dtype, lo + i, i, _mm512_load_ps(buf + i), invB, 1);
+}
+
+R5_INLINE void decodeBlockT(const uint8_t* data, int bits, size_t lo, size_t len, float s, void* out,
+                            zppDataType_t dtype) {
+  switch (len) { /* n a constant in each call */
+    case 32: decodeSmallT(data, bits, lo, 2, s, out, dtype); break;
+    case 64: decodeSmallT(data, bits, lo, 4, s, out, dtype); break;
+    case 128: decodeSmallT(data, bits, lo, 8, s, out, dtype); break;
+    case 256: decodeSmallT(data, bits, lo, 16, s, out, dtype); break;
+    default: decodeWideT(data, bits, lo, len, s, out, dtype); break;
+  }
+}
+
+static void decodeBlock(const uint8_t* data, int bits, size_t lo, size_t len, float s, void* out,
+                        zppDataType_t dtype) {
+  pthread_once(&gSignsOnce, fillSigns);
+#define DECODE_ONE(BITS, DT) decodeBlockT(data, BITS, lo, len, s, out, DT)
+  ZPP_QUANT_SPECIALIZE(bits, dtype, DECODE_ONE);
+#undef DECODE_ONE
+}
+
+/* The rotated blocks from element lo on while they are full and their
+ * scale is >= 0 and finite; returns the element where it stopped. */
+#define DECODE_RUN(BITS, DT)                                            \
+  for (; lo + bs <= count; lo += bs) {                                  \
+    float s = zppQuantLoadScale(scales, lo >> lb);                      \
+    if (zppF32Bits(s) >= 0x7f800000u) break; /* sign set, Inf or NaN */ \
+    decodeBlockT(data, BITS, lo, bs, s, out, DT);                       \
+  }
+
+static size_t decodeRun(const uint8_t* scales, const uint8_t* data, int bits, int block, size_t lo,
+                        size_t count, void* out, zppDataType_t dtype) {
+  pthread_once(&gSignsOnce, fillSigns);
+  const size_t bs = (size_t)block;
+  const int lb = __builtin_ctz((unsigned)block);
+  ZPP_QUANT_SPECIALIZE(bits, dtype, DECODE_RUN);
+  return lo;
+}
+#undef DECODE_RUN
+
+const zppQuantRotImpl_t zppQuantRotImplAvx512 = {
+    .name = "avx512",
+    .encodeGroup = encodeGroup,
+    .decodeBlock = decodeBlock,
+    .decodeRun = decodeRun,
+    .sumBlock = zppQuantRotSumBlockAvx2,
+    .sumStore = zppQuantRotSumStoreAvx2,
+    .sumRequantGroup = zppQuantRotSumRequantGroupAvx2,
+};
