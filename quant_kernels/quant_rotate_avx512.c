@@ -182,11 +182,14 @@ R5_INLINE int lanesAbove(__m512i m, uint32_t a, int K) {
 }
 
 /* Pass 1 of a block of 16n elements (n <= 16), in registers from load to w:
- * its w into wb, max |w| (fp32 bits) returned, or all ones where the group
- * goes to the reference. (Two blocks interleaved, as the decode does,
- * measured no faster here.) */
-R5_INLINE uint32_t rotateBlock(const void* in, zppDataType_t dtype, size_t at, int n, int K, float* wb,
-                               const void* pf) {
+ * its w into wb, and the lane-wise maxima of |x| and of |w| (magnitude
+ * bits; 16 disjoint sets of elements) into *xm and *wm. No horizontal
+ * reduction here: pass 2 reduces 16 blocks at once (reduce16), off the
+ * blocks' dependency chains (the two reductions per block were a fifth of
+ * the encode, and kept one block's chain from overlapping the next).
+ * (Two blocks interleaved, as the decode does, measured no faster.) */
+R5_INLINE void rotateBlock(const void* in, zppDataType_t dtype, size_t at, int n, float* wb,
+                           const void* pf, __m512i* xm, __m512i* wm) {
   __m512 v[16];
   prefetchBlock(pf, dtype, at, 16 * (size_t)n);
   __m512i m = _mm512_setzero_si512();
@@ -195,10 +198,7 @@ R5_INLINE uint32_t rotateBlock(const void* in, zppDataType_t dtype, size_t at, i
     v[k] = flip(load16(in, dtype, at + 16 * (size_t)k), 16 * (size_t)k);
     m = _mm512_max_epu32(m, absBits(v[k]));
   }
-  uint32_t a = _mm512_reduce_max_epu32(m);
-  if (a >= 0x7f800000u) return UINT32_MAX;
-  if (a != 0 && !lanesAbove(m, a, K) && countAbove(v, n, a, K) <= ZPP_QUANT_ESC_PER_BLOCK)
-    return UINT32_MAX;
+  *xm = m;
   stagesNarrow(v, n, 0);
   m = _mm512_setzero_si512();
 #pragma GCC unroll 16
@@ -206,7 +206,41 @@ R5_INLINE uint32_t rotateBlock(const void* in, zppDataType_t dtype, size_t at, i
     m = _mm512_max_epu32(m, absBits(v[k]));
     _mm512_store_ps(wb + 16 * k, v[k]);
   }
-  return _mm512_reduce_max_epu32(m);
+  *wm = m;
+}
+
+/* Lane j of the result: the largest lane of v[j] (unsigned), for 16
+ * vectors: a tree of 128-bit, 64-bit and 32-bit shuffles and maxima, 45
+ * operations where 16 separate reductions take about 130. The tree leaves
+ * block j in lane 4 (j % 4) + j / 4; reading v in that transposed order
+ * puts it in lane j. */
+R5_INLINE __m512i reduce16(const __m512i* v) {
+#define R5_T(k) v[((k) % 4) * 4 + (k) / 4]
+  __m512i w[8], x[4], y[2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; i++)
+    w[i] = _mm512_max_epu32(_mm512_shuffle_i32x4(R5_T(2 * i), R5_T(2 * i + 1), 0x44),
+                            _mm512_shuffle_i32x4(R5_T(2 * i), R5_T(2 * i + 1), 0xee));
+#undef R5_T
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; i++)
+    x[i] = _mm512_max_epu32(_mm512_shuffle_i32x4(w[2 * i], w[2 * i + 1], 0x88),
+                            _mm512_shuffle_i32x4(w[2 * i], w[2 * i + 1], 0xdd));
+  for (int i = 0; i < 2; i++)
+    y[i] = _mm512_max_epu32(_mm512_unpacklo_epi64(x[2 * i], x[2 * i + 1]),
+                            _mm512_unpackhi_epi64(x[2 * i], x[2 * i + 1]));
+  const __m512 a = _mm512_castsi512_ps(y[0]), b = _mm512_castsi512_ps(y[1]);
+  return _mm512_max_epu32(_mm512_castps_si512(_mm512_shuffle_ps(a, b, 0x88)),
+                          _mm512_castps_si512(_mm512_shuffle_ps(a, b, 0xdd)));
+}
+
+/* countAbove over the block of 16n elements at element at, from the input
+ * again: where the lane maxima did not settle the count (rare). */
+R5_INLINE int countAboveAt(const void* in, zppDataType_t dtype, size_t at, int n, uint32_t a, int K) {
+  __m512 v[16];
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) v[k] = load16(in, dtype, at + 16 * (size_t)k); /* signs: |x| only */
+  return countAbove(v, n, a, K);
 }
 
 /* rne(w * inv) of 32 values, stored as int8 (32 bytes) or int4 (16) at d.
@@ -270,33 +304,57 @@ R5_INLINE void quantizeBlock(const float* wb, uint32_t wmax, size_t at, size_t l
     quantizeW(wb, len, bits, bp.inv, d);
 }
 
-/* Pass 2 over nb blocks of bs (w at buf, max |w| in wmax[], finite): the
- * block setups 16 at a time with vector divisions, the IEEE operations of
- * zppQuantBlockSetup (a / Q; Q / (a p), p = 1 here: blocks with
- * a < 2^-64 take the reference's scaled path), so that no block waits on
- * its own two divisions; then each block's q. */
-R5_INLINE void quantizeBlocks(const float* buf, const uint32_t* wmax, size_t nb, size_t base, size_t bs,
-                              int bits, int Q, uint8_t* scales, uint8_t* data) {
-  const int lb = __builtin_ctz((unsigned)bs);
-  float sc[16] __attribute__((aligned(64))), inv[16] __attribute__((aligned(64)));
+/* Pass 2 over the nb blocks of 16n elements from element base (w at buf,
+ * lane maxima in xm[], wm[]): 16 blocks at a time, max |x| and max |w| by
+ * reduce16; the rule (finite x, more than E elements at or above
+ * max |x| 2^-K, or zero; finite w), returning 0 before anything is written
+ * where a block breaks it; the block setups with vector divisions (the
+ * IEEE operations of zppQuantBlockSetup: a / Q; Q / (a p), p = 1 here:
+ * blocks with a < 2^-64 take the reference's scaled path), so that no
+ * block waits on its own two divisions; then each block's q. */
+R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, const float* buf, __m512i* xm,
+                             __m512i* wm, size_t nb, size_t base, int n, int K, int bits, int Q,
+                             uint8_t* scales, uint8_t* data) {
+  const size_t bs = 16 * (size_t)n;
+  const int lb = __builtin_ctz(16u * (unsigned)n);
+  uint32_t wmax[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(64)));
+  float sc[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(64)));
+  float inv[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(64)));
   const __m512 vq = _mm512_set1_ps((float)Q);
+  const __m512i inf = _mm512_set1_epi32(0x7f800000);
   for (size_t k0 = 0; k0 < nb; k0 += 16) {
+    for (size_t k = nb; k < k0 + 16; k++) xm[k] = wm[k] = _mm512_setzero_si512(); /* pad */
+    const __m512i a = reduce16(xm + k0), w = reduce16(wm + k0);
+    if (_mm512_cmpge_epu32_mask(a, inf) | _mm512_cmpge_epu32_mask(w, inf)) return 0;
+    uint32_t a16[16] __attribute__((aligned(64)));
+    _mm512_store_si512((void*)a16, a);
     const size_t kn = nb - k0 < 16 ? nb - k0 : 16;
-    const __m512 a = _mm512_castsi512_ps(
-        _mm512_maskz_loadu_epi32((__mmask16)((1u << kn) - 1u), (const void*)(wmax + k0)));
-    _mm512_store_ps(sc, _mm512_div_ps(a, vq));
-    _mm512_store_ps(inv, _mm512_div_ps(vq, a)); /* Inf where a = 0: not used */
     for (size_t j = 0; j < kn; j++) {
-      const size_t k = k0 + j, at = base + k * bs;
-      uint8_t* d = data + (bits == 8 ? at : at / 2);
-      if (wmax[k] < ZPP_QUANT_TINY_BITS) { /* zero (scale +0, q 0), or the scaled path */
-        quantizeBlock(buf + k * bs, wmax[k], at, bs, bits, Q, scales, at >> lb, data);
-        continue;
+      const uint32_t aj = a16[j];
+      if (aj == 0) continue;                /* a zero block: rotated, w = 0 */
+      if (aj >= ((uint32_t)K + 1u) << 23) { /* the lanes first (quant_rotate_avx2.c's lanesAbove) */
+        const __m512i t = _mm512_set1_epi32((int)(aj - ((uint32_t)K << 23) - 1u));
+        if (__builtin_popcount(_mm512_cmpgt_epu32_mask(xm[k0 + j], t)) > ZPP_QUANT_ESC_PER_BLOCK)
+          continue;
       }
-      zppQuantStoreScale(scales, at >> lb, sc[j]);
-      quantizeW(buf + k * bs, bs, bits, inv[j], d);
+      if (countAboveAt(in, dtype, base + (k0 + j) * bs, n, aj, K) <= ZPP_QUANT_ESC_PER_BLOCK) return 0;
     }
+    _mm512_store_si512((void*)(wmax + k0), w);
+    const __m512 wf = _mm512_castsi512_ps(w);
+    _mm512_store_ps(sc + k0, _mm512_div_ps(wf, vq));
+    _mm512_store_ps(inv + k0, _mm512_div_ps(vq, wf)); /* Inf where w = 0: not used */
   }
+  for (size_t k = 0; k < nb; k++) {
+    const size_t at = base + k * bs;
+    uint8_t* d = data + (bits == 8 ? at : at / 2);
+    if (wmax[k] < ZPP_QUANT_TINY_BITS) { /* zero (scale +0, q 0), or the scaled path */
+      quantizeBlock(buf + k * bs, wmax[k], at, bs, bits, Q, scales, at >> lb, data);
+      continue;
+    }
+    zppQuantStoreScale(scales, at >> lb, sc[k]);
+    quantizeW(buf + k * bs, bs, bits, inv[k], d);
+  }
+  return 1;
 }
 
 /* A block of 512 or more: 256 at a time through the stages below 256 into
@@ -347,19 +405,34 @@ R5_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, in
   float buf[ZPP_QUANT_ESC_GROUP] __attribute__((aligned(64)));
   const void* pf = count - base > ZPP_QUANT_ESC_GROUP ? in : NULL; /* a next group */
   if (bs <= 256) { /* two passes, so that the blocks' latency chains overlap */
-    uint32_t wmax[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK];
-    for (size_t lo = 0; lo < glen; lo += bs) {
-      uint32_t m;
+    __m512i xm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15],
+        wm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15];
+    const size_t nb = glen >> lb;
+    for (size_t k = 0; k < nb; k++) {
+      const size_t lo = k << lb;
       switch (bs) { /* n a constant in each call */
-        case 32: m = rotateBlock(in, dtype, base + lo, 2, K, buf + lo, pf); break;
-        case 64: m = rotateBlock(in, dtype, base + lo, 4, K, buf + lo, pf); break;
-        case 128: m = rotateBlock(in, dtype, base + lo, 8, K, buf + lo, pf); break;
-        default: m = rotateBlock(in, dtype, base + lo, 16, K, buf + lo, pf); break;
+        case 32: rotateBlock(in, dtype, base + lo, 2, buf + lo, pf, xm + k, wm + k); break;
+        case 64: rotateBlock(in, dtype, base + lo, 4, buf + lo, pf, xm + k, wm + k); break;
+        case 128: rotateBlock(in, dtype, base + lo, 8, buf + lo, pf, xm + k, wm + k); break;
+        default: rotateBlock(in, dtype, base + lo, 16, buf + lo, pf, xm + k, wm + k); break;
       }
-      if (m >= 0x7f800000u) return 0; /* UINT32_MAX, or w not finite */
-      wmax[lo >> lb] = m;
     }
-    quantizeBlocks(buf, wmax, glen >> lb, base, bs, bits, Q, scales, data);
+    int ok;
+    switch (bs) {
+      case 32:
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data);
+        break;
+      case 64:
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data);
+        break;
+      case 128:
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data);
+        break;
+      default:
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data);
+        break;
+    }
+    if (!ok) return 0;
   } else {
     for (size_t lo = 0; lo < glen; lo += bs) {
       uint32_t m = rotateWide(in, dtype, base + lo, bs, K, buf, pf);
