@@ -189,10 +189,6 @@ extern const zppQuantRotImpl_t zppQuantRotImplAvx512;
  * it, even where the plain codecs could not be AVX-512's. */
 const zppQuantRotImpl_t* zppQuantRotImplActive(void);
 
-/* The rotated kernels' name in use: "scalar" (the reference), "avx2",
- * "avx512". */
-const char* zppQuantRotImplName(void);
-
 /* Makes `name` ("scalar", "avx2", "avx512") the rotated kernels in use,
  * whatever the plain codecs are, until the next zppQuantImplSelect (which
  * sets both). For tests and benchmarks, as zppQuantImplSelect;

@@ -9,14 +9,21 @@
  *   product v * (+-1) is exact, so the one rounding of the fused operation
  *   is the rounding of s + v or s - v, the spec's x_j + x_{j+h} and
  *   x_j - x_{j+h} (no other multiply-add is fused anywhere). Where the
- *   transform may overflow, the spec's subtraction itself (an add, and a
- *   masked sub over it), so that Inf - Inf gives the reference's NaN.
+ *   transform may overflow (the decode of a block with a huge scale), the
+ *   spec's subtraction itself (an add, and a masked sub over it), as
+ *   quant_rotate_avx2.c does, though the fused form would give the same
+ *   default NaN for Inf - Inf (x86 negates no NaN by a multiply).
  * - Blocks of up to 256 (16 vectors) stay in registers from load to w;
  *   larger ones run 256 at a time into an L1 buffer, then the stages from
  *   256 on across it.
+ * - The encode of blocks up to 256 takes two passes over an escape group:
+ *   pass 1 keeps each block's lane-wise maxima of |x| and |w|; pass 2
+ *   reduces them 16 blocks at a time, tests the rule below for every block
+ *   before it writes anything, and quantizes.
  * - The decode of int4 looks q * s up in a 16-entry table per block
  *   (`vpermps` indexes by the low 4 bits of each lane: the nibble itself),
- *   the same products the reference forms.
+ *   the same products the reference forms; blocks up to 128 are decoded
+ *   two at a time (their stages interleaved).
  *
  * Which groups it encodes, and why a group goes to the reference, is
  * quant_rotate_avx2.c's rule word for word: every block full, finite, with
@@ -331,12 +338,8 @@ R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, const float* b
     const size_t kn = nb - k0 < 16 ? nb - k0 : 16;
     for (size_t j = 0; j < kn; j++) {
       const uint32_t aj = a16[j];
-      if (aj == 0) continue;                /* a zero block: rotated, w = 0 */
-      if (aj >= ((uint32_t)K + 1u) << 23) { /* the lanes first (quant_rotate_avx2.c's lanesAbove) */
-        const __m512i t = _mm512_set1_epi32((int)(aj - ((uint32_t)K << 23) - 1u));
-        if (__builtin_popcount(_mm512_cmpgt_epu32_mask(xm[k0 + j], t)) > ZPP_QUANT_ESC_PER_BLOCK)
-          continue;
-      }
+      if (aj == 0) continue;                       /* a zero block: rotated, w = 0 */
+      if (lanesAbove(xm[k0 + j], aj, K)) continue; /* the lanes settle it (usual) */
       if (countAboveAt(in, dtype, base + (k0 + j) * bs, n, aj, K) <= ZPP_QUANT_ESC_PER_BLOCK) return 0;
     }
     _mm512_store_si512((void*)(wmax + k0), w);

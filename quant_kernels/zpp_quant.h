@@ -451,6 +451,12 @@ void zppQuantTakeEscapeCounts(uint64_t* escapes, uint64_t* overflows);
  * cpuid). */
 const char* zppQuantImplName(void);
 
+/* The rotated codec's kernels in use: "avx512", "avx2" or "scalar" (the
+ * reference). They follow ZPP_QUANT_IMPL, except that auto and avx512 take
+ * the AVX-512 kernels wherever the CPU has AVX-512 F and BW, which is less
+ * than the plain AVX-512 codecs need. */
+const char* zppQuantRotImplName(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   printf("  UCX transport     %s\n", yesNo(ZPP_HAVE_UCX));
   printf("  MPI baselines     %s\n", yesNo(ZPP_HAVE_MPI));
   printf("  Google Benchmark  %s\n", yesNo(ZPP_HAVE_BENCHMARK));
-  printf("  CPU codec         %s\n", zppQuantImplName());
+  printf("  CPU codec         %s (rotated: %s)\n", zppQuantImplName(), zppQuantRotImplName());
 
   printf("\nenvironment parameters (value shown is what this process would use):\n");
   for (int i = 0; i < zppEnvCount(); i++) {
