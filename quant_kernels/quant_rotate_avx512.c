@@ -28,7 +28,8 @@
  * Which groups it encodes, and why a group goes to the reference, is
  * quant_rotate_avx2.c's rule word for word: every block full, finite, with
  * more than E elements at or above max |x| 2^-K (or zero), and a finite w.
- * The sums of rotated segments (qgZ) are the AVX2 file's.
+ * The sums of rotated segments (qgZ's steps) are quant_rotate_avx2.c's,
+ * with the same primitives.
  *
  * Compiled with -mavx512f -mavx512bw -mavx2 -mf16c (this file only); called
  * only when cpuid says the CPU runs them (quant_common.c).
@@ -648,12 +649,187 @@ static size_t decodeRun(const uint8_t* scales, const uint8_t* data, int bits, in
 }
 #undef DECODE_RUN
 
+/* ---- sums in the rotated domain (quant_rotate_avx2.c's, 16 lanes) ------------------ */
+
+/* v[0..n) = r of the 16n elements from lo of block b of the nin inputs
+ * (zpp_quant.h, "Reductions of rotated segments"): r = ((0 + v_0) + v_1)
+ * + ... in input order, v_k = (float)q * s_k, the decoder's first step. */
+R5_INLINE void sumRotated(const uint8_t* packed, size_t stride, int nin, size_t dataOff, int bits,
+                          size_t b, size_t lo, __m512* v, int n) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int k = 0; k < nin; k++) {
+    const uint8_t* seg = packed + (size_t)k * stride;
+    const __m512 vs = _mm512_set1_ps(zppQuantLoadScale(zppQuantScalesPtr(seg), b));
+    const __m512 t = bits == 4 ? nibbleTable(vs) : vs;
+#pragma GCC unroll 16
+    for (int j = 0; j < n; j++)
+      v[j] = _mm512_add_ps(k == 0 ? zero : v[j],
+                           decodeQ16(seg + dataOff, bits, lo + 16 * (size_t)j, vs, t));
+  }
+}
+
+/* z / divisor of 16 sums (H r, before 2^-L) stored as dtype at element at,
+ * signs from j: div 0 none, 1 multiply by vd (the reciprocal of a divisor
+ * 2^k), 2 divide by vd; the signs last (quant_rotate_avx2.c's finishSum16
+ * says why they commute with the division). */
+R5_INLINE void finishSum16(void* out, zppDataType_t dtype, size_t at, size_t j, __m512 v, __m512 invB,
+                           int div, __m512 vd) {
+  if (div == 0) {
+    finish16(out, dtype, at, j, v, invB, 1);
+    return;
+  }
+  v = _mm512_mul_ps(v, invB);
+  v = div == 1 ? _mm512_mul_ps(v, vd) : _mm512_div_ps(v, vd);
+  finish16(out, dtype, at, j, v, invB, 0);
+}
+
+/* The sums of one block, inverse transformed with the spec's subtraction
+ * (a sum may overflow to Inf), divided and stored (quant_rotate_avx2.c's
+ * sumBlockT): blocks up to 256 in registers, larger ones 256 at a time
+ * into an L1 buffer, then the wide stages. */
+R5_INLINE void sumBlockT(const uint8_t* packed, size_t stride, int nin, size_t dataOff, int bits,
+                         size_t b, size_t lo, size_t len, void* out, size_t at, zppDataType_t dtype,
+                         int div, float divisor) {
+  const int L = __builtin_ctz((unsigned)len);
+  const __m512 invB = _mm512_castsi512_ps(_mm512_set1_epi32((127 - L) << 23));
+  const __m512 vd = _mm512_set1_ps(divisor);
+  __m512 v[16];
+  if (len <= 256) {
+    const int n = (int)len / 16;
+    switch (n) { /* n a constant in each call */
+      case 2:
+        sumRotated(packed, stride, nin, dataOff, bits, b, lo, v, 2);
+        stagesNarrow(v, 2, 1);
+        break;
+      case 4:
+        sumRotated(packed, stride, nin, dataOff, bits, b, lo, v, 4);
+        stagesNarrow(v, 4, 1);
+        break;
+      case 8:
+        sumRotated(packed, stride, nin, dataOff, bits, b, lo, v, 8);
+        stagesNarrow(v, 8, 1);
+        break;
+      default:
+        sumRotated(packed, stride, nin, dataOff, bits, b, lo, v, 16);
+        stagesNarrow(v, 16, 1);
+        break;
+    }
+    for (int k = 0; k < n; k++)
+      finishSum16(out, dtype, at + 16 * (size_t)k, 16 * (size_t)k, v[k], invB, div, vd);
+    return;
+  }
+  float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(64)));
+  for (size_t i = 0; i < len; i += 256) {
+    sumRotated(packed, stride, nin, dataOff, bits, b, lo + i, v, 16);
+    stagesNarrow(v, 16, 1);
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) _mm512_store_ps(buf + i + 16 * k, v[k]);
+  }
+  stagesWide(buf, len);
+  for (size_t i = 0; i < len; i += 16)
+    finishSum16(out, dtype, at + i, i, _mm512_load_ps(buf + i), invB, div, vd);
+}
+
+static void sumBlock(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits, size_t b,
+                     size_t lo, size_t len, float* acc) {
+  pthread_once(&gSignsOnce, fillSigns);
+  if (bits == 8)
+    sumBlockT(packed, stride, n, dataOff, 8, b, lo, len, acc, 0, zppFloat32, 0, 1.0f);
+  else
+    sumBlockT(packed, stride, n, dataOff, 4, b, lo, len, acc, 0, zppFloat32, 0, 1.0f);
+}
+
+static void sumStore(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits, size_t b,
+                     size_t lo, size_t len, int div, float divisor, void* out, zppDataType_t dtype) {
+  pthread_once(&gSignsOnce, fillSigns);
+#define SUM_STORE(BITS, DT) \
+  sumBlockT(packed, stride, n, dataOff, BITS, b, lo, len, out, lo, DT, div, divisor)
+  ZPP_QUANT_SPECIALIZE(bits, dtype, SUM_STORE);
+#undef SUM_STORE
+}
+
+/* The direct order over the blocks of one escape group (quant_rotate_avx2.c's
+ * sumRequantGroupT): pass 1, per block with ok[k] set, the sums r into an
+ * L1 tile and max |r| (ok[k] cleared where some r is not finite); pass 2,
+ * the block setups 16 at a time with vector divisions; pass 3, each block
+ * quantized as the encoder quantizes its w. */
+R5_INLINE void sumRequantGroupT(const uint8_t* packed, size_t stride, int nin, size_t dataOff,
+                                int bitsIn, size_t bs, size_t b0, size_t nb, int bitsOut,
+                                uint8_t* scales, uint8_t* data, uint8_t* ok) {
+  float tile[ZPP_QUANT_ESC_GROUP] __attribute__((aligned(64)));
+  uint32_t amax[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 16] __attribute__((aligned(64)));
+  float sc[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 16] __attribute__((aligned(64)));
+  float inv[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 16] __attribute__((aligned(64)));
+  __m512 v[16];
+  for (size_t k = 0; k < nb; k++) {
+    amax[k] = 0;
+    if (!ok[k]) continue;
+    const size_t lo = (b0 + k) * bs;
+    float* t = tile + k * bs;
+    __m512i m = _mm512_setzero_si512();
+    for (size_t i = 0; i < bs; i += 256) {
+      const int n = bs < 256 ? (int)bs / 16 : 16;
+      switch (n) {
+        case 2: sumRotated(packed, stride, nin, dataOff, bitsIn, b0 + k, lo + i, v, 2); break;
+        case 4: sumRotated(packed, stride, nin, dataOff, bitsIn, b0 + k, lo + i, v, 4); break;
+        case 8: sumRotated(packed, stride, nin, dataOff, bitsIn, b0 + k, lo + i, v, 8); break;
+        default: sumRotated(packed, stride, nin, dataOff, bitsIn, b0 + k, lo + i, v, 16); break;
+      }
+      for (int j = 0; j < n; j++) {
+        m = _mm512_max_epu32(m, absBits(v[j]));
+        _mm512_store_ps(t + i + 16 * (size_t)j, v[j]);
+      }
+    }
+    amax[k] = _mm512_reduce_max_epu32(m);
+    if (amax[k] >= 0x7f800000u) ok[k] = 0; /* r not finite: the fallback */
+  }
+  for (size_t k = nb; k % 16 != 0; k++) amax[k] = 0; /* the last vector's padding */
+  const int Q = zppQuantQmax(bitsOut);
+  const __m512 vq = _mm512_set1_ps((float)Q);
+  for (size_t k0 = 0; k0 < nb; k0 += 16) {
+    const __m512 a = _mm512_load_ps((const float*)(const void*)(amax + k0));
+    _mm512_store_ps(sc + k0, _mm512_div_ps(a, vq));
+    _mm512_store_ps(inv + k0, _mm512_div_ps(vq, a)); /* Inf where a = 0: not used */
+  }
+  for (size_t k = 0; k < nb; k++) {
+    const size_t lo = (b0 + k) * bs;
+    if (!ok[k]) continue;
+    uint8_t* d = data + (bitsOut == 8 ? lo : lo / 2);
+    if (amax[k] < ZPP_QUANT_TINY_BITS) { /* zero (scale +0, q 0), or the reference's scaled path */
+      quantizeBlock(tile + k * bs, amax[k], lo, bs, bitsOut, Q, scales, b0 + k, data);
+      continue;
+    }
+    zppQuantStoreScale(scales, b0 + k, sc[k]);
+    quantizeW(tile + k * bs, bs, bitsOut, inv[k], d);
+  }
+}
+
+static void sumRequantGroup(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
+                            int block, size_t b0, size_t nb, int bits_out, uint8_t* scalesOut,
+                            uint8_t* dataOut, uint8_t* ok) {
+  pthread_once(&gSignsOnce, fillSigns);
+#define SUM_REQUANT(BI, BO) \
+  sumRequantGroupT(packed, stride, n, dataOff, BI, (size_t)block, b0, nb, BO, scalesOut, dataOut, ok)
+  if (bits == 8) {
+    if (bits_out == 8)
+      SUM_REQUANT(8, 8);
+    else
+      SUM_REQUANT(8, 4);
+  } else {
+    if (bits_out == 8)
+      SUM_REQUANT(4, 8);
+    else
+      SUM_REQUANT(4, 4);
+  }
+#undef SUM_REQUANT
+}
+
 const zppQuantRotImpl_t zppQuantRotImplAvx512 = {
     .name = "avx512",
     .encodeGroup = encodeGroup,
     .decodeBlock = decodeBlock,
     .decodeRun = decodeRun,
-    .sumBlock = zppQuantRotSumBlockAvx2,
-    .sumStore = zppQuantRotSumStoreAvx2,
-    .sumRequantGroup = zppQuantRotSumRequantGroupAvx2,
+    .sumBlock = sumBlock,
+    .sumStore = sumStore,
+    .sumRequantGroup = sumRequantGroup,
 };
