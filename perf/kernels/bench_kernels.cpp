@@ -201,14 +201,31 @@ void RegisterMemcpy(size_t bytes) {
   })->UseRealTime();
 }
 
-void RegisterPlain(const char* impl, zppDataType_t dtype, int bits, size_t bytes) {
-  size_t count = bytes / TypeSize(dtype);
-  int block = DefaultBlock(bits);
-  size_t packedBytes = zppQuantPackedSize(count, bits, block);
-  std::string tail =
+// One codec benchmark's sizes and names: `bytes` of dtype at the default
+// block of `bits`, timed by implementation `impl` against a memcpy.
+struct CodecCase {
+  size_t count;
+  int block;
+  size_t packedBytes;
+  std::string tail, baseline;
+};
+
+CodecCase MakeCase(const char* impl, zppDataType_t dtype, int bits, size_t bytes) {
+  CodecCase c;
+  c.count = bytes / TypeSize(dtype);
+  c.block = DefaultBlock(bits);
+  c.packedBytes = zppQuantPackedSize(c.count, bits, c.block);
+  c.tail =
       std::string(impl) + "/" + TypeName(dtype) + "/int" + std::to_string(bits) + "/" + SizeName(bytes);
-  std::string baseline = MemcpyName(bytes);
-  RegisterMemcpy(bytes);
+  c.baseline = MemcpyName(bytes);
+  return c;
+}
+
+// The plain codec's rows.
+void RegisterPlain(const char* impl, zppDataType_t dtype, int bits, size_t bytes, const CodecCase& c) {
+  const size_t count = c.count, packedBytes = c.packedBytes;
+  const int block = c.block;
+  const std::string tail = c.tail, baseline = c.baseline;
   Register("quantize/" + tail, [=](benchmark::State& state) {
     if (!Select(state, impl)) return;
     Buffer* in = Tensor(dtype, count);
@@ -260,16 +277,12 @@ void RegisterPlain(const char* impl, zppDataType_t dtype, int bits, size_t bytes
   })->UseRealTime();
 }
 
-void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes) {
-  size_t count = bytes / TypeSize(dtype);
-  int block = DefaultBlock(bits);
-  size_t packedBytes = zppQuantPackedSize(count, bits, block);
-  std::string tail =
-      std::string(impl) + "/" + TypeName(dtype) + "/int" + std::to_string(bits) + "/" + SizeName(bytes);
-  std::string baseline = MemcpyName(bytes);
-  RegisterMemcpy(bytes);
-  if (zppQuantImplGet(impl) != nullptr) RegisterPlain(impl, dtype, bits, bytes);
-  if (!RotRuns(impl)) return;
+// The rotated codec's rows.
+void RegisterRotated(const char* impl, zppDataType_t dtype, int bits, size_t bytes,
+                     const CodecCase& c) {
+  const size_t count = c.count, packedBytes = c.packedBytes;
+  const int block = c.block;
+  const std::string tail = c.tail, baseline = c.baseline;
   // The rotated codec (docs/codecs.md, "Rotation"), beside the plain one.
   Register("quantize-rotated/" + tail, [=](benchmark::State& state) {
     if (!SelectRot(state, impl)) return;
@@ -298,6 +311,16 @@ void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes
     }
     SetRates(state, bytes, packedBytes, baseline);
   })->UseRealTime();
+}
+
+// Every row of a codec that implementation `impl` runs (plain, rotated or
+// both: the rotated AVX-512 kernels need less of the CPU than the plain
+// ones).
+void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes) {
+  const CodecCase c = MakeCase(impl, dtype, bits, bytes);
+  RegisterMemcpy(bytes);
+  if (zppQuantImplGet(impl) != nullptr) RegisterPlain(impl, dtype, bits, bytes, c);
+  if (RotRuns(impl)) RegisterRotated(impl, dtype, bits, bytes, c);
 }
 
 // qgZ's CPU steps over n int4 inputs of count elements each (a bf16
