@@ -114,8 +114,8 @@ zppResult_t zppQuantFrame(const char* fn, const void* in, zppDataType_t dtype, s
                           int block, void* packed);
 
 #if defined(ZPP_QUANT_HAVE_AVX2)
-/* The AVX2 sums of rotated segments (quant_rotate_avx2.c), the entries of
- * both vector tables (zppQuantRotImpl_t below), bit-identical to
+/* The AVX2 sums of rotated segments (quant_rotate_avx2.c), the AVX2 table's
+ * entries (zppQuantRotImpl_t below), bit-identical to
  * quant_rotate_reduce.c's. */
 /* The rotated-domain sums of block b (elements [lo, lo + len), len the
  * block size) of the n segments at packed + k * stride (each storing the
@@ -177,9 +177,9 @@ typedef struct {
 extern const zppQuantRotImpl_t zppQuantRotImplAvx2;
 #endif
 #if defined(ZPP_QUANT_HAVE_ROT_AVX512)
-/* AVX-512 F and BW (quant_rotate_avx512.c): encode and decode; the sums are
- * the AVX2 table's. Needs less than quant_avx512.c (no VBMI, VBMI2, BF16),
- * so it also runs on CPUs where the plain codecs are AVX2's. */
+/* AVX-512 F and BW (quant_rotate_avx512.c): encode, decode and the sums.
+ * Needs less than quant_avx512.c (no VBMI, VBMI2, BF16), so it also runs on
+ * CPUs where the plain codecs are AVX2's. */
 extern const zppQuantRotImpl_t zppQuantRotImplAvx512;
 #endif
 
