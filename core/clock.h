@@ -15,4 +15,14 @@ static inline double zppClockNow(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Seconds since the Unix epoch (CLOCK_REALTIME): a timestamp for reports
+ * that other programs line up with theirs (zpp-perf's timed windows against
+ * zpp-cpu-probe's samples); never for intervals, which the clock above
+ * measures (this one steps when the time is set). */
+static inline double zppClockEpoch(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 #endif /* ZPP_CLOCK_H_ */

@@ -29,7 +29,8 @@
 #include "perf_math.h"
 #include "clock.h"
 
-#define ZPP_PERF_VERSION "1.2" /* 1.1: "rounds" in the JSON header; 1.2: root -1 (rotate) */
+/* 1.1: "rounds" in the JSON header; 1.2: root -1 (rotate); 1.3: timed_from, timed_to */
+#define ZPP_PERF_VERSION "1.3"
 #define ZPP_PERF_EXIT_OK 0
 #define ZPP_PERF_EXIT_ERROR 1
 #define ZPP_PERF_EXIT_USAGE 2
@@ -214,11 +215,12 @@ typedef struct {
   double timeUs;     /* median over iterations of the max over ranks */
   double timeUsMean; /* mean of the same per-iteration maxima */
   double timeUsMin;
-  double timeUsSteady; /* the slowest rank's back-to-back loop time per call */
-  double algbw, busbw; /* busbw: see zpp_perf_run.c for compressed modes */
-  double effBusbw;     /* from the bytes the caller asked to move */
-  double wireInter;    /* bytes sent across nodes per call, all ranks together */
-  double wireIntra;    /* bytes sent inside nodes per call, all ranks together */
+  double timeUsSteady;       /* the slowest rank's back-to-back loop time per call */
+  double timedFrom, timedTo; /* wall clock (epoch s): first rank's start, last rank's end */
+  double algbw, busbw;       /* busbw: see zpp_perf_run.c for compressed modes */
+  double effBusbw;           /* from the bytes the caller asked to move */
+  double wireInter;          /* bytes sent across nodes per call, all ranks together */
+  double wireIntra;          /* bytes sent inside nodes per call, all ranks together */
   int checked;
   uint64_t wrong;
   double maxError, bound;

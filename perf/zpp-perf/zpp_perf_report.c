@@ -275,6 +275,10 @@ static void zppPerfJsonRecord(FILE* f, const zppPerfRecord_t* r, const zppPerfRu
   zppPerfJsonNumber(f, r->timeUsMin);
   zppPerfJsonKey(f, "time_us_steady", &first);
   zppPerfJsonNumber(f, r->timeUsSteady);
+  zppPerfJsonKey(f, "timed_from", &first);
+  fprintf(f, "%.3f", r->timedFrom);
+  zppPerfJsonKey(f, "timed_to", &first);
+  fprintf(f, "%.3f", r->timedTo);
   zppPerfJsonKey(f, "algbw", &first);
   zppPerfJsonNumber(f, r->algbw);
   zppPerfJsonKey(f, "busbw", &first);

@@ -280,8 +280,8 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   }
 
   times = malloc((size_t)a->iters * sizeof *times);
-  maxIn = malloc(((size_t)a->iters + 3) * sizeof *maxIn);
-  maxOut = malloc(((size_t)a->iters + 3) * sizeof *maxOut);
+  maxIn = malloc(((size_t)a->iters + 5) * sizeof *maxIn);
+  maxOut = malloc(((size_t)a->iters + 5) * sizeof *maxOut);
   if (interleave) baseTimes = malloc((size_t)a->iters * sizeof *baseTimes);
   if (times == NULL || maxIn == NULL || maxOut == NULL || (interleave && baseTimes == NULL)) {
     fprintf(stderr, "zpp-perf: rank %d: out of memory\n", env->rank);
@@ -297,7 +297,8 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   double inter = 0, intra = 0;
   int haveStats = 1;
   int done = 0;
-  double loopTime = 0; /* this rank's timed loops, end to end */
+  double loopTime = 0;               /* this rank's timed loops, end to end */
+  double timedFrom = 0, timedTo = 0; /* their span on the wall clock */
   for (int r = 0; r < rounds; r++) {
     int n = zppPerfRoundIters(a->iters, rounds, r);
     /* Every rank done with the warm-up or the baseline's round, and its
@@ -310,6 +311,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
     zppCommStats_t s0, s1;
     haveStats = haveStats && zppCommGetStats(env->comm, &s0) == zppSuccess;
     double loopStart = zppClockNow();
+    if (r == 0) timedFrom = zppClockEpoch();
     for (int i = done; i < done + n; i++) {
       zppPerfCallAt(call, i);
       double t0 = zppClockNow();
@@ -323,6 +325,7 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
       }
     }
     loopTime += zppClockNow() - loopStart;
+    timedTo = zppClockEpoch();
     haveStats = haveStats && zppCommGetStats(env->comm, &s1) == zppSuccess;
     if (haveStats) {
       double inter0, intra0, inter1, intra1;
@@ -342,10 +345,12 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   maxIn[a->iters] = chk.maxError;
   maxIn[a->iters + 1] = chk.maxBound;
   maxIn[a->iters + 2] = loopTime / a->iters;
+  maxIn[a->iters + 3] = -timedFrom; /* the max of -from: the earliest rank's start */
+  maxIn[a->iters + 4] = timedTo;
   /* A rank without counters sends -1, which survives the sum as < 0. */
   double sumIn[4] = {(double)chk.wrong, haveStats ? inter : -1e300, haveStats ? intra : -1e300, 0.0};
   double sumOut[4];
-  if ((res = zppAllReduce(maxIn, maxOut, (size_t)a->iters + 3, zppFloat64, zppMax, env->comm, NULL)) !=
+  if ((res = zppAllReduce(maxIn, maxOut, (size_t)a->iters + 5, zppFloat64, zppMax, env->comm, NULL)) !=
           zppSuccess ||
       (res = zppAllReduce(sumIn, sumOut, 4, zppFloat64, zppSum, env->comm, NULL)) != zppSuccess) {
     zppPerfLibError(env, "reducing the results (allreduce)", res);
@@ -357,6 +362,8 @@ static zppResult_t zppPerfRunRow(zppPerfRunState_t* st, const zppPerfMode_t* mod
   rec->timeUsMin = maxOut[0] * 1e6;
   rec->timeUsMean = zppPerfMean(maxOut, (size_t)a->iters) * 1e6;
   rec->timeUsSteady = maxOut[a->iters + 2] * 1e6;
+  rec->timedFrom = -maxOut[a->iters + 3];
+  rec->timedTo = maxOut[a->iters + 4];
   rec->algbw = zppPerfAlgBw(rec->counts.bytes, tMed);
   rec->effBusbw = zppPerfBusBw(call->coll, call->nranks, rec->counts.bytes, tMed);
   rec->checked = a->check;

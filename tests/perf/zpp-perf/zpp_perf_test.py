@@ -26,12 +26,14 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "pylib"))
 import xml.etree.ElementTree as ET
 
 from zpptest import SKIP, Tally, free_master_port  # noqa: E402
 
+TEST_START = time.time()
 _tally = Tally()
 failures = _tally.failures
 check = _tally.check
@@ -177,6 +179,14 @@ def check_arithmetic(doc):
         # per-iteration maxima.
         check(0 < r["time_us_steady"] <= r["time_us_mean"] * (1 + 1e-3) + 2.0,
               "%s: steady time %r us, mean of the maxima %r us" % (tag, r["time_us_steady"], r["time_us_mean"]))
+        # The timed window (wall clock, ms steps) holds the slowest rank's
+        # whole loop, and lies within this test's run.
+        span = r["timed_to"] - r["timed_from"]
+        loop = r["time_us_steady"] * 1e-6 * doc["header"]["iters"]
+        check(span >= loop * (1 - 1e-6) - 2e-3,
+              "%s: timed window %.3f s, shorter than the slowest loop %.3f s" % (tag, span, loop))
+        check(TEST_START - 1 <= r["timed_from"] and r["timed_to"] <= time.time() + 1,
+              "%s: timed window %.3f..%.3f outside this test's run" % (tag, r["timed_from"], r["timed_to"]))
 
 
 def check_svg(path, nseries):
@@ -299,7 +309,8 @@ def test_validator(schema_path):
     rec = {"op": "allgather", "mode": "plain", "compressed": False, "dtype": "bfloat16",
            "redop": None, "root": None, "ranks": 4, "nodes": 2, "bytes": 1024, "count": 512,
            "api_count": 128, "time_us": 10.0, "time_us_mean": 11.0, "time_us_min": 9.0,
-           "time_us_steady": 10.5, "algbw": 0.1024, "busbw": 0.0768, "effective_busbw": 0.0768,
+           "time_us_steady": 10.5, "timed_from": 1795000000.5, "timed_to": 1795000000.6,
+           "algbw": 0.1024, "busbw": 0.0768, "effective_busbw": 0.0768,
            "wire_bytes_inter": 1536, "wire_bytes_intra": 768, "checked": True, "max_error": 0, "bound": 0, "wrong": 0}
     header = {"tool": "zpp-perf", "version": "1.0", "zpp_version": "0.1.0", "ranks": 4, "nodes": 2,
               "layout": "2x2", "date": "2026-01-02T03:04:05Z", "host": "h", "launcher": "fork",
