@@ -240,6 +240,17 @@ ZPP_QUANT_INL size_t zppQuantEscOffset(size_t count, int bits, int block) {
   return (end + 3) & ~(size_t)3;
 }
 
+/* The rotated decode's scale cases, for a block of 2^L elements whose scale
+ * has the bits sb (sign clear, finite). Folds: s 2^-L is normal and
+ * B Q s < 2^119, so that 2^-L folds into s exactly and no value of the
+ * transform overflows (quant_rotate_avx2.c's decodeSmallT says why the
+ * result is the same). MayOverflow: B Q s >= 2^119, where a sum of the
+ * transform may reach Inf and the decode takes the spec's subtraction. */
+ZPP_QUANT_INL int zppQuantRotFolds(uint32_t sb, int L) {
+  return sb >= (uint32_t)(L + 1) << 23 && sb < (uint32_t)(246 - L) << 23;
+}
+ZPP_QUANT_INL int zppQuantRotMayOverflow(uint32_t sb, int L) { return sb >= (uint32_t)(246 - L) << 23; }
+
 /* Slot j of an escape table: value and group-relative index. */
 ZPP_QUANT_INL float zppQuantEscValue(const uint8_t* table, int j) {
   float v;

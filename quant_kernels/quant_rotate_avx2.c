@@ -437,7 +437,7 @@ ROT_INLINE void decodeSmallT(const uint8_t* data, int bits, size_t lo, size_t le
   const int n = len == 32 ? 4 : 8, L = len == 32 ? 5 : 6;
   const uint32_t sb = zppF32Bits(s);
   __m256 v[8];
-  if (sb >= (uint32_t)(L + 1) << 23 && sb < (uint32_t)(246 - L) << 23) {
+  if (zppQuantRotFolds(sb, L)) {
     const __m256 one = _mm256_set1_ps(1.0f);
     decodeStages(data, bits, lo, _mm256_set1_ps(zppF32FromBits(sb - ((uint32_t)L << 23))), v, n, 0);
 #pragma GCC unroll 4
@@ -460,7 +460,7 @@ ROT_INLINE void decodeWideT(const uint8_t* data, int bits, size_t lo, size_t len
   const __m256 vs = _mm256_set1_ps(s);
   const int L = zppQuantLog2((int)len);
   const __m256 invB = _mm256_castsi256_ps(_mm256_set1_epi32((127 - L) << 23));
-  const int big = zppF32Bits(s) >= (uint32_t)(246 - L) << 23; /* B Q s may overflow */
+  const int big = zppQuantRotMayOverflow(zppF32Bits(s), L);
   for (size_t i = 0; i < len; i += 64) {
     __m256 v[8];
     if (big)

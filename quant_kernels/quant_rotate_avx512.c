@@ -513,18 +513,12 @@ R5_INLINE void decodeStages(const uint8_t* data, int bits, size_t i, __m512 vs, 
   stagesNarrow(v, n, exact);
 }
 
-/* 1 when a rotated block of 2^L elements with scale s (sign clear,
- * finite) takes 2^-L folded into s: s 2^-L normal, B Q s < 2^119. */
-R5_INLINE int folds(float s, int L) {
-  const uint32_t sb = zppF32Bits(s);
-  return sb >= (uint32_t)(L + 1) << 23 && sb < (uint32_t)(246 - L) << 23;
-}
-
 /* 1 when the m blocks of 2^L from block b are all rotated (scale sign
- * clear, finite) and fold (as folds()). */
+ * clear, finite) and fold (zppQuantRotFolds). */
 R5_INLINE int multiFolds(const uint8_t* scales, size_t b, int m, int L) {
   int ok = 1;
-  for (int j = 0; j < m; j++) ok &= folds(zppQuantLoadScale(scales, b + (size_t)j), L);
+  for (int j = 0; j < m; j++)
+    ok &= zppQuantRotFolds(zppF32Bits(zppQuantLoadScale(scales, b + (size_t)j)), L);
   return ok;
 }
 
@@ -536,7 +530,7 @@ R5_INLINE void decodeSmallT(const uint8_t* data, int bits, size_t lo, int n, flo
   const int L = __builtin_ctz(16u * (unsigned)n);
   const uint32_t sb = zppF32Bits(s);
   __m512 v[16];
-  if (folds(s, L)) {
+  if (zppQuantRotFolds(sb, L)) {
     decodeStages(data, bits, lo, _mm512_set1_ps(zppF32FromBits(sb - ((uint32_t)L << 23))), v, n, 0);
 #pragma GCC unroll 16
     for (int k = 0; k < n; k++)
@@ -586,7 +580,7 @@ R5_INLINE void decodeWideT(const uint8_t* data, int bits, size_t lo, size_t len,
   const __m512 vs = _mm512_set1_ps(s);
   const int L = zppQuantLog2((int)len);
   const __m512 invB = _mm512_castsi512_ps(_mm512_set1_epi32((127 - L) << 23));
-  const int big = zppF32Bits(s) >= (uint32_t)(246 - L) << 23; /* B Q s may overflow */
+  const int big = zppQuantRotMayOverflow(zppF32Bits(s), L);
   for (size_t i = 0; i < len; i += 256) {
     __m512 v[16];
     if (big)
