@@ -121,10 +121,12 @@ step "6/6" "summary"
 kill "$probe_pid" 2>/dev/null || true
 probe_rc=0
 wait "$probe_pid" || probe_rc=$?
+probe_args=(--cpu-probe "$cpu_log")
 if ((probe_rc != 0)); then
   echo "zpp main job: zpp-cpu-probe failed (exit $probe_rc, above): the summary cannot say whether the host slowed the CPUs" >&2
+  probe_args=()
 fi
-python3 scripts/main-summary.py --cpu-probe "$cpu_log" --two-by-two "$out/main-2x2.json" --links "$out/main-2x2-links.json" \
+python3 scripts/main-summary.py "${probe_args[@]}" --two-by-two "$out/main-2x2.json" --links "$out/main-2x2-links.json" \
   --four-by-one "$out/main-4x1.json" --links-4x1 "$out/main-4x1-links.json" --rate "$rate" \
   --cyclic "$out/main-2x2-cyclic.json" --rotated4 "$out/main-2x2-rot4.json" \
   --rotated4-2x1 "$out/main-2x1-rot4.json" --cores "$(nproc)"
