@@ -44,11 +44,19 @@
 
 #define R5_INLINE static inline __attribute__((always_inline))
 
-/* Sign masks (D) of a whole 4096 block, filled once. */
+/* Sign masks (D) of a whole 4096 block, filled once; and the same in the
+ * even/odd order of the int4 decode (decodeEO32): per 32 elements, the 16
+ * even ones' masks, then the 16 odd ones'. */
 static uint32_t gSigns[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(64)));
+static uint32_t gSignsEO[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(64)));
 static pthread_once_t gSignsOnce = PTHREAD_ONCE_INIT;
 static void fillSigns(void) {
   for (size_t i = 0; i < ZPP_QUANT_MAX_BLOCK; i++) gSigns[i] = zppQuantRotSignMask(i);
+  for (size_t c = 0; c < ZPP_QUANT_MAX_BLOCK; c += 32)
+    for (size_t l = 0; l < 16; l++) {
+      gSignsEO[c + l] = zppQuantRotSignMask(c + 2 * l);
+      gSignsEO[c + 16 + l] = zppQuantRotSignMask(c + 2 * l + 1);
+    }
 }
 
 R5_INLINE __m512i signs16(size_t i) { return _mm512_load_si512((const void*)(gSigns + i)); }
@@ -522,6 +530,97 @@ R5_INLINE int multiFolds(const uint8_t* scales, size_t b, int m, int L) {
   return ok;
 }
 
+/* ---- the int4 decode in even/odd order (fp32 and bf16 out) ----
+ *
+ * Every 32 elements of a block sit in two vectors, the 16 even ones (E)
+ * and the 16 odd ones (O), in order: one byte of the packed data holds an
+ * even element's nibble and the next odd one's, so one zero-extension of
+ * 16 bytes and two table lookups (the low nibble, then the high one) decode
+ * 32 elements, where the natural order takes a byte interleave and a
+ * widening per 16. Stage h = 1 pairs E with O (a plain add and sub, no
+ * shuffle); stages 2, 4, 8, 16 pair lanes inside E and inside O (stage()
+ * with lane distances 1, 2, 4, 8); stages from 32 on pair whole vectors, as
+ * in stagesNarrow. Each element sees the spec's stages in the spec's order:
+ * the same bits. The output interleaves E and O back: for bf16 one ternary
+ * logic op merges the two rounded halves into 32 bf16 in order (instead of
+ * a narrowing per 16); for fp32 two two-source permutes. */
+
+R5_INLINE __m512 flipEO(__m512 v, size_t i) {
+  return _mm512_castsi512_ps(
+      _mm512_xor_si512(_mm512_castps_si512(v), _mm512_load_si512((const void*)(gSignsEO + i))));
+}
+
+/* q * s of the 32 int4 elements from element i (a multiple of 32) into *e
+ * (even) and *o (odd), t the block's nibble table. vpermps reads the low 4
+ * bits of each lane: the byte's low nibble, then, shifted, its high one. */
+R5_INLINE void decodeEO32(const uint8_t* data, size_t i, __m512 t, __m512* e, __m512* o) {
+  const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(const void*)(data + i / 2)));
+  *e = _mm512_permutexvar_ps(x, t);
+  *o = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), t);
+}
+
+/* The stages of n vectors in even/odd order (n / 2 chunks of 32 elements:
+ * v[2c] even, v[2c + 1] odd), all below 16n. */
+R5_INLINE void stagesEO(__m512* v, int n, int exact) {
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k += 2) R5_BFLY(v[k], v[k + 1]); /* h = 1 */
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) v[k] = stagesIn(v[k], exact); /* h = 2 .. 16 */
+  for (int d = 2; d < n; d *= 2)                            /* h = 32 .. 8n */
+#pragma GCC unroll 16
+    for (int k = 0; k < n; k++)
+      if ((k & d) == 0) R5_BFLY(v[k], v[k + d]);
+}
+
+/* Rounds fp32 to bf16 in the upper half of each lane (as finish16: the
+ * integer carry, no NaN case). */
+R5_INLINE __m512i roundBf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+}
+
+/* The 32 results of a chunk (even e, odd o; times invB where mulB), signed
+ * from j (the chunk's place in its block), stored in order at element at. */
+R5_INLINE void finishEO32(void* out, zppDataType_t dtype, size_t at, size_t j, __m512 e, __m512 o,
+                          __m512 invB, int mulB) {
+  if (mulB) {
+    e = _mm512_mul_ps(e, invB);
+    o = _mm512_mul_ps(o, invB);
+  }
+  e = flipEO(e, j);
+  o = flipEO(o, j + 16);
+  if (dtype == zppFloat32) {
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    _mm512_storeu_ps((float*)out + at, _mm512_permutex2var_ps(e, lo, o));
+    _mm512_storeu_ps((float*)out + at + 16, _mm512_permutex2var_ps(e, hi, o));
+    return;
+  }
+  /* bf16: lane l = e's bf16 in the low half, o's in the high half. */
+  const __m512i w =
+      _mm512_ternarylogic_epi32(_mm512_srli_epi32(roundBf16(e), 16), roundBf16(o),
+                                _mm512_set1_epi32((int)0xffff0000u), 0xf8); /* a | (b & c) */
+  _mm512_storeu_si512((void*)((uint16_t*)out + at), w);
+}
+
+/* 1 where a block decodes in even/odd order: int4 into fp32 or bf16 (fp16
+ * would need a 16-bit interleave; int8 has no table). */
+#define R5_EO(bits, dtype) ((bits) == 4 && (dtype) != zppFloat16)
+
+/* decodeSmallT's block in even/odd order; s already folded where fold. */
+R5_INLINE void decodeSmallEO(const uint8_t* data, size_t lo, int n, __m512 vs, void* out,
+                             zppDataType_t dtype, int fold, __m512 invB) {
+  __m512 v[16];
+  const __m512 t = nibbleTable(vs);
+#pragma GCC unroll 8
+  for (int c = 0; c < n / 2; c++) decodeEO32(data, lo + 32 * (size_t)c, t, &v[2 * c], &v[2 * c + 1]);
+  stagesEO(v, n, !fold);
+#pragma GCC unroll 8
+  for (int c = 0; c < n / 2; c++)
+    finishEO32(out, dtype, lo + 32 * (size_t)c, 32 * (size_t)c, v[2 * c], v[2 * c + 1], invB, !fold);
+}
+
 /* A rotated block of 16n elements (n <= 16) in registers from load to
  * store, 2^-L folded into s where that is exact (quant_rotate_avx2.c's
  * decodeSmallT says why). */
@@ -529,6 +628,15 @@ R5_INLINE void decodeSmallT(const uint8_t* data, int bits, size_t lo, int n, flo
                             zppDataType_t dtype) {
   const int L = __builtin_ctz(16u * (unsigned)n);
   const uint32_t sb = zppF32Bits(s);
+  if (R5_EO(bits, dtype)) {
+    const __m512 invB = _mm512_castsi512_ps(_mm512_set1_epi32((127 - L) << 23));
+    if (zppQuantRotFolds(sb, L))
+      decodeSmallEO(data, lo, n, _mm512_set1_ps(zppF32FromBits(sb - ((uint32_t)L << 23))), out, dtype,
+                    1, invB);
+    else
+      decodeSmallEO(data, lo, n, _mm512_set1_ps(s), out, dtype, 0, invB);
+    return;
+  }
   __m512 v[16];
   if (zppQuantRotFolds(sb, L)) {
     decodeStages(data, bits, lo, _mm512_set1_ps(zppF32FromBits(sb - ((uint32_t)L << 23))), v, n, 0);
@@ -552,6 +660,23 @@ R5_INLINE void decodeMultiT(const uint8_t* data, int bits, size_t lo, int n, con
   const int m = 2; /* measured: 4 blocks of 64 at once gained nothing over 2 */
   const uint32_t L = (uint32_t)__builtin_ctz(16u * (unsigned)n);
   __m512 v[16];
+  if (R5_EO(bits, dtype)) {
+#pragma GCC unroll 8
+    for (int j = 0; j < m; j++) {
+      const float s = zppQuantLoadScale(scales, (lo >> L) + (size_t)j);
+      const __m512 t = nibbleTable(_mm512_set1_ps(zppF32FromBits(zppF32Bits(s) - (L << 23))));
+#pragma GCC unroll 8
+      for (int c = 0; c < n / 2; c++)
+        decodeEO32(data, lo + 16 * (size_t)(j * n + 2 * c), t, &v[j * n + 2 * c],
+                   &v[j * n + 2 * c + 1]);
+    }
+    stagesEO(v, n, 0);     /* block 0 */
+    stagesEO(v + n, n, 0); /* block 1 */
+#pragma GCC unroll 8
+    for (int k = 0; k < m * n; k += 2)
+      finishEO32(out, dtype, lo + 16 * (size_t)k, 16 * (size_t)(k % n), v[k], v[k + 1], v[k], 0);
+    return;
+  }
 #pragma GCC unroll 8
   for (int j = 0; j < m; j++) {
     const float s = zppQuantLoadScale(scales, (lo >> L) + (size_t)j);
