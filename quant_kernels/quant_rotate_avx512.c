@@ -297,6 +297,17 @@ R5_INLINE void store64(const float* w, __m512 vinv, int bits, uint8_t* d) {
   _mm256_storeu_si256((__m256i*)d, _mm512_cvtepi16_epi8(n));
 }
 
+/* rne(w * inv) of a chunk of 32 in even/odd order (even e, odd o), as
+ * int4 at d (16 bytes): each even element's nibble low, the next odd one's
+ * high. Only the low byte of each lane is kept, so q_o << 4 needs no mask. */
+R5_INLINE void store32EO(__m512 e, __m512 o, __m512 vinv, uint8_t* d) {
+  const __m512i qe = _mm512_cvtps_epi32(_mm512_mul_ps(e, vinv));
+  const __m512i qo = _mm512_cvtps_epi32(_mm512_mul_ps(o, vinv));
+  const __m512i x = _mm512_ternarylogic_epi32(qe, _mm512_slli_epi32(qo, 4), _mm512_set1_epi32(0xf),
+                                              0xec); /* (a & c) | b */
+  _mm_storeu_si128((__m128i*)(void*)d, _mm512_cvtepi32_epi8(x));
+}
+
 /* w (len a multiple of 32) quantized as a plain normal block with p = 1. */
 R5_INLINE void quantizeW(const float* w, size_t len, int bits, float inv, uint8_t* d) {
   const __m512 vinv = _mm512_set1_ps(inv);
@@ -580,6 +591,14 @@ R5_INLINE __m512i roundBf16(__m512 v) {
   return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
 }
 
+/* The chunk of even e and odd o stored in order, as 32 fp32 at f. */
+R5_INLINE void storeNaturalEO(float* f, __m512 e, __m512 o) {
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  _mm512_storeu_ps(f, _mm512_permutex2var_ps(e, lo, o));
+  _mm512_storeu_ps(f + 16, _mm512_permutex2var_ps(e, hi, o));
+}
+
 /* The 32 results of a chunk (even e, odd o; times invB where mulB), signed
  * from j (the chunk's place in its block), stored in order at element at. */
 R5_INLINE void finishEO32(void* out, zppDataType_t dtype, size_t at, size_t j, __m512 e, __m512 o,
@@ -591,10 +610,7 @@ R5_INLINE void finishEO32(void* out, zppDataType_t dtype, size_t at, size_t j, _
   e = flipEO(e, j);
   o = flipEO(o, j + 16);
   if (dtype == zppFloat32) {
-    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-    const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-    _mm512_storeu_ps((float*)out + at, _mm512_permutex2var_ps(e, lo, o));
-    _mm512_storeu_ps((float*)out + at + 16, _mm512_permutex2var_ps(e, hi, o));
+    storeNaturalEO((float*)out + at, e, o);
     return;
   }
   /* bf16: lane l = e's bf16 in the low half, o's in the high half. */
@@ -787,6 +803,24 @@ R5_INLINE void sumRotated(const uint8_t* packed, size_t stride, int nin, size_t 
   }
 }
 
+/* sumRotated in even/odd order (int4: decodeEO32): v[2c], v[2c + 1] the
+ * even and odd elements of chunk c, n vectors. */
+R5_INLINE void sumRotatedEO(const uint8_t* packed, size_t stride, int nin, size_t dataOff, size_t b,
+                            size_t lo, __m512* v, int n) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int k = 0; k < nin; k++) {
+    const uint8_t* seg = packed + (size_t)k * stride;
+    const __m512 t = nibbleTable(_mm512_set1_ps(zppQuantLoadScale(zppQuantScalesPtr(seg), b)));
+#pragma GCC unroll 8
+    for (int c = 0; c < n / 2; c++) {
+      __m512 e, o;
+      decodeEO32(seg + dataOff, lo + 32 * (size_t)c, t, &e, &o);
+      v[2 * c] = _mm512_add_ps(k == 0 ? zero : v[2 * c], e);
+      v[2 * c + 1] = _mm512_add_ps(k == 0 ? zero : v[2 * c + 1], o);
+    }
+  }
+}
+
 /* z / divisor of 16 sums (H r, before 2^-L) stored as dtype at element at,
  * signs from j: div 0 none, 1 multiply by vd (the reciprocal of a divisor
  * 2^k), 2 divide by vd; the signs last (quant_rotate_avx2.c's finishSum16
@@ -802,6 +836,20 @@ R5_INLINE void finishSum16(void* out, zppDataType_t dtype, size_t at, size_t j, 
   finish16(out, dtype, at, j, v, invB, 0);
 }
 
+/* finishSum16 for a chunk of 32 in even/odd order. */
+R5_INLINE void finishSumEO32(void* out, zppDataType_t dtype, size_t at, size_t j, __m512 e, __m512 o,
+                             __m512 invB, int div, __m512 vd) {
+  if (div == 0) {
+    finishEO32(out, dtype, at, j, e, o, invB, 1);
+    return;
+  }
+  e = _mm512_mul_ps(e, invB);
+  o = _mm512_mul_ps(o, invB);
+  e = div == 1 ? _mm512_mul_ps(e, vd) : _mm512_div_ps(e, vd);
+  o = div == 1 ? _mm512_mul_ps(o, vd) : _mm512_div_ps(o, vd);
+  finishEO32(out, dtype, at, j, e, o, invB, 0);
+}
+
 /* The sums of one block, inverse transformed with the spec's subtraction
  * (a sum may overflow to Inf), divided and stored (quant_rotate_avx2.c's
  * sumBlockT): blocks up to 256 in registers, larger ones 256 at a time
@@ -813,6 +861,30 @@ R5_INLINE void sumBlockT(const uint8_t* packed, size_t stride, int nin, size_t d
   const __m512 invB = _mm512_castsi512_ps(_mm512_set1_epi32((127 - L) << 23));
   const __m512 vd = _mm512_set1_ps(divisor);
   __m512 v[16];
+  if (len <= 256 && R5_EO(bits, dtype)) {
+    const int n = (int)len / 16;
+    switch (n) { /* n a constant in each call */
+      case 2:
+        sumRotatedEO(packed, stride, nin, dataOff, b, lo, v, 2);
+        stagesEO(v, 2, 1);
+        break;
+      case 4:
+        sumRotatedEO(packed, stride, nin, dataOff, b, lo, v, 4);
+        stagesEO(v, 4, 1);
+        break;
+      case 8:
+        sumRotatedEO(packed, stride, nin, dataOff, b, lo, v, 8);
+        stagesEO(v, 8, 1);
+        break;
+      default:
+        sumRotatedEO(packed, stride, nin, dataOff, b, lo, v, 16);
+        stagesEO(v, 16, 1);
+        break;
+    }
+    for (int k = 0; k < n; k += 2)
+      finishSumEO32(out, dtype, at + 16 * (size_t)k, 16 * (size_t)k, v[k], v[k + 1], invB, div, vd);
+    return;
+  }
   if (len <= 256) {
     const int n = (int)len / 16;
     switch (n) { /* n a constant in each call */
@@ -880,12 +952,31 @@ R5_INLINE void sumRequantGroupT(const uint8_t* packed, size_t stride, int nin, s
   float sc[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 16] __attribute__((aligned(64)));
   float inv[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 16] __attribute__((aligned(64)));
   __m512 v[16];
+  /* int4 to int4 in blocks up to 256: the tile in even/odd order, from the
+   * decode to the nibble packing (decodeEO32, store32EO). */
+  const int eo = bitsIn == 4 && bitsOut == 4 && bs <= 256;
   for (size_t k = 0; k < nb; k++) {
     amax[k] = 0;
     if (!ok[k]) continue;
     const size_t lo = (b0 + k) * bs;
     float* t = tile + k * bs;
     __m512i m = _mm512_setzero_si512();
+    if (eo) {
+      const int n = (int)bs / 16;
+      switch (n) { /* n a constant in each call */
+        case 2: sumRotatedEO(packed, stride, nin, dataOff, b0 + k, lo, v, 2); break;
+        case 4: sumRotatedEO(packed, stride, nin, dataOff, b0 + k, lo, v, 4); break;
+        case 8: sumRotatedEO(packed, stride, nin, dataOff, b0 + k, lo, v, 8); break;
+        default: sumRotatedEO(packed, stride, nin, dataOff, b0 + k, lo, v, 16); break;
+      }
+      for (int j = 0; j < n; j++) {
+        m = _mm512_max_epu32(m, absBits(v[j]));
+        _mm512_store_ps(t + 16 * (size_t)j, v[j]);
+      }
+      amax[k] = _mm512_reduce_max_epu32(m);
+      if (amax[k] >= 0x7f800000u) ok[k] = 0; /* r not finite: the fallback */
+      continue;
+    }
     for (size_t i = 0; i < bs; i += 256) {
       const int n = bs < 256 ? (int)bs / 16 : 16;
       switch (n) {
@@ -914,12 +1005,23 @@ R5_INLINE void sumRequantGroupT(const uint8_t* packed, size_t stride, int nin, s
     const size_t lo = (b0 + k) * bs;
     if (!ok[k]) continue;
     uint8_t* d = data + (bitsOut == 8 ? lo : lo / 2);
+    const float* t = tile + k * bs;
     if (amax[k] < ZPP_QUANT_TINY_BITS) { /* zero (scale +0, q 0), or the reference's scaled path */
-      quantizeBlock(tile + k * bs, amax[k], lo, bs, bitsOut, Q, scales, b0 + k, data);
+      float nat[256] __attribute__((aligned(64)));
+      if (eo) /* the reference reads r in order */
+        for (size_t c = 0; c < bs; c += 32)
+          storeNaturalEO(nat + c, _mm512_load_ps(t + c), _mm512_load_ps(t + c + 16));
+      quantizeBlock(eo ? nat : t, amax[k], lo, bs, bitsOut, Q, scales, b0 + k, data);
       continue;
     }
     zppQuantStoreScale(scales, b0 + k, sc[k]);
-    quantizeW(tile + k * bs, bs, bitsOut, inv[k], d);
+    if (eo) {
+      const __m512 vinv = _mm512_set1_ps(inv[k]);
+      for (size_t c = 0; c < bs; c += 32)
+        store32EO(_mm512_load_ps(t + c), _mm512_load_ps(t + c + 16), vinv, d + c / 2);
+    } else {
+      quantizeW(t, bs, bitsOut, inv[k], d);
+    }
   }
 }
 
