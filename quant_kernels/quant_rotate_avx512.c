@@ -158,6 +158,40 @@ R5_INLINE void stagesWide(float* buf, size_t len) {
       }
 }
 
+/* ---- even/odd order (int4) -------------------------------------------------------
+ *
+ * Where int4 meets fp32 or bf16, every 32 elements of a block sit in two
+ * vectors, the 16 even ones (E) and the 16 odd ones (O), in order: a
+ * packed byte holds an even element's nibble and the next odd one's, and
+ * a bf16 pair loads as one 32-bit lane with the even element low. So one
+ * zero-extension of 16 bytes and two table lookups (the low nibble, then
+ * the high one) decode 32 elements, a shift and a mask widen 32 bf16, and
+ * a ternary-logic op packs 32 nibbles or merges 32 rounded bf16, where the
+ * natural order takes a widening or a narrowing per 16. Stage h = 1 pairs
+ * E with O (a plain add and sub, no shuffle); stages 2, 4, 8, 16 pair
+ * lanes inside E and inside O (stage() with lane distances 1, 2, 4, 8);
+ * stages from 32 on pair whole vectors, as in stagesNarrow. Each element
+ * sees the spec's stages in the spec's order: the same bits. fp32 output
+ * interleaves E and O back with two two-source permutes. */
+
+R5_INLINE __m512 flipEO(__m512 v, size_t i) {
+  return _mm512_castsi512_ps(
+      _mm512_xor_si512(_mm512_castps_si512(v), _mm512_load_si512((const void*)(gSignsEO + i))));
+}
+
+/* The stages of n vectors in even/odd order (n / 2 chunks of 32 elements:
+ * v[2c] even, v[2c + 1] odd), all below 16n. */
+R5_INLINE void stagesEO(__m512* v, int n, int exact) {
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k += 2) R5_BFLY(v[k], v[k + 1]); /* h = 1 */
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) v[k] = stagesIn(v[k], exact); /* h = 2 .. 16 */
+  for (int d = 2; d < n; d *= 2)                            /* h = 32 .. 8n */
+#pragma GCC unroll 16
+    for (int k = 0; k < n; k++)
+      if ((k & d) == 0) R5_BFLY(v[k], v[k + d]);
+}
+
 /* ---- encode ------------------------------------------------------------------------ */
 
 /* As quant_rotate_avx2.c's: the next group's elements of this block. */
@@ -216,6 +250,36 @@ R5_INLINE void rotateBlock(const void* in, zppDataType_t dtype, size_t at, int n
   }
   *xm = m;
   stagesNarrow(v, n, 0);
+  m = _mm512_setzero_si512();
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) {
+    m = _mm512_max_epu32(m, absBits(v[k]));
+    _mm512_store_ps(wb + 16 * k, v[k]);
+  }
+  *wm = m;
+}
+
+/* rotateBlock for bf16 into int4, in even/odd order (the section "even/odd
+ * order" above says what that is): 32 bf16 load as 16 lanes of two,
+ * the even element in the low half, so that a shift and a mask widen them
+ * (where the natural order takes a widening per 16), and stage 1 pairs
+ * the two vectors. w goes to wb in even/odd order. The lane maxima are
+ * still maxima over 16 disjoint sets of elements, all lanesAbove needs. */
+R5_INLINE void rotateBlockEO(const void* in, size_t at, int n, float* wb, const void* pf, __m512i* xm,
+                             __m512i* wm) {
+  __m512 v[16];
+  prefetchBlock(pf, zppBfloat16, at, 16 * (size_t)n);
+  const __m512i hiMask = _mm512_set1_epi32((int)0xffff0000u);
+  __m512i m = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int c = 0; c < n / 2; c++) {
+    const __m512i x = _mm512_loadu_si512((const void*)((const uint16_t*)in + at + 32 * (size_t)c));
+    v[2 * c] = flipEO(_mm512_castsi512_ps(_mm512_slli_epi32(x, 16)), 32 * (size_t)c);
+    v[2 * c + 1] = flipEO(_mm512_castsi512_ps(_mm512_and_si512(x, hiMask)), 32 * (size_t)c + 16);
+    m = _mm512_max_epu32(m, _mm512_max_epu32(absBits(v[2 * c]), absBits(v[2 * c + 1])));
+  }
+  *xm = m;
+  stagesEO(v, n, 0);
   m = _mm512_setzero_si512();
 #pragma GCC unroll 16
   for (int k = 0; k < n; k++) {
@@ -297,6 +361,14 @@ R5_INLINE void store64(const float* w, __m512 vinv, int bits, uint8_t* d) {
   _mm256_storeu_si256((__m256i*)d, _mm512_cvtepi16_epi8(n));
 }
 
+/* The chunk of even e and odd o stored in order, as 32 fp32 at f. */
+R5_INLINE void storeNaturalEO(float* f, __m512 e, __m512 o) {
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  _mm512_storeu_ps(f, _mm512_permutex2var_ps(e, lo, o));
+  _mm512_storeu_ps(f + 16, _mm512_permutex2var_ps(e, hi, o));
+}
+
 /* rne(w * inv) of a chunk of 32 in even/odd order (even e, odd o), as
  * int4 at d (16 bytes): each even element's nibble low, the next odd one's
  * high. Only the low byte of each lane is kept, so q_o << 4 needs no mask. */
@@ -331,6 +403,23 @@ R5_INLINE void quantizeBlock(const float* wb, uint32_t wmax, size_t at, size_t l
     quantizeW(wb, len, bits, bp.inv, d);
 }
 
+/* quantizeW and quantizeBlock for int4 from a w in even/odd order (w at
+ * 32c the even elements of chunk c, at 32c + 16 the odd ones; len <= 256):
+ * the nibbles packed straight from it; the reference's paths (a zero
+ * block, p != 1) read w in order, so it is put back first. */
+R5_INLINE void quantizeWEO(const float* w, size_t len, float inv, uint8_t* d) {
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (size_t c = 0; c < len; c += 32)
+    store32EO(_mm512_load_ps(w + c), _mm512_load_ps(w + c + 16), vinv, d + c / 2);
+}
+R5_INLINE void quantizeBlockEO(const float* w, uint32_t wmax, size_t at, size_t len, int Q,
+                               uint8_t* scales, size_t b, uint8_t* data) {
+  float nat[256] __attribute__((aligned(64)));
+  for (size_t c = 0; c < len; c += 32)
+    storeNaturalEO(nat + c, _mm512_load_ps(w + c), _mm512_load_ps(w + c + 16));
+  quantizeBlock(nat, wmax, at, len, 4, Q, scales, b, data);
+}
+
 /* Pass 2 over the nb blocks of 16n elements from element base (w at buf,
  * lane maxima in xm[], wm[]): 16 blocks at a time, max |x| and max |w| by
  * reduce16; the rule (finite x, more than E elements at or above
@@ -341,7 +430,7 @@ R5_INLINE void quantizeBlock(const float* wb, uint32_t wmax, size_t at, size_t l
  * block waits on its own two divisions; then each block's q. */
 R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, const float* buf, __m512i* xm,
                              __m512i* wm, size_t nb, size_t base, int n, int K, int bits, int Q,
-                             uint8_t* scales, uint8_t* data) {
+                             uint8_t* scales, uint8_t* data, int eo) {
   const size_t bs = 16 * (size_t)n;
   const int lb = __builtin_ctz(16u * (unsigned)n);
   uint32_t wmax[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(64)));
@@ -371,11 +460,17 @@ R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, const float* b
     const size_t at = base + k * bs;
     uint8_t* d = data + (bits == 8 ? at : at / 2);
     if (wmax[k] < ZPP_QUANT_TINY_BITS) { /* zero (scale +0, q 0), or the scaled path */
-      quantizeBlock(buf + k * bs, wmax[k], at, bs, bits, Q, scales, at >> lb, data);
+      if (eo)
+        quantizeBlockEO(buf + k * bs, wmax[k], at, bs, Q, scales, at >> lb, data);
+      else
+        quantizeBlock(buf + k * bs, wmax[k], at, bs, bits, Q, scales, at >> lb, data);
       continue;
     }
     zppQuantStoreScale(scales, at >> lb, sc[k]);
-    quantizeW(buf + k * bs, bs, bits, inv[k], d);
+    if (eo)
+      quantizeWEO(buf + k * bs, bs, inv[k], d);
+    else
+      quantizeW(buf + k * bs, bs, bits, inv[k], d);
   }
   return 1;
 }
@@ -431,8 +526,18 @@ R5_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, in
     __m512i xm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15],
         wm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15];
     const size_t nb = glen >> lb;
+    const int eo = dtype == zppBfloat16 && bits == 4; /* rotateBlockEO */
     for (size_t k = 0; k < nb; k++) {
       const size_t lo = k << lb;
+      if (eo) {
+        switch (bs) { /* n a constant in each call */
+          case 32: rotateBlockEO(in, base + lo, 2, buf + lo, pf, xm + k, wm + k); break;
+          case 64: rotateBlockEO(in, base + lo, 4, buf + lo, pf, xm + k, wm + k); break;
+          case 128: rotateBlockEO(in, base + lo, 8, buf + lo, pf, xm + k, wm + k); break;
+          default: rotateBlockEO(in, base + lo, 16, buf + lo, pf, xm + k, wm + k); break;
+        }
+        continue;
+      }
       switch (bs) { /* n a constant in each call */
         case 32: rotateBlock(in, dtype, base + lo, 2, buf + lo, pf, xm + k, wm + k); break;
         case 64: rotateBlock(in, dtype, base + lo, 4, buf + lo, pf, xm + k, wm + k); break;
@@ -443,16 +548,16 @@ R5_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, in
     int ok;
     switch (bs) {
       case 32:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data, eo);
         break;
       case 64:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data, eo);
         break;
       case 128:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data, eo);
         break;
       default:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data, eo);
         break;
     }
     if (!ok) return 0;
@@ -501,6 +606,14 @@ R5_INLINE __m512 nibbleTable(__m512 vs) {
   return _mm512_mul_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1), vs);
 }
 
+/* Rounds fp32 to bf16 in the upper half of each lane: the integer carry,
+ * no NaN case (finish16 says why). */
+R5_INLINE __m512i roundBf16(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+}
+
 /* Sixteen results (times invB where mulB), signed, rounded to dtype and
  * stored at element at, signs from j. The sign commutes with each type's
  * rounding; bf16 rounds by the integer carry with no NaN case (as
@@ -516,10 +629,8 @@ R5_INLINE void finish16(void* out, zppDataType_t dtype, size_t at, size_t j, __m
     _mm256_storeu_si256((__m256i*)((uint16_t*)out + at),
                         _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   } else {
-    __m512i u = _mm512_castps_si512(v);
-    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-    u = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
-    _mm256_storeu_si256((__m256i*)((uint16_t*)out + at), _mm512_cvtepi32_epi16(u));
+    _mm256_storeu_si256((__m256i*)((uint16_t*)out + at),
+                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(roundBf16(v), 16)));
   }
 }
 
@@ -541,26 +652,6 @@ R5_INLINE int multiFolds(const uint8_t* scales, size_t b, int m, int L) {
   return ok;
 }
 
-/* ---- the int4 decode in even/odd order (fp32 and bf16 out) ----
- *
- * Every 32 elements of a block sit in two vectors, the 16 even ones (E)
- * and the 16 odd ones (O), in order: one byte of the packed data holds an
- * even element's nibble and the next odd one's, so one zero-extension of
- * 16 bytes and two table lookups (the low nibble, then the high one) decode
- * 32 elements, where the natural order takes a byte interleave and a
- * widening per 16. Stage h = 1 pairs E with O (a plain add and sub, no
- * shuffle); stages 2, 4, 8, 16 pair lanes inside E and inside O (stage()
- * with lane distances 1, 2, 4, 8); stages from 32 on pair whole vectors, as
- * in stagesNarrow. Each element sees the spec's stages in the spec's order:
- * the same bits. The output interleaves E and O back: for bf16 one ternary
- * logic op merges the two rounded halves into 32 bf16 in order (instead of
- * a narrowing per 16); for fp32 two two-source permutes. */
-
-R5_INLINE __m512 flipEO(__m512 v, size_t i) {
-  return _mm512_castsi512_ps(
-      _mm512_xor_si512(_mm512_castps_si512(v), _mm512_load_si512((const void*)(gSignsEO + i))));
-}
-
 /* q * s of the 32 int4 elements from element i (a multiple of 32) into *e
  * (even) and *o (odd), t the block's nibble table. vpermps reads the low 4
  * bits of each lane: the byte's low nibble, then, shifted, its high one. */
@@ -568,35 +659,6 @@ R5_INLINE void decodeEO32(const uint8_t* data, size_t i, __m512 t, __m512* e, __
   const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(const void*)(data + i / 2)));
   *e = _mm512_permutexvar_ps(x, t);
   *o = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), t);
-}
-
-/* The stages of n vectors in even/odd order (n / 2 chunks of 32 elements:
- * v[2c] even, v[2c + 1] odd), all below 16n. */
-R5_INLINE void stagesEO(__m512* v, int n, int exact) {
-#pragma GCC unroll 16
-  for (int k = 0; k < n; k += 2) R5_BFLY(v[k], v[k + 1]); /* h = 1 */
-#pragma GCC unroll 16
-  for (int k = 0; k < n; k++) v[k] = stagesIn(v[k], exact); /* h = 2 .. 16 */
-  for (int d = 2; d < n; d *= 2)                            /* h = 32 .. 8n */
-#pragma GCC unroll 16
-    for (int k = 0; k < n; k++)
-      if ((k & d) == 0) R5_BFLY(v[k], v[k + d]);
-}
-
-/* Rounds fp32 to bf16 in the upper half of each lane (as finish16: the
- * integer carry, no NaN case). */
-R5_INLINE __m512i roundBf16(__m512 v) {
-  const __m512i u = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-  return _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
-}
-
-/* The chunk of even e and odd o stored in order, as 32 fp32 at f. */
-R5_INLINE void storeNaturalEO(float* f, __m512 e, __m512 o) {
-  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
-  _mm512_storeu_ps(f, _mm512_permutex2var_ps(e, lo, o));
-  _mm512_storeu_ps(f + 16, _mm512_permutex2var_ps(e, hi, o));
 }
 
 /* The 32 results of a chunk (even e, odd o; times invB where mulB), signed
@@ -1007,21 +1069,17 @@ R5_INLINE void sumRequantGroupT(const uint8_t* packed, size_t stride, int nin, s
     uint8_t* d = data + (bitsOut == 8 ? lo : lo / 2);
     const float* t = tile + k * bs;
     if (amax[k] < ZPP_QUANT_TINY_BITS) { /* zero (scale +0, q 0), or the reference's scaled path */
-      float nat[256] __attribute__((aligned(64)));
-      if (eo) /* the reference reads r in order */
-        for (size_t c = 0; c < bs; c += 32)
-          storeNaturalEO(nat + c, _mm512_load_ps(t + c), _mm512_load_ps(t + c + 16));
-      quantizeBlock(eo ? nat : t, amax[k], lo, bs, bitsOut, Q, scales, b0 + k, data);
+      if (eo)
+        quantizeBlockEO(t, amax[k], lo, bs, Q, scales, b0 + k, data);
+      else
+        quantizeBlock(t, amax[k], lo, bs, bitsOut, Q, scales, b0 + k, data);
       continue;
     }
     zppQuantStoreScale(scales, b0 + k, sc[k]);
-    if (eo) {
-      const __m512 vinv = _mm512_set1_ps(inv[k]);
-      for (size_t c = 0; c < bs; c += 32)
-        store32EO(_mm512_load_ps(t + c), _mm512_load_ps(t + c + 16), vinv, d + c / 2);
-    } else {
+    if (eo)
+      quantizeWEO(t, bs, inv[k], d);
+    else
       quantizeW(t, bs, bitsOut, inv[k], d);
-    }
   }
 }
 
