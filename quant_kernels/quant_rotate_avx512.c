@@ -231,6 +231,17 @@ R5_INLINE int lanesAbove(__m512i m, uint32_t a, int K) {
   return __builtin_popcount(_mm512_cmpgt_epu32_mask(m, t)) > ZPP_QUANT_ESC_PER_BLOCK;
 }
 
+/* w (the n vectors v) into wb; returns the lane-wise maxima of |w|. */
+R5_INLINE __m512i storeW(const __m512* v, int n, float* wb) {
+  __m512i m = _mm512_setzero_si512();
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) {
+    m = _mm512_max_epu32(m, absBits(v[k]));
+    _mm512_store_ps(wb + 16 * k, v[k]);
+  }
+  return m;
+}
+
 /* Pass 1 of a block of 16n elements (n <= 16), in registers from load to w:
  * its w into wb, and the lane-wise maxima of |x| and of |w| (magnitude
  * bits; 16 disjoint sets of elements) into *xm and *wm. No horizontal
@@ -250,13 +261,7 @@ R5_INLINE void rotateBlock(const void* in, zppDataType_t dtype, size_t at, int n
   }
   *xm = m;
   stagesNarrow(v, n, 0);
-  m = _mm512_setzero_si512();
-#pragma GCC unroll 16
-  for (int k = 0; k < n; k++) {
-    m = _mm512_max_epu32(m, absBits(v[k]));
-    _mm512_store_ps(wb + 16 * k, v[k]);
-  }
-  *wm = m;
+  *wm = storeW(v, n, wb);
 }
 
 /* rotateBlock for bf16 into int4, in even/odd order (the section "even/odd
@@ -280,13 +285,7 @@ R5_INLINE void rotateBlockEO(const void* in, size_t at, int n, float* wb, const 
   }
   *xm = m;
   stagesEO(v, n, 0);
-  m = _mm512_setzero_si512();
-#pragma GCC unroll 16
-  for (int k = 0; k < n; k++) {
-    m = _mm512_max_epu32(m, absBits(v[k]));
-    _mm512_store_ps(wb + 16 * k, v[k]);
-  }
-  *wm = m;
+  *wm = storeW(v, n, wb);
 }
 
 /* Lane j of the result: the largest lane of v[j] (unsigned), for 16
