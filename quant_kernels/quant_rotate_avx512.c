@@ -24,6 +24,10 @@
  *   (`vpermps` indexes by the low 4 bits of each lane: the nibble itself),
  *   the same products the reference forms; blocks up to 128 are decoded
  *   two at a time (their stages interleaved).
+ * - Where int4 meets fp32 or bf16 (that decode, qgZ's int4 sums, the bf16
+ *   encode into int4) the vectors hold a block's even and odd elements
+ *   apart, the order the packed bytes and bf16 pairs already have ("even/odd
+ *   order" below).
  *
  * Which groups it encodes, and why a group goes to the reference, is
  * quant_rotate_avx2.c's rule word for word: every block full, finite, with
