@@ -97,6 +97,48 @@ static void* probeMain(void* arg) {
   return NULL;
 }
 
+/* count samples (0: until a signal), every seconds apart (0: back to back),
+ * one line each to out. 0, or 1 after saying why. */
+static int runSamples(probeThread_t* th, pthread_t* tid, int ncpu, long count, double every,
+                      double workMs, FILE* out) {
+  double next = nowNs(CLOCK_MONOTONIC);
+  for (long s = 0; !gStop && (count == 0 || s < count); s++) {
+    const double t = nowNs(CLOCK_REALTIME) / 1e9;
+    int started = 0;
+    for (; started < ncpu; started++) {
+      th[started].fail = NULL;
+      if (pthread_create(&tid[started], NULL, probeMain, &th[started]) != 0) break;
+    }
+    for (int k = 0; k < started; k++) pthread_join(tid[k], NULL);
+    if (started < ncpu) {
+      fprintf(stderr, "zpp-cpu-probe: cannot start a thread\n");
+      return 1;
+    }
+    for (int k = 0; k < ncpu; k++)
+      if (th[k].fail != NULL) {
+        fprintf(stderr, "zpp-cpu-probe: CPU %d: %s\n", th[k].cpu, th[k].fail);
+        return 1;
+      }
+    fprintf(
+        out,
+        "{\"tool\": \"zpp-cpu-probe\", \"t\": %.3f, \"codec\": \"%s\", \"work_ms\": %g, \"cpus\": [", t,
+        zppQuantImplName(), workMs);
+    for (int k = 0; k < ncpu; k++) fprintf(out, "%s%d", k ? ", " : "", th[k].cpu);
+    fprintf(out, "], \"gbps\": [");
+    for (int k = 0; k < ncpu; k++) fprintf(out, "%s%.3f", k ? ", " : "", th[k].gbps);
+    fprintf(out, "]}\n");
+    fflush(out);
+    if (every == 0.0) continue;
+    next += every * 1e9;
+    const double wait = next - nowNs(CLOCK_MONOTONIC);
+    if (wait > 0 && (count == 0 || s + 1 < count)) {
+      struct timespec ts = {(time_t)(wait / 1e9), (long)((int64_t)wait % 1000000000)};
+      nanosleep(&ts, NULL); /* a signal ends it early; the loop then stops */
+    }
+  }
+  return 0;
+}
+
 static void usage(FILE* f) {
   fprintf(f,
           "usage: zpp-cpu-probe [--every SECONDS] [--count N] [--work-ms MS] [-o FILE]\n"
@@ -170,11 +212,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int ncpu = CPU_COUNT(&allowed);
+  int rc = 1;
+  FILE* out = stdout;
   probeThread_t* th = calloc((size_t)ncpu, sizeof *th);
   pthread_t* tid = calloc((size_t)ncpu, sizeof *tid);
   if (th == NULL || tid == NULL) {
     fprintf(stderr, "zpp-cpu-probe: out of memory\n");
-    return 1;
+    goto done;
   }
   for (int c = 0, k = 0; k < ncpu; c++) {
     if (!CPU_ISSET(c, &allowed)) continue;
@@ -184,59 +228,33 @@ int main(int argc, char** argv) {
     th[k].packed = malloc(zppQuantPackedSize(kProbeCount, kProbeBits, kProbeBlock));
     if (th[k].in == NULL || th[k].packed == NULL) {
       fprintf(stderr, "zpp-cpu-probe: out of memory\n");
-      return 1;
+      goto done;
     }
     fillInput(th[k].in, kProbeCount, (uint32_t)k + 1u);
     k++;
   }
-
-  FILE* out = stdout;
   if (outPath != NULL && (out = fopen(outPath, "w")) == NULL) {
     fprintf(stderr, "zpp-cpu-probe: cannot write %s: %s\n", outPath, strerror(errno));
-    return 1;
+    out = stdout;
+    goto done;
   }
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = onSignal; /* no SA_RESTART: the sleep between samples ends at once */
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
+  rc = runSamples(th, tid, ncpu, count, every, workMs, out);
 
-  double next = nowNs(CLOCK_MONOTONIC);
-  for (long s = 0; !gStop && (count == 0 || s < count); s++) {
-    const double t = nowNs(CLOCK_REALTIME) / 1e9;
-    for (int k = 0; k < ncpu; k++) {
-      th[k].fail = NULL;
-      if (pthread_create(&tid[k], NULL, probeMain, &th[k]) != 0) {
-        fprintf(stderr, "zpp-cpu-probe: cannot start a thread\n");
-        return 1;
-      }
-    }
-    for (int k = 0; k < ncpu; k++) pthread_join(tid[k], NULL);
-    for (int k = 0; k < ncpu; k++)
-      if (th[k].fail != NULL) {
-        fprintf(stderr, "zpp-cpu-probe: CPU %d: %s\n", th[k].cpu, th[k].fail);
-        return 1;
-      }
-    fprintf(
-        out,
-        "{\"tool\": \"zpp-cpu-probe\", \"t\": %.3f, \"codec\": \"%s\", \"work_ms\": %g, \"cpus\": [", t,
-        zppQuantImplName(), workMs);
-    for (int k = 0; k < ncpu; k++) fprintf(out, "%s%d", k ? ", " : "", th[k].cpu);
-    fprintf(out, "], \"gbps\": [");
-    for (int k = 0; k < ncpu; k++) fprintf(out, "%s%.3f", k ? ", " : "", th[k].gbps);
-    fprintf(out, "]}\n");
-    fflush(out);
-    if (every == 0.0) continue;
-    next += every * 1e9;
-    const double wait = next - nowNs(CLOCK_MONOTONIC);
-    if (wait > 0 && (count == 0 || s + 1 < count)) {
-      struct timespec ts = {(time_t)(wait / 1e9), (long)((int64_t)wait % 1000000000)};
-      nanosleep(&ts, NULL); /* a signal ends it early; the loop then stops */
-    }
-  }
-  if (out != stdout && fclose(out) != 0) {
+done:
+  if (out != stdout && fclose(out) != 0 && rc == 0) {
     fprintf(stderr, "zpp-cpu-probe: cannot write %s: %s\n", outPath, strerror(errno));
-    return 1;
+    rc = 1;
   }
-  return 0;
+  for (int k = 0; th != NULL && k < ncpu; k++) {
+    free(th[k].in);
+    free(th[k].packed);
+  }
+  free(th);
+  free(tid);
+  return rc;
 }
