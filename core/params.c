@@ -96,7 +96,7 @@ static const zppEnvInfo_t paramTable[] = {
     /* codecs */
     {"ZPP_QUANT_IMPL", ZPP_ENV_STRING, "auto",
      "CPU codec implementation: auto (AVX-512 when the CPU has F/BW/VL/VBMI/VBMI2/BF16, else "
-     "AVX2+F16C when it has them; the rotated codec's AVX-512 kernels need only F/BW), avx512, "
+     "AVX2+F16C when it has them; the rotated codec's AVX-512 kernels need only F/BW/DQ), avx512, "
      "avx2 or scalar"},
     /* ZeRO++ compression (lib/compress_settings.c; zppConfig_t fields override) */
     {"ZPP_QWZ_BITS", ZPP_ENV_INT, "0",

@@ -46,7 +46,8 @@ static int cpuRunsAvx512(void) {
 #if defined(ZPP_QUANT_HAVE_ROT_AVX512)
 static int cpuRunsRotAvx512(void) {
   /* quant_rotate_avx512.c's extensions: a subset of cpuRunsAvx512's. */
-  return cpuRunsAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  return cpuRunsAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq");
 }
 #endif
 

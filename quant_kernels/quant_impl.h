@@ -177,7 +177,7 @@ typedef struct {
 extern const zppQuantRotImpl_t zppQuantRotImplAvx2;
 #endif
 #if defined(ZPP_QUANT_HAVE_ROT_AVX512)
-/* AVX-512 F and BW (quant_rotate_avx512.c): encode, decode and the sums.
+/* AVX-512 F, BW and DQ (quant_rotate_avx512.c): encode, decode and the sums.
  * Needs less than quant_avx512.c (no VBMI, VBMI2, BF16), so it also runs on
  * CPUs where the plain codecs are AVX2's. */
 extern const zppQuantRotImpl_t zppQuantRotImplAvx512;

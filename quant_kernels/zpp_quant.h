@@ -453,7 +453,7 @@ const char* zppQuantImplName(void);
 
 /* The rotated codec's kernels in use: "avx512", "avx2" or "scalar" (the
  * reference). They follow ZPP_QUANT_IMPL, except that auto and avx512 take
- * the AVX-512 kernels wherever the CPU has AVX-512 F and BW, which is less
+ * the AVX-512 kernels wherever the CPU has AVX-512 F, BW and DQ, which is less
  * than the plain AVX-512 codecs need. */
 const char* zppQuantRotImplName(void);
 
