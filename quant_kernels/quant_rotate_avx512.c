@@ -721,12 +721,13 @@ R5_INLINE void finishEO32(void* out, zppDataType_t dtype, size_t at, size_t j, _
    * NaN, whose lo is 0). 9 operations per 32 where rounding each and
    * flipping each took 12. */
   const __m512i ue = _mm512_castps_si512(e), uo = _mm512_castps_si512(o);
-  const __m512i hi = _mm512_ternarylogic_epi32(_mm512_srli_epi32(ue, 16), uo,
-                                               _mm512_set1_epi32((int)0xffff0000u), 0xf8); /* a | (b & c) */
+  const __m512i hi = _mm512_ternarylogic_epi32(
+      _mm512_srli_epi32(ue, 16), uo, _mm512_set1_epi32((int)0xffff0000u), 0xf8); /* a | (b & c) */
   const __m512i lo = _mm512_ternarylogic_epi32(ue, _mm512_slli_epi32(uo, 16), _mm512_set1_epi32(0xffff),
                                                0xec); /* (a & c) | b */
   const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi16(1));
-  const __mmask32 up = _mm512_cmpgt_epu16_mask(_mm512_adds_epu16(lo, lsb), _mm512_set1_epi16((short)0x8000));
+  const __mmask32 up =
+      _mm512_cmpgt_epu16_mask(_mm512_adds_epu16(lo, lsb), _mm512_set1_epi16((short)0x8000));
   const __m512i w = _mm512_xor_si512(_mm512_mask_add_epi16(hi, up, hi, _mm512_set1_epi16(1)),
                                      _mm512_load_si512((const void*)(gSignsPairEO + j / 2)));
   _mm512_storeu_si512((void*)((uint16_t*)out + at), w);
