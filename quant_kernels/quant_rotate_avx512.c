@@ -792,8 +792,11 @@ R5_INLINE void decodeMultiT(const uint8_t* data, int bits, size_t lo, int n, con
   if (R5_EO(bits, dtype)) {
 #pragma GCC unroll 8
     for (int j = 0; j < m; j++) {
-      const float s = zppQuantLoadScale(scales, (lo >> L) + (size_t)j);
-      const __m512 t = nibbleTable(_mm512_set1_ps(zppF32FromBits(zppF32Bits(s) - (L << 23))));
+      /* q 2^-L (exact) times s: the folded product q (s 2^-L), one rounding
+       * of the same real number, from a broadcast of s in memory. */
+      const __m512 t =
+          _mm512_mul_ps(nibbleTable(_mm512_castsi512_ps(_mm512_set1_epi32((int)(127 - L) << 23))),
+                        _mm512_set1_ps(zppQuantLoadScale(scales, (lo >> L) + (size_t)j)));
 #pragma GCC unroll 8
       for (int c = 0; c < n / 2; c++)
         decodeEO32(data, lo + 16 * (size_t)(j * n + 2 * c), t, &v[j * n + 2 * c],
@@ -808,8 +811,8 @@ R5_INLINE void decodeMultiT(const uint8_t* data, int bits, size_t lo, int n, con
   }
 #pragma GCC unroll 8
   for (int j = 0; j < m; j++) {
-    const float s = zppQuantLoadScale(scales, (lo >> L) + (size_t)j);
-    const __m512 vs = _mm512_set1_ps(zppF32FromBits(zppF32Bits(s) - (L << 23)));
+    const __m512 vs = _mm512_mul_ps(_mm512_set1_ps(zppQuantLoadScale(scales, (lo >> L) + (size_t)j)),
+                                    _mm512_castsi512_ps(_mm512_set1_epi32((int)(127 - L) << 23)));
     const __m512 t = bits == 4 ? nibbleTable(vs) : vs;
 #pragma GCC unroll 8
     for (int k = 0; k < n; k++)
