@@ -348,8 +348,14 @@ static void checkDecodesAgree(const uint8_t* seg0, const uint8_t* segk, int k, s
  * and the (E+1)-th at exactly 2^-K (ordinary: rotated, no escape); group 1
  * the same but one block's (E+1)-th element just below 2^-K (its E
  * elements escape, the reference's path); group 2 (fp32) one block whose
- * w overflows (x = D * 3e38: stored unrotated); then an odd tail. Every
- * implementation must give the scalar's bytes and decodes, in all types. */
+ * w overflows (x = D * 3e38: stored unrotated). Group 3: in every block
+ * the largest element 1 and all the others at +-2^-K, so that each lane's
+ * maximum sits exactly at max |x| 2^-K (the AVX-512 encoder settles such
+ * blocks at once by their least lane maximum: rotated, no escape); group
+ * 4's first block the same with the others one step below (fp32: one ulp,
+ * where that test could be off by one): only the largest passes, and it
+ * escapes (the reference's path). Then an odd tail. Every implementation
+ * must give the scalar's bytes and decodes, in all types. */
 static void checkFastPathEdges(zppTestRng_t* rng) {
   static const int blocks[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
   const size_t G = ZPP_QUANT_ESC_GROUP;
@@ -358,7 +364,7 @@ static void checkFastPathEdges(zppTestRng_t* rng) {
       for (int bi = 0; bi < 8; bi++) {
         zppDataType_t dtype = kTypes[ti];
         int block = blocks[bi], K = ZPP_QUANT_ESC_LOG2(bits);
-        size_t count = 3 * G + (size_t)block + 5, sz = zppQuantPackedSize(count, bits, block);
+        size_t count = 5 * G + (size_t)block + 5, sz = zppQuantPackedSize(count, bits, block);
         void* in = malloc(count * 4);
         uint8_t* seg[QT_MAX_IMPLS];
         REQUIRE(in);
@@ -376,6 +382,13 @@ static void checkFastPathEdges(zppTestRng_t* rng) {
         if (dtype == zppFloat32)
           for (size_t i = 0; i < (size_t)block; i++)
             ((float*)in)[2 * G + i] = zppQuantRotSignMask(i) ? -3e38f : 3e38f;
+        const float at = ldexpf(1.0f, -K);
+        const float step = dtype == zppFloat32 ? nextafterf(at, 0.0f) : ldexpf(1.0f - 1.0f / 256, -K);
+        for (size_t lo = 3 * G; lo <= 4 * G; lo += (size_t)block)
+          for (size_t i = 0; i < (size_t)block; i++) {
+            float m = lo == 4 * G ? step : at;
+            qtSet(in, dtype, lo + i, i == 0 ? 1.0f : (zppTestRngUniform(rng, 0, 1) < 0.5 ? -m : m));
+          }
         for (int k = 0; k < gNimpl; k++) {
           seg[k] = malloc(sz);
           REQUIRE(seg[k]);
@@ -387,14 +400,18 @@ static void checkFastPathEdges(zppTestRng_t* rng) {
               zppQuantizeEx(in, dtype, count, bits, block, ZPP_QUANT_ROTATE, seg[k]) == zppSuccess,
               "%s", what);
           if (k > 0) CHECK_MSG(memcmp(seg[0], seg[k], sz) == 0, "%s: bytes differ from scalar", what);
-          int esc0 = 0, esc1 = 0;
+          int esc0 = 0, esc1 = 0, esc3 = 0, esc4 = 0;
           for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
             esc0 += qtEscSlotIndex(seg[k], count, bits, block, 0, j) != 0xffff;
             esc1 += qtEscSlotIndex(seg[k], count, bits, block, 1, j) != 0xffff;
+            esc3 += qtEscSlotIndex(seg[k], count, bits, block, 3, j) != 0xffff;
+            esc4 += qtEscSlotIndex(seg[k], count, bits, block, 4, j) != 0xffff;
           }
-          CHECK_MSG(esc0 == 0 && esc1 == ZPP_QUANT_ESC_PER_BLOCK,
-                    "%s: %d and %d escapes in groups 0, 1", what, esc0, esc1);
+          CHECK_MSG(esc0 == 0 && esc1 == ZPP_QUANT_ESC_PER_BLOCK && esc3 == 0 && esc4 == 1,
+                    "%s: %d, %d, %d and %d escapes in groups 0, 1, 3, 4", what, esc0, esc1, esc3, esc4);
           CHECK_MSG(!signbit(qtScale(seg[k], count, block, 0)), "%s: block 0 not rotated", what);
+          CHECK_MSG(!signbit(qtScale(seg[k], count, block, 3 * G / (size_t)block)),
+                    "%s: group 3's first block not rotated", what);
           if (dtype == zppFloat32)
             CHECK_MSG(signbit(qtScale(seg[k], count, block, 2 * G / (size_t)block)),
                       "%s: the overflowing block was rotated", what);
