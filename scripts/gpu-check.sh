@@ -24,9 +24,17 @@ progs=(test_quant_cuda test_coll_gpu test_zeropp_gpu test_zeropp_gpu_overlap zpp
 # What travels (the device tool's carry): never .device/build, which is too large.
 carry=("$dev/bin" "$dev/lib" "$dev/zpp")
 
+# The GPU code: sm_90's SASS alone by default (H100 and H200, the machines the
+# device tool lends). The default build's four images (sm_80 and sm_90, each
+# SASS and PTX) make the programs 9 MiB each, 76 MiB to carry in all: more
+# than the 64 MiB that travels.
+arch=${ZPP_GPU_CHECK_ARCH:-90-real}
+carryLimitMiB=60 # of the 64 that travel: the tree itself is about 4
+
 prepare() {
+  mkdir -p "$dev" # a fresh clone has none: its logs go there first
   cmake -S . -B "$dev/build" -DCMAKE_BUILD_TYPE=Release -DZPP_WITH_CUDA=ON -DZPP_WITH_MPI=OFF \
-    -DZPP_WITH_UCX=ON >"$dev/cmake.log"
+    -DZPP_WITH_UCX=ON -DZPP_CUDA_ARCHITECTURES="$arch" >"$dev/cmake.log"
   cmake --build "$dev/build" -j"$(nproc)" --target "${progs[@]}" zpp >"$dev/build.log" ||
     { tail -30 "$dev/build.log"; exit 1; }
   rm -rf "${dev:?}/bin" "${dev:?}/lib" "${dev:?}/zpp"
@@ -53,9 +61,30 @@ prepare() {
   cp "$dev"/build/generated/zpp_build_config.h "$dev/zpp/generated/"
   mkdir -p "$dev/zpp/CMakeFiles/cuda" # where setup.py reads the CUDA version
   cp "$dev"/build/CMakeFiles/*/CMakeCUDACompiler.cmake "$dev/zpp/CMakeFiles/cuda/"
+  echo "$arch" >"$dev/bin/cuda-arch" # what run checks the GPU against
   du -sh "${carry[@]}"
+  local mib
+  mib=$(du -scm "${carry[@]}" | awk 'END { print $1 }')
+  if ((mib > carryLimitMiB)); then
+    echo "gpu-check: what must travel is $mib MiB, more than $carryLimitMiB; build fewer CUDA" \
+      "architectures (ZPP_GPU_CHECK_ARCH, now $arch)" >&2
+    exit 1
+  fi
   echo "gpu-check: ready; on the GPU machine: bash scripts/gpu-check.sh run" \
     "(carry $(printf '"%s", ' "${carry[@]}" | sed 's/, $//'))"
+}
+
+# archRuns CC ARCHS: whether code built for CMake's CUDA architectures ARCHS
+# ("90-real", "80;90") runs on compute capability CC (90): SASS of CC itself,
+# or PTX (a plain or -virtual entry) of CC or below, which the driver compiles.
+archRuns() {
+  local a n
+  for a in ${2//;/ }; do
+    n=${a%%-*}
+    [[ $n == "$1" ]] && return 0
+    [[ $a != *-real ]] && ((n <= $1)) && return 0
+  done
+  return 1
 }
 
 run() {
@@ -90,6 +119,15 @@ for p in sys.path:
     echo "NCCL library dir: ${nccl:-none found}; version code $ncclVersion"
     "$bin/zpp-info" | head -20 || true
   } 2>&1 | tee "$logs/versions.txt"
+  # A GPU the carried code has no image for fails every launch: say it once.
+  local cc built
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d '. ' || true)
+  built=$(cat "$bin/cuda-arch" 2>/dev/null || true)
+  if [[ -n $cc && -n $built ]] && ! archRuns "$cc" "$built"; then
+    echo "gpu-check: this GPU is sm_$cc and the programs carry code for '$built' only;" \
+      "prepare again with ZPP_GPU_CHECK_ARCH=$cc-real"
+    return 1
+  fi
 
   # torch_zpp against this machine's PyTorch, built while the GPU steps run.
   (cd python && ZPP_BUILD_DIR=$PWD/../$dev/zpp ZPP_TORCH_DEVICE=1 ZPP_TORCH_NINJA=1 MAX_JOBS=8 python3 setup.py build_ext --inplace) \
@@ -123,7 +161,7 @@ for p in sys.path:
     export ZPP_LAUNCH_NCCL_HOST_PER_RANK=1
   fi
   ZPP_PIPELINE_CHUNK_BYTES=4096 step quant_cuda 90 "$bin/test_quant_cuda"
-  step bench_kernels 100 "$bin/zpp-bench-kernels" --benchmark_filter='/cuda/|d2d_copy' \
+  step bench_kernels 140 "$bin/zpp-bench-kernels" --benchmark_filter='/cuda/|d2d_copy' \
     --benchmark_min_time=0.05 --benchmark_out="$logs/bench-kernels.json" --benchmark_out_format=json
   cp "$logs/bench-kernels.json" "$out/" 2>/dev/null || true
   ZPP_PIPELINE_CHUNK_BYTES=4096 step overlap 30 "$bin/test_zeropp_gpu_overlap"
@@ -158,16 +196,16 @@ for p in sys.path:
   local pid
   for pid in "${sans[@]}"; do wait "$pid" || true; done
   # Where the codecs spend their time: ncu's speed-of-light of the 64 MiB
-  # bf16 int4 codecs, plain and rotated, and qgZ's reductions (a profile, not
-  # a pass or fail). Every call also runs escapeKernel, and the inputs'
-  # quantizations launch kernels before the timed ones: two launches of each
-  # kernel and launch shape (per-launch-config), so that no kernel uses up
-  # the count of the others.
-  local ncu ncuFilter='^(de)?quantize(-rotated)?/cuda/bf16/int4/64MiB|^reduce_requant/cuda/int(4x8|8x8-int4)/64MiB'
+  # bf16 int4 codecs, plain and rotated, and qgZ's reductions, plain and in
+  # qgZ's order on rotated inputs (a profile, not a pass or fail). Every call
+  # also runs escapeKernel, and the inputs' quantizations launch kernels
+  # before the timed ones: two launches of each kernel and launch shape
+  # (per-launch-config), so that no kernel uses up the count of the others.
+  local ncu ncuFilter='^(de)?quantize(-rotated)?/cuda/bf16/int4/64MiB|^reduce_requant(-rot-direct)?/cuda/int(4x8|8x8-int4)/64MiB'
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   step ncu 120 "$ncu" --section SpeedOfLight --section Occupancy --section LaunchStats \
     --filter-mode per-launch-config --launch-count 2 \
-    -k 'regex:quantizeKernel|decodeKernel|rotateKernel|rotDecodeKernel|reduceRequantKernel|escapeKernel' \
+    -k 'regex:quantizeKernel|decodeKernel|rotateKernel|rotDecodeKernel|reduceRequantKernel|escapeKernel|sumKernel|requantKernel' \
     "$bin/zpp-bench-kernels" --benchmark_min_time=0.001 --benchmark_filter="${ZPP_GPU_CHECK_NCU_FILTER:-$ncuFilter}"
   cat "$logs"/*.summary
   if grep -q "FAILED\|not run" "$logs"/*.summary; then status=1; fi

@@ -229,8 +229,10 @@ void BM_Dequantize(benchmark::State& st, zppDataType_t dt, int bits, int block, 
   });
 }
 
-/* n packed inputs laid end to end, as an all-to-all receives them. */
-bool makeInputs(benchmark::State& st, DevBuf& pk, int n, size_t count, int bits, int block) {
+/* n packed inputs laid end to end, as an all-to-all receives them; rotated
+ * ones (zppQuantizeExCuda) when rot is not 0. */
+bool makeInputs(benchmark::State& st, DevBuf& pk, int n, size_t count, int bits, int block,
+                int rot = 0) {
   const size_t P = zppQuantPackedSize(count, bits, block);
   DevBuf x;
   if (!x.alloc(count * 4) || !pk.alloc(P * n)) {
@@ -239,23 +241,41 @@ bool makeInputs(benchmark::State& st, DevBuf& pk, int n, size_t count, int bits,
   }
   if (!ok(st, fillRandom(x.p, zppFloat32, count), "fill")) return false;
   for (int k = 0; k < n; k++)
-    if (!ok(st, zppQuantizeCuda(x.p, zppFloat32, count, bits, block, pk.b() + k * P, benchStream()),
+    if (!ok(st,
+            zppQuantizeExCuda(x.p, zppFloat32, count, bits, block, rot ? ZPP_QUANT_ROTATE : 0u,
+                              pk.b() + k * P, benchStream()),
             "quantize"))
       return false;
   return ok(st, cudaStreamSynchronize(benchStream()), "quantize");
 }
 
-void BM_ReduceRequant(benchmark::State& st, int n, int bitsIn, int bitsOut, int block, size_t count) {
+/* The reductions' inputs, as the CPU half of zpp-bench-kernels names them
+ * (RegisterReduce): rot 0 plain; 1, 2 rotated, summed in the simple order or
+ * in the rotated domain; 3 (requant only) the direct order. Rotated inputs
+ * go through the Order entry points with a rotated output (zpp_quant.h,
+ * "Reductions of rotated segments"). */
+const char* const kRotName[4] = {"/", "-rot-simple/", "-rot-rdomain/", "-rot-direct/"};
+
+zppQuantSumOrder_t rotOrder(int rot) {
+  return rot == 3   ? ZPP_QUANT_SUM_ROTATED_DIRECT
+         : rot == 2 ? ZPP_QUANT_SUM_ROTATED_DOMAIN
+                    : ZPP_QUANT_SUM_SIMPLE;
+}
+
+void BM_ReduceRequant(benchmark::State& st, int n, int bitsIn, int bitsOut, int block, size_t count,
+                      int rot = 0) {
   DevBuf pk, out;
-  if (!makeInputs(st, pk, n, count, bitsIn, block)) return;
+  if (!makeInputs(st, pk, n, count, bitsIn, block, rot)) return;
   if (!out.alloc(zppQuantPackedSize(count, bitsOut, block))) {
     st.SkipWithError("cudaMalloc");
     return;
   }
   const size_t P = zppQuantPackedSize(count, bitsIn, block);
   timedAgainstCopy(st, P * n, [&] {
-    return zppQuantReduceRequantCuda(pk.p, P, n, count, bitsIn, block, bitsOut, block, out.p,
-                                     benchStream());
+    return rot ? zppQuantReduceRequantOrderCuda(pk.p, P, n, count, bitsIn, block, bitsOut, block,
+                                                ZPP_QUANT_ROTATE, rotOrder(rot), out.p, benchStream())
+               : zppQuantReduceRequantCuda(pk.p, P, n, count, bitsIn, block, bitsOut, block, out.p,
+                                           benchStream());
   });
 }
 
@@ -275,17 +295,20 @@ void BM_ReduceRequant8to4(benchmark::State& st, int n, size_t count) {
   });
 }
 
-void BM_DequantizeSum(benchmark::State& st, int n, int bits, int block, zppDataType_t dt,
-                      size_t count) {
+void BM_DequantizeSum(benchmark::State& st, int n, int bits, int block, zppDataType_t dt, size_t count,
+                      int rot = 0) {
   DevBuf pk, out;
-  if (!makeInputs(st, pk, n, count, bits, block)) return;
+  if (!makeInputs(st, pk, n, count, bits, block, rot)) return;
   if (!out.alloc(count * typeSize(dt))) {
     st.SkipWithError("cudaMalloc");
     return;
   }
   const size_t P = zppQuantPackedSize(count, bits, block);
   timedAgainstCopy(st, P * n, [&] {
-    return zppDequantizeSumCuda(pk.p, P, n, count, bits, block, (float)n, out.p, dt, benchStream());
+    return rot ? zppDequantizeSumOrderCuda(pk.p, P, n, count, bits, block, (float)n, out.p, dt,
+                                           rotOrder(rot), benchStream())
+               : zppDequantizeSumCuda(pk.p, P, n, count, bits, block, (float)n, out.p, dt,
+                                      benchStream());
   });
 }
 
@@ -386,12 +409,18 @@ void registerAll() {
     const int b4 = defaultBlock(4);
     add("quantize_reordered/cuda/bf16/int4/W16L8/" + sizeName(bytes), bytes,
         [=](benchmark::State& st) { BM_QuantizeReordered(st, zppBfloat16, 4, b4, 16, 8, count); });
-    for (int n : {2, 8}) {
-      const size_t inBytes = zppQuantPackedSize(count, 4, b4) * n;
-      add("reduce_requant/cuda/int4x" + std::to_string(n) + "/" + sizeName(bytes), inBytes,
-          [=](benchmark::State& st) { BM_ReduceRequant(st, n, 4, 4, b4, count); });
-      add("dequantize_sum/cuda/int4x" + std::to_string(n) + "-bf16/" + sizeName(bytes), inBytes,
-          [=](benchmark::State& st) { BM_DequantizeSum(st, n, 4, b4, zppBfloat16, count); });
+    /* and the same on rotated inputs (docs/codecs.md, "CUDA reductions of
+     * rotated segments"), in each order */
+    for (int rot = 0; rot <= 3; rot++) {
+      for (int n : {2, 8}) {
+        const size_t inBytes = zppQuantPackedSize(count, 4, b4) * n;
+        const std::string tail = std::string("cuda/int4x") + std::to_string(n);
+        add(std::string("reduce_requant") + kRotName[rot] + tail + "/" + sizeName(bytes), inBytes,
+            [=](benchmark::State& st) { BM_ReduceRequant(st, n, 4, 4, b4, count, rot); });
+        if (rot == 3) continue; /* the direct order differs only in the requantization */
+        add(std::string("dequantize_sum") + kRotName[rot] + tail + "-bf16/" + sizeName(bytes), inBytes,
+            [=](benchmark::State& st) { BM_DequantizeSum(st, n, 4, b4, zppBfloat16, count, rot); });
+      }
     }
     const size_t in8 = zppQuantPackedSize(count, 8, defaultBlock(8)) * 8;
     add("reduce_requant/cuda/int8x8-int4/" + sizeName(bytes), in8,
