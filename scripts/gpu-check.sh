@@ -4,7 +4,7 @@
 # Debian packages and nothing to fetch: build here, carry, run there.
 #
 #   bash scripts/gpu-check.sh prepare   # here: build into .device/build (CUDA on,
-#                                       # MPI off) and copy the programs and the
+#                                       # sm_90, MPI off) and copy the programs and the
 #                                       # libraries the GPU machine lacks (UCX,
 #                                       # Google Benchmark, the CUDA runtime) to .device/
 #   bash scripts/gpu-check.sh run       # there, with carry [".device"]: versions,
