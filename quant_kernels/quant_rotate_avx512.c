@@ -239,12 +239,22 @@ R5_INLINE void prefetchBlock(const void* pf, zppDataType_t dtype, size_t at, siz
   for (size_t b = 0; b < esize * len; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
 }
 
+/* |x| 2^K >= a as an integer compare of magnitude bits: where a >=
+ * R5_ABOVE_MIN(K), a 2^-K is normal and exact, and the test is
+ * bits(|x|) > a - R5_ABOVE_BIAS(K). One formula for countAbove, lanesAbove
+ * and the encoder's lane-wise form of it. */
+#define R5_ABOVE_MIN(K) (((uint32_t)(K) + 1u) << 23)
+#define R5_ABOVE_BIAS(K) (((uint32_t)(K) << 23) + 1u)
+
+/* 2^-L in every lane (L <= 12: a normal power of two). */
+R5_INLINE __m512 pow2Neg(int L) { return _mm512_castsi512_ps(_mm512_set1_epi32((127 - L) << 23)); }
+
 /* How many of the 16n elements in v have |x| * 2^K >= a (a: finite fp32
  * bits, not zero): quant_rotate_avx2.c's countAbove. */
 R5_INLINE int countAbove(const __m512* v, int n, uint32_t a, int K) {
   int c = 0;
-  if (a >= ((uint32_t)K + 1u) << 23) {
-    const __m512i t = _mm512_set1_epi32((int)(a - ((uint32_t)K << 23) - 1u));
+  if (a >= R5_ABOVE_MIN(K)) {
+    const __m512i t = _mm512_set1_epi32((int)(a - R5_ABOVE_BIAS(K)));
 #pragma GCC unroll 16
     for (int k = 0; k < n; k++) c += __builtin_popcount(_mm512_cmpgt_epu32_mask(absBits(v[k]), t));
   } else {
@@ -263,8 +273,8 @@ R5_INLINE int countAbove(const __m512* v, int n, uint32_t a, int K) {
  * the magnitude bits) are distinct elements (quant_rotate_avx2.c's
  * lanesAbove). */
 R5_INLINE int lanesAbove(__m512i m, uint32_t a, int K) {
-  if (a < ((uint32_t)K + 1u) << 23) return 0;
-  const __m512i t = _mm512_set1_epi32((int)(a - ((uint32_t)K << 23) - 1u));
+  if (a < R5_ABOVE_MIN(K)) return 0;
+  const __m512i t = _mm512_set1_epi32((int)(a - R5_ABOVE_BIAS(K)));
   return __builtin_popcount(_mm512_cmpgt_epu32_mask(m, t)) > ZPP_QUANT_ESC_PER_BLOCK;
 }
 
@@ -493,11 +503,10 @@ R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, const float* b
      * or above max |x| 2^-K): one compare of their least lane for the 16
      * blocks, where a per-block lanesAbove (a broadcast, a compare, a
      * popcount and two branches each) was 6-9% of the encode. */
-    const __m512i t = _mm512_sub_epi32(a, _mm512_set1_epi32((int)(((uint32_t)K << 23) + 1u)));
-    const unsigned settled =
-        _mm512_cmpeq_epi32_mask(a, _mm512_setzero_si512()) |
-        (_mm512_cmpge_epu32_mask(a, _mm512_set1_epi32((int)(((uint32_t)K + 1u) << 23))) &
-         _mm512_cmpgt_epu32_mask(reduce16(xm + k0, 1), t));
+    const __m512i t = _mm512_sub_epi32(a, _mm512_set1_epi32((int)R5_ABOVE_BIAS(K)));
+    const unsigned settled = _mm512_cmpeq_epi32_mask(a, _mm512_setzero_si512()) |
+                             (_mm512_cmpge_epu32_mask(a, _mm512_set1_epi32((int)R5_ABOVE_MIN(K))) &
+                              _mm512_cmpgt_epu32_mask(reduce16(xm + k0, 1), t));
     for (unsigned m = ~settled & ((1u << kn) - 1u); m != 0; m &= m - 1) {
       const size_t j = (size_t)__builtin_ctz(m);
       if (lanesAbove(xm[k0 + j], a16[j], K)) continue; /* the lanes settle it (usual) */
@@ -772,7 +781,7 @@ R5_INLINE void decodeSmallT(const uint8_t* data, int bits, size_t lo, int n, flo
   const int L = __builtin_ctz(16u * (unsigned)n);
   const uint32_t sb = zppF32Bits(s);
   if (R5_EO(bits, dtype)) {
-    const __m512 invB = _mm512_castsi512_ps(_mm512_set1_epi32((127 - L) << 23));
+    const __m512 invB = pow2Neg(L);
     if (zppQuantRotFolds(sb, L))
       decodeSmallEO(data, lo, n, _mm512_set1_ps(zppF32FromBits(sb - ((uint32_t)L << 23))), out, dtype,
                     1, invB);
@@ -788,7 +797,7 @@ R5_INLINE void decodeSmallT(const uint8_t* data, int bits, size_t lo, int n, flo
       finish16(out, dtype, lo + 16 * (size_t)k, 16 * (size_t)k, v[k], v[k], 0);
     return;
   }
-  const __m512 invB = _mm512_castsi512_ps(_mm512_set1_epi32((127 - L) << 23));
+  const __m512 invB = pow2Neg(L);
   decodeStages(data, bits, lo, _mm512_set1_ps(s), v, n, 1); /* rare: s tiny or huge */
 #pragma GCC unroll 16
   for (int k = 0; k < n; k++) finish16(out, dtype, lo + 16 * (size_t)k, 16 * (size_t)k, v[k], invB, 1);
@@ -810,9 +819,8 @@ R5_INLINE void decodeMultiT(const uint8_t* data, int bits, size_t lo, int n, con
     for (int j = 0; j < m; j++) {
       /* q 2^-L (exact) times s: the folded product q (s 2^-L), one rounding
        * of the same real number, from a broadcast of s in memory. */
-      const __m512 t =
-          _mm512_mul_ps(nibbleTable(_mm512_castsi512_ps(_mm512_set1_epi32((int)(127 - L) << 23))),
-                        _mm512_set1_ps(zppQuantLoadScale(scales, (lo >> L) + (size_t)j)));
+      const __m512 t = _mm512_mul_ps(nibbleTable(pow2Neg((int)L)),
+                                     _mm512_set1_ps(zppQuantLoadScale(scales, (lo >> L) + (size_t)j)));
 #pragma GCC unroll 8
       for (int c = 0; c < n / 2; c++)
         decodeEO32(data, lo + 16 * (size_t)(j * n + 2 * c), t, &v[j * n + 2 * c],
@@ -828,7 +836,7 @@ R5_INLINE void decodeMultiT(const uint8_t* data, int bits, size_t lo, int n, con
 #pragma GCC unroll 8
   for (int j = 0; j < m; j++) {
     const __m512 vs = _mm512_mul_ps(_mm512_set1_ps(zppQuantLoadScale(scales, (lo >> L) + (size_t)j)),
-                                    _mm512_castsi512_ps(_mm512_set1_epi32((int)(127 - L) << 23)));
+                                    pow2Neg((int)L));
     const __m512 t = bits == 4 ? nibbleTable(vs) : vs;
 #pragma GCC unroll 8
     for (int k = 0; k < n; k++)
@@ -852,7 +860,7 @@ R5_INLINE void decodeWideT(const uint8_t* data, int bits, size_t lo, size_t len,
   float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(64)));
   const __m512 vs = _mm512_set1_ps(s);
   const int L = zppQuantLog2((int)len);
-  const __m512 invB = _mm512_castsi512_ps(_mm512_set1_epi32((127 - L) << 23));
+  const __m512 invB = pow2Neg(L);
   const int big = zppQuantRotMayOverflow(zppF32Bits(s), L);
   for (size_t i = 0; i < len; i += 256) {
     __m512 v[16];
@@ -991,7 +999,7 @@ R5_INLINE void sumBlockT(const uint8_t* packed, size_t stride, int nin, size_t d
                          size_t b, size_t lo, size_t len, void* out, size_t at, zppDataType_t dtype,
                          int div, float divisor) {
   const int L = __builtin_ctz((unsigned)len);
-  const __m512 invB = _mm512_castsi512_ps(_mm512_set1_epi32((127 - L) << 23));
+  const __m512 invB = pow2Neg(L);
   const __m512 vd = _mm512_set1_ps(divisor);
   __m512 v[16];
   if (len <= 256 && R5_EO(bits, dtype)) {
