@@ -36,12 +36,17 @@
 #include <string>
 #include <vector>
 
+#include "bench_names.h"
 #include "names.h"
 #include "quant_kernels/quant_impl.h"
 #include "quant_kernels/zpp_half.h"
 #include "quant_kernels/zpp_quant.h"
 
 namespace {
+
+using benchnames::RotOrder;
+using benchnames::RotSuffix;
+using benchnames::SizeName;
 
 // Buffers live for the whole run (benchmark functions are called several
 // times while Google Benchmark sizes its iteration counts): filled once,
@@ -73,17 +78,6 @@ size_t TypeSize(zppDataType_t t) { return t == zppFloat32 ? 4 : 2; }
 const char* TypeName(zppDataType_t t) { return zppDtypeShortName(t); }
 int DefaultBlock(int bits) {
   return bits == 8 ? ZPP_QUANT_DEFAULT_BLOCK_INT8 : ZPP_QUANT_DEFAULT_BLOCK_INT4;
-}
-
-std::string SizeName(size_t bytes) {
-  char buf[32];
-  if (bytes % (1 << 20) == 0)
-    std::snprintf(buf, sizeof buf, "%zuMiB", bytes >> 20);
-  else if (bytes % 1024 == 0)
-    std::snprintf(buf, sizeof buf, "%zuKiB", bytes >> 10);
-  else
-    std::snprintf(buf, sizeof buf, "%zuB", bytes);
-  return buf;
 }
 
 // A tensor of count elements of dtype, weight-like (normal, std 0.02).
@@ -326,11 +320,8 @@ void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes
 // qgZ's CPU steps over n int4 inputs of count elements each (a bf16
 // gradient of `bytes` per input): the fused step between the hops (sum,
 // requantized to int4) when `requant`, else the last one (sum / n written as
-// bf16, an avg). rot: 0 plain inputs (zppQuantReduceRequant, zppDequantizeSum);
-// 1 or 2 rotated inputs, summed in the simple order (one inverse per input)
-// or in the rotated domain (one per block of the sum); 3 (requant only) the
-// direct order (the sums r quantized as the output's w, no transform):
-// zpp_quant.h, "Reductions of rotated segments" (the output rotated too).
+// bf16, an avg). rot: 0 plain inputs (zppQuantReduceRequant, zppDequantizeSum),
+// else rotated ones in an order (bench_names.h, RotSuffix).
 void RegisterReduce(const char* impl, int n, size_t bytes, bool requant, int rot = 0) {
   size_t count = bytes / 2;
   int block = DefaultBlock(4);
@@ -338,9 +329,8 @@ void RegisterReduce(const char* impl, int n, size_t bytes, bool requant, int rot
   size_t inBytes = seg * static_cast<size_t>(n);
   RegisterMemcpy(inBytes);
   std::string baseline = MemcpyName(inBytes);
-  static const char* const kRot[4] = {"/", "-rot-simple/", "-rot-rdomain/", "-rot-direct/"};
-  std::string name = std::string(requant ? "reduce_requant" : "dequantize_sum") + kRot[rot] + impl +
-                     "/int4x" + std::to_string(n) + "/" + SizeName(bytes);
+  std::string name = std::string(requant ? "reduce_requant" : "dequantize_sum") + RotSuffix(rot) +
+                     impl + "/int4x" + std::to_string(n) + "/" + SizeName(bytes);
   if (rot ? !RotRuns(impl) : zppQuantImplGet(impl) == nullptr) return;
   Register(name, [=](benchmark::State& state) {
     if (!(rot ? SelectRot(state, impl) : Select(state, impl))) return;
@@ -356,9 +346,7 @@ void RegisterReduce(const char* impl, int n, size_t bytes, bool requant, int rot
     Buffer* out =
         GetBuffer(requant ? "reduce_out/" + std::to_string(seg) : "sum_out/" + std::to_string(count),
                   requant ? seg : count * 2);
-    const zppQuantSumOrder_t order = rot == 3   ? ZPP_QUANT_SUM_ROTATED_DIRECT
-                                     : rot == 2 ? ZPP_QUANT_SUM_ROTATED_DOMAIN
-                                                : ZPP_QUANT_SUM_SIMPLE;
+    const zppQuantSumOrder_t order = RotOrder(rot);
     for (auto _ : state) {
       zppResult_t r;
       if (rot)

@@ -39,11 +39,16 @@
 #include <string>
 #include <vector>
 
+#include "bench_names.h"
 #include "names.h"
 #include "quant_kernels/zpp_half.h"
 #include "quant_kernels/zpp_quant_cuda.h"
 
 namespace {
+
+using benchnames::RotOrder;
+using benchnames::RotSuffix;
+using benchnames::SizeName;
 
 /* The codecs' default block sizes (docs/codecs.md has the table). */
 int defaultBlock(int bits) {
@@ -249,19 +254,8 @@ bool makeInputs(benchmark::State& st, DevBuf& pk, int n, size_t count, int bits,
   return ok(st, cudaStreamSynchronize(benchStream()), "quantize");
 }
 
-/* The reductions' inputs, as the CPU half of zpp-bench-kernels names them
- * (RegisterReduce): rot 0 plain; 1, 2 rotated, summed in the simple order or
- * in the rotated domain; 3 (requant only) the direct order. Rotated inputs
- * go through the Order entry points with a rotated output (zpp_quant.h,
- * "Reductions of rotated segments"). */
-const char* const kRotName[4] = {"/", "-rot-simple/", "-rot-rdomain/", "-rot-direct/"};
-
-zppQuantSumOrder_t rotOrder(int rot) {
-  return rot == 3   ? ZPP_QUANT_SUM_ROTATED_DIRECT
-         : rot == 2 ? ZPP_QUANT_SUM_ROTATED_DOMAIN
-                    : ZPP_QUANT_SUM_SIMPLE;
-}
-
+/* rot: the inputs, as the CPU half names them (bench_names.h, RotSuffix);
+ * rotated ones go through the Order entry points with a rotated output. */
 void BM_ReduceRequant(benchmark::State& st, int n, int bitsIn, int bitsOut, int block, size_t count,
                       int rot = 0) {
   DevBuf pk, out;
@@ -273,7 +267,7 @@ void BM_ReduceRequant(benchmark::State& st, int n, int bitsIn, int bitsOut, int 
   const size_t P = zppQuantPackedSize(count, bitsIn, block);
   timedAgainstCopy(st, P * n, [&] {
     return rot ? zppQuantReduceRequantOrderCuda(pk.p, P, n, count, bitsIn, block, bitsOut, block,
-                                                ZPP_QUANT_ROTATE, rotOrder(rot), out.p, benchStream())
+                                                ZPP_QUANT_ROTATE, RotOrder(rot), out.p, benchStream())
                : zppQuantReduceRequantCuda(pk.p, P, n, count, bitsIn, block, bitsOut, block, out.p,
                                            benchStream());
   });
@@ -306,7 +300,7 @@ void BM_DequantizeSum(benchmark::State& st, int n, int bits, int block, zppDataT
   const size_t P = zppQuantPackedSize(count, bits, block);
   timedAgainstCopy(st, P * n, [&] {
     return rot ? zppDequantizeSumOrderCuda(pk.p, P, n, count, bits, block, (float)n, out.p, dt,
-                                           rotOrder(rot), benchStream())
+                                           RotOrder(rot), benchStream())
                : zppDequantizeSumCuda(pk.p, P, n, count, bits, block, (float)n, out.p, dt,
                                       benchStream());
   });
@@ -332,18 +326,7 @@ void BM_QuantizeReordered(benchmark::State& st, zppDataType_t dt, int bits, int 
  * and each row's label "vs=<baseline>" names its device copy, so that the
  * CPU half's end-of-run summary pairs them too (its ratio compares separate
  * runs; vs_copy above compares within each iteration). */
-std::string sizeName(size_t bytes) {
-  char buf[32];
-  if (bytes % (1 << 20) == 0)
-    std::snprintf(buf, sizeof buf, "%zuMiB", bytes >> 20);
-  else if (bytes % 1024 == 0)
-    std::snprintf(buf, sizeof buf, "%zuKiB", bytes >> 10);
-  else
-    std::snprintf(buf, sizeof buf, "%zuB", bytes);
-  return buf;
-}
-
-std::string copyName(size_t bytes) { return "d2d_copy/" + sizeName(bytes); }
+std::string copyName(size_t bytes) { return "d2d_copy/" + SizeName(bytes); }
 
 void addCopy(size_t bytes) {
   static std::set<size_t> done;
@@ -377,7 +360,7 @@ void registerAll() {
       for (int bits : {8, 4}) {
         const int block = defaultBlock(bits);
         const std::string tail =
-            std::string("cuda/") + typeName(dt) + "/int" + std::to_string(bits) + "/" + sizeName(bytes);
+            std::string("cuda/") + typeName(dt) + "/int" + std::to_string(bits) + "/" + SizeName(bytes);
         add("quantize/" + tail, bytes,
             [=](benchmark::State& st) { BM_Quantize(st, dt, bits, block, count, 0); });
         add("dequantize/" + tail, bytes,
@@ -395,7 +378,7 @@ void registerAll() {
       for (zppDataType_t dt : {zppFloat32, zppFloat16}) {
         const size_t count = bytes / typeSize(dt);
         const std::string tail =
-            "cuda-b" + std::to_string(block) + "/" + typeName(dt) + "/int8/" + sizeName(bytes);
+            "cuda-b" + std::to_string(block) + "/" + typeName(dt) + "/int8/" + SizeName(bytes);
         add("quantize/" + tail, bytes,
             [=](benchmark::State& st) { BM_Quantize(st, dt, 8, block, count, 0); });
         add("dequantize/" + tail, bytes,
@@ -407,7 +390,7 @@ void registerAll() {
      * final sum / average into bf16 or fp32 */
     const size_t count = bytes / 2;
     const int b4 = defaultBlock(4);
-    add("quantize_reordered/cuda/bf16/int4/W16L8/" + sizeName(bytes), bytes,
+    add("quantize_reordered/cuda/bf16/int4/W16L8/" + SizeName(bytes), bytes,
         [=](benchmark::State& st) { BM_QuantizeReordered(st, zppBfloat16, 4, b4, 16, 8, count); });
     /* and the same on rotated inputs (docs/codecs.md, "CUDA reductions of
      * rotated segments"), in each order */
@@ -415,15 +398,15 @@ void registerAll() {
       for (int n : {2, 8}) {
         const size_t inBytes = zppQuantPackedSize(count, 4, b4) * n;
         const std::string tail = std::string("cuda/int4x") + std::to_string(n);
-        add(std::string("reduce_requant") + kRotName[rot] + tail + "/" + sizeName(bytes), inBytes,
+        add(std::string("reduce_requant") + RotSuffix(rot) + tail + "/" + SizeName(bytes), inBytes,
             [=](benchmark::State& st) { BM_ReduceRequant(st, n, 4, 4, b4, count, rot); });
         if (rot == 3) continue; /* the direct order differs only in the requantization */
-        add(std::string("dequantize_sum") + kRotName[rot] + tail + "-bf16/" + sizeName(bytes), inBytes,
+        add(std::string("dequantize_sum") + RotSuffix(rot) + tail + "-bf16/" + SizeName(bytes), inBytes,
             [=](benchmark::State& st) { BM_DequantizeSum(st, n, 4, b4, zppBfloat16, count, rot); });
       }
     }
     const size_t in8 = zppQuantPackedSize(count, 8, defaultBlock(8)) * 8;
-    add("reduce_requant/cuda/int8x8-int4/" + sizeName(bytes), in8,
+    add("reduce_requant/cuda/int8x8-int4/" + SizeName(bytes), in8,
         [=](benchmark::State& st) { BM_ReduceRequant8to4(st, 8, count); });
   }
 }
