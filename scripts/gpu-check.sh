@@ -40,7 +40,11 @@ prepare() {
   rm -rf "${dev:?}/bin" "${dev:?}/lib" "${dev:?}/zpp"
   mkdir -p "$dev/bin" "$dev/lib" "$dev/zpp/lib" "$dev/zpp/include" "$dev/zpp/generated"
   for p in "${progs[@]}"; do
-    [[ -x $dev/build/bin/$p ]] || { echo "gpu-check: $p was not built" >&2; exit 1; }
+    [[ -x $dev/build/bin/$p ]] || {
+      echo "gpu-check: $p was not built: $dev/cmake.log says which dependency was missing" \
+        "(bash scripts/setup-deps.sh installs them)" >&2
+      exit 1
+    }
     cp "$dev/build/bin/$p" "$dev/bin/"
     strip --strip-debug "$dev/bin/$p"
   done
