@@ -299,11 +299,12 @@ typedef struct {
   uint64_t calls[zppNumOpKinds];
   uint64_t intraNodeBytes[zppNumOpKinds];
   uint64_t interNodeBytes[zppNumOpKinds];
-  /* Compressed calls on host buffers: elements that travelled exactly
-   * beside their block (Inf, NaN, or far above the rest of the block;
-   * docs/codecs.md, "Escapes"), and blocks that had more such elements than
-   * free escape slots, whose outliers were saturated (Inf and NaN still
-   * decode to NaN, each in its own element). */
+  /* Compressed calls on host buffers (docs/codecs.md, "Escapes"): finite
+   * elements far above the rest of their block that travelled exactly in an
+   * escape slot, and blocks whose such elements found no free slot, so that
+   * they stayed in the block and set its scale (every element still within
+   * the codec's bound; nothing is saturated). Inf and NaN are not counted:
+   * each is marked in its own element and decodes to NaN there. */
   uint64_t quantEscapes;
   uint64_t quantEscapeOverflows;
 } zppCommStats_t;

@@ -668,16 +668,13 @@ struct SumSrc {
  *     non-finite element only if its scale is NaN, or non-zero with at most
  *     E non-zero q (zpp_quant.h, "Escapes", "Why 2^K").
  *  B. The group's fp32 input (or sums) in shared memory, and the exact test
- *     per block, in parallel: with len its elements, all finite, a = max |x|,
- *     m = min(E + 1, len), c = #{i : |x_i| 2^K >= a} and nz = #{i : x_i != 0},
- *     the block has a candidate iff c < m and nz >= m. Proof: r is the m-th
- *     largest magnitude (the (E+1)-th, or the smallest when len <= E + 1).
- *     A candidate exists iff r > 0 and the largest element is one, a > 2^K r.
- *     r > 0 iff at least m magnitudes are non-zero (nz >= m); r < a 2^-K iff
- *     fewer than m magnitudes reach a 2^-K (c < m), r being the m-th largest.
- *     (The comparison is exact in double, as zppQuantEscAbove's.) Blocks with
- *     a non-finite element always go on. Ordinary data whose blocks hold few
- *     non-zero q (sums of inputs quantized with a far larger scale) stop here.
+ *     per block, in parallel: over its finite elements, a = max |x|,
+ *     c = #{i : |x_i| 2^K >= a} and nz = #{i : x_i != 0}; the block has a
+ *     candidate iff c < min(E + 1, nz) (quant_ref.h's
+ *     zppQuantEscHasCandidate, which says why). (The comparison is exact in
+ *     double, as zppQuantEscAbove's.) Blocks with a non-finite element always
+ *     go on. Ordinary data whose blocks hold few non-zero q (sums of inputs
+ *     quantized with a far larger scale) stop here.
  *  C. The blocks that go on, one thread each, in parallel: the reference
  *     magnitude and candidates (quant_ref.h's own functions); one thread
  *     hands out the table's slots in block order by the overflow rule (a
@@ -778,12 +775,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     int work = 0;
     for (int b = threadIdx.x; b < nblk; b += blockDim.x) {
-      const size_t len = glen - ((size_t)b << blockLog2) < (size_t)block
-                             ? glen - ((size_t)b << blockLog2)
-                             : (size_t)block;
-      const int m = len < ZPP_QUANT_ESC_PER_BLOCK + 1 ? (int)len : ZPP_QUANT_ESC_PER_BLOCK + 1;
-      const int c = stat[b] >> 16, nz = stat[b] & 0xffff;
-      if ((info[b] & 1u) || (c < m && nz >= m)) {
+      if ((info[b] & 1u) || zppQuantEscHasCandidate(stat[b] >> 16, stat[b] & 0xffff)) {
         info[b] |= 2u;
         work = 1;
       }

@@ -46,10 +46,10 @@ static void addCounts(const zppQuantEscCounts_t* c) {
   if (c->overflows > 0 && atomic_exchange(&warned, 1) == 0)
     ZPP_WARN(QUANT,
              "a block had more outliers (elements 2^K above the rest of it) than the %d escape "
-             "slots of its %d elements had room for: they stayed in their block, whose scale they "
-             "set, but those above 2^%d times the rest, which were saturated to its largest value "
-             "(counted as escape overflows in the statistics; said once)",
-             ZPP_QUANT_ESC_SLOTS, ZPP_QUANT_ESC_GROUP, ZPP_QUANT_SAT_LOG2);
+             "slots of its %d elements had room for: they stayed in their block and set its "
+             "scale, so its smaller elements kept only the precision of that scale (within the "
+             "codec's bound; counted as escape overflows in the statistics; said once)",
+             ZPP_QUANT_ESC_SLOTS, ZPP_QUANT_ESC_GROUP);
 }
 
 /* 1 when block b of a segment may hold a candidate or a non-finite element:

@@ -200,19 +200,20 @@ ZPP_QUANT_INL void zppQuantBlockRef(const void* x, zppDataType_t dtype, size_t l
 /* Escape counts of the codec calls one thread made (quant_escape.c). */
 typedef struct {
   uint64_t escapes;   /* elements that travelled in a slot */
-  uint64_t overflows; /* blocks whose candidates found no free slots: markers */
+  uint64_t overflows; /* blocks whose candidates found no free slots: they stayed */
 } zppQuantEscCounts_t;
 
 /* The reference magnitude r of a block f[0..len) (zpp_quant.h, "Escapes"):
- * among its finite magnitudes (as |x| bits), the (E+1)-th largest, or the
- * smallest when there are at most E + 1 of them; 0 when there are none. */
+ * among its non-zero finite magnitudes (as |x| bits), the (E+1)-th largest,
+ * or the smallest when there are at most E + 1 of them; 0 when there are
+ * none (then the block has no candidate). */
 ZPP_QUANT_INL uint32_t zppQuantEscReference(const float* f, size_t len) {
   enum { E = ZPP_QUANT_ESC_PER_BLOCK };
   uint32_t top[E + 1]; /* the E + 1 largest, largest first */
   int ntop = 0;
   for (size_t i = 0; i < len; i++) {
     uint32_t m = zppF32Bits(f[i]) & 0x7fffffffu;
-    if (m >= 0x7f800000u || (ntop == E + 1 && m <= top[E])) continue;
+    if (m == 0 || m >= 0x7f800000u || (ntop == E + 1 && m <= top[E])) continue;
     int j = ntop < E + 1 ? ntop++ : E;
     while (j > 0 && top[j - 1] < m) {
       top[j] = top[j - 1];
@@ -221,6 +222,17 @@ ZPP_QUANT_INL uint32_t zppQuantEscReference(const float* f, size_t len) {
     top[j] = m;
   }
   return ntop > 0 ? top[ntop - 1] : 0;
+}
+
+/* 1 if a block has a candidate, from two counts over its finite elements:
+ * nz, the non-zero ones, and c, those with |x| 2^K >= a, a being their
+ * largest magnitude. r is the min(E + 1, nz)-th largest non-zero magnitude;
+ * r < a 2^-K (so that the largest element is a candidate) iff fewer than
+ * min(E + 1, nz) non-zero magnitudes reach a 2^-K, i.e. c < min(E + 1, nz).
+ * With nz = 0 there is none (and c counts every zero). For kernels that
+ * count in parallel and run the exact test only where this says so. */
+ZPP_QUANT_INL int zppQuantEscHasCandidate(int c, int nz) {
+  return c < (nz < ZPP_QUANT_ESC_PER_BLOCK + 1 ? nz : ZPP_QUANT_ESC_PER_BLOCK + 1);
 }
 
 /* 1 if the finite x is above 2^k r (r > 0), compared exactly in double. */
@@ -259,22 +271,19 @@ ZPP_QUANT_INL int zppQuantIsMarker(const uint8_t* data, int bits, size_t i) {
  * lo its first element relative to its escape group (base the group's first
  * in the segment), r its reference magnitude, slot its first table slot
  * when its candidates escape (all of them, in element order), -1 when they
- * overflow the table (then the extreme ones saturate). What becomes +0 for
- * the scale: escaped candidates, on overflow the extreme ones (saturated
- * afterwards: at most E, listed with their sign), and non-finite elements,
- * which wait for their marker as -0 (a value the block no longer holds: its
- * -0 become +0 first, which quantize alike). No per-element side table: the
- * CUDA escape kernel runs this in one thread per block, where a large frame
- * costs every resident thread. Writes only this block's scale, data and
- * slots. Returns 1 when it wrote a marker. */
+ * overflow the table (then they stay in the block, whose scale they set:
+ * nothing is saturated). What becomes +0 for the scale: escaped candidates
+ * and non-finite elements, which wait for their marker as -0 (a value the
+ * block no longer holds: its -0 become +0 first, which quantize alike). No
+ * per-element side table: the CUDA escape kernel runs this in one thread
+ * per block, where a large frame costs every resident thread. Writes only
+ * this block's scale, data and slots. Returns 1 when it wrote a marker. */
 ZPP_QUANT_INL int zppQuantEscBlockRef(float* b, size_t len, size_t lo, size_t base, int bits, int block,
                                       uint32_t r, int slot, uint8_t* scales, uint8_t* data,
                                       uint8_t* table) {
-  const int K = ZPP_QUANT_ESC_LOG2(bits), Q = zppQuantQmax(bits);
+  const int K = ZPP_QUANT_ESC_LOG2(bits);
   const int escape = slot >= 0;
   int used = slot, marked = 0;
-  uint32_t satAt[ZPP_QUANT_ESC_PER_BLOCK];
-  int satNeg[ZPP_QUANT_ESC_PER_BLOCK], nsat = 0;
   for (size_t i = 0; i < len; i++) {
     if (b[i] == 0.0f) {
       b[i] = 0.0f;
@@ -282,11 +291,6 @@ ZPP_QUANT_INL int zppQuantEscBlockRef(float* b, size_t len, size_t lo, size_t ba
       b[i] = -0.0f;
     } else if (escape && zppQuantEscAbove(b[i], r, K)) {
       zppQuantEscStoreSlot(table, used++, b[i], (unsigned)(lo + i));
-      b[i] = 0.0f;
-    } else if (!escape && nsat < ZPP_QUANT_ESC_PER_BLOCK &&
-               zppQuantEscAbove(b[i], r, ZPP_QUANT_SAT_LOG2)) {
-      satAt[nsat] = (uint32_t)i;
-      satNeg[nsat++] = b[i] < 0.0f;
       b[i] = 0.0f;
     }
   }
@@ -296,7 +300,6 @@ ZPP_QUANT_INL int zppQuantEscBlockRef(float* b, size_t len, size_t lo, size_t ba
       zppQuantSetMarker(data, bits, base + lo + i);
       marked = 1;
     }
-  for (int k = 0; k < nsat; k++) zppQuantSetQ(data, bits, base + lo + satAt[k], satNeg[k] ? -Q : Q);
   return marked;
 }
 

@@ -42,31 +42,6 @@ static void applySigns(float* x, size_t len) {
   }
 }
 
-/* 1 when the plain encoding of a block has no escape in the group's table
- * (relative range [rlo, rlo + len)), more than E non-zero q and a finite
- * scale, in a group whose table holds at most SLOTS - E entries: then no
- * block of the group overflowed the table (a block has at most E
- * candidates), so the block has no candidate and no saturated element
- * (zpp_quant.h, "Why 2^K"), and the exact test can be skipped. A
- * non-finite element, which the shortcut does not see, makes w non-finite:
- * the block is stored plain all the same. Without the table's count, a
- * saturated block (its scale fitted to the others, so many non-zero q)
- * passed as ordinary and was rotated with its garbage in it. */
-static int plainBlockOrdinary(const uint8_t* scales, const uint8_t* data, const uint8_t* table,
-                              int bits, size_t b, size_t lo, size_t rlo, size_t len) {
-  if (zppQuantNonFinite(zppQuantLoadScale(scales, b))) return 0;
-  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
-    unsigned idx = zppQuantEscIndex(table, j);
-    if (idx == ZPP_QUANT_ESC_EMPTY) break;
-    if (idx >= rlo && idx < rlo + len) return 0;
-    if (j >= ZPP_QUANT_ESC_SLOTS - ZPP_QUANT_ESC_PER_BLOCK) return 0; /* may have overflowed */
-  }
-  int nz = 0;
-  for (size_t i = 0; i < len && nz <= ZPP_QUANT_ESC_PER_BLOCK; i++)
-    nz += zppQuantGetQ(data, bits, lo + i) != 0;
-  return nz > ZPP_QUANT_ESC_PER_BLOCK;
-}
-
 void zppQuantRotHadamardRef(float* x, size_t len) {
   /* Stages h = 1, 2, 4 within each group of 8 (the same pairs and the same
    * operations as the plain loop below, which does h >= 8 on contiguous
@@ -95,18 +70,19 @@ void zppQuantRotHadamardRef(float* x, size_t len) {
       }
 }
 
-/* Re-encodes the rotated blocks of escape group g (zpp_quant.h, "Rotation":
- * the selection below repeats the escape rules only to learn which blocks
- * the plain codec left special). */
+/* Re-encodes the rotated blocks of escape group g (zpp_quant.h, "Rotation").
+ * The plain encoding already made every choice the rotation depends on: its
+ * table lists exactly the elements that escaped (a block's candidates
+ * escape all together or stay all together), and a block with a
+ * non-finite element is stored plain. */
 static void rotateGroup(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                         uint8_t* packed, size_t g) {
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
   const uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
-  const int K = ZPP_QUANT_ESC_LOG2(bits);
   size_t base = g * ZPP_QUANT_ESC_GROUP;
   size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-  int used = 0, nrot = 0;
+  int nrot = 0;
   float xg[ZPP_QUANT_ESC_GROUP];
   uint8_t rotated[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK];
   for (size_t lo = 0; lo < glen; lo += (size_t)block) {
@@ -117,23 +93,15 @@ static void rotateGroup(const void* in, zppDataType_t dtype, size_t count, int b
       memcpy(x, (const float*)in + base + lo, len * sizeof(float));
     else
       for (size_t i = 0; i < len; i++) x[i] = zppQuantLoadOne(in, dtype, base + lo + i);
-    int ordinary = plainBlockOrdinary(scales, data, table, bits, b, base + lo, lo, len);
-    uint32_t r = ordinary ? 0 : zppQuantEscReference(x, len);
-    int nc = 0, nonfinite = 0;
-    for (size_t i = 0; i < len && !ordinary; i++) {
-      nc += zppQuantEscAbove(x[i], r, K);
-      nonfinite += zppQuantNonFinite(x[i]);
-    }
-    int escape = nc > 0 && used + nc <= ZPP_QUANT_ESC_SLOTS;
-    if (escape) used += nc;
-    int saturated = 0; /* overflow: the extreme candidates get q = +-Q afterwards */
-    for (size_t i = 0; i < len && nc > 0 && !escape; i++)
-      saturated |= zppQuantEscAbove(x[i], r, ZPP_QUANT_SAT_LOG2);
-    int rotate = len == (size_t)block && nonfinite == 0 && !saturated;
+    int nonfinite = 0;
+    for (size_t i = 0; i < len; i++) nonfinite |= zppQuantNonFinite(x[i]);
+    int rotate = len == (size_t)block && !nonfinite;
     if (rotate) {
-      if (escape)
-        for (size_t i = 0; i < len; i++)
-          if (zppQuantEscAbove(x[i], r, K)) x[i] = 0.0f;
+      for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) { /* the escaped elements become +0 */
+        unsigned idx = zppQuantEscIndex(table, j);
+        if (idx == ZPP_QUANT_ESC_EMPTY) break;
+        if (idx >= lo && idx < lo + len) x[idx - lo] = 0.0f;
+      }
       applySigns(x, len);
       zppQuantRotHadamardRef(x, len);
       uint32_t inf = 0; /* w not finite: all exponent bits set somewhere */

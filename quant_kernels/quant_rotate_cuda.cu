@@ -8,18 +8,12 @@
  * rotateKernel re-encodes each block that is rotated, one group of threads
  * per block (layout under "Speed"):
  *   - the block's elements are widened into shared memory (fp32, exact);
- *   - the block is "ordinary" when its plain scale is finite, the group's
- *     table holds no escape inside it and at most SLOTS - E entries (no
- *     block of the group overflowed it) and it has more than E non-zero q
- *     (then it has neither a candidate nor a saturated element: zpp_quant.h,
- *     "Why 2^K"); otherwise the group's thread 0 repeats the exact test of
- *     the reference (quant_ref.h's zppQuantEscReference and
- *     zppQuantEscAbove, the same code): saturated elements keep the block plain. The elements that
- *     escaped are exactly the table's entries inside the block (a block's
- *     candidates escape all together or not at all), and become +0;
- *   - the short last block, a block with a non-finite element, a saturated
- *     block and a block whose w is not finite stay the plain codec's block,
- *     with the sign bit of the scale set;
+ *   - the elements that escaped are exactly the group's table entries
+ *     inside the block (a block's candidates escape all together or stay
+ *     all together: the plain encoding made that choice), and become +0;
+ *   - the short last block, a block with a non-finite element and a block
+ *     whose w is not finite stay the plain codec's block, with the sign bit
+ *     of the scale set;
  *   - otherwise: the sign flips of D (quant_cuda_dev.cuh's zppRotSignMaskDev),
  *     then the stages h = 1, 2, ..., B/2 in shared memory, one barrier after
  *     each; in stage h the pair (j, j + h) becomes (x_j + x_{j+h}, x_j -
@@ -47,8 +41,7 @@
  * stage's barrier (log2(B) + 1 per CTA for the stages, two to four others),
  * and nobody leaves before the last barrier: a group whose block is not
  * re-encoded (past the end, short, stored plain) idles through them; the
- * per-block results (non-zero count, non-finite flag, saturation) are shared
- * arrays indexed by group. The first layout, a CTA of B/2
+ * per-block non-finite flag is a shared array indexed by group. The first layout, a CTA of B/2
  * threads per block, ran at 0.07-0.25x of a device copy on an H100 (the
  * SM's CTA limit capped occupancy at 32-thread CTAs; docs/gpu.md); this one
  * is still to be timed on a GPU. The re-encoding reads the input a second
@@ -109,16 +102,14 @@ __device__ __forceinline__ void hadamard(float* x, int block, int lt, int gt, bo
 /* Re-encodes the blocks of a segment that the plain codec just wrote from
  * `in` (see the file comment): group g of CTA c owns block c * G + g. No
  * thread leaves before the last barrier: a group whose block is not
- * re-encoded (past the end, short, non-finite, saturated) idles through them. */
+ * re-encoded (past the end, short, non-finite) idles through them. */
 template <int MAXB>
 __global__ void __launch_bounds__(kRotThreads)
     rotateKernel(const void* __restrict__ in, zppDataType_t dtype, size_t count, int bits,
                  int blockLog2, uint8_t* __restrict__ seg) {
   __shared__ float xs[MAXB];
   __shared__ uint32_t red[kRotThreads / 32];  // warp maxima of |w| (groups above 32 threads)
-  __shared__ int nzs[kMaxGroups];             // per group: non-zero q
   __shared__ unsigned nfs[kMaxGroups];        // per group: a non-finite element
-  __shared__ int sats[kMaxGroups];            // per group: "saturated", from its thread 0
   const int block = 1 << blockLog2;
   const int Q = zppQuantQmax(bits);
   const int gt = groupThreads(block);
@@ -133,62 +124,34 @@ __global__ void __launch_bounds__(kRotThreads)
   const bool whole = lo < count && count - lo >= (size_t)block;    // else past the end or short
   if (lt == 0 && lo < count && !whole) markPlainScale(scales, b);  // the short last block
 
-  // The block in fp32, its non-finite elements and its plain encoding's q.
-  if (lt == 0) {
-    nzs[g] = 0;
-    nfs[g] = 0;
-  }
-  int nonfinite = 0, nz = 0;
+  // The block in fp32 and its non-finite elements.
+  if (lt == 0) nfs[g] = 0;
+  int nonfinite = 0;
   if (whole)
     for (int i = lt; i < block; i += gt) {
       const float v = zppQuantLoadOne(in, dtype, lo + (size_t)i);
       x[i] = v;
       nonfinite |= zppQuantNonFinite(v);
-      nz += zppQuantGetQ(data, bits, lo + (size_t)i) != 0;
     }
   __syncthreads();
-  if (nz) atomicAdd(&nzs[g], nz);
   if (nonfinite) atomicOr(&nfs[g], 1u);
   __syncthreads();
-  nonfinite = nfs[g] != 0;
+  const bool rot = whole && nfs[g] == 0;
 
-  // The escapes inside the block: the group's table entries in its range.
-  bool escaped = false, ordinary = false;
-  const uint8_t* table = nullptr;
-  size_t rlo = 0;
-  if (whole) {
+  // The escapes inside the block, the group's table entries in its range,
+  // become +0.
+  if (lt == 0 && rot) {
     const size_t grp = lo / ZPP_QUANT_ESC_GROUP;
-    table = seg + zppQuantEscOffset(count, bits, block) + grp * ZPP_QUANT_ESC_TABLE_BYTES;
-    rlo = lo - grp * ZPP_QUANT_ESC_GROUP;
-    int entries = 0;
+    const uint8_t* table =
+        seg + zppQuantEscOffset(count, bits, block) + grp * ZPP_QUANT_ESC_TABLE_BYTES;
+    const size_t rlo = lo - grp * ZPP_QUANT_ESC_GROUP;
     for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
       const unsigned idx = zppQuantEscIndex(table, j);
       if (idx == ZPP_QUANT_ESC_EMPTY) break;
-      escaped |= idx >= rlo && idx < rlo + (size_t)block;
-      entries++;
+      if (idx >= rlo && idx < rlo + (size_t)block) x[idx - rlo] = 0.0f;
     }
-    const float plainScale = zppQuantLoadScale(scales, b);
-    ordinary = !zppQuantNonFinite(plainScale) && !escaped && nzs[g] > ZPP_QUANT_ESC_PER_BLOCK &&
-               entries <= ZPP_QUANT_ESC_SLOTS - ZPP_QUANT_ESC_PER_BLOCK;
-  }
-  if (lt == 0) {
-    // Saturated: candidates that overflowed the table and exceed 2^S r
-    // (the reference's exact test; rare blocks only).
-    int sat = 0;
-    if (whole && !ordinary && !escaped && !nonfinite) {
-      const uint32_t r = zppQuantEscReference(x, (size_t)block);
-      for (int i = 0; i < block && !sat; i++) sat = zppQuantEscAbove(x[i], r, ZPP_QUANT_SAT_LOG2);
-    }
-    sats[g] = sat;
-    if (whole && escaped && !nonfinite)
-      for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
-        const unsigned idx = zppQuantEscIndex(table, j);
-        if (idx == ZPP_QUANT_ESC_EMPTY) break;
-        if (idx >= rlo && idx < rlo + (size_t)block) x[idx - rlo] = 0.0f;
-      }
   }
   __syncthreads();
-  const bool rot = whole && !nonfinite && !sats[g];
   if (lt == 0 && whole && !rot) markPlainScale(scales, b);
 
   if (rot) applySigns(x, block, lt, gt);

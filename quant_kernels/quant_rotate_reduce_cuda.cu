@@ -46,10 +46,10 @@
  *     candidate or a non-finite element; those are encoded again by one
  *     thread each with the reference's zppQuantEscBlockRef after thread 0
  *     hands out the slots in block order), then, with ZPP_QUANT_ROTATE, the
- *     rotation of each full block without a non-finite or saturated element
- *     (its escaped elements already +0: zppQuantEscBlockRef zeroes them and
- *     turns -0 into +0, which changes no transformed non-zero value and no
- *     q), stored plain (scale sign set) where w is not finite. The direct
+ *     rotation of each full block without a non-finite element (its
+ *     escaped elements already +0: zppQuantEscBlockRef zeroes them and turns
+ *     -0 into +0, which changes no transformed non-zero value and no q),
+ *     stored plain (scale sign set) where w is not finite. The direct
  *     blocks are skipped by that encoding: at +0 they have no candidate, no
  *     marker and no slot, as on the host.
  * A header that does not match (count, bits, block) is not refused here (a
@@ -100,7 +100,7 @@ struct Smem {
   uint32_t wmax[kMaxBlk];   // output block: max |w| bits
   uint32_t refr[kMaxBlk];   // output block: the reference magnitude r
   int stat[kMaxBlk];        // output block: c << 16 | nz, then the candidates
-  uint32_t info[kMaxBlk];   // output block: 1 non-finite, 2 goes on, 4 saturated
+  uint32_t info[kMaxBlk];   // output block: 1 non-finite, 2 goes on
   int first[kMaxBlk];       // output block: its first slot, -1 none
   int used;                 // slots handed out
 };
@@ -401,18 +401,12 @@ __global__ void __launch_bounds__(kThreads)
   for (int b = (int)threadIdx.x; b < nb; b += kThreads) {
     const size_t l0 = (size_t)b << blOut;
     const size_t len = glen - l0 < (size_t)Bo ? glen - l0 : (size_t)Bo;
-    const int m = len < ZPP_QUANT_ESC_PER_BLOCK + 1 ? (int)len : ZPP_QUANT_ESC_PER_BLOCK + 1;
-    const int c = sm.stat[b] >> 16, nz = sm.stat[b] & 0xffff;
     int nc = 0;
-    if ((sm.info[b] & 1u) || (c < m && nz >= m)) {
+    if ((sm.info[b] & 1u) || zppQuantEscHasCandidate(sm.stat[b] >> 16, sm.stat[b] & 0xffff)) {
       const uint32_t r = zppQuantEscReference(sm.x + l0, len);
-      bool sat = false;
-      for (size_t i = 0; i < len; i++) {
-        nc += zppQuantEscAbove(sm.x[l0 + i], r, K);
-        sat = sat || zppQuantEscAbove(sm.x[l0 + i], r, ZPP_QUANT_SAT_LOG2);
-      }
+      for (size_t i = 0; i < len; i++) nc += zppQuantEscAbove(sm.x[l0 + i], r, K);
       sm.refr[b] = r;
-      sm.info[b] |= 2u | (sat ? 4u : 0u);
+      sm.info[b] |= 2u;
     }
     sm.stat[b] = nc;
   }
@@ -450,13 +444,12 @@ __global__ void __launch_bounds__(kThreads)
   if (!rotate) return;  // no barrier follows
   __syncthreads();
 
-  // Rotation: every full block without a non-finite or saturated element,
-  // as the reference (quant_rotate.c's rotateGroup) decides it.
+  // Rotation: every full block without a non-finite element, as the
+  // reference (quant_rotate.c's rotateGroup) decides it.
   for (int b = (int)threadIdx.x; b < nbTile; b += kThreads) {
     const size_t l0 = (size_t)b << blOut;
     const bool whole = b < nb && glen - l0 >= (size_t)Bo;
-    const bool sat = (sm.info[b] & 4u) && sm.first[b] < 0;
-    sm.rotOut[b] = whole && !(sm.info[b] & 1u) && !sat && !sm.dir[b];
+    sm.rotOut[b] = whole && !(sm.info[b] & 1u) && !sm.dir[b];
     if (b < nb && !sm.rotOut[b] && !sm.dir[b]) markPlainScale(scales, (base >> blOut) + (size_t)b);
   }
   __syncthreads();

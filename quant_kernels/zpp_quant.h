@@ -85,19 +85,20 @@
  *     int4 nibble 0x8, a value the codec never writes otherwise), which
  *     decodes to NaN, and the header's flag bit is set;
  *   - the candidates, when they all fit the group's table: let r be the
- *     block's reference magnitude, among its finite magnitudes the (E+1)-th
- *     largest, E = ZPP_QUANT_ESC_PER_BLOCK = 4, or the smallest when there
- *     are at most E + 1 of them (short last blocks), 0 when there are none.
- *     The candidates are the finite elements with |x| > 2^K * r, r > 0
- *     (exact comparison; K = ZPP_QUANT_ESC_LOG2: 8 for int8, 5 for int4; at
- *     most E of them). Blocks are visited in order; when the table still has
- *     a free slot for every candidate of a block, each takes the next slot
+ *     block's reference magnitude, among its non-zero finite magnitudes
+ *     the (E+1)-th largest, E = ZPP_QUANT_ESC_PER_BLOCK = 4, or the smallest
+ *     when there are at most E + 1 of them, 0 when there are none. The
+ *     candidates are the finite elements with |x| > 2^K * r, r > 0 (exact
+ *     comparison; K = ZPP_QUANT_ESC_LOG2: 8 for int8, 5 for int4; at most E
+ *     of them). Zeros take no part in r: they quantize exactly at any scale,
+ *     so a block with at most E + 1 non-zero elements measures its outliers
+ *     against its smallest non-zero one (a lone non-zero element has no
+ *     candidate). Blocks are visited in order; when the table still has a
+ *     free slot for every candidate of a block, each takes the next slot
  *     (its fp32 value, its index): it "escapes";
  *   - otherwise (an "escape overflow", counted) the candidates stay in the
- *     block, except the extreme ones, |x| > 2^S * r (S = ZPP_QUANT_SAT_LOG2 =
- *     16): those are saturated, q = +-Q by their sign after the block is
- *     quantized, so that garbage (a 1e30 in uninitialized padding) costs its
- *     own magnitude, not its block's, while a real spike keeps the scale.
+ *     block and set its scale like any element: every element of the block
+ *     keeps the error bound above, and none is saturated or altered.
  * Decoding: the packed value of an escaped element is 0 (q = 0, finite
  * scale); a plain decode gives the escaped value itself (rounded to the
  * output type); a marker decodes to the canonical NaN. Every sum below adds
@@ -105,17 +106,14 @@
  * e_{k2,i} + ... in input order k1 < k2, S_i being the sum of the packed
  * values (NaN where any input has a marker at i).
  * Why 2^K: a candidate exceeds 2^K times every element outside the top E
- * (or outside all but the smallest, in a block of at most E + 1), and those
- * quantize to q = 0 (Q * 2^-K < 1/2); so a block quantized with the scale
- * max |x| / Q of all its elements that has more than E non-zero q and a
- * finite scale has neither a candidate nor a non-finite element, and
- * implementations may skip the exact test for such blocks. A block's final
- * encoding says less: a saturated block's scale fits its other elements
- * and a marker is a non-zero q. There the same shortcut also needs the
- * group's table to hold at most SLOTS - E entries (then no block overflowed
- * it, a block having at most E candidates: no saturation), and a
- * non-finite element may remain (quant_rotate.c's rotateGroup stores such
- * a block plain all the same, its w being non-finite).
+ * (or every element but itself and the other candidates, in a block of at
+ * most E + 1 non-zero ones), and those quantize to q = 0 (Q * 2^-K < 1/2);
+ * so a block quantized with the scale max |x| / Q of all its elements that
+ * has more than E non-zero q and a finite scale has neither a candidate nor
+ * a non-finite element, and implementations may skip the exact test for
+ * such blocks. (A block's final encoding says less: a marker is a non-zero
+ * q. The rotated encoder needs no such test: which elements escaped is in
+ * the table, and a block with a non-finite element is stored plain.)
  *
  * ---------------------------------------------------------------------------
  * Rotation (zppQuantizeEx with ZPP_QUANT_ROTATE; flags bit 1). A block of
@@ -140,20 +138,19 @@
  * Decoding: v_i = (float)q_i * s; v = H v (the same stages); v_i = v_i *
  * 2^-L (fp32 multiply); y_i = d_i v_i; then rounded to the output type.
  * An escaped element decodes to its escaped value (it replaces y_i).
- * Blocks stored unrotated: a block holding a non-finite element, a block
- * with saturated elements (candidates that overflow the table and exceed
- * 2^S r; these keep the plain codec's markers and saturation, so Inf and NaN
- * stay in their own element; overflowing candidates below 2^S r stay in
- * the block and are rotated with it), the short last
- * block (len < B), and a block whose rotated w is not finite (|x| near
- * FLT_MAX). Such a block is the plain codec's block, with the sign bit of
- * its scale set (plain scales are never negative); its decode uses |s|.
+ * Blocks stored unrotated: a block holding a non-finite element (it keeps
+ * the plain codec's markers, so Inf and NaN stay in their own element), the
+ * short last block (len < B), and a block whose rotated w is not finite
+ * (|x| near FLT_MAX). Such a block is the plain codec's block, with the
+ * sign bit of its scale set (plain scales are never negative); its decode
+ * uses |s|. Candidates that overflowed the table stay in their block and
+ * are rotated with it.
  * The header flag bit 1 says "rotated"; zppDequantizeEx decodes both kinds.
  * The other decoders and the reductions above refuse a rotated segment
  * (header check: "flags ... expected 0 or 0x0001"); the Ex reductions
  * below take both kinds (in the simple order or in the rotated domain).
- * There are no AVX-512 rotated kernels: the vector implementations
- * use quant_rotate_avx2.c (bit-identical), the scalar one the reference in
+ * The vector implementations use quant_rotate_avx2.c and
+ * quant_rotate_avx512.c (bit-identical), the scalar one the reference in
  * quant_rotate.c; the CUDA codecs quant_rotate_cuda.cu (zppQuantizeExCuda,
  * zppDequantizeExCuda) and quant_rotate_reduce_cuda.cu (zppDequantizeSumExCuda,
  * zppQuantReduceRequantExCuda: the reductions below).
@@ -234,16 +231,16 @@
  *     Per escape group: the group's sums with every direct block's set to
  *     +0 are quantized as zppQuantizeEx would (flags_out), then each direct
  *     block's scale and data replace what that wrote for it. A +0 block
- *     has no candidate (its r is 0), no non-finite element and nothing to
- *     saturate, so the group's escape table (its slots, their order), its
+ *     has no candidate (its r is 0) and no non-finite element, so the
+ *     group's escape table (its slots, their order), its
  *     markers, the header's marker flag and the escape counts are those of
  *     the fallback blocks alone: the group is well-formed, every slot
  *     pointing into a fallback block, and a direct block decodes as any
- *     rotated block without escapes. Saturation and "w not finite": a
+ *     rotated block without escapes. Outliers and "w not finite": a
  *     direct block has no candidates and none are looked for (an outlier
  *     in its sum can only come from cancellation, since no input had a
- *     candidate there; it stays in the block and is rotated with it), so
- *     nothing saturates; its w = r is finite by the condition, and a block
+ *     candidate there; it stays in the block and is rotated with it); its
+ *     w = r is finite by the condition, and a block
  *     whose r overflows falls back, its Inf or NaN sums marked as before.
  * zppDequantizeSumOrder stores sum_i / divisor (one fp32 division) rounded
  * to the output type; zppQuantReduceRequantOrder quantizes the fp32 sums as
@@ -338,7 +335,6 @@ extern "C" {
 /* Rotation (see above): the zppQuantizeEx flag and the sign sequence's seed. */
 #define ZPP_QUANT_ROTATE 1u
 #define ZPP_QUANT_ROT_SEED 0x7a70705f726f7431ull /* "zpp_rot1" */
-#define ZPP_QUANT_SAT_LOG2 16
 #define ZPP_QUANT_MIN_BLOCK 32
 #define ZPP_QUANT_MAX_BLOCK 4096
 

@@ -556,10 +556,11 @@ enum {
   SC_OVERFLOW,  /* 4 finite outliers in each of 3 blocks of one group: the third finds no slots */
   SC_NONFINITE, /* 12 Inf and NaN in one group: more than its slots, markers */
   SC_EDGES,     /* outliers at group boundaries and the last element */
+  SC_SPARSE,    /* a group of blocks with 1 to 5 non-zero elements, some 2^10 apart */
   SC_COUNT
 };
 
-static const char* const kScenario[] = {"single", "five", "overflow", "nonfinite", "edges"};
+static const char* const kScenario[] = {"single", "five", "overflow", "nonfinite", "edges", "sparse"};
 
 /* Plants scenario sc into mild data; returns 0 where count or block leave no
  * room for it. */
@@ -589,6 +590,22 @@ static int plant(void* buf, zppDataType_t dt, size_t count, int block, int sc) {
       for (size_t i = 0; i < 12; i++) putOutlier(buf, dt, (i * 331) % m, i % 2 ? OUT_INF : OUT_NAN);
       /* and a finite one that escapes (or overflows) beside them */
       putOutlier(buf, dt, (12 * 331) % m, OUT_HUGE);
+      return 1;
+    }
+    case SC_SPARSE: {
+      /* Zeros take no part in the reference magnitude (zpp_quant.h): block
+       * b holds 1 + b % 5 non-zero elements, in odd blocks the first one
+       * 2^10 above the others (a candidate in int8 and int4), in even
+       * blocks all of one magnitude (none). */
+      if (count < 2 * B) return 0;
+      size_t m = count < ZPP_QUANT_ESC_GROUP ? count : ZPP_QUANT_ESC_GROUP;
+      for (size_t i = 0; i < m; i++) putF(buf, dt, i, 0.0f);
+      for (size_t b = 0; b * B < m; b++)
+        for (size_t k = 0; k <= b % 5 && b * B + 3 * k < m; k++) {
+          float v = (float)zppTestRngUniform(&rng, 0.5, 1.0) * ((rnd() & 1) ? 1.0f : -1.0f);
+          putF(buf, dt, b * B + 3 * k,
+               k == 0 && b % 2 ? v * 1024.0f : v * (dt == zppFloat16 ? 0.01f : 1.0f));
+        }
       return 1;
     }
     default:

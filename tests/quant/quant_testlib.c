@@ -190,11 +190,12 @@ long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits
   for (size_t lo = 0; lo < count; lo += (size_t)block) {
     if (lo % GROUP == 0) used = 0;
     size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
-    /* r: the (E+1)-th largest finite magnitude, by sorting them. */
+    /* r: the (E+1)-th largest non-zero finite magnitude (or the smallest of
+     * at most E + 1), by sorting them. */
     size_t nf = 0;
     for (size_t i = 0; i < len; i++) {
       uint32_t b = magBits(in, dtype, lo + i);
-      if (b < 0x7f800000u) m[nf++] = b;
+      if (b != 0 && b < 0x7f800000u) m[nf++] = b;
     }
     qsort(m, nf, sizeof *m, descending);
     uint32_t r = nf > E ? m[E] : nf > 0 ? m[nf - 1] : 0;
@@ -216,11 +217,7 @@ long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits
       overflows++;
     for (size_t i = 0; i < len; i++) {
       double x = fabs(qtGet(in, dtype, lo + i));
-      if (!isfinite(x) || !(r > 0 && x > twoK * (double)rf)) continue;
-      if (fits)
-        marks[lo + i] = 1;
-      else if (x > 65536.0 * (double)rf)
-        marks[lo + i] = 2; /* extreme: saturated */
+      if (isfinite(x) && r > 0 && x > twoK * (double)rf) marks[lo + i] = fits ? 1 : 2;
     }
   }
   free(m);
@@ -267,6 +264,52 @@ void qtFill(void* buf, zppDataType_t dtype, size_t count, qtDist_t dist, zppTest
       }
     }
     qtSet(buf, dtype, i, (float)v);
+  }
+}
+
+void qtFillSparse(void* buf, zppDataType_t dtype, size_t count, int block, int bits, int nz,
+                  int pattern, zppTestRng_t* rng) {
+  const double step = exp2((bits == 8 ? 8 : 5) + 1); /* 2^(K+1): a candidate's gap and more */
+  for (size_t i = 0; i < count; i++) qtSet(buf, dtype, i, 0.0f);
+  for (size_t lo = 0; lo < count; lo += (size_t)block) {
+    size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
+    int n = nz < (int)len ? nz : (int)len;
+    size_t at[8];
+    for (int k = 0; k < n; k++) { /* distinct places */
+      int again;
+      do {
+        at[k] = (size_t)(zppTestRngNext(rng) % len);
+        again = 0;
+        for (int j = 0; j < k; j++) again |= at[j] == at[k];
+      } while (again);
+    }
+    /* fp16 holds 2^-14 .. 2^15 as normals: the scales below stay inside. */
+    double base = exp2(zppTestRngUniform(rng, -4.0, 0.0)) * (dtype == zppFloat16 ? 0x1p-6 : 1.0);
+    for (int k = 0; k < n; k++) {
+      double m = base;
+      if (pattern == 1 && k == 0) m = base * step;
+      if (pattern == 2) m = base * pow(step, dtype == zppFloat16 ? (k > 2 ? 2 : k) : k);
+      if (pattern == 3)
+        m = exp2(zppTestRngUniform(rng, dtype == zppFloat16 ? -12.0 : -20.0,
+                                   dtype == zppFloat16 ? 12.0 : 20.0));
+      double sign = (zppTestRngNext(rng) & 1) ? -1.0 : 1.0;
+      qtSet(buf, dtype, lo + at[k], (float)(sign * m * (1.0 + 0.5 * zppTestRngUniform(rng, 0, 1))));
+    }
+  }
+}
+
+void qtFillSpikes(void* buf, zppDataType_t dtype, size_t count, int block, int ratioLog2,
+                  zppTestRng_t* rng) {
+  const double base = dtype == zppFloat16 ? 0x1p-10 : 1.0;
+  for (size_t i = 0; i < count; i++) qtSet(buf, dtype, i, (float)(zppTestRngNormal(rng) * base));
+  for (size_t lo = 0; lo < count; lo += (size_t)block) {
+    size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
+    int n = 1 + (int)(zppTestRngNext(rng) % 4);
+    for (int k = 0; k < n && (size_t)k < len; k++) {
+      double sign = (zppTestRngNext(rng) & 1) ? -1.0 : 1.0;
+      double v = sign * base * exp2(ratioLog2 + zppTestRngUniform(rng, 0.0, 0.9));
+      qtSet(buf, dtype, lo + (size_t)(zppTestRngNext(rng) % len), (float)v);
+    }
   }
 }
 

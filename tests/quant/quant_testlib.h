@@ -72,9 +72,10 @@ size_t qtUsedBytes(size_t count, int bits, int block);
 
 /* The spec's escapes of an input (zpp_quant.h, "Escapes"), computed here
  * independently (by sorting): marks[i] = 1 for each element that escapes
- * into a slot, 2 for each extreme candidate of a block whose candidates did
- * not fit the table (saturated to +-Q), 3 for each non-finite element (the
- * marker). Returns the number of such overflowing blocks. */
+ * into a slot, 2 for each candidate of a block whose candidates did not fit
+ * the table (it stays in its block, quantized like the others), 3 for each
+ * non-finite element (the marker). Returns the number of such overflowing
+ * blocks. */
 long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                      char* marks);
 
@@ -86,6 +87,19 @@ typedef enum { QT_NORMAL, QT_UNIFORM, QT_WIDE, QT_TINY, QT_NDIST } qtDist_t;
 const char* qtDistName(qtDist_t d);
 /* count values of a distribution, representable in dtype, as dtype. */
 void qtFill(void* buf, zppDataType_t dtype, size_t count, qtDist_t dist, zppTestRng_t* rng);
+
+/* Blocks of `block` elements with exactly nz (0..E+1) non-zero elements
+ * each, at random places, the last block short when count says so. Their
+ * magnitudes: pattern 0 all equal; 1 one of them 2^(K+1) above the rest; 2
+ * each 2^(K+1) above the next; 3 log-uniform over 2^+-20. bits picks K. */
+void qtFillSparse(void* buf, zppDataType_t dtype, size_t count, int block, int bits, int nz,
+                  int pattern, zppTestRng_t* rng);
+/* Real data whose outliers overflow the escape tables: Gaussian elements,
+ * and in every block 1 to E spikes 2^ratioLog2 to 2^(ratioLog2 + 1) times
+ * the bulk's scale (signs random), representable in dtype (fp16: ratioLog2
+ * at most 24). */
+void qtFillSpikes(void* buf, zppDataType_t dtype, size_t count, int block, int ratioLog2,
+                  zppTestRng_t* rng);
 
 /* NaN-aware equality of two dtype buffers (every NaN equals every NaN);
  * returns the first differing index or (size_t)-1. */

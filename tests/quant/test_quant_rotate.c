@@ -45,10 +45,9 @@ static void fill(void* in, zppDataType_t dtype, size_t count, int block, int kin
   if (specials == 2) {
     /* Garbage (DeepSpeed's uninitialized padding) in clusters of E in the
      * first three blocks of each escape group: the first two take the
-     * table's 8 slots, the third overflows and saturates (bf16/fp32; fp16
-     * stays below 2^16 r), so it must stay plain: its other elements keep
-     * their plain bound. Such a block also has more than E non-zero q and
-     * no slot of its own, which once let it pass as ordinary and rotate. */
+     * table's 8 slots, the third overflows: its garbage stays in it and is
+     * rotated with it, every element within the rotated bound of that
+     * block's (huge) scale. */
     for (size_t g0 = 0; g0 < count; g0 += 4096)
       for (size_t k = 0; k < 3; k++)
         for (size_t e = 0; e < 4; e++) {
@@ -59,7 +58,8 @@ static void fill(void* in, zppDataType_t dtype, size_t count, int block, int kin
     return;
   }
   /* A huge value (escapes), an Inf, a NaN, and a garbage-like 1e30 in
-   * bf16/fp32 (saturates or escapes) at fixed places. */
+   * bf16/fp32 (escapes, or stays when its group's table is full) at fixed
+   * places. */
   if (count > 5) qtSet(in, dtype, 5, 6.0e4f);
   if (count > 40) qtSet(in, dtype, 40, INFINITY);
   if (count > 41) qtSet(in, dtype, count - 2, NAN);
@@ -89,13 +89,15 @@ static long checkSegment(const void* in, zppDataType_t dtype, size_t count, int 
     size_t hi = lo + (size_t)block < count ? lo + (size_t)block : count;
     float s = qtScale(seg, count, block, lo / (size_t)block);
     int stored_plain = signbit(s) != 0;
-    /* The rule: unrotated iff short, non-finite inside, overflow, or w not
-     * finite (not produced by this data: |x| <= 1e30 * B stays finite). */
+    /* The rule: unrotated iff short, non-finite inside, or w not finite
+     * (not produced by this data: |x| <= 1e30 * B stays finite); a block
+     * whose candidates overflowed the table is rotated with them. */
     int expect_plain = hi - lo < (size_t)block;
     double M = 0;
     for (size_t i = lo; i < hi; i++) {
-      if (marks[i] == 2 || marks[i] == 3) expect_plain = 1;
-      if (marks[i] == 0 && fabs(qtGet(in, dtype, i)) > M) M = fabs(qtGet(in, dtype, i));
+      if (marks[i] == 3) expect_plain = 1;
+      if ((marks[i] == 0 || marks[i] == 2) && fabs(qtGet(in, dtype, i)) > M)
+        M = fabs(qtGet(in, dtype, i));
     }
     if (stored_plain != expect_plain && bad++ == 0)
       fprintf(stderr, "%s: block %zu stored %s, expected %s\n", what, lo / (size_t)block,
@@ -109,8 +111,6 @@ static long checkSegment(const void* in, zppDataType_t dtype, size_t count, int 
         ok = isnan(y);
       } else if (marks[i] == 1) {
         ok = fabs(y - x) <= uT(otype) * fabs(x) + mT(otype) || (isinf(y) && otype != dtype);
-      } else if (marks[i] == 2) {
-        ok = 1; /* saturated garbage: its own magnitude, not checked here */
       } else if (stored_plain) {
         ok = fabs(y - x) <= qtBound(x, sa, bits, otype);
       } else {
@@ -185,6 +185,57 @@ static void checkRandom(zppTestRng_t* rng) {
             }
           }
   printf("rotate: %ld segment decodes checked, %ld rotated blocks\n", nseg, nrot);
+  CHECK(nrot > 0);
+  qtUse("scalar");
+}
+
+/* Rotated blocks whose outliers overflow the table with real values (issue
+ * 43): spikes 2^8 to 2^40 above Gaussian data, and blocks of 0 to E + 1
+ * non-zero elements. The spikes that find no slot are rotated with their
+ * block; every element, spikes included, is within the rotated bound of its
+ * block, and every implementation gives the scalar's bytes. */
+static void checkOverflowRotated(zppTestRng_t* rng) {
+  static const int ratios[] = {8, 16, 17, 24, 40};
+  const int blocks[] = {32, 64, 256, 4096};
+  long nrot = 0;
+  for (int ti = 0; ti < 3; ti++)
+    for (int bits = 4; bits <= 8; bits += 4)
+      for (int bi = 0; bi < 4; bi++)
+        for (int v = 0; v < 8; v++) { /* 5 ratios, then 3 sparse fills */
+          zppDataType_t dtype = kTypes[ti];
+          int block = blocks[bi];
+          if (v < 5 && dtype == zppFloat16 && ratios[v] > 24) continue;
+          size_t count = 2 * ZPP_QUANT_ESC_GROUP + (size_t)block,
+                 sz = zppQuantPackedSize(count, bits, block);
+          void* in = malloc(count * 4);
+          uint8_t* ref = malloc(sz);
+          uint8_t* seg = malloc(sz);
+          void* out = malloc(count * 4);
+          REQUIRE(in && ref && seg && out);
+          if (v < 5)
+            qtFillSpikes(in, dtype, count, block, ratios[v], rng);
+          else
+            qtFillSparse(in, dtype, count, block, bits, v - 3, v - 4, rng); /* 2..4 non-zero */
+          for (int k = 0; k < gNimpl; k++) {
+            qtUseRot(gImpls[k]);
+            char what[160];
+            snprintf(what, sizeof what, "%s %s int%d block %d overflow case %d", gImpls[k],
+                     qtTypeName(dtype), bits, block, v);
+            CHECK(zppQuantizeEx(in, dtype, count, bits, block, ZPP_QUANT_ROTATE, seg) == zppSuccess);
+            CHECK(zppDequantizeEx(seg, count, bits, block, out, zppFloat32) == zppSuccess);
+            CHECK_MSG(
+                checkSegment(in, dtype, count, bits, block, seg, out, zppFloat32, what, &nrot) == 0,
+                "%s", what);
+            if (k == 0)
+              memcpy(ref, seg, sz);
+            else
+              CHECK_MSG(memcmp(ref, seg, sz) == 0, "%s: bytes differ from scalar", what);
+          }
+          free(in);
+          free(ref);
+          free(seg);
+          free(out);
+        }
   CHECK(nrot > 0);
   qtUse("scalar");
 }
@@ -473,6 +524,7 @@ int main(void) {
   checkFormat(&rng);
   checkSpecDecode(&rng);
   checkRandom(&rng);
+  checkOverflowRotated(&rng);
   checkFastPathEdges(&rng);
   checkScaleSweep(&rng);
   return zppTestExit("test_quant_rotate");

@@ -25,14 +25,15 @@ static const char* gImpls[QT_MAX_IMPLS];
 static int gNimpl;
 static const zppDataType_t kTypes[3] = {zppFloat32, zppFloat16, zppBfloat16};
 
-/* Max |x| of a block in double, escaped elements (esc[i]) left out; sets
+/* Max |x| of a block in double, escaped and marked elements (esc[i] 1 and
+ * 3) left out: a candidate that found no slot (2) stays in; sets
  * *nonfinite. */
 static double blockAmax(const void* in, zppDataType_t dtype, size_t lo, size_t hi, const char* esc,
                         int* nonfinite) {
   double a = 0;
   *nonfinite = 0;
   for (size_t i = lo; i < hi; i++) {
-    if (esc[i]) continue;
+    if (esc[i] == 1 || esc[i] == 3) continue;
     double x = qtGet(in, dtype, i);
     if (!isfinite(x))
       *nonfinite = 1;
@@ -115,9 +116,8 @@ static long checkEncoding(const void* in, zppDataType_t dtype, size_t count, int
     for (size_t i = lo; i < hi; i++) {
       int q = qtQ(seg, count, bits, block, i);
       int wq = 0;
-      if (esc[i] == 2) wq = qtGet(in, dtype, i) > 0 ? Q : -Q; /* saturated */
-      if (esc[i] == 3) wq = -Q - 1;                           /* the marker */
-      if (!nonfinite && a != 0.0f && !esc[i]) {
+      if (esc[i] == 3) wq = -Q - 1; /* the marker */
+      if (!nonfinite && a != 0.0f && (esc[i] == 0 || esc[i] == 2)) {
         float x = (float)qtGet(in, dtype, i);
         float t = (x * p) * inv;
         wq = (int)nearbyintf(t);
@@ -172,9 +172,10 @@ static long checkDecoding(const void* in, zppDataType_t dtype, size_t count, int
       uint8_t ref[4];
       qtSet(ref, T, 0, qtDecoded(seg, count, bits, block, i));
       ok = ybits == qtBits(ref, T, 0);
-      /* ...within the documented bound of the input (but for a saturated
-       * outlier), and a zero block decodes to +0 exactly. */
-      if (ok && esc[i] != 2) ok = isfinite(y) && fabs(y - x) <= qtBound(x, s, bits, T);
+      /* ...within the documented bound of the input, every one of them
+       * (also the candidates that found no slot), and a zero block decodes
+       * to +0 exactly. */
+      if (ok) ok = isfinite(y) && fabs(y - x) <= qtBound(x, s, bits, T);
       if (ok && s == 0.0f && x == 0.0) ok = ybits == 0;
     }
     if (!ok) {
@@ -200,6 +201,25 @@ static int wantOut(int o, zppDataType_t dtype, int outs) {
 
 /* Quantizes `in` with every implementation, checks each result, checks
  * that all implementations agree bit for bit. */
+/* The escape counts of the call just made (zppQuantTakeEscapeCounts, what
+ * the communicator's statistics add up) against the spec's: the escaped
+ * elements and the blocks that overflowed their table. */
+static long checkCounts(const void* in, zppDataType_t dtype, size_t count, int bits, int block) {
+  char* esc = malloc(count + 1);
+  REQUIRE(esc != NULL);
+  uint64_t wantOverflows = (uint64_t)qtExpectEscapes(in, dtype, count, bits, block, esc),
+           wantEscapes = 0;
+  for (size_t i = 0; i < count; i++) wantEscapes += esc[i] == 1;
+  free(esc);
+  uint64_t escapes = 0, overflows = 0;
+  zppQuantTakeEscapeCounts(&escapes, &overflows);
+  if (escapes == wantEscapes && overflows == wantOverflows) return 0;
+  fprintf(stderr, "%llu escapes and %llu overflowing blocks counted, the spec says %llu and %llu\n",
+          (unsigned long long)escapes, (unsigned long long)overflows, (unsigned long long)wantEscapes,
+          (unsigned long long)wantOverflows);
+  return 1;
+}
+
 static void checkCase(const void* in, zppDataType_t dtype, size_t count, int bits, int block, int outs,
                       const char* label) {
   char what[160];
@@ -213,8 +233,10 @@ static void checkCase(const void* in, zppDataType_t dtype, size_t count, int bit
     qtUse(gImpls[k]);
     snprintf(what, sizeof what, "%s %s %s int%d block %d count %zu", gImpls[k], label,
              qtTypeName(dtype), bits, block, count);
+    zppQuantTakeEscapeCounts(NULL, NULL);
     CHECK_MSG(zppQuantize(in, dtype, count, bits, block, seg[k]) == zppSuccess, "%s", what);
     CHECK_MSG(seg[k][size] == 0xa5, "%s: wrote past the segment", what);
+    CHECK_MSG(checkCounts(in, dtype, count, bits, block) == 0, "%s: escape counts", what);
     CHECK_MSG(checkEncoding(in, dtype, count, bits, block, seg[k], what) == 0, "%s: encoding", what);
     for (int o = 0; o < 3; o++) {
       out[k][o] = malloc(count * 4 + 8);
@@ -262,6 +284,72 @@ static void checkRandom(zppTestRng_t* rng) {
             free(in);
           }
       }
+}
+
+/* Blocks with 0 to E + 1 non-zero elements (issue 43): zeros take no part
+ * in the reference magnitude, so an element 2^K above the block's other
+ * non-zero ones escapes, a lone non-zero element does not, and two equal
+ * ones do not; groups of such blocks overflow their tables. checkCase
+ * holds every implementation to the spec's model (qtExpectEscapes) and
+ * every element to its bound. */
+static void checkFewNonZero(zppTestRng_t* rng) {
+  for (int t = 0; t < 3; t++)
+    for (int bits = 8; bits >= 4; bits -= 4)
+      for (int block = 32; block <= 4096; block *= 2)
+        for (int nz = 0; nz <= ZPP_QUANT_ESC_PER_BLOCK + 1; nz++)
+          for (int pattern = 0; pattern < 4; pattern++) {
+            if (pattern == 3 && block < 4096 && (nz + block) % 2) continue; /* half of them */
+            size_t count = ZPP_QUANT_ESC_GROUP + (size_t)block / 2 + 1;     /* a short last block */
+            void* in = malloc(count * 4);
+            REQUIRE(in != NULL);
+            qtFillSparse(in, kTypes[t], count, block, bits, nz, pattern, rng);
+            char label[48];
+            snprintf(label, sizeof label, "%d non-zero, pattern %d", nz, pattern);
+            checkCase(in, kTypes[t], count, bits, block, kTypes[t] == zppFloat16 ? OUT_ALL : OUT_BF16,
+                      label);
+            free(in);
+          }
+  /* The conformance program's case: in a block of 64 zeros, 1.5 and
+   * -3.66e-4 (int4). 1.5 escapes; -3.66e-4 is quantized alone, within
+   * 2^-21 Q of itself; one escape counted. */
+  float in[64] = {1.5f, -3.66210938e-4f};
+  uint8_t seg[256];
+  float y[64];
+  REQUIRE(zppQuantPackedSize(64, 4, 64) <= sizeof seg);
+  uint64_t escapes = 0, overflows = 0;
+  zppQuantTakeEscapeCounts(NULL, NULL);
+  CHECK(zppQuantize(in, zppFloat32, 64, 4, 64, seg) == zppSuccess);
+  zppQuantTakeEscapeCounts(&escapes, &overflows);
+  CHECK(zppDequantize(seg, 64, 4, 64, y, zppFloat32) == zppSuccess);
+  float s = qtScale(seg, 64, 64, 0);
+  CHECK_MSG(
+      escapes == 1 && overflows == 0 && y[0] == 1.5f && zppF32Bits(s) == zppF32Bits(-in[1] / 7.0f) &&
+          fabs((double)y[1] - (double)in[1]) <= qtBound(in[1], s, 4, zppFloat32),
+      "1.5 beside -3.66e-4: %llu escapes, decoded %a %a", (unsigned long long)escapes, y[0], y[1]);
+}
+
+/* Groups whose outliers overflow their tables with real values (issue 43):
+ * spikes 2^8 to 2^40 above Gaussian data in every block. Nothing is
+ * saturated: the spikes that find no slot set their block's scale, and
+ * checkCase holds every element, spikes included, to the bound of its
+ * block's scale. */
+static void checkSpikes(zppTestRng_t* rng) {
+  static const int ratios[] = {8, 12, 16, 17, 24, 32, 40};
+  const int blocks[] = {32, 64, 256, 4096};
+  for (int t = 0; t < 3; t++)
+    for (int bits = 8; bits >= 4; bits -= 4)
+      for (int bi = 0; bi < 4; bi++)
+        for (size_t ri = 0; ri < sizeof ratios / sizeof ratios[0]; ri++) {
+          if (kTypes[t] == zppFloat16 && ratios[ri] > 24) continue; /* past fp16's range */
+          size_t count = 2 * ZPP_QUANT_ESC_GROUP + 3 * (size_t)blocks[bi] / 2;
+          void* in = malloc(count * 4);
+          REQUIRE(in != NULL);
+          qtFillSpikes(in, kTypes[t], count, blocks[bi], ratios[ri], rng);
+          char label[48];
+          snprintf(label, sizeof label, "spikes 2^%d", ratios[ri]);
+          checkCase(in, kTypes[t], count, bits, blocks[bi], 0, label);
+          free(in);
+        }
 }
 
 static void checkLarge(zppTestRng_t* rng) {
@@ -556,6 +644,8 @@ int main(void) {
   checkSpecialBlocks(&rng);
   checkExtremes();
   checkEscapeHints();
+  checkFewNonZero(&rng);
+  checkSpikes(&rng);
   checkLarge(&rng);
   checkHuge(&rng);
   return zppTestExit("test_quant_roundtrip");
