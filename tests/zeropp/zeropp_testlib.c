@@ -352,23 +352,89 @@ static void qgzExpectRot(const int* byNode, int N, int L, const void* const* inp
   }
 }
 
-void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W, const int* nodeOf,
-                 int bits, int block, zppRedOp_t op, size_t chunkBytes, void* out, double* bound,
-                 double* target) {
-  /* The ranks in node order, each node's in rank order: the order in which
-   * the library sums (nodes numbered by their lowest rank, as the topology
-   * numbers them, whatever the placement). */
+/* The ranks in node order, each node's in rank order: the order in which
+ * the library sums (nodes numbered by their lowest rank, as the topology
+ * numbers them, whatever the placement). Returns them (malloc'ed) and the
+ * node count. */
+static int* ranksByNode(int W, const int* nodeOf, int* nodes) {
   int N = 0;
   for (int r = 0; r < W; r++)
     if (nodeOf[r] + 1 > N) N = nodeOf[r] + 1;
-  const int L = W / N;
   int* byNode = malloc((size_t)W * sizeof(int));
   REQUIRE(byNode != NULL);
   int filled = 0;
   for (int n = 0; n < N; n++)
     for (int r = 0; r < W; r++)
       if (nodeOf[r] == n) byNode[filled++] = r;
-  REQUIRE(filled == W && N * L == W);
+  REQUIRE(filled == W && W % N == 0);
+  *nodes = N;
+  return byNode;
+}
+
+/* Adds the model's escapes of one segment's input x (len elements of t) to
+ * the counts, and marks the blocks that overflowed. */
+static void modelSegment(const void* x, zppDataType_t t, size_t len, int bits, int block,
+                         uint64_t* escapes, uint64_t* overflows, char* overflowed) {
+  char* marks = malloc(len + 1);
+  REQUIRE(marks != NULL);
+  *overflows += (uint64_t)qtExpectEscapes(x, t, len, bits, block, marks);
+  for (size_t i = 0; i < len; i++) {
+    *escapes += marks[i] == 1;
+    if (marks[i] == 2 && overflowed != NULL) {
+      size_t lo = i / (size_t)block * (size_t)block;
+      for (size_t j = lo; j < lo + (size_t)block && j < len; j++) overflowed[j] = 1;
+    }
+  }
+  free(marks);
+}
+
+void ztQwzEscapeModel(const void* shard, zppDataType_t t, size_t count, int bits, int block,
+                      uint64_t* escapes, uint64_t* overflows) {
+  /* Pipeline pieces are whole escape groups: the same as one segment. */
+  *escapes = *overflows = 0;
+  modelSegment(shard, t, count, bits, block, escapes, overflows, NULL);
+}
+
+void ztQgzEscapeModel(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W,
+                      const int* nodeOf, int bits, int block, size_t chunkBytes, uint64_t* escapes,
+                      uint64_t* overflows, char* overflowed) {
+  int N;
+  int* byNode = ranksByNode(W, nodeOf, &N);
+  const int L = W / N;
+  const size_t ts = zppTypeSize(t), ce = ztChunkElemsFor(chunkBytes, t, block);
+  *escapes = *overflows = 0;
+  if (overflowed != NULL) memset(overflowed, 0, rc);
+  for (size_t off = 0; off < rc; off += ce) {
+    size_t len = rc - off < ce ? rc - off : ce;
+    size_t P = zppQuantPackedSize(len, bits, block);
+    uint8_t* segs = malloc((size_t)W * P);
+    float* v32 = malloc(len * sizeof(float) + 4);
+    REQUIRE(segs && v32);
+    for (int k = 0; k < W; k++) {
+      const char* in = (const char*)inputs[byNode[k]] + ((size_t)p * rc + off) * ts;
+      modelSegment(in, t, len, bits, block, escapes, overflows, overflowed ? overflowed + off : NULL);
+      REQUIRE(zppQuantize(in, t, len, bits, block, segs + (size_t)k * P) == zppSuccess);
+    }
+    /* The requantization quantizes the fp32 sums byte for byte as
+     * accumulate-then-quantize does (test_quant_reduce). */
+    for (int n = 0; N > 1 && L > 1 && n < N; n++) {
+      REQUIRE(zppDequantizeAccumulate(segs + (size_t)n * L * P, P, L, len, bits, block, v32, 0) ==
+              zppSuccess);
+      modelSegment(v32, zppFloat32, len, bits, block, escapes, overflows,
+                   overflowed ? overflowed + off : NULL);
+    }
+    free(segs);
+    free(v32);
+  }
+  free(byNode);
+}
+
+void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W, const int* nodeOf,
+                 int bits, int block, zppRedOp_t op, size_t chunkBytes, void* out, double* bound,
+                 double* target) {
+  int N;
+  int* byNode = ranksByNode(W, nodeOf, &N);
+  const int L = W / N;
   if (ztQuantFlags()) {
     qgzExpectRot(byNode, N, L, inputs, t, rc, p, W, bits, block, op, chunkBytes, out, bound, target);
     free(byNode);

@@ -53,6 +53,20 @@ int ztQwzExpect(const void* shard, zppDataType_t t, size_t count, int bits, int 
 void ztQgzExpect(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W, const int* nodeOf,
                  int bits, int block, zppRedOp_t op, size_t chunkBytes, void* out, double* bound,
                  double* target);
+/* The spec's escape counts (zpp_quant.h, "Escapes", by quant_testlib's
+ * independent model) of the codec calls of one plain (unrotated) qgZ call
+ * that quantize partition p's data: every rank's first-stage segments and,
+ * on two stages, every node's requantized sums, cut as ztQgzExpect cuts
+ * them. Summed over p they are the call's quantEscapes and
+ * quantEscapeOverflows over all ranks. overflowed (rc elements, or NULL):
+ * 1 where an element of partition p lies in a block whose candidates found
+ * no slot in some stage (its scale then fits them). */
+void ztQgzEscapeModel(const void* const* inputs, zppDataType_t t, size_t rc, int p, int W,
+                      const int* nodeOf, int bits, int block, size_t chunkBytes, uint64_t* escapes,
+                      uint64_t* overflows, char* overflowed);
+/* The same for one rank's qwZ shard (and hpZ's forward gather). */
+void ztQwzEscapeModel(const void* shard, zppDataType_t t, size_t count, int bits, int block,
+                      uint64_t* escapes, uint64_t* overflows);
 /* Bytes one rank's qgZ sends for a tensor of rc elements per rank: one
  * packed segment run (sum over pipeline pieces of their packed size). */
 size_t ztQgzRunBytes(size_t rc, zppDataType_t t, int bits, int block);
