@@ -73,16 +73,27 @@ def node_tx_bytes():
 
 def new_result():
     return {"step_s": [], "link_bytes_per_step": [], "zpp_inter_bytes_per_step": [],
-            "final_loss": []}
+            "final_loss": [], "escapes": [], "escape_overflows": []}
 
 
-def add_run(r, step_s, link_bytes, zpp_inter_bytes, final_loss, steps):
+def add_run(r, step_s, link_bytes, zpp_inter_bytes, final_loss, steps, codec=(0, 0)):
     """One run of one backend: per-step times of the slowest rank (the first
-    step, warm-up, dropped), per-step byte counts summed over ranks."""
+    step, warm-up, dropped), per-step byte counts summed over ranks, and the
+    codecs' escapes and escape overflows of the run summed over ranks
+    (docs/codecs.md, "Escapes": an overflowing block keeps its outliers, and
+    with them its scale)."""
     r["step_s"] += step_s[1:]
     r["link_bytes_per_step"].append(link_bytes / steps)
     r["zpp_inter_bytes_per_step"].append(zpp_inter_bytes / steps)
     r["final_loss"].append(final_loss)
+    r["escapes"].append(codec[0])
+    r["escape_overflows"].append(codec[1])
+
+
+def codec_counts(group=None):
+    """This rank's [escapes, escape overflows] since the last reset_stats."""
+    c = torch_zpp.codec_stats(group)
+    return [float(c["escapes"]), float(c["escape_overflows"])]
 
 
 def bench_fsdp2(a, ctl):
@@ -112,12 +123,14 @@ def bench_fsdp2(a, ctl):
             st = torch.tensor(times, dtype=torch.float64)
             dist.all_reduce(st, op=dist.ReduceOp.MAX, group=ctl)  # a step lasts as long as its slowest rank
             dist.all_reduce(tx, group=ctl)
-            inter = 0.0
+            inter, codec = 0.0, [0.0, 0.0]
             if name != "gloo":
                 inter = float(sum(v["inter_node_bytes"] for v in torch_zpp.stats(g).values()))
-            it = torch.tensor([inter])
+                codec = codec_counts(g)
+            it = torch.tensor([inter] + codec, dtype=torch.float64)
             dist.all_reduce(it, group=ctl)
-            add_run(res[name], st.tolist(), tx.item(), it.item(), losses[-1], a.steps)
+            add_run(res[name], st.tolist(), tx.item(), it[0].item(), losses[-1], a.steps,
+                    (int(it[1].item()), int(it[2].item())))
             progress(ctl, "fsdp2", rnd, name, st.tolist(), tx.item() / a.steps)
     for name, g in groups.items():
         if name != "gloo":
@@ -163,7 +176,8 @@ def bench_deepspeed(a, ctl):
             tx = sum(r["tx_bytes"] for r in every)
             inter = sum(r["zpp_inter_bytes"] for r in every)
             loss = sum(r["final_loss"] for r in every) / len(every)
-            add_run(res[name], st, tx, inter, loss, a.steps)
+            codec = (sum(r["escapes"] for r in every), sum(r["escape_overflows"] for r in every))
+            add_run(res[name], st, tx, inter, loss, a.steps, codec)
             skipped = [r["skipped"] for r in every]
             if any(skipped):
                 raise SystemExit("DeepSpeed run %r skipped steps %s (overflow): its timing is not "
@@ -193,9 +207,11 @@ def ds_worker(a):
         times.append(time.perf_counter() - t0)
     dist.barrier()
     res = {"step_s": times, "tx_bytes": node_tx_bytes() - tx0, "final_loss": loss.item(),
-           "skipped": engine.skipped_steps, "zpp_inter_bytes": 0}
+           "skipped": engine.skipped_steps, "zpp_inter_bytes": 0, "escapes": 0,
+           "escape_overflows": 0}
     if backend == "zpp":
         res["zpp_inter_bytes"] = sum(v["inter_node_bytes"] for v in torch_zpp.stats().values())
+        res["escapes"], res["escape_overflows"] = (int(v) for v in codec_counts())
     with open(a.ds_out, "w") as f:
         json.dump(res, f)
     dist.barrier()
@@ -212,16 +228,20 @@ def progress(ctl, framework, rnd, name, step_s, link_bytes_per_step):
 def table(title, res, extra):
     """Prints one framework's table; returns its JSON summary."""
     print("\n" + title)
-    print("%-15s %10s %10s %16s %16s" % ("backend", "step s", "vs gloo", "link MB/step",
-                                          "zpp inter MB/st"))
+    print("%-15s %10s %10s %16s %16s %12s %12s" % ("backend", "step s", "vs gloo", "link MB/step",
+                                                    "zpp inter MB/st", "escapes/run",
+                                                    "overflows/run"))
     g = statistics.median(res["gloo"]["step_s"])
     summary = dict(extra, backends={})
     for name, r in res.items():
         m = statistics.median(r["step_s"])
         lb = statistics.median(r["link_bytes_per_step"])
         zb = statistics.median(r["zpp_inter_bytes_per_step"])
-        print("%-15s %10.3f %9.2fx %16.1f %16s" % (name, m, g / m, lb / 1e6,
-                                                  "-" if name == "gloo" else "%.1f" % (zb / 1e6)))
+        gloo = name == "gloo"
+        print("%-15s %10.3f %9.2fx %16.1f %16s %12s %12s" % (
+            name, m, g / m, lb / 1e6, "-" if gloo else "%.1f" % (zb / 1e6),
+            "-" if gloo else "%d" % statistics.median(r["escapes"]),
+            "-" if gloo else "%d" % statistics.median(r["escape_overflows"])))
         summary["backends"][name] = dict(r, median_step_s=m, speedup_vs_gloo=g / m,
                                          median_link_bytes_per_step=lb)
     return summary

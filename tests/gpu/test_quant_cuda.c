@@ -597,7 +597,7 @@ static int plant(void* buf, zppDataType_t dt, size_t count, int block, int sc) {
        * b holds 1 + b % 5 non-zero elements, in odd blocks the first one
        * 2^10 above the others (a candidate in int8 and int4), in even
        * blocks all of one magnitude (none). */
-      if (count < 2 * B) return 0;
+      if (count < 2 * B || 2 * B > ZPP_QUANT_ESC_GROUP) return 0; /* an odd block in the group */
       size_t m = count < ZPP_QUANT_ESC_GROUP ? count : ZPP_QUANT_ESC_GROUP;
       for (size_t i = 0; i < m; i++) putF(buf, dt, i, 0.0f);
       for (size_t b = 0; b * B < m; b++)
