@@ -41,8 +41,9 @@
  * stage's barrier (log2(B) + 1 per CTA for the stages, two to four others),
  * and nobody leaves before the last barrier: a group whose block is not
  * re-encoded (past the end, short, stored plain) idles through them; the
- * per-block non-finite flag is a shared array indexed by group. The first layout, a CTA of B/2
- * threads per block, ran at 0.07-0.25x of a device copy on an H100 (the
+ * per-block non-finite flag is a shared array indexed by group. The first
+ * layout, a CTA of B/2 threads per block, ran at 0.07-0.25x of a device
+ * copy on an H100 (the
  * SM's CTA limit capped occupancy at 32-thread CTAs; docs/gpu.md); this one
  * is still to be timed on a GPU. The re-encoding reads the input a second
  * time; a fused single-pass kernel is future work.
