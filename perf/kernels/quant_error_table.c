@@ -155,8 +155,8 @@ int main(int argc, char** argv) {
   printf(
       "| bits | block | data | escapes | overflowing blocks | rel. RMS error | rel. RMS error, "
       "non-garbage | worst error / bound |\n|---|---|---|---|---|---|---|---|\n");
-  const char* kEscNames[] = {"weights N(0,0.02)",  "gradients t(3)",     "gradients N + 0.1% x50",
-                             "N + 1/64 at x100",   "N + 1/1024 at 1e30", "t(3), 1 in 16 non-zero",
+  const char* kEscNames[] = {"weights N(0,0.02)", "gradients t(3)",     "gradients N + 0.1% x50",
+                             "N + 1/64 at x100",  "N + 1/1024 at 1e30", "t(3), 1 in 16 non-zero",
                              "tensors 2^20 apart"};
   for (int d = 0; d < 7; d++) {
     rngState = 0x7a7070717565ull + (uint64_t)d;

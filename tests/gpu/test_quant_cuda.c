@@ -1333,7 +1333,7 @@ static void runCodecSweep(size_t large);
 
 /* Every case of the codec sweep again, rotated: all dtypes, both widths,
  * every block size, odd and short counts, Inf, NaN, tiny and huge blocks
- * (w overflows: stored plain), escapes, overflows, saturation. */
+ * (w overflows: stored plain), escapes, overflows. */
 static void runRotatedCodecSweep(size_t large) {
   quantFlags = ZPP_QUANT_ROTATE;
   rotBlocks = rotPlainBlocks = 0;
