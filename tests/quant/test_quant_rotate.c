@@ -126,6 +126,47 @@ static long checkSegment(const void* in, zppDataType_t dtype, size_t count, int 
   return bad;
 }
 
+/* Every rotated implementation on one input: each segment and its decodes
+ * (fp32 and the input's own type) within the spec (checkSegment), and
+ * their bytes and decodes equal to the scalar reference's. Adds the
+ * rotated blocks seen to *nrot and the decodes checked to *nseg. */
+static void checkImpls(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                       const char* label, long* nrot, long* nseg) {
+  size_t sz = zppQuantPackedSize(count, bits, block);
+  uint8_t* ref = malloc(sz);
+  uint8_t* seg = malloc(sz);
+  void* out = malloc(count * 4);
+  void* out0[3] = {malloc(count * 4), malloc(count * 4), malloc(count * 4)};
+  REQUIRE(ref && seg && out && out0[0] && out0[1] && out0[2]);
+  char what[160];
+  for (int k = 0; k < gNimpl; k++) {
+    qtUseRot(gImpls[k]);
+    CHECK(zppQuantizeEx(in, dtype, count, bits, block, ZPP_QUANT_ROTATE, seg) == zppSuccess);
+    for (int oi = 0; oi < 3; oi++) {
+      zppDataType_t ot = kTypes[oi];
+      if (ot != dtype && ot != zppFloat32) continue;
+      CHECK(zppDequantizeEx(seg, count, bits, block, out, ot) == zppSuccess);
+      snprintf(what, sizeof what, "%s %s->%s int%d block %d count %zu %s", gImpls[k], qtTypeName(dtype),
+               qtTypeName(ot), bits, block, count, label);
+      CHECK_MSG(checkSegment(in, dtype, count, bits, block, seg, out, ot, what, nrot) == 0, "%s", what);
+      (*nseg)++;
+      if (k == 0) memcpy(out0[oi], out, count * qtTypeSize(ot));
+      if (k > 0)
+        CHECK_MSG(memcmp(out0[oi], out, count * qtTypeSize(ot)) == 0, "%s: decode differs from scalar",
+                  what);
+    }
+    if (k == 0)
+      memcpy(ref, seg, sz);
+    else
+      CHECK_MSG(memcmp(ref, seg, sz) == 0, "%s: bytes differ from scalar", what);
+  }
+  free(ref);
+  free(seg);
+  free(out);
+  for (int oi = 0; oi < 3; oi++) free(out0[oi]);
+  qtUse("scalar");
+}
+
 static void checkRandom(zppTestRng_t* rng) {
   /* every block size: the vector kernels run the stages from 64 on two at
    * a time, so 128, 512 and 2048 end with a single one */
@@ -140,53 +181,21 @@ static void checkRandom(zppTestRng_t* rng) {
             int block = blocks[bi];
             size_t counts[3] = {(size_t)block, 3 * (size_t)block + 17, 9000 + (size_t)block};
             for (int ci = 0; ci < 3; ci++) {
-              size_t count = counts[ci], sz = zppQuantPackedSize(count, bits, block);
+              size_t count = counts[ci];
               void* in = malloc(count * 4);
-              uint8_t* ref = malloc(sz);
-              uint8_t* seg = malloc(sz);
-              void* out = malloc(count * 4);
-              void* out0[3] = {malloc(count * 4), malloc(count * 4), malloc(count * 4)};
-              REQUIRE(in && ref && seg && out && out0[0] && out0[1] && out0[2]);
+              REQUIRE(in);
               fill(in, dtype, count, block, kind, specials, rng);
-              char what[160];
-              for (int k = 0; k < gNimpl; k++) {
-                qtUseRot(gImpls[k]);
-                CHECK(zppQuantizeEx(in, dtype, count, bits, block, ZPP_QUANT_ROTATE, seg) ==
-                      zppSuccess);
-                for (int oi = 0; oi < 3; oi++) {
-                  zppDataType_t ot = kTypes[oi];
-                  if (ot != dtype && ot != zppFloat32) continue;
-                  CHECK(zppDequantizeEx(seg, count, bits, block, out, ot) == zppSuccess);
-                  snprintf(what, sizeof what, "%s %s->%s int%d block %d count %zu %s%s", gImpls[k],
-                           qtTypeName(dtype), qtTypeName(ot), bits, block, count, kDataName[kind],
-                           specials == 1   ? " +specials"
-                           : specials == 2 ? " +garbage"
-                                           : "");
-                  long rot = 0;
-                  CHECK_MSG(checkSegment(in, dtype, count, bits, block, seg, out, ot, what, &rot) == 0,
-                            "%s", what);
-                  nrot += rot;
-                  nseg++;
-                  if (k == 0) memcpy(out0[oi], out, count * qtTypeSize(ot));
-                  if (k > 0)
-                    CHECK_MSG(memcmp(out0[oi], out, count * qtTypeSize(ot)) == 0,
-                              "%s: decode differs from scalar", what);
-                }
-                if (k == 0)
-                  memcpy(ref, seg, sz);
-                else
-                  CHECK_MSG(memcmp(ref, seg, sz) == 0, "%s: bytes differ from scalar", what);
-              }
+              char label[64];
+              snprintf(label, sizeof label, "%s%s", kDataName[kind],
+                       specials == 1   ? " +specials"
+                       : specials == 2 ? " +garbage"
+                                       : "");
+              checkImpls(in, dtype, count, bits, block, label, &nrot, &nseg);
               free(in);
-              free(ref);
-              free(seg);
-              free(out);
-              for (int oi = 0; oi < 3; oi++) free(out0[oi]);
             }
           }
   printf("rotate: %ld segment decodes checked, %ld rotated blocks\n", nseg, nrot);
   CHECK(nrot > 0);
-  qtUse("scalar");
 }
 
 /* Rotated blocks whose outliers overflow the table with real values (issue
@@ -197,7 +206,7 @@ static void checkRandom(zppTestRng_t* rng) {
 static void checkOverflowRotated(zppTestRng_t* rng) {
   static const int ratios[] = {8, 16, 17, 24, 40};
   const int blocks[] = {32, 64, 256, 4096};
-  long nrot = 0;
+  long nrot = 0, nseg = 0;
   for (int ti = 0; ti < 3; ti++)
     for (int bits = 4; bits <= 8; bits += 4)
       for (int bi = 0; bi < 4; bi++)
@@ -205,39 +214,19 @@ static void checkOverflowRotated(zppTestRng_t* rng) {
           zppDataType_t dtype = kTypes[ti];
           int block = blocks[bi];
           if (v < 5 && dtype == zppFloat16 && ratios[v] > 24) continue;
-          size_t count = 2 * ZPP_QUANT_ESC_GROUP + (size_t)block,
-                 sz = zppQuantPackedSize(count, bits, block);
+          size_t count = 2 * ZPP_QUANT_ESC_GROUP + (size_t)block;
           void* in = malloc(count * 4);
-          uint8_t* ref = malloc(sz);
-          uint8_t* seg = malloc(sz);
-          void* out = malloc(count * 4);
-          REQUIRE(in && ref && seg && out);
+          REQUIRE(in);
           if (v < 5)
             qtFillSpikes(in, dtype, count, block, ratios[v], rng);
           else
             qtFillSparse(in, dtype, count, block, bits, v - 3, v - 4, rng); /* 2..4 non-zero */
-          for (int k = 0; k < gNimpl; k++) {
-            qtUseRot(gImpls[k]);
-            char what[160];
-            snprintf(what, sizeof what, "%s %s int%d block %d overflow case %d", gImpls[k],
-                     qtTypeName(dtype), bits, block, v);
-            CHECK(zppQuantizeEx(in, dtype, count, bits, block, ZPP_QUANT_ROTATE, seg) == zppSuccess);
-            CHECK(zppDequantizeEx(seg, count, bits, block, out, zppFloat32) == zppSuccess);
-            CHECK_MSG(
-                checkSegment(in, dtype, count, bits, block, seg, out, zppFloat32, what, &nrot) == 0,
-                "%s", what);
-            if (k == 0)
-              memcpy(ref, seg, sz);
-            else
-              CHECK_MSG(memcmp(ref, seg, sz) == 0, "%s: bytes differ from scalar", what);
-          }
+          char label[48];
+          snprintf(label, sizeof label, "overflow case %d", v);
+          checkImpls(in, dtype, count, bits, block, label, &nrot, &nseg);
           free(in);
-          free(ref);
-          free(seg);
-          free(out);
         }
   CHECK(nrot > 0);
-  qtUse("scalar");
 }
 
 /* H H x = B x exactly for small integers; and the documented stage order on
