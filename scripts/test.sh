@@ -13,14 +13,28 @@
 # does not. Extra arguments go to both ctest passes (e.g. -L quant).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+phases=()
+# phase NAME: notes the wall time since the previous phase ended.
+last=$SECONDS
+phase() {
+  phases+=("$(printf '%-6s %5d s' "$1" $((SECONDS - last)))")
+  last=$SECONDS
+}
 bash scripts/setup-deps.sh
+phase setup
 bash scripts/build.sh
+phase build
 bash scripts/setup-torch.sh   # torch + torch_zpp for the tests labelled torch
+phase torch
 cd build
 jobs=$(nproc 2>/dev/null || echo 2)
 status=0
 ctest --output-on-failure -j"$jobs" -LE timing "$@" || status=1
+phase tests
 ctest --output-on-failure -L timing --repeat until-pass:3 "$@" || status=1
+phase timing
+echo "zpp tests: wall time per phase"
+printf '  %s\n' "${phases[@]}"
 if ((status != 0)); then
   echo "zpp tests: FAILED (see the output above)" >&2
 fi
