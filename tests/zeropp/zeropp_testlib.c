@@ -72,9 +72,10 @@ static double stageErr(double s, int bits);
 
 /* Per element, the bound of a segment's fp32 decode against its input (in,
  * count elements of t), by zpp_quant.h: 0 for an escape (exact in fp32)
- * and a marked element (non-finite: NaN, not bounded), the plain stage bound in a block stored plain
- * (scale sign bit set, or an unrotated segment), else the rotated bound E with M the block's largest
- * non-escaped magnitude. */
+ * and a marked element (non-finite: NaN, not bounded), the plain stage
+ * bound in a block stored plain (scale sign bit set, or an unrotated
+ * segment), else the rotated bound E with M the block's largest non-escaped
+ * magnitude (candidates that found no slot included). */
 static void segErr(const void* in, zppDataType_t t, size_t count, int bits, int block,
                    const uint8_t* seg, double* err) {
   char* marks = malloc(count + 1);
