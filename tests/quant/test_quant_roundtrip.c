@@ -199,8 +199,6 @@ static int wantOut(int o, zppDataType_t dtype, int outs) {
   return kTypes[o] == zppFloat16 ? (outs & OUT_FP16) != 0 : (outs & OUT_BF16) != 0;
 }
 
-/* Quantizes `in` with every implementation, checks each result, checks
- * that all implementations agree bit for bit. */
 /* The escape counts of the call just made (zppQuantTakeEscapeCounts, what
  * the communicator's statistics add up) against the spec's: the escaped
  * elements and the blocks that overflowed their table. */
@@ -220,6 +218,8 @@ static long checkCounts(const void* in, zppDataType_t dtype, size_t count, int b
   return 1;
 }
 
+/* Quantizes `in` with every implementation, checks each result, checks
+ * that all implementations agree bit for bit. */
 static void checkCase(const void* in, zppDataType_t dtype, size_t count, int bits, int block, int outs,
                       const char* label) {
   char what[160];
@@ -310,8 +310,8 @@ static void checkFewNonZero(zppTestRng_t* rng) {
             free(in);
           }
   /* The conformance program's case: in a block of 64 zeros, 1.5 and
-   * -3.66e-4 (int4). 1.5 escapes; -3.66e-4 is quantized alone, within
-   * 2^-21 Q of itself; one escape counted. */
+   * -3.66e-4 (int4). 1.5 escapes; -3.66e-4 is quantized alone (its own
+   * scale, within 2^-21 Q s of itself); one escape counted. */
   float in[64] = {1.5f, -3.66210938e-4f};
   uint8_t seg[256];
   float y[64];
