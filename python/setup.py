@@ -1,22 +1,37 @@
-"""Builds torch_zpp._C against the installed torch and a built libzpp.
+"""Builds torch_zpp: libzpp with this checkout's CMake, then torch_zpp._C against the installed torch.
 
-Where zpp is: ZPP_HOME (an install prefix: include/zpp.h, lib/libzpp.so) or
-ZPP_BUILD_DIR (a CMake build directory of this checkout); by default the
-checkout's build/ next to this directory. The extension links the shared
-libzpp with an rpath to it, and uses only zpp.h.
+    pip install --no-build-isolation ./python          # into the environment that has torch
+    python -m build --wheel --no-isolation ./python    # a wheel for environments with that torch
 
-The device path (CUDA tensors on zpp's NCCL path) is compiled in only when
-libzpp was built with NCCL, torch has CUDA, and both use the same CUDA major
-version: two CUDA runtimes or two NCCLs of different majors in one process is
-asking for trouble. It needs the CUDA runtime headers (the ones torch's wheel
-brings, or CUDA_HOME's) but never nvcc. ZPP_TORCH_DEVICE=0 leaves it out,
-=1 makes its absence an error, =force builds it despite different CUDA majors
-(to check that it compiles; do not run it so).
+By default libzpp (the library only: no tools, no tests) is configured and built from the checkout
+around this directory into build_ext's temporary directory, with UCX required (the host transport;
+CMake names its Debian package when it is missing) and MPI left out (torch_zpp never uses it). It is
+copied into the package beside _C, which finds it through an rpath of $ORIGIN: the installed package
+needs nothing from the checkout, so a wheel works with the tree gone. ZPP_CMAKE_ARGS adds configure
+arguments (e.g. -DZPP_WITH_CUDA=OFF); a second build reuses the first's CMake tree.
+
+Developers with a zpp build at hand name it instead: ZPP_HOME (an install prefix: include/zpp.h,
+lib/libzpp.so) or ZPP_BUILD_DIR (a CMake build directory of this checkout). The extension then
+links that libzpp with an rpath to it, nothing is copied, and the package follows that build:
+rebuild it and torch_zpp uses the new library; delete it and torch_zpp cannot load.
+
+The device path (CUDA tensors on zpp's NCCL path) is compiled in only when libzpp was built with
+NCCL, torch has CUDA, and both use the same CUDA major version: two CUDA runtimes or two NCCLs of
+different majors in one process is asking for trouble. It needs the CUDA runtime headers (the ones
+torch's wheel brings, or CUDA_HOME's) but never nvcc. ZPP_TORCH_DEVICE=0 leaves it out, =1 makes its
+absence an error, =force builds it despite different CUDA majors (to check that it compiles; do not
+run it so).
+
+The sources compile in parallel with ninja where it is installed (Debian: ninja-build), MAX_JOBS at
+a time (default: the CPUs), as torch's BuildExtension does.
 """
 import glob
 import json
 import os
 import re
+import shlex
+import shutil
+import subprocess
 import sys
 
 from setuptools import setup
@@ -29,18 +44,76 @@ except ImportError:  # pip's isolated build: torch must come from the environmen
              "'pip install --no-build-isolation ./python' in the environment that has torch")
 
 here = os.path.dirname(os.path.abspath(__file__))
+checkout = os.path.dirname(here)
 # torch_zpp/csrc/*.cpp, split as PyTorch's UCC backend is: type and op
 # conversions, the Work, the c10d::Backend, the Python module.
 SOURCES = ["conversions", "work", "backend", "module"]  # + compat.hpp: torch versions
+# The file name the loader looks for (libzpp's soname): what the package holds.
+LIBZPP_SONAME = "libzpp.so.0"
 
 
-def find_zpp():
+class Zpp:
+    """Where libzpp is: its header directory, its library directory, its CMake build
+    directory (None for an install) and whether the package carries its own copy."""
+
+    def __init__(self, include_dirs, lib_dir, build_dir, bundled):
+        self.include_dirs, self.lib_dir, self.build_dir, self.bundled = include_dirs, lib_dir, build_dir, bundled
+
+
+def run_cmake(args, what):
+    """Runs cmake; on failure ends the build with CMake's own error lines (they name a missing
+    dependency and its Debian package) after its whole output."""
+    try:
+        proc = subprocess.run(["cmake"] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    except FileNotFoundError:
+        sys.exit("torch_zpp: cmake is not installed (Debian: cmake); it builds libzpp")
+    print(proc.stdout, end="")
+    if proc.returncode != 0:
+        # "CMake Error at FILE:LINE (message):" and the indented lines that follow it.
+        errors, lines = [], proc.stdout.splitlines()
+        for i, line in enumerate(lines):
+            if line.startswith("CMake Error"):
+                msg = []
+                for follow in lines[i + 1:]:
+                    if not follow.startswith(" "):
+                        break
+                    msg.append(follow.strip())
+                errors.append(" ".join(m for m in msg if m) or line)
+        sys.exit("torch_zpp: %s failed: %s" % (what, " | ".join(errors) or "see CMake's output above"))
+
+
+def build_libzpp(cmake_dir):
+    """Configures and builds libzpp from the checkout into cmake_dir."""
+    if not os.path.exists(os.path.join(checkout, "CMakeLists.txt")):
+        sys.exit("torch_zpp: no zpp checkout around %s to build libzpp from; set ZPP_HOME or "
+                 "ZPP_BUILD_DIR to a built zpp" % here)
+    cache = os.path.join(cmake_dir, "CMakeCache.txt")
+    if os.path.exists(cache):  # a tree configured for another checkout (a moved copy) starts over
+        m = re.search(r"^CMAKE_HOME_DIRECTORY:INTERNAL=(.*)$", open(cache).read(), re.M)
+        if not m or os.path.realpath(m.group(1)) != os.path.realpath(checkout):
+            shutil.rmtree(cmake_dir)
+    os.makedirs(cmake_dir, exist_ok=True)
+    print("torch_zpp: building libzpp with CMake from %s in %s" % (checkout, cmake_dir))
+    extra = shlex.split(os.environ.get("ZPP_CMAKE_ARGS", ""))
+    run_cmake(["-S", checkout, "-B", cmake_dir, "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+               "-DZPP_BUILD_TESTS=OFF", "-DZPP_WITH_UCX=ON", "-DZPP_WITH_MPI=OFF",
+               "-DZPP_WITH_BENCHMARK=OFF"] + extra, "configuring libzpp")
+    jobs = os.environ.get("MAX_JOBS") or str(os.cpu_count() or 2)
+    run_cmake(["--build", cmake_dir, "--target", "zpp", "-j", jobs], "building libzpp")
+    return Zpp([os.path.join(cmake_dir, "include")], os.path.join(cmake_dir, "lib"), cmake_dir, True)
+
+
+def find_zpp(build_temp):
     home = os.environ.get("ZPP_HOME")
     if home:
-        inc, lib = os.path.join(home, "include"), os.path.join(home, "lib")
-        return inc, lib, None
-    build = os.path.abspath(os.environ.get("ZPP_BUILD_DIR", os.path.join(here, "..", "build")))
-    return os.path.join(here, "..", "include"), os.path.join(build, "lib"), build
+        home = os.path.abspath(home)
+        return Zpp([os.path.join(home, "include")], os.path.join(home, "lib"), None, False)
+    build = os.environ.get("ZPP_BUILD_DIR")
+    if build:
+        build = os.path.abspath(build)
+        # zpp.h and the zpp_version.h it includes, as the build tree offers them.
+        return Zpp([os.path.join(build, "include")], os.path.join(build, "lib"), build, False)
+    return build_libzpp(os.path.join(os.path.abspath(build_temp), "zpp-cmake"))
 
 
 def zpp_cuda_major(build):
@@ -98,7 +171,8 @@ def device_path(build):
     if torch_major is None:
         reason = "this torch has no CUDA"
     elif zpp_major is None:
-        reason = "libzpp was built without NCCL"
+        reason = ("libzpp was built without NCCL" if build is not None else
+                  "ZPP_HOME has no build record that says libzpp's CUDA")
     elif zpp_major != torch_major and want != "force":
         reason = "torch uses CUDA %s, libzpp CUDA %d" % (torch.version.cuda, zpp_major)
     else:
@@ -135,53 +209,73 @@ def c10d_features():
     return found
 
 
-zpp_inc, zpp_lib, zpp_build = find_zpp()
-if not os.path.exists(os.path.join(zpp_inc, "zpp.h")):
-    sys.exit("torch_zpp: zpp.h not found in %s (set ZPP_HOME or ZPP_BUILD_DIR)" % zpp_inc)
-if not glob.glob(os.path.join(zpp_lib, "libzpp.so*")):
-    sys.exit("torch_zpp: libzpp.so not found in %s (build zpp first, or set ZPP_HOME / "
-             "ZPP_BUILD_DIR)" % zpp_lib)
+def configure(ext, zpp):
+    """Fills in the extension: zpp's headers and library, the c10d features, the device path.
+    Returns what torch_zpp.build_info() reports."""
+    if not any(os.path.exists(os.path.join(d, "zpp.h")) for d in zpp.include_dirs):
+        sys.exit("torch_zpp: zpp.h not found in %s (set ZPP_HOME or ZPP_BUILD_DIR)" % zpp.include_dirs)
+    if not glob.glob(os.path.join(zpp.lib_dir, "libzpp.so*")):
+        sys.exit("torch_zpp: libzpp.so not found in %s (build zpp first, or set ZPP_HOME / "
+                 "ZPP_BUILD_DIR)" % zpp.lib_dir)
+    cuda_incs, no_device = device_path(zpp.build_dir)
+    features = c10d_features()
+    print("torch_zpp: torch %s, c10d features: %s" % (torch.__version__, " ".join(features) or "none"))
+    ext.define_macros += [(f, "1") for f in features]
+    ext.include_dirs += zpp.include_dirs
+    ext.library_dirs.append(zpp.lib_dir)
+    ext.libraries.append("zpp")
+    # The bundled copy sits beside _C; a developer's build stays where it is.
+    ext.extra_link_args.append("-Wl,-rpath," + ("$ORIGIN" if zpp.bundled else zpp.lib_dir))
+    if cuda_incs:
+        ext.define_macros.append(("ZPP_TORCH_CUDA", "1"))
+        ext.libraries.append("c10_cuda")
+        ext.include_dirs += cuda_incs
+        print("torch_zpp: building with the device path (CUDA tensors on zpp's NCCL path)")
+    else:
+        print("torch_zpp: host memory only (%s)" % no_device)
+    return {"zpp_lib": "bundled" if zpp.bundled else zpp.lib_dir, "device_path": bool(cuda_incs),
+            "no_device_reason": no_device, "torch": torch.__version__, "c10d_features": features}
 
-cuda_incs, no_device = device_path(zpp_build)
-features = c10d_features()
-print("torch_zpp: torch %s, c10d features: %s" % (torch.__version__, " ".join(features) or "none"))
-defines, libraries, include_dirs = [(f, "1") for f in features], ["zpp"], [os.path.abspath(zpp_inc)]
-if zpp_build is not None:
-    # zpp.h includes zpp_version.h, which the build generates into
-    # build/include/ (an install puts both in include/).
-    include_dirs.append(os.path.join(zpp_build, "include"))
-if cuda_incs:
-    defines.append(("ZPP_TORCH_CUDA", "1"))
-    libraries.append("c10_cuda")
-    include_dirs += cuda_incs
-    print("torch_zpp: building with the device path (CUDA tensors on zpp's NCCL path)")
-else:
-    print("torch_zpp: host memory only (%s)" % no_device)
 
-# Recorded for torch_zpp.build_info(): where libzpp is and why a path is off.
-info = {"zpp_lib": os.path.abspath(zpp_lib), "device_path": bool(cuda_incs),
-        "no_device_reason": no_device, "torch": torch.__version__, "c10d_features": features}
-with open(os.path.join(here, "torch_zpp", "_build_info.json"), "w") as f:
-    json.dump(info, f)
+def strip_debug_info(path):
+    """A package needs symbols, not DWARF: stripping it takes libzpp from 19 to 8.6 MB (the rest is
+    mostly its CUDA kernels) and _C from 26 to 0.6 MB, the wheel from 15 to 2.8 MB. Left as it is
+    where binutils' strip is missing."""
+    if shutil.which("strip"):
+        subprocess.run(["strip", "--strip-debug", path], check=True)
+
+
+class BuildZppExtension(BuildExtension):
+    """build_ext that first finds or builds libzpp, and leaves in the package, beside _C, the
+    bundled libzpp and _build_info.json (read at import: the torch version check)."""
+
+    def run(self):
+        zpp = find_zpp(self.build_temp)
+        info = configure(self.extensions[0], zpp)
+        super().run()
+        package_dir = os.path.dirname(self.get_ext_fullpath("torch_zpp._C"))
+        if zpp.bundled:
+            copy = os.path.join(package_dir, LIBZPP_SONAME)
+            shutil.copy2(os.path.realpath(os.path.join(zpp.lib_dir, LIBZPP_SONAME)), copy)
+            strip_debug_info(copy)
+            strip_debug_info(self.get_ext_fullpath("torch_zpp._C"))
+        with open(os.path.join(package_dir, "_build_info.json"), "w") as f:
+            json.dump(info, f)
+
 
 setup(
     ext_modules=[
         CppExtension(
             "torch_zpp._C",
             ["torch_zpp/csrc/%s.cpp" % f for f in SOURCES],
-            depends=glob.glob(os.path.join(here, "torch_zpp", "csrc", "*.hpp")),
-            include_dirs=include_dirs,
-            library_dirs=[os.path.abspath(zpp_lib)],
-            libraries=libraries,
-            define_macros=defines,
+            # Relative, as setuptools wants (pip and build run setup.py from here).
+            depends=[os.path.relpath(p, here) for p in glob.glob(os.path.join(here, "torch_zpp", "csrc", "*.hpp"))],
             # hidden: pybind11's own types are, and classes holding them must match.
             extra_compile_args=["-O2", "-Wall", "-Wno-unused-parameter", "-fvisibility=hidden"],
-            extra_link_args=["-Wl,-rpath," + os.path.abspath(zpp_lib)],
         )
     ],
-    package_data={"torch_zpp": ["_build_info.json"]},
-    # ninja compiles the four sources at once (MAX_JOBS) where it is installed and
-    # ZPP_TORCH_NINJA=1 asks for it (scripts/gpu-check.sh); the default stays serial.
-    cmdclass={"build_ext": BuildExtension.with_options(
-        use_ninja=os.environ.get("ZPP_TORCH_NINJA") == "1")},
+    cmdclass={"build_ext": BuildZppExtension},
+    # The torch it is built against, without a local tag (+cu128 and the like):
+    # pip then knows that upgrading torch breaks it (the import check says how).
+    install_requires=["torch==" + torch.__version__.split("+")[0]],
 )

@@ -134,7 +134,7 @@ for p in sys.path:
   fi
 
   # torch_zpp against this machine's PyTorch, built while the GPU steps run.
-  (cd python && ZPP_BUILD_DIR=$PWD/../$dev/zpp ZPP_TORCH_DEVICE=1 ZPP_TORCH_NINJA=1 MAX_JOBS=8 python3 setup.py build_ext --inplace) \
+  (cd python && ZPP_BUILD_DIR=$PWD/../$dev/zpp ZPP_TORCH_DEVICE=1 MAX_JOBS=8 python3 setup.py build_ext --inplace) \
     >"$logs/torch-build.log" 2>&1 &
   local torchBuild=$!
 

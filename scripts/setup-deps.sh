@@ -6,7 +6,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config   # compiler and build
+  build-essential cmake pkg-config ninja-build  # compiler and build (ninja: torch_zpp in parallel)
   libucx-dev ucx-utils               # host-memory transport
   libopenmpi-dev openmpi-bin         # mpirun launch and baselines
   libbenchmark-dev                   # micro-benchmarks

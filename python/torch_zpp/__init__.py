@@ -21,7 +21,26 @@ import torch.distributed as dist
 # The base class c10d.Backend must be known to pybind11 before our subclass.
 import torch.distributed.distributed_c10d  # noqa: F401
 
-from . import _C
+
+def _read_build_info():
+    """What setup.py recorded (python/setup.py, BuildZppExtension): {} where it recorded nothing."""
+    try:
+        with open(os.path.join(os.path.dirname(__file__), "_build_info.json")) as f:
+            return json.load(f)
+    except OSError:
+        return {}
+
+
+_BUILD_INFO = _read_build_info()
+# _C is compiled against one torch's C++ ABI: under another it fails to load with an
+# undefined symbol, or loads and misbehaves. Say so before trying.
+if _BUILD_INFO.get("torch") not in (None, torch.__version__):
+    raise ImportError(
+        "torch_zpp was built for torch %s but this is torch %s: rebuild it against this torch "
+        "(pip install --no-build-isolation --force-reinstall <zpp checkout>/python)"
+        % (_BUILD_INFO["torch"], torch.__version__))
+
+from . import _C  # noqa: E402
 
 __all__ = ["Options", "qwz_all_gather", "qgz_reduce_scatter", "stats", "reset_stats",
            "topology", "backend", "build_info"]
@@ -166,10 +185,13 @@ def topology(group=None):
 
 
 def build_info():
-    """How this torch_zpp was built: libzpp's directory, device path or why not."""
-    path = os.path.join(os.path.dirname(__file__), "_build_info.json")
+    """How this torch_zpp was built: where libzpp came from ("bundled": the package's own copy, or
+    a developer's build directory), the torch it was built for, the device path or why not; and
+    "libzpp": the file this process actually loaded."""
+    info = dict(_BUILD_INFO) or {"device_path": _C.has_device_path}
     try:
-        with open(path) as f:
-            return json.load(f)
+        with open("/proc/self/maps") as f:
+            info["libzpp"] = next((line.split()[-1] for line in f if "/libzpp.so" in line), None)
     except OSError:
-        return {"device_path": _C.has_device_path}
+        info["libzpp"] = None
+    return info

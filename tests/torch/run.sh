@@ -19,7 +19,10 @@ if [[ -n "$ZPP_TORCH_SKIP" ]]; then
   echo "SKIPPED: $ZPP_TORCH_SKIP"
   exit 77
 fi
-export PYTHONPATH=$ZPP_TORCH_SITE${PYTHONPATH:+:$PYTHONPATH}
+# Empty where torch_zpp is installed in the environment (from a wheel).
+if [[ -n "$ZPP_TORCH_SITE" ]]; then
+  export PYTHONPATH=$ZPP_TORCH_SITE${PYTHONPATH:+:$PYTHONPATH}
+fi
 export PYTHONUNBUFFERED=1
 # Four ranks on two cores: one compute thread each, or they fight.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
