@@ -54,6 +54,8 @@ zppResult_t zppCommAbort(zppComm_t comm) {
   return zppCommStateAbort(comm);
 }
 
+zppResult_t zppCommRevoke(zppComm_t comm) { return zppCommStateRevoke(comm); }
+
 zppResult_t zppCommCount(const zppComm_t comm, int* count) {
   ZPPCHECK(zppCommStateCheckLive(comm, "zppCommCount"));
   ZPP_ARGCHECK(count != NULL, "zppCommCount: count is NULL");

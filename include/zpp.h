@@ -183,6 +183,19 @@ ZPP_API zppResult_t zppCommDestroy(zppComm_t comm);
  * communicator. Safe to call from another thread than the one blocked in a
  * collective. NULL is a no-op. */
 ZPP_API zppResult_t zppCommAbort(zppComm_t comm);
+/* Stops comm without freeing anything (like ncclCommRevoke): every operation
+ * in flight or queued, on any host stream or none, ends with an error whose
+ * reason (zppGetLastError(comm)) says "revoked"; so does every later call,
+ * at once. Callable from any thread, also while another is blocked in a call
+ * or in zppHostStreamSynchronize; a second revoke is a no-op. Local: the other
+ * ranks learn of it as of any peer that stopped talking (their own error or
+ * timeout), so each rank that must stop revokes its own. Handles and buffers
+ * stay valid: zppCommGetAsyncError, zppCommCount and the like still answer,
+ * and the communicator is freed by zppCommDestroy (prompt: no barrier with
+ * peers that may be dead) or zppCommAbort. On the device path it aborts the
+ * inner NCCL communicator, which zpp creates afresh where it needs one
+ * again. NULL is zppInvalidArgument. */
+ZPP_API zppResult_t zppCommRevoke(zppComm_t comm);
 
 ZPP_API zppResult_t zppCommCount(const zppComm_t comm, int* count);
 ZPP_API zppResult_t zppCommUserRank(const zppComm_t comm, int* rank);

@@ -227,23 +227,36 @@ zppResult_t zppCommStateDestroy(struct zppComm* comm) {
   return zppSuccess;
 }
 
-zppResult_t zppCommStateAbort(struct zppComm* comm) {
-  ZPPCHECK(takeHandle(comm, "zppCommAbort"));
-  atomic_store(&comm->aborted, 1);
-  /* Not through zppCommStateSetError: an abort is asked for, not an error to log. */
+/* What abort and revoke share: the communicator is broken with `reason`
+ * (unless something broke it first, whose reason stays), and every wait
+ * stops: the executor fails what is queued, the bootstrap and the transports
+ * end what is in flight. Nothing is freed; only the first call acts. */
+static void stopAll(struct zppComm* comm, const char* reason) {
+  if (atomic_exchange(&comm->aborted, 1)) return;
+  /* Not through zppCommStateSetError: this is asked for, not an error to log. */
   pthread_mutex_lock(&comm->errorLock);
   if (atomic_load(&comm->asyncError) == zppSuccess) {
-    snprintf(comm->lastError, sizeof(comm->lastError), "comm %s rank %d: aborted by zppCommAbort",
-             comm->name, comm->rank);
+    snprintf(comm->lastError, sizeof(comm->lastError), "comm %s rank %d: %s", comm->name, comm->rank,
+             reason);
     atomic_store(&comm->asyncError, (int)zppRemoteError);
   }
   pthread_mutex_unlock(&comm->errorLock);
-  ZPP_INFO(INIT, "comm %s rank %d/%d: aborting", comm->name, comm->rank, comm->nranks);
-  /* Stop every wait first; the frees below wait for the waiting threads to
-   * leave. */
+  ZPP_INFO(INIT, "comm %s rank %d/%d: %s", comm->name, comm->rank, comm->nranks, reason);
   zppBootstrapAbort(comm->bootstrap);
   zppTransportsAbort(comm);
+}
+
+zppResult_t zppCommStateAbort(struct zppComm* comm) {
+  ZPPCHECK(takeHandle(comm, "zppCommAbort"));
+  stopAll(comm, "aborted by zppCommAbort");
+  /* The frees wait for the threads stopped above to leave. */
   commFree(comm);
+  return zppSuccess;
+}
+
+zppResult_t zppCommStateRevoke(struct zppComm* comm) {
+  ZPPCHECK(zppCommStateCheckLive(comm, "zppCommRevoke"));
+  stopAll(comm, "revoked by zppCommRevoke");
   return zppSuccess;
 }
 

@@ -26,7 +26,7 @@ struct zppComm {
   zppTopo_t* topo;
   struct zppTransports* transports;
   _Atomic int asyncError; /* zppResult_t; zppSuccess while healthy */
-  _Atomic int aborted;    /* set by zppCommAbort from any thread */
+  _Atomic int aborted;    /* set by zppCommAbort or zppCommRevoke, from any thread */
   pthread_mutex_t errorLock;
   char lastError[512];            /* reason for asyncError, for zppGetLastError */
   zppCompressSettings_t compress; /* ZeRO++ settings (lib/compress_settings.c) */

@@ -51,5 +51,7 @@ zppResult_t zppCommStateCheckLive(const struct zppComm* comm, const char* call);
  * one gets it), then free it; abort first stops every wait. */
 zppResult_t zppCommStateDestroy(struct zppComm* comm);
 zppResult_t zppCommStateAbort(struct zppComm* comm);
+/* Abort without the free: see zppCommRevoke in zpp.h. */
+zppResult_t zppCommStateRevoke(struct zppComm* comm);
 
 #endif /* ZPP_COMM_INTERNAL_H_ */

@@ -5,6 +5,8 @@
  *   test_coll_faults stall     a rank stops calling: the others time out
  *   test_coll_faults mismatch  other count / op / type / collective on one rank
  *   test_coll_faults abort     zppCommAbort from another thread unblocks a rank
+ *   test_coll_faults revoke    zppCommRevoke from another thread ends a blocked call, the
+ *                              queued work and a stream synchronize, and frees nothing
  *   test_coll_faults args      bad arguments and streams, comm still usable after
  *   test_coll_faults roots     broadcasts, reduces, gathers, scatters whose ranks name
  *                              different roots fail in the call
@@ -442,6 +444,91 @@ static int testAbort(void) {
   return 0;
 }
 
+/* ---- revoke from another thread ------------------------------------------- */
+
+/* Ranks 2 and 3 stay alive but never join (hung peers: only a revoke or the
+ * 30 s timeout ends a wait on them). Rank 0 blocks in a call behind a queued
+ * stream operation, rank 1 in zppHostStreamSynchronize; a second thread
+ * revokes after 0.5 s. Then each checks, in slots 4 + 4 * rank onwards: the
+ * stream's result, a later call's result and time, and that the handle still
+ * answers. */
+#define REVOKE_AT 0.5
+
+static void* revoker(void* arg) {
+  sleepSec(REVOKE_AT);
+  zppCommRevoke((zppComm_t)arg);
+  return NULL;
+}
+
+static int revokeBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppComm_t comm;
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  cfg.timeoutSec = 30;
+  REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
+  float v[64] = {0}, w[64] = {0};
+  REQUIRE(zppAllReduce(v, v, 64, zppFloat32, zppSum, comm, NULL) == zppSuccess);
+  if (rank >= 2) {
+    sleepSec(4.0); /* hung, as far as the others can tell */
+    zppCommRevoke(comm);
+    zppCommDestroy(comm);
+    return 0;
+  }
+  int* slot = shared->result + 4 + 4 * rank;
+  zppHostStream_t s;
+  REQUIRE(zppHostStreamCreate(&s) == zppSuccess);
+  REQUIRE(zppAllReduce(w, w, 64, zppFloat32, zppSum, comm, s) == zppSuccess); /* queued */
+  pthread_t th;
+  REQUIRE(pthread_create(&th, NULL, revoker, comm) == 0);
+  double t0 = zppClockNow();
+  zppResult_t res =
+      rank == 0 ? zppAllReduce(v, v, 64, zppFloat32, zppSum, comm, NULL) : zppHostStreamSynchronize(s);
+  record(rank, comm, res, t0);
+  pthread_join(th, NULL);
+  /* The queued operation failed too (rank 1's synchronize above said so, and
+   * a stream reports an error once). */
+  slot[0] = rank == 0 ? (int)zppHostStreamSynchronize(s) : (int)res;
+  /* A call after the revoke fails at once, with the same reason. */
+  t0 = zppClockNow();
+  res = zppAllGather(v, w, 4, zppFloat32, comm, NULL);
+  double later = zppClockNow() - t0;
+  slot[1] = (int)res;
+  slot[2] = later < 0.5 && strstr(zppGetLastError(comm), "revoked") != NULL;
+  /* Nothing was freed: the handle answers, a second revoke is harmless, and
+   * destroy returns promptly although two peers never reached theirs. */
+  int count = 0;
+  zppResult_t async = zppSuccess;
+  int ok = zppCommCount(comm, &count) == zppSuccess && count == nranks &&
+           zppCommGetAsyncError(comm, &async) == zppSuccess && async != zppSuccess &&
+           zppCommRevoke(comm) == zppSuccess;
+  t0 = zppClockNow();
+  ok = ok && zppCommDestroy(comm) == zppSuccess && zppClockNow() - t0 < 2.0;
+  slot[3] = ok;
+  zppHostStreamDestroy(s);
+  return 0;
+}
+
+static int testRevoke(void) {
+  int status[4];
+  launch(4, "2x2", revokeBody, NULL, status);
+  for (int r = 0; r < 4; r++) CHECK_EQ_INT(status[r], 0);
+  for (int r = 0; r < 2; r++) {
+    const int* slot = shared->result + 4 + 4 * r;
+    printf("revoke: rank %d's %s returned %d after %.2f s: %s\n", r,
+           r == 0 ? "blocked call" : "stream synchronize", shared->result[r], shared->elapsed[r],
+           shared->reason[r]);
+    CHECK_MSG(shared->result[r] != zppSuccess && shared->result[r] >= 0, "rank %d: returned %d", r,
+              shared->result[r]);
+    CHECK_MSG(strstr(shared->reason[r], "revoked") != NULL, "rank %d: the reason is not the revoke", r);
+    CHECK_MSG(shared->elapsed[r] > REVOKE_AT - 0.1 && shared->elapsed[r] < REVOKE_AT + 1.5,
+              "rank %d: the revoke took %.2f s to end the wait", r, shared->elapsed[r]);
+    CHECK_MSG(slot[0] != zppSuccess, "rank %d: the queued operation succeeded", r);
+    CHECK_MSG(slot[1] != zppSuccess && slot[2], "rank %d: a later call returned %d (fast, revoked: %d)",
+              r, slot[1], slot[2]);
+    CHECK_MSG(slot[3], "rank %d: the revoked handle did not answer, or destroy was slow", r);
+  }
+  return 0;
+}
+
 /* ---- bad arguments -------------------------------------------------------- */
 
 static int argsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
@@ -527,6 +614,8 @@ int main(int argc, char** argv) {
     testMismatch();
   else if (strcmp(which, "abort") == 0)
     testAbort();
+  else if (strcmp(which, "revoke") == 0)
+    testRevoke();
   else if (strcmp(which, "args") == 0)
     testArgs();
   else if (strcmp(which, "roots") == 0)
@@ -534,7 +623,7 @@ int main(int argc, char** argv) {
   else if (strcmp(which, "vcounts") == 0)
     testVcounts();
   else {
-    fprintf(stderr, "usage: %s kill|stall|mismatch|abort|args|roots|vcounts\n", argv[0]);
+    fprintf(stderr, "usage: %s kill|stall|mismatch|abort|revoke|args|roots|vcounts\n", argv[0]);
     return 2;
   }
   printf("%s: %.1f s\n", which, zppClockNow() - t0);

@@ -32,6 +32,8 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
   CHECK_EQ_INT(zppCommDestroy(c), zppSuccess);
   CHECK_EQ_INT(zppCommDestroy(c), zppInvalidArgument);
   CHECK_EQ_INT(zppCommAbort(c), zppInvalidArgument);
+  CHECK_EQ_INT(zppCommRevoke(c), zppInvalidArgument);
+  CHECK_EQ_INT(zppCommRevoke(NULL), zppInvalidArgument);
   CHECK_EQ_INT(zppAllReduce(buf, buf, 64, zppFloat32, zppSum, c, NULL), zppInvalidArgument);
   zppResult_t async = zppSuccess;
   CHECK_EQ_INT(zppCommGetAsyncError(c, &async), zppInvalidArgument);
@@ -46,6 +48,20 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
   CHECK_EQ_INT(zppCommAbort(c), zppSuccess);
   CHECK_EQ_INT(zppCommDestroy(c), zppInvalidArgument);
   CHECK_EQ_INT(zppCommAbort(c), zppInvalidArgument);
+
+  /* Revoke: calls fail, the handle stays until destroy; revoke, then abort. */
+  REQUIRE(zppGetUniqueId(&id2) == zppSuccess);
+  c = newComm(&id2);
+  CHECK_EQ_INT(zppCommRevoke(c), zppSuccess);
+  CHECK_EQ_INT(zppAllReduce(buf, buf, 64, zppFloat32, zppSum, c, NULL), zppRemoteError);
+  CHECK(strstr(zppGetLastError(c), "revoked by zppCommRevoke") != NULL);
+  CHECK_EQ_INT(zppCommCount(c, &n), zppSuccess);
+  CHECK_EQ_INT(zppCommDestroy(c), zppSuccess);
+  CHECK_EQ_INT(zppCommRevoke(c), zppInvalidArgument);
+  REQUIRE(zppGetUniqueId(&id2) == zppSuccess);
+  c = newComm(&id2);
+  CHECK_EQ_INT(zppCommRevoke(c), zppSuccess);
+  CHECK_EQ_INT(zppCommAbort(c), zppSuccess);
 
   /* A parameter outliving its communicator, and destroyed twice. */
   REQUIRE(zppGetUniqueId(&id2) == zppSuccess);
