@@ -56,6 +56,16 @@ zppResult_t zppCommAbort(zppComm_t comm) {
 
 zppResult_t zppCommRevoke(zppComm_t comm) { return zppCommStateRevoke(comm); }
 
+zppResult_t zppCommShrink(zppComm_t comm, const int* excludeRanks, int excludeCount, zppComm_t* newcomm,
+                          zppConfig_t* config, int shrinkFlags) {
+  ZPP_ARGCHECK(newcomm != NULL, "zppCommShrink: newcomm (the output) is NULL");
+  *newcomm = NULL;
+  /* Live, not usable: a broken or revoked communicator is what one shrinks. */
+  ZPPCHECK(zppCommStateCheckLive(comm, "zppCommShrink"));
+  ZPPCHECK(zppCollSettingsCheck());
+  return zppCommStateShrink(comm, excludeRanks, excludeCount, config, shrinkFlags, newcomm);
+}
+
 zppResult_t zppCommCount(const zppComm_t comm, int* count) {
   ZPPCHECK(zppCommStateCheckLive(comm, "zppCommCount"));
   ZPP_ARGCHECK(count != NULL, "zppCommCount: count is NULL");

@@ -197,6 +197,28 @@ ZPP_API zppResult_t zppCommAbort(zppComm_t comm);
  * again. NULL is zppInvalidArgument. */
 ZPP_API zppResult_t zppCommRevoke(zppComm_t comm);
 
+/* A communicator without the ranks in excludeRanks (like ncclCommShrink),
+ * called by every other rank of comm and by those only: the excluded ranks
+ * take no part (dead, hung, or still calling on comm). The survivors keep
+ * their order (new rank = the number of survivors below); the new
+ * communicator has its own topology (nodes from the survivors' node
+ * identities, so a lost rank can leave nodes of unequal sizes), its own
+ * settings (config NULL: comm's), works with every call, can be shrunk in
+ * turn and is destroyed on its own. comm may be broken or revoked (that is
+ * when one shrinks it) and stays to be destroyed. ZPP_SHRINK_ABORT revokes
+ * comm first (zppCommRevoke), ending its work in flight; ZPP_SHRINK_DEFAULT
+ * leaves it alone. One shrink per communicator. Bad use fails on every
+ * survivor, never forms two communicators: an exclude list that names a
+ * rank twice, one out of range or every rank is zppInvalidArgument; the
+ * calling rank in its own list is zppInvalidUsage; survivors whose lists
+ * differ (or an excluded rank that calls anyway) are refused by the
+ * meeting, and every survivor's call fails, within the timeout. Blocking:
+ * it returns when all survivors have joined. */
+#define ZPP_SHRINK_DEFAULT 0x00
+#define ZPP_SHRINK_ABORT 0x01
+ZPP_API zppResult_t zppCommShrink(zppComm_t comm, const int* excludeRanks, int excludeCount,
+                                  zppComm_t* newcomm, zppConfig_t* config, int shrinkFlags);
+
 ZPP_API zppResult_t zppCommCount(const zppComm_t comm, int* count);
 ZPP_API zppResult_t zppCommUserRank(const zppComm_t comm, int* rank);
 /* zppSuccess, or the error that broke the communicator (a peer died, a

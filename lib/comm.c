@@ -227,11 +227,7 @@ zppResult_t zppCommStateDestroy(struct zppComm* comm) {
   return zppSuccess;
 }
 
-/* What abort and revoke share: the communicator is broken with `reason`
- * (unless something broke it first, whose reason stays), and every wait
- * stops: the executor fails what is queued, the bootstrap and the transports
- * end what is in flight. Nothing is freed; only the first call acts. */
-static void stopAll(struct zppComm* comm, const char* reason) {
+void zppCommStateStop(struct zppComm* comm, const char* reason) {
   if (atomic_exchange(&comm->aborted, 1)) return;
   /* Not through zppCommStateSetError: this is asked for, not an error to log. */
   pthread_mutex_lock(&comm->errorLock);
@@ -248,7 +244,7 @@ static void stopAll(struct zppComm* comm, const char* reason) {
 
 zppResult_t zppCommStateAbort(struct zppComm* comm) {
   ZPPCHECK(takeHandle(comm, "zppCommAbort"));
-  stopAll(comm, "aborted by zppCommAbort");
+  zppCommStateStop(comm, "aborted by zppCommAbort");
   /* The frees wait for the threads stopped above to leave. */
   commFree(comm);
   return zppSuccess;
@@ -256,7 +252,7 @@ zppResult_t zppCommStateAbort(struct zppComm* comm) {
 
 zppResult_t zppCommStateRevoke(struct zppComm* comm) {
   ZPPCHECK(zppCommStateCheckLive(comm, "zppCommRevoke"));
-  stopAll(comm, "revoked by zppCommRevoke");
+  zppCommStateStop(comm, "revoked by zppCommRevoke");
   return zppSuccess;
 }
 

@@ -32,6 +32,14 @@ zppResult_t zppCommStateResolveSettings(const zppConfig_t* config, zppCommSettin
 zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
                                          const zppCommSettings_t* s);
 
+/* The settings of a communicator made from parent (split, shrink): the
+ * parent's, or the config's with the parent's node identity unless the config
+ * names one; members announce their node identities. */
+zppResult_t zppCommStateChildSettings(const struct zppComm* parent, const zppConfig_t* config,
+                                      zppCommSettings_t* s);
+/* zppCommShrink (comm_shrink.c): the survivors only; see zpp.h. */
+zppResult_t zppCommStateShrink(struct zppComm* parent, const int* exclude, int nExclude,
+                               const zppConfig_t* config, int flags, zppComm_t* out);
 /* zppCommSplit (comm_split.c): collective over parent's ranks. config
  * NULL: the parent's settings; else the config's, with the parent's node
  * identity unless config names one. *out NULL for ZPP_SPLIT_NOCOLOR. */
@@ -51,6 +59,12 @@ zppResult_t zppCommStateCheckLive(const struct zppComm* comm, const char* call);
  * one gets it), then free it; abort first stops every wait. */
 zppResult_t zppCommStateDestroy(struct zppComm* comm);
 zppResult_t zppCommStateAbort(struct zppComm* comm);
+/* What abort, revoke and shrink's ZPP_SHRINK_ABORT share: the communicator
+ * is broken with `reason` (unless something broke it first, whose reason
+ * stays), and every wait stops: the executor fails what is queued, the
+ * bootstrap and the transports end what is in flight. Nothing is freed; only
+ * the first call acts. Any thread. */
+void zppCommStateStop(struct zppComm* comm, const char* reason);
 /* Abort without the free: see zppCommRevoke in zpp.h. */
 zppResult_t zppCommStateRevoke(struct zppComm* comm);
 

@@ -26,10 +26,8 @@ typedef struct {
   int32_t color, key;
 } splitEntry_t;
 
-/* The settings of the new communicator: the parent's, or the config's with
- * the parent's node identity unless the config names one. */
-static zppResult_t splitSettings(const struct zppComm* parent, const zppConfig_t* config,
-                                 zppCommSettings_t* s) {
+zppResult_t zppCommStateChildSettings(const struct zppComm* parent, const zppConfig_t* config,
+                                      zppCommSettings_t* s) {
   if (config != NULL) {
     ZPPCHECK(zppCommStateResolveSettings(config, s));
     if (config->hostId == NULL) {
@@ -59,7 +57,7 @@ zppResult_t zppCommStateSplit(struct zppComm* parent, int color, int key, const 
   zppCommSettings_t s;
   /* Resolved before any exchange, but its error only counts after the
    * colors: every rank must take part in the exchanges either way. */
-  zppResult_t settingsRes = splitSettings(parent, config, &s);
+  zppResult_t settingsRes = zppCommStateChildSettings(parent, config, &s);
   ZPP_CALLOCGOTO(all, (size_t)n, res, out);
   ZPP_CALLOCGOTO(ids, (size_t)n, res, out);
   ZPP_CALLOCGOTO(members, (size_t)n, res, out);

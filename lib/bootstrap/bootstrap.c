@@ -40,6 +40,7 @@ struct zppBootstrap {
   _Atomic int busy; /* threads inside a call; destroy waits for them */
   int broken;       /* an earlier ring operation failed */
   int nextFd, prevFd;
+  int standbyFd; /* the ring's listening socket, kept for one later meeting (standby root) */
   uint64_t seq;
   struct sockaddr_in* addrs; /* [nranks] listening addresses */
   char (*hostIds)[ZPP_HOSTID_MAX];
@@ -418,7 +419,7 @@ zppResult_t zppBootstrapInit(const zppUniqueId* id, int rank, int nranks, const 
   ZPP_ARGCHECK(timeoutSec > 0, "bootstrap: timeout %.3f s must be positive", timeoutSec);
   zppBootstrap_t* bs = NULL;
   ZPP_CALLOC(bs, 1);
-  bs->abortPipe[0] = bs->abortPipe[1] = bs->nextFd = bs->prevFd = -1;
+  bs->abortPipe[0] = bs->abortPipe[1] = bs->nextFd = bs->prevFd = bs->standbyFd = -1;
   bs->rank = rank;
   bs->nranks = nranks;
   bs->timeoutSec = timeoutSec;
@@ -442,7 +443,9 @@ zppResult_t zppBootstrapInit(const zppUniqueId* id, int rank, int nranks, const 
     bs->seq++;
     if (res != zppSuccess) goto err_free;
   }
-  zppSockClose(&listenFd);
+  /* Kept, not closed: the standby root's socket (zppBootstrapStandbyRoot).
+   * Every rank already knows its address from the table. */
+  bs->standbyFd = listenFd;
   char as[ZPP_SOCKADDR_STRLEN];
   ZPP_INFO(BOOT, "bootstrap: rank %d/%d joined the root at %s (host id '%s')", rank, nranks,
            zppSockAddrStr(&bs->root, as), hostId);
@@ -460,6 +463,49 @@ err_free:
     while (zppBootRootsTelling() > 0 && zppClockNow() < until) usleep(1000);
   }
   return res;
+}
+
+/* ------------------------------------------------------------------------
+ * Standby root
+ * ---------------------------------------------------------------------- */
+
+/* The bootstrap's secret folded with salt: what a standby meeting uses. */
+static zppResult_t standbySecret(const zppBootstrap_t* bs, const void* salt, size_t saltLen,
+                                 unsigned char* out) {
+  unsigned char* buf = NULL;
+  ZPP_CALLOC(buf, ZPP_SECRET_BYTES + saltLen);
+  memcpy(buf, bs->secret, ZPP_SECRET_BYTES);
+  if (saltLen) memcpy(buf + ZPP_SECRET_BYTES, salt, saltLen);
+  foldSecret(buf, ZPP_SECRET_BYTES + saltLen, out);
+  free(buf);
+  return zppSuccess;
+}
+
+zppResult_t zppBootstrapStandbyRoot(zppBootstrap_t* bs, const void* salt, size_t saltLen, int nranks,
+                                    zppUniqueId* id) {
+  ZPP_ARGCHECK(nranks >= 1 && nranks <= bs->nranks, "bootstrap: standby root for %d ranks", nranks);
+  if (bs->standbyFd < 0)
+    ZPP_FAIL(zppInvalidUsage, BOOT,
+             "bootstrap: rank %d: its standby root was used already (one meeting per bootstrap)",
+             bs->rank);
+  unsigned char s[ZPP_SECRET_BYTES];
+  ZPPCHECK(standbySecret(bs, salt, saltLen, s));
+  ZPPCHECK(zppBootRootStart(bs->standbyFd, &bs->addrs[bs->rank], s, nranks, bs->timeoutSec));
+  bs->standbyFd = -1; /* the root's now */
+  encodeId(id, &bs->addrs[bs->rank], s);
+  char as[ZPP_SOCKADDR_STRLEN];
+  ZPP_INFO(BOOT, "bootstrap: rank %d: standby root on %s for %d ranks", bs->rank,
+           zppSockAddrStr(&bs->addrs[bs->rank], as), nranks);
+  return zppSuccess;
+}
+
+zppResult_t zppBootstrapStandbyId(const zppBootstrap_t* bs, int root, const void* salt, size_t saltLen,
+                                  zppUniqueId* id) {
+  ZPP_ARGCHECK(root >= 0 && root < bs->nranks, "bootstrap: standby root rank %d out of range", root);
+  unsigned char s[ZPP_SECRET_BYTES];
+  ZPPCHECK(standbySecret(bs, salt, saltLen, s));
+  encodeId(id, &bs->addrs[root], s);
+  return zppSuccess;
 }
 
 int zppBootstrapRank(const zppBootstrap_t* bs) { return bs->rank; }
@@ -719,6 +765,7 @@ void zppBootstrapDestroy(zppBootstrap_t* bs) {
   }
   zppSockClose(&bs->nextFd);
   zppSockClose(&bs->prevFd);
+  zppSockClose(&bs->standbyFd);
   zppSockClose(&bs->abortPipe[0]);
   zppSockClose(&bs->abortPipe[1]);
   free(bs->addrs);

@@ -61,6 +61,22 @@ zppResult_t zppBootstrapAllGather(zppBootstrap_t* bs, void* data, size_t bytesPe
 zppResult_t zppBootstrapBroadcast(zppBootstrap_t* bs, void* data, size_t bytes, int root);
 zppResult_t zppBootstrapBarrier(zppBootstrap_t* bs);
 
+/* The standby root: a rendezvous prepared at init for later, when the ring
+ * may be broken (a rank died, or the bootstrap was aborted) and some of the
+ * ranks must meet without the others: how zppCommShrink's survivors find
+ * each other. Every rank keeps its ring listening socket, whose address every
+ * rank knows from the table. Rank `root` of the meeting starts a root on its
+ * socket for nranks ranks (zppBootstrapStandbyRoot); the others make the id
+ * of that root (zppBootstrapStandbyId); all then join it with
+ * zppBootstrapInit. The secret is the bootstrap's folded with salt: ranks
+ * that pass different salts (for a shrink: different exclude lists) are
+ * refused by the root, and their meeting fails, never forms two groups. One
+ * meeting per bootstrap; both work after an abort. */
+zppResult_t zppBootstrapStandbyRoot(zppBootstrap_t* bs, const void* salt, size_t saltLen, int nranks,
+                                    zppUniqueId* id);
+zppResult_t zppBootstrapStandbyId(const zppBootstrap_t* bs, int root, const void* salt, size_t saltLen,
+                                  zppUniqueId* id);
+
 /* Makes every bootstrap wait in progress or to come fail at once (thread safe). */
 void zppBootstrapAbort(zppBootstrap_t* bs);
 /* NULL and half-built objects are accepted. */

@@ -146,3 +146,9 @@ foreach(args "6;3x2" "5;3,2" "4;2x2/cyclic" "1")
   string(REPLACE "," "_" tag "${tag}")
   zpp_test(test_comm_split_${tag} EXE test_comm_split ARGS ${args} LABELS comm TIMEOUT 120)
 endforeach()
+
+# zppCommShrink: survivors of a dead, a hung rank; disagreeing lists; bad arguments.
+zpp_test_executable(test_comm_shrink SOURCES test_comm_shrink.c LIBS zpp_launch)
+foreach(case dead hung disagree args)
+  zpp_test(test_comm_shrink_${case} EXE test_comm_shrink ARGS ${case} LABELS comm TIMEOUT 120)
+endforeach()

@@ -1,5 +1,5 @@
 """Failures reach Python as exceptions on the surviving ranks, within
-ZPP_TIMEOUT, never as a hang.
+ZPP_TIMEOUT, never as a hang, and the backend's get_error() says what broke it.
 
     test_errors.py die        rank W-1 exits in the middle of training-like
                               traffic; the others' next collectives raise
@@ -42,6 +42,12 @@ def body(rank, case):
     x = torch.ones(100000)
     dist.all_reduce(x)
     assert x[0].item() == W
+    # getError(): healthy now; after the failure, what broke it (checked below).
+    backend = dist.group.WORLD._get_backend(torch.device("cpu"))
+    ErrorType = torch._C._distributed_c10d.ErrorType
+    if backend.get_error() != ErrorType.SUCCESS:
+        print("rank %d: FAIL: get_error() is %s on a healthy group" % (rank, backend.get_error()), flush=True)
+        os._exit(1)
     t0 = time.time()
     try:
         if case == "hang":
@@ -104,6 +110,14 @@ def body(rank, case):
             print("rank %d: FAIL: timed out after %.1f s, not at init_process_group's %d s"
                   % (rank, dt, INIT_TIMEOUT), flush=True)
             os._exit(1)
+        # TIMEOUT for a wait that timed out; a lost or failing peer otherwise.
+        want = [ErrorType.TIMEOUT] if case in ("hang", "timeout") else [ErrorType.REMOTE_ERROR,
+                                                                        ErrorType.COMM_ERROR]
+        got = backend.get_error()
+        if got not in want:
+            print("rank %d: FAIL: get_error() is %s, not one of %s" % (rank, got, want), flush=True)
+            os._exit(1)
+        print("rank %d: get_error() %s" % (rank, got), flush=True)
         # A later call on the broken group raises too, at once.
         try:
             dist.all_reduce(torch.ones(1))

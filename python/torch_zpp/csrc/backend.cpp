@@ -120,12 +120,24 @@ void ZppBackend::abort() {
     if (comm_ == nullptr) return;
     zppCommAbort(comm_);
     comm_ = nullptr;
+    aborted_ = true;
   }
   std::unique_lock<std::mutex> lock(mutex_);
   stopping_ = true;
   cv_.notify_all();
   lock.unlock();
   if (worker_.joinable()) worker_.join();
+}
+
+c10d::ErrorType ZppBackend::getError() {
+  std::lock_guard<std::mutex> commLock(commLock_);
+  if (comm_ == nullptr) return aborted_ ? c10d::ErrorType::COMM_ERROR : c10d::ErrorType::SUCCESS;
+  zppResult_t async = zppSuccess;
+  if (zppCommGetAsyncError(comm_, &async) != zppSuccess) return c10d::ErrorType::COMM_ERROR;
+  if (async == zppSuccess || async == zppInProgress) return c10d::ErrorType::SUCCESS;
+  // zpp's reasons say "timed out" for every wait that hit its timeout.
+  if (std::strstr(zppGetLastError(comm_), "timed out") != nullptr) return c10d::ErrorType::TIMEOUT;
+  return async == zppRemoteError ? c10d::ErrorType::REMOTE_ERROR : c10d::ErrorType::COMM_ERROR;
 }
 
 // ---- collectives ----------------------------------------------------------

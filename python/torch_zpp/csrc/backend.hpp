@@ -100,6 +100,10 @@ class ZppBackend : public c10d::Backend {
   void shutdown() override;
   // Stops the operations in flight: they fail, the Works carry the error.
   void abort() override;
+  // What broke the communicator: SUCCESS while healthy; TIMEOUT for a wait
+  // that timed out, REMOTE_ERROR for a peer that died or failed, COMM_ERROR
+  // for anything else, an abort included.
+  c10d::ErrorType getError() override;
 
   // ---- collectives --------------------------------------------------------
 
@@ -261,7 +265,8 @@ class ZppBackend : public c10d::Backend {
   uint64_t lastHost_ = 0;  // seq_ of the last host work queued
   uint64_t done_ = 0;      // seq_ of the last work whose calls have returned
   bool stopping_ = false;
-  std::mutex commLock_;  // comm_ against abort() from another thread
+  std::mutex commLock_;   // comm_ against abort() from another thread
+  bool aborted_ = false;  // under commLock_: abort() freed comm_ (getError)
   std::thread worker_;
   std::atomic<uint64_t> seq_{0};           // collectives issued (getSequenceNumberForGroup)
   c10::intrusive_ptr<ZppWork> coalesced_;  // the work being coalesced; null outside

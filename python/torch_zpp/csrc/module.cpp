@@ -80,7 +80,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("stats", &statsDict)
       .def("codec_stats", &codecStatsDict)
       .def("reset_stats", &ZppBackend::resetStats)
-      .def("topology", &topologyDict);
+      .def("topology", &topologyDict)
+      // torch 2.15 binds Backend.get_error, 2.9 only ProcessGroupNCCL's: ours,
+      // on every version, returns torch's own ErrorType.
+      .def("get_error", &ZppBackend::getError, py::call_guard<py::gil_scoped_release>());
 
   m.attr("UNDEF_INT") = ZPP_CONFIG_UNDEF_INT;
   m.def("version", [] {
