@@ -203,9 +203,12 @@ zppResult_t zppExecutorSubmit(zppExecutor_t* e, zppJobFn_t fn, zppJobDropFn_t dr
       }
       pthread_mutex_lock(&e->lock);
       e->busy = 0;
-      /* Wake the thread only for jobs queued meanwhile, and the destroyer
-       * only if there is one: a wake-up is a thread switch. */
-      if (e->head) pthread_cond_signal(&e->workCond);
+      /* Wake the thread only for jobs queued meanwhile or a destroy that
+       * came while busy (its wake-up found the thread waiting on busy: it
+       * would wait for good, and the destroy's join with it; seen as an
+       * abort from another thread that hung, torch_errors_abort), and the
+       * destroyer only if there is one: a wake-up is a thread switch. */
+      if (e->head || e->stopping) pthread_cond_signal(&e->workCond);
       e->callers--;
       if (e->callers == 0 && e->stopping) pthread_cond_broadcast(&e->doneCond);
       pthread_mutex_unlock(&e->lock);

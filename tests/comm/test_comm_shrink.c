@@ -45,6 +45,17 @@ static zppComm_t initComm(int rank, int nranks, const zppUniqueId* id, int timeo
   return comm;
 }
 
+/* Four ranks as 2x2, each one's exit status in status[4] (some are killed on purpose). */
+static void launch2x2(zppLaunchFn body, int* status) {
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 4;
+  o.layout = "2x2";
+  o.timeoutSec = 90;
+  o.statusOut = status;
+  o.quiet = 1;
+  zppLaunch(&o, body, NULL);
+}
+
 /* Every kind of call on comm, results checked: all-reduce, all-gather, reduce-scatter, broadcast
  * from the last rank, and qwZ's all-gather (within its bound: 8-bit blocks of 1..2 in 2^-7). */
 static int exercise(zppComm_t comm, int tag) {
@@ -148,13 +159,7 @@ static int deadBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
 
 static int testDead(void) {
   int status[4];
-  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
-  o.nranks = 4;
-  o.layout = "2x2";
-  o.timeoutSec = 90;
-  o.statusOut = status;
-  o.quiet = 1;
-  zppLaunch(&o, deadBody, NULL);
+  launch2x2(deadBody, status);
   CHECK_EQ_INT(status[3], 128 + SIGKILL);
   for (int r = 0; r < 3; r++) {
     CHECK_EQ_INT(status[r], 0);
@@ -202,13 +207,7 @@ static int hungBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
 
 static int testHung(void) {
   int status[4];
-  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
-  o.nranks = 4;
-  o.layout = "2x2";
-  o.timeoutSec = 90;
-  o.statusOut = status;
-  o.quiet = 1;
-  zppLaunch(&o, hungBody, NULL);
+  launch2x2(hungBody, status);
   for (int r = 0; r < 4; r++) {
     CHECK_EQ_INT(status[r], 0);
     printf("hung: rank %d: shrink returned %d after %.2f s%s%s\n", r, shared->result[r],
@@ -251,13 +250,7 @@ static int disagreeBody(int rank, int nranks, const zppUniqueId* id, void* arg) 
 
 static int testDisagree(void) {
   int status[4];
-  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
-  o.nranks = 4;
-  o.layout = "2x2";
-  o.timeoutSec = 90;
-  o.statusOut = status;
-  o.quiet = 1;
-  zppLaunch(&o, disagreeBody, NULL);
+  launch2x2(disagreeBody, status);
   for (int r = 0; r < 4; r++) CHECK_EQ_INT(status[r], 0);
   for (int r = 0; r < 3; r++) {
     printf("disagree: rank %d: shrink returned %d after %.2f s: %s\n", r, shared->result[r],

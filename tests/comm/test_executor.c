@@ -4,8 +4,10 @@
  * run (the executor was aborted) has its drop callback called instead, on
  * the queued path and on the inline one, so that what its arguments hold is
  * freed (a qgZ call copies its tensor arrays into a block the job frees);
+ * a destroy while a blocking call runs inline returns when the call does;
  * host streams are found in the registry of live handles.
  */
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -95,6 +97,46 @@ static void testDrop(struct zppComm* comm) {
   zppExecutorDestroy(e);
 }
 
+/* A blocking call runs inline on the caller's thread; a destroy from another
+ * thread meanwhile (what zppCommAbort does to a call blocked on a hung peer)
+ * must return once that call does. Its wake-up of the executor thread came
+ * while the inline call held it busy: the call's end must wake the thread
+ * again, or the destroy's join waits for good. */
+typedef struct {
+  zppExecutor_t* e;
+  _Atomic int returned;
+} destroyer_t;
+
+static void* destroyer(void* arg) {
+  destroyer_t* d = arg;
+  zppExecutorDestroy(d->e);
+  atomic_store(&d->returned, 1);
+  return NULL;
+}
+
+static void* inlineCaller(void* arg) {
+  zppExecutor_t* e = arg;
+  (void)zppExecutorSubmit(e, holdJob, NULL, NULL, 0, NULL);
+  return NULL;
+}
+
+static void testDestroyDuringInlineCall(struct zppComm* comm) {
+  destroyer_t d = {NULL, 0};
+  REQUIRE(zppExecutorCreate(comm, &d.e) == zppSuccess);
+  atomic_store(&release, 0);
+  pthread_t caller, killer;
+  REQUIRE(pthread_create(&caller, NULL, inlineCaller, d.e) == 0);
+  sleepMs(50); /* the call is running, inline */
+  REQUIRE(pthread_create(&killer, NULL, destroyer, &d) == 0);
+  sleepMs(50); /* the destroy has asked the thread to stop, and waits */
+  CHECK(!atomic_load(&d.returned));
+  atomic_store(&release, 1);
+  pthread_join(caller, NULL);
+  for (int i = 0; i < 2000 && !atomic_load(&d.returned); i++) sleepMs(1);
+  CHECK_MSG(atomic_load(&d.returned), "the destroy did not return within 2 s of the inline call");
+  if (atomic_load(&d.returned)) pthread_join(killer, NULL);
+}
+
 static void testStreamRegistry(void) {
   zppHostStream_t s = NULL, t = NULL;
   REQUIRE(zppHostStreamCreate(&s) == zppSuccess);
@@ -118,6 +160,7 @@ int main(void) {
   atomic_store(&comm.asyncError, zppSuccess);
   testOrder(&comm);
   testDrop(&comm);
+  testDestroyDuringInlineCall(&comm);
   testStreamRegistry();
   return zppTestExit("test_executor");
 }

@@ -10,6 +10,11 @@ ZPP_TIMEOUT, never as a hang, and the backend's get_error() says what broke it.
     test_errors.py hang       rank W-1 stays alive but stops calling; the
                               others raise at ZPP_TIMEOUT, not later, and
                               the message says the timeout was ZPP_TIMEOUT's
+    test_errors.py abort      rank W-1 dies, rank W-2 hangs in a group of all but
+                              W-1; another thread's abort() of that group ends a
+                              wait() blocked on it, which raises; then
+                              destroy_process_group() returns at once although
+                              the world group has a dead and a hung peer
     test_errors.py timeout    as `hang`, in a barrier, with the timeout
                               given to init_process_group (3 s, over
                               ZPP_TIMEOUT's 20): the others raise after 3 s,
@@ -27,12 +32,63 @@ TIMEOUT = 20  # ZPP_TIMEOUT for these runs: every failure must show well before
 INIT_TIMEOUT = 3  # init_process_group(timeout=) of the `timeout` case
 
 
+ABORT_AT = 1.0  # the `abort` case: seconds into the blocked wait
+
+
+def abort_body(rank):
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    import torch_zpp  # noqa: F401
+
+    def fail(msg):
+        print("rank %d: FAIL: %s" % (rank, msg), flush=True)
+        os._exit(1)
+
+    dist.init_process_group("zpp")
+    W = dist.get_world_size()
+    x = torch.ones(1000)
+    dist.all_reduce(x)
+    group = dist.new_group(list(range(W - 1)))  # every rank calls new_group
+    if rank == W - 1:
+        os._exit(3)  # dead, a member of the world group only
+    if rank == W - 2:
+        time.sleep(TIMEOUT + 5)  # alive, silent: only the abort can end the others' wait
+        os._exit(3)
+    backend = group._get_backend(torch.device("cpu"))
+    work = dist.all_reduce(x, group=group, async_op=True)
+    threading.Timer(ABORT_AT, backend.abort).start()
+    t0 = time.time()
+    try:
+        work.wait()
+        fail("wait() returned after the abort")
+    except Exception as e:  # noqa: BLE001
+        dt = time.time() - t0
+        print("rank %d: wait() raised after %.2f s: %s: %s" % (rank, dt, type(e).__name__, e), flush=True)
+        if not ABORT_AT - 0.1 <= dt <= ABORT_AT + 2.0:
+            fail("the abort did not end the wait at %.1f s" % ABORT_AT)
+    got = backend.get_error()
+    if got != torch._C._distributed_c10d.ErrorType.COMM_ERROR:
+        fail("get_error() after the abort is %s" % got)
+    t0 = time.time()
+    dist.destroy_process_group()  # the world group's peers: one dead, one hung
+    dt = time.time() - t0
+    print("rank %d: destroy_process_group() took %.2f s" % (rank, dt), flush=True)
+    if dt > 3.0:
+        fail("destroy_process_group() took %.1f s with dead peers" % dt)
+    os._exit(0)
+
+
 def body(rank, case):
     import torch
     import torch.distributed as dist
 
     import torch_zpp  # noqa: F401
 
+    if case == "abort":
+        abort_body(rank)
     if case == "timeout":
         import datetime
         dist.init_process_group("zpp", timeout=datetime.timedelta(seconds=INIT_TIMEOUT))
@@ -132,7 +188,7 @@ def body(rank, case):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["die", "mismatch", "async", "hang", "timeout"])
+    p.add_argument("case", choices=["die", "mismatch", "async", "hang", "timeout", "abort"])
     p.add_argument("layout", nargs="?", default="2x2")
     p.add_argument("--rank", type=int)
     a = p.parse_args()
@@ -140,7 +196,12 @@ if __name__ == "__main__":
         body(a.rank, a.case)
     else:
         n = eval(a.layout.replace("x", "*"))
-        expect = (lambda r: 3 if r == n - 1 else 0) if a.case != "mismatch" else None
+        if a.case == "mismatch":
+            expect = None
+        elif a.case == "abort":
+            expect = lambda r: 3 if r >= n - 2 else 0  # noqa: E731
+        else:
+            expect = lambda r: 3 if r == n - 1 else 0  # noqa: E731
         sys.exit(launch.spawn(os.path.abspath(__file__), a.layout, [a.case, a.layout],
                               timeout=TIMEOUT * 3, env={"ZPP_TIMEOUT": str(TIMEOUT)},
                               expect=expect))
