@@ -30,6 +30,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 bash scripts/setup-deps.sh
 jobs=$(nproc 2>/dev/null || echo 2)
+command -v ninja >/dev/null && export CMAKE_GENERATOR=${CMAKE_GENERATOR:-Ninja} # as build.sh
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZPP_SANITIZE_THREAD=ON \
   -DZPP_WITH_CUDA=OFF -DZPP_WERROR=ON >build-tsan.log 2>&1 || { tail -40 build-tsan.log >&2; exit 1; }
 # Only the programs of the tests below (their ctest names start with these).

@@ -103,7 +103,13 @@ endif()
 
 # A dead or stopped peer, 20 trials per size and layout (issue 19): every
 # survivor errs within ZPP_TIMEOUT + a margin, the resumed rank errs too.
+# All of them run in the test command; the ASan leg of CI runs the ones on
+# interleaved nodes (where ASan found a write into freed memory), one on a
+# single node (shm) and one stopped-rank case, and leaves the rest (label
+# sanitized_long, 310 s of its test time) to its longer suite:
+# ZPP_SANITIZED_LONG=1 bash scripts/test-sanitized.sh.
 zpp_test_executable(test_coll_deadpeer SOURCES test_coll_deadpeer.c LIBS zpp_coll_testlib zpp_launch)
+set(deadpeer_sanitized kill_1_4096 kill_2x2_cyclic_4194304 stop_2x2_4096)
 # Also with ranks placed on the nodes in turn (the victim, rank 3, shares its
 # node with rank 1), at 4 MiB, where the UCX abort was seen.
 foreach(mode kill stop)
@@ -119,8 +125,12 @@ foreach(mode kill stop)
         set(timeout 2)
       endif()
       string(REPLACE "/" "_" tag ${layout})
+      set(labels comm)
+      if(NOT "${mode}_${tag}_${bytes}" IN_LIST deadpeer_sanitized)
+        list(APPEND labels sanitized_long)
+      endif()
       zpp_test(test_coll_deadpeer_${mode}_${tag}_${bytes} EXE test_coll_deadpeer
-               ARGS ${mode} ${bytes} ${layout} 20 LABELS comm TIMEOUT 300 ENV ZPP_TIMEOUT=${timeout})
+               ARGS ${mode} ${bytes} ${layout} 20 LABELS ${labels} TIMEOUT 300 ENV ZPP_TIMEOUT=${timeout})
     endforeach()
   endforeach()
 endforeach()
@@ -129,7 +139,7 @@ endforeach()
 foreach(coll reduce gather scatter alltoallv)
   foreach(bytes 4096 4194304)
     zpp_test(test_coll_deadpeer_kill_2x2_${bytes}_${coll} EXE test_coll_deadpeer
-             ARGS kill ${bytes} 2x2 10 ${coll} LABELS comm TIMEOUT 300 ENV ZPP_TIMEOUT=2)
+             ARGS kill ${bytes} 2x2 10 ${coll} LABELS comm sanitized_long TIMEOUT 300 ENV ZPP_TIMEOUT=2)
   endforeach()
   # Ranks on the nodes in turn too: a survivor that wrote a ring message into
   # freed memory crashed in 4 of 120 trials (ASan) before bb4e64b.

@@ -237,7 +237,13 @@ static void checkCase(const void* in, zppDataType_t dtype, size_t count, int bit
     CHECK_MSG(zppQuantize(in, dtype, count, bits, block, seg[k]) == zppSuccess, "%s", what);
     CHECK_MSG(seg[k][size] == 0xa5, "%s: wrote past the segment", what);
     CHECK_MSG(checkCounts(in, dtype, count, bits, block) == 0, "%s: escape counts", what);
-    CHECK_MSG(checkEncoding(in, dtype, count, bits, block, seg[k], what) == 0, "%s: encoding", what);
+    /* The spec's element by element checks on the first implementation (the
+     * reference); every other one must equal its bytes and outputs bit for
+     * bit (below), which holds it to the same. Checking each one again
+     * found nothing more and cost most of this test's time (under ASan
+     * 180 s, against 78 s now). */
+    if (k == 0)
+      CHECK_MSG(checkEncoding(in, dtype, count, bits, block, seg[k], what) == 0, "%s: encoding", what);
     for (int o = 0; o < 3; o++) {
       out[k][o] = malloc(count * 4 + 8);
       REQUIRE(out[k][o] != NULL);
@@ -247,8 +253,9 @@ static void checkCase(const void* in, zppDataType_t dtype, size_t count, int bit
                 what);
       CHECK_MSG(((uint8_t*)out[k][o])[count * qtTypeSize(kTypes[o])] == 0xee,
                 "%s: decode wrote past the end", what);
-      CHECK_MSG(checkDecoding(in, dtype, count, bits, block, seg[k], out[k][o], kTypes[o], what) == 0,
-                "%s: decoding to %s", what, qtTypeName(kTypes[o]));
+      if (k == 0)
+        CHECK_MSG(checkDecoding(in, dtype, count, bits, block, seg[k], out[k][o], kTypes[o], what) == 0,
+                  "%s: decoding to %s", what, qtTypeName(kTypes[o]));
     }
   }
   for (int k = 1; k < gNimpl; k++) {
