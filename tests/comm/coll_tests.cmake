@@ -162,7 +162,8 @@ zpp_test_executable(test_comm_shrink SOURCES test_comm_shrink.c LIBS zpp_launch)
 foreach(case hung disagree args)
   zpp_test(test_comm_shrink_${case} EXE test_comm_shrink ARGS ${case} LABELS comm TIMEOUT 120)
 endforeach()
-# Three trials. Not yet on interleaved nodes (2x2/cyclic): there a survivor that is not the dead
-# rank's neighbour may wait for a survivor that already gave up, until its timeout (about 1 trial
-# in 5; the error does not reach it, and revoke tells nobody): docs/communicator.md, "Shrinking".
+# Three trials each, on contiguous and on interleaved nodes (there the rank that sees the death
+# first has no endpoint to some survivor, whose error notice must come through another).
 zpp_test(test_comm_shrink_dead EXE test_comm_shrink ARGS dead 2x2 3 LABELS comm TIMEOUT 120)
+zpp_test(test_comm_shrink_dead_cyclic EXE test_comm_shrink ARGS dead 2x2/cyclic 3 LABELS comm
+         TIMEOUT 120)
