@@ -21,6 +21,7 @@
 #include "lib/compress_settings.h"
 #include "lib/transport/transports.h"
 #include "collectives/coll_device.h"
+#include "collectives/coll_host.h"
 #include "collectives/zeropp_host.h"
 #include "api/api_check.h"
 
@@ -102,11 +103,10 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
   ZPP_ARGCHECK(ntensors >= 0, "%s: ntensors %d is negative", name, ntensors);
   ZPP_ARGCHECK(ntensors == 0 || (sendbuffs && recvbuffs && counts), "%s: NULL array with %d tensors",
                name, ntensors);
-  size_t ts = zppDtypeSize(type), total = 0;
+  size_t ts = zppDtypeSize(type);
   for (int t = 0; t < ntensors; t++) {
     size_t count = counts[t];
     ZPPCHECK(zppApiCheckCount(name, count, type, comm->nranks));
-    total += count;
     if (count == 0) continue;
     size_t bytes = count * ts, all = bytes * (size_t)comm->nranks;
     ZPP_ARGCHECK(sendbuffs[t] != NULL && recvbuffs[t] != NULL,
@@ -120,25 +120,53 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
     ZPPCHECK(zppApiCheckWhere(name, sendbuffs[t], recvbuffs[t], stream, device));
   }
   ZPPCHECK(zppApiCheckWhere(name, NULL, NULL, stream, device));
-  /* After the arguments, and only when there is data: a call that moves
-   * nothing (no tensors, counts of 0) succeeds on any nodes, as NCCL's
-   * count 0 does; it was refused on uneven nodes and accepted on even ones. */
-  const zppTopo_t* topo = comm->topo;
-  if (total > 0 && !topo->uniform)
-    ZPP_FAIL(zppInvalidUsage, ALL,
-             "%s: qgZ's hierarchical all-to-all needs nodes of equal size, and this communicator's "
-             "nodes hold different numbers of ranks (node 0: %d, see ZPP_DEBUG=INFO TOPO): use "
-             "zppReduceScatter",
-             name, topo->nodeSize[0]);
+  return zppSuccess;
+}
+
+/* qgZ on nodes that hold different numbers of ranks (a shrunk communicator
+ * that lost one rank of a node, say): its hierarchical all-to-all needs
+ * equal nodes, and refusing would end a training that only lost a rank.
+ * The tensors are reduce-scattered plain instead (exact, more bytes),
+ * counted as zppOpReduceScatter and in qgzPlainFallbacks, said once per
+ * process. Every rank sees the same topology, so all of them take this
+ * path together. */
+static zppResult_t qgzAsPlain(struct zppComm* comm, int ntensors, const void* const* sendbuffs,
+                              void* const* recvbuffs, const size_t* counts, zppDataType_t type,
+                              zppRedOp_t op, int bits, zppStream_t stream, int device) {
+  static atomic_int warned = 0;
+  if (atomic_exchange(&warned, 1) == 0)
+    ZPP_WARN(COLL,
+             "%s: qgZ (int%d) asked for, but the nodes hold different numbers of ranks (node 0: "
+             "%d; ZPP_DEBUG=INFO TOPO lists them): reduce-scatters run plain (exact, "
+             "uncompressed) on such communicators, counted in qgzPlainFallbacks; said once",
+             comm->name, bits, comm->topo->nodeSize[0]);
+  atomic_fetch_add_explicit(&comm->transports->qgzPlainFallbacks, 1, memory_order_relaxed);
+  for (int t = 0; t < ntensors; t++) {
+    if (counts[t] == 0) continue;
+    zppHostColl_t c = {.kind = zppOpReduceScatter,
+                       .sendbuff = sendbuffs[t],
+                       .recvbuff = recvbuffs[t],
+                       .count = counts[t],
+                       .type = type,
+                       .op = op};
+    countCall(comm, zppOpReduceScatter);
+    size_t bytes = counts[t] * zppDtypeSize(type);
+    int inPlace = (const char*)recvbuffs[t] == (const char*)sendbuffs[t] + (size_t)comm->rank * bytes;
+    ZPPCHECK(device ? zppDeviceCollIssue(comm, &c, inPlace, stream)
+                    : zppHostCollIssue(comm, &c, (zppHostStream_t)stream));
+  }
   return zppSuccess;
 }
 
 static zppResult_t qgzIssue(zppComm_t comm, int ntensors, const void* const* sendbuffs,
                             void* const* recvbuffs, const size_t* counts, zppDataType_t type,
                             zppRedOp_t op, int bits, zppStream_t stream, int device) {
-  countCall(comm, zppOpQgZ);
   size_t total = 0;
   for (int t = 0; t < ntensors; t++) total += counts[t];
+  /* A call that moves nothing succeeds as qgZ on any nodes (as NCCL's count 0). */
+  if (total > 0 && !comm->topo->uniform)
+    return qgzAsPlain(comm, ntensors, sendbuffs, recvbuffs, counts, type, op, bits, stream, device);
+  countCall(comm, zppOpQgZ);
   if (total == 0) return zppSuccess;
   zppQgzArgs_t a = {ntensors,
                     sendbuffs,
@@ -195,15 +223,6 @@ zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, z
                     device);
   }
   if (call->kind == zppOpReduceScatter && s->qgzBits && (call->op == zppSum || call->op == zppAvg)) {
-    if (!comm->topo->uniform) {
-      static atomic_int warned = 0;
-      if (atomic_exchange(&warned, 1) == 0)
-        ZPP_WARN(COLL,
-                 "%s: qgZ is configured (qgzBits %d) but the nodes hold different numbers of "
-                 "ranks: zppReduceScatter stays plain (uncompressed) on this communicator",
-                 comm->name, s->qgzBits);
-      return zppSuccess;
-    }
     const void* sends[1] = {call->sendbuff};
     void* recvs[1] = {call->recvbuff};
     size_t counts[1] = {call->count};

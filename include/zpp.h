@@ -202,7 +202,8 @@ ZPP_API zppResult_t zppCommRevoke(zppComm_t comm);
  * take no part (dead, hung, or still calling on comm). The survivors keep
  * their order (new rank = the number of survivors below); the new
  * communicator has its own topology (nodes from the survivors' node
- * identities, so a lost rank can leave nodes of unequal sizes), its own
+ * identities, so a lost rank can leave nodes of unequal sizes, where qgZ
+ * runs plain: zppQgzReduceScatter), its own
  * settings (config NULL: comm's), works with every call, can be shrunk in
  * turn and is destroyed on its own. comm may be broken or revoked (that is
  * when one shrinks it) and stays to be destroyed. ZPP_SHRINK_ABORT revokes
@@ -342,6 +343,11 @@ typedef struct {
    * each is marked in its own element and decodes to NaN there. */
   uint64_t quantEscapes;
   uint64_t quantEscapeOverflows;
+  /* qgZ calls (explicit, or zppReduceScatter under qgzBits) that ran as the
+   * plain, exact reduce-scatter because the communicator's nodes hold
+   * different numbers of ranks (after a shrink, say): qgZ's hierarchical
+   * all-to-all needs equal nodes. Also counted as zppOpReduceScatter. */
+  uint64_t qgzPlainFallbacks;
 } zppCommStats_t;
 
 ZPP_API zppResult_t zppCommGetStats(const zppComm_t comm, zppCommStats_t* stats);
@@ -365,8 +371,9 @@ ZPP_API zppResult_t zppQwzAllGather(const void* sendbuff, void* recvbuff, size_t
 
 /* qgZ: quantized reduce-scatter through a hierarchical all-to-all (inside the
  * node, then across nodes among ranks of the same local rank), pipelined.
- * op: zppSum or zppAvg (divides by the world size). Needs nodes of equal
- * size (else zppInvalidUsage). */
+ * op: zppSum or zppAvg (divides by the world size). On nodes of different
+ * sizes it runs as the plain reduce-scatter (exact), counted in
+ * zppCommStats_t.qgzPlainFallbacks. */
 ZPP_API zppResult_t zppQgzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                         zppDataType_t datatype, zppRedOp_t op, int bits, zppComm_t comm,
                                         zppStream_t stream);

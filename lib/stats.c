@@ -22,6 +22,7 @@ void zppStatsRead(const struct zppComm* comm, zppCommStats_t* stats) {
       s.calls[k] = atomic_load_explicit(&t->calls[k], memory_order_relaxed);
     s.quantEscapes = atomic_load_explicit(&t->quantEscapes, memory_order_relaxed);
     s.quantEscapeOverflows = atomic_load_explicit(&t->quantEscapeOverflows, memory_order_relaxed);
+    s.qgzPlainFallbacks = atomic_load_explicit(&t->qgzPlainFallbacks, memory_order_relaxed);
 #if ZPP_HAVE_UCX
     if (t->ucx) zppUcxGetBytes(t->ucx, s.intraNodeBytes, s.interNodeBytes, zppNumOpKinds);
 #endif
@@ -43,6 +44,7 @@ void zppStatsReset(struct zppComm* comm) {
     }
     atomic_store_explicit(&t->quantEscapes, 0, memory_order_relaxed);
     atomic_store_explicit(&t->quantEscapeOverflows, 0, memory_order_relaxed);
+    atomic_store_explicit(&t->qgzPlainFallbacks, 0, memory_order_relaxed);
 #if ZPP_HAVE_UCX
     if (t->ucx) zppUcxResetBytes(t->ucx);
 #endif

@@ -29,6 +29,7 @@ struct zppTransports {
   _Atomic uint64_t calls[zppNumOpKinds]; /* collectives issued, by kind */
   _Atomic uint64_t quantEscapes;         /* the codecs' escapes (zppCommStats_t) */
   _Atomic uint64_t quantEscapeOverflows;
+  _Atomic uint64_t qgzPlainFallbacks; /* zppCommStats_t */
   /* The device path's bytes by kind, [0] intra-node, [1] inter-node: NCCL
    * does not report what it sends, so zppStatsCountDevice counts them
    * (lib/stats.h says what, per call); the host transport counts its own. */

@@ -171,7 +171,8 @@ def stats(group=None):
 def codec_stats(group=None):
     """The compressed calls' outliers since the last reset_stats: {"escapes": elements that travelled
     exactly beside their block (far above it), "escape_overflows": blocks with more such elements than
-    free slots} (docs/codecs.md, "Escapes")."""
+    free slots (docs/codecs.md, "Escapes"), "qgz_plain_fallbacks": qgZ reduce-scatters that ran plain
+    because the group's nodes hold different numbers of ranks (docs/zeropp.md)}."""
     return backend(group).codec_stats()
 
 

@@ -15,6 +15,7 @@
  *
  * Survivors keep their order; the new communicator's results are checked element for element.
  */
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +65,8 @@ static void launch2x2(zppLaunchFn body, int* status) {
 }
 
 /* Every kind of call on comm, results checked: all-reduce, all-gather, reduce-scatter, broadcast
- * from the last rank, and qwZ's all-gather (within its bound: 8-bit blocks of 1..2 in 2^-7). */
+ * from the last rank, qgZ's reduce-scatter, and qwZ's all-gather (within its bound: 8-bit blocks
+ * of 1..2 in 2^-7). */
 static int exercise(zppComm_t comm, int tag) {
   int n = 0, me = 0, bad = 0;
   REQUIRE(zppCommCount(comm, &n) == zppSuccess && zppCommUserRank(comm, &me) == zppSuccess);
@@ -81,6 +83,16 @@ static int exercise(zppComm_t comm, int tag) {
   for (size_t i = 0; i < (size_t)C * n; i++) a[i] = (float)(me + 1);
   if (zppReduceScatter(a, b, C, zppFloat32, zppSum, comm, NULL) != zppSuccess) bad++;
   for (int i = 0; i < C && !bad; i++) bad += b[i] != (float)(n * (n + 1) / 2);
+  /* qgZ: on nodes of different sizes the plain reduce-scatter (exact, counted as a fallback),
+   * else int4 (blocks of one value: within 1e-3 of the sum). */
+  zppTopology_t topo;
+  zppCommStats_t before, after;
+  REQUIRE(zppCommTopology(comm, &topo) == zppSuccess && zppCommGetStats(comm, &before) == zppSuccess);
+  if (zppQgzReduceScatter(a, b, C, zppFloat32, zppSum, 4, comm, NULL) != zppSuccess) bad++;
+  REQUIRE(zppCommGetStats(comm, &after) == zppSuccess);
+  bad += after.qgzPlainFallbacks - before.qgzPlainFallbacks != (topo.uniform ? 0u : 1u);
+  const float sum = (float)(n * (n + 1) / 2), tol = topo.uniform ? sum * 1e-3f : 0.0f;
+  for (int i = 0; i < C && !bad; i++) bad += fabsf(b[i] - sum) > tol;
   for (int i = 0; i < C; i++) a[i] = me == n - 1 ? (float)(tag + i) : -1.0f;
   if (zppBroadcast(a, a, C, zppFloat32, n - 1, comm, NULL) != zppSuccess) bad++;
   for (int i = 0; i < C && !bad; i++) bad += a[i] != (float)(tag + i);

@@ -9,8 +9,9 @@
  *   setting, invalid values refused at init.
  * CASE args: bad arguments (types, bits, ops, NULL, overlap, streams,
  *   handles) fail with the right code, count 0 moves nothing.
- * CASE uneven: nodes of 2 and 1 ranks: qwZ and hpZ work, explicit qgZ is
- *   refused with zppInvalidUsage, configured qgZ stays plain (exact).
+ * CASE uneven: nodes of 2 and 1 ranks: qwZ and hpZ work; qgZ, explicit
+ *   (single and coalesced) or configured, runs as the plain reduce-scatter
+ *   (exact), counted in qgzPlainFallbacks.
  * CASE mismatch: ranks with different bits, block or compression switch get
  *   an error, never data.
  */
@@ -240,19 +241,48 @@ static int caseUneven(int rank, int n, const zppUniqueId* id) {
   float* in = xmalloc(rc * (size_t)n * sizeof(float));
   float* out = xmalloc(rc * sizeof(float));
   for (size_t i = 0; i < rc * (size_t)n; i++) in[i] = (float)(rank + 1) * (float)(i % 7);
-  CHECK(zppQgzReduceScatter(in, out, rc, zppFloat32, zppSum, 4, comm, NULL) == zppInvalidUsage);
-  /* Nothing to move (no tensors, or counts of 0): success, as on even nodes
-   * and as NCCL's count 0 (it was refused here and accepted there). */
+  /* Nothing to move (no tensors, or counts of 0): success, counted as qgZ. */
   CHECK_EQ_INT(zppQgzReduceScatterCoalesced(0, NULL, NULL, NULL, zppFloat32, zppSum, 4, comm, NULL),
                zppSuccess);
   CHECK_EQ_INT(zppQgzReduceScatter(NULL, NULL, 0, zppFloat32, zppSum, 4, comm, NULL), zppSuccess);
-  CHECK(zppReduceScatter(in, out, rc, zppFloat32, zppSum, comm, NULL) == zppSuccess);
+  /* qgZ explicit, coalesced (a second tensor, avg, in place) and configured:
+   * each the plain reduce-scatter, exact. */
   float tri = (float)(n * (n + 1) / 2);
-  for (size_t i = 0; i < rc; i++)
-    if (out[i] != tri * (float)(((size_t)rank * rc + i) % 7)) {
-      CHECK_MSG(0, "plain reduce-scatter on uneven nodes wrong at %zu", i);
-      break;
+  float* in2 = xmalloc(rc * (size_t)n * sizeof(float));
+  for (size_t i = 0; i < rc * (size_t)n; i++) in2[i] = (float)(rank + 1) * (float)(i % 5);
+  for (int form = 0; form < 3; form++) {
+    memset(out, 0xff, rc * sizeof(float));
+    if (form == 0) {
+      CHECK_EQ_INT(zppQgzReduceScatter(in, out, rc, zppFloat32, zppSum, 4, comm, NULL), zppSuccess);
+    } else if (form == 1) {
+      const void* sends[2] = {in, in2};
+      void* recvs[2] = {out, in2 + (size_t)rank * rc};
+      size_t counts[2] = {rc, rc};
+      CHECK_EQ_INT(
+          zppQgzReduceScatterCoalesced(2, sends, recvs, counts, zppFloat32, zppAvg, 8, comm, NULL),
+          zppSuccess);
+      for (size_t i = 0; i < rc; i++) out[i] *= (float)n; /* avg of small integers: exact */
+      for (size_t i = 0; i < rc; i++)
+        if (in2[(size_t)rank * rc + i] * (float)n != tri * (float)(((size_t)rank * rc + i) % 5)) {
+          CHECK_MSG(0, "coalesced qgZ on uneven nodes: tensor 1 wrong at %zu", i);
+          break;
+        }
+    } else {
+      CHECK_EQ_INT(zppReduceScatter(in, out, rc, zppFloat32, zppSum, comm, NULL), zppSuccess);
     }
+    for (size_t i = 0; i < rc; i++)
+      if (out[i] != tri * (float)(((size_t)rank * rc + i) % 7)) {
+        CHECK_MSG(0, "qgZ form %d on uneven nodes wrong at %zu", form, i);
+        break;
+      }
+  }
+  zppCommStats_t st;
+  REQUIRE(zppCommGetStats(comm, &st) == zppSuccess);
+  CHECK_MSG(st.qgzPlainFallbacks == 3 && st.calls[zppOpReduceScatter] == 4 && st.calls[zppOpQgZ] == 2,
+            "fallbacks %llu, reduce-scatters %llu, qgZ %llu: want 3, 4, 2",
+            (unsigned long long)st.qgzPlainFallbacks, (unsigned long long)st.calls[zppOpReduceScatter],
+            (unsigned long long)st.calls[zppOpQgZ]);
+  free(in2);
   /* qwZ: any world size. */
   char* g = xmalloc(rc * 2 * (size_t)n);
   char* want = xmalloc(rc * 2 * (size_t)n);

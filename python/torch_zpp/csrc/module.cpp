@@ -30,6 +30,7 @@ py::dict codecStatsDict(ZppBackend& be) {
   py::dict d;
   d["escapes"] = s.quantEscapes;
   d["escape_overflows"] = s.quantEscapeOverflows;
+  d["qgz_plain_fallbacks"] = s.qgzPlainFallbacks;
   return d;
 }
 
