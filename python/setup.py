@@ -206,6 +206,8 @@ def c10d_features():
         found.append("ZPP_C10D_GATHER_SINGLE")
     if re.search(r"\bstruct\s+PreMulSumSupplement\b", types):
         found.append("ZPP_C10D_PREMUL_SUM")
+    if re.search(r"\bsupportsShrinking\s*\(", backend):
+        found.append("ZPP_C10D_SHRINK")
     return found
 
 

@@ -97,6 +97,12 @@ ZppBackend::ZppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
   worker_ = std::thread([this] { workerLoop(); });
 }
 
+ZppBackend::ZppBackend(zppComm_t comm, int rank, int size, const std::string& timeoutFrom,
+                       int timeoutSec)
+    : c10d::Backend(rank, size), comm_(comm), timeoutFrom_(timeoutFrom), timeoutSec_(timeoutSec) {
+  worker_ = std::thread([this] { workerLoop(); });
+}
+
 ZppBackend::~ZppBackend() { shutdown(); }
 
 void ZppBackend::shutdown() {
@@ -139,6 +145,49 @@ c10d::ErrorType ZppBackend::getError() {
   if (std::strstr(zppGetLastError(comm_), "timed out") != nullptr) return c10d::ErrorType::TIMEOUT;
   return async == zppRemoteError ? c10d::ErrorType::REMOTE_ERROR : c10d::ErrorType::COMM_ERROR;
 }
+
+#ifdef ZPP_C10D_SHRINK
+c10::intrusive_ptr<c10d::Backend> ZppBackend::shrink(const std::vector<int64_t>& ranksToExclude,
+                                                     int shrinkFlags,
+                                                     const c10::intrusive_ptr<Options>& optsOverride) {
+  // torch's SHRINK_DEFAULT (0) and SHRINK_ABORT (1); torch checked the ranks.
+  TORCH_CHECK((shrinkFlags & ~1) == 0, "zpp shrink: shrink_flags ", shrinkFlags,
+              " unknown (SHRINK_DEFAULT or SHRINK_ABORT)");
+  std::vector<int> exclude;
+  for (int64_t r : ranksToExclude) {
+    TORCH_CHECK(r >= 0 && r < getSize(), "zpp shrink: rank ", r, " is not in this group of ",
+                getSize());
+    exclude.push_back(static_cast<int>(r));
+  }
+  zppConfig_t config = ZPP_CONFIG_INITIALIZER;
+  zppConfig_t* settings = nullptr;  // the parent's
+  std::string from = timeoutFrom_;
+  int timeoutSec = timeoutSec_;
+  if (optsOverride && optsOverride->timeout.count() > 0) {
+    timeoutSec = static_cast<int>((optsOverride->timeout.count() + 999) / 1000);
+    config.timeoutSec = timeoutSec;
+    settings = &config;
+    from = "shrink_group(pg_options.timeout=" + std::to_string(timeoutSec) + " s)";
+  }
+  zppComm_t child = nullptr;
+  {
+    // Not while abort() frees the communicator; an abort waits for the
+    // shrink, which ends within the timeout.
+    std::lock_guard<std::mutex> commLock(commLock_);
+    TORCH_CHECK(comm_ != nullptr, "zpp shrink: this group was aborted or shut down");
+    zppResult_t res =
+        zppCommShrink(comm_, exclude.data(), static_cast<int>(exclude.size()), &child, settings,
+                      (shrinkFlags & 1) ? ZPP_SHRINK_ABORT : ZPP_SHRINK_DEFAULT);
+    if (res != zppSuccess) throwZpp(res, nullptr, "zppCommShrink");
+  }
+  int rank = 0, size = 0;
+  if (zppCommUserRank(child, &rank) != zppSuccess || zppCommCount(child, &size) != zppSuccess) {
+    zppCommDestroy(child);
+    TORCH_CHECK(false, "zpp shrink: the new communicator's rank and size are unreadable");
+  }
+  return c10::make_intrusive<ZppBackend>(child, rank, size, from, timeoutSec);
+}
+#endif
 
 // ---- collectives ----------------------------------------------------------
 

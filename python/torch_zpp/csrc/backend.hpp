@@ -81,6 +81,8 @@ struct Settings {
 class ZppBackend : public c10d::Backend {
  public:
   ZppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const Settings& s);
+  // A backend on a communicator made already (shrink's); it owns comm.
+  ZppBackend(zppComm_t comm, int rank, int size, const std::string& timeoutFrom, int timeoutSec);
   ~ZppBackend() override;
 
   const std::string getBackendName() const override { return "zpp"; }
@@ -104,6 +106,16 @@ class ZppBackend : public c10d::Backend {
   // that timed out, REMOTE_ERROR for a peer that died or failed, COMM_ERROR
   // for anything else, an abort included.
   c10d::ErrorType getError() override;
+
+#ifdef ZPP_C10D_SHRINK
+  // dist.shrink_group (torch 2.15): zppCommShrink, called by the survivors
+  // only; SHRINK_ABORT revokes this group's communicator first, failing the
+  // works in flight. The new backend has the survivors in their order and
+  // this group's settings (a timeout in opts_override replaces its own).
+  bool supportsShrinking() const override { return true; }
+  c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
+                                           const c10::intrusive_ptr<Options>& optsOverride) override;
+#endif
 
   // ---- collectives --------------------------------------------------------
 
