@@ -179,10 +179,10 @@ void zppUcxQuiesce(zppUcx_t* u) {
   /* Tell the others, also when one of them told us (then all but that
    * one): they may be waiting on a rank that waits on us, and would only
    * see a timeout. Notices go over existing endpoints only, so the rank
-   * that failed first may have none to some survivor (on interleaved
-   * nodes rank 0 never talks to rank 1 directly: test_comm_shrink dead
-   * 2x2/cyclic); passed on by every rank once, it reaches each rank
-   * that some chain of endpoints reaches. */
+   * that failed first may have none to some survivor (endpoints are made
+   * on first use; test_comm_shrink dead 2x2/cyclic); passed on by every
+   * rank once, it reaches each rank that some chain of endpoints
+   * reaches. */
   if (!u->noticeSent && !atomic_load(&u->aborted)) {
     u->noticeSent = 1;
     sendNotices(u);
