@@ -6,9 +6,10 @@
 # `gpu`, and those labelled `sanitized_long`: repeated fault trials whose
 # code paths the ones kept here already take (tests/comm/coll_tests.cmake
 # says which), left out to keep CI within its time. The longer suite runs
-# them too: ZPP_SANITIZED_LONG=1 bash scripts/test-sanitized.sh (5 more
-# minutes). About 9 minutes on 2 cores. CUDA is left out: its kernels
-# cannot run without a GPU, and nvcc is the slowest part of a build.
+# them too: ZPP_SANITIZED_LONG=1 bash scripts/test-sanitized.sh (3 more
+# minutes; add -L sanitized_long for those alone). About 9 minutes on 2
+# cores. CUDA is left out: its kernels cannot run without a GPU, and nvcc
+# is the slowest part of a build.
 #
 # Any sanitizer report fails the test that made it: UBSan stops at its first
 # finding, LeakSanitizer ignores only OpenMPI's own allocations
