@@ -66,6 +66,36 @@ zppResult_t zppCommShrink(zppComm_t comm, const int* excludeRanks, int excludeCo
   return zppCommStateShrink(comm, excludeRanks, excludeCount, config, shrinkFlags, newcomm);
 }
 
+zppResult_t zppCommGetGrowId(zppComm_t comm, zppUniqueId* growId) {
+  ZPP_ARGCHECK(growId != NULL, "zppCommGetGrowId: growId (the output) is NULL");
+  ZPPCHECK(zppCommStateCheckUsable(comm));
+  return zppCommStateGetGrowId(comm, growId);
+}
+
+zppResult_t zppCommGrow(zppComm_t comm, int nranks, const zppUniqueId* growId, int rank,
+                        zppComm_t* newcomm, zppConfig_t* config) {
+  ZPP_ARGCHECK(newcomm != NULL, "zppCommGrow: newcomm (the output) is NULL");
+  *newcomm = NULL;
+  ZPP_ARGCHECK(growId != NULL, "zppCommGrow: growId is NULL (zppCommGetGrowId makes it)");
+  if (comm != NULL) {
+    ZPPCHECK(zppCommStateCheckUsable(comm));
+    ZPP_ARGCHECK(nranks > comm->nranks,
+                 "zppCommGrow: nranks %d must be more than the communicator's %d ranks", nranks,
+                 comm->nranks);
+    ZPP_ARGCHECK(rank == -1 || rank == comm->rank,
+                 "zppCommGrow: rank %d: a rank of the communicator keeps its rank %d (pass -1)", rank,
+                 comm->rank);
+  } else {
+    ZPP_ARGCHECK(nranks >= 2, "zppCommGrow: nranks=%d must be at least 2", nranks);
+    ZPP_ARGCHECK(rank >= 1 && rank < nranks,
+                 "zppCommGrow: a joining process's rank %d out of range 1..%d (it follows the "
+                 "communicator's ranks)",
+                 rank, nranks - 1);
+  }
+  ZPPCHECK(zppCollSettingsCheck());
+  return zppCommStateGrow(comm, nranks, growId, rank, config, newcomm);
+}
+
 zppResult_t zppCommCount(const zppComm_t comm, int* count) {
   ZPPCHECK(zppCommStateCheckLive(comm, "zppCommCount"));
   ZPP_ARGCHECK(count != NULL, "zppCommCount: count is NULL");

@@ -220,6 +220,29 @@ ZPP_API zppResult_t zppCommRevoke(zppComm_t comm);
 ZPP_API zppResult_t zppCommShrink(zppComm_t comm, const int* excludeRanks, int excludeCount,
                                   zppComm_t* newcomm, zppConfig_t* config, int shrinkFlags);
 
+/* A communicator of comm's ranks and new processes, nranks in all (like
+ * ncclCommGrow). One rank of comm (any) makes the grow id with
+ * zppCommGetGrowId and hands it, out of band, to the other ranks of comm and
+ * to every joining process. Then every rank of comm calls zppCommGrow with
+ * comm, nranks, the id and rank -1 (it keeps its rank, as also its own rank
+ * may be passed); each joining process calls it with comm NULL, the same
+ * nranks and id, and its new rank, comm's size .. nranks-1. comm must be
+ * healthy (shrink a broken one first) and is left as it was. The new
+ * communicator has its own topology (nodes from the members' node
+ * identities: comm's for its ranks, the config's or the environment's for
+ * new ones) and settings (config NULL: comm's for its ranks, the
+ * environment's for new ones), works with every call, can be grown or shrunk
+ * in turn, and is destroyed on its own. Blocking: it returns when every
+ * member has joined, or fails on all of them at the timeout (comm's, which
+ * also bounds how long the id waits). The id is good once: its rendezvous
+ * closes when the group has formed or the timeout passed, and a later use
+ * fails at once with zppInvalidUsage. A joining process that takes a rank of
+ * comm, nranks not above comm's size, or members from two communicators
+ * fail on every member with zppInvalidUsage. */
+ZPP_API zppResult_t zppCommGetGrowId(zppComm_t comm, zppUniqueId* growId);
+ZPP_API zppResult_t zppCommGrow(zppComm_t comm, int nranks, const zppUniqueId* growId, int rank,
+                                zppComm_t* newcomm, zppConfig_t* config);
+
 ZPP_API zppResult_t zppCommCount(const zppComm_t comm, int* count);
 ZPP_API zppResult_t zppCommUserRank(const zppComm_t comm, int* rank);
 /* zppSuccess, or the error that broke the communicator (a peer died, a

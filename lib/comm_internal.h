@@ -40,6 +40,12 @@ zppResult_t zppCommStateChildSettings(const struct zppComm* parent, const zppCon
 /* zppCommShrink (comm_shrink.c): the survivors only; see zpp.h. */
 zppResult_t zppCommStateShrink(struct zppComm* parent, const int* exclude, int nExclude,
                                const zppConfig_t* config, int flags, zppComm_t* out);
+/* zppCommGetGrowId and zppCommGrow (comm_grow.c); see zpp.h. parent is
+ * NULL in a joining process, whose rank is given; a parent's rank keeps its
+ * rank. */
+zppResult_t zppCommStateGetGrowId(struct zppComm* comm, zppUniqueId* id);
+zppResult_t zppCommStateGrow(struct zppComm* parent, int nranks, const zppUniqueId* id, int rank,
+                             const zppConfig_t* config, zppComm_t* out);
 /* zppCommSplit (comm_split.c): collective over parent's ranks. config
  * NULL: the parent's settings; else the config's, with the parent's node
  * identity unless config names one. *out NULL for ZPP_SPLIT_NOCOLOR. */

@@ -72,7 +72,13 @@ static void encodeId(zppUniqueId* id, const struct sockaddr_in* addr, const unsi
   memcpy(p + ZPP_ID_OFF_SECRET, secret, ZPP_SECRET_BYTES);
 }
 
-static zppResult_t decodeId(const zppUniqueId* id, struct sockaddr_in* addr, unsigned char* secret) {
+void zppBootstrapIdMarkRootStarted(zppUniqueId* id) {
+  unsigned char* p = (unsigned char*)id->internal;
+  zppPut32(p + ZPP_ID_OFF_FLAGS, zppGet32(p + ZPP_ID_OFF_FLAGS) | ZPP_ID_FLAG_ROOT_STARTED);
+}
+
+static zppResult_t decodeId(const zppUniqueId* id, struct sockaddr_in* addr, unsigned char* secret,
+                            uint32_t* flags) {
   const unsigned char* p = (const unsigned char*)id->internal;
   ZPP_ARGCHECK(zppGet32(p + ZPP_ID_OFF_MAGIC) == ZPP_MAGIC_ID,
                "bootstrap: not a zpp unique id (was it made by zppGetUniqueId and passed intact?)");
@@ -84,6 +90,7 @@ static zppResult_t decodeId(const zppUniqueId* id, struct sockaddr_in* addr, uns
   memcpy(&addr->sin_addr.s_addr, p + ZPP_ID_OFF_IP, 4);
   memcpy(&addr->sin_port, p + ZPP_ID_OFF_PORT, 2);
   memcpy(secret, p + ZPP_ID_OFF_SECRET, ZPP_SECRET_BYTES);
+  *flags = zppGet32(p + ZPP_ID_OFF_FLAGS);
   return zppSuccess;
 }
 
@@ -424,13 +431,16 @@ zppResult_t zppBootstrapInit(const zppUniqueId* id, int rank, int nranks, const 
   bs->nranks = nranks;
   bs->timeoutSec = timeoutSec;
   int listenFd = -1;
-  ZPPCHECKGOTO(decodeId(id, &bs->root, bs->secret), res, err_free);
+  uint32_t idFlags = 0;
+  ZPPCHECKGOTO(decodeId(id, &bs->root, bs->secret, &idFlags), res, err_free);
   SYSCHECKGOTO(pipe2(bs->abortPipe, O_CLOEXEC | O_NONBLOCK), "pipe2", res, err_free);
   ZPP_CALLOCGOTO(bs->addrs, nranks, res, err_free);
   ZPP_CALLOCGOTO(bs->hostIds, nranks, res, err_free);
 
-  zppSockWait_t w = {zppClockNow() + timeoutSec, timeoutSec, bs->abortPipe[0]};
-  ZPPCHECKGOTO(joinRoot(bs, hostId, &w, &listenFd), res, err_free);
+  zppSockWait_t w = {zppClockNow() + timeoutSec, timeoutSec, bs->abortPipe[0], 0};
+  zppSockWait_t rootWait = w;
+  rootWait.refusalFinal = (idFlags & ZPP_ID_FLAG_ROOT_STARTED) != 0;
+  ZPPCHECKGOTO(joinRoot(bs, hostId, &rootWait, &listenFd), res, err_free);
   if (nranks > 1) {
     ZPPCHECKGOTO(connectRing(bs, listenFd, &w), res, err_free);
     /* Nobody returns before everyone is in the ring: a rank that returned
@@ -687,7 +697,7 @@ zppResult_t zppBootstrapAllGather(zppBootstrap_t* bs, void* data, size_t bytesPe
     ZPP_FAILGOTO(zppInvalidArgument, res, out, BOOT,
                  "bootstrap allgather: %zu bytes per rank is too much", bytesPerRank);
   if (bs->nranks > 1 && bytesPerRank > 0) {
-    zppSockWait_t w = {zppClockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
+    zppSockWait_t w = {zppClockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0], 0};
     res = allGather(bs, OP_ALLGATHER, data, bytesPerRank, &w);
   }
 out:
@@ -703,7 +713,7 @@ zppResult_t zppBootstrapBroadcast(zppBootstrap_t* bs, void* data, size_t bytes, 
   if (data == NULL && bytes > 0)
     ZPP_FAILGOTO(zppInvalidArgument, res, out, BOOT, "bootstrap broadcast: data is NULL");
   if (bs->nranks > 1) {
-    zppSockWait_t w = {zppClockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
+    zppSockWait_t w = {zppClockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0], 0};
     int last = (root - 1 + bs->nranks) % bs->nranks;
     /* Along the ring from the root; a zero-byte message still carries the
      * header, so that mismatched calls are caught. */
@@ -726,7 +736,7 @@ zppResult_t zppBootstrapBarrier(zppBootstrap_t* bs) {
       ZPP_ERR(BOOT, "bootstrap barrier: out of memory");
       res = zppSystemError;
     } else {
-      zppSockWait_t w = {zppClockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0]};
+      zppSockWait_t w = {zppClockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0], 0};
       res = allGather(bs, OP_BARRIER, tokens, 1, &w);
       free(tokens);
     }

@@ -37,6 +37,13 @@ zppResult_t zppBootstrapCreateRoot(zppUniqueId* id, const char* bindAddr, int po
 zppResult_t zppBootstrapMakeId(zppUniqueId* id, const char* host, int port, const unsigned char* secret,
                                size_t secretLen);
 
+/* Marks an id whose root was listening before the id was made (as
+ * zppBootstrapCreateRoot's are): a rank that finds the address refusing
+ * connections then fails at once with zppInvalidUsage, since that root has
+ * ended (every rank joined, or its timeout passed), rather than retrying as
+ * for a root that has not started yet. How zppCommGrow's id is used once. */
+void zppBootstrapIdMarkRootStarted(zppUniqueId* id);
+
 /* Joins the rendezvous as `rank`: connects to the root (retrying until the
  * timeout, since the root may start after us), then to the neighbours in a
  * ring. hostId names the node this rank is on. Any error (wrong secret,

@@ -128,7 +128,7 @@ static void rootSendReply(root_t* r, rootConn_t* c, zppResult_t status, const vo
     memcpy(buf + first, payload, len);
     first += len;
   }
-  zppSockWait_t w = {zppClockNow() + waitSec, waitSec, -1};
+  zppSockWait_t w = {zppClockNow() + waitSec, waitSec, -1, 0};
   char doing[96];
   snprintf(doing, sizeof(doing), "sending the root's reply to rank %d", c->rank);
   if (zppSockSendAll(c->fd, buf, first, &w, doing) == zppSuccess && first == ZPP_REPLY_BYTES && len)

@@ -226,6 +226,11 @@ zppResult_t zppSockConnect(const struct sockaddr_in* to, const zppSockWait_t* w,
     }
     close(s);
     lastErr = err;
+    if (err == ECONNREFUSED && w->refusalFinal)
+      ZPP_FAIL(zppInvalidUsage, BOOT,
+               "bootstrap: %s at %s refuses connections: it has ended (its id was used, or its "
+               "timeout passed); an id of this kind is good for one group, once",
+               peerDesc, as);
     /* Only an address we can never use is final; refusals and unreachable
      * networks are what a peer that has not started yet looks like. */
     if (err == EAFNOSUPPORT || err == EINVAL || err == EBADF || err == EACCES || err == EPERM) break;

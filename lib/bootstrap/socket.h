@@ -22,6 +22,9 @@ typedef struct {
   double deadline;   /* zppClockNow() clock */
   double timeoutSec; /* what the deadline came from, for messages */
   int abortFd;       /* -1: not abortable */
+  /* 1: a refused connection is final (the peer has ended) rather than a peer
+   * that has not started yet; zppSockConnect then fails at once. */
+  int refusalFinal;
 } zppSockWait_t;
 
 /* Monotonic seconds. */

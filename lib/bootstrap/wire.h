@@ -25,12 +25,17 @@
 #define ZPP_MAGIC_RING 0x7a707267u  /* "zprg": rank -> next rank, once */
 #define ZPP_MAGIC_MSG 0x7a706d73u   /* "zpms": ring message header */
 
-/* Unique id: magic, proto, ipv4, port, secret; the rest zero. */
+/* Unique id: magic, proto, ipv4, port, secret, flags; the rest zero. */
 #define ZPP_ID_OFF_MAGIC 0
 #define ZPP_ID_OFF_PROTO 4
 #define ZPP_ID_OFF_IP 8
 #define ZPP_ID_OFF_PORT 12
 #define ZPP_ID_OFF_SECRET 16
+#define ZPP_ID_OFF_FLAGS 48
+/* The root listened before the id existed, so an address that refuses
+ * connections means it has ended: fail at once, do not wait for it to start
+ * (zppBootstrapIdMarkRootStarted). */
+#define ZPP_ID_FLAG_ROOT_STARTED 0x1u
 
 /* Hello, rank -> root. */
 #define ZPP_HELLO_BYTES 120

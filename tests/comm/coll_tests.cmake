@@ -158,7 +158,7 @@ foreach(args "6;3x2" "5;3,2" "4;2x2/cyclic" "1")
 endforeach()
 
 # zppCommShrink: survivors of a dead, a hung rank; disagreeing lists; bad arguments.
-zpp_test_executable(test_comm_shrink SOURCES test_comm_shrink.c LIBS zpp_launch)
+zpp_test_executable(test_comm_shrink SOURCES test_comm_shrink.c comm_exercise.c LIBS zpp_launch)
 foreach(case hung disagree args)
   zpp_test(test_comm_shrink_${case} EXE test_comm_shrink ARGS ${case} LABELS comm TIMEOUT 120)
 endforeach()
@@ -168,3 +168,9 @@ endforeach()
 zpp_test(test_comm_shrink_dead EXE test_comm_shrink ARGS dead 2x2 10 LABELS comm TIMEOUT 120)
 zpp_test(test_comm_shrink_dead_cyclic EXE test_comm_shrink ARGS dead 2x2/cyclic 10 LABELS comm
          TIMEOUT 120)
+
+# zppCommGrow: a lost rank replaced by a new process after a shrink, then one more newcomer (three
+# trials); bad use failing on every member alike.
+zpp_test_executable(test_comm_grow SOURCES test_comm_grow.c comm_exercise.c LIBS zpp_launch)
+zpp_test(test_comm_grow_replace EXE test_comm_grow ARGS replace 3 LABELS comm TIMEOUT 120)
+zpp_test(test_comm_grow_bad EXE test_comm_grow ARGS bad LABELS comm TIMEOUT 120)

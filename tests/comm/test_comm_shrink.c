@@ -15,7 +15,6 @@
  *
  * Survivors keep their order; the new communicator's results are checked element for element.
  */
-#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +23,7 @@
 #include <time.h>
 
 #include "testutil.h"
+#include "comm_exercise.h"
 #include "perf/common/launch.h"
 
 /* Shared with the forked ranks. */
@@ -64,59 +64,11 @@ static void launch2x2(zppLaunchFn body, int* status) {
   zppLaunch(&o, body, NULL);
 }
 
-/* Every kind of call on comm, results checked: all-reduce, all-gather, reduce-scatter, broadcast
- * from the last rank, qgZ's reduce-scatter, and qwZ's all-gather (within its bound: 8-bit blocks
- * of 1..2 in 2^-7). */
-static int exercise(zppComm_t comm, int tag) {
-  int n = 0, me = 0, bad = 0;
-  REQUIRE(zppCommCount(comm, &n) == zppSuccess && zppCommUserRank(comm, &me) == zppSuccess);
-  enum { C = 1000 };
-  float* a = calloc((size_t)C * n, sizeof(float));
-  float* b = calloc((size_t)C * n, sizeof(float));
-  REQUIRE(a && b);
-  for (int i = 0; i < C; i++) a[i] = (float)(me + 1) + (float)(i % 7);
-  if (zppAllReduce(a, b, C, zppFloat32, zppSum, comm, NULL) != zppSuccess) bad++;
-  for (int i = 0; i < C && !bad; i++) bad += b[i] != (float)(n * (n + 1) / 2) + (float)(n * (i % 7));
-  if (zppAllGather(a, b, C, zppFloat32, comm, NULL) != zppSuccess) bad++;
-  for (int r = 0; r < n && !bad; r++)
-    for (int i = 0; i < C; i++) bad += b[(size_t)r * C + i] != (float)(r + 1) + (float)(i % 7);
-  for (size_t i = 0; i < (size_t)C * n; i++) a[i] = (float)(me + 1);
-  if (zppReduceScatter(a, b, C, zppFloat32, zppSum, comm, NULL) != zppSuccess) bad++;
-  for (int i = 0; i < C && !bad; i++) bad += b[i] != (float)(n * (n + 1) / 2);
-  /* qgZ: on nodes of different sizes the plain reduce-scatter (exact, counted as a fallback),
-   * else int4 (blocks of one value: within 1e-3 of the sum). */
-  zppTopology_t topo;
-  zppCommStats_t before, after;
-  REQUIRE(zppCommTopology(comm, &topo) == zppSuccess && zppCommGetStats(comm, &before) == zppSuccess);
-  if (zppQgzReduceScatter(a, b, C, zppFloat32, zppSum, 4, comm, NULL) != zppSuccess) bad++;
-  REQUIRE(zppCommGetStats(comm, &after) == zppSuccess);
-  bad += after.qgzPlainFallbacks - before.qgzPlainFallbacks != (topo.uniform ? 0u : 1u);
-  const float sum = (float)(n * (n + 1) / 2), tol = topo.uniform ? sum * 1e-3f : 0.0f;
-  for (int i = 0; i < C && !bad; i++) bad += fabsf(b[i] - sum) > tol;
-  for (int i = 0; i < C; i++) a[i] = me == n - 1 ? (float)(tag + i) : -1.0f;
-  if (zppBroadcast(a, a, C, zppFloat32, n - 1, comm, NULL) != zppSuccess) bad++;
-  for (int i = 0; i < C && !bad; i++) bad += a[i] != (float)(tag + i);
-  for (int i = 0; i < C; i++) a[i] = 1.0f + (float)((i * 37 + me * 11) % 64) / 64.0f;
-  if (zppQwzAllGather(a, b, C, zppFloat32, 8, comm, NULL) != zppSuccess) bad++;
-  for (int r = 0; r < n && !bad; r++)
-    for (int i = 0; i < C; i++) {
-      float want = 1.0f + (float)((i * 37 + r * 11) % 64) / 64.0f;
-      float err = b[(size_t)r * C + i] - want;
-      bad += err > 2.0f / 127 || err < -2.0f / 127;
-    }
-  free(a);
-  free(b);
-  if (bad)
-    fprintf(stderr, "rank %d of %d: %d wrong results (tag %d): %s\n", me, n, bad, tag,
-            zppGetLastError(comm));
-  return bad;
-}
-
 /* ---- a dead rank: shrink, and shrink again down to one ---------------------------------- */
 
 static int deadBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   zppComm_t comm = initComm(rank, nranks, id, 20);
-  int fails = exercise(comm, 10);
+  int fails = zppExerciseComm(comm, 10);
   /* Not at once: a call returning here does not mean the others have this
    * rank's last message yet, and a death drops what is still in flight. */
   if (rank == 3) sleepSec(0.3), raise(SIGKILL);
@@ -140,9 +92,9 @@ static int deadBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   fails += zppCommCount(c3, &n) != zppSuccess || n != 3;
   fails += zppCommUserRank(c3, &me) != zppSuccess || me != rank; /* order kept */
   fails += zppCommTopology(c3, &topo) != zppSuccess || topo.nNodes != 2 || topo.uniform != 0;
-  fails += exercise(c3, 20);
+  fails += zppExerciseComm(c3, 20);
   zppCommDestroy(comm); /* the parent goes on its own */
-  fails += exercise(c3, 30);
+  fails += zppExerciseComm(c3, 30);
   /* Again: old rank 2 leaves (alive: it just stops), then rank 1. */
   if (rank == 2) {
     zppCommDestroy(c3);
@@ -154,7 +106,7 @@ static int deadBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   fails += zppCommShrink(c3, lost2, 1, &c2, NULL, ZPP_SHRINK_DEFAULT) != zppSuccess;
   if (c2) {
     fails += zppCommCount(c2, &n) != zppSuccess || n != 2;
-    fails += exercise(c2, 40);
+    fails += zppExerciseComm(c2, 40);
   }
   zppCommDestroy(c3);
   if (rank == 1) {
@@ -167,7 +119,7 @@ static int deadBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   fails += c2 == NULL || zppCommShrink(c2, lost1, 1, &c1, NULL, ZPP_SHRINK_DEFAULT) != zppSuccess;
   if (c1) {
     fails += zppCommCount(c1, &n) != zppSuccess || n != 1;
-    fails += exercise(c1, 50);
+    fails += zppExerciseComm(c1, 50);
     /* One shrink per communicator. */
     zppComm_t again = NULL;
     fails += zppCommShrink(c2, lost1, 1, &again, NULL, ZPP_SHRINK_DEFAULT) != zppInvalidUsage;
@@ -201,7 +153,7 @@ static int testDead(int trials) {
 
 static int hungBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   zppComm_t comm = initComm(rank, nranks, id, 20);
-  int fails = exercise(comm, 10);
+  int fails = zppExerciseComm(comm, 10);
   zppComm_t c = NULL;
   double t0 = zppClockNow();
   if (rank == 3) {
@@ -219,10 +171,10 @@ static int hungBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     shared->result[rank] = (int)res;
     shared->elapsed[rank] = zppClockNow() - t0;
     if (res == zppSuccess) {
-      fails += exercise(c, 20);
+      fails += zppExerciseComm(c, 20);
       /* Stay until rank 3 has knocked: its refusal must not disturb us. */
       sleepSec(3.5);
-      fails += exercise(c, 30);
+      fails += zppExerciseComm(c, 30);
     }
     zppCommDestroy(c);
   }
@@ -254,7 +206,7 @@ static int testHung(void) {
 
 static int disagreeBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   zppComm_t comm = initComm(rank, nranks, id, DISAGREE_TIMEOUT);
-  int fails = exercise(comm, 10);
+  int fails = zppExerciseComm(comm, 10);
   if (rank == 3) {
     zppCommDestroy(comm); /* leaves; the others do not wait for it below */
     shared->checks[rank] = fails;
@@ -309,12 +261,12 @@ static int argsBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   CHECK(c == NULL);
   /* Refused calls left the communicator healthy and its standby unused: an
    * empty list gives a copy of it. */
-  CHECK_EQ_INT(exercise(comm, 10), 0);
+  CHECK_EQ_INT(zppExerciseComm(comm, 10), 0);
   CHECK_EQ_INT(zppCommShrink(comm, NULL, 0, &c, NULL, ZPP_SHRINK_DEFAULT), zppSuccess);
   int n = 0;
   CHECK(c != NULL && zppCommCount(c, &n) == zppSuccess && n == nranks);
-  if (c) CHECK_EQ_INT(exercise(c, 20), 0);
-  CHECK_EQ_INT(exercise(comm, 30), 0);
+  if (c) CHECK_EQ_INT(zppExerciseComm(c, 20), 0);
+  CHECK_EQ_INT(zppExerciseComm(comm, 30), 0);
   zppCommDestroy(c);
   zppCommDestroy(comm);
   return zppTestFailures ? 1 : 0;
