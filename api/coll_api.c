@@ -25,7 +25,7 @@ typedef struct {
 } call_t;
 
 static zppResult_t validate(struct zppComm* comm, call_t* k) {
-  ZPPCHECK(zppCommStateCheckUsable(comm));
+  ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   const zppHostColl_t* c = &k->c;
   const int n = comm->nranks, r = comm->rank;
   ZPP_ARGCHECK((int)c->type >= 0 && c->type < zppNumTypes, "%s: invalid datatype %d", k->name,
@@ -96,7 +96,7 @@ static zppResult_t validate(struct zppComm* comm, call_t* k) {
 }
 
 static zppResult_t dispatch(struct zppComm* comm, call_t* k, zppStream_t stream) {
-  ZPPCHECK(validate(comm, k));
+  ZPPCHECK_READY(validate(comm, k));
   const zppHostColl_t* c = &k->c;
   int device = -1;
   ZPPCHECK(zppApiCheckWhere(k->name, k->sendBytes ? c->sendbuff : NULL,
@@ -195,7 +195,7 @@ zppResult_t zppAllToAllv(const void* sendbuff, const size_t sendcounts[], const 
                          void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
                          zppDataType_t datatype, zppComm_t comm, zppStream_t stream) {
   static const char name[] = "zppAllToAllv";
-  ZPPCHECK(zppCommStateCheckUsable(comm));
+  ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   ZPP_ARGCHECK((int)datatype >= 0 && datatype < zppNumTypes, "%s: invalid datatype %d", name,
                (int)datatype);
   ZPP_ARGCHECK(sendcounts != NULL && sdispls != NULL && recvcounts != NULL && rdispls != NULL,

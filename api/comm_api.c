@@ -39,7 +39,7 @@ zppResult_t zppCommInitFromEnv(zppComm_t* comm, zppConfig_t* config) {
 
 zppResult_t zppCommSplit(zppComm_t comm, int color, int key, zppComm_t* newcomm, zppConfig_t* config) {
   ZPP_ARGCHECK(newcomm != NULL, "zppCommSplit: newcomm (the output) is NULL");
-  ZPPCHECK(zppCommStateCheckUsable(comm));
+  ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   ZPPCHECK(zppCollSettingsCheck());
   return zppCommStateSplit(comm, color, key, config, newcomm);
 }
@@ -61,14 +61,14 @@ zppResult_t zppCommShrink(zppComm_t comm, const int* excludeRanks, int excludeCo
   ZPP_ARGCHECK(newcomm != NULL, "zppCommShrink: newcomm (the output) is NULL");
   *newcomm = NULL;
   /* Live, not usable: a broken or revoked communicator is what one shrinks. */
-  ZPPCHECK(zppCommStateCheckLive(comm, "zppCommShrink"));
+  ZPPCHECK_READY(zppCommStateCheckBuilt(comm, "zppCommShrink"));
   ZPPCHECK(zppCollSettingsCheck());
   return zppCommStateShrink(comm, excludeRanks, excludeCount, config, shrinkFlags, newcomm);
 }
 
 zppResult_t zppCommGetGrowId(zppComm_t comm, zppUniqueId* growId) {
   ZPP_ARGCHECK(growId != NULL, "zppCommGetGrowId: growId (the output) is NULL");
-  ZPPCHECK(zppCommStateCheckUsable(comm));
+  ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   return zppCommStateGetGrowId(comm, growId);
 }
 
@@ -78,7 +78,7 @@ zppResult_t zppCommGrow(zppComm_t comm, int nranks, const zppUniqueId* growId, i
   *newcomm = NULL;
   ZPP_ARGCHECK(growId != NULL, "zppCommGrow: growId is NULL (zppCommGetGrowId makes it)");
   if (comm != NULL) {
-    ZPPCHECK(zppCommStateCheckUsable(comm));
+    ZPPCHECK_READY(zppCommStateCheckUsable(comm));
     ZPP_ARGCHECK(nranks > comm->nranks,
                  "zppCommGrow: nranks %d must be more than the communicator's %d ranks", nranks,
                  comm->nranks);
@@ -113,14 +113,14 @@ zppResult_t zppCommUserRank(const zppComm_t comm, int* rank) {
 zppResult_t zppCommGetAsyncError(zppComm_t comm, zppResult_t* asyncError) {
   ZPPCHECK(zppCommStateCheckLive(comm, "zppCommGetAsyncError"));
   ZPP_ARGCHECK(asyncError != NULL, "zppCommGetAsyncError: asyncError is NULL");
-  *asyncError = (zppResult_t)atomic_load(&comm->asyncError);
+  *asyncError = zppCommStateAsyncError(comm);
   return zppSuccess;
 }
 
 const char* zppGetLastError(zppComm_t comm) { return zppCommStateLastError(comm); }
 
 zppResult_t zppCommTopology(const zppComm_t comm, zppTopology_t* topology) {
-  ZPPCHECK(zppCommStateCheckLive(comm, "zppCommTopology"));
+  ZPPCHECK_READY(zppCommStateCheckBuilt(comm, "zppCommTopology"));
   ZPP_ARGCHECK(topology != NULL, "zppCommTopology: topology is NULL");
   const zppTopo_t* t = comm->topo;
   zppTopology_t out;

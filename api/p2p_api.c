@@ -48,7 +48,7 @@ zppResult_t zppApiCheckNoGroup(const char* name) {
 
 static zppResult_t validate(const char* name, struct zppComm* comm, const zppP2pOp_t* o,
                             zppStream_t stream, int* device) {
-  ZPPCHECK(zppCommStateCheckUsable(comm));
+  ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   const int n = comm->nranks, me = comm->rank;
   ZPP_ARGCHECK((int)o->type >= 0 && o->type < zppNumTypes, "%s: rank %d: invalid datatype %d", name, me,
                (int)o->type);

@@ -5,14 +5,14 @@
 #include "lib/stats.h"
 
 zppResult_t zppCommGetStats(const zppComm_t comm, zppCommStats_t* stats) {
-  ZPPCHECK(zppCommStateCheckLive(comm, "zppCommGetStats"));
+  ZPPCHECK_READY(zppCommStateCheckBuilt(comm, "zppCommGetStats"));
   ZPP_ARGCHECK(stats != NULL, "zppCommGetStats: stats is NULL");
   zppStatsRead(comm, stats);
   return zppSuccess;
 }
 
 zppResult_t zppCommResetStats(zppComm_t comm) {
-  ZPPCHECK(zppCommStateCheckLive(comm, "zppCommResetStats"));
+  ZPPCHECK_READY(zppCommStateCheckBuilt(comm, "zppCommResetStats"));
   zppStatsReset(comm);
   return zppSuccess;
 }

@@ -50,7 +50,7 @@ static void countCall(struct zppComm* comm, zppOpKind_t kind) {
 static zppResult_t qwzValidate(const char* name, const void* sendbuff, void* recvbuff, size_t count,
                                zppDataType_t type, int bits, zppComm_t comm, zppStream_t stream,
                                int* device) {
-  ZPPCHECK(zppCommStateCheckUsable(comm));
+  ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   ZPPCHECK(checkType(name, type));
   ZPPCHECK(checkBits(name, bits));
   ZPPCHECK(zppApiCheckCount(name, count, type, comm->nranks));
@@ -82,8 +82,8 @@ static zppResult_t qwzIssue(zppComm_t comm, const void* sendbuff, void* recvbuff
 zppResult_t zppQwzAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                             zppDataType_t datatype, int bits, zppComm_t comm, zppStream_t stream) {
   int device = 0;
-  ZPPCHECK(qwzValidate("zppQwzAllGather", sendbuff, recvbuff, sendcount, datatype, bits, comm, stream,
-                       &device));
+  ZPPCHECK_READY(qwzValidate("zppQwzAllGather", sendbuff, recvbuff, sendcount, datatype, bits, comm,
+                             stream, &device));
   if (bits == 0) bits = comm->compress.qwzBits ? comm->compress.qwzBits : 8;
   return qwzIssue(comm, sendbuff, recvbuff, sendcount, datatype, bits, stream, device);
 }
@@ -94,7 +94,7 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
                                void* const* recvbuffs, const size_t* counts, zppDataType_t type,
                                zppRedOp_t op, int bits, zppComm_t comm, zppStream_t stream,
                                int* device) {
-  ZPPCHECK(zppCommStateCheckUsable(comm));
+  ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   *device = -1;
   ZPPCHECK(checkType(name, type));
   ZPPCHECK(checkBits(name, bits));
@@ -192,8 +192,8 @@ zppResult_t zppQgzReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
   void* recvs[1] = {recvbuff};
   size_t counts[1] = {recvcount};
   int device = 0;
-  ZPPCHECK(qgzValidate("zppQgzReduceScatter", 1, sends, recvs, counts, datatype, op, bits, comm, stream,
-                       &device));
+  ZPPCHECK_READY(qgzValidate("zppQgzReduceScatter", 1, sends, recvs, counts, datatype, op, bits, comm,
+                             stream, &device));
   return qgzIssue(comm, 1, sends, recvs, counts, datatype, op, qgzBits(comm, bits), stream, device);
 }
 
@@ -202,8 +202,8 @@ zppResult_t zppQgzReduceScatterCoalesced(int ntensors, const void* const* sendbu
                                          zppDataType_t datatype, zppRedOp_t op, int bits,
                                          zppComm_t comm, zppStream_t stream) {
   int device = 0;
-  ZPPCHECK(qgzValidate("zppQgzReduceScatterCoalesced", ntensors, sendbuffs, recvbuffs, recvcounts,
-                       datatype, op, bits, comm, stream, &device));
+  ZPPCHECK_READY(qgzValidate("zppQgzReduceScatterCoalesced", ntensors, sendbuffs, recvbuffs, recvcounts,
+                             datatype, op, bits, comm, stream, &device));
   return qgzIssue(comm, ntensors, sendbuffs, recvbuffs, recvcounts, datatype, op, qgzBits(comm, bits),
                   stream, device);
 }
@@ -252,7 +252,7 @@ zppResult_t zppParamCreateEx(zppComm_t comm, size_t shardcount, zppDataType_t da
                              unsigned flags, zppParam_t* param) {
   const char* name = flags ? "zppParamCreateEx" : "zppParamCreate";
   ZPP_ARGCHECK(param != NULL, "%s: param (the output) is NULL", name);
-  ZPPCHECK(zppCommStateCheckUsable(comm));
+  ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   ZPP_ARGCHECK((int)datatype >= 0 && datatype < zppNumTypes, "%s: invalid datatype %d", name,
                (int)datatype);
   ZPPCHECK(checkBits(name, bits));
@@ -280,7 +280,7 @@ static zppResult_t paramGather(zppParam_t p, const void* shard, void* full, zppS
                                int backward) {
   const char* name = backward ? "zppParamGatherBackward" : "zppParamGatherForward";
   ZPPCHECK(checkParam(p, name));
-  ZPPCHECK(zppCommStateCheckUsable(p->comm));
+  ZPPCHECK_READY(zppCommStateCheckUsable(p->comm));
   size_t bytes = p->count * zppDtypeSize(p->type);
   if (p->count) {
     ZPP_ARGCHECK(shard != NULL && full != NULL, "%s: NULL buffer with %zu elements per shard", name,

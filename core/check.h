@@ -38,6 +38,18 @@
     }                                                                      \
   } while (0)
 
+/* As ZPPCHECK, and zppInProgress returns too: for checks whose
+ * zppInProgress means "not ready, nothing done" (a communicator still being
+ * created, lib/comm.c), not work under way. */
+#define ZPPCHECK_READY(call)                                               \
+  do {                                                                     \
+    zppResult_t zppCheckRes_ = (call);                                     \
+    if (zppCheckRes_ != zppSuccess) {                                      \
+      ZPP_INFO(ALL, "%s:%d -> %d", __FILE__, __LINE__, (int)zppCheckRes_); \
+      return zppCheckRes_;                                                 \
+    }                                                                      \
+  } while (0)
+
 #define ZPPCHECKGOTO(call, res, label)                              \
   do {                                                              \
     (res) = (call);                                                 \

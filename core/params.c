@@ -18,6 +18,10 @@ static const zppEnvInfo_t paramTable[] = {
     {"ZPP_TIMEOUT", ZPP_ENV_INT, "300",
      "seconds any wait may take (rendezvous, bootstrap, collectives) before it fails with an "
      "error; zppConfig_t.timeoutSec overrides"},
+    {"ZPP_COMM_BLOCKING", ZPP_ENV_INT, "1",
+     "0: communicators are created in the background (init, split, shrink and grow return "
+     "zppInProgress; zppCommGetAsyncError says when ready), as NCCL's config.blocking = 0; "
+     "zppConfig_t.blocking overrides"},
     {"ZPP_HOSTID", ZPP_ENV_STRING, "",
      "node identity of this rank (default: SLURMD_NODENAME under Slurm, else the host name); "
      "ranks with the same id form one node, "

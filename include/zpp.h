@@ -121,6 +121,17 @@ typedef struct {
                               (docs/zeropp.md says why and when to set it) */
   size_t compressMinBytes; /* smaller calls stay plain (latency); env ZPP_COMPRESS_MIN_BYTES */
   int hpzGroupSize;        /* ranks sharing a secondary partition; env ZPP_HPZ_GROUP (0: the node) */
+  /* Since 0.2.0. 1 (the default): creation returns when the communicator is
+   * ready. 0 (as NCCL's config.blocking): zppCommInitRank(Config),
+   * zppCommSplit, zppCommShrink and zppCommGrow return zppInProgress at once
+   * with the handle set, and build it in the background; zppCommGetAsyncError
+   * says zppInProgress until it is ready (zppSuccess) or failed (the error).
+   * Meanwhile calls that need it answer zppInProgress, doing nothing;
+   * zppCommCount and zppCommUserRank answer; zppCommAbort or zppCommDestroy
+   * end the creation (the other members' creation then fails). A split,
+   * shrink or grow with config NULL inherits its parent's. Env
+   * ZPP_COMM_BLOCKING. */
+  int blocking;
 } zppConfig_t;
 
 #define ZPP_CONFIG_INITIALIZER                        \
@@ -136,7 +147,8 @@ typedef struct {
         ZPP_CONFIG_UNDEF_INT,  /* quantBlock */       \
         ZPP_CONFIG_UNDEF_INT,  /* quantRotate */      \
         ZPP_CONFIG_UNDEF_SIZE, /* compressMinBytes */ \
-        ZPP_CONFIG_UNDEF_INT   /* hpzGroupSize */     \
+        ZPP_CONFIG_UNDEF_INT,  /* hpzGroupSize */     \
+        ZPP_CONFIG_UNDEF_INT   /* blocking */         \
   }
 
 /* Creates a unique id on the rendezvous root (call on one rank only). The
@@ -145,7 +157,8 @@ typedef struct {
 ZPP_API zppResult_t zppGetUniqueId(zppUniqueId* uniqueId);
 
 /* Collective over nranks processes: every rank calls it with the same id;
- * no rank returns before all have joined, or the timeout. config may be
+ * no rank returns before all have joined, or the timeout (unless
+ * config.blocking is 0: then it returns zppInProgress at once). config may be
  * NULL (defaults, as with NCCL); a config without ZPP_CONFIG_MAGIC, or whose
  * size does not match its version, is zppInvalidArgument; one from a newer
  * zpp.h than this library is zppInvalidUsage. The reason is logged and

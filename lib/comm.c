@@ -7,7 +7,9 @@
 #include "lib/comm.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,8 +28,11 @@ static const struct {
   unsigned version;
   size_t size;
 } configLayouts[] = {
-    {ZPP_VERSION(0, 1, 0), sizeof(zppConfig_t)},
+    {ZPP_VERSION(0, 1, 0), offsetof(zppConfig_t, blocking)},
+    {ZPP_VERSION(0, 2, 0), sizeof(zppConfig_t)},
 };
+/* A field a caller's config has (its version's layout reaches past it). */
+#define CONFIG_HAS(c, field) ((c)->size >= offsetof(zppConfig_t, field) + sizeof((c)->field))
 
 static zppResult_t checkConfig(const zppConfig_t* c) {
   if (c == NULL) return zppSuccess;
@@ -98,6 +103,19 @@ zppResult_t zppCommStateResolveSettings(const zppConfig_t* config, zppCommSettin
       if (!isgraph((unsigned char)*p)) *p = '_';
   }
 
+  if (config && CONFIG_HAS(config, blocking) && config->blocking != ZPP_CONFIG_UNDEF_INT) {
+    ZPP_ARGCHECK(config->blocking == 0 || config->blocking == 1, "config: blocking=%d must be 0 or 1",
+                 config->blocking);
+    t.blocking = config->blocking;
+    t.blockingFrom = "config";
+  } else {
+    int64_t v = 1;
+    ZPPCHECK(zppEnvGetInt("ZPP_COMM_BLOCKING", &v));
+    ZPP_ARGCHECK(v == 0 || v == 1, "ZPP_COMM_BLOCKING=%lld must be 0 or 1", (long long)v);
+    t.blocking = (int)v;
+    t.blockingFrom = zppEnvIsSet("ZPP_COMM_BLOCKING") ? "ZPP_COMM_BLOCKING" : "default";
+  }
+
   snprintf(t.name, sizeof(t.name), "%s", config && config->commName ? config->commName : "zpp");
   ZPPCHECK(zppCompressResolve(config, &t.compress));
   *s = t;
@@ -155,15 +173,54 @@ out:
   return res;
 }
 
-/* Frees what exists; accepts a half-built communicator. */
+/* Frees what exists; accepts a half-built communicator, and one still
+ * being built in the background (its creation is stopped first). */
 static void commFree(struct zppComm* comm) {
   if (comm == NULL) return;
+  if (comm->hasCreator) {
+    if (atomic_load(&comm->creating)) { /* destroyed while being built: stop, quietly */
+      atomic_store(&comm->aborted, 1);
+      zppBootstrapAbort(comm->bootstrap);
+    }
+    pthread_join(comm->creator, NULL);
+  }
   zppTransportsDestroy(comm);
   zppTopoDestroy(comm->topo);
   zppBootstrapDestroy(comm->bootstrap);
   pthread_mutex_destroy(&comm->errorLock);
   zppHandleUnregister(comm, ZPP_HANDLE_COMM); /* a half-built one: not yet unregistered */
   free(comm);
+}
+
+/* The waiting part of creation, in the caller's thread or the creator's. */
+static zppResult_t build(struct zppComm* comm, const zppUniqueId* id, const zppCommSettings_t* s) {
+  ZPPCHECK(zppBootstrapJoin(comm->bootstrap, id, s->hostId));
+  if (s->grow) ZPPCHECK(zppCommStateGrowCheck(comm, s->growFromSize));
+  ZPPCHECK(buildTopology(comm, s->announcedHostIds));
+  ZPPCHECK(zppTransportsInit(comm));
+  atomic_store(&comm->built, 1);
+  ZPP_INFO(INIT, "comm %s rank %d/%d ready", comm->name, comm->rank, comm->nranks);
+  return zppSuccess;
+}
+
+typedef struct {
+  struct zppComm* comm;
+  zppUniqueId id;
+  zppCommSettings_t s;
+} creation_t;
+
+static void* creatorMain(void* arg) {
+  creation_t* c = arg;
+  struct zppComm* comm = c->comm;
+  zppResult_t res = build(comm, &c->id, &c->s);
+  /* An abort, revoke or destroy meanwhile is no error to log (and the first
+   * two keep their own reason). */
+  if (res != zppSuccess && !atomic_load(&comm->aborted))
+    zppCommStateSetError(comm, res, "comm %s rank %d: creation failed: %s", comm->name, comm->rank,
+                         zppLogLastError());
+  atomic_store(&comm->creating, 0);
+  free(c);
+  return NULL;
 }
 
 zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
@@ -179,19 +236,38 @@ zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUn
   comm->rank = rank;
   comm->nranks = nranks;
   comm->timeoutSec = s->timeoutSec;
+  comm->blocking = s->blocking;
   snprintf(comm->hostId, sizeof(comm->hostId), "%s", s->hostId);
   snprintf(comm->name, sizeof(comm->name), "%s", s->name);
-  zppLogSetRank(rank);
-  ZPP_INFO(INIT, "comm %s rank %d/%d: timeout %.0f s (%s), host id '%s' (%s)", comm->name, rank, nranks,
-           s->timeoutSec, s->timeoutFrom, s->hostId, s->hostIdFrom);
+  /* Log lines show the rank of the process's own communicator: a split,
+   * shrink or grow of it does not change what they show. */
+  if (!s->announcedHostIds || zppLogGetRank() < 0) zppLogSetRank(rank);
+  ZPP_INFO(INIT, "comm %s rank %d/%d: timeout %.0f s (%s), host id '%s' (%s)%s", comm->name, rank,
+           nranks, s->timeoutSec, s->timeoutFrom, s->hostId, s->hostIdFrom,
+           s->blocking ? "" : ", created in the background (blocking = 0)");
   zppCompressApply(comm, &s->compress);
-  ZPPCHECKGOTO(zppBootstrapInit(id, rank, nranks, s->hostId, s->timeoutSec, &comm->bootstrap), res,
-               err_free);
-  ZPPCHECKGOTO(buildTopology(comm, s->announcedHostIds), res, err_free);
-  ZPPCHECKGOTO(zppTransportsInit(comm), res, err_free);
-  ZPP_INFO(INIT, "comm %s rank %d/%d ready", comm->name, rank, nranks);
+  ZPPCHECKGOTO(zppBootstrapCreate(rank, nranks, s->timeoutSec, &comm->bootstrap), res, err_free);
+  if (s->blocking) {
+    ZPPCHECKGOTO(build(comm, id, s), res, err_free);
+    *out = comm;
+    return zppSuccess;
+  }
+  creation_t* c = NULL;
+  ZPP_CALLOCGOTO(c, 1, res, err_free);
+  c->comm = comm;
+  c->id = *id;
+  c->s = *s;
+  atomic_store(&comm->creating, 1);
+  int rc = pthread_create(&comm->creator, NULL, creatorMain, c);
+  if (rc != 0) {
+    free(c);
+    atomic_store(&comm->creating, 0);
+    errno = rc;
+    SYSCHECKGOTO(-1, "pthread_create (communicator creation)", res, err_free);
+  }
+  comm->hasCreator = 1;
   *out = comm;
-  return zppSuccess;
+  return zppInProgress;
 err_free:
   commFree(comm);
   return res;
@@ -209,6 +285,33 @@ zppResult_t zppCommStateCheckLive(const struct zppComm* comm, const char* call) 
   ZPP_ARGCHECK(zppHandleIsLive(comm, ZPP_HANDLE_COMM),
                "%s: not a live communicator (destroyed, or not made by zppCommInitRank)", call);
   return zppSuccess;
+}
+
+/* Why a communicator whose creation has not succeeded cannot serve a call. */
+static zppResult_t notBuilt(const struct zppComm* comm, const char* call) {
+  if (atomic_load(&comm->creating)) {
+    ZPP_INFO(INIT,
+             "%s: comm %s rank %d is still being created (blocking = 0): wait until "
+             "zppCommGetAsyncError says zppSuccess",
+             call, comm->name, comm->rank);
+    return zppInProgress;
+  }
+  zppResult_t e = (zppResult_t)atomic_load(&comm->asyncError);
+  ZPP_INFO(INIT, "%s: comm %s rank %d was never built: %s", call, comm->name, comm->rank,
+           comm->lastError);
+  return e != zppSuccess ? e : zppInternalError;
+}
+
+zppResult_t zppCommStateCheckBuilt(const struct zppComm* comm, const char* call) {
+  ZPPCHECK(zppCommStateCheckLive(comm, call));
+  return atomic_load(&comm->built) ? zppSuccess : notBuilt(comm, call);
+}
+
+zppResult_t zppCommStateAsyncError(const struct zppComm* comm) {
+  zppResult_t e = (zppResult_t)atomic_load(&comm->asyncError);
+  if (e == zppSuccess && !atomic_load(&comm->built) && atomic_load(&comm->creating))
+    return zppInProgress;
+  return e;
 }
 
 /* Destroy and abort take the handle out of the registry first, in one step
@@ -239,7 +342,10 @@ void zppCommStateStop(struct zppComm* comm, const char* reason) {
   pthread_mutex_unlock(&comm->errorLock);
   ZPP_INFO(INIT, "comm %s rank %d/%d: %s", comm->name, comm->rank, comm->nranks, reason);
   zppBootstrapAbort(comm->bootstrap);
-  zppTransportsAbort(comm);
+  /* A creation still at work is ended by the bootstrap's abort (its waits
+   * are there); its transports, still being made, are not touched, and no
+   * call can have used them yet. */
+  if (!atomic_load(&comm->creating)) zppTransportsAbort(comm);
 }
 
 zppResult_t zppCommStateAbort(struct zppComm* comm) {
@@ -280,6 +386,7 @@ zppResult_t zppCommStateCheckUsable(const struct zppComm* comm) {
   ZPP_ARGCHECK(comm != NULL, "communicator is NULL");
   ZPP_ARGCHECK(zppHandleIsLive(comm, ZPP_HANDLE_COMM),
                "not a live communicator (destroyed, or not made by zppCommInitRank)");
+  if (!atomic_load(&comm->built)) return notBuilt(comm, "the call");
   int e = atomic_load(&comm->asyncError);
   if (e != zppSuccess) {
     /* Logged at ERROR when it happened; here only the trace. */

@@ -30,6 +30,15 @@ struct zppComm {
   pthread_mutex_t errorLock;
   char lastError[512];            /* reason for asyncError, for zppGetLastError */
   zppCompressSettings_t compress; /* ZeRO++ settings (lib/compress_settings.c) */
+  /* Creation (lib/comm.c). built: 1 once bootstrap, topology and transports
+   * are all there (only then are topo and transports read). blocking = 0
+   * (config.blocking) builds them in the thread `creator`, and `creating`
+   * is 1 while it works: the calls that need them answer zppInProgress. */
+  int blocking;
+  _Atomic int built;
+  _Atomic int creating;
+  int hasCreator;
+  pthread_t creator;
 };
 
 /* The reason the communicator broke, or the last error logged anywhere

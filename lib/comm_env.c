@@ -126,7 +126,12 @@ zppResult_t zppCommStateInitFromEnv(zppComm_t* comm, const zppConfig_t* config) 
     ZPPCHECK(zppBootstrapMakeId(&id, r->host, r->port, (const unsigned char*)secret, strlen(secret)));
   }
   zppComm_t c = NULL;
-  ZPPCHECK(zppCommStateInitWithSettings(&c, e.nranks, &id, e.rank, &s));
+  zppResult_t res = zppCommStateInitWithSettings(&c, e.nranks, &id, e.rank, &s);
+  if (res == zppInProgress) { /* blocking = 0: no topology yet to check the launcher's local rank by */
+    *comm = c;
+    return res;
+  }
+  ZPPCHECK(res);
   int local = c->topo->localRankOf[e.rank];
   if (e.localRank >= 0 && e.localRank != local)
     ZPP_WARN(ENV,

@@ -68,6 +68,16 @@ static zppResult_t checkMembers(const struct zppComm* grown, const int32_t* from
   return zppSuccess;
 }
 
+zppResult_t zppCommStateGrowCheck(struct zppComm* grown, int fromSize) {
+  int32_t* from = calloc((size_t)grown->nranks, sizeof(*from));
+  if (from == NULL) ZPP_FAIL(zppSystemError, INIT, "out of memory");
+  from[grown->rank] = fromSize;
+  zppResult_t res = zppBootstrapAllGather(grown->bootstrap, from, sizeof(*from));
+  if (res == zppSuccess) res = checkMembers(grown, from);
+  free(from);
+  return res;
+}
+
 zppResult_t zppCommStateGrow(struct zppComm* parent, int nranks, const zppUniqueId* id, int rank,
                              const zppConfig_t* config, zppComm_t* out) {
   zppCommSettings_t s;
@@ -78,36 +88,16 @@ zppResult_t zppCommStateGrow(struct zppComm* parent, int nranks, const zppUnique
     ZPPCHECK(zppCommStateResolveSettings(config, &s));
     s.announcedHostIds = 1; /* nodes from what the members say, as the parent's ranks do */
   }
+  s.grow = 1;
+  s.growFromSize = parent != NULL ? parent->nranks : 0;
   const char* parentName = parent != NULL ? parent->name : s.name;
   ZPP_INFO(INIT, "comm %s: grow to %d ranks: %s rank %d", parentName, nranks,
            parent != NULL ? "keeps" : "joins as", rank);
-  int logRank = zppLogGetRank();
-  zppComm_t grown = NULL;
-  zppResult_t res = zppCommStateInitWithSettings(&grown, nranks, id, rank, &s);
-  if (res == zppSuccess) {
-    int32_t* from = calloc((size_t)nranks, sizeof(*from));
-    if (from == NULL) {
-      res = zppSystemError;
-      ZPP_ERR(INIT, "out of memory");
-    } else {
-      from[rank] = parent != NULL ? parent->nranks : 0;
-      res = zppBootstrapAllGather(grown->bootstrap, from, sizeof(*from));
-      if (res == zppSuccess) res = checkMembers(grown, from);
-      free(from);
-    }
-    if (res != zppSuccess) {
-      zppCommStateAbort(grown); /* every member fails alike: nobody to wait for */
-      grown = NULL;
-    }
-  }
-  if (parent != NULL) zppLogSetRank(logRank); /* log lines keep the rank they showed */
-  if (res != zppSuccess) {
+  zppResult_t res = zppCommStateInitWithSettings(out, nranks, id, rank, &s);
+  if (res != zppSuccess && res != zppInProgress) {
     char why[512];
     snprintf(why, sizeof(why), "%s", zppLogLastError()); /* the log rewrites it below */
-    ZPP_ERR(INIT, "comm %s rank %d: zppCommGrow to %d ranks failed: %s", parentName, rank, nranks,
-            why);
-    return res;
+    ZPP_ERR(INIT, "comm %s rank %d: zppCommGrow to %d ranks failed: %s", parentName, rank, nranks, why);
   }
-  *out = grown;
-  return zppSuccess;
+  return res;
 }

@@ -22,13 +22,22 @@ typedef struct {
    * (their parent's node identities), never from ZPP_TOPO_FILE, whose table
    * lists the ranks of a whole job. */
   int announcedHostIds;
+  int blocking;             /* 0: created in the background (config.blocking) */
+  const char* blockingFrom; /* "config", "ZPP_COMM_BLOCKING", "parent" or "default" */
+  /* A zppCommGrow member: the members check who is old and who is new
+   * (zppCommStateGrowCheck) once the bootstrap stands. growFromSize: the
+   * size of the communicator this member comes from, 0 for a newcomer. */
+  int grow;
+  int growFromSize;
 } zppCommSettings_t;
 
 /* Validates config (NULL: defaults) and resolves every setting: explicit
  * config beats the environment, which beats the defaults. */
 zppResult_t zppCommStateResolveSettings(const zppConfig_t* config, zppCommSettings_t* s);
 
-/* Bootstrap, topology and transports for arguments already checked. */
+/* Bootstrap, topology and transports for arguments already checked.
+ * s->blocking 0: *out is set at once and the rest is built in the
+ * background; returns zppInProgress then (see zppConfig_t.blocking). */
 zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUniqueId* id, int rank,
                                          const zppCommSettings_t* s);
 
@@ -44,6 +53,8 @@ zppResult_t zppCommStateShrink(struct zppComm* parent, const int* exclude, int n
  * NULL in a joining process, whose rank is given; a parent's rank keeps its
  * rank. */
 zppResult_t zppCommStateGetGrowId(struct zppComm* comm, zppUniqueId* id);
+/* The members' check of a grow, over the new bootstrap (part of creation). */
+zppResult_t zppCommStateGrowCheck(struct zppComm* grown, int fromSize);
 zppResult_t zppCommStateGrow(struct zppComm* parent, int nranks, const zppUniqueId* id, int rank,
                              const zppConfig_t* config, zppComm_t* out);
 /* zppCommSplit (comm_split.c): collective over parent's ranks. config
@@ -61,6 +72,13 @@ zppResult_t zppCommStateNewUniqueId(zppUniqueId* id);
 /* Not NULL, and alive (looked up in the live-handle registry, never read
  * from the object); call names the public call in the message. */
 zppResult_t zppCommStateCheckLive(const struct zppComm* comm, const char* call);
+/* Live and built: zppInProgress while a background creation works, its
+ * error if it failed. For the calls that read the topology or transports
+ * even on a broken communicator (topology, stats, shrink). */
+zppResult_t zppCommStateCheckBuilt(const struct zppComm* comm, const char* call);
+/* What zppCommGetAsyncError says: zppInProgress while a background
+ * creation works (unless something broke it already). */
+zppResult_t zppCommStateAsyncError(const struct zppComm* comm);
 /* Take the handle out of the registry (of two calls on one handle exactly
  * one gets it), then free it; abort first stops every wait. */
 zppResult_t zppCommStateDestroy(struct zppComm* comm);

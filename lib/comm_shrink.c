@@ -88,10 +88,8 @@ zppResult_t zppCommStateShrink(struct zppComm* parent, const int* exclude, int n
     ZPPCHECKGOTO(zppBootstrapStandbyId(parent->bootstrap, leader, salt, saltLen, &id), res, out);
   ZPP_INFO(INIT, "comm %s rank %d: shrink without %d rank(s): rank %d of %d, meeting at rank %d",
            parent->name, me, nExclude, newRank, size, leader);
-  int logRank = zppLogGetRank();
   res = zppCommStateInitWithSettings(out, size, &id, newRank, &s);
-  zppLogSetRank(logRank); /* log lines keep the rank they showed (the process's) */
-  if (res != zppSuccess) {
+  if (res != zppSuccess && res != zppInProgress) {
     char why[512];
     snprintf(why, sizeof(why), "%s", zppLogLastError()); /* the log rewrites it below */
     ZPP_ERR(INIT,

@@ -42,6 +42,8 @@ zppResult_t zppCommStateChildSettings(const struct zppComm* parent, const zppCon
     s->hostIdFrom = "parent";
     snprintf(s->name, sizeof(s->name), "%s", parent->name);
     s->compress = parent->compress;
+    s->blocking = parent->blocking;
+    s->blockingFrom = "parent";
   }
   s->announcedHostIds = 1;
   return zppSuccess;
@@ -109,9 +111,7 @@ zppResult_t zppCommStateSplit(struct zppComm* parent, int color, int key, const 
   while (members[newRank] != me) newRank++;
   ZPP_INFO(INIT, "comm %s rank %d: split color %d key %d: rank %d of %d", parent->name, me, color, key,
            newRank, size);
-  int logRank = zppLogGetRank();
   res = zppCommStateInitWithSettings(out, size, &ids[leader], newRank, &s);
-  zppLogSetRank(logRank); /* log lines keep the rank they showed (the process's) */
 out:
   free(all);
   free(ids);

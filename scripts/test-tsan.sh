@@ -35,7 +35,7 @@ cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DZPP_SANITIZE_THREAD
   -DZPP_WITH_CUDA=OFF -DZPP_WERROR=ON >build-tsan.log 2>&1 || { tail -40 build-tsan.log >&2; exit 1; }
 # Only the programs of the tests below (their ctest names start with these).
 targets=(test_executor test_handles test_comm test_comm_split test_coll_transport test_coll_faults test_coll
-  test_zeropp test_p2p)
+  test_zeropp test_p2p test_comm_nonblocking)
 cmake --build build-tsan -j"$jobs" --target "${targets[@]}" >>build-tsan.log 2>&1 || {
   grep -E 'error|warning' build-tsan.log | head -40 >&2
   echo "zpp tsan tests: build failed (full log: build-tsan.log)" >&2
@@ -49,7 +49,7 @@ cmake --build build-tsan -j"$jobs" --target "${targets[@]}" >>build-tsan.log 2>&
 export UCX_MEM_EVENTS=no
 # second_deadlock_stack: both stacks of a lock-order inversion.
 export TSAN_OPTIONS="halt_on_error=1 exitcode=66 second_deadlock_stack=1 suppressions=$root/scripts/tsan.supp"
-tests='^(test_executor|test_handles|test_comm|test_comm_split_.*|test_coll_transport_.*|test_coll_faults_.*|test_coll_4_nodes_2x2|test_zeropp_core_2x2|test_p2p_3_nodes_2_1|test_p2p_mismatch)$'
+tests='^(test_executor|test_handles|test_comm|test_comm_split_.*|test_comm_nonblocking_.*|test_coll_transport_.*|test_coll_faults_.*|test_coll_4_nodes_2x2|test_zeropp_core_2x2|test_p2p_3_nodes_2_1|test_p2p_mismatch)$'
 # TSan maps its shadow memory at fixed addresses; kernels that randomize
 # mmap with more than 28 bits (vm.mmap_rnd_bits, e.g. 32 on some 6.x
 # configurations) make older TSan runtimes abort with "unexpected memory

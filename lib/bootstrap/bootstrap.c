@@ -37,8 +37,9 @@ struct zppBootstrap {
   struct sockaddr_in root;
   int abortPipe[2];
   _Atomic int aborted;
-  _Atomic int busy; /* threads inside a call; destroy waits for them */
-  int broken;       /* an earlier ring operation failed */
+  _Atomic int busy;   /* threads inside a call; destroy waits for them */
+  _Atomic int joined; /* zppBootstrapJoin succeeded: the ring sockets are set */
+  int broken;         /* an earlier ring operation failed */
   int nextFd, prevFd;
   int standbyFd; /* the ring's listening socket, kept for one later meeting (standby root) */
   uint64_t seq;
@@ -414,57 +415,67 @@ static zppResult_t connectRing(zppBootstrap_t* bs, int listenFd, const zppSockWa
   return zppSuccess;
 }
 
-zppResult_t zppBootstrapInit(const zppUniqueId* id, int rank, int nranks, const char* hostId,
-                             double timeoutSec, zppBootstrap_t** out) {
-  zppResult_t res = zppSuccess;
-  ZPP_ARGCHECK(id != NULL && out != NULL, "bootstrap: id or output is NULL");
+zppResult_t zppBootstrapCreate(int rank, int nranks, double timeoutSec, zppBootstrap_t** out) {
+  ZPP_ARGCHECK(out != NULL, "bootstrap: output is NULL");
   ZPP_ARGCHECK(nranks >= 1 && nranks <= ZPP_BOOT_MAX_RANKS, "bootstrap: nranks=%d out of range 1..%d",
                nranks, ZPP_BOOT_MAX_RANKS);
   ZPP_ARGCHECK(rank >= 0 && rank < nranks, "bootstrap: rank %d out of range 0..%d", rank, nranks - 1);
-  ZPP_ARGCHECK(hostId != NULL && hostId[0] != '\0' && strlen(hostId) < ZPP_HOSTID_MAX,
-               "bootstrap: host id must be 1..%d characters", ZPP_HOSTID_MAX - 1);
   ZPP_ARGCHECK(timeoutSec > 0, "bootstrap: timeout %.3f s must be positive", timeoutSec);
+  zppResult_t res = zppSuccess;
   zppBootstrap_t* bs = NULL;
   ZPP_CALLOC(bs, 1);
   bs->abortPipe[0] = bs->abortPipe[1] = bs->nextFd = bs->prevFd = bs->standbyFd = -1;
   bs->rank = rank;
   bs->nranks = nranks;
   bs->timeoutSec = timeoutSec;
-  int listenFd = -1;
-  uint32_t idFlags = 0;
-  ZPPCHECKGOTO(decodeId(id, &bs->root, bs->secret, &idFlags), res, err_free);
   SYSCHECKGOTO(pipe2(bs->abortPipe, O_CLOEXEC | O_NONBLOCK), "pipe2", res, err_free);
   ZPP_CALLOCGOTO(bs->addrs, nranks, res, err_free);
   ZPP_CALLOCGOTO(bs->hostIds, nranks, res, err_free);
+  *out = bs;
+  return zppSuccess;
+err_free:
+  zppBootstrapDestroy(bs);
+  return res;
+}
 
-  zppSockWait_t w = {zppClockNow() + timeoutSec, timeoutSec, bs->abortPipe[0], 0};
+zppResult_t zppBootstrapJoin(zppBootstrap_t* bs, const zppUniqueId* id, const char* hostId) {
+  zppResult_t res = zppSuccess;
+  ZPP_ARGCHECK(bs != NULL && id != NULL, "bootstrap: bootstrap or id is NULL");
+  ZPP_ARGCHECK(hostId != NULL && hostId[0] != '\0' && strlen(hostId) < ZPP_HOSTID_MAX,
+               "bootstrap: host id must be 1..%d characters", ZPP_HOSTID_MAX - 1);
+  const int rank = bs->rank, nranks = bs->nranks;
+  int listenFd = -1;
+  uint32_t idFlags = 0;
+  ZPPCHECK(decodeId(id, &bs->root, bs->secret, &idFlags));
+  zppSockWait_t w = {zppClockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0], 0};
   zppSockWait_t rootWait = w;
   rootWait.refusalFinal = (idFlags & ZPP_ID_FLAG_ROOT_STARTED) != 0;
-  ZPPCHECKGOTO(joinRoot(bs, hostId, &rootWait, &listenFd), res, err_free);
+  ZPPCHECKGOTO(joinRoot(bs, hostId, &rootWait, &listenFd), res, err);
   if (nranks > 1) {
-    ZPPCHECKGOTO(connectRing(bs, listenFd, &w), res, err_free);
+    ZPPCHECKGOTO(connectRing(bs, listenFd, &w), res, err);
     /* Nobody returns before everyone is in the ring: a rank that returned
      * and exited at once could take the root (in its process) down while
      * the root still sends the table to others. One byte around the ring. */
     unsigned char* tokens = NULL;
-    ZPP_CALLOCGOTO(tokens, nranks, res, err_free);
+    ZPP_CALLOCGOTO(tokens, nranks, res, err);
     res = allGather(bs, OP_BARRIER, tokens, 1, &w);
     free(tokens);
     bs->seq++;
-    if (res != zppSuccess) goto err_free;
+    if (res != zppSuccess) goto err;
   }
   /* Kept, not closed: the standby root's socket (zppBootstrapStandbyRoot).
    * Every rank already knows its address from the table. */
   bs->standbyFd = listenFd;
+  /* From here an abort may touch the ring sockets (zppBootstrapAbort). */
+  atomic_store(&bs->joined, 1);
   char as[ZPP_SOCKADDR_STRLEN];
   ZPP_INFO(BOOT, "bootstrap: rank %d/%d joined the root at %s (host id '%s')", rank, nranks,
            zppSockAddrStr(&bs->root, as), hostId);
-  *out = bs;
   return zppSuccess;
-err_free:
+err:
   zppSockClose(&listenFd);
-  zppBootstrapDestroy(bs);
-  {
+  bs->broken = 1;
+  if (!atomic_load(&bs->aborted)) { /* an abort is asked for: at once */
     /* If this process hosts a root that failed, give it a moment to tell
      * the ranks that are a little late: our caller may exit at once and
      * take the root along. Ranks later than that find no root, and fail
@@ -473,6 +484,22 @@ err_free:
     while (zppBootRootsTelling() > 0 && zppClockNow() < until) usleep(1000);
   }
   return res;
+}
+
+zppResult_t zppBootstrapInit(const zppUniqueId* id, int rank, int nranks, const char* hostId,
+                             double timeoutSec, zppBootstrap_t** out) {
+  ZPP_ARGCHECK(id != NULL && out != NULL, "bootstrap: id or output is NULL");
+  ZPP_ARGCHECK(hostId != NULL && hostId[0] != '\0' && strlen(hostId) < ZPP_HOSTID_MAX,
+               "bootstrap: host id must be 1..%d characters", ZPP_HOSTID_MAX - 1);
+  zppBootstrap_t* bs = NULL;
+  ZPPCHECK(zppBootstrapCreate(rank, nranks, timeoutSec, &bs));
+  zppResult_t res = zppBootstrapJoin(bs, id, hostId);
+  if (res != zppSuccess) {
+    zppBootstrapDestroy(bs);
+    return res;
+  }
+  *out = bs;
+  return zppSuccess;
 }
 
 /* ------------------------------------------------------------------------
@@ -752,7 +779,10 @@ void zppBootstrapAbort(zppBootstrap_t* bs) {
     (void)n;
   }
   /* Also tell the neighbours now, rather than at their timeout. shutdown,
-   * not close: the fds may be in use by the thread we are unblocking. */
+   * not close: the fds may be in use by the thread we are unblocking. Not
+   * before the join is done: the joining thread is still setting them (its
+   * waits end on the pipe). */
+  if (!atomic_load(&bs->joined)) return;
   if (bs->nextFd >= 0) shutdown(bs->nextFd, SHUT_RDWR);
   if (bs->prevFd >= 0) shutdown(bs->prevFd, SHUT_RDWR);
 }

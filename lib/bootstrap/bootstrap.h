@@ -51,6 +51,12 @@ void zppBootstrapIdMarkRootStarted(zppUniqueId* id);
  * to every rank, with its reason logged. */
 zppResult_t zppBootstrapInit(const zppUniqueId* id, int rank, int nranks, const char* hostId,
                              double timeoutSec, zppBootstrap_t** out);
+/* The same in two steps, for a join that another thread may need to abort
+ * (a communicator created in the background): Create allocates (no waits),
+ * Join does the waiting; zppBootstrapAbort from any thread ends a Join in
+ * progress. After a failed Join the bootstrap is broken; destroy it. */
+zppResult_t zppBootstrapCreate(int rank, int nranks, double timeoutSec, zppBootstrap_t** out);
+zppResult_t zppBootstrapJoin(zppBootstrap_t* bs, const zppUniqueId* id, const char* hostId);
 
 int zppBootstrapRank(const zppBootstrap_t* bs);
 int zppBootstrapSize(const zppBootstrap_t* bs);

@@ -119,7 +119,7 @@ static zppResult_t peerTransportsJob(struct zppComm* comm, void* arg) {
 }
 
 zppResult_t zppTransportsPeerTransports(struct zppComm* comm, int peer, char* buf, size_t len) {
-  ZPPCHECK(zppCommStateCheckUsable(comm));
+  ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   peerQuery_t q = {peer, buf, len};
   return zppExecutorSubmit(comm->transports->exec, peerTransportsJob, NULL, &q, sizeof(q), NULL);
 }

@@ -174,3 +174,12 @@ zpp_test(test_comm_shrink_dead_cyclic EXE test_comm_shrink ARGS dead 2x2/cyclic 
 zpp_test_executable(test_comm_grow SOURCES test_comm_grow.c comm_exercise.c LIBS zpp_launch)
 zpp_test(test_comm_grow_replace EXE test_comm_grow ARGS replace 3 LABELS comm TIMEOUT 120)
 zpp_test(test_comm_grow_bad EXE test_comm_grow ARGS bad LABELS comm TIMEOUT 120)
+
+# Non-blocking creation (config.blocking = 0): ready after a wait, with split and shrink; a
+# creation that cannot finish ended by abort, destroy, revoke, or its timeout.
+zpp_test_executable(test_comm_nonblocking SOURCES test_comm_nonblocking.c comm_exercise.c
+                    LIBS zpp_launch)
+foreach(case ready pending)
+  zpp_test(test_comm_nonblocking_${case} EXE test_comm_nonblocking ARGS ${case} LABELS comm
+           TIMEOUT 120)
+endforeach()

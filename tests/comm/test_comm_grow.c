@@ -93,8 +93,8 @@ static int shapeIs(zppComm_t comm, int rank, int size, int nNodes, int uniform) 
       zppCommTopology(comm, &t) != zppSuccess)
     return 1;
   if (n == size && me == rank && t.nNodes == nNodes && t.uniform == uniform) return 0;
-  fprintf(stderr, "rank %d of %d on %d nodes (uniform %d); expected rank %d of %d on %d (%d)\n", me,
-          n, t.nNodes, t.uniform, rank, size, nNodes, uniform);
+  fprintf(stderr, "rank %d of %d on %d nodes (uniform %d); expected rank %d of %d on %d (%d)\n", me, n,
+          t.nNodes, t.uniform, rank, size, nNodes, uniform);
   return 1;
 }
 
@@ -207,8 +207,8 @@ static int testReplace(int trials) {
       if (p == 3) continue;
       CHECK_EQ_INT(status[p], 0);
       if (p <= 4)
-        printf("replace trial %d: process %d: grow to 4 returned %d in %.3f s%s%s\n", trial,
-               p, shared->result[p], shared->elapsed[p], shared->reason[p][0] ? ": " : "",
+        printf("replace trial %d: process %d: grow to 4 returned %d in %.3f s%s%s\n", trial, p,
+               shared->result[p], shared->elapsed[p], shared->reason[p][0] ? ": " : "",
                shared->reason[p]);
       CHECK_MSG(shared->checks[p] == 0, "process %d: %d checks failed", p, shared->checks[p]);
     }
@@ -293,9 +293,9 @@ static int testBad(void) {
   for (int p = 0; p < 5; p++) {
     CHECK_EQ_INT(status[p], 0);
     printf("bad: process %d: %s returned %d after %.2f s: %s\n", p,
-           p == 1 ? "a grow with a newcomer on rank 1"
-                  : p == 4 ? "a late use of a timed-out id"
-                           : "a grow where newcomers took ranks 1 and 3",
+           p == 1   ? "a grow with a newcomer on rank 1"
+           : p == 4 ? "a late use of a timed-out id"
+                    : "a grow where newcomers took ranks 1 and 3",
            shared->result[p], shared->elapsed[p], shared->reason[p]);
     CHECK_MSG(shared->checks[p] == 0, "process %d: %d checks failed", p, shared->checks[p]);
   }
