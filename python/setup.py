@@ -208,6 +208,8 @@ def c10d_features():
         found.append("ZPP_C10D_PREMUL_SUM")
     if re.search(r"\bsupportsShrinking\s*\(", backend):
         found.append("ZPP_C10D_SHRINK")
+    if re.search(r"\bregisterAbortHook\s*\(", backend):
+        found.append("ZPP_C10D_ABORT_HOOKS")
     return found
 
 

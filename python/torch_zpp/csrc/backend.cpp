@@ -189,6 +189,44 @@ c10::intrusive_ptr<c10d::Backend> ZppBackend::shrink(const std::vector<int64_t>&
 }
 #endif
 
+#ifdef ZPP_C10D_ABORT_HOOKS
+void ZppBackend::registerAbortHook(int64_t hookId, c10d::AbortHook hook) {
+  TORCH_CHECK(hook, "zpp registerAbortHook: the hook is empty");
+  std::lock_guard<std::mutex> lock(hooksLock_);
+  abortHooks_[hookId] = std::move(hook);
+}
+
+void ZppBackend::unregisterAbortHook(int64_t hookId) {
+  std::lock_guard<std::mutex> lock(hooksLock_);
+  abortHooks_.erase(hookId);
+}
+
+void ZppBackend::runAbortHooksOnce() {
+  {
+    std::lock_guard<std::mutex> commLock(commLock_);
+    zppResult_t async = zppSuccess;
+    if (comm_ == nullptr || zppCommGetAsyncError(comm_, &async) != zppSuccess || async == zppSuccess ||
+        async == zppInProgress)
+      return;  // aborted or shut down by the caller, or still healthy
+  }
+  std::vector<c10d::AbortHook> hooks;
+  {
+    std::lock_guard<std::mutex> lock(hooksLock_);
+    if (hooksRan_) return;
+    hooksRan_ = true;
+    for (auto& kv : abortHooks_) hooks.push_back(kv.second);
+  }
+  // Outside the locks: a hook may call back into this group (getError).
+  for (auto& hook : hooks) {
+    try {
+      hook();
+    } catch (const std::exception& e) {
+      TORCH_WARN("zpp: an abort hook raised: ", e.what());
+    }
+  }
+}
+#endif
+
 // ---- collectives ----------------------------------------------------------
 
 c10::intrusive_ptr<c10d::Work> ZppBackend::allreduce(std::vector<at::Tensor>& tensors,
@@ -933,6 +971,9 @@ void ZppBackend::workerLoop() {
     }
     std::string why;
     zppResult_t res = runCalls(*w, why);
+#ifdef ZPP_C10D_ABORT_HOOKS
+    if (res != zppSuccess) runAbortHooksOnce();
+#endif
     {
       std::lock_guard<std::mutex> lock(mutex_);
       done_ = w->seq_;

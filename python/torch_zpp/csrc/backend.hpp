@@ -49,6 +49,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -115,6 +116,18 @@ class ZppBackend : public c10d::Backend {
   bool supportsShrinking() const override { return true; }
   c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
                                            const c10::intrusive_ptr<Options>& optsOverride) override;
+#endif
+
+#ifdef ZPP_C10D_ABORT_HOOKS
+  // Abort hooks (torch 2.15, pg.register_abort_hook): run once, on the
+  // worker thread, when the communicator first breaks on a timeout or an
+  // error (a peer lost or failed), before the work that met it completes
+  // with its exception. Not for a failure that leaves the communicator
+  // healthy (a bad argument), nor for abort() or shutdown() asked for by
+  // the caller. A hook that throws is logged; the others still run.
+  bool supportsAbortHooks() const override { return true; }
+  void registerAbortHook(int64_t hookId, c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t hookId) override;
 #endif
 
   // ---- collectives --------------------------------------------------------
@@ -286,6 +299,12 @@ class ZppBackend : public c10d::Backend {
   bool deviceGroupOpen_ = false;           // a zpp group of device calls is open (CUDA only)
   std::string timeoutFrom_;                // Settings::timeoutFrom
   int timeoutSec_ = 0;                     // Settings::timeoutInEffect
+#ifdef ZPP_C10D_ABORT_HOOKS
+  void runAbortHooksOnce();  // the worker, after a failed work
+  std::mutex hooksLock_;     // the two below
+  std::map<int64_t, c10d::AbortHook> abortHooks_;
+  bool hooksRan_ = false;
+#endif
 };
 
 }  // namespace torch_zpp
