@@ -5,10 +5,12 @@
 #                PyTorch's own distributed_test.py suite)
 #   deepspeed    tests/torch/test_deepspeed.py, built without its ops
 #                (DS_BUILD_OPS=0; the CPU accelerator needs none)
+#   torchft      tests/torch/test_torchft.py (torch_zpp.torchft), with
+#   parameterized  which torchft's own test module imports
 # The versions are pinned (the tested ones). The environment's lock file is
 # held meanwhile, as setup-torch.sh holds it, since checkouts share it.
 #
-#   setup-torch-extras.sh VENV_PYTHON [expecttest] [deepspeed]   (default: both)
+#   setup-torch-extras.sh VENV_PYTHON [PACKAGE...]   (default: expecttest deepspeed)
 # Exit 0 when present or installed, 1 with the reason when pip failed.
 set -euo pipefail
 py=$1
@@ -16,7 +18,7 @@ shift
 wanted=("$@")
 ((${#wanted[@]} > 0)) || wanted=(expecttest deepspeed)
 venv=$(cd "$(dirname "$py")/.." && pwd)
-declare -A pin=([expecttest]=0.3.0 [deepspeed]=0.19.8)
+declare -A pin=([expecttest]=0.3.0 [deepspeed]=0.19.8 [torchft]=0.2.0 [parameterized]=0.9.0)
 
 exec 9>"$venv.lock"
 flock 9

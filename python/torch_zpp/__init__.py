@@ -103,13 +103,20 @@ def _timeout(options, torch_timeout):
 
 
 def _create(dist_opts, pg_options):
-    options = pg_options if pg_options is not None else Options()
+    return _new_backend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, pg_options,
+                        dist_opts.timeout, "torch:" + str(dist_opts.group_id))
+
+
+def _new_backend(store, rank, size, options, torch_timeout, comm_name):
+    """A ZppBackend over a rendezvous in `store` (torch's, or torchft's for
+    a quorum): options a torch_zpp.Options or None."""
+    options = options if options is not None else Options()
     if not isinstance(options, Options):
         raise TypeError("zpp: pg_options must be a torch_zpp.Options, not %s"
                         % type(options).__name__)
-    timeout_s, in_effect, source = _timeout(options, dist_opts.timeout)
+    timeout_s, in_effect, source = _timeout(options, torch_timeout)
     return _C.ZppBackend(
-        dist_opts.store, dist_opts.group_rank, dist_opts.group_size,
+        store, rank, size,
         timeout_s=timeout_s,
         qwz_bits=_int(options.qwz_bits), qgz_bits=_int(options.qgz_bits),
         quant_block=_int(options.quant_block),
@@ -118,7 +125,7 @@ def _create(dist_opts, pg_options):
         hpz_group_size=_int(options.hpz_group_size),
         quant_rotate=_int(options.rotate),
         host_id=options.host_id or "",
-        comm_name="torch:" + str(dist_opts.group_id),
+        comm_name=comm_name,
         timeout_in_effect=in_effect, timeout_from=source)
 
 
