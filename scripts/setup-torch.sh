@@ -138,7 +138,8 @@ from_wheel() {
   local version=$1 venv=$2 out=$3 py=$4 src=$3/src log=$3/wheel-build.log site cached
   exec 9>"$venv.lock"
   flock 9
-  if ! "$venv/bin/python" -c 'import build' 2>/dev/null; then
+  # -I: not the current directory's build/ (a zpp build tree) as the package.
+  if ! "$venv/bin/python" -I -c 'import build.__main__' 2>/dev/null; then
     echo "zpp setup-torch: installing build (PyPA's wheel builder) into $venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check build
   fi
