@@ -971,15 +971,18 @@ void ZppBackend::workerLoop() {
     }
     std::string why;
     zppResult_t res = runCalls(*w, why);
-#ifdef ZPP_C10D_ABORT_HOOKS
-    if (res != zppSuccess) runAbortHooksOnce();
-#endif
     {
       std::lock_guard<std::mutex> lock(mutex_);
       done_ = w->seq_;
     }
     doneCv_.notify_all();
     w->complete(res, why);
+#ifdef ZPP_C10D_ABORT_HOOKS
+    // After the failed work completes: its wait stays bounded by the group's
+    // timeout, while a hook (torch's flight-recorder dump) may take seconds.
+    // The works queued behind wait for the hooks.
+    if (res != zppSuccess) runAbortHooksOnce();
+#endif
   }
 }
 

@@ -121,8 +121,9 @@ class ZppBackend : public c10d::Backend {
 #ifdef ZPP_C10D_ABORT_HOOKS
   // Abort hooks (torch 2.15, pg.register_abort_hook): run once, on the
   // worker thread, when the communicator first breaks on a timeout or an
-  // error (a peer lost or failed), before the work that met it completes
-  // with its exception. Not for a failure that leaves the communicator
+  // error (a peer lost or failed): right after the work that met it
+  // completes with its exception (so that its wait stays bounded by the
+  // timeout), before any later work. Not for a failure that leaves the communicator
   // healthy (a bad argument), nor for abort() or shutdown() asked for by
   // the caller. A hook that throws is logged; the others still run.
   bool supportsAbortHooks() const override { return true; }
