@@ -48,3 +48,8 @@ double zppTestRngNormal(zppTestRng_t* rng) {
   double u1 = zppTestRngUniform(rng, 1e-300, 1.0), u2 = zppTestRngUniform(rng, 0.0, 1.0);
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
+
+void zppTestSleep(double sec) {
+  struct timespec ts = {(time_t)sec, (long)((sec - (double)(time_t)sec) * 1e9)};
+  nanosleep(&ts, NULL);
+}

@@ -21,6 +21,9 @@ extern "C" { /* the CUDA tests (.cu) are C++ */
 
 #define ZPP_TEST_SKIP 77
 
+/* Sleeps for sec seconds (fractions too). */
+void zppTestSleep(double sec);
+
 extern int zppTestFailures;
 extern long zppTestChecks;
 

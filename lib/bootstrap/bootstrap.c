@@ -489,9 +489,7 @@ err:
 zppResult_t zppBootstrapInit(const zppUniqueId* id, int rank, int nranks, const char* hostId,
                              double timeoutSec, zppBootstrap_t** out) {
   ZPP_ARGCHECK(id != NULL && out != NULL, "bootstrap: id or output is NULL");
-  ZPP_ARGCHECK(hostId != NULL && hostId[0] != '\0' && strlen(hostId) < ZPP_HOSTID_MAX,
-               "bootstrap: host id must be 1..%d characters", ZPP_HOSTID_MAX - 1);
-  zppBootstrap_t* bs = NULL;
+  zppBootstrap_t* bs = NULL; /* the other arguments: Create and Join check them */
   ZPPCHECK(zppBootstrapCreate(rank, nranks, timeoutSec, &bs));
   zppResult_t res = zppBootstrapJoin(bs, id, hostId);
   if (res != zppSuccess) {

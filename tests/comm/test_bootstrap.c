@@ -22,11 +22,6 @@
 #include "perf/common/launch.h"
 #include "clock.h"
 
-static void sleepSec(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
-}
-
 static unsigned char tag(int rank, size_t i, int salt) {
   return (unsigned char)(rank * 131 + (int)(i * 7) + salt * 17 + (int)(i >> 8));
 }
@@ -111,11 +106,11 @@ static int secretBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     CHECK(bs == NULL);
     CHECK_MSG(dt < 5.0, "refusal took %.2f s", dt);
     CHECK_MSG(strstr(zppLogLastError(), "wrong secret") != NULL, "last error: %s", zppLogLastError());
-    sleepSec(1.0);
+    zppTestSleep(1.0);
     close(silent);
     return zppTestRankResult();
   }
-  sleepSec(0.3); /* let the intruder go first */
+  zppTestSleep(0.3); /* let the intruder go first */
   zppBootstrap_t* bs = NULL;
   REQUIRE(zppBootstrapInit(id, rank, realRanks, "h", 20.0, &bs) == zppSuccess);
   int v[3] = {0, 0, 0};
@@ -225,7 +220,7 @@ static int deathBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   zppBootstrap_t* bs = NULL;
   REQUIRE(zppBootstrapInit(id, rank, nranks, "h", 60.0, &bs) == zppSuccess);
   if (rank == 2) _exit(0); /* dies without a word; the kernel closes its sockets */
-  sleepSec(0.2);
+  zppTestSleep(0.2);
   int v[5] = {0};
   double t0 = zppClockNow();
   zppResult_t res = zppBootstrapAllGather(bs, v, sizeof(int));
@@ -270,7 +265,7 @@ static void testCallMismatch(void) {
 /* ---- abort from another thread unblocks a wait ------------------------ */
 
 static void* abortLater(void* arg) {
-  sleepSec(0.5);
+  zppTestSleep(0.5);
   zppBootstrapAbort(arg);
   return NULL;
 }
@@ -291,7 +286,7 @@ static int abortBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     CHECK_MSG(dt >= 0.4 && dt < 3.0, "abort took effect after %.2f s", dt);
     CHECK(zppBootstrapBarrier(bs) == zppRemoteError);
   } else {
-    sleepSec(2.0);
+    zppTestSleep(2.0);
     /* The aborted rank closed its side: this fails at once. */
     double t0 = zppClockNow();
     CHECK(zppBootstrapAllGather(bs, v, sizeof(int)) == zppRemoteError);
@@ -340,7 +335,7 @@ static void testIfname(void) {
 /* ---- a root port held for a moment is waited for ----------------------- */
 
 static void* releaseLater(void* arg) {
-  sleepSec(0.5);
+  zppTestSleep(0.5);
   close(*(int*)arg);
   return NULL;
 }

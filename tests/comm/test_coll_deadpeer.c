@@ -60,24 +60,19 @@ typedef struct {
   int timeoutSec;
 } trial_t;
 
-static void sleepSec(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
-}
-
 /* A child of the victim that stops it, waits until every survivor has
  * destroyed its communicator (and the UCX worker whose memory the victim's
  * transfers point into), then resumes it. A separate process because a
  * stopped process cannot resume itself. */
 static void stopper(const trial_t* t) {
   pid_t victim = getppid();
-  while (!sh->victimLooping) sleepSec(0.0005);
-  sleepSec(t->delaySec);
+  while (!sh->victimLooping) zppTestSleep(0.0005);
+  zppTestSleep(t->delaySec);
   sh->faultAt = zppClockNow();
   kill(victim, SIGSTOP);
   double giveUp = zppClockNow() + 3.0 * t->timeoutSec + 20.0;
-  while (sh->survivorsGone < NRANKS - 1 && zppClockNow() < giveUp) sleepSec(0.01);
-  sleepSec(0.1); /* let the survivors' processes exit */
+  while (sh->survivorsGone < NRANKS - 1 && zppClockNow() < giveUp) zppTestSleep(0.01);
+  zppTestSleep(0.1); /* let the survivors' processes exit */
   sh->resumedAt = zppClockNow();
   kill(victim, SIGCONT);
   _exit(0);
@@ -85,7 +80,7 @@ static void stopper(const trial_t* t) {
 
 static void* killer(void* arg) {
   const trial_t* t = arg;
-  sleepSec(t->delaySec);
+  zppTestSleep(t->delaySec);
   sh->faultAt = zppClockNow();
   raise(SIGKILL);
   return NULL;

@@ -36,11 +36,6 @@ typedef struct {
 } outcome_t;
 static outcome_t* shared;
 
-static void sleepSec(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
-}
-
 static void record(int rank, zppComm_t comm, zppResult_t res, double t0) {
   shared->result[rank] = (int)res;
   shared->elapsed[rank] = zppClockNow() - t0;
@@ -79,7 +74,7 @@ static int killBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     zppHostStream_t s;
     REQUIRE(zppHostStreamCreate(&s) == zppSuccess);
     REQUIRE(zppAllReduce(buf, buf, count, zppFloat32, zppSum, comm, s) == zppSuccess);
-    sleepSec(0.002); /* the call takes some 100 ms: die inside it */
+    zppTestSleep(0.002); /* the call takes some 100 ms: die inside it */
     raise(SIGKILL);
   }
   double t0 = zppClockNow();
@@ -123,7 +118,7 @@ static int stallBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   int32_t v[300];
   for (int i = 0; i < 300; i++) v[i] = rank;
   REQUIRE(zppAllReduce(v, v, 300, zppInt32, zppSum, comm, NULL) == zppSuccess);
-  if (rank == staller) sleepSec(STALL_TIMEOUT + 2.0);
+  if (rank == staller) zppTestSleep(STALL_TIMEOUT + 2.0);
   double t0 = zppClockNow();
   zppResult_t res = zppAllGather(v + rank * 100, v, 100, zppInt32, comm, NULL);
   record(rank, comm, res, t0);
@@ -395,7 +390,7 @@ static int testVcounts(void) {
 /* ---- abort from another thread -------------------------------------------- */
 
 static void* aborter(void* arg) {
-  sleepSec(0.5);
+  zppTestSleep(0.5);
   zppCommAbort((zppComm_t)arg);
   return NULL;
 }
@@ -407,7 +402,7 @@ static int abortBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
   float v[64] = {0};
   if (rank == 1) {
-    sleepSec(3.0); /* never joins while rank 0 waits */
+    zppTestSleep(3.0); /* never joins while rank 0 waits */
     zppCommAbort(comm);
     return 0;
   }
@@ -455,7 +450,7 @@ static int testAbort(void) {
 #define REVOKE_AT 0.5
 
 static void* revoker(void* arg) {
-  sleepSec(REVOKE_AT);
+  zppTestSleep(REVOKE_AT);
   zppCommRevoke((zppComm_t)arg);
   return NULL;
 }
@@ -468,7 +463,7 @@ static int revokeBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   float v[64] = {0}, w[64] = {0};
   REQUIRE(zppAllReduce(v, v, 64, zppFloat32, zppSum, comm, NULL) == zppSuccess);
   if (rank >= 2) {
-    sleepSec(4.0); /* hung, as far as the others can tell */
+    zppTestSleep(4.0); /* hung, as far as the others can tell */
     zppCommRevoke(comm);
     zppCommDestroy(comm);
     return 0;

@@ -66,11 +66,6 @@ static int netBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   return zppTestFailures ? 1 : 0;
 }
 
-static void sleepSec(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
-}
-
 static int streamBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   zppComm_t comm;
   REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
@@ -85,7 +80,7 @@ static int streamBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   CHECK_EQ_INT(zppHostStreamQuery(s1), zppSuccess); /* nothing queued */
   /* The last rank starts late, so the others' operations are still running
    * when they ask. */
-  if (rank == nranks - 1) sleepSec(0.3);
+  if (rank == nranks - 1) zppTestSleep(0.3);
   double t0 = zppClockNow();
   CHECK(zppAllGather(mine, all, count, zppFloat32, comm, s1) == zppSuccess);
   /* Issued after the gather on another stream: runs after it, reads its output. */

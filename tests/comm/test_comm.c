@@ -17,11 +17,6 @@
 #include "perf/common/launch.h"
 #include "clock.h"
 
-static void sleepSec(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
-}
-
 /* ---- layouts: the topology every rank sees ----------------------------- */
 
 typedef struct {
@@ -279,7 +274,7 @@ typedef struct {
 } abortArg_t;
 
 static void* abortLater(void* p) {
-  sleepSec(0.3);
+  zppTestSleep(0.3);
   zppCommAbort(((abortArg_t*)p)->comm);
   return NULL;
 }
@@ -300,7 +295,7 @@ static int abortBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     CHECK(res != zppSuccess);
     CHECK_MSG(dt >= 0.25 && dt < 3.0, "unblocked after %.2f s", dt);
   } else {
-    sleepSec(1.5);
+    zppTestSleep(1.5);
     double t0 = zppClockNow();
     CHECK(zppBootstrapBarrier(comm->bootstrap) != zppSuccess); /* rank 0 is gone */
     CHECK(zppClockNow() - t0 < 3.0);

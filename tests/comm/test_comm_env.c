@@ -21,11 +21,6 @@
 #include "perf/common/launch.h"
 #include "clock.h"
 
-static void sleepSec(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
-}
-
 static int envInt(const char* name) {
   const char* v = getenv(name);
   return v ? atoi(v) : -1;
@@ -51,7 +46,7 @@ static void checkComm(zppComm_t comm, int rank, int nranks, int localRank, int l
 
 static void rank0Late(int rank, int nranks, void* arg) {
   /* The others start first and must retry until rank 0 opens the root. */
-  if (rank == 0) sleepSec(0.5);
+  if (rank == 0) zppTestSleep(0.5);
 }
 
 static int torchrunBody(int rank, int nranks, const zppUniqueId* id, void* arg) {

@@ -1,16 +1,14 @@
 /*
  * zppCommGrow: new processes join a communicator. Each case is its own ctest:
  *
- *   test_comm_grow replace [TRIALS]
- *                      ranks 0-3 on 2x2, rank 3 killed: the survivors shrink to 3 (nodes of 2
- *                      and 1), then a replacement process on rank 3's node joins them by grow
- *                      (nodes of 2 and 2 again: qgZ runs quantized, not as its plain fallback),
- *                      gets its state by broadcast, and a second newcomer grows the result to 5;
- *                      every kind of call is checked on each communicator; a used grow id fails
- *                      at once; TRIALS times
- *   test_comm_grow bad every member fails alike, none gets a communicator, and the parent works
- *                      on: a newcomer that claims a rank of the communicator, one with another
- *                      nranks; an id whose rendezvous timed out fails at once; bad arguments
+ *   test_comm_grow replace [TRIALS [cyclic]]
+ *                      ranks 0-3 on 2x2 (cyclic: nodes taken in turn), rank 3 killed: the survivors
+ * shrink to 3 (nodes of 2 and 1), then a replacement process on rank 3's node joins them by grow (nodes
+ * of 2 and 2 again: qgZ runs quantized, not as its plain fallback), gets its state by broadcast, and a
+ * second newcomer grows the result to 5; every kind of call is checked on each communicator; a used
+ * grow id fails at once; TRIALS times test_comm_grow bad every member fails alike, none gets a
+ * communicator, and the parent works on: a newcomer that claims a rank of the communicator, one with
+ * another nranks; an id whose rendezvous timed out fails at once; bad arguments
  *
  * The processes pass ids to each other through shared memory, as a job would through its
  * launcher or store.
@@ -39,11 +37,6 @@ typedef struct {
 } shared_t;
 static shared_t* shared;
 
-static void sleepSec(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
-}
-
 static void publishId(int slot, const zppUniqueId* id) {
   shared->ids[slot] = *id;
   atomic_store(&shared->idReady[slot], 1);
@@ -53,7 +46,7 @@ static zppUniqueId awaitId(int slot) {
   double until = zppClockNow() + 60;
   while (!atomic_load(&shared->idReady[slot])) {
     REQUIRE(zppClockNow() < until);
-    sleepSec(0.002);
+    zppTestSleep(0.002);
   }
   return shared->ids[slot];
 }
@@ -120,7 +113,7 @@ static int replaceBody(int proc, int nproc, const zppUniqueId* unused, void* arg
   if (proc <= 3) {
     zppComm_t comm = initFirst(proc, 4, 20);
     fails += zppExerciseComm(comm, 10);
-    if (proc == 3) sleepSec(0.3), raise(SIGKILL);
+    if (proc == 3) zppTestSleep(0.3), raise(SIGKILL);
     float x[256] = {0};
     fails += zppAllReduce(x, x, 256, zppFloat32, zppSum, comm, NULL) == zppSuccess;
     int lost[1] = {3};
@@ -198,17 +191,20 @@ static void launch(zppLaunchFn body, int nproc, const char* layout, int* status)
   zppLaunch(&o, body, NULL);
 }
 
-static int testReplace(int trials) {
+/* Processes 0-3 on two nodes, contiguous or in turn; the replacement (4) on the node of the rank
+ * that dies (3), the second newcomer (5) on the other. The expected shapes hold for both. */
+static int testReplace(int trials, int cyclic) {
+  const char* layout = cyclic ? "@0,1,0,1,1,0" : "@0,0,1,1,1,0";
   for (int trial = 0; trial < trials; trial++) {
     int status[6];
-    launch(replaceBody, 6, "@0,0,1,1,1,0", status);
+    launch(replaceBody, 6, layout, status);
     CHECK_EQ_INT(status[3], 128 + SIGKILL);
     for (int p = 0; p < 6; p++) {
       if (p == 3) continue;
       CHECK_EQ_INT(status[p], 0);
       if (p <= 4)
-        printf("replace trial %d: process %d: grow to 4 returned %d in %.3f s%s%s\n", trial, p,
-               shared->result[p], shared->elapsed[p], shared->reason[p][0] ? ": " : "",
+        printf("replace %s trial %d: process %d: grow to 4 returned %d in %.3f s%s%s\n", layout, trial,
+               p, shared->result[p], shared->elapsed[p], shared->reason[p][0] ? ": " : "",
                shared->reason[p]);
       CHECK_MSG(shared->checks[p] == 0, "process %d: %d checks failed", p, shared->checks[p]);
     }
@@ -259,7 +255,7 @@ static int badBody(int proc, int nproc, const zppUniqueId* unused, void* arg) {
   }
   if (proc == 4) {
     g = awaitId(4);
-    sleepSec(BAD_TIMEOUT + 1.5);
+    zppTestSleep(BAD_TIMEOUT + 1.5);
     double t0 = zppClockNow();
     zppResult_t res = zppCommGrow(NULL, 4, &g, 3, &c, &cfg);
     record(proc, res, t0);
@@ -308,11 +304,11 @@ int main(int argc, char** argv) {
   const char* which = argc > 1 ? argv[1] : "";
   double t0 = zppClockNow();
   if (strcmp(which, "replace") == 0)
-    testReplace(argc > 2 ? atoi(argv[2]) : 1);
+    testReplace(argc > 2 ? atoi(argv[2]) : 1, argc > 3 && strcmp(argv[3], "cyclic") == 0);
   else if (strcmp(which, "bad") == 0)
     testBad();
   else {
-    fprintf(stderr, "usage: %s replace [TRIALS] | bad\n", argv[0]);
+    fprintf(stderr, "usage: %s replace [TRIALS [cyclic]] | bad\n", argv[0]);
     return 2;
   }
   printf("%s: %.1f s\n", which, zppClockNow() - t0);

@@ -21,11 +21,6 @@
 #include "comm_exercise.h"
 #include "perf/common/launch.h"
 
-static void sleepSec(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
-}
-
 static zppConfig_t nonBlocking(int timeoutSec) {
   zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
   cfg.timeoutSec = timeoutSec;
@@ -39,7 +34,7 @@ static zppResult_t waitReady(zppComm_t comm, double limitSec, double* took) {
   zppResult_t e = zppInProgress;
   while (zppCommGetAsyncError(comm, &e) == zppSuccess && e == zppInProgress &&
          zppClockNow() - t0 < limitSec)
-    sleepSec(0.001);
+    zppTestSleep(0.001);
   *took = zppClockNow() - t0;
   return e;
 }
@@ -67,7 +62,7 @@ static int readyBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   int fails = 0;
   double took = 0;
   zppConfig_t cfg = nonBlocking(30);
-  if (rank != 0) sleepSec(0.5); /* rank 0 sees its creation pending */
+  if (rank != 0) zppTestSleep(0.5); /* rank 0 sees its creation pending */
   zppComm_t comm = NULL;
   double t0 = zppClockNow();
   fails += zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) != zppInProgress;
@@ -140,7 +135,7 @@ static int pendingBody(int rank, int nranks, const zppUniqueId* unused, void* ar
     zppComm_t comm = NULL;
     fails += zppCommInitRankConfig(&comm, 2, id, 0, &cfg) != zppInProgress;
     REQUIRE(comm != NULL);
-    sleepSec(0.3);
+    zppTestSleep(0.3);
     fails += whilePending(comm, 0, 2);
     double t0 = zppClockNow(), took = 0;
     const char* what = "";

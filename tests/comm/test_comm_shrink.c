@@ -35,11 +35,6 @@ typedef struct {
 } outcome_t;
 static outcome_t* shared;
 
-static void sleepSec(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
-}
-
 static zppComm_t initComm(int rank, int nranks, const zppUniqueId* id, int timeoutSec) {
   zppComm_t comm = NULL;
   zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
@@ -71,7 +66,7 @@ static int deadBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   int fails = zppExerciseComm(comm, 10);
   /* Not at once: a call returning here does not mean the others have this
    * rank's last message yet, and a death drops what is still in flight. */
-  if (rank == 3) sleepSec(0.3), raise(SIGKILL);
+  if (rank == 3) zppTestSleep(0.3), raise(SIGKILL);
   /* The survivors learn of it as a trainer would: the next call fails. */
   float x[256] = {0};
   double t0 = zppClockNow();
@@ -157,7 +152,7 @@ static int hungBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   zppComm_t c = NULL;
   double t0 = zppClockNow();
   if (rank == 3) {
-    sleepSec(3.0); /* silent while the others shrink */
+    zppTestSleep(3.0); /* silent while the others shrink */
     int none[1] = {0};
     /* It does not know it was excluded: its list (rank 0) differs. */
     zppResult_t res = zppCommShrink(comm, none, 1, &c, NULL, ZPP_SHRINK_ABORT);
@@ -173,7 +168,7 @@ static int hungBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     if (res == zppSuccess) {
       fails += zppExerciseComm(c, 20);
       /* Stay until rank 3 has knocked: its refusal must not disturb us. */
-      sleepSec(3.5);
+      zppTestSleep(3.5);
       fails += zppExerciseComm(c, 30);
     }
     zppCommDestroy(c);

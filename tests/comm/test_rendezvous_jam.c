@@ -61,11 +61,6 @@ static double now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void sleepSec(double s) {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  nanosleep(&ts, NULL);
-}
-
 static int connectTo(const struct sockaddr_in* a) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
@@ -92,7 +87,7 @@ typedef struct {
 static int body(int rank, int nranks, const zppUniqueId* unused, void* arg) {
   const bodyArg_t* a = arg;
   sh->listenerPid[rank] = (int)getpid();
-  if (rank == a->delayRank) sleepSec(1.5);
+  if (rank == a->delayRank) zppTestSleep(1.5);
   double t0 = now();
   if (t0 > sh->lastStart) sh->lastStart = t0;
   zppComm_t comm;
@@ -177,7 +172,7 @@ static void rootStart(rootProc_t* rp, int nofile, const char* logPath, zppUnique
     if (write(up[1], &made, sizeof(made)) != (ssize_t)sizeof(made)) _exit(5);
     char c;
     (void)!read(down[0], &c, 1);
-    sleepSec(0.3); /* the root thread's last report reaches the log */
+    zppTestSleep(0.3); /* the root thread's last report reaches the log */
     double cpu = cpuSec() - cpu0;
     (void)!write(up[1], &cpu, sizeof(cpu));
     _exit(0); /* the root thread is done with the job; no leak report of its state */
@@ -229,7 +224,7 @@ static void jamRoot(const struct sockaddr_in* root, int idle, int slow, int garb
   for (;;) {
     for (int i = idle; i < idle + slow; i++)
       if (fds[i] >= 0) (void)!send(fds[i], "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-    sleepSec(0.5);
+    zppTestSleep(0.5);
   }
 }
 
@@ -351,10 +346,10 @@ static void ringJammer(const ringJam_t* j) {
       done[r] = 1;
     }
     if (left == 0) break;
-    sleepSec(0.01);
+    zppTestSleep(0.01);
   }
   sh->ringMade = nfds;
-  for (;;) sleepSec(1.0);
+  for (;;) zppTestSleep(1.0);
 }
 
 static void testRing(int perListener) {
