@@ -444,6 +444,10 @@ static zppResult_t handshake(zppCollCtx_t* c, struct zppParam* p, const handshak
                    (unsigned long long)all[i].version);
   }
   *useGroup = all[0].valid == 1;
+  /* Agreed is a refusal only: the data phase that follows can still fail on some ranks (a peer
+   * dies), and that failure must break the communicator and quiesce the transport, whose
+   * receives would otherwise stay posted on the caller's buffer. */
+  *agreed = 0;
 out:
   free(all);
   free(cross);

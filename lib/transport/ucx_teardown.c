@@ -34,7 +34,10 @@ int zppUcxDrain(zppUcx_t* u, double limitSec) {
   }
 }
 
-static void sendNotices(zppUcx_t* u) {
+/* Sends this rank's error notice to every peer it has an endpoint to; the
+ * requests still in flight go into sent[] (nranks slots): returns how many. */
+static int sendNotices(zppUcx_t* u, zppUcxReq_t** sent) {
+  int n = 0;
   u->noticeOut.rank = u->rank;
   u->noticeOut.code = atomic_load(&u->comm->asyncError);
   snprintf(u->noticeOut.reason, sizeof(u->noticeOut.reason), "%s", zppCommStateLastError(u->comm));
@@ -46,15 +49,33 @@ static void sendNotices(zppUcx_t* u) {
     if (u->noticeGot && p == u->noticeIn.rank) continue; /* it knows */
     ucp_ep_h ep = u->peers[p].ep;
     zppUcxReq_t* r;
-    if (zppUcxReqAlloc(u, &r) != zppSuccess) return;
+    if (zppUcxReqAlloc(u, &r) != zppSuccess) return n;
     r->peer = p;
     void* h = zppUcxTagSend(ep, &u->noticeOut, sizeof(notice_t),
                             TAG_CONTROL | ((uint64_t)u->rank << TAG_SRC_SHIFT), r);
     if (UCS_PTR_IS_PTR(h)) {
       r->ucpReq = h;
+      sent[n++] = r;
     } else {
       r->done = 1;
     }
+  }
+  return n;
+}
+
+/* Progresses until the notices have left or the time is up. Only them: the
+ * failed call's own transfers (a receive from the dead peer) end by the
+ * cancel that follows, and waiting for them here held every failed call
+ * for the whole limit (0.5 s between a SIGKILL and the survivors' errors). */
+static void drainNotices(zppUcx_t* u, zppUcxReq_t** sent, int n, double limitSec) {
+  double end = zppClockNow() + limitSec;
+  for (;;) {
+    while (ucp_worker_progress(u->worker)) {
+    }
+    int left = 0;
+    for (int i = 0; i < n; i++) left += !sent[i]->done;
+    if (left == 0 || zppClockNow() > end) return;
+    sched_yield();
   }
 }
 
@@ -185,8 +206,9 @@ void zppUcxQuiesce(zppUcx_t* u) {
    * reaches. */
   if (!u->noticeSent && !atomic_load(&u->aborted)) {
     u->noticeSent = 1;
-    sendNotices(u);
-    zppUcxDrain(u, NOTICE_WAIT_SEC);
+    zppUcxReq_t** sent = calloc((size_t)u->nranks, sizeof(*sent));
+    if (sent != NULL) drainNotices(u, sent, sendNotices(u, sent), NOTICE_WAIT_SEC);
+    free(sent);
   }
   zppUcxShmCancel(u);
   for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)

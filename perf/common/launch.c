@@ -225,6 +225,26 @@ static void report(int rank, int status, double timeoutSec) {
     fprintf(stderr, "zpp_launch: rank %d exited with %d\n", rank, status);
 }
 
+int zppLaunchSpawn(int node, zppLaunchSpawnFn fn, void* arg) {
+  pid_t parent = getpid();
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid != 0) return (int)pid;
+#ifdef __linux__
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(1);
+#endif
+  if (node >= 0) {
+    char id[32];
+    snprintf(id, sizeof(id), "node%d", node);
+    setenv("ZPP_HOSTID", id, 1);
+  }
+  int rc = fn(arg);
+  fflush(NULL);
+  _exit(rc & 0xff);
+}
+
 int zppLaunch(const zppLaunchOpts_t* opts, zppLaunchFn fn, void* arg) {
   zppLaunchOpts_t o = opts ? *opts : (zppLaunchOpts_t)ZPP_LAUNCH_OPTS_INIT;
   int nodeOf[ZPP_LAUNCH_MAX_RANKS];

@@ -84,6 +84,14 @@ int zppLaunch(const zppLaunchOpts_t* opts, zppLaunchFn fn, void* arg);
  * rank count (at most maxRanks), or -1 for a bad layout. */
 int zppLaunchParseLayout(const char* layout, int* nodeOf, int maxRanks);
 
+/* One more process, for a test or tool that starts processes as it goes (a
+ * replacement for a lost rank, say): a fork()ed child that dies with its
+ * parent, with ZPP_HOSTID=node<node> (node >= 0; < 0: inherited), runs
+ * fn(arg) and exits with its return value. Returns the child's pid, or -1
+ * (errno set) when fork failed. The caller reaps it (waitpid). */
+typedef int (*zppLaunchSpawnFn)(void* arg);
+int zppLaunchSpawn(int node, zppLaunchSpawnFn fn, void* arg);
+
 /* A TCP port on 127.0.0.1 that was free when asked (0 on error). */
 int zppLaunchFreePort(void);
 

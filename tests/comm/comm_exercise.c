@@ -4,12 +4,13 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "testutil.h"
 
 /* Every kind of call on comm, results checked: all-reduce, all-gather, reduce-scatter, broadcast
- * from the last rank, qgZ's reduce-scatter, and qwZ's all-gather (within its bound: 8-bit blocks
- * of 1..2 in 2^-7). */
+ * from the last rank, qgZ's reduce-scatter, qwZ's all-gather (within its bound: 8-bit blocks of
+ * 1..2 in 2^-7), and hpZ's gathers. */
 int zppExerciseComm(zppComm_t comm, int tag) {
   int n = 0, me = 0, bad = 0;
   REQUIRE(zppCommCount(comm, &n) == zppSuccess && zppCommUserRank(comm, &me) == zppSuccess);
@@ -47,6 +48,19 @@ int zppExerciseComm(zppComm_t comm, int tag) {
       float err = b[(size_t)r * C + i] - want;
       bad += err > 2.0f / 127 || err < -2.0f / 127;
     }
+  /* hpZ: a parameter's forward gather (qwZ 8-bit) keeps the node's secondary partition; its
+   * backward gather, from there, is bit for bit the forward one. */
+  zppParam_t param = NULL;
+  float* c = calloc((size_t)C * n, sizeof(float));
+  REQUIRE(c);
+  if (zppParamCreate(comm, C, zppFloat32, 8, &param) != zppSuccess ||
+      zppParamGatherForward(param, a, b, NULL) != zppSuccess ||
+      zppParamGatherBackward(param, a, c, NULL) != zppSuccess)
+    bad++;
+  else
+    bad += memcmp(b, c, (size_t)C * n * sizeof(float)) != 0;
+  zppParamDestroy(param);
+  free(c);
   free(a);
   free(b);
   if (bad)
