@@ -47,6 +47,8 @@ typedef struct {
   int interleave; /* --compare: steps per turn (0: one run after the other) */
   int quiet;
   int timeoutSec;
+  int elastic;            /* --elastic: survive lost ranks (train_elastic.c) */
+  int killNode, killStep; /* --kill-node K --kill-step S: node K's ranks die in step S (-1: none) */
 } trArgs_t;
 
 typedef struct {
@@ -68,7 +70,13 @@ typedef struct {
   double intraBytes[zppNumOpKinds], interBytes[zppNumOpKinds]; /* per step, summed over ranks */
   size_t secondaryBytes;                                       /* rank 0 */
   char* sampleText;
+  /* --elastic: recoveries from lost ranks, steps done again after them, and their seconds (from
+   * the failed call to training again) */
+  int recoveries, stepsRedone;
+  double recoverySec;
 } trRun_t;
+
+typedef struct trElastic trElastic_t;
 
 typedef struct {
   int rank, nranks;
@@ -77,6 +85,7 @@ typedef struct {
   const char* launcher;
   tdCorpus_t corpus;
   mlpShape_t shape;
+  trElastic_t* elastic; /* --elastic: this rank's copies and buddies (train_elastic.c) */
 } trEnv_t;
 
 /* train_run.c: a run is opened, stepped (in turns with another under
@@ -89,7 +98,22 @@ int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, int o
 /* Up to count more steps (fewer at the end). */
 int trSessionSteps(const trArgs_t* a, trEnv_t* env, trSession_t* s, int count);
 int trSessionClose(const trArgs_t* a, trEnv_t* env, trSession_t* s);
+/* One step: TR_EXIT_OK, or TR_EXIT_ERROR with the failed call's result in *failed (zppSuccess when
+ * the loss diverged); nothing is aborted, so that the elastic trainer can recover. */
+int trSessionStep(const trArgs_t* a, trEnv_t* env, trSession_t* s, zppResult_t* failed);
+struct z3Trainer* trSessionTrainer(trSession_t* s);
+zcComm_t trSessionComm(trSession_t* s);
+/* A new communication layer and ZeRO-3 trainer (in its initial state) on env->comm, which has
+ * changed (env->rank and env->nranks with it); the run's record is kept. */
+int trSessionRebuild(const trArgs_t* a, trEnv_t* env, trSession_t* s);
+trRun_t* trSessionRun(trSession_t* s);
 void trRunFree(trRun_t* run);
+
+/* train_elastic.c: --elastic. The launcher (fork mode): forks the ranks, which run rankMain,
+ * and replaces the ones that die. In a rank: the steps of the run, recovering from lost ranks. */
+int trElasticForkRun(const trArgs_t* a, const tdCorpus_t* corpus, const mlpShape_t* shape,
+                     zppConfig_t cfg, int (*rankMain)(const trArgs_t* a, trEnv_t* env));
+int trElasticSteps(const trArgs_t* a, trEnv_t* env, trSession_t* s);
 
 /* train_report.c */
 void trPrintHeader(const trArgs_t* a, const trEnv_t* env, const trRun_t* run);

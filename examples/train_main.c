@@ -71,6 +71,12 @@ static void trUsage(FILE* f) {
           "      --layout NxL      N nodes of L ranks (ZPP_HOSTID per rank); alone, forks\n"
           "                        N*L ranks; under a launcher, names the nodes of its ranks\n"
           "      --timeout S       bound on every wait inside zpp (ZPP_TIMEOUT)\n"
+          "      --elastic         survive lost ranks (with -N or --layout): the survivors\n"
+          "                        shrink, go back to the last step every rank has a copy\n"
+          "                        of, and grow back with replacement processes\n"
+          "      --kill-node K --kill-step S\n"
+          "                        with --elastic: node K's ranks kill themselves (SIGKILL)\n"
+          "                        during step S, to see the recovery\n"
           "Communication:\n"
           "      --zeropp          qwZ + hpZ + qgZ (the default)\n"
           "      --plain           plain all-gather and reduce-scatter\n"
@@ -201,7 +207,10 @@ enum {
   O_SAMPLE,
   O_JSON,
   O_SVG,
-  O_PRINTEVERY
+  O_PRINTEVERY,
+  O_ELASTIC,
+  O_KILLNODE,
+  O_KILLSTEP
 };
 
 /* 0 to run, -1 after --help, else the exit code. */
@@ -238,6 +247,9 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
                                        {"json", required_argument, 0, O_JSON},
                                        {"svg", required_argument, 0, O_SVG},
                                        {"print-every", required_argument, 0, O_PRINTEVERY},
+                                       {"elastic", no_argument, 0, O_ELASTIC},
+                                       {"kill-node", required_argument, 0, O_KILLNODE},
+                                       {"kill-step", required_argument, 0, O_KILLSTEP},
                                        {"quiet", no_argument, 0, 'q'},
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
@@ -260,6 +272,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
   a->bucketMB = 4;
   a->evalSamples = 1024;
   a->printEvery = -1;
+  a->killNode = -1;
   int zeroppKnobs = 0;
   opterr = 0;
   int ch;
@@ -374,6 +387,13 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
       case O_PRINTEVERY:
         if (trInt("--print-every", v, 1, INT_MAX, &a->printEvery)) return TR_EXIT_USAGE;
         break;
+      case O_ELASTIC: a->elastic = 1; break;
+      case O_KILLNODE:
+        if (trInt("--kill-node", v, 0, ZPP_LAUNCH_MAX_RANKS - 1, &a->killNode)) return TR_EXIT_USAGE;
+        break;
+      case O_KILLSTEP:
+        if (trInt("--kill-step", v, 1, 10000000, &a->killStep)) return TR_EXIT_USAGE;
+        break;
       case 'q': a->quiet = 1; break;
       case 'h': trUsage(stdout); return -1;
       case ':': return trBad("%s needs a value%s", argv[optind - 1], "");
@@ -395,6 +415,20 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
     return trBad("--qwz-delta sends quantized weight differences: it needs --qwz-bits 8 or 4%s%s", "",
                  "");
   if (!a->plain && !a->compare) a->zeropp = 1;
+  if ((a->killNode >= 0 || a->killStep > 0) && !a->elastic)
+    return trBad("--kill-node and --kill-step test --elastic: add it%s%s", "", "");
+  if ((a->killNode >= 0) != (a->killStep > 0))
+    return trBad("--kill-node and --kill-step go together%s%s", "", "");
+  if (a->elastic && (a->compare || a->layoutNodes < 2))
+    return trBad(
+        "--elastic runs one mode (not --compare) on ranks it forks on two nodes or more (--layout "
+        "NxL, N >= 2): each node's state is copied to the next%s%s",
+        "", "");
+  if (a->killNode >= a->layoutNodes) {
+    char k[16];
+    snprintf(k, sizeof k, "%d", a->killNode);
+    return trBad("--kill-node %s: the layout has no such node%s", k, "");
+  }
   if (a->layoutNodes > 0 && a->forkRanks > 0) {
     int n = a->layoutNodes * a->layoutPerNode;
     if (a->forkRanks != n) {
@@ -482,7 +516,8 @@ static int trRankMain(const trArgs_t* a, trEnv_t* env) {
         if (code != TR_EXIT_OK) break;
       }
       code = trSessionOpen(a, env, &modes[i], overlap[i], &runs[i], &sess[i]);
-      if (code == TR_EXIT_OK && sequential) code = trSessionSteps(a, env, sess[i], a->steps);
+      if (code == TR_EXIT_OK && sequential)
+        code = a->elastic ? trElasticSteps(a, env, sess[i]) : trSessionSteps(a, env, sess[i], a->steps);
     }
     for (int done = 0; code == TR_EXIT_OK && !sequential && done < a->steps; done += a->interleave)
       for (int i = 0; i < nruns && code == TR_EXIT_OK; i++)
@@ -611,7 +646,8 @@ int main(int argc, char** argv) {
   }
   mlpShape_t shape = {corpus.vocab, a.context, a.embed, a.hidden, a.weightInOut};
   if (a.forkRanks > 0) {
-    code = trForkRun(&a, &corpus, &shape);
+    code = a.elastic ? trElasticForkRun(&a, &corpus, &shape, trCommConfig(&a), trRankMain)
+                     : trForkRun(&a, &corpus, &shape);
     tdFree(&corpus);
     return code;
   }

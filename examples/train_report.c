@@ -160,6 +160,8 @@ static void trJsonRun(FILE* f, const trRun_t* r) {
   trJsonNum(f, r->nsteps > 0 ? r->loss[r->nsteps - 1] : NAN);
   fprintf(f, ", \"final_val_loss\": ");
   trJsonNum(f, r->nevals > 0 ? r->evalLoss[r->nevals - 1] : NAN);
+  fprintf(f, ",\n     \"recoveries\": %d, \"steps_redone\": %d, \"recovery_s\": %.4f", r->recoveries,
+          r->stepsRedone, r->recoverySec);
   fprintf(f, ",\n     \"median_step_s\": %.6f, \"mean_step_s\": %.6f,\n", r->medianStep, r->meanStep);
   fprintf(f,
           "     \"comm_busy_s_per_step\": %.6f, \"comm_exposed_s_per_step\": %.6f, "

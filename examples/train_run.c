@@ -206,6 +206,52 @@ static void trSessionFree(trSession_t* s) {
   free(s);
 }
 
+/* The session's communication layer, ZeRO-3 state (the initial one) and batch buffers, on
+ * env->comm; the old ones, if any, freed first. */
+static int trSessionBuild(const trArgs_t* a, trEnv_t* env, trSession_t* s) {
+  z3Destroy(s->t);
+  zcCommDestroy(s->zc);
+  free(s->ctx);
+  free(s->tgt);
+  s->t = NULL;
+  s->zc = NULL;
+  s->ctx = s->tgt = NULL;
+  s->slice = a->batch / env->nranks;
+  zppResult_t res = zcCommInit(&s->zc, env->comm, &s->run->opt);
+  if (res != zppSuccess) {
+    trLibError(env, "creating the communication layer", res);
+    return TR_EXIT_ERROR;
+  }
+  s->run->opt = *zcCommOptions(s->zc);
+  z3Config_t cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.shape = env->shape;
+  cfg.batch = a->batch;
+  cfg.type = a->type;
+  cfg.lr = (float)a->lr;
+  cfg.beta1 = 0.9f;
+  cfg.beta2 = 0.999f;
+  cfg.eps = 1e-8f;
+  cfg.bucketBytes = (size_t)(a->bucketMB * 1048576.0);
+  cfg.overlap = s->run->overlap;
+  cfg.prefetch = a->prefetch;
+  cfg.seed = a->seed;
+  cfg.evalCap = TR_EVAL_CHUNK;
+  char err[256];
+  res = z3Create(&s->t, &cfg, s->zc, env->rank, env->nranks, err, sizeof err);
+  if (res != zppSuccess) {
+    fprintf(stderr, "zpp-train: rank %d: %s\n", env->rank, err);
+    return res == zppInvalidArgument ? TR_EXIT_USAGE : TR_EXIT_ERROR;
+  }
+  s->ctx = malloc((size_t)s->slice * (size_t)a->context * sizeof(int));
+  s->tgt = malloc((size_t)s->slice * sizeof(int));
+  if (s->ctx == NULL || s->tgt == NULL) {
+    fprintf(stderr, "zpp-train: rank %d: out of memory\n", env->rank);
+    return TR_EXIT_ERROR;
+  }
+  return TR_EXIT_OK;
+}
+
 int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, int overlap, trRun_t* run,
                   trSession_t** out) {
   memset(run, 0, sizeof *run);
@@ -219,45 +265,18 @@ int trSessionOpen(const trArgs_t* a, trEnv_t* env, const zcOptions_t* opt, int o
     return TR_EXIT_ERROR;
   }
   s->run = run;
-  s->slice = a->batch / env->nranks;
-  zppResult_t res = zcCommInit(&s->zc, env->comm, opt);
-  if (res != zppSuccess) {
-    trLibError(env, "creating the communication layer", res);
-    free(s);
-    return TR_EXIT_ERROR;
-  }
-  run->opt = *zcCommOptions(s->zc);
-  z3Config_t cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.shape = env->shape;
-  cfg.batch = a->batch;
-  cfg.type = a->type;
-  cfg.lr = (float)a->lr;
-  cfg.beta1 = 0.9f;
-  cfg.beta2 = 0.999f;
-  cfg.eps = 1e-8f;
-  cfg.bucketBytes = (size_t)(a->bucketMB * 1048576.0);
-  cfg.overlap = overlap;
-  cfg.prefetch = a->prefetch;
-  cfg.seed = a->seed;
-  cfg.evalCap = TR_EVAL_CHUNK;
-  char err[256];
-  res = z3Create(&s->t, &cfg, s->zc, env->rank, env->nranks, err, sizeof err);
-  if (res != zppSuccess) {
-    fprintf(stderr, "zpp-train: rank %d: %s\n", env->rank, err);
+  int code = trSessionBuild(a, env, s);
+  if (code != TR_EXIT_OK) {
     trSessionFree(s);
-    return res == zppInvalidArgument ? TR_EXIT_USAGE : TR_EXIT_ERROR;
-  }
-  s->ctx = malloc((size_t)s->slice * (size_t)a->context * sizeof(int));
-  s->tgt = malloc((size_t)s->slice * sizeof(int));
-  if (s->ctx == NULL || s->tgt == NULL) {
-    fprintf(stderr, "zpp-train: rank %d: out of memory\n", env->rank);
-    trSessionFree(s);
-    return TR_EXIT_ERROR;
+    return code;
   }
   if (env->rank == 0 && !a->quiet) trPrintHeader(a, env, run);
   *out = s;
   return TR_EXIT_OK;
+}
+
+int trSessionRebuild(const trArgs_t* a, trEnv_t* env, trSession_t* s) {
+  return trSessionBuild(a, env, s);
 }
 
 /* Peers may be stuck in a collective this rank will never join: abort the
@@ -270,49 +289,66 @@ static int trFail(trEnv_t* env, const char* what, zppResult_t res) {
   return TR_EXIT_ERROR;
 }
 
-int trSessionSteps(const trArgs_t* a, trEnv_t* env, trSession_t* s, int count) {
+int trSessionStep(const trArgs_t* a, trEnv_t* env, trSession_t* s, zppResult_t* failed) {
   trRun_t* run = s->run;
-  for (int i = 0; i < count && run->nsteps < a->steps; i++) {
-    int k = run->nsteps;
-    tdTrainBatch(&env->corpus, a->context, a->seed, k, env->rank * s->slice, s->slice, s->ctx, s->tgt);
-    zcTimes_t before, after;
-    zppCommStats_t st0, st1;
-    zcCommTimes(s->zc, &before);
-    zppCommGetStats(env->comm, &st0);
-    double t0 = trNow();
-    z3StepInfo_t info;
-    zppResult_t res = z3Step(s->t, s->ctx, s->tgt, &info);
-    double global = 0;
-    if (res == zppSuccess)
-      res = zcAllReduce(&info.lossSum, &global, 1, zppFloat64, zppSum, s->zc, NULL);
-    if (res != zppSuccess) return trFail(env, "a training step", res);
-    run->time[k] = trNow() - t0;
-    zcCommTimes(s->zc, &after);
-    zppCommGetStats(env->comm, &st1);
-    for (int o = 0; o < zppNumOpKinds; o++) {
-      run->intraBytes[o] += (double)(st1.intraNodeBytes[o] - st0.intraNodeBytes[o]);
-      run->interBytes[o] += (double)(st1.interNodeBytes[o] - st0.interNodeBytes[o]);
+  int k = run->nsteps;
+  *failed = zppSuccess;
+  tdTrainBatch(&env->corpus, a->context, a->seed, k, env->rank * s->slice, s->slice, s->ctx, s->tgt);
+  zcTimes_t before, after;
+  zppCommStats_t st0, st1;
+  zcCommTimes(s->zc, &before);
+  zppCommGetStats(env->comm, &st0);
+  double t0 = trNow();
+  z3StepInfo_t info;
+  zppResult_t res = z3Step(s->t, s->ctx, s->tgt, &info);
+  double global = 0;
+  if (res == zppSuccess) res = zcAllReduce(&info.lossSum, &global, 1, zppFloat64, zppSum, s->zc, NULL);
+  if (res != zppSuccess) {
+    *failed = res;
+    return TR_EXIT_ERROR;
+  }
+  run->time[k] = trNow() - t0;
+  zcCommTimes(s->zc, &after);
+  zppCommGetStats(env->comm, &st1);
+  for (int o = 0; o < zppNumOpKinds; o++) {
+    run->intraBytes[o] += (double)(st1.intraNodeBytes[o] - st0.intraNodeBytes[o]);
+    run->interBytes[o] += (double)(st1.interNodeBytes[o] - st0.interNodeBytes[o]);
+  }
+  run->loss[k] = global / a->batch;
+  run->busy[k] = after.busy - before.busy;
+  run->exposed[k] = after.exposed - before.exposed;
+  run->compute[k] = info.compute;
+  run->nsteps = k + 1;
+  if (!isfinite(run->loss[k])) {
+    if (env->rank == 0)
+      fprintf(stderr, "zpp-train: %s: the loss is %g at step %d: training diverged\n", run->mode,
+              run->loss[k], k + 1);
+    return TR_EXIT_ERROR;
+  }
+  if (env->rank == 0 && !a->quiet) trPrintStep(a, run, k);
+  if (a->evalEvery > 0 && (k + 1) % a->evalEvery == 0 && k + 1 < a->steps) {
+    /* An evaluation the elastic trainer repeats after a recovery counts once. */
+    while (run->nevals > 0 && run->evalStep[run->nevals - 1] >= k + 1) run->nevals--;
+    if ((res = trEval(a, env, s->t, s->zc, &run->evalLoss[run->nevals])) != zppSuccess) {
+      *failed = res;
+      return TR_EXIT_ERROR;
     }
-    run->loss[k] = global / a->batch;
-    run->busy[k] = after.busy - before.busy;
-    run->exposed[k] = after.exposed - before.exposed;
-    run->compute[k] = info.compute;
-    run->nsteps = k + 1;
-    if (!isfinite(run->loss[k])) {
-      if (env->rank == 0)
-        fprintf(stderr, "zpp-train: %s: the loss is %g at step %d: training diverged\n", run->mode,
-                run->loss[k], k + 1);
-      return trFail(env, NULL, zppSuccess);
-    }
-    if (env->rank == 0 && !a->quiet) trPrintStep(a, run, k);
-    if (a->evalEvery > 0 && (k + 1) % a->evalEvery == 0 && k + 1 < a->steps) {
-      if ((res = trEval(a, env, s->t, s->zc, &run->evalLoss[run->nevals])) != zppSuccess)
-        return trFail(env, "an evaluation", res);
-      run->evalStep[run->nevals++] = k + 1;
-    }
+    run->evalStep[run->nevals++] = k + 1;
   }
   return TR_EXIT_OK;
 }
+
+int trSessionSteps(const trArgs_t* a, trEnv_t* env, trSession_t* s, int count) {
+  for (int i = 0; i < count && s->run->nsteps < a->steps; i++) {
+    zppResult_t failed;
+    if (trSessionStep(a, env, s, &failed) != TR_EXIT_OK)
+      return trFail(env, failed != zppSuccess ? "a training step" : NULL, failed);
+  }
+  return TR_EXIT_OK;
+}
+
+z3Trainer_t* trSessionTrainer(trSession_t* s) { return s->t; }
+zcComm_t trSessionComm(trSession_t* s) { return s->zc; }
 
 int trSessionClose(const trArgs_t* a, trEnv_t* env, trSession_t* s) {
   trRun_t* run = s->run;
@@ -327,3 +363,5 @@ int trSessionClose(const trArgs_t* a, trEnv_t* env, trSession_t* s) {
   trSessionFree(s);
   return TR_EXIT_OK;
 }
+
+trRun_t* trSessionRun(trSession_t* s) { return s->run; }

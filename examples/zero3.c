@@ -191,6 +191,61 @@ oom:
   return zppSystemError;
 }
 
+/* ---- the state, for the elastic trainer -------------------------------------------------- */
+
+static size_t z3ShardOf(const mlpShape_t* s, int l, int nranks) {
+  return (mlpLayerParams(s, l) + (size_t)nranks - 1) / (size_t)nranks;
+}
+
+size_t z3StateLength(const mlpShape_t* s) {
+  size_t n = 0;
+  for (int l = 0; l < MLP_NLAYERS; l++) n += 3 * mlpLayerParams(s, l);
+  return n;
+}
+
+size_t z3PackLength(const mlpShape_t* s, int nranks) {
+  size_t n = 0;
+  for (int l = 0; l < MLP_NLAYERS; l++) n += 3 * z3ShardOf(s, l, nranks);
+  return n;
+}
+
+void z3StatePack(const z3Trainer_t* t, float* pack) {
+  for (int l = 0; l < MLP_NLAYERS; l++) {
+    const z3Layer_t* L = &t->layer[l];
+    const float* parts[3] = {L->master, L->m, L->v};
+    for (int k = 0; k < 3; k++, pack += L->shard) memcpy(pack, parts[k], L->shard * sizeof(float));
+  }
+}
+
+void z3StateUnpack(const mlpShape_t* s, int rank, int nranks, const float* pack, float* state) {
+  for (int l = 0; l < MLP_NLAYERS; l++) {
+    size_t count = mlpLayerParams(s, l), shard = z3ShardOf(s, l, nranks);
+    size_t lo = (size_t)rank * shard, n = lo >= count ? 0 : (count - lo < shard ? count - lo : shard);
+    for (int k = 0; k < 3; k++, pack += shard, state += count)
+      memcpy(state + lo, pack, n * sizeof(float));
+  }
+}
+
+zppResult_t z3StateLoad(z3Trainer_t* t, const float* state, long adamStep) {
+  for (int l = 0; l < MLP_NLAYERS; l++) {
+    z3Layer_t* L = &t->layer[l];
+    size_t lo = (size_t)t->rank * L->shard, n = lo >= L->count ? 0 : L->count - lo;
+    if (n > L->shard) n = L->shard;
+    float* parts[3] = {L->master, L->m, L->v};
+    for (int k = 0; k < 3; k++, state += L->count) {
+      memset(parts[k], 0, L->shard * sizeof(float)); /* the padding stays 0 */
+      memcpy(parts[k], state + lo, n * sizeof(float));
+    }
+    z3ToComm(t, L->master, L->wshard, L->shard);
+    zppResult_t res = zcParamInvalidate(L->param);
+    if (res != zppSuccess) return res;
+  }
+  t->adamStep = adamStep;
+  return zppSuccess;
+}
+
+long z3AdamStep(const z3Trainer_t* t) { return t->adamStep; }
+
 size_t z3SecondaryBytes(const z3Trainer_t* t) {
   size_t b = 0;
   for (int l = 0; l < MLP_NLAYERS; l++) b += zcParamSecondaryBytes(t->layer[l].param);

@@ -68,6 +68,22 @@ zppResult_t z3Eval(z3Trainer_t* t, const int* ctx, const int* tgt, int n, double
  * full[l] must hold mlpLayerParams(l) floats. */
 zppResult_t z3GatherAll(z3Trainer_t* t, float* const* full);
 
+/* The optimizer state, for a trainer that survives lost ranks (train_elastic.c).
+ * The state vector: per layer, the fp32 master weights, Adam's m and v of its
+ * parameters (z3StateLength floats; the same for any rank count). A rank's
+ * pack: per layer, the master, m and v of its shard (z3PackLength floats for
+ * nranks ranks, padding included). */
+size_t z3StateLength(const mlpShape_t* s);
+size_t z3PackLength(const mlpShape_t* s, int nranks);
+/* This rank's pack. */
+void z3StatePack(const z3Trainer_t* t, float* pack);
+/* The part of the state that rank's pack (of nranks ranks) holds, written into state. */
+void z3StateUnpack(const mlpShape_t* s, int rank, int nranks, const float* pack, float* state);
+/* This rank's shard from a whole state vector, and Adam's step count: the trainer goes on as the one
+ * that had that state (its weight copies and hpZ secondaries renewed). */
+zppResult_t z3StateLoad(z3Trainer_t* t, const float* state, long adamStep);
+long z3AdamStep(const z3Trainer_t* t);
+
 /* Bytes of hpZ secondary partitions this rank holds, over all layers. */
 size_t z3SecondaryBytes(const z3Trainer_t* t);
 /* Bytes of the padded full model in the communication type. */

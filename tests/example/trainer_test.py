@@ -25,6 +25,7 @@ Exit 0 pass, 1 fail, 77 skipped.
 """
 import json
 import math
+import re
 import os
 import shutil
 import subprocess
@@ -390,6 +391,49 @@ def case_delta(exe, tmp):
           % (steps, gap_delta, gap_stateless, 100 * (vd - vp) / vp))
 
 
+def case_elastic(exe, tmp):
+    """--elastic: a node's ranks SIGKILLed during a step; training goes on, the same.
+
+    The survivors shrink, go back to the last step every rank committed, grow back with
+    replacement processes, and put the optimizer state together from the shards and the buddies'
+    copies. The state comes back exactly and the batches come from the seed, so "the same
+    training" is strict here: every step's loss and the held-out loss equal, bit for bit, those of
+    the uninterrupted run. On 2x2 the lost node is node 1, then node 0 (which held rank 0: the
+    ranks are renumbered); on 3x2 in plain mode, the middle node.
+    """
+    steps = 30
+    for layout, mode, batch, kills in (("2x2", "--zeropp", "64", (("1", "11"), ("0", "23"))),
+                                       ("3x2", "--plain", "60", (("1", "7"),))):
+        base = ["--layout", layout, mode, "--elastic", "--steps", str(steps), "--seed", "3"] + SMALL[:-1] + [batch]
+        whole = train(exe, tmp, "whole-" + layout, base)["runs"][0]
+        check(whole["recoveries"] == 0, "recoveries without a kill: %r" % whole["recoveries"])
+        for node, step in kills:
+            out = run([exe] + base + ["--kill-node", node, "--kill-step", step, "--json",
+                                      os.path.join(tmp, "kill.json")]).stdout
+            # In that step, or (a short step ending before the kill's moment) in the next.
+            check(re.search(r"lost in step (%s|%d); shrink to \d+ ranks .*back to step" % (step, int(step) + 1), out),
+                  "no recovery line for node %s in step %s:\n%s" % (node, step, out))
+            with open(os.path.join(tmp, "kill.json")) as f:
+                hit = json.load(f)["runs"][0]
+            check(hit["recoveries"] == 1 and 1 <= hit["steps_redone"] <= 2,
+                  "recoveries %r, steps redone %r" % (hit["recoveries"], hit["steps_redone"]))
+            check([s["loss"] for s in hit["steps"]] == [s["loss"] for s in whole["steps"]],
+                  "%s, node %s lost in step %s: the losses differ from the uninterrupted run's" % (layout, node, step))
+            check(hit["final_val_loss"] == whole["final_val_loss"], "held-out loss %r, uninterrupted %r"
+                  % (hit["final_val_loss"], whole["final_val_loss"]))
+            print("elastic %s %s: node %s lost in step %s, recovered in %.2f s (%d step(s) done again); "
+                  "losses equal to the uninterrupted run's" % (layout, mode, node, step, hit["recovery_s"],
+                                                               hit["steps_redone"]))
+    # Bad use: a clear usage error.
+    for bad, says in ((["--layout", "2x2", "--kill-node", "1", "--kill-step", "3"], "add it"),
+                      (["--layout", "2x2", "--elastic", "--compare"], "one mode"),
+                      (["-N", "4", "--elastic"], "two nodes or more"),
+                      (["--layout", "2x2", "--elastic", "--kill-node", "2", "--kill-step", "3"], "no such node"),
+                      (["--layout", "2x2", "--elastic", "--kill-step", "3"], "go together")):
+        out = run([exe] + bad, expect=2).stderr
+        check(says in out, "%r: no %r in:\n%s" % (bad, says, out))
+
+
 def case_launch(exe, tmp):
     # torchrun-style environment: two processes started here.
     port = free_master_port()
@@ -456,7 +500,7 @@ def main():
         else:
             rc = {"single": case_single, "zeropp": case_zeropp, "outputs": case_outputs,
                   "args": case_args, "launch": case_launch,
-                  "wlayout": case_wlayout, "delta": case_delta}[case](exe, tmp)
+                  "wlayout": case_wlayout, "delta": case_delta, "elastic": case_elastic}[case](exe, tmp)
         return rc or 0
     except Failure as e:
         print("FAIL %s: %s" % (case, e))
