@@ -144,8 +144,16 @@ int zppUcxIsControlRecv(const zppUcx_t* u, const zppUcxReq_t* r) {
 
 /* ---- sends, receives, waits -------------------------------------------- */
 
+/* A communicator whose worker was abandoned (zppUcx_t.abandoned) is broken:
+ * its error, and nothing touches the worker. */
+static zppResult_t abandonedError(zppUcx_t* u) {
+  int err = atomic_load(&u->comm->asyncError);
+  return err != zppSuccess ? (zppResult_t)err : zppRemoteError;
+}
+
 zppResult_t zppUcxIsend(zppUcx_t* u, int peer, const void* buf, size_t bytes, const zppMsgId_t* id,
                         zppUcxReq_t** req) {
+  if (u->abandoned) return abandonedError(u);
   ucp_ep_h ep;
   ZPPCHECK(zppUcxGetEp(u, peer, &ep));
   /* FAULT INJECTION (ZPP_FAULT, lib/fault.h; off by default): the one place
@@ -193,6 +201,7 @@ zppResult_t zppUcxIsend(zppUcx_t* u, int peer, const void* buf, size_t bytes, co
 
 zppResult_t zppUcxIrecv(zppUcx_t* u, int peer, void* buf, size_t bytes, const zppMsgId_t* id,
                         zppUcxReq_t** req) {
+  if (u->abandoned) return abandonedError(u);
   /* An endpoint to the sender too: it is how a failed peer is noticed. */
   ucp_ep_h ep;
   ZPPCHECK(zppUcxGetEp(u, peer, &ep));
@@ -310,6 +319,7 @@ static int idleWait(zppUcx_t* u, double busy, double idleSince, double now, doub
 }
 
 zppResult_t zppUcxPoll(zppUcx_t* u) {
+  if (u->abandoned) return abandonedError(u);
   /* Queued ring sends move on (compute between waits, in qwZ and qgZ); what
    * came in stays in the rings until a wait wants it. */
   zppUcxShmPushQueued(u);
@@ -321,6 +331,7 @@ zppResult_t zppUcxPoll(zppUcx_t* u) {
 }
 
 zppResult_t zppUcxProbe(zppUcx_t* u, int peer, const zppMsgId_t* id, int* found) {
+  if (u->abandoned) return abandonedError(u);
   ucp_ep_h ep;
   ZPPCHECK(zppUcxGetEp(u, peer, &ep));
   /* Ring messages for receives already posted move out of the way, so a
@@ -358,6 +369,7 @@ static int reqsDone(zppUcxReq_t* const* reqs, int n) {
 }
 
 zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
+  if (u->abandoned) return abandonedError(u);
   const double timeout = u->comm->timeoutSec > 0 ? u->comm->timeoutSec : 1e9;
   const double busy = u->busy.sec;
   int idled = 0, yielded = 0;

@@ -165,6 +165,13 @@ struct zppUcx {
   int wakeFd; /* eventfd written by zppUcxAbort */
   _Atomic int aborted;
   int closing;
+  /* A quiesce left a send queued in UCX (to a dead peer): UCX 1.13 would
+   * pack it from the caller's buffer, long freed, at the next progress of
+   * the worker, and no close or drain takes it out (a segfault in
+   * uct_mm_ep_process_pending, test_comm_lost_node). So the worker is never
+   * progressed again, and at destroy it is kept, untouched, until the
+   * process exits (zppUcxDestroy). */
+  int abandoned;
   char* addrBlob; /* every rank's addresses */
   peer_t* peers;
   zppUcxReq_t live; /* list head of requests in flight */

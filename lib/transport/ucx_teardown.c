@@ -1,5 +1,6 @@
 /* UCX host transport: errors, abort, teardown and diagnostics; see ucx.h. */
 #include <errno.h>
+#include <pthread.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -21,6 +22,7 @@
 /* Progresses until no request but the control receive is live, or the time
  * is up. */
 int zppUcxDrain(zppUcx_t* u, double limitSec) {
+  if (u->abandoned) return 0;
   double end = zppClockNow() + limitSec;
   for (;;) {
     zppUcxShmProgress(u);
@@ -195,6 +197,12 @@ static void closeEps(zppUcx_t* u, unsigned mode, double limitSec) {
   free(closing);
 }
 
+static int sendsLive(zppUcx_t* u) {
+  for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
+    if (!r->isRecv && !r->done) return 1;
+  return 0;
+}
+
 void zppUcxQuiesce(zppUcx_t* u) {
   if (u == NULL) return;
   /* Tell the others, also when one of them told us (then all but that
@@ -214,18 +222,29 @@ void zppUcxQuiesce(zppUcx_t* u) {
   for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
     if (r->isRecv && !r->done && r->ucpReq && !zppUcxIsControlRecv(u, r))
       ucp_request_cancel(u->worker, r->ucpReq);
-  /* Sends cannot be cancelled: drop the endpoints that still carry some. */
-  int sendsLeft = 0;
-  for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
-    if (!r->isRecv && !r->done) sendsLeft = 1;
-  if (sendsLeft) {
+  /* Sends cannot be cancelled. Most end by themselves, and soon: a queued
+   * eager send to a live peer once that peer's worker makes room. Only the
+   * ones left then (to a dead peer, or a rendezvous whose receiver
+   * cancelled) go with their endpoints, by a forced close: UCX 1.13 does
+   * not purge every queued send of a forced shared-memory endpoint, and
+   * one it later packed read the caller's freed buffer (a segfault in
+   * uct_mm_ep_process_pending, test_comm_lost_node). */
+  int left = zppUcxDrain(u, QUIESCE_WAIT_SEC);
+  if (sendsLive(u)) {
     u->closing = 1;
     closeEps(u, UCP_EP_CLOSE_FLAG_FORCE, QUIESCE_WAIT_SEC);
+    left = zppUcxDrain(u, QUIESCE_WAIT_SEC);
   }
-  int left = zppUcxDrain(u, QUIESCE_WAIT_SEC);
-  if (left != 0)
+  if (sendsLive(u)) {
+    u->abandoned = 1;
+    ZPP_INFO(NET,
+             "%s: rank %d: a send to a failed peer is still queued in UCX: this communicator's "
+             "worker is not progressed again, and is kept until the process exits",
+             u->comm->name, u->rank);
+  } else if (left != 0) {
     ZPP_INFO(NET, "%s: rank %d: %d transfers to failed peers left to the worker", u->comm->name,
              u->rank, left);
+  }
   /* Completed but never waited for: release. */
   zppUcxReq_t* r = u->live.next;
   while (r != &u->live) {
@@ -242,10 +261,27 @@ void zppUcxAbort(zppUcx_t* u) {
   if (u->wakeFd >= 0) (void)!write(u->wakeFd, &one, sizeof(one));
 }
 
+/* Abandoned workers (see zppUcx_t.abandoned), reachable until the process
+ * exits: never freed, so nothing reads freed memory, and not reported as
+ * leaks either. */
+static pthread_mutex_t keptLock = PTHREAD_MUTEX_INITIALIZER;
+static zppUcx_t** kept;
+static int nKept;
+
 void zppUcxDestroy(zppUcx_t* u) {
   if (u == NULL) return;
   /* First: UCX 1.13 may abort in the teardown below (ucp_worker_destroy). */
   zppUcxShmUnlink(u);
+  if (u->abandoned) {
+    pthread_mutex_lock(&keptLock);
+    zppUcx_t** more = realloc(kept, (size_t)(nKept + 1) * sizeof(*kept));
+    if (more != NULL) {
+      kept = more;
+      kept[nKept++] = u;
+    }
+    pthread_mutex_unlock(&keptLock);
+    return;
+  }
   if (u->worker) {
     u->closing = 1;
     zppUcxReq_t* control[2] = {u->noticeRecv, u->wakeRecv};
