@@ -210,6 +210,8 @@ def c10d_features():
         found.append("ZPP_C10D_SHRINK")
     if re.search(r"\bregisterAbortHook\s*\(", backend):
         found.append("ZPP_C10D_ABORT_HOOKS")
+    if re.search(r"\bget_reconfigure_handle\s*\(", backend):
+        found.append("ZPP_C10D_RECONFIGURE")
     return found
 
 

@@ -103,11 +103,13 @@ def _timeout(options, torch_timeout):
 
 
 def _create(dist_opts, pg_options):
+    # enable_reconfigure (torch 2.15): the communicator waits for dist._reconfigure.
     return _new_backend(dist_opts.store, dist_opts.group_rank, dist_opts.group_size, pg_options,
-                        dist_opts.timeout, "torch:" + str(dist_opts.group_id))
+                        dist_opts.timeout, "torch:" + str(dist_opts.group_id),
+                        deferred=bool(getattr(dist_opts, "enable_reconfigure", False)))
 
 
-def _new_backend(store, rank, size, options, torch_timeout, comm_name):
+def _new_backend(store, rank, size, options, torch_timeout, comm_name, deferred=False):
     """A ZppBackend over a rendezvous in `store` (torch's, or torchft's for
     a quorum): options a torch_zpp.Options or None."""
     options = options if options is not None else Options()
@@ -126,7 +128,7 @@ def _new_backend(store, rank, size, options, torch_timeout, comm_name):
         quant_rotate=_int(options.rotate),
         host_id=options.host_id or "",
         comm_name=comm_name,
-        timeout_in_effect=in_effect, timeout_from=source)
+        timeout_in_effect=in_effect, timeout_from=source, deferred=deferred)
 
 
 dist.Backend.register_backend("zpp", _create, extended_api=True, devices=["cpu", "cuda"])

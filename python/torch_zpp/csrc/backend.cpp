@@ -12,6 +12,10 @@
 #include <c10/util/accumulate.h>
 
 #include <cstring>
+#include <variant>
+#include <unistd.h>
+#include <random>
+#include <algorithm>
 
 #include "conversions.hpp"
 
@@ -61,9 +65,40 @@ std::vector<at::Tensor> flattenAll(const std::vector<at::Tensor>& ts) {
 
 }  // namespace
 
+zppConfig_t ZppBackend::configOf(const Settings& s) const {
+  zppConfig_t config = ZPP_CONFIG_INITIALIZER;
+  config.timeoutSec = s.timeoutSec;
+  config.qwzBits = s.qwzBits;
+  config.qgzBits = s.qgzBits;
+  config.quantBlock = s.quantBlock;
+  if (s.compressMinBytes >= 0) config.compressMinBytes = static_cast<size_t>(s.compressMinBytes);
+  config.hpzGroupSize = s.hpzGroupSize;
+  config.quantRotate = s.quantRotate;
+  if (!settings_.hostId.empty()) config.hostId = settings_.hostId.c_str();
+  if (!settings_.commName.empty()) config.commName = settings_.commName.c_str();
+  return config;
+}
+
 ZppBackend::ZppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        const Settings& s)
-    : c10d::Backend(rank, size) {
+    : c10d::Backend(rank, size), settings_(s), store_(store) {
+  timeoutFrom_ = s.timeoutFrom;
+  timeoutSec_ = s.timeoutInEffect;
+#ifdef ZPP_C10D_RECONFIGURE
+  char host[256] = "";
+  gethostname(host, sizeof(host) - 1);
+  std::random_device rd;
+  char part[32];
+  std::snprintf(part, sizeof(part), "%08x%08x", rd(), rd());
+  handle_ = std::string("zpp:") + host + ":" + std::to_string(getpid()) + ":" + part;
+  if (s.deferred) {
+    awaitingReconfigure_ = true;
+    worker_ = std::thread([this] { workerLoop(); });
+    return;
+  }
+#else
+  TORCH_CHECK(!s.deferred, "zpp: enable_reconfigure needs torch 2.15's reconfigure API");
+#endif
   // The unique id goes through the group's store: torch hands every group
   // (and device) its own prefixed store, so one key per store is enough.
   static const std::string key = "zpp_unique_id";
@@ -80,18 +115,7 @@ ZppBackend::ZppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
                 " bytes, not ", sizeof(id));
     std::memcpy(&id, bytes.data(), sizeof(id));
   }
-  zppConfig_t config = ZPP_CONFIG_INITIALIZER;
-  config.timeoutSec = s.timeoutSec;
-  config.qwzBits = s.qwzBits;
-  config.qgzBits = s.qgzBits;
-  config.quantBlock = s.quantBlock;
-  if (s.compressMinBytes >= 0) config.compressMinBytes = static_cast<size_t>(s.compressMinBytes);
-  config.hpzGroupSize = s.hpzGroupSize;
-  config.quantRotate = s.quantRotate;
-  if (!s.hostId.empty()) config.hostId = s.hostId.c_str();
-  if (!s.commName.empty()) config.commName = s.commName.c_str();
-  timeoutFrom_ = s.timeoutFrom;
-  timeoutSec_ = s.timeoutInEffect;
+  zppConfig_t config = configOf(s);
   zppResult_t res = zppCommInitRankConfig(&comm_, size, id, rank, &config);
   if (res != zppSuccess) throwZpp(res, nullptr, "zppCommInitRankConfig");
   worker_ = std::thread([this] { workerLoop(); });
@@ -186,6 +210,90 @@ c10::intrusive_ptr<c10d::Backend> ZppBackend::shrink(const std::vector<int64_t>&
     TORCH_CHECK(false, "zpp shrink: the new communicator's rank and size are unreadable");
   }
   return c10::make_intrusive<ZppBackend>(child, rank, size, from, timeoutSec);
+}
+#endif
+
+#ifdef ZPP_C10D_RECONFIGURE
+c10::intrusive_ptr<c10d::Work> ZppBackend::reconfigure(const c10d::ReconfigureOptions& opts) {
+  std::vector<std::string> members;
+  if (auto* list = std::get_if<std::vector<c10d::ReconfigureHandle>>(&opts.handles)) {
+    members = *list;
+  } else {
+    auto& set = std::get<std::unordered_set<c10d::ReconfigureHandle>>(opts.handles);
+    members.assign(set.begin(), set.end());
+    std::sort(members.begin(), members.end());  // every member sorts alike
+  }
+  const int n = static_cast<int>(members.size());
+  TORCH_CHECK(n >= 1, "zpp reconfigure: no handles");
+  int pos = -1;
+  for (int i = 0; i < n; i++) {
+    TORCH_CHECK(members[i].rfind("zpp:", 0) == 0, "zpp reconfigure: handle ", i, " ('", members[i],
+                "') is not a zpp handle (get_reconfigure_handle of a zpp group)");
+    for (int j = 0; j < i; j++)
+      TORCH_CHECK(members[j] != members[i], "zpp reconfigure: handle '", members[i], "' given twice");
+    if (members[i] == handle_) pos = i;
+  }
+  TORCH_CHECK(pos >= 0, "zpp reconfigure: this process's handle ('", handle_, "') is not among the ", n,
+              " handles");
+  TORCH_CHECK(usedUuids_.insert(opts.uuid).second, "zpp reconfigure: uuid ", opts.uuid,
+              " was used already on this group: pass a new one on every reconfigure");
+  TORCH_CHECK(store_, "zpp reconfigure: this group has no store to meet in (a group made by shrink)");
+  int timeoutSec = timeoutSec_;
+  std::string from = timeoutFrom_;
+  if (opts.timeout.has_value()) {
+    timeoutSec = static_cast<int>((opts.timeout->count() + 999) / 1000);
+    from = "reconfigure(timeout=" + std::to_string(timeoutSec) + " s)";
+  }
+  // The first member's process makes the meeting; the others find it in the store.
+  const std::string key = "zpp_reconfigure_" + std::to_string(opts.uuid);
+  zppUniqueId id;
+  if (pos == 0) {
+    zppResult_t res = zppGetUniqueId(&id);
+    if (res != zppSuccess) throwZpp(res, nullptr, "zppGetUniqueId");
+    std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(&id),
+                               reinterpret_cast<uint8_t*>(&id) + sizeof(id));
+    store_->set(key, bytes);
+  } else {
+    store_->wait({key}, std::chrono::milliseconds(static_cast<int64_t>(timeoutSec) * 1000));
+    std::vector<uint8_t> bytes = store_->get(key);
+    TORCH_CHECK(bytes.size() == sizeof(id), "zpp reconfigure: the unique id in the store has ",
+                bytes.size(), " bytes, not ", sizeof(id));
+    std::memcpy(&id, bytes.data(), sizeof(id));
+  }
+  {
+    // The old communicator goes first: its works fail ("aborted").
+    std::lock_guard<std::mutex> commLock(commLock_);
+    if (comm_ != nullptr) zppCommAbort(comm_);
+    comm_ = nullptr;
+    aborted_ = true;
+  }
+  zppConfig_t config = configOf(settings_);
+  config.timeoutSec = timeoutSec;
+  zppComm_t comm = nullptr;
+  zppResult_t res = zppCommInitRankConfig(&comm, n, id, pos, &config);
+  if (res != zppSuccess) throwZpp(res, nullptr, "zppCommInitRankConfig (reconfigure)");
+  {
+    std::lock_guard<std::mutex> commLock(commLock_);
+    comm_ = comm;
+    aborted_ = false;
+    awaitingReconfigure_ = false;
+    rank_ = pos;
+    size_ = n;
+    timeoutSec_ = timeoutSec;
+    timeoutFrom_ = from;
+  }
+  seq_ = 0;
+#ifdef ZPP_C10D_ABORT_HOOKS
+  {
+    std::lock_guard<std::mutex> lock(hooksLock_);
+    hooksRan_ = false;  // the new communicator's first failure runs them again
+  }
+#endif
+  auto w = c10::make_intrusive<ZppWork>(pos, c10d::OpType::UNKNOWN, "reconfigure",
+                                        std::vector<at::Tensor>{});
+  w->queued_ = true;  // done already: nothing to queue
+  w->complete(zppSuccess, "");
+  return w;
 }
 #endif
 
@@ -825,6 +933,9 @@ void ZppBackend::checkAlive() {
 c10::intrusive_ptr<ZppWork> ZppBackend::newWork(c10d::OpType type, const char* call,
                                                 std::vector<at::Tensor> outputs,
                                                 const at::Tensor& sample) {
+  TORCH_CHECK(!awaitingReconfigure_, "zpp ", call,
+              ": the process group was made with enable_reconfigure=True and has no communicator "
+              "until dist._reconfigure");
   TORCH_CHECK(comm_ != nullptr, "zpp ", call, ": the process group was shut down or aborted");
   TORCH_CHECK(!coalescing_ || isP2P(type) || type == c10d::OpType::COALESCED, "zpp ", call,
               ": only send and recv may be coalesced (batch_isend_irecv), not collectives");

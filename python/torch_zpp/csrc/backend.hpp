@@ -57,6 +57,8 @@
 
 #include "compat.hpp"
 #include "work.hpp"
+#include <set>
+
 #include "zpp.h"
 
 namespace torch_zpp {
@@ -77,6 +79,8 @@ struct Settings {
   // "init_process_group(timeout=0:00:20)", "ZPP_TIMEOUT=20", ...
   int timeoutInEffect = 0;
   std::string timeoutFrom;
+  // enable_reconfigure (torch 2.15): no communicator until reconfigure().
+  bool deferred = false;
 };
 
 class ZppBackend : public c10d::Backend {
@@ -116,6 +120,20 @@ class ZppBackend : public c10d::Backend {
   bool supportsShrinking() const override { return true; }
   c10::intrusive_ptr<c10d::Backend> shrink(const std::vector<int64_t>& ranksToExclude, int shrinkFlags,
                                            const c10::intrusive_ptr<Options>& optsOverride) override;
+#endif
+
+#ifdef ZPP_C10D_RECONFIGURE
+  // The reconfigure API (torch 2.15, dist._reconfigure): this process's
+  // handle names it (host, pid and a random part; the same for the
+  // backend's life). reconfigure() makes a communicator of the processes
+  // whose handles it gets, ranked by their position (a list) or in sorted
+  // order (a set): the first one's process makes a unique id and puts it
+  // into the group's store under the uuid, the others take it from there;
+  // the old communicator, if any, is aborted first (its works fail). The
+  // uuid must be new on every call. Blocking; the returned work is done.
+  bool supportsReconfigure() const override { return true; }
+  c10d::ReconfigureHandle get_reconfigure_handle() const override { return handle_; }
+  c10::intrusive_ptr<c10d::Work> reconfigure(const c10d::ReconfigureOptions& opts) override;
 #endif
 
 #ifdef ZPP_C10D_ABORT_HOOKS
@@ -300,6 +318,15 @@ class ZppBackend : public c10d::Backend {
   bool deviceGroupOpen_ = false;           // a zpp group of device calls is open (CUDA only)
   std::string timeoutFrom_;                // Settings::timeoutFrom
   int timeoutSec_ = 0;                     // Settings::timeoutInEffect
+  // The config for new communicators (reconfigure); the store they meet in.
+  zppConfig_t configOf(const Settings& s) const;
+  Settings settings_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  bool awaitingReconfigure_ = false;  // under commLock_: deferred, not yet reconfigured
+#ifdef ZPP_C10D_RECONFIGURE
+  std::string handle_;
+  std::set<int64_t> usedUuids_;
+#endif
 #ifdef ZPP_C10D_ABORT_HOOKS
   void runAbortHooksOnce();  // the worker, after a failed work
   std::mutex hooksLock_;     // the two below

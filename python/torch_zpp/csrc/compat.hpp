@@ -13,7 +13,9 @@
 //   ZPP_C10D_PREMUL_SUM      Types.hpp names PreMulSumSupplement (the NCCL
 //                            name then an alias kept for old code);
 //   ZPP_C10D_SHRINK          Backend has supportsShrinking / shrink (2.15);
-//   ZPP_C10D_ABORT_HOOKS     Backend has registerAbortHook & co. (2.15).
+//   ZPP_C10D_ABORT_HOOKS     Backend has registerAbortHook & co. (2.15);
+//   ZPP_C10D_RECONFIGURE     Backend has supportsReconfigure /
+//                            get_reconfigure_handle / reconfigure (2.15).
 // Overriding the canonical names where they exist keeps torch_zpp off the
 // deprecated aliases; overriding the old ones elsewhere reaches the same
 // code, since every caller goes through one of the two.

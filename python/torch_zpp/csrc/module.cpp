@@ -54,7 +54,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(py::init([](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int timeoutSec,
                        int qwzBits, int qgzBits, int quantBlock, int64_t compressMinBytes,
                        int hpzGroupSize, const std::string& hostId, const std::string& commName,
-                       int timeoutInEffect, const std::string& timeoutFrom, int quantRotate) {
+                       int timeoutInEffect, const std::string& timeoutFrom, int quantRotate,
+                       bool deferred) {
              Settings s;
              s.timeoutSec = timeoutSec;
              s.qwzBits = qwzBits;
@@ -67,13 +68,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              s.commName = commName;
              s.timeoutInEffect = timeoutInEffect;
              s.timeoutFrom = timeoutFrom;
+             s.deferred = deferred;
              return c10::make_intrusive<ZppBackend>(store, rank, size, s);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
            py::arg("qwz_bits"), py::arg("qgz_bits"), py::arg("quant_block"),
            py::arg("compress_min_bytes"), py::arg("hpz_group_size"), py::arg("host_id"),
            py::arg("comm_name"), py::arg("timeout_in_effect") = 0, py::arg("timeout_from") = "",
-           py::arg("quant_rotate") = ZPP_CONFIG_UNDEF_INT, py::call_guard<py::gil_scoped_release>())
+           py::arg("quant_rotate") = ZPP_CONFIG_UNDEF_INT, py::arg("deferred") = false,
+           py::call_guard<py::gil_scoped_release>())
       .def("qwz_all_gather", &ZppBackend::qwzAllGather, py::arg("output"), py::arg("input"),
            py::arg("bits"), py::call_guard<py::gil_scoped_release>())
       .def("qgz_reduce_scatter", &ZppBackend::qgzReduceScatter, py::arg("output"), py::arg("input"),
