@@ -25,8 +25,8 @@ Exit 0 pass, 1 fail, 77 skipped.
 """
 import json
 import math
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
