@@ -1,7 +1,7 @@
 /*
  * zpp-train --elastic: training that survives a lost node (docs/trainer.md, "Elastic training").
  *
- * The launcher (this process, with -N or --layout) forks the ranks and watches them. A rank that
+ * The launcher (this process, with --layout NxL, N >= 2) forks the ranks and watches them. A rank that
  * dies is reported to the others through a mailbox in shared memory, as a job's agent or store
  * would; once the survivors have shrunk their communicator, the launcher starts a replacement
  * process for each lost rank, on its node, which joins them by zppCommGrow.

@@ -226,8 +226,10 @@ ZPP_API zppResult_t zppCommRevoke(zppComm_t comm);
  * rank twice, one out of range or every rank is zppInvalidArgument; the
  * calling rank in its own list is zppInvalidUsage; survivors whose lists
  * differ (or an excluded rank that calls anyway) are refused by the
- * meeting, and every survivor's call fails, within the timeout. Blocking:
- * it returns when all survivors have joined. */
+ * meeting, and every survivor's call fails, within twice the timeout.
+ * Blocking: it returns when all survivors have joined; the meeting waits
+ * twice the timeout from its first member on, since a survivor may learn of
+ * the failure only at its own timeout. */
 #define ZPP_SHRINK_DEFAULT 0x00
 #define ZPP_SHRINK_ABORT 0x01
 ZPP_API zppResult_t zppCommShrink(zppComm_t comm, const int* excludeRanks, int excludeCount,

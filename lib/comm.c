@@ -247,6 +247,7 @@ zppResult_t zppCommStateInitWithSettings(zppComm_t* out, int nranks, const zppUn
            s->blocking ? "" : ", created in the background (blocking = 0)");
   zppCompressApply(comm, &s->compress);
   ZPPCHECKGOTO(zppBootstrapCreate(rank, nranks, s->timeoutSec, &comm->bootstrap), res, err_free);
+  if (s->meetSec > 0) zppBootstrapSetJoinTimeout(comm->bootstrap, s->meetSec);
   if (s->blocking) {
     ZPPCHECKGOTO(build(comm, id, s), res, err_free);
     *out = comm;

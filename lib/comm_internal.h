@@ -29,6 +29,9 @@ typedef struct {
    * size of the communicator this member comes from, 0 for a newcomer. */
   int grow;
   int growFromSize;
+  /* A zppCommShrink member: how long the survivors' meeting waits for all
+   * of them (0: timeoutSec). */
+  double meetSec;
 } zppCommSettings_t;
 
 /* Validates config (NULL: defaults) and resolves every setting: explicit

@@ -81,9 +81,16 @@ zppResult_t zppCommStateShrink(struct zppComm* parent, const int* exclude, int n
   size_t saltLen = 0;
   ZPP_CALLOCGOTO(salt, 4 + 4 * (size_t)n, res, out);
   shrinkSalt(n, excluded, salt, &saltLen);
+  /* Survivors learn of a failure at different times: one at once (its peer's
+   * connection broke), another only at its own timeout (it waited on a peer
+   * that is alive but will not send). So the meeting waits twice the
+   * timeout from its first member on, and every survivor that calls shrink
+   * after a failed call still finds it open. */
+  s.meetSec = 2 * s.timeoutSec;
   zppUniqueId id;
   if (me == leader)
-    ZPPCHECKGOTO(zppBootstrapStandbyRoot(parent->bootstrap, salt, saltLen, size, &id), res, out);
+    ZPPCHECKGOTO(zppBootstrapStandbyRoot(parent->bootstrap, salt, saltLen, size, s.meetSec, &id), res,
+                 out);
   else
     ZPPCHECKGOTO(zppBootstrapStandbyId(parent->bootstrap, leader, salt, saltLen, &id), res, out);
   ZPP_INFO(INIT, "comm %s rank %d: shrink without %d rank(s): rank %d of %d, meeting at rank %d",

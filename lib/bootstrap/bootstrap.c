@@ -33,6 +33,7 @@ enum { OP_ALLGATHER = 1, OP_BROADCAST = 2, OP_BARRIER = 3 };
 struct zppBootstrap {
   int rank, nranks;
   double timeoutSec;
+  double joinTimeoutSec; /* the wait for the root at join, when longer (zppBootstrapSetJoinTimeout) */
   unsigned char secret[ZPP_SECRET_BYTES];
   struct sockaddr_in root;
   int abortPipe[2];
@@ -449,8 +450,15 @@ zppResult_t zppBootstrapJoin(zppBootstrap_t* bs, const zppUniqueId* id, const ch
   ZPPCHECK(decodeId(id, &bs->root, bs->secret, &idFlags));
   zppSockWait_t w = {zppClockNow() + bs->timeoutSec, bs->timeoutSec, bs->abortPipe[0], 0};
   zppSockWait_t rootWait = w;
+  if (bs->joinTimeoutSec > bs->timeoutSec) {
+    rootWait.deadline = zppClockNow() + bs->joinTimeoutSec;
+    rootWait.timeoutSec = bs->joinTimeoutSec;
+  }
   rootWait.refusalFinal = (idFlags & ZPP_ID_FLAG_ROOT_STARTED) != 0;
   ZPPCHECKGOTO(joinRoot(bs, hostId, &rootWait, &listenFd), res, err);
+  /* The ring's own timeout starts now: the meeting at the root may have
+   * taken longer than one (zppBootstrapSetJoinTimeout). */
+  w.deadline = zppClockNow() + bs->timeoutSec;
   if (nranks > 1) {
     ZPPCHECKGOTO(connectRing(bs, listenFd, &w), res, err);
     /* Nobody returns before everyone is in the ring: a rank that returned
@@ -516,8 +524,10 @@ static zppResult_t standbySecret(const zppBootstrap_t* bs, const void* salt, siz
   return zppSuccess;
 }
 
+void zppBootstrapSetJoinTimeout(zppBootstrap_t* bs, double sec) { bs->joinTimeoutSec = sec; }
+
 zppResult_t zppBootstrapStandbyRoot(zppBootstrap_t* bs, const void* salt, size_t saltLen, int nranks,
-                                    zppUniqueId* id) {
+                                    double timeoutSec, zppUniqueId* id) {
   ZPP_ARGCHECK(nranks >= 1 && nranks <= bs->nranks, "bootstrap: standby root for %d ranks", nranks);
   if (bs->standbyFd < 0)
     ZPP_FAIL(zppInvalidUsage, BOOT,
@@ -525,7 +535,7 @@ zppResult_t zppBootstrapStandbyRoot(zppBootstrap_t* bs, const void* salt, size_t
              bs->rank);
   unsigned char s[ZPP_SECRET_BYTES];
   ZPPCHECK(standbySecret(bs, salt, saltLen, s));
-  ZPPCHECK(zppBootRootStart(bs->standbyFd, &bs->addrs[bs->rank], s, nranks, bs->timeoutSec));
+  ZPPCHECK(zppBootRootStart(bs->standbyFd, &bs->addrs[bs->rank], s, nranks, timeoutSec));
   bs->standbyFd = -1; /* the root's now */
   encodeId(id, &bs->addrs[bs->rank], s);
   char as[ZPP_SOCKADDR_STRLEN];

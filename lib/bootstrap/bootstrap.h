@@ -57,6 +57,9 @@ zppResult_t zppBootstrapInit(const zppUniqueId* id, int rank, int nranks, const 
  * progress. After a failed Join the bootstrap is broken; destroy it. */
 zppResult_t zppBootstrapCreate(int rank, int nranks, double timeoutSec, zppBootstrap_t** out);
 zppResult_t zppBootstrapJoin(zppBootstrap_t* bs, const zppUniqueId* id, const char* hostId);
+/* Before the join: it waits up to sec for the root and the other ranks there
+ * (when longer than the bootstrap's timeout, which bounds everything else). */
+void zppBootstrapSetJoinTimeout(zppBootstrap_t* bs, double sec);
 
 int zppBootstrapRank(const zppBootstrap_t* bs);
 int zppBootstrapSize(const zppBootstrap_t* bs);
@@ -84,9 +87,11 @@ zppResult_t zppBootstrapBarrier(zppBootstrap_t* bs);
  * zppBootstrapInit. The secret is the bootstrap's folded with salt: ranks
  * that pass different salts (for a shrink: different exclude lists) are
  * refused by the root, and their meeting fails, never forms two groups. One
- * meeting per bootstrap; both work after an abort. */
+ * meeting per bootstrap; both work after an abort. The root waits timeoutSec
+ * for the members (a meeting may need longer than the bootstrap's timeout:
+ * zppCommShrink's). */
 zppResult_t zppBootstrapStandbyRoot(zppBootstrap_t* bs, const void* salt, size_t saltLen, int nranks,
-                                    zppUniqueId* id);
+                                    double timeoutSec, zppUniqueId* id);
 zppResult_t zppBootstrapStandbyId(const zppBootstrap_t* bs, int root, const void* salt, size_t saltLen,
                                   zppUniqueId* id);
 

@@ -184,15 +184,15 @@ zpp_test(test_comm_grow_bad EXE test_comm_grow ARGS bad LABELS comm TIMEOUT 120)
 # per call and size here (a 1-in-5 failure shows in 12 trials 19 times in 20; by hand: 20 trials per
 # case, docs/fault-tolerance.md).
 zpp_test_executable(test_comm_lost_node SOURCES test_comm_lost_node.c comm_exercise.c LIBS zpp_launch)
-# Under the sanitizers two of them (a kill, two failures in a row): the others take the same paths.
-# Not here: 3x2 twice, which fails about once in 400 trials (a survivor of the second failure sees
-# it only at its 20 s timeout, after the shrink's meeting closed; docs/fault-tolerance.md).
-foreach(args "2x2;kill;12" "2x2/cyclic;kill;12" "3x2;kill;12" "4x1;kill;12" "2x2;twice;12" "4x1;twice;12"
-        "3x2;stop;6;small" "4x1;stop;6;large")
+# Under the sanitizers only 2x2 kill: the others take the same paths (and CI's time is short).
+# 3x2 twice is where a survivor may learn of the second failure only at its 20 s timeout (about
+# once in 250 trials): its shrink then takes 21 s, and must succeed (docs/fault-tolerance.md).
+foreach(args "2x2;kill;12" "2x2/cyclic;kill;12" "3x2;kill;12" "4x1;kill;12" "2x2;twice;12" "3x2;twice;12"
+        "4x1;twice;12" "3x2;stop;6;small" "4x1;stop;6;large")
   string(REPLACE ";" "_" tag "${args}")
   string(REPLACE "/" "_" tag "${tag}")
   set(labels comm)
-  if(NOT tag MATCHES "^(2x2_kill_12|2x2_twice_12)$")
+  if(NOT tag STREQUAL "2x2_kill_12")
     list(APPEND labels sanitized_long)
   endif()
   zpp_test(test_comm_lost_node_${tag} EXE test_comm_lost_node ARGS ${args} LABELS ${labels} TIMEOUT 180)

@@ -11,11 +11,13 @@
 
 #include <c10/util/accumulate.h>
 
-#include <cstring>
-#include <variant>
 #include <unistd.h>
-#include <random>
+
 #include <algorithm>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <variant>
 
 #include "conversions.hpp"
 
@@ -63,6 +65,28 @@ std::vector<at::Tensor> flattenAll(const std::vector<at::Tensor>& ts) {
   return v;
 }
 
+// A unique id through a store: made (zppGetUniqueId, whose root lives in
+// this process) and put under key, or taken from there once it is (within
+// wait, else the store's own timeout).
+zppUniqueId idThroughStore(c10d::Store& store, const std::string& key, bool make,
+                           std::optional<std::chrono::milliseconds> wait) {
+  zppUniqueId id;
+  if (make) {
+    zppResult_t res = zppGetUniqueId(&id);
+    if (res != zppSuccess) throwZpp(res, nullptr, "zppGetUniqueId");
+    std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(&id),
+                               reinterpret_cast<uint8_t*>(&id) + sizeof(id));
+    store.set(key, bytes);
+    return id;
+  }
+  if (wait.has_value()) store.wait({key}, *wait);
+  std::vector<uint8_t> bytes = store.get(key);
+  TORCH_CHECK(bytes.size() == sizeof(id), "zpp: the unique id in the store (", key, ") has ",
+              bytes.size(), " bytes, not ", sizeof(id));
+  std::memcpy(&id, bytes.data(), sizeof(id));
+  return id;
+}
+
 }  // namespace
 
 zppConfig_t ZppBackend::configOf(const Settings& s) const {
@@ -101,20 +125,7 @@ ZppBackend::ZppBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
 #endif
   // The unique id goes through the group's store: torch hands every group
   // (and device) its own prefixed store, so one key per store is enough.
-  static const std::string key = "zpp_unique_id";
-  zppUniqueId id;
-  if (rank == 0) {
-    zppResult_t res = zppGetUniqueId(&id);
-    if (res != zppSuccess) throwZpp(res, nullptr, "zppGetUniqueId");
-    std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(&id),
-                               reinterpret_cast<uint8_t*>(&id) + sizeof(id));
-    store->set(key, bytes);
-  } else {
-    std::vector<uint8_t> bytes = store->get(key);
-    TORCH_CHECK(bytes.size() == sizeof(id), "zpp: the unique id in the store has ", bytes.size(),
-                " bytes, not ", sizeof(id));
-    std::memcpy(&id, bytes.data(), sizeof(id));
-  }
+  zppUniqueId id = idThroughStore(*store, "zpp_unique_id", rank == 0, std::nullopt);
   zppConfig_t config = configOf(s);
   zppResult_t res = zppCommInitRankConfig(&comm_, size, id, rank, &config);
   if (res != zppSuccess) throwZpp(res, nullptr, "zppCommInitRankConfig");
@@ -245,21 +256,8 @@ c10::intrusive_ptr<c10d::Work> ZppBackend::reconfigure(const c10d::ReconfigureOp
     from = "reconfigure(timeout=" + std::to_string(timeoutSec) + " s)";
   }
   // The first member's process makes the meeting; the others find it in the store.
-  const std::string key = "zpp_reconfigure_" + std::to_string(opts.uuid);
-  zppUniqueId id;
-  if (pos == 0) {
-    zppResult_t res = zppGetUniqueId(&id);
-    if (res != zppSuccess) throwZpp(res, nullptr, "zppGetUniqueId");
-    std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(&id),
-                               reinterpret_cast<uint8_t*>(&id) + sizeof(id));
-    store_->set(key, bytes);
-  } else {
-    store_->wait({key}, std::chrono::milliseconds(static_cast<int64_t>(timeoutSec) * 1000));
-    std::vector<uint8_t> bytes = store_->get(key);
-    TORCH_CHECK(bytes.size() == sizeof(id), "zpp reconfigure: the unique id in the store has ",
-                bytes.size(), " bytes, not ", sizeof(id));
-    std::memcpy(&id, bytes.data(), sizeof(id));
-  }
+  zppUniqueId id = idThroughStore(*store_, "zpp_reconfigure_" + std::to_string(opts.uuid), pos == 0,
+                                  std::chrono::milliseconds(static_cast<int64_t>(timeoutSec) * 1000));
   {
     // The old communicator goes first: its works fail ("aborted").
     std::lock_guard<std::mutex> commLock(commLock_);
