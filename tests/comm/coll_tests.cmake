@@ -187,8 +187,9 @@ zpp_test_executable(test_comm_lost_node SOURCES test_comm_lost_node.c comm_exerc
 # Under the sanitizers only 2x2 kill: the others take the same paths (and CI's time is short).
 # 3x2 twice is where a survivor may learn of the second failure only at its 20 s timeout (about
 # once in 250 trials): its shrink then takes 21 s, and must succeed (docs/fault-tolerance.md).
-foreach(args "2x2;kill;12" "2x2/cyclic;kill;12" "3x2;kill;12" "4x1;kill;12" "2x2;twice;12" "3x2;twice;12"
-        "4x1;twice;12" "3x2;stop;6;small" "4x1;stop;6;large")
+# By hand, not here: 4x1 twice and the stop mode (a hung node; test_coll_deadpeer stop and
+# test_comm_shrink_hung take those paths in CI).
+foreach(args "2x2;kill;12" "2x2/cyclic;kill;12" "3x2;kill;12" "4x1;kill;12" "2x2;twice;12" "3x2;twice;12")
   string(REPLACE ";" "_" tag "${args}")
   string(REPLACE "/" "_" tag "${tag}")
   set(labels comm)
