@@ -351,6 +351,9 @@ void zppCommStateStop(struct zppComm* comm, const char* reason) {
 
 zppResult_t zppCommStateAbort(struct zppComm* comm) {
   ZPPCHECK(takeHandle(comm, "zppCommAbort"));
+  /* Not after a revoke or an error: the peers' calls end by those already. */
+  comm->farewell = atomic_load(&comm->built) && !atomic_load(&comm->aborted) &&
+                   atomic_load(&comm->asyncError) == zppSuccess;
   zppCommStateStop(comm, "aborted by zppCommAbort");
   /* The frees wait for the threads stopped above to leave. */
   commFree(comm);

@@ -27,6 +27,10 @@ struct zppComm {
   struct zppTransports* transports;
   _Atomic int asyncError; /* zppResult_t; zppSuccess while healthy */
   _Atomic int aborted;    /* set by zppCommAbort or zppCommRevoke, from any thread */
+  /* zppCommAbort of a healthy communicator: its destroy tells the peers
+   * this rank left, so that their calls fail at once instead of at their
+   * timeout (lib/transport/ucx_teardown.c). */
+  int farewell;
   pthread_mutex_t errorLock;
   char lastError[512];            /* reason for asyncError, for zppGetLastError */
   zppCompressSettings_t compress; /* ZeRO++ settings (lib/compress_settings.c) */

@@ -108,6 +108,12 @@ void zppUcxEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   p->state = EP_FAILED;
   p->failStatus = status;
   if (u->closing) return; /* peers closing their side at destroy */
+  /* The peer's notice, if it came in the same progress, says why: a rank
+   * that aborted says so before its endpoints go. */
+  if (u->noticeRecv != NULL && u->noticeRecv->done) {
+    (void)zppUcxCheckNotice(u);
+    return;
+  }
   zppUcxFail(u, zppRemoteError, "%s: rank %d lost rank %d (host %s): %s", u->comm->name, u->rank,
              p->rank, zppUcxHostOf(u, p->rank), ucs_status_string(status));
 }

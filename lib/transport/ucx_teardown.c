@@ -42,7 +42,10 @@ static int sendNotices(zppUcx_t* u, zppUcxReq_t** sent) {
   int n = 0;
   u->noticeOut.rank = u->rank;
   u->noticeOut.code = atomic_load(&u->comm->asyncError);
-  snprintf(u->noticeOut.reason, sizeof(u->noticeOut.reason), "%s", zppCommStateLastError(u->comm));
+  /* The communicator's own reason: at its destroy its handle is gone, and
+   * zppCommStateLastError would answer with the log's last error. */
+  snprintf(u->noticeOut.reason, sizeof(u->noticeOut.reason), "%.*s",
+           (int)sizeof(u->noticeOut.reason) - 1, u->comm->lastError);
   for (int p = 0; p < u->nranks; p++) {
     /* Existing endpoints only: making one now means a tcp connect, which
      * UCX 1.13 does blocking: to a node whose link is down it would hang
@@ -203,6 +206,15 @@ static int sendsLive(zppUcx_t* u) {
   return 0;
 }
 
+/* Sends the notices once, and waits for them to leave (NOTICE_WAIT_SEC). */
+static void announce(zppUcx_t* u) {
+  if (u->noticeSent) return;
+  u->noticeSent = 1;
+  zppUcxReq_t** sent = calloc((size_t)u->nranks, sizeof(*sent));
+  if (sent != NULL) drainNotices(u, sent, sendNotices(u, sent), NOTICE_WAIT_SEC);
+  free(sent);
+}
+
 void zppUcxQuiesce(zppUcx_t* u) {
   if (u == NULL) return;
   /* Tell the others, also when one of them told us (then all but that
@@ -212,12 +224,7 @@ void zppUcxQuiesce(zppUcx_t* u) {
    * on first use; test_comm_shrink dead 2x2/cyclic); passed on by every
    * rank once, it reaches each rank that some chain of endpoints
    * reaches. */
-  if (!u->noticeSent && !atomic_load(&u->aborted)) {
-    u->noticeSent = 1;
-    zppUcxReq_t** sent = calloc((size_t)u->nranks, sizeof(*sent));
-    if (sent != NULL) drainNotices(u, sent, sendNotices(u, sent), NOTICE_WAIT_SEC);
-    free(sent);
-  }
+  if (!atomic_load(&u->aborted)) announce(u);
   zppUcxShmCancel(u);
   for (zppUcxReq_t* r = u->live.next; r != &u->live; r = r->next)
     if (r->isRecv && !r->done && r->ucpReq && !zppUcxIsControlRecv(u, r))
@@ -272,6 +279,21 @@ void zppUcxDestroy(zppUcx_t* u) {
   if (u == NULL) return;
   /* First: UCX 1.13 may abort in the teardown below (ucp_worker_destroy). */
   zppUcxShmUnlink(u);
+  /* A rank that aborts a healthy communicator says so: to its peers, in a
+   * call or about to make one, that reads "rank R failed: ... aborted by
+   * zppCommAbort" at once, where it was their timeout (how a torchft replica
+   * that shuts down looks to the others; gloo's peers see its sockets
+   * close). No call runs on the worker any more. A notice that cannot leave
+   * (a peer hung without our knowing) is a queued send like quiesce's. */
+  if (u->worker && u->comm->farewell && !u->abandoned) {
+    announce(u);
+    if (sendsLive(u)) {
+      u->closing = 1;
+      closeEps(u, UCP_EP_CLOSE_FLAG_FORCE, QUIESCE_WAIT_SEC);
+      zppUcxDrain(u, QUIESCE_WAIT_SEC);
+      u->abandoned = sendsLive(u);
+    }
+  }
   if (u->abandoned) {
     pthread_mutex_lock(&keptLock);
     zppUcx_t** more = realloc(kept, (size_t)(nKept + 1) * sizeof(*kept));

@@ -41,7 +41,7 @@ zpp_coll_test(test_coll_6_nodes_3x2_rd ARGS 6 3x2 ENV "ZPP_ALGO_REDUCESCATTER=rd
 
 # Faults and bad input: each case its own process, the times asserted inside.
 zpp_test_executable(test_coll_faults SOURCES test_coll_faults.c LIBS zpp_coll_testlib zpp_launch)
-foreach(case kill stall mismatch abort revoke args roots vcounts)
+foreach(case kill stall mismatch abort leave revoke args roots vcounts)
   zpp_test(test_coll_faults_${case} EXE test_coll_faults ARGS ${case} LABELS comm TIMEOUT 300)
 endforeach()
 # A stress shim, not a test of its own: LD_PRELOAD it to delay every

@@ -5,6 +5,8 @@
  *   test_coll_faults stall     a rank stops calling: the others time out
  *   test_coll_faults mismatch  other count / op / type / collective on one rank
  *   test_coll_faults abort     zppCommAbort from another thread unblocks a rank
+ *   test_coll_faults leave     a rank aborts a healthy communicator: the others' calls,
+ *                              made before or after, fail at once naming it
  *   test_coll_faults revoke    zppCommRevoke from another thread ends a blocked call, the
  *                              queued work and a stream synchronize, and frees nothing
  *   test_coll_faults args      bad arguments and streams, comm still usable after
@@ -439,6 +441,79 @@ static int testAbort(void) {
   return 0;
 }
 
+/* ---- a rank leaves: zppCommAbort of a healthy communicator ---------------- */
+
+/* The leaver aborts LEAVE_AT s after a first call that all made; the others
+ * call again before it (in the call when it leaves) or after (the notice is
+ * waiting for them). Both must fail within LEAVE_BOUND s of the abort, far
+ * from their 30 s timeout, and name the leaver and the abort. */
+#define LEAVE_AT 0.3
+#define LEAVE_BOUND 2.0
+
+typedef struct {
+  int leaver;
+  int callLate; /* the others call 0.5 s after the abort */
+} leaveArg_t;
+
+static int leaveBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  const leaveArg_t* a = arg;
+  zppComm_t comm;
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  cfg.timeoutSec = 30;
+  REQUIRE(zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) == zppSuccess);
+  size_t count = (size_t)1 << 20;
+  float* buf = calloc(count, sizeof(float));
+  REQUIRE(buf);
+  REQUIRE(zppAllReduce(buf, buf, count, zppFloat32, zppSum, comm, NULL) == zppSuccess);
+  double start = zppClockNow();
+  if (rank == a->leaver) {
+    zppTestSleep(LEAVE_AT);
+    REQUIRE(zppCommAbort(comm) == zppSuccess);
+    free(buf);
+    return 0;
+  }
+  if (a->callLate) zppTestSleep(LEAVE_AT + 0.5);
+  zppResult_t res = zppAllReduce(buf, buf, count, zppFloat32, zppSum, comm, NULL);
+  record(rank, comm, res, start); /* elapsed: from LEAVE_AT before the abort */
+  zppCommDestroy(comm);
+  free(buf);
+  return 0;
+}
+
+static int testLeave(void) {
+  int bad = 0;
+  double worst = 0.0;
+  for (int trial = 0; trial < 8; trial++) {
+    leaveArg_t a = {.leaver = 3 - trial / 2, .callLate = trial % 2};
+    int status[4];
+    launch(4, "2x2", leaveBody, &a, status);
+    char want[64];
+    snprintf(want, sizeof(want), "rank %d (host", a.leaver);
+    for (int r = 0; r < 4; r++) {
+      if (r == a.leaver) {
+        bad += status[r] != 0;
+        continue;
+      }
+      /* From the abort, or from the call when made after it. */
+      double late = shared->elapsed[r] - (a.callLate ? LEAVE_AT + 0.5 : LEAVE_AT);
+      int ok = status[r] == 0 && shared->result[r] == zppRemoteError && late < LEAVE_BOUND &&
+               strstr(shared->reason[r], want) != NULL &&
+               strstr(shared->reason[r], "aborted by zppCommAbort") != NULL;
+      if (late > worst) worst = late;
+      if (!ok || trial == 0 || getenv("ZPP_TEST_VERBOSE"))
+        printf("leave trial %d (rank %d leaves, others call %s): rank %d: %s, status %d, result %d "
+               "%.2f s after the abort: %s\n",
+               trial, a.leaver, a.callLate ? "after" : "before", r, ok ? "ok" : "WRONG", status[r],
+               shared->result[r], late, shared->reason[r]);
+      bad += !ok;
+    }
+  }
+  printf("leave: 8 launches, %d rank outcomes wrong; slowest error %.2f s after the abort\n", bad,
+         worst);
+  CHECK_MSG(bad == 0, "%d rank outcomes wrong", bad);
+  return 0;
+}
+
 /* ---- revoke from another thread ------------------------------------------- */
 
 /* Ranks 2 and 3 stay alive but never join (hung peers: only a revoke or the
@@ -609,6 +684,8 @@ int main(int argc, char** argv) {
     testMismatch();
   else if (strcmp(which, "abort") == 0)
     testAbort();
+  else if (strcmp(which, "leave") == 0)
+    testLeave();
   else if (strcmp(which, "revoke") == 0)
     testRevoke();
   else if (strcmp(which, "args") == 0)
@@ -618,7 +695,7 @@ int main(int argc, char** argv) {
   else if (strcmp(which, "vcounts") == 0)
     testVcounts();
   else {
-    fprintf(stderr, "usage: %s kill|stall|mismatch|abort|revoke|args|roots|vcounts\n", argv[0]);
+    fprintf(stderr, "usage: %s kill|stall|mismatch|abort|leave|revoke|args|roots|vcounts\n", argv[0]);
     return 2;
   }
   printf("%s: %.1f s\n", which, zppClockNow() - t0);
