@@ -501,10 +501,11 @@ static int testLeave(void) {
                strstr(shared->reason[r], "aborted by zppCommAbort") != NULL;
       if (late > worst) worst = late;
       if (!ok || trial == 0 || getenv("ZPP_TEST_VERBOSE"))
-        printf("leave trial %d (rank %d leaves, others call %s): rank %d: %s, status %d, result %d "
-               "%.2f s after the abort: %s\n",
-               trial, a.leaver, a.callLate ? "after" : "before", r, ok ? "ok" : "WRONG", status[r],
-               shared->result[r], late, shared->reason[r]);
+        printf(
+            "leave trial %d (rank %d leaves, others call %s): rank %d: %s, status %d, result %d "
+            "%.2f s after the abort: %s\n",
+            trial, a.leaver, a.callLate ? "after" : "before", r, ok ? "ok" : "WRONG", status[r],
+            shared->result[r], late, shared->reason[r]);
       bad += !ok;
     }
   }
