@@ -356,9 +356,7 @@ zppResult_t zppUcxProbe(zppUcx_t* u, int peer, const zppMsgId_t* id, int* found)
       q->failStatus = UCS_ERR_CONNECTION_RESET;
     }
   }
-  if (p->state == EP_FAILED)
-    return zppUcxFail(u, zppRemoteError, "%s: rank %d: rank %d (host %s) failed: %s", u->comm->name,
-                      u->rank, peer, zppUcxHostOf(u, peer), ucs_status_string(p->failStatus));
+  if (p->state == EP_FAILED) return zppUcxPeerFailedError(u, peer);
   return checkAborted(u);
 }
 
@@ -411,10 +409,7 @@ zppResult_t zppUcxWaitAll(zppUcx_t* u, zppUcxReq_t** reqs, int n) {
         ZPPCHECK(finishReq(u, r));
         continue;
       }
-      if (u->peers[r->peer].state == EP_FAILED)
-        return zppUcxFail(u, zppRemoteError, "%s: rank %d: rank %d (host %s) failed: %s", u->comm->name,
-                          u->rank, r->peer, zppUcxHostOf(u, r->peer),
-                          ucs_status_string(u->peers[r->peer].failStatus));
+      if (u->peers[r->peer].state == EP_FAILED) return zppUcxPeerFailedError(u, r->peer);
       if (firstPending < 0) firstPending = i;
       pending++;
     }

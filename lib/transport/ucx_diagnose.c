@@ -108,11 +108,19 @@ void zppUcxEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   p->state = EP_FAILED;
   p->failStatus = status;
   if (u->closing) return; /* peers closing their side at destroy */
-  /* The peer's notice, if it came in the same progress, says why: a rank
-   * that aborted says so before its endpoints go. */
-  if (u->noticeRecv != NULL && u->noticeRecv->done) {
-    (void)zppUcxCheckNotice(u);
-    return;
+  /* A notice that came in the same progress says why: a rank that aborts
+   * says so before its endpoints go (then only the calls that need it
+   * fail), and one that failed names its error. */
+  const zppUcxReq_t* n = u->noticeRecv;
+  if (n != NULL && n->done && n->status == UCS_OK) {
+    if (!u->noticeIn.left) {
+      (void)zppUcxCheckNotice(u);
+      return;
+    }
+    if (u->noticeIn.rank == p->rank) {
+      p->left = 1;
+      return;
+    }
   }
   zppUcxFail(u, zppRemoteError, "%s: rank %d lost rank %d (host %s): %s", u->comm->name, u->rank,
              p->rank, zppUcxHostOf(u, p->rank), ucs_status_string(status));
@@ -122,14 +130,34 @@ zppResult_t zppUcxCheckNotice(zppUcx_t* u) {
   zppUcxReq_t* r = u->noticeRecv;
   if (r == NULL || !r->done) return zppSuccess;
   u->noticeRecv = NULL;
-  u->noticeGot = 1;
   ucs_status_t st = r->status;
   zppUcxReqRelease(u, r);
   if (st != UCS_OK) return zppSuccess; /* cancelled at destroy */
+  int from = u->noticeIn.rank;
+  if (u->noticeIn.left && from >= 0 && from < u->nranks && from != u->rank) {
+    peer_t* p = &u->peers[from];
+    if (p->state != EP_CLOSED) p->state = EP_FAILED;
+    p->left = 1;
+    ZPP_INFO(NET, "%s: rank %d: rank %d (host %s) left: it aborted its communicator", u->comm->name,
+             u->rank, from, zppUcxHostOf(u, from));
+    return zppUcxPostNoticeRecv(u); /* for the next rank that leaves, or fails */
+  }
+  u->noticeGot = 1;
   u->noticeIn.reason[sizeof(u->noticeIn.reason) - 1] = '\0';
   zppResult_t code = u->noticeIn.code == zppInvalidUsage ? zppInvalidUsage : zppRemoteError;
   return zppUcxFail(u, code, "%s: rank %d (host %s) failed: %s", u->comm->name, u->noticeIn.rank,
                     zppUcxHostOf(u, u->noticeIn.rank), u->noticeIn.reason);
+}
+
+zppResult_t zppUcxPeerFailedError(zppUcx_t* u, int peer) {
+  const peer_t* p = &u->peers[peer];
+  if (p->left)
+    return zppUcxFail(u, zppRemoteError,
+                      "%s: rank %d: rank %d (host %s) left: it aborted its communicator "
+                      "(zppCommAbort)",
+                      u->comm->name, u->rank, peer, zppUcxHostOf(u, peer));
+  return zppUcxFail(u, zppRemoteError, "%s: rank %d: rank %d (host %s) failed: %s", u->comm->name,
+                    u->rank, peer, zppUcxHostOf(u, peer), ucs_status_string(p->failStatus));
 }
 
 /* ---- mismatched collectives --------------------------------------------- */

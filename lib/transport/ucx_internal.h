@@ -102,6 +102,7 @@ typedef struct {
   int watchPid; /* same machine and pid namespace: liveness by pid */
   epState_t state;
   ucs_status_t failStatus;
+  int left; /* EP_FAILED by its farewell: it aborted its communicator */
   ucp_ep_h ep;
   rankInfo_t info;
   const ucp_address_t* addr; /* the address this rank connects with */
@@ -143,10 +144,14 @@ struct zppP2pReq {
   struct zppP2pReq* shmNext; /* in the peer's posted or queued list */
 };
 
+/* An error notice: rank `rank` failed with `code` for `reason`, and the
+ * communicator is broken. A farewell (left = 1) only says that rank aborted
+ * its healthy communicator: the calls that need it fail, the others go on. */
 typedef struct {
   int32_t rank;
   int32_t code;
-  char reason[248];
+  int32_t left;
+  char reason[244];
 } notice_t;
 
 struct zppUcx {
@@ -241,8 +246,12 @@ void zppUcxFillRankInfo(rankInfo_t* info);
 int zppUcxPeerAlive(const peer_t* p);
 /* UCX's error callback of endpoints across nodes (arg: the peer_t). */
 void zppUcxEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
-/* The error another rank announced, once its notice arrived. */
+/* The error another rank announced, once its notice arrived; a farewell
+ * marks its rank failed (peer_t.left) and waits for the next notice. */
 zppResult_t zppUcxCheckNotice(zppUcx_t* u);
+
+/* The communicator's error for a call that needs `peer`, failed (EP_FAILED). */
+zppResult_t zppUcxPeerFailedError(zppUcx_t* u, int peer);
 /* Records a signature mismatch with peer (got: its, want: this rank's). */
 zppResult_t zppUcxMismatchError(zppUcx_t* u, int peer, uint32_t got, uint32_t want);
 /* The same for a point-to-point receive r, with both sides' byte counts. */

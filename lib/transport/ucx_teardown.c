@@ -42,6 +42,7 @@ static int sendNotices(zppUcx_t* u, zppUcxReq_t** sent) {
   int n = 0;
   u->noticeOut.rank = u->rank;
   u->noticeOut.code = atomic_load(&u->comm->asyncError);
+  u->noticeOut.left = u->comm->farewell;
   /* The communicator's own reason: at its destroy its handle is gone, and
    * zppCommStateLastError would answer with the log's last error. */
   snprintf(u->noticeOut.reason, sizeof(u->noticeOut.reason), "%.*s",

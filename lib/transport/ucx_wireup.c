@@ -82,10 +82,10 @@ zppResult_t zppUcxGetEp(zppUcx_t* u, int peer, ucp_ep_h* out) {
     *out = p->ep;
     return zppSuccess;
   }
+  if (p->state == EP_FAILED) return zppUcxPeerFailedError(u, peer);
   if (p->state != EP_NONE)
     return zppUcxFail(u, zppRemoteError, "%s: rank %d cannot reach rank %d (host %s): %s",
-                      u->comm->name, u->rank, peer, zppUcxHostOf(u, peer),
-                      p->state == EP_FAILED ? ucs_status_string(p->failStatus) : "endpoint closed");
+                      u->comm->name, u->rank, peer, zppUcxHostOf(u, peer), "endpoint closed");
   ucp_ep_params_t params;
   memset(&params, 0, sizeof(params));
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;

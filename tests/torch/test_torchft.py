@@ -1,8 +1,6 @@
 """torch_zpp.torchft.ProcessGroupZpp: torchft's own process-group tests, and a
 replica lost and replaced.
 
-    test_torchft.py collectives
-                              torchft's MultiPgBaseTest, its collective tests only
     test_torchft.py suite     torchft's MultiPgBaseTest (torchft/process_group_test.py,
                               shipped in its wheel) with zpp as the backend: three
                               ranks as threads of one process, each collective
@@ -10,12 +8,18 @@ replica lost and replaced.
                               allgather and its coalesced form, alltoall_base,
                               barrier, broadcast, reduce_scatter and its tensor
                               form, send/recv) on a configured group, then again
-                              after a reconfigure with the last rank gone
-                              (the others' call must fail, errored() then names
-                              an abort), as torchft runs gloo's. The resiliency
-                              half takes 4.6 min: the rank that leaves is a thread
-                              whose abort its peers (threads of the same process)
-                              only see at their 30 s timeout; the longer suite
+                              after a reconfigure with the last rank gone: it
+                              shuts its group down, the others' call must fail
+                              (at once: zpp's words for it joined to the
+                              pattern torchft's test matches), errored() then
+                              names an abort, as torchft runs gloo's (6 s)
+    test_torchft.py recovery  torchft's own Manager tests (torchft/manager_integ_test.py):
+                              test_ddp_healthy, test_ddp_recovery (async and
+                              sync quorum) and test_ddp_recovery_multi_rank, two
+                              replica groups as threads with an in-process
+                              lighthouse, whose train loop's ProcessGroupGloo()
+                              becomes ProcessGroupZpp: a replica raises at step
+                              2, restarts, heals, and the state dicts agree (1 s)
     test_torchft.py replace   three processes, as a Manager drives them: quorum 1
                               of 3 (allreduce through get_future); process 2
                               dies; the survivors' call raises, errored() says
@@ -30,6 +34,7 @@ installed into the torch environment by scripts/setup-torch-extras.sh.
 import argparse
 import datetime
 import os
+import signal
 import sys
 import time
 
@@ -55,7 +60,13 @@ def ensure_torchft():
 
 # ---- torchft's own tests ---------------------------------------------------------------------
 
-def suite(pattern, resiliency):
+# How torchft's resiliency test's pattern begins, and zpp's errors for a peer
+# that left ("rank 2 (host h) left: it aborted its communicator"), failed
+# ("rank 2 (host h) failed: ...") or died ("rank 0 lost rank 2 (host h): ...").
+PEER_GONE_GLOO = "(Connection closed by peer|"
+PEER_GONE_ZPP = r"rank \d+ \(host [^)]*\) (left|failed)|lost rank \d+"
+
+def suite(pattern):
     import unittest
 
     from torchft import process_group_test as ft
@@ -70,6 +81,13 @@ def suite(pattern, resiliency):
         def _create_pg(cls, backend):
             return ProcessGroupZpp(timeout=datetime.timedelta(seconds=10))
 
+        def assertRaisesRegex(self, expected, regex, *args, **kwargs):
+            # The resiliency test lists each backend's words for a peer that
+            # left ("Connection closed by peer" is gloo's): zpp's join them.
+            if isinstance(regex, str) and regex.startswith(PEER_GONE_GLOO):
+                regex = "(" + PEER_GONE_ZPP + "|" + regex[1:]
+            return super().assertRaisesRegex(expected, regex, *args, **kwargs)
+
     for name in ft._ALL_COLLECTIVES:
         def plain(self, c=name):
             self._run_parallel(c, device="cpu")
@@ -79,13 +97,247 @@ def suite(pattern, resiliency):
 
         tag = name.replace("/", "_")
         setattr(ZppMultiPgTest, "test_collective_" + tag, plain)
-        if resiliency:
-            setattr(ZppMultiPgTest, "test_collective_with_resiliency_" + tag, resilient)
+        setattr(ZppMultiPgTest, "test_collective_with_resiliency_" + tag, resilient)
     loader = unittest.TestLoader()
     if pattern:
         loader.testNamePatterns = ["*%s*" % pattern]
     result = unittest.TextTestRunner(verbosity=2).run(loader.loadTestsFromTestCase(ZppMultiPgTest))
     return 0 if result.wasSuccessful() else 1
+
+
+def recovery(pattern):
+    """torchft's ManagerIntegTest recovery tests, its process groups zpp's."""
+    import unittest
+
+    from torchft import manager_integ_test as ft
+
+    from torch_zpp.torchft import ProcessGroupZpp
+
+    # Its train loop makes ProcessGroupGloo() (60 s timeout): the same, on zpp.
+    ft.ProcessGroupGloo = lambda: ProcessGroupZpp(timeout=datetime.timedelta(seconds=60))
+    names = ["test_ddp_healthy", "test_ddp_recovery_0_async_quorum", "test_ddp_recovery_1_sync_quorum",
+             "test_ddp_recovery_multi_rank"]
+    if pattern:
+        names = [n for n in names if pattern in n]
+    tests = unittest.TestSuite(ft.ManagerIntegTest(n) for n in names)
+    t0 = time.time()
+    result = unittest.TextTestRunner(verbosity=2).run(tests)
+    print("torchft recovery tests on zpp: %d run in %.1f s" % (result.testsRun, time.time() - t0))
+    return 0 if result.wasSuccessful() else 1
+
+
+# ---- torchft's Manager: a replica group killed, the other goes on, the group restarts ---------
+
+GROUPS = 2        # replica groups (each its own node: ZPP_HOSTID)
+GROUP_RANKS = 2   # ranks per group: rank r of each group is one zpp communicator
+KILL_STEP = 5     # group 1 kills its processes in this step, once both groups are in it
+ALONE_STEPS = 3   # steps group 0 commits alone before group 1 restarts
+STEPS = 20        # training ends in the first step at or past this one that both groups are in
+FT_TIMEOUT = 30   # every wait of the Manager and its process group
+STEP_S = 0.02     # the model's compute is microseconds: a step's pace, as a real one would have
+
+
+def member(group, rank, incarnation, env):
+    """One rank of one replica group: torchft's Manager and optimizer wrapper
+    over ProcessGroupZpp, healing over the same group (PGTransport); it logs
+    each step (JSON lines), and saves its state at the end."""
+    import json
+
+    import torch
+    from torch import nn, optim
+    from torchft import Manager
+    from torchft.checkpointing.pg_transport import PGTransport
+    from torchft.optim import OptimizerWrapper
+
+    from torch_zpp.torchft import ProcessGroupZpp
+
+    out = env["ZPP_FT_OUT"]
+    log = open(os.path.join(out, "log_%d_%d_%d.jsonl" % (group, rank, incarnation)), "a")
+
+    def note(**kw):
+        kw["t"] = time.time()
+        log.write(json.dumps(kw) + "\n")
+        log.flush()
+
+    note(event="imported")
+
+    timeout = datetime.timedelta(seconds=FT_TIMEOUT)
+    if env.get("ZPP_FT_BACKEND") == "gloo":  # torchft's own, to compare with
+        from torchft.process_group import ProcessGroupGloo
+        pg = ProcessGroupGloo(timeout=timeout)
+    else:
+        pg = ProcessGroupZpp(timeout=timeout)
+    torch.manual_seed(42 + group)  # replicas start apart: the first quorum syncs them
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    inner = optim.Adam(model.parameters(), lr=0.01)
+
+    def state_dict():
+        return {"model": model.state_dict(), "optim": inner.state_dict()}
+
+    def load_state_dict(sd):
+        model.load_state_dict(sd["model"])
+        inner.load_state_dict(sd["optim"])
+
+    manager = Manager(pg=pg, min_replica_size=1, load_state_dict=load_state_dict,
+                      state_dict=state_dict, replica_id=str(group), store_addr="127.0.0.1",
+                      store_port=int(env["ZPP_FT_STORE_PORT"]), rank=rank, world_size=GROUP_RANKS,
+                      lighthouse_addr=env["ZPP_FT_LIGHTHOUSE"], port=0, timeout=timeout,
+                      quorum_timeout=timeout, connect_timeout=timeout,
+                      checkpoint_transport=PGTransport(pg, timeout=timeout,
+                                                       device=torch.device("cpu")))
+    opt = OptimizerWrapper(manager, inner)
+    note(event="start")
+    while True:
+        step = manager.current_step()
+        data = torch.Generator().manual_seed(1000 * step + 10 * group + rank)
+        x = torch.randn(8, 16, generator=data)
+        y = torch.randint(0, 4, (8,), generator=data)
+        opt.zero_grad()  # starts the step's quorum
+        participants = manager.num_participants()
+        if group == 1 and incarnation == 0 and step >= KILL_STEP and participants == GROUPS:
+            note(event="kill", step=step)
+            os.kill(os.getpid(), signal.SIGKILL)  # group 0 is in this step's all-reduce
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        # The Manager's fault-tolerant all-reduce (the average over the
+        # quorum's replicas): a failed one is reported to the Manager, not
+        # raised. Not torchft's DistributedDataParallel: in 0.2.0 its comm
+        # hook asserts when the all-reduce fails (gloo's too), and training
+        # stops.
+        for w in [manager.allreduce(p.grad) for p in model.parameters()]:
+            w.wait()
+        opt.step()  # commits if every replica's all-reduce went through
+        time.sleep(STEP_S)
+        now = manager.current_step()
+        note(event="step", step=step, now=now, committed=now > step, participants=participants,
+             loss=loss.item())
+        if now >= STEPS and participants == GROUPS and now > step:
+            break
+    torch.save(state_dict(), os.path.join(out, "final_%d_%d.pt" % (group, rank)))
+    note(event="end", step=manager.current_step())
+    log.close()
+    os._exit(0)  # not waiting for torchft's servers to wind down
+
+
+def manager_case():
+    """The driver: an in-process lighthouse, as torchft's tests start it, and
+    the replica groups' processes; group 1 dies at KILL_STEP, restarts after
+    group 0 committed ALONE_STEPS alone, heals, and both finish equal."""
+    import json
+    import shutil
+    import subprocess
+    import tempfile
+
+    import torch
+    from torch.distributed import TCPStore
+    from torchft._torchft import LighthouseServer
+
+    # A replica that stops heartbeating leaves the quorum after 1 s; a
+    # quorum waits at most 1 s for a healthy replica that has not joined.
+    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=1000,
+                                  heartbeat_timeout_ms=1000)
+    out = tempfile.mkdtemp(prefix="zpp_torchft_")
+    stores = []
+
+    def start(group, incarnation):
+        # A fresh store per incarnation: a Manager reads its group's manager
+        # address from it, and a dead incarnation's would still be there.
+        store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        stores.append(store)
+        procs = []
+        for rank in range(GROUP_RANKS):
+            env = dict(os.environ, ZPP_FT_OUT=out, ZPP_FT_STORE_PORT=str(store.port),
+                       ZPP_FT_LIGHTHOUSE=lighthouse.address(), ZPP_HOSTID="group%d" % group)
+            procs.append(subprocess.Popen(
+                [sys.executable, os.path.abspath(__file__), "manager", "--member",
+                 "%d,%d,%d" % (group, rank, incarnation)], env=env, start_new_session=True))
+        return procs
+
+    def events(group, rank, incarnation):
+        path = os.path.join(out, "log_%d_%d_%d.jsonl" % (group, rank, incarnation))
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.endswith("\n")]
+
+    def fail(msg):
+        print("manager: FAIL: %s (logs in %s)" % (msg, out), flush=True)
+        for p in everyone:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+        return 1
+
+    t0 = time.time()
+    survivors = start(0, 0)
+    victims = start(1, 0)
+    everyone = survivors + victims
+    deadline = t0 + 240
+    # 1. group 1 dies
+    while any(p.poll() is None for p in victims):
+        if time.time() > deadline or any(p.poll() not in (None, 0) for p in survivors):
+            return fail("group 1 did not die at step %d, or group 0 failed" % KILL_STEP)
+        time.sleep(0.05)
+    if any(p.returncode != -signal.SIGKILL for p in victims):
+        return fail("group 1 exited %s, not by its SIGKILL" % [p.returncode for p in victims])
+    killed = min(e["t"] for r in range(GROUP_RANKS) for e in events(1, r, 0) if e["event"] == "kill")
+    kill_step = max(e["step"] for e in events(1, 0, 0) if e["event"] == "kill")
+    # 2. group 0 goes on alone
+    while True:
+        alone = [e for e in events(0, 0, 0) if e["event"] == "step" and e["committed"]
+                 and e["participants"] == 1]
+        if len(alone) >= ALONE_STEPS:
+            break
+        if time.time() > deadline or any(p.poll() is not None for p in survivors):
+            return fail("group 0 did not go on alone")
+        time.sleep(0.05)
+    # 3. group 1 restarts, heals and rejoins; all finish
+    restarted_at = time.time()
+    newcomers = start(1, 1)
+    everyone += newcomers
+    while any(p.poll() is None for p in survivors + newcomers):
+        if time.time() > deadline:
+            return fail("training did not end within %d s" % (deadline - t0))
+        time.sleep(0.1)
+    if any(p.returncode != 0 for p in survivors + newcomers):
+        return fail("exit codes %s" % [p.returncode for p in survivors + newcomers])
+    # 4. the replicas agree, bit for bit
+    for rank in range(GROUP_RANKS):
+        a = torch.load(os.path.join(out, "final_0_%d.pt" % rank))
+        b = torch.load(os.path.join(out, "final_1_%d.pt" % rank))
+        for name in a["model"]:
+            if not torch.equal(a["model"][name], b["model"][name]):
+                return fail("rank %d: the groups' %s differ" % (rank, name))
+        for i, sa in a["optim"]["state"].items():
+            for k, va in sa.items():
+                if not torch.equal(torch.as_tensor(va), torch.as_tensor(b["optim"]["state"][i][k])):
+                    return fail("rank %d: the groups' optimizer %s of parameter %s differ" % (rank, k, i))
+    # What the failure cost (group 0's rank 0 is the witness).
+    steps = [e for e in events(0, 0, 0) if e["event"] == "step"]
+    redone = [e["step"] for e in steps if not e["committed"]]
+    after = [e for e in steps if e["committed"] and e["t"] > killed]
+    back = [e for e in events(1, 0, 1) if e["event"] == "step" and e["committed"]]
+    began = [e["t"] for e in events(1, 0, 1) if e["event"] == "start"]
+    end = [e for e in events(0, 0, 0) if e["event"] == "end"][0]
+    if not after or not back:
+        return fail("no commit after the kill, or none by the restarted group")
+    summary = {
+        "kill_step": kill_step, "steps_redone": len(redone), "redone": redone,
+        "recovery_s": round(after[0]["t"] - killed, 3),
+        "alone_steps": sum(1 for e in steps if e["committed"] and e["participants"] == 1),
+        "restart_to_commit_s": round(back[0]["t"] - restarted_at, 3),
+        "manager_to_commit_s": round(back[0]["t"] - began[0], 3),
+        "rejoined_at_step": back[0]["now"] - 1, "final_step": end["step"],
+        "total_s": round(time.time() - t0, 1)}
+    print("manager: group 1 killed in step %(kill_step)d; group 0 redid %(steps_redone)d step(s) "
+          "%(redone)s and committed again %(recovery_s).2f s after the kill; %(alone_steps)d steps "
+          "alone; the restarted group committed %(restart_to_commit_s).2f s after its processes "
+          "started (%(manager_to_commit_s).2f s after its Manager), healed to step "
+          "%(rejoined_at_step)d; both ended at step %(final_step)d with equal weights and "
+          "optimizer state (%(total_s).1f s)" % summary, flush=True)
+    print("manager: " + json.dumps(summary), flush=True)
+    lighthouse.shutdown()
+    shutil.rmtree(out, ignore_errors=True)
+    return 0
 
 
 # ---- a replica lost and replaced, in processes -----------------------------------------------
@@ -172,18 +424,25 @@ def replace_body(proc):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("case", choices=["collectives", "suite", "replace"])
+    p.add_argument("case", choices=["suite", "recovery", "manager", "replace"])
+    p.add_argument("--member", help="manager: GROUP,RANK,INCARNATION (started by the driver)")
     p.add_argument("-k", dest="pattern", help="suite: only the tests whose names contain this")
     p.add_argument("--rank", type=int)
     a = p.parse_args()
     if a.rank is not None:
         replace_body(a.rank)
+    if a.member is not None:
+        member(*(int(x) for x in a.member.split(",")), os.environ)
     why = ensure_torchft()
     if why:
         print("SKIPPED: " + why)
         sys.exit(77)
-    if a.case != "replace":
-        sys.exit(suite(a.pattern, a.case == "suite"))
+    if a.case == "suite":
+        sys.exit(suite(a.pattern))
+    if a.case == "recovery":
+        sys.exit(recovery(a.pattern))
+    if a.case == "manager":
+        sys.exit(manager_case())
     import launch
 
     sys.exit(launch.spawn(os.path.abspath(__file__), "%dx1" % (N + 1), ["replace"], timeout=TIMEOUT * 3,

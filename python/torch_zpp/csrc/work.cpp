@@ -61,11 +61,14 @@ void ZppWork::complete(zppResult_t res, const std::string& why) {
   calls_.clear();
   finishers_.clear();
   keep_.clear();
-  finish(err);
+  // The future first: a caller that wait()s and then chains on getFuture()
+  // expects it complete (torchft's managed works assert so in their
+  // callbacks, which then() runs at once only on a completed future).
   if (err)
     future_->setError(err);
   else
     future_->markCompleted(c10::IValue(outputs_));
+  finish(err);
 }
 
 }  // namespace torch_zpp
