@@ -489,7 +489,8 @@ static int leaveBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
     zppRecv(in, count, zppFloat32, other, comm, NULL);
     zppResult_t pr = zppGroupEnd();
     int right = pr == zppSuccess;
-    for (size_t i = 0; right && i < count; i++) right = in[i] == (float)(other * 1000 + (int)(i % 1000));
+    for (size_t i = 0; right && i < count; i++)
+      right = in[i] == (float)(other * 1000 + (int)(i % 1000));
     shared->result[8 + rank] = right;
     free(in);
   } else {
