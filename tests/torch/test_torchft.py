@@ -195,8 +195,11 @@ def member(group, rank, incarnation, env):
         opt.zero_grad()  # starts the step's quorum
         participants = manager.num_participants()
         if group == 1 and incarnation == 0 and step >= KILL_STEP and participants == GROUPS:
+            # The group's node is lost: its processes (one process group,
+            # see the driver) die together; group 0 is in this step's
+            # all-reduce. The first rank here kills both.
             note(event="kill", step=step)
-            os.kill(os.getpid(), signal.SIGKILL)  # group 0 is in this step's all-reduce
+            os.killpg(os.getpgrp(), signal.SIGKILL)
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
         # The Manager's fault-tolerant all-reduce (the average over the
@@ -248,9 +251,12 @@ def manager_case():
         for rank in range(GROUP_RANKS):
             env = dict(os.environ, ZPP_FT_OUT=out, ZPP_FT_STORE_PORT=str(store.port),
                        ZPP_FT_LIGHTHOUSE=lighthouse.address(), ZPP_HOSTID="group%d" % group)
+            # A group's processes share a process group, as they share a node.
+            pgid = procs[0].pid if procs else 0
             procs.append(subprocess.Popen(
                 [sys.executable, os.path.abspath(__file__), "manager", "--member",
-                 "%d,%d,%d" % (group, rank, incarnation)], env=env, start_new_session=True))
+                 "%d,%d,%d" % (group, rank, incarnation)], env=env,
+                process_group=pgid))
         return procs
 
     def events(group, rank, incarnation):
@@ -264,7 +270,7 @@ def manager_case():
         print("manager: FAIL: %s (logs in %s)" % (msg, out), flush=True)
         for p in everyone:
             if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
+                os.killpg(os.getpgid(p.pid), signal.SIGKILL)
         return 1
 
     t0 = time.time()
@@ -279,8 +285,10 @@ def manager_case():
         time.sleep(0.05)
     if any(p.returncode != -signal.SIGKILL for p in victims):
         return fail("group 1 exited %s, not by its SIGKILL" % [p.returncode for p in victims])
-    killed = min(e["t"] for r in range(GROUP_RANKS) for e in events(1, r, 0) if e["event"] == "kill")
-    kill_step = max(e["step"] for e in events(1, 0, 0) if e["event"] == "kill")
+    kills = [e for r in range(GROUP_RANKS) for e in events(1, r, 0) if e["event"] == "kill"]
+    if not kills:
+        return fail("group 1 died without killing itself")
+    killed, kill_step = min(e["t"] for e in kills), kills[0]["step"]
     # 2. group 0 goes on alone
     while True:
         alone = [e for e in events(0, 0, 0) if e["event"] == "step" and e["committed"]
