@@ -178,7 +178,7 @@ for p in sys.path:
       >"$logs/$tool.summary" 2>&1 &
     sans+=($!)
   done
-  ZPP_PIPELINE_CHUNK_BYTES=4096 step coll_gpu 90 "$bin/test_coll_gpu"
+  ZPP_PIPELINE_CHUNK_BYTES=4096 step coll_gpu 150 "$bin/test_coll_gpu"
   ZPP_PIPELINE_CHUNK_BYTES=4096 step zeropp_gpu 200 "$bin/test_zeropp_gpu"
   step perf_device_1 60 "$bin/zpp-perf" --device -t allgather,reducescatter -m plain,qwz,qgz \
     -d bfloat16 -b 1M -e 256M -f 4 -n 10 -w 2 -c 1 -J "$logs/perf-device-1rank.json"

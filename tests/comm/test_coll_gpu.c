@@ -14,7 +14,12 @@
  *   NCCL's collectives.
  *   Stream arguments: host buffers with a cudaStream_t, device buffers with a
  *   host stream, and mixed host/device buffers are refused.
+ *   The device path after zppCommShrink: 4 ranks, the last one killed; the
+ *   survivors shrink (ZPP_SHRINK_ABORT), all-reduce and all-gather device
+ *   buffers on the new communicator (its NCCL communicator made anew),
+ *   checked exactly; one more rank aborts, and the last two shrink again.
  */
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,6 +305,82 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
   return zppTestFailures ? 1 : 0;
 }
 
+/* ---- the device path after a shrink --------------------------------------- */
+
+/* Device all-reduce (sum of r + 1 over the communicator's ranks r) and
+ * all-gather (rank r's block filled with r + 1), checked exactly. */
+static void deviceAfterShrink(zppComm_t comm, cudaStream_t stream, float* d, float* h, size_t count) {
+  int rank, n;
+  REQUIRE(zppCommUserRank(comm, &rank) == zppSuccess && zppCommCount(comm, &n) == zppSuccess);
+  for (size_t i = 0; i < count; i++) h[i] = (float)(rank + 1);
+  CU(cudaMemcpy(d, h, count * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK(zppAllReduce(d, d, count, zppFloat32, zppSum, comm, stream) == zppSuccess);
+  CU(cudaStreamSynchronize(stream));
+  for (size_t i = 0; i < count; i++) h[i] = (float)(n * (n + 1) / 2);
+  checkDevice(d, zppFloat32, count, h, "all-reduce after the shrink");
+  for (size_t i = 0; i < count; i++) h[i] = (float)(rank + 1);
+  CU(cudaMemcpy(d, h, count * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK(zppAllGather(d, d + count, count, zppFloat32, comm, stream) == zppSuccess);
+  CU(cudaStreamSynchronize(stream));
+  for (int r = 0; r < n; r++)
+    for (size_t i = 0; i < count; i++) h[(size_t)r * count + i] = (float)(r + 1);
+  checkDevice(d + count, zppFloat32, (size_t)n * count, h, "all-gather after the shrink");
+}
+
+static int shrinkBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  (void)arg;
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) return ZPP_TEST_SKIP;
+  CU(cudaSetDevice(rank % ndev));
+  zppComm_t comm;
+  REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
+  cudaStream_t stream;
+  CU(cudaStreamCreate(&stream));
+  const size_t count = (size_t)1 << 18;
+  float* d;
+  CU(cudaMalloc((void**)&d, count * sizeof(float) * (size_t)(nranks + 1)));
+  float* h = malloc(count * sizeof(float) * (size_t)nranks);
+  REQUIRE(h);
+  deviceAfterShrink(comm, stream, d, h, count); /* its NCCL communicator is made here */
+  int victim = nranks - 1;
+  if (rank == victim) raise(SIGKILL);
+  zppComm_t small;
+  REQUIRE(zppCommShrink(comm, &victim, 1, &small, NULL, ZPP_SHRINK_ABORT) == zppSuccess);
+  deviceAfterShrink(small, stream, d, h, count);
+  /* Again: the next-to-last leaves (zppCommAbort), the others shrink. */
+  int leaver = nranks - 2;
+  if (rank == leaver) {
+    zppCommAbort(small);
+  } else {
+    zppComm_t smaller;
+    REQUIRE(zppCommShrink(small, &leaver, 1, &smaller, NULL, ZPP_SHRINK_ABORT) == zppSuccess);
+    deviceAfterShrink(smaller, stream, d, h, count);
+    CHECK(zppCommDestroy(smaller) == zppSuccess);
+    CHECK(zppCommDestroy(small) == zppSuccess);
+  }
+  CHECK(zppCommDestroy(comm) == zppSuccess);
+  cudaFree(d);
+  free(h);
+  cudaStreamDestroy(stream);
+  printf("rank %d: device path after two shrinks: %s\n", rank, zppTestFailures ? "FAILED" : "ok");
+  return zppTestFailures ? 1 : 0;
+}
+
+static int runShrink(int ndev) {
+  int status[4];
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.nranks = 4;
+  o.timeoutSec = 300;
+  o.statusOut = status;
+  /* One GPU: the ranks are hosts of their own to NCCL, as in run(4, 2). */
+  if (ndev < 4) setenv("ZPP_LAUNCH_NCCL_HOST_PER_RANK", "1", 1);
+  zppLaunch(&o, shrinkBody, NULL);
+  int rc = status[3] == 128 + SIGKILL ? 0 : 1;
+  for (int r = 0; r < 3; r++) rc |= status[r] != 0;
+  printf("device path after shrinks (4 ranks, the last killed): %s\n", rc ? "FAILED" : "passed");
+  return rc;
+}
+
 static int run(int nranks, int shareGpu) {
   zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
   o.nranks = nranks;
@@ -332,5 +413,6 @@ int main(void) {
     setenv("ZPP_LAUNCH_NCCL_HOST_PER_RANK", "1", 1);
     rc |= run(4, 2);
   }
+  rc |= runShrink(ndev);
   return rc;
 }
