@@ -39,7 +39,14 @@ bool ZppWork::wait(std::chrono::milliseconds timeout) {
     return true;
   }
 #endif
-  return c10d::Work::wait(timeout);
+  bool done = c10d::Work::wait(timeout);
+  // The future too: a caller that wait()s and then chains on getFuture()
+  // expects it complete (torchft's managed works assert so in callbacks
+  // that then() runs at once only on a completed future). It completes
+  // right after the work (complete(): the work first, so that a caller of
+  // the future's wait() finds the work completed as well).
+  if (done) future_->wait();
+  return done;
 }
 
 void ZppWork::complete(zppResult_t res, const std::string& why) {
@@ -61,14 +68,11 @@ void ZppWork::complete(zppResult_t res, const std::string& why) {
   calls_.clear();
   finishers_.clear();
   keep_.clear();
-  // The future first: a caller that wait()s and then chains on getFuture()
-  // expects it complete (torchft's managed works assert so in their
-  // callbacks, which then() runs at once only on a completed future).
+  finish(err);
   if (err)
     future_->setError(err);
   else
     future_->markCompleted(c10::IValue(outputs_));
-  finish(err);
 }
 
 }  // namespace torch_zpp
