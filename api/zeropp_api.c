@@ -11,6 +11,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "zpp.h"
@@ -160,7 +161,8 @@ static zppResult_t qgzAsPlain(struct zppComm* comm, int ntensors, const void* co
 
 static zppResult_t qgzIssue(zppComm_t comm, int ntensors, const void* const* sendbuffs,
                             void* const* recvbuffs, const size_t* counts, zppDataType_t type,
-                            zppRedOp_t op, int bits, zppStream_t stream, int device) {
+                            zppRedOp_t op, int bits, struct zppGrad* grad, zppStream_t stream,
+                            int device) {
   size_t total = 0;
   for (int t = 0; t < ntensors; t++) total += counts[t];
   /* A call that moves nothing succeeds as qgZ on any nodes (as NCCL's count 0). */
@@ -176,9 +178,13 @@ static zppResult_t qgzIssue(zppComm_t comm, int ntensors, const void* const* sen
                     op,
                     bits,
                     zppCompressBlock(&comm->compress, bits),
-                    zppCompressQuantFlags(&comm->compress)};
+                    zppCompressQuantFlags(&comm->compress),
+                    NULL,
+                    NULL,
+                    NULL,
+                    NULL};
   if (device) return zppDeviceQgzIssue(comm, &a, stream);
-  return zppZeroppIssueQgz(comm, &a, (zppHostStream_t)stream);
+  return zppZeroppIssueQgz(comm, &a, grad, (zppHostStream_t)stream);
 }
 
 static int qgzBits(const struct zppComm* comm, int bits) {
@@ -194,7 +200,8 @@ zppResult_t zppQgzReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
   int device = 0;
   ZPPCHECK_READY(qgzValidate("zppQgzReduceScatter", 1, sends, recvs, counts, datatype, op, bits, comm,
                              stream, &device));
-  return qgzIssue(comm, 1, sends, recvs, counts, datatype, op, qgzBits(comm, bits), stream, device);
+  return qgzIssue(comm, 1, sends, recvs, counts, datatype, op, qgzBits(comm, bits), NULL, stream,
+                  device);
 }
 
 zppResult_t zppQgzReduceScatterCoalesced(int ntensors, const void* const* sendbuffs,
@@ -205,7 +212,185 @@ zppResult_t zppQgzReduceScatterCoalesced(int ntensors, const void* const* sendbu
   ZPPCHECK_READY(qgzValidate("zppQgzReduceScatterCoalesced", ntensors, sendbuffs, recvbuffs, recvcounts,
                              datatype, op, bits, comm, stream, &device));
   return qgzIssue(comm, ntensors, sendbuffs, recvbuffs, recvcounts, datatype, op, qgzBits(comm, bits),
-                  stream, device);
+                  NULL, stream, device);
+}
+
+/* ---- error feedback ---------------------------------------------------------- */
+
+static zppResult_t checkGrad(const struct zppGrad* g, const char* name) {
+  ZPP_ARGCHECK(g != NULL, "%s: grad is NULL", name);
+  ZPP_ARGCHECK(zppHandleIsLive(g, ZPP_HANDLE_GRAD),
+               "%s: not a live gradient handle (destroyed, or not made by zppGradCreate)", name);
+  return zppSuccess;
+}
+
+/* Undo, save, load and destroy read or replace what a pending call writes. */
+static zppResult_t checkSettled(const struct zppGrad* g, const char* name) {
+  int n = atomic_load(&g->inFlight);
+  ZPP_USAGECHECK(n == 0,
+                 "%s: %d call(s) on this handle not yet completed: synchronize their stream first",
+                 name, n);
+  return zppSuccess;
+}
+
+zppResult_t zppGradCreate(zppComm_t comm, size_t recvcount, zppDataType_t datatype, int bits,
+                          zppGrad_t* grad) {
+  const char* name = "zppGradCreate";
+  ZPP_ARGCHECK(grad != NULL, "%s: grad is NULL", name);
+  *grad = NULL;
+  ZPPCHECK_READY(zppCommStateCheckUsable(comm));
+  ZPPCHECK(checkType(name, datatype));
+  ZPPCHECK(checkBits(name, bits));
+  ZPPCHECK(zppApiCheckCount(name, recvcount, datatype, comm->nranks));
+  const zppTopo_t* topo = comm->topo;
+  struct zppGrad* g = calloc(1, sizeof(*g));
+  if (g == NULL) ZPP_FAIL(zppSystemError, ALL, "%s: out of memory", name);
+  g->comm = comm;
+  g->count = recvcount;
+  g->type = datatype;
+  g->bits = qgzBits(comm, bits);
+  g->nNodes = topo->nNodes;
+  /* Nodes of different sizes run plain (qgzAsPlain): no second quantization. */
+  g->hasReduce = topo->uniform && topo->nNodes > 1 && topo->nodeSize[0] > 1;
+  size_t nSend = recvcount * (size_t)comm->nranks, nReduce = recvcount * (size_t)topo->nNodes;
+  zppResult_t res = zppSuccess;
+  for (int i = 0; i < 2; i++) {
+    ZPP_CALLOCGOTO(g->send[i], nSend ? nSend : 1, res, fail);
+    if (g->hasReduce) ZPP_CALLOCGOTO(g->reduce[i], nReduce ? nReduce : 1, res, fail);
+  }
+  res = zppHandleRegister(g, ZPP_HANDLE_GRAD);
+  if (res != zppSuccess) goto fail;
+  *grad = g;
+  return zppSuccess;
+fail:
+  for (int i = 0; i < 2; i++) {
+    free(g->send[i]);
+    free(g->reduce[i]);
+  }
+  free(g);
+  return res;
+}
+
+zppResult_t zppQgzReduceScatterEF(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                  zppDataType_t datatype, zppRedOp_t op, zppGrad_t grad, zppComm_t comm,
+                                  zppStream_t stream) {
+  const char* name = "zppQgzReduceScatterEF";
+  ZPPCHECK(checkGrad(grad, name));
+  const void* sends[1] = {sendbuff};
+  void* recvs[1] = {recvbuff};
+  size_t counts[1] = {recvcount};
+  int device = 0;
+  ZPPCHECK_READY(
+      qgzValidate(name, 1, sends, recvs, counts, datatype, op, grad->bits, comm, stream, &device));
+  ZPP_ARGCHECK(comm == grad->comm, "%s: the handle belongs to another communicator (%s)", name,
+               grad->comm->name);
+  ZPP_ARGCHECK(recvcount == grad->count, "%s: recvcount %zu, the handle's is %zu", name, recvcount,
+               grad->count);
+  ZPP_ARGCHECK(datatype == grad->type, "%s: datatype %s, the handle's is %s", name,
+               zppDtypeName(datatype), zppDtypeName(grad->type));
+  ZPP_USAGECHECK(!device,
+                 "%s: error feedback runs on host buffers only (its device path is not "
+                 "written yet)",
+                 name);
+  ZPP_USAGECHECK(atomic_load(&grad->inFlight) == 0 || grad->lastStream == (zppHostStream_t)stream,
+                 "%s: a call on this handle is pending on another stream: one handle's calls go in "
+                 "order on one stream",
+                 name);
+  grad->lastStream = (zppHostStream_t)stream;
+  /* Nodes of different sizes: plain and exact; the residuals wait, as they
+   * are, for the next quantized call (after a grow, say). */
+  return qgzIssue(comm, 1, sends, recvs, counts, datatype, op, grad->bits,
+                  comm->topo->uniform ? grad : NULL, stream, device);
+}
+
+zppResult_t zppGradUndo(zppGrad_t grad) {
+  ZPPCHECK(checkGrad(grad, "zppGradUndo"));
+  ZPPCHECK(checkSettled(grad, "zppGradUndo"));
+  ZPP_USAGECHECK(atomic_exchange(&grad->undoable, 0),
+                 "zppGradUndo: nothing to undo (no call completed since the handle was made, "
+                 "loaded or last undone)");
+  atomic_store(&grad->cur, atomic_load(&grad->cur) ^ 1);
+  return zppSuccess;
+}
+
+/* The saved state: this header, then the current send residuals, then the
+ * reduce ones (when the handle has them). */
+typedef struct {
+  uint64_t magic;
+  uint64_t count;
+  int32_t type, bits, nranks, nNodes, hasReduce, pad;
+} gradState_t;
+#define GRAD_STATE_MAGIC 0x315f46455f70707aull /* "zpp_EF_1" */
+
+static size_t gradStateBytes(const struct zppGrad* g) {
+  size_t n = g->count * (size_t)g->comm->nranks + (g->hasReduce ? g->count * (size_t)g->nNodes : 0);
+  return sizeof(gradState_t) + n * sizeof(float);
+}
+
+zppResult_t zppGradStateBytes(zppGrad_t grad, size_t* bytes) {
+  ZPPCHECK(checkGrad(grad, "zppGradStateBytes"));
+  ZPP_ARGCHECK(bytes != NULL, "zppGradStateBytes: bytes is NULL");
+  *bytes = gradStateBytes(grad);
+  return zppSuccess;
+}
+
+zppResult_t zppGradSaveState(zppGrad_t grad, void* buf, size_t bytes) {
+  ZPPCHECK(checkGrad(grad, "zppGradSaveState"));
+  ZPPCHECK(checkSettled(grad, "zppGradSaveState"));
+  ZPP_ARGCHECK(buf != NULL && bytes >= gradStateBytes(grad),
+               "zppGradSaveState: %zu bytes at %p, it needs %zu (zppGradStateBytes)", bytes, buf,
+               gradStateBytes(grad));
+  gradState_t h = {GRAD_STATE_MAGIC,   grad->count,  (int32_t)grad->type, grad->bits,
+                   grad->comm->nranks, grad->nNodes, grad->hasReduce,     0};
+  char* p = buf;
+  memcpy(p, &h, sizeof(h));
+  p += sizeof(h);
+  int cur = atomic_load(&grad->cur);
+  size_t nSend = grad->count * (size_t)grad->comm->nranks * sizeof(float);
+  memcpy(p, grad->send[cur], nSend);
+  if (grad->hasReduce)
+    memcpy(p + nSend, grad->reduce[cur], grad->count * (size_t)grad->nNodes * sizeof(float));
+  return zppSuccess;
+}
+
+zppResult_t zppGradLoadState(zppGrad_t grad, const void* buf, size_t bytes) {
+  const char* name = "zppGradLoadState";
+  ZPPCHECK(checkGrad(grad, name));
+  ZPPCHECK(checkSettled(grad, name));
+  ZPP_ARGCHECK(buf != NULL && bytes == gradStateBytes(grad),
+               "%s: %zu bytes, this handle's state is %zu (zppGradStateBytes)", name, bytes,
+               gradStateBytes(grad));
+  gradState_t h;
+  memcpy(&h, buf, sizeof(h));
+  ZPP_ARGCHECK(h.magic == GRAD_STATE_MAGIC, "%s: not a saved zppGrad state", name);
+  ZPP_ARGCHECK(h.count == grad->count && h.type == (int32_t)grad->type && h.bits == grad->bits &&
+                   h.nranks == grad->comm->nranks && h.nNodes == grad->nNodes &&
+                   h.hasReduce == grad->hasReduce,
+               "%s: saved for recvcount %llu, type %d, int%d, %d ranks on %d nodes; this handle: "
+               "%zu, %d, int%d, %d ranks on %d nodes",
+               name, (unsigned long long)h.count, h.type, h.bits, h.nranks, h.nNodes, grad->count,
+               (int)grad->type, grad->bits, grad->comm->nranks, grad->nNodes);
+  const char* p = (const char*)buf + sizeof(h);
+  int cur = atomic_load(&grad->cur);
+  size_t nSend = grad->count * (size_t)grad->comm->nranks * sizeof(float);
+  memcpy(grad->send[cur], p, nSend);
+  if (grad->hasReduce)
+    memcpy(grad->reduce[cur], p + nSend, grad->count * (size_t)grad->nNodes * sizeof(float));
+  atomic_store(&grad->undoable, 0);
+  return zppSuccess;
+}
+
+zppResult_t zppGradDestroy(zppGrad_t grad) {
+  if (grad == NULL) return zppSuccess;
+  ZPPCHECK(checkSettled(grad, "zppGradDestroy"));
+  ZPP_ARGCHECK(zppHandleUnregister(grad, ZPP_HANDLE_GRAD),
+               "zppGradDestroy: not a live gradient handle (destroyed, or not made by zppGradCreate)");
+  for (int i = 0; i < 2; i++) {
+    free(grad->send[i]);
+    free(grad->reduce[i]);
+  }
+  free(grad);
+  return zppSuccess;
 }
 
 /* ---- plain calls under compression settings ------------------------------ */
@@ -227,7 +412,8 @@ zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, z
     void* recvs[1] = {call->recvbuff};
     size_t counts[1] = {call->count};
     *taken = 1;
-    return qgzIssue(comm, 1, sends, recvs, counts, call->type, call->op, s->qgzBits, stream, device);
+    return qgzIssue(comm, 1, sends, recvs, counts, call->type, call->op, s->qgzBits, NULL, stream,
+                    device);
   }
   return zppSuccess;
 }

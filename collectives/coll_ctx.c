@@ -106,8 +106,9 @@ static void describeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t l
   int zeropp = (k1 >= zppOpQwZ && k1 <= zppOpQgZ) || (k2 >= zppOpQwZ && k2 <= zppOpQgZ);
   const char* hint = !zeropp ? "count, root and algorithm settings"
                              : "count, bits, block, rotation (quantRotate, ZPP_QUANT_ROTATE), "
-                               "pipeline chunk, forward or backward, and a delta parameter's "
-                               "reference (zppParamDropReference)";
+                               "pipeline chunk, forward or backward, a delta parameter's "
+                               "reference (zppParamDropReference), and qgZ's error feedback "
+                               "(zppQgzReduceScatterEF)";
   zppCollDescribeMismatch(theirs, mine, hint, buf, len);
 }
 

@@ -29,6 +29,13 @@
  * Any count: a partition's last block is just shorter; nothing is padded or
  * dropped. Needs nodes of equal size (checked by the API layer).
  *
+ * Error feedback (a->efSendIn set; docs/zeropp.md, "Error feedback"): step
+ * 1 quantizes x = g + e (g the caller's partition, e what this rank's last
+ * quantization of it dropped) and keeps e' = x - decode(quantized x); step
+ * 3 sums the node's inputs in fp32, adds its own residual, quantizes that
+ * and keeps what it dropped. An element whose x is not finite travels as
+ * its escape and keeps its old residual.
+ *
  * Pipelining: each partition is cut into chunks of whole blocks; a bucket of
  * tensors (the coalesced call) is cut the same way per tensor, so every
  * tensor is quantized exactly as a call of its own would, and small
@@ -39,6 +46,8 @@
  * Tag steps: 2t (intra) and 2t+1 (inter), mod 256; at most two chunks per
  * hop are in flight between any pair.
  */
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,6 +56,7 @@
 #include "check.h"
 #include "names.h"
 #include "lib/comm.h"
+#include "quant_kernels/zpp_half.h"
 #include "quant_kernels/zpp_quant.h"
 
 #define NSLOTS 3
@@ -83,6 +93,8 @@ typedef struct {
   char* a2[NSLOTS];               /* N * sum: received from each node */
   zppP2pReq_t** reqIntra[NSLOTS]; /* 2L */
   zppP2pReq_t** reqInter[NSLOTS]; /* 2N */
+  float* efX;                     /* error feedback: x and its decoded form, a chunk's elements each */
+  float* efD;
 } qgz_t;
 
 static zppResult_t planChunks(qgz_t* g, size_t ce) {
@@ -128,9 +140,42 @@ static const char* sendAt(const qgz_t* g, const piece_t* p, size_t partition) {
   return (const char*)g->a->send[p->t] + (partition * g->a->counts[p->t] + p->off) * g->ts;
 }
 
+static void toFloat(const void* in, zppDataType_t type, size_t len, float* out) {
+  if (type == zppFloat32) {
+    memcpy(out, in, len * sizeof(float));
+    return;
+  }
+  const uint16_t* h = in;
+  for (size_t i = 0; i < len; i++)
+    out[i] = type == zppFloat16 ? zppHalfToFloat(h[i]) : zppBf16ToFloat(h[i]);
+}
+
+/* Error feedback's quantization: x = in (fp32 here) + eIn into dst, eOut =
+ * x - decode(dst); a non-finite x keeps its old residual. */
+static zppResult_t quantizeWithFeedback(const qgz_t* g, const float* in, const float* eIn, float* eOut,
+                                        size_t len, char* dst) {
+  const zppQgzArgs_t* a = g->a;
+  float *x = g->efX, *d = g->efD;
+  for (size_t i = 0; i < len; i++) x[i] = in[i] + eIn[i];
+  ZPPCHECK(zppQuantizeEx(x, zppFloat32, len, a->bits, a->block, a->flags, dst));
+  ZPPCHECK(zppDequantizeEx(dst, len, a->bits, a->block, d, zppFloat32));
+  for (size_t i = 0; i < len; i++) eOut[i] = isfinite(x[i]) ? x[i] - d[i] : eIn[i];
+  return zppSuccess;
+}
+
+/* Step 1 for one segment: partition `partition` of piece p into dst. */
+static zppResult_t quantizePiece(const qgz_t* g, const piece_t* p, size_t partition, char* dst) {
+  const zppQgzArgs_t* a = g->a;
+  const char* in = sendAt(g, p, partition);
+  if (a->efSendIn == NULL) return zppQuantizeEx(in, a->type, p->len, a->bits, a->block, a->flags, dst);
+  size_t at = partition * a->counts[0] + p->off;
+  /* The caller's type in fp32 first (exact): efD is free until the decode. */
+  toFloat(in, a->type, p->len, g->efD);
+  return quantizeWithFeedback(g, g->efD, a->efSendIn + at, a->efSendOut + at, p->len, dst);
+}
+
 /* Quantize chunk t and post its first hop. */
 static zppResult_t stage1(qgz_t* g, int t) {
-  const zppQgzArgs_t* a = g->a;
   const chunk_t* ch = &g->chunks[t];
   const int s = t % NSLOTS, N = g->N, L = g->L;
   const size_t s1 = (size_t)N * ch->sum, s2 = ch->sum;
@@ -142,8 +187,8 @@ static zppResult_t stage1(qgz_t* g, int t) {
         /* Local rank j's partitions, one per node in node order, as one run:
          * segment n of the piece is the partition of owner(n, j). */
         for (int n = 0; n < N; n++)
-          ZPPCHECK(zppQuantizeEx(sendAt(g, p, (size_t)g->owner[n][j]), a->type, p->len, a->bits,
-                                 a->block, a->flags, dst + (size_t)N * p->pre + (size_t)n * p->bytes));
+          ZPPCHECK(quantizePiece(g, p, (size_t)g->owner[n][j],
+                                 dst + (size_t)N * p->pre + (size_t)n * p->bytes));
       }
       zppCollProgress(g->c);
     }
@@ -157,8 +202,7 @@ static zppResult_t stage1(qgz_t* g, int t) {
     char* dst = (n == g->node ? g->a2[s] : g->r[s]) + (size_t)n * s2;
     for (int k = ch->k0; k < ch->k1; k++) {
       const piece_t* p = &g->pieces[k];
-      ZPPCHECK(zppQuantizeEx(sendAt(g, p, (size_t)g->owner[n][0]), a->type, p->len, a->bits, a->block,
-                             a->flags, dst + p->pre));
+      ZPPCHECK(quantizePiece(g, p, (size_t)g->owner[n][0], dst + p->pre));
     }
   }
   return zppGroupAllToAllPost(g->c, g->inter, N, g->node, g->r[s], s2, g->a2[s], s2, s2,
@@ -196,7 +240,18 @@ static zppResult_t stage2(qgz_t* g, int t) {
       const piece_t* p = &g->pieces[k];
       /* Inputs: every local peer's segment of this piece for node n. */
       const char* in = g->a1[s] + (size_t)N * p->pre + (size_t)n * p->bytes;
-      if (a->flags & ZPP_QUANT_ROTATE)
+      if (a->efReduceIn != NULL) {
+        /* The node's sum in fp32 (into efD, which quantizeWithFeedback
+         * reads before it decodes into it). */
+        size_t at = (size_t)n * a->counts[0] + p->off;
+        float* sum = g->efD;
+        if (a->flags & ZPP_QUANT_ROTATE)
+          ZPPCHECK(zppDequantizeSumEx(in, s1, L, p->len, a->bits, a->block, 1.0f, sum, zppFloat32));
+        else
+          ZPPCHECK(zppDequantizeSum(in, s1, L, p->len, a->bits, a->block, 1.0f, sum, zppFloat32));
+        ZPPCHECK(quantizeWithFeedback(g, sum, a->efReduceIn + at, a->efReduceOut + at, p->len,
+                                      dst + p->pre));
+      } else if (a->flags & ZPP_QUANT_ROTATE)
         ZPPCHECK(zppQuantReduceRequantEx(in, s1, L, p->len, a->bits, a->block, a->bits, a->block,
                                          a->flags, dst + p->pre));
       else
@@ -238,8 +293,13 @@ zppResult_t zppCollQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a) {
   for (int n = 0; n < g.N; n++) g.inter[n] = topo->nodeRanks[n][g.lr];
   /* The inter-node all-to-all sends to N - 1 nodes at once: they share the
    * chunk (zppCollChunkElems). */
-  ZPPCHECKGOTO(planChunks(&g, zppCollChunkElems(c, a->type, a->block, g.N - 1)), res, out);
+  size_t ce = zppCollChunkElems(c, a->type, a->block, g.N - 1);
+  ZPPCHECKGOTO(planChunks(&g, ce), res, out);
   if (g.nChunks == 0) goto out;
+  if (a->efSendIn != NULL) { /* a piece is at most ce elements */
+    ZPP_CALLOCGOTO(g.efX, ce, res, out);
+    ZPP_CALLOCGOTO(g.efD, ce, res, out);
+  }
 
   ZPP_CALLOCGOTO(reqs, (size_t)NSLOTS * 2 * (size_t)(g.L + g.N), res, out);
   const size_t qBytes = (size_t)g.L * g.s1max, rBytes = g.s1max; /* N * sum <= s1max */
@@ -266,6 +326,8 @@ out:
   /* On error the requests still live belong to the transport until the
    * caller's quiesce; only the arrays go. */
   free(reqs);
+  free(g.efX);
+  free(g.efD);
   free(g.inter);
   free(g.pieces);
   free(g.chunks);

@@ -54,29 +54,54 @@ typedef struct {
   const void** send;
   void** recv;
   size_t* counts;
+  struct zppGrad* grad; /* error feedback, or NULL */
 } qgzBlock_t;
 
-static void qgzDrop(void* arg) { free(*(qgzBlock_t**)arg); }
+static void qgzDrop(void* arg) {
+  qgzBlock_t* b = *(qgzBlock_t**)arg;
+  if (b->grad) atomic_fetch_sub(&b->grad->inFlight, 1);
+  free(b);
+}
 
 static zppResult_t qgzJob(struct zppComm* comm, void* arg) {
   qgzBlock_t* b = *(qgzBlock_t**)arg;
-  const zppQgzArgs_t* a = &b->a;
-  /* Every tensor's count must agree: fold them into the signature. */
+  zppQgzArgs_t* a = &b->a;
+  struct zppGrad* grad = b->grad;
+  if (grad) { /* the residuals as the calls before this one left them */
+    int cur = atomic_load(&grad->cur);
+    a->efSendIn = grad->send[cur];
+    a->efSendOut = grad->send[cur ^ 1];
+    a->efReduceIn = grad->hasReduce ? grad->reduce[cur] : NULL;
+    a->efReduceOut = grad->hasReduce ? grad->reduce[cur ^ 1] : NULL;
+  }
+  /* Every tensor's count must agree: fold them into the signature, and
+   * error feedback too (ranks that disagree on it fail as a mismatch). */
   uint64_t h = 1469598103934665603ull;
   for (int t = 0; t < a->ntensors; t++) h = (h ^ (uint64_t)a->counts[t]) * 1099511628211ull;
-  uint64_t vals[5] = {(uint64_t)a->ntensors, h, (uint64_t)a->bits, (uint64_t)a->block,
-                      (uint64_t)a->flags};
+  uint64_t vals[6] = {(uint64_t)a->ntensors, h,
+                      (uint64_t)a->bits,     (uint64_t)a->block,
+                      (uint64_t)a->flags,    (uint64_t)(grad != NULL)};
   zppCollCtx_t c;
   zppResult_t res = zppCollBegin(comm, zppOpQgZ, &c);
   if (res == zppSuccess) {
-    zppCollSign(&c, a->type, (int)a->op, vals, 5);
+    zppCollSign(&c, a->type, (int)a->op, vals, 6);
     res = zppCollEnd(&c, zppCollQgzRun(&c, a), 0);
+  }
+  if (grad) {
+    /* A call that failed changed nothing the next one reads. */
+    if (res == zppSuccess) {
+      atomic_store(&grad->cur, atomic_load(&grad->cur) ^ 1);
+      atomic_store(&grad->undoable, 1);
+      atomic_fetch_add(&grad->calls, 1);
+    }
+    atomic_fetch_sub(&grad->inFlight, 1);
   }
   free(b);
   return res;
 }
 
-zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args, zppHostStream_t stream) {
+zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args, struct zppGrad* grad,
+                              zppHostStream_t stream) {
   size_t n = (size_t)args->ntensors;
   qgzBlock_t* b = calloc(1, sizeof(*b) + n * (2 * sizeof(void*) + sizeof(size_t)));
   if (b == NULL) ZPP_FAIL(zppSystemError, COLL, "qgZ: out of memory for %zu tensors", n);
@@ -92,5 +117,7 @@ zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args, zp
   b->a.send = b->send;
   b->a.recv = b->recv;
   b->a.counts = b->counts;
+  b->grad = grad;
+  if (grad) atomic_fetch_add(&grad->inFlight, 1);
   return zppExecutorSubmit(comm->transports->exec, qgzJob, qgzDrop, &b, sizeof(b), stream);
 }

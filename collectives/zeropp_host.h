@@ -29,8 +29,34 @@ typedef struct {
 
 zppResult_t zppZeroppIssueQwz(struct zppComm* comm, const zppQwzCall_t* call, zppHostStream_t stream);
 
-/* The arrays are copied: the caller's may go away once this returns. */
-zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args, zppHostStream_t stream);
+/* The arrays are copied: the caller's may go away once this returns.
+ * grad: NULL, or error feedback with that handle (one tensor): its
+ * residuals are chosen when the job runs, and a job that succeeds makes its
+ * output residuals the current ones. */
+struct zppGrad;
+zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args, struct zppGrad* grad,
+                              zppHostStream_t stream);
+
+/* ---- error feedback for qgZ (api/zeropp_api.c makes them) ----------------- */
+
+/* Residuals are double-buffered: a call reads buf[cur] and writes
+ * buf[cur ^ 1], then (when it succeeded) flips cur, so that zppGradUndo can
+ * flip it back once. */
+struct zppGrad {
+  struct zppComm* comm;
+  size_t count; /* recvcount: elements per rank */
+  zppDataType_t type;
+  int bits;
+  int nNodes;
+  int hasReduce;    /* a second quantization between the hops: residual reduce[] */
+  float* send[2];   /* count * nranks each */
+  float* reduce[2]; /* count * nNodes each, or NULL */
+  _Atomic int cur;  /* written by the job, read by the caller once it synchronized */
+  _Atomic int undoable;
+  _Atomic int inFlight;       /* calls issued, not yet run or dropped */
+  zppHostStream_t lastStream; /* of the last call issued */
+  _Atomic uint64_t calls;     /* calls that succeeded */
+};
 
 /* ---- hpZ partitioned parameters (hpz.c) ---------------------------------- */
 

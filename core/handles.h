@@ -16,7 +16,12 @@
 
 #include "zpp.h"
 
-typedef enum { ZPP_HANDLE_COMM = 1, ZPP_HANDLE_PARAM = 2, ZPP_HANDLE_STREAM = 3 } zppHandleKind_t;
+typedef enum {
+  ZPP_HANDLE_COMM = 1,
+  ZPP_HANDLE_PARAM = 2,
+  ZPP_HANDLE_STREAM = 3,
+  ZPP_HANDLE_GRAD = 4
+} zppHandleKind_t;
 
 /* zppSystemError when the registry is full (some 30,000 live handles). */
 zppResult_t zppHandleRegister(const void* h, zppHandleKind_t kind);

@@ -483,6 +483,44 @@ ZPP_API zppResult_t zppParamCreateEx(zppComm_t comm, size_t shardcount, zppDataT
  * that gather fails on every rank as a mismatched call. */
 ZPP_API zppResult_t zppParamDropReference(zppParam_t param);
 
+/* Error feedback for qgZ (docs/zeropp.md, "Error feedback"): a gradient
+ * buffer's handle, holding what this rank's qgZ quantizations dropped, which
+ * the next call adds back before it quantizes: the sender's (recvcount *
+ * nranks residuals, the whole input) and, on several nodes of several
+ * ranks, the requantization of the node sums between the hops (recvcount *
+ * nodes). Residuals are fp32 and double-buffered, 8 bytes per input element
+ * and 8 per node-sum element, on every rank: zppGradStateBytes is half of
+ * that (one copy). bits: 8 or 4, or 0 for the communicator's qgzBits (4 when
+ * unset). Host buffers only, for now: device buffers are zppInvalidUsage.
+ *
+ * zppQgzReduceScatterEF is zppQgzReduceScatter with the handle: recvcount,
+ * datatype and comm must be the handle's (else zppInvalidArgument naming
+ * the difference); ranks that disagree on using it fail the call as a
+ * mismatch. Calls on one handle must be issued in order on one stream (a
+ * call on another stream while one is pending is zppInvalidUsage). A
+ * failed call leaves the residuals as they were. An input element that is
+ * not finite travels as its escape and leaves its residual unchanged.
+ * zppGradUndo: the last call's step was thrown away (say, an overflow
+ * check): the residuals go back to what they were before it, once; after a
+ * call has completed (synchronize its stream first). Save/Load: this rank's
+ * current residuals (zppGradStateBytes bytes, with a header that Load
+ * checks: same count, type, bits, ranks and nodes); a handle not loaded
+ * starts from zero residuals, which costs one step's quantization error.
+ * On nodes of different sizes qgZ runs plain (zppQgzReduceScatter): the call
+ * adds the residuals, sends that rounded to datatype, and keeps the rounding.
+ * Destroy handles before their communicator. */
+typedef struct zppGrad* zppGrad_t;
+ZPP_API zppResult_t zppGradCreate(zppComm_t comm, size_t recvcount, zppDataType_t datatype, int bits,
+                                  zppGrad_t* grad);
+ZPP_API zppResult_t zppQgzReduceScatterEF(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                          zppDataType_t datatype, zppRedOp_t op, zppGrad_t grad,
+                                          zppComm_t comm, zppStream_t stream);
+ZPP_API zppResult_t zppGradUndo(zppGrad_t grad);
+ZPP_API zppResult_t zppGradStateBytes(zppGrad_t grad, size_t* bytes);
+ZPP_API zppResult_t zppGradSaveState(zppGrad_t grad, void* buf, size_t bytes);
+ZPP_API zppResult_t zppGradLoadState(zppGrad_t grad, const void* buf, size_t bytes);
+ZPP_API zppResult_t zppGradDestroy(zppGrad_t grad);
+
 /* ---------------------------------------------------------------------------
  * Point-to-point: NCCL's ncclSend / ncclRecv / ncclGroupStart / ncclGroupEnd,
  * same arguments and semantics, on device buffers (NCCL) and host buffers

@@ -1,0 +1,317 @@
+/*
+ * Error feedback for qgZ (zppGrad*, zppQgzReduceScatterEF), on a node layout:
+ *
+ *   test_qgz_ef LAYOUT      e.g. 2x2, 1x4, 4x1, 3x2, 2x2/cyclic
+ *
+ * 1. What error feedback promises (docs/zeropp.md, "Error feedback"): the
+ *    same fp32 gradient g_r on every rank for T = 30 steps. Without it each
+ *    step makes the same error and the sum of the outputs drifts T times the
+ *    one-step error away from T * target; with it the drift stays within the
+ *    residuals the last step left, so at every step
+ *      |sum_t out_t - T * target| <= 1.25 * bound + fp32 rounding,
+ *    where bound is qgZ's documented one-call bound for g (ztQgzExpect): the
+ *    residuals are one quantization error of g + e each. The same run
+ *    without error feedback must break that bound by step 30 (else the test
+ *    could not tell them apart). Uneven shards: rc is not a multiple of the
+ *    block.
+ * 2. Undo: a step, zppGradUndo, the same step again: byte-identical output
+ *    (the residuals were put back); a second undo, or one on a new handle,
+ *    is zppInvalidUsage.
+ * 3. Save and load: after 3 steps the state goes into a new handle; both
+ *    give byte-identical next steps. A buffer of another size or a state of
+ *    another handle shape is refused.
+ * 4. A NaN in rank 0's input: that output element is NaN (its escape), the
+ *    next step with a finite input is finite everywhere (the NaN never
+ *    entered a residual) and within the bound of 1.
+ * 5. bf16 input: one step within the one-call bound (bf16 output rounding
+ *    added).
+ * 6. Bad use: another count, type or communicator: zppInvalidArgument,
+ *    nothing run; then every rank but 0 calls plain qgZ while rank 0 calls
+ *    with error feedback: every rank fails (mismatched call), none hangs.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+#include "perf/common/launch.h"
+#include "zeropp_testlib.h"
+
+#define STEPS 30
+static const size_t rc = 1000; /* per partition: not a multiple of any block */
+
+typedef struct {
+  const char* layout;
+} arg_t;
+
+/* Every rank's input (W * rc), for the expectations. */
+static char** allInputs(zppDataType_t t, int W, int seed) {
+  char** in = calloc((size_t)W, sizeof(char*));
+  REQUIRE(in);
+  for (int r = 0; r < W; r++) {
+    in[r] = malloc((size_t)W * rc * zppTypeSize(t));
+    REQUIRE(in[r]);
+    ztFill(in[r], t, (size_t)W * rc, seed, r);
+  }
+  return in;
+}
+
+static void freeInputs(char** in, int W) {
+  for (int r = 0; r < W; r++) free(in[r]);
+  free(in);
+}
+
+/* Part 1: the drift of the summed outputs, with (ef 1) or without. Returns
+ * the number of elements whose drift broke the bound at the last step, and
+ * reports the largest drift / bound ratio seen at any step in *worst. */
+static int drift(zppComm_t comm, int rank, int W, const int* nodeOf, int bits, int ef, double* worst) {
+  const zppDataType_t t = zppFloat32;
+  const int block = ztBlock(bits);
+  char** in = allInputs(t, W, 11);
+  float* out = malloc(rc * sizeof(float));
+  double* sum = calloc(rc, sizeof(double));
+  double* bound = malloc(rc * sizeof(double));
+  double* target = malloc(rc * sizeof(double));
+  float* expect = malloc(rc * sizeof(float));
+  REQUIRE(out && sum && bound && target && expect);
+  ztQgzExpect((const void* const*)in, t, rc, rank, W, nodeOf, bits, block, zppSum, ZT_CHUNK_BYTES,
+              expect, bound, target);
+  zppGrad_t g = NULL;
+  if (ef) REQUIRE(zppGradCreate(comm, rc, t, bits, &g) == zppSuccess);
+  int broken = 0;
+  *worst = 0.0;
+  for (int step = 1; step <= STEPS; step++) {
+    zppResult_t res = ef ? zppQgzReduceScatterEF(in[rank], out, rc, t, zppSum, g, comm, NULL)
+                         : zppQgzReduceScatter(in[rank], out, rc, t, zppSum, bits, comm, NULL);
+    REQUIRE(res == zppSuccess);
+    /* Plain qgZ is what the expectation models, byte for byte (error
+     * feedback's first step sums in fp32 before it requantizes, which the
+     * fused requantization need not match bit for bit: the bound covers it). */
+    if (step == 1 && !ef)
+      CHECK_MSG(memcmp(out, expect, rc * sizeof(float)) == 0,
+                "rank %d: plain qgZ's first step differs from the expectation", rank);
+    broken = 0;
+    for (size_t i = 0; i < rc; i++) {
+      sum[i] += out[i];
+      double d = fabs(sum[i] - step * target[i]);
+      double allowed = 1.25 * bound[i] + 1e-6 * step * (fabs(target[i]) + bound[i]);
+      if (d / allowed > *worst) *worst = d / allowed;
+      broken += d > allowed;
+    }
+    if (ef && broken) {
+      CHECK_MSG(0, "rank %d: int%d with error feedback: %d elements drifted past the bound at step %d",
+                rank, bits, broken, step);
+      break;
+    }
+  }
+  zppGradDestroy(g);
+  freeInputs(in, W);
+  free(out);
+  free(sum);
+  free(bound);
+  free(target);
+  free(expect);
+  return broken;
+}
+
+/* Part 2: undo. */
+static void undo(zppComm_t comm, int rank, int W) {
+  const zppDataType_t t = zppFloat32;
+  char** in = allInputs(t, W, 12);
+  float *a = malloc(rc * sizeof(float)), *b = malloc(rc * sizeof(float));
+  REQUIRE(a && b);
+  zppGrad_t g;
+  REQUIRE(zppGradCreate(comm, rc, t, 4, &g) == zppSuccess);
+  CHECK_EQ_INT(zppGradUndo(g), zppInvalidUsage); /* nothing yet */
+  REQUIRE(zppQgzReduceScatterEF(in[rank], a, rc, t, zppSum, g, comm, NULL) == zppSuccess);
+  REQUIRE(zppQgzReduceScatterEF(in[rank], a, rc, t, zppSum, g, comm, NULL) == zppSuccess);
+  CHECK_EQ_INT(zppGradUndo(g), zppSuccess);
+  CHECK_EQ_INT(zppGradUndo(g), zppInvalidUsage); /* once */
+  REQUIRE(zppQgzReduceScatterEF(in[rank], b, rc, t, zppSum, g, comm, NULL) == zppSuccess);
+  CHECK_MSG(memcmp(a, b, rc * sizeof(float)) == 0, "rank %d: the step done again after an undo differs",
+            rank);
+  zppGradDestroy(g);
+  freeInputs(in, W);
+  free(a);
+  free(b);
+}
+
+/* Part 3: save and load. */
+static void saveLoad(zppComm_t comm, int rank, int W) {
+  const zppDataType_t t = zppFloat32;
+  char** in = allInputs(t, W, 13);
+  float *a = malloc(rc * sizeof(float)), *b = malloc(rc * sizeof(float));
+  REQUIRE(a && b);
+  zppGrad_t g, h;
+  REQUIRE(zppGradCreate(comm, rc, t, 4, &g) == zppSuccess);
+  REQUIRE(zppGradCreate(comm, rc, t, 4, &h) == zppSuccess);
+  for (int i = 0; i < 3; i++)
+    REQUIRE(zppQgzReduceScatterEF(in[rank], a, rc, t, zppSum, g, comm, NULL) == zppSuccess);
+  size_t bytes = 0;
+  REQUIRE(zppGradStateBytes(g, &bytes) == zppSuccess);
+  char* state = malloc(bytes);
+  REQUIRE(state);
+  CHECK_EQ_INT(zppGradSaveState(g, state, bytes - 1), zppInvalidArgument);
+  REQUIRE(zppGradSaveState(g, state, bytes) == zppSuccess);
+  CHECK_EQ_INT(zppGradLoadState(h, state, bytes - 1), zppInvalidArgument);
+  REQUIRE(zppGradLoadState(h, state, bytes) == zppSuccess);
+  CHECK_EQ_INT(zppGradUndo(h), zppInvalidUsage); /* a load is not a step */
+  REQUIRE(zppQgzReduceScatterEF(in[rank], a, rc, t, zppSum, g, comm, NULL) == zppSuccess);
+  REQUIRE(zppQgzReduceScatterEF(in[rank], b, rc, t, zppSum, h, comm, NULL) == zppSuccess);
+  CHECK_MSG(memcmp(a, b, rc * sizeof(float)) == 0, "rank %d: the loaded handle's step differs", rank);
+  /* Another shape: half the count. */
+  zppGrad_t other;
+  REQUIRE(zppGradCreate(comm, rc / 2, t, 4, &other) == zppSuccess);
+  size_t otherBytes = 0;
+  REQUIRE(zppGradStateBytes(other, &otherBytes) == zppSuccess);
+  CHECK_EQ_INT(zppGradLoadState(other, state, bytes), zppInvalidArgument);
+  zppGradDestroy(other);
+  zppGradDestroy(g);
+  zppGradDestroy(h);
+  free(state);
+  freeInputs(in, W);
+  free(a);
+  free(b);
+}
+
+/* Part 4: a NaN. */
+static void nanInput(zppComm_t comm, int rank, int W, const int* nodeOf) {
+  const zppDataType_t t = zppFloat32;
+  char** in = allInputs(t, W, 14);
+  const size_t at = (size_t)(W - 1) * rc + 17; /* the last partition's element 17 */
+  ((float*)in[0])[at] = NAN;                   /* rank 0's, on every rank */
+  float* out = malloc(rc * sizeof(float));
+  REQUIRE(out);
+  zppGrad_t g;
+  REQUIRE(zppGradCreate(comm, rc, t, 4, &g) == zppSuccess);
+  REQUIRE(zppQgzReduceScatterEF(in[rank], out, rc, t, zppSum, g, comm, NULL) == zppSuccess);
+  for (size_t i = 0; i < rc; i++) {
+    int nan = rank == W - 1 && i == 17;
+    CHECK_MSG(nan ? isnan(out[i]) : isfinite(out[i]), "rank %d: element %zu is %g", rank, i, out[i]);
+  }
+  /* Finite inputs now: finite outputs within the one-call bound of the
+   * residuals left, as in part 1 after one step. */
+  ((float*)in[0])[at] = 0.5f;
+  double* bound = malloc(rc * sizeof(double));
+  double* target = malloc(rc * sizeof(double));
+  float* expect = malloc(rc * sizeof(float));
+  REQUIRE(bound && target && expect);
+  ztQgzExpect((const void* const*)in, t, rc, rank, W, nodeOf, 4, ztBlock(4), zppSum, ZT_CHUNK_BYTES,
+              expect, bound, target);
+  REQUIRE(zppQgzReduceScatterEF(in[rank], out, rc, t, zppSum, g, comm, NULL) == zppSuccess);
+  int bad = 0;
+  for (size_t i = 0; i < rc; i++)
+    bad += !isfinite(out[i]) || fabs(out[i] - target[i]) > 3.0 * bound[i] + 1e-6 * fabs(target[i]);
+  CHECK_MSG(bad == 0, "rank %d: %d elements after the NaN step not finite or off", rank, bad);
+  zppGradDestroy(g);
+  freeInputs(in, W);
+  free(out);
+  free(bound);
+  free(target);
+  free(expect);
+}
+
+/* Part 5: bf16 input, one step. */
+static void bf16Step(zppComm_t comm, int rank, int W, const int* nodeOf) {
+  const zppDataType_t t = zppBfloat16;
+  char** in = allInputs(t, W, 15);
+  uint16_t* out = malloc(rc * sizeof(uint16_t));
+  double* bound = malloc(rc * sizeof(double));
+  double* target = malloc(rc * sizeof(double));
+  uint16_t* expect = malloc(rc * sizeof(uint16_t));
+  REQUIRE(out && bound && target && expect);
+  ztQgzExpect((const void* const*)in, t, rc, rank, W, nodeOf, 4, ztBlock(4), zppSum, ZT_CHUNK_BYTES,
+              expect, bound, target);
+  zppGrad_t g;
+  REQUIRE(zppGradCreate(comm, rc, t, 4, &g) == zppSuccess);
+  REQUIRE(zppQgzReduceScatterEF(in[rank], out, rc, t, zppSum, g, comm, NULL) == zppSuccess);
+  int bad = 0;
+  for (size_t i = 0; i < rc; i++) {
+    double v = ztGet(out, t, i);
+    bad += fabs(v - target[i]) > bound[i] + fabs(target[i]) * (1.0 / 256) + 1e-30;
+  }
+  CHECK_MSG(bad == 0, "rank %d: bf16: %d elements outside the bound", rank, bad);
+  zppGradDestroy(g);
+  freeInputs(in, W);
+  free(out);
+  free(bound);
+  free(target);
+  free(expect);
+}
+
+/* Part 6: bad use. */
+static void badUse(zppComm_t comm, int rank, int W) {
+  const zppDataType_t t = zppFloat32;
+  float* in = calloc((size_t)W * rc, sizeof(float));
+  float* out = calloc(rc, sizeof(float));
+  REQUIRE(in && out);
+  zppGrad_t g;
+  REQUIRE(zppGradCreate(comm, rc, t, 4, &g) == zppSuccess);
+  CHECK_EQ_INT(zppQgzReduceScatterEF(in, out, rc - 1, t, zppSum, g, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppQgzReduceScatterEF(in, out, rc, zppFloat16, zppSum, g, comm, NULL),
+               zppInvalidArgument);
+  zppComm_t twin;
+  REQUIRE(zppCommSplit(comm, 0, rank, &twin, NULL) == zppSuccess);
+  CHECK_EQ_INT(zppQgzReduceScatterEF(in, out, rc, t, zppSum, g, twin, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppQgzReduceScatterEF(in, out, rc, t, zppMax, g, comm, NULL), zppInvalidArgument);
+  CHECK_EQ_INT(zppQgzReduceScatterEF(in, out, rc, t, zppSum, NULL, comm, NULL), zppInvalidArgument);
+  /* Still in step after the refusals: a good call on both. */
+  CHECK_EQ_INT(zppQgzReduceScatterEF(in, out, rc, t, zppSum, g, comm, NULL), zppSuccess);
+  /* Rank 0 with error feedback, the others without: a mismatch, seen by a
+   * rank (zppInvalidUsage) and passed on to the others (zppRemoteError). */
+  zppGrad_t gt = NULL;
+  if (rank == 0) REQUIRE(zppGradCreate(twin, rc, t, 4, &gt) == zppSuccess);
+  zppResult_t res = rank == 0 ? zppQgzReduceScatterEF(in, out, rc, t, zppSum, gt, twin, NULL)
+                              : zppQgzReduceScatter(in, out, rc, t, zppSum, 4, twin, NULL);
+  CHECK_MSG(res == zppInvalidUsage || res == zppRemoteError,
+            "rank %d: a call with error feedback beside ones without returned %s", rank,
+            zppGetErrorString(res));
+  if (rank == 0) printf("mismatch: %s\n", zppGetLastError(twin));
+  zppGradDestroy(gt);
+  zppCommAbort(twin);
+  zppGradDestroy(g);
+  CHECK_EQ_INT(zppGradDestroy(g), zppInvalidArgument); /* twice */
+  free(in);
+  free(out);
+}
+
+static int body(int rank, int nranks, const zppUniqueId* id, void* argp) {
+  (void)argp;
+  zppComm_t comm;
+  REQUIRE(zppCommInitRank(&comm, nranks, *id, rank) == zppSuccess);
+  zppTopology_t topo;
+  REQUIRE(zppCommTopology(comm, &topo) == zppSuccess);
+  int nodeOf[64];
+  REQUIRE(nranks <= 64);
+  REQUIRE(zppAllGather(&topo.node, nodeOf, 1, zppInt32, comm, NULL) == zppSuccess);
+  for (int bits = 4; bits <= 8; bits += 4) {
+    double withEf, without;
+    drift(comm, rank, nranks, nodeOf, bits, 1, &withEf);
+    int broken = drift(comm, rank, nranks, nodeOf, bits, 0, &without);
+    CHECK_MSG(broken > 0,
+              "rank %d: int%d without error feedback stayed within the bound: the test "
+              "cannot tell",
+              rank, bits);
+    if (rank == 0)
+      printf("int%d: largest drift / bound over %d steps: %.3f with error feedback, %.2f without\n",
+             bits, STEPS, withEf, without);
+  }
+  undo(comm, rank, nranks);
+  saveLoad(comm, rank, nranks);
+  nanInput(comm, rank, nranks, nodeOf);
+  bf16Step(comm, rank, nranks, nodeOf);
+  badUse(comm, rank, nranks);
+  zppCommDestroy(comm);
+  return zppTestFailures ? 1 : 0;
+}
+
+int main(int argc, char** argv) {
+  arg_t a = {argc > 1 ? argv[1] : "2x2"};
+  zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
+  o.layout = a.layout;
+  o.timeoutSec = 240;
+  int status = zppLaunch(&o, body, &a);
+  printf("test_qgz_ef %s: %s\n", a.layout, status == 0 ? "passed" : "FAILED");
+  return status;
+}
