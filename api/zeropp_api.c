@@ -382,6 +382,8 @@ zppResult_t zppGradLoadState(zppGrad_t grad, const void* buf, size_t bytes) {
 
 zppResult_t zppGradDestroy(zppGrad_t grad) {
   if (grad == NULL) return zppSuccess;
+  /* Live first: a destroyed handle's memory is not read. */
+  ZPPCHECK(checkGrad(grad, "zppGradDestroy"));
   ZPPCHECK(checkSettled(grad, "zppGradDestroy"));
   ZPP_ARGCHECK(zppHandleUnregister(grad, ZPP_HANDLE_GRAD),
                "zppGradDestroy: not a live gradient handle (destroyed, or not made by zppGradCreate)");
