@@ -280,9 +280,9 @@ void zppUcxDestroy(zppUcx_t* u) {
   if (u == NULL) return;
   /* First: UCX 1.13 may abort in the teardown below (ucp_worker_destroy). */
   zppUcxShmUnlink(u);
-  /* A rank that aborts a healthy communicator says so: to its peers, in a
-   * call or about to make one, that reads "rank R failed: ... aborted by
-   * zppCommAbort" at once, where it was their timeout (how a torchft replica
+  /* A rank that aborts a healthy communicator says so (a notice marked
+   * left): its peers' calls that need it fail at once, "rank R (host h)
+   * left: ...", where they waited for their timeout (how a torchft replica
    * that shuts down looks to the others; gloo's peers see its sockets
    * close). No call runs on the worker any more. A notice that cannot leave
    * (a peer hung without our knowing) is a queued send like quiesce's. */
