@@ -141,22 +141,22 @@ static const char* sendAt(const qgz_t* g, const piece_t* p, size_t partition) {
 }
 
 static void toFloat(const void* in, zppDataType_t type, size_t len, float* out) {
-  if (type == zppFloat32) {
-    memcpy(out, in, len * sizeof(float));
-    return;
-  }
   const uint16_t* h = in;
-  for (size_t i = 0; i < len; i++)
-    out[i] = type == zppFloat16 ? zppHalfToFloat(h[i]) : zppBf16ToFloat(h[i]);
+  if (type == zppFloat32)
+    memcpy(out, in, len * sizeof(float));
+  else if (type == zppFloat16)
+    for (size_t i = 0; i < len; i++) out[i] = zppHalfToFloat(h[i]);
+  else
+    for (size_t i = 0; i < len; i++) out[i] = zppBf16ToFloat(h[i]);
 }
 
-/* Error feedback's quantization: x = in (fp32 here) + eIn into dst, eOut =
- * x - decode(dst); a non-finite x keeps its old residual. */
-static zppResult_t quantizeWithFeedback(const qgz_t* g, const float* in, const float* eIn, float* eOut,
-                                        size_t len, char* dst) {
+/* Error feedback's quantization of the len values in efX: x = efX + eIn
+ * into dst, eOut = x - decode(dst); a non-finite x keeps its old residual. */
+static zppResult_t quantizeWithFeedback(const qgz_t* g, const float* eIn, float* eOut, size_t len,
+                                        char* dst) {
   const zppQgzArgs_t* a = g->a;
   float *x = g->efX, *d = g->efD;
-  for (size_t i = 0; i < len; i++) x[i] = in[i] + eIn[i];
+  for (size_t i = 0; i < len; i++) x[i] += eIn[i];
   ZPPCHECK(zppQuantizeEx(x, zppFloat32, len, a->bits, a->block, a->flags, dst));
   ZPPCHECK(zppDequantizeEx(dst, len, a->bits, a->block, d, zppFloat32));
   for (size_t i = 0; i < len; i++) eOut[i] = isfinite(x[i]) ? x[i] - d[i] : eIn[i];
@@ -169,9 +169,8 @@ static zppResult_t quantizePiece(const qgz_t* g, const piece_t* p, size_t partit
   const char* in = sendAt(g, p, partition);
   if (a->efSendIn == NULL) return zppQuantizeEx(in, a->type, p->len, a->bits, a->block, a->flags, dst);
   size_t at = partition * a->counts[0] + p->off;
-  /* The caller's type in fp32 first (exact): efD is free until the decode. */
-  toFloat(in, a->type, p->len, g->efD);
-  return quantizeWithFeedback(g, g->efD, a->efSendIn + at, a->efSendOut + at, p->len, dst);
+  toFloat(in, a->type, p->len, g->efX); /* exact */
+  return quantizeWithFeedback(g, a->efSendIn + at, a->efSendOut + at, p->len, dst);
 }
 
 /* Quantize chunk t and post its first hop. */
@@ -241,16 +240,15 @@ static zppResult_t stage2(qgz_t* g, int t) {
       /* Inputs: every local peer's segment of this piece for node n. */
       const char* in = g->a1[s] + (size_t)N * p->pre + (size_t)n * p->bytes;
       if (a->efReduceIn != NULL) {
-        /* The node's sum in fp32 (into efD, which quantizeWithFeedback
-         * reads before it decodes into it). */
+        /* The node's sum in fp32, into efX. */
         size_t at = (size_t)n * a->counts[0] + p->off;
-        float* sum = g->efD;
+        float* sum = g->efX;
         if (a->flags & ZPP_QUANT_ROTATE)
           ZPPCHECK(zppDequantizeSumEx(in, s1, L, p->len, a->bits, a->block, 1.0f, sum, zppFloat32));
         else
           ZPPCHECK(zppDequantizeSum(in, s1, L, p->len, a->bits, a->block, 1.0f, sum, zppFloat32));
-        ZPPCHECK(quantizeWithFeedback(g, sum, a->efReduceIn + at, a->efReduceOut + at, p->len,
-                                      dst + p->pre));
+        ZPPCHECK(
+            quantizeWithFeedback(g, a->efReduceIn + at, a->efReduceOut + at, p->len, dst + p->pre));
       } else if (a->flags & ZPP_QUANT_ROTATE)
         ZPPCHECK(zppQuantReduceRequantEx(in, s1, L, p->len, a->bits, a->block, a->bits, a->block,
                                          a->flags, dst + p->pre));

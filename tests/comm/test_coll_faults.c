@@ -7,7 +7,8 @@
  *   test_coll_faults abort     zppCommAbort from another thread unblocks a rank
  *   test_coll_faults leave     a rank aborts a healthy communicator: the others' calls
  *                              that need it, made before or after, fail at once naming
- *                              it; send/recv between the others goes on
+ *                              it; send/recv between the others goes on (2x2 in blocks
+ *                              and in turn)
  *   test_coll_faults revoke    zppCommRevoke from another thread ends a blocked call, the
  *                              queued work and a stream synchronize, and frees nothing
  *   test_coll_faults args      bad arguments and streams, comm still usable after
@@ -510,10 +511,12 @@ static int leaveBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
 static int testLeave(void) {
   int bad = 0;
   double worst = 0.0;
-  for (int trial = 0; trial < 8; trial++) {
-    leaveArg_t a = {.leaver = 3 - trial / 2, .callLate = trial % 2};
+  /* Each rank leaves in turn, the others calling before or after, on nodes
+   * in blocks and then taken in turn (node0, node1, node0, node1). */
+  for (int trial = 0; trial < 16; trial++) {
+    leaveArg_t a = {.leaver = 3 - (trial % 8) / 2, .callLate = trial % 2};
     int status[4];
-    launch(4, "2x2", leaveBody, &a, status);
+    launch(4, trial < 8 ? "2x2" : "2x2/cyclic", leaveBody, &a, status);
     char want[64];
     snprintf(want, sizeof(want), "rank %d (host", a.leaver);
     for (int r = 0, paired = 0; r < 4; r++) {
@@ -541,7 +544,7 @@ static int testLeave(void) {
       bad += !ok;
     }
   }
-  printf("leave: 8 launches, %d rank outcomes wrong; slowest error %.2f s after the abort\n", bad,
+  printf("leave: 16 launches, %d rank outcomes wrong; slowest error %.2f s after the abort\n", bad,
          worst);
   CHECK_MSG(bad == 0, "%d rank outcomes wrong", bad);
   return 0;
