@@ -321,6 +321,10 @@ ZPP_AVX2_INLINE void avx2QuantizeT(const void* in, zppDataType_t dtype, size_t c
 
 static void avx2Quantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                          uint8_t* packed, uint8_t* hints) {
+  if (bits == 2) { /* STAGE: int2 vector kernels come next */
+    zppQuantImplScalar.quantize(in, dtype, count, bits, block, packed, hints);
+    return;
+  }
   if (dtype == zppFloat32) {
     if (bits == 8)
       avx2QuantizeT(in, zppFloat32, count, 8, block, packed, hints);
@@ -531,6 +535,10 @@ ZPP_AVX2_INLINE void avx2DequantizeT(const uint8_t* packed, size_t count, int bi
 
 static void avx2Dequantize(const uint8_t* packed, size_t count, int bits, int block, void* out,
                            zppDataType_t dtype) {
+  if (bits == 2) { /* STAGE: int2 vector kernels come next */
+    zppQuantImplScalar.dequantize(packed, count, bits, block, out, dtype);
+    return;
+  }
   if (dtype == zppFloat32) {
     if (bits == 8)
       avx2DequantizeT(packed, count, 8, block, out, zppFloat32);
@@ -553,6 +561,10 @@ static void avx2Dequantize(const uint8_t* packed, size_t count, int bits, int bl
 
 static void avx2Accumulate(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
                            int block, float* acc, int accumulate) {
+  if (bits == 2) { /* STAGE: int2 vector kernels come next */
+    zppQuantImplScalar.accumulate(packed, stride, n, count, bits, block, acc, accumulate);
+    return;
+  }
   /* Chunks keep acc's slice in L1 while every input is added into it: acc
    * crosses memory once, not n times. Per element the order of additions is
    * the reference's. */
@@ -592,6 +604,10 @@ ZPP_AVX2_INLINE void avx2Finish(const float* buf, size_t len, float divisor, voi
 
 static void avx2Sum(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
                     float divisor, void* out, zppDataType_t dtype) {
+  if (bits == 2) { /* STAGE: int2 vector kernels come next */
+    zppQuantImplScalar.sum(packed, stride, n, count, bits, block, divisor, out, dtype);
+    return;
+  }
   float buf[ZPP_QUANT_CHUNK];
   for (size_t c0 = 0; c0 < count; c0 += ZPP_QUANT_CHUNK) {
     size_t c1 = count - c0 < ZPP_QUANT_CHUNK ? count : c0 + ZPP_QUANT_CHUNK;
@@ -609,6 +625,11 @@ static void avx2Sum(const uint8_t* packed, size_t stride, int n, size_t count, i
 
 static void avx2ReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
                               int block_in, int bits_out, int block_out, uint8_t* packed_out) {
+  if (bits_in == 2 || bits_out == 2) { /* STAGE */
+    zppQuantImplScalar.reduceRequant(packed, stride, n, count, bits_in, block_in, bits_out, block_out,
+                                     packed_out);
+    return;
+  }
   /* Sum a chunk of whole output blocks into an L1 buffer, then quantize the
    * chunk with the grouped block setup: small output blocks then cost no
    * more per element than large ones. */

@@ -408,6 +408,10 @@ ZPP_AVX512_INLINE void avx512QuantizeB(const uint16_t* in, zppDataType_t dtype, 
 
 static void avx512Quantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                            uint8_t* packed, uint8_t* hints) {
+  if (bits == 2) { /* STAGE: int2 vector kernels come next */
+    zppQuantImplScalar.quantize(in, dtype, count, bits, block, packed, hints);
+    return;
+  }
   const uint16_t* h = (const uint16_t*)in;
   if (dtype == zppFloat32 || (bits == 8 && count > ((size_t)16 << 20))) {
     /* fp32; and int8 beyond 32 MiB of input, from DRAM: there the AVX2 loop
@@ -540,6 +544,10 @@ ZPP_AVX512_INLINE void avx512DequantizeT(const uint8_t* packed, size_t count, in
 
 static void avx512Dequantize(const uint8_t* packed, size_t count, int bits, int block, void* out,
                              zppDataType_t dtype) {
+  if (bits == 2) { /* STAGE: int2 vector kernels come next */
+    zppQuantImplScalar.dequantize(packed, count, bits, block, out, dtype);
+    return;
+  }
   uint16_t* h = (uint16_t*)out;
   if (dtype == zppFloat16) {
     if (bits == 8)
@@ -732,6 +740,11 @@ ZPP_AVX512_INLINE void avx512RequantSums(const float* buf, size_t c0, size_t c1,
 
 static void avx512ReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
                                 int block_in, int bits_out, int block_out, uint8_t* packed_out) {
+  if (bits_in == 2 || bits_out == 2) { /* STAGE */
+    zppQuantImplScalar.reduceRequant(packed, stride, n, count, bits_in, block_in, bits_out, block_out,
+                                     packed_out);
+    return;
+  }
   if (bits_in == 8) {
     zppQuantImplAvx2.reduceRequant(packed, stride, n, count, bits_in, block_in, bits_out, block_out,
                                    packed_out);
@@ -828,6 +841,10 @@ ZPP_AVX512_INLINE void avx512SumT(const uint8_t* packed, size_t stride, int n, s
 
 static void avx512Sum(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
                       float divisor, void* out, zppDataType_t dtype) {
+  if (bits == 2) { /* STAGE: int2 vector kernels come next */
+    zppQuantImplScalar.sum(packed, stride, n, count, bits, block, divisor, out, dtype);
+    return;
+  }
   if (bits == 8) {
     zppQuantImplAvx2.sum(packed, stride, n, count, bits, block, divisor, out, dtype);
     return;

@@ -61,11 +61,14 @@ static int blockMayEscape(const uint8_t* scales, const uint8_t* data, size_t cou
   if (s == 0.0f) return 0;
   size_t lo = b * (size_t)block;
   size_t hi = count - lo < (size_t)block ? count : lo + (size_t)block;
-  /* Bytes of the block's q values, 8 at a time: a non-zero byte (int8) or
-   * nibble (int4) leaves one bit of its lane set after the OR-folds. */
-  const uint8_t* p = data + (bits == 8 ? lo : lo / 2);
-  size_t nbytes = bits == 8 ? hi - lo : (hi - lo + 1) / 2;
-  const uint64_t lanes = bits == 8 ? 0x0101010101010101ull : 0x1111111111111111ull;
+  /* Bytes of the block's q values, 8 at a time: a non-zero byte (int8),
+   * nibble (int4) or 2-bit field (int2) leaves one bit of its lane set after
+   * the OR-folds. */
+  const uint8_t* p = data + zppQuantByteOf(lo, bits);
+  size_t nbytes = zppQuantDataBytes(hi - lo, bits);
+  const uint64_t lanes = bits == 8   ? 0x0101010101010101ull
+                         : bits == 4 ? 0x1111111111111111ull
+                                     : 0x5555555555555555ull;
   int nonzero = 0;
   for (size_t k = 0; k < nbytes; k += 8) {
     uint64_t w = 0;
@@ -74,12 +77,13 @@ static int blockMayEscape(const uint8_t* scales, const uint8_t* data, size_t cou
     else
       memcpy(&w, p + k, nbytes - k);
     w |= w >> 1;
-    w |= w >> 2;
+    if (bits != 2) w |= w >> 2;
     if (bits == 8) w |= w >> 4;
     /* The lanes' bits summed without a popcount instruction (baseline
-     * x86-64 has none): int4 lanes pair up into bytes first. */
+     * x86-64 has none): int4 and int2 lanes add up into bytes first. */
     w &= lanes;
-    if (bits == 4) w = (w + (w >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    if (bits == 2) w = (w + (w >> 2)) & 0x3333333333333333ull;
+    if (bits != 8) w = (w + (w >> 4)) & 0x0f0f0f0f0f0f0f0full;
     nonzero += (int)((w * 0x0101010101010101ull) >> 56);
     if (nonzero > ZPP_QUANT_ESC_PER_BLOCK) return 0;
   }
