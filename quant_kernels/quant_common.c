@@ -441,10 +441,15 @@ zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size
   uint8_t* po = (uint8_t*)packed_out;
   writeHeader(po, count, bits_out, block_out);
   if (count > 0) {
+    /* The implementation's hints, as in quantizeSegment. */
+    uint8_t stackHints[1024];
+    size_t ngroups = zppQuantNumGroups(count);
+    uint8_t* hints = ngroups <= sizeof stackHints ? stackHints : (uint8_t*)malloc(ngroups);
     zppQuantImplActive()->reduceRequant((const uint8_t*)packed, stride, n, count, bits_in, block_in,
-                                        bits_out, block_out, po);
+                                        bits_out, block_out, po, hints);
     zppQuantEscRequant((const uint8_t*)packed, stride, n, count, bits_in, block_in, bits_out, block_out,
-                       po);
+                       po, hints);
+    if (hints != stackHints) free(hints);
   }
   writePadding(po, count, bits_out, block_out);
   return zppSuccess;

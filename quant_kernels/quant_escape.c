@@ -207,7 +207,8 @@ static float sumOne(const uint8_t* packed, size_t stride, int n, size_t count, i
 }
 
 void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
-                        int block_in, int bits_out, int block_out, uint8_t* packed_out) {
+                        int block_in, int bits_out, int block_out, uint8_t* packed_out,
+                        const uint8_t* hints) {
   uint8_t* scales = packed_out + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed_out + zppQuantDataOffset(count, block_out);
   uint8_t* tables = packed_out + zppQuantEscOffset(count, bits_out, block_out);
@@ -215,7 +216,8 @@ void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t coun
   int marked = 0;
   for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
     uint8_t* table = tables + g * ZPP_QUANT_ESC_TABLE_BYTES;
-    int redo = groupMayEscape(scales, data, count, bits_out, block_out, g);
+    int redo =
+        (hints == NULL || hints[g] != 0) && groupMayEscape(scales, data, count, bits_out, block_out, g);
     for (int k = 0; k < n && !redo; k++) {
       const uint8_t* seg = packed + (size_t)k * stride;
       redo = tableUsed(groupTable(seg, count, bits_in, block_in, g)) ||

@@ -63,9 +63,13 @@ typedef struct {
   void (*sum)(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
               float divisor, void* out, zppDataType_t dtype);
 
-  /* The sum of n inputs quantized into one segment (scales and data). */
+  /* The sum of n inputs quantized into one segment (scales and data).
+   * hints: as quantize's, for the sums of the packed values (which are the
+   * spec's sums wherever no input has an escape or a marker: the escape
+   * pass redoes the other groups anyway). The vector codecs hint for int2
+   * outputs and set 1 for the others. */
   void (*reduceRequant)(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
-                        int block_in, int bits_out, int block_out, uint8_t* packed_out);
+                        int block_in, int bits_out, int block_out, uint8_t* packed_out, uint8_t* hints);
 
   /* Element-wise conversions with this implementation's vector code, so that
    * tests can check them exhaustively against zpp_half.h. */
@@ -84,6 +88,15 @@ extern const zppQuantImpl_t zppQuantImplAvx2;
 extern const zppQuantImpl_t zppQuantImplAvx512;
 #endif
 
+/* The int2 escape hint (zpp_quant.h, "Why 2^K"). With Q = 1 few elements of
+ * a block quantize to q != 0 (those above half its max), so "more than E
+ * non-zero q" rarely holds and says little. The vector encoders count
+ * instead the elements whose t = (x p) inv has |t| >= ZPP_QUANT_INT2_WIDE_T
+ * = 2^-3 (1 + 2^-20): t = (x / a)(1 + d1)(1 + d2) with |d| <= 2^-24, so each
+ * such element has |x| 2^K > a (K = 3), counts in c of
+ * zppQuantEscHasCandidate, and E + 1 of them leave the block no candidate. */
+#define ZPP_QUANT_INT2_WIDE_T 0x1.00001p-3f
+
 /* Escapes (zpp_quant.h, "Escapes"), applied by the front end around every
  * CPU implementation, which itself encodes as if escapes did not exist:
  * after a quantize, zppQuantEscEncode re-encodes, with the reference code,
@@ -93,7 +106,8 @@ extern const zppQuantImpl_t zppQuantImplAvx512;
 void zppQuantEscEncode(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                        uint8_t* packed, const uint8_t* hints);
 void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
-                        int block_in, int bits_out, int block_out, uint8_t* packed_out);
+                        int block_in, int bits_out, int block_out, uint8_t* packed_out,
+                        const uint8_t* hints);
 void zppQuantEscDequantize(const uint8_t* packed, size_t count, int bits, int block, void* out,
                            zppDataType_t dtype);
 void zppQuantEscAccumulate(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
