@@ -154,6 +154,46 @@ int main(int argc, char** argv) {
   printf("compiled-in defaults: int8 block %d, int4 block %d, int2 block %d\n",
          ZPP_QUANT_DEFAULT_BLOCK_INT8, ZPP_QUANT_DEFAULT_BLOCK_INT4, ZPP_QUANT_DEFAULT_BLOCK_INT2);
 
+  /* Would a 3-bit codec pay (docs/codecs.md, "int2")? No such codec exists:
+   * a model of one, the codecs' rule in double (scale = max |x| / Q,
+   * q = rne(x / scale), Q = 3, no escapes), beside the same model at
+   * Q = 1, 7 (int2, int4) and the codecs themselves, all at block 64, with
+   * the wire bits a 3-bit segment would have (3 bits per element, the scale
+   * and table bytes of the others). */
+  printf(
+      "\nmodel of the codecs' rule in double at block 64 (Q = 1, 3, 7: 2, 3, 4 bits), no escapes:\n\n");
+  printf("| bits | data | wire bits/elem | rel. RMS error, model | rel. RMS error, codec | score |\n");
+  printf("|---|---|---|---|---|---|\n");
+  for (int d = 0; d < DATA_COUNT; d++) {
+    rngState = 0x7a7070717565ull + (uint64_t)d;
+    fill(x, n, (dataKind_t)d);
+    for (int bits = 2; bits <= 4; bits++) {
+      const int block = 64;
+      const double Q = (double)((1 << (bits - 1)) - 1);
+      double se = 0, sx = 0;
+      for (size_t lo = 0; lo < n; lo += block) {
+        size_t hi = lo + block < n ? lo + block : n;
+        double a = 0;
+        for (size_t i = lo; i < hi; i++) a = fmax(a, fabs((double)x[i]));
+        for (size_t i = lo; i < hi; i++) {
+          double s = a / Q, yq = a > 0 ? nearbyint((double)x[i] / s) * s : 0.0;
+          se += (yq - x[i]) * (yq - x[i]);
+          sx += (double)x[i] * x[i];
+        }
+      }
+      /* the wire: bits per element, 32 per block, the tables; the header */
+      double wire = bits + 32.0 / block + 8.0 * ZPP_QUANT_ESC_TABLE_BYTES / ZPP_QUANT_ESC_GROUP;
+      char codec[32] = "-";
+      if (bits != 3) {
+        stats_t st;
+        if (measure(x, n, bits, block, y, packed, &st) != 0) return 1;
+        snprintf(codec, sizeof codec, "%.3e", st.relRms);
+      }
+      printf("| %d | %s | %.3f | %.3e | %s | %.3f |\n", bits, kDataNames[d], wire, sqrt(se / sx), codec,
+             wire + log2(sqrt(se / sx)));
+    }
+  }
+
   /* Escapes (docs/codecs.md, "Escapes") at the default blocks: how often
    * ordinary data takes a slot, and what spikes (one element in 64 at 100x,
    * the issue's third kind), garbage (one element in 1024 at 1e30), sparse
