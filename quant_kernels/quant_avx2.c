@@ -134,29 +134,43 @@ ZPP_AVX2_INLINE __m256i avx2MaxBitsF32(__m256i a, zppDataType_t dtype) {
   return _mm256_castps_si256(_mm256_cvtph_ps(_mm256_castsi256_si128(p)));
 }
 
-/* Bit k set: lane k of t has |t| >= ZPP_QUANT_INT2_WIDE_T (the int2 hint). */
-ZPP_AVX2_INLINE int avx2Wide8(__m256 t) {
-  __m256 m = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), t);
-  return _mm256_movemask_ps(_mm256_cmp_ps(m, _mm256_set1_ps(ZPP_QUANT_INT2_WIDE_T), _CMP_GE_OQ));
+/* Set lanes of four compare results: packed to bytes, one movemask. */
+ZPP_AVX2_INLINE int avx2CountMask32(__m256 m0, __m256 m1, __m256 m2, __m256 m3) {
+  __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(_mm256_castps_si256(m0), _mm256_castps_si256(m1)),
+                                 _mm256_packs_epi32(_mm256_castps_si256(m2), _mm256_castps_si256(m3)));
+  return __builtin_popcount((unsigned)_mm256_movemask_epi8(w));
+}
+/* The int2 hint's counts (quant_impl.h, ZPP_QUANT_INT2_WIDE_T) of 32
+ * elements x[0..3] and their t = x * inv, added to cnt[0] (wide) and cnt[1]
+ * (non-zero). */
+ZPP_AVX2_INLINE void avx2Int2Counts32(const __m256 x[4], const __m256 t[4], int* cnt) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), thr = _mm256_set1_ps(ZPP_QUANT_INT2_WIDE_T);
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 w[4], n[4];
+  for (int k = 0; k < 4; k++) {
+    w[k] = _mm256_cmp_ps(_mm256_andnot_ps(sign, t[k]), thr, _CMP_GE_OQ);
+    n[k] = _mm256_cmp_ps(x[k], zero, _CMP_NEQ_UQ);
+  }
+  cnt[0] += avx2CountMask32(w[0], w[1], w[2], w[3]);
+  cnt[1] += avx2CountMask32(n[0], n[1], n[2], n[3]);
 }
 
 /* 32 elements quantized to int8, in element order. No clamp: |q| <= Q holds
  * without it (|x| <= a, so |x * inv| <= Q(1 + 2^-24), which rounds to at
  * most Q + 2^-17 < Q + 1/2), so the reference's clamp never changes a value.
- * wide (int2; NULL otherwise): adds the count of ZPP_QUANT_INT2_WIDE_T. */
+ * cnt (int2; NULL otherwise): adds the hint's counts, wide ones to cnt[0],
+ * non-zero ones to cnt[1]. */
 ZPP_AVX2_INLINE __m256i avx2Quant32(const void* x, zppDataType_t dtype, size_t i, __m256 vinv,
-                                    int* wide) {
-  __m256 t0 = _mm256_mul_ps(avx2Load8(x, dtype, i), vinv);
-  __m256 t1 = _mm256_mul_ps(avx2Load8(x, dtype, i + 8), vinv);
-  __m256 t2 = _mm256_mul_ps(avx2Load8(x, dtype, i + 16), vinv);
-  __m256 t3 = _mm256_mul_ps(avx2Load8(x, dtype, i + 24), vinv);
-  if (wide != NULL)
-    *wide += __builtin_popcount(
-        (unsigned)(avx2Wide8(t0) | avx2Wide8(t1) << 8 | avx2Wide8(t2) << 16 | avx2Wide8(t3) << 24));
-  __m256i a = _mm256_cvtps_epi32(t0);
-  __m256i b = _mm256_cvtps_epi32(t1);
-  __m256i c = _mm256_cvtps_epi32(t2);
-  __m256i d = _mm256_cvtps_epi32(t3);
+                                    int* cnt) {
+  const __m256 in[4] = {avx2Load8(x, dtype, i), avx2Load8(x, dtype, i + 8), avx2Load8(x, dtype, i + 16),
+                        avx2Load8(x, dtype, i + 24)};
+  const __m256 t[4] = {_mm256_mul_ps(in[0], vinv), _mm256_mul_ps(in[1], vinv),
+                       _mm256_mul_ps(in[2], vinv), _mm256_mul_ps(in[3], vinv)};
+  if (cnt != NULL) avx2Int2Counts32(in, t, cnt);
+  __m256i a = _mm256_cvtps_epi32(t[0]);
+  __m256i b = _mm256_cvtps_epi32(t[1]);
+  __m256i c = _mm256_cvtps_epi32(t[2]);
+  __m256i d = _mm256_cvtps_epi32(t[3]);
   /* packs work per 128-bit lane: the dwords come out as a0 b0 c0 d0 | a1 b1
    * c1 d1 (4 bytes each) and one permute puts them in order. */
   __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
@@ -205,15 +219,15 @@ ZPP_AVX2_INLINE int avx2NonZero32(__m256i v) {
 /* Encodes x[0..len) (a block starting at element `base`) with 1/step inv,
  * prefetching the same span of pf meanwhile: the next group's input, so
  * that memory keeps streaming while this group is computed from L1.
- * Returns the number of non-zero q among the elements encoded here (int2:
- * of ZPP_QUANT_INT2_WIDE_T; the scalar tail of a short block is not
- * counted). */
+ * Returns the block's escape hint (quant_impl.h): for int8 and int4 0 when
+ * more than E q are non-zero (those of a short block's scalar tail not
+ * counted), for int2 from its counts (1 for a short block). */
 ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
                                     const zppQuantBlockParams_t* bp, uint8_t* data, size_t base,
                                     const uint8_t* pf) {
   const __m256 vinv = _mm256_set1_ps(bp->inv);
   size_t i = 0;
-  int nz = 0;
+  int nz = 0, cnt[2] = {0, 0};
   if (bits == 8) {
     for (; i + 32 <= len; i += 32) {
       avx2Prefetch32(pf, dtype, i);
@@ -226,12 +240,12 @@ ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t l
     for (; i + 64 <= len; i += 64) {
       avx2Prefetch32(pf, dtype, i);
       avx2Prefetch32(pf, dtype, i + 32);
-      __m256i q0 = avx2Quant32(x, dtype, i, vinv, &nz);
-      __m256i q1 = avx2Quant32(x, dtype, i + 32, vinv, &nz);
+      __m256i q0 = avx2Quant32(x, dtype, i, vinv, cnt);
+      __m256i q1 = avx2Quant32(x, dtype, i + 32, vinv, cnt);
       _mm_storeu_si128((__m128i*)(d + i / 4), avx2Crumbs64(q0, q1));
     }
     if (i + 32 <= len) { /* a block of 32, or the rest of a short one */
-      __m256i q0 = avx2Quant32(x, dtype, i, vinv, &nz);
+      __m256i q0 = avx2Quant32(x, dtype, i, vinv, cnt);
       _mm_storel_epi64((__m128i*)(d + i / 4), avx2Crumbs64(q0, _mm256_setzero_si256()));
       i += 32;
     }
@@ -257,15 +271,17 @@ ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t l
     }
   }
   /* Only a segment's last, short block gets here. */
-  if (i < len)
+  if (i < len) {
     zppQuantEncodeDtypeRef((const uint8_t*)x + i * (dtype == zppFloat32 ? 4 : 2), dtype, len - i, bp,
                            bits, data, base + i);
-  return nz;
+    if (bits == 2) return 1; /* its tail is not counted, and non-zero ones must all be */
+  }
+  return bits == 2 ? zppQuantEscHasCandidate(cnt[0], cnt[1]) : nz <= ZPP_QUANT_ESC_PER_BLOCK;
 }
 
 /* Scales and data of a block whose parameters are known. Returns the
- * block's escape hint (quant_impl.h): 0 when it is zero or has more than E
- * non-zero q (counted), else 1. */
+ * block's escape hint (quant_impl.h): 0 when it is zero or avx2EncodeBlock
+ * says 0, else 1. */
 ZPP_AVX2_INLINE int avx2EncodeWithParams(const void* x, zppDataType_t dtype, size_t len, int bits,
                                          const zppQuantBlockParams_t* bp, uint8_t* data, size_t base,
                                          const uint8_t* pf) {
@@ -279,7 +295,7 @@ ZPP_AVX2_INLINE int avx2EncodeWithParams(const void* x, zppDataType_t dtype, siz
     zppQuantEncodeDtypeRef(x, dtype, len, bp, bits, data, base);
     return 1;
   }
-  return avx2EncodeBlock(x, dtype, len, bits, bp, data, base, pf) <= ZPP_QUANT_ESC_PER_BLOCK;
+  return avx2EncodeBlock(x, dtype, len, bits, bp, data, base, pf);
 }
 
 /* One block of any length, on its own: the last, short block of a segment.

@@ -98,8 +98,20 @@ typedef struct {
   __m512i a, b;
 } avx512Q32_t;
 
+/* The int2 hint's counts (quant_impl.h, ZPP_QUANT_INT2_WIDE_T) of 32
+ * elements (a, b) and their t = x * inv: the wide ones added to cnt[0], the
+ * non-zero ones to cnt[1]. */
+ZPP_AVX512_INLINE void avx512Int2Counts32(__m512 a, __m512 b, __m512 ta, __m512 tb, int* cnt) {
+  const __m512 thr = _mm512_set1_ps(ZPP_QUANT_INT2_WIDE_T), zero = _mm512_setzero_ps();
+  cnt[0] += __builtin_popcount((unsigned)_mm512_cmp_ps_mask(_mm512_abs_ps(ta), thr, _CMP_GE_OQ) |
+                               (unsigned)_mm512_cmp_ps_mask(_mm512_abs_ps(tb), thr, _CMP_GE_OQ) << 16);
+  cnt[1] += __builtin_popcount((unsigned)_mm512_cmp_ps_mask(a, zero, _CMP_NEQ_UQ) |
+                               (unsigned)_mm512_cmp_ps_mask(b, zero, _CMP_NEQ_UQ) << 16);
+}
+
+/* cnt: NULL, or (int2) the hint's counts, as avx512Int2Counts32. */
 ZPP_AVX512_INLINE avx512Q32_t avx512Round32(const uint16_t* x, zppDataType_t dtype, __m512 vinv,
-                                            int* wide) {
+                                            int* cnt) {
   __m512 a, b;
   if (dtype == zppFloat16) {
     a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)x));
@@ -112,11 +124,7 @@ ZPP_AVX512_INLINE avx512Q32_t avx512Round32(const uint16_t* x, zppDataType_t dty
   }
   avx512Q32_t q;
   __m512 ta = _mm512_mul_ps(a, vinv), tb = _mm512_mul_ps(b, vinv);
-  if (wide != NULL) { /* int2: the hint's count (ZPP_QUANT_INT2_WIDE_T) */
-    const __m512 thr = _mm512_set1_ps(ZPP_QUANT_INT2_WIDE_T);
-    *wide += __builtin_popcount((unsigned)_mm512_cmp_ps_mask(_mm512_abs_ps(ta), thr, _CMP_GE_OQ) |
-                                (unsigned)_mm512_cmp_ps_mask(_mm512_abs_ps(tb), thr, _CMP_GE_OQ) << 16);
-  }
+  if (cnt != NULL) avx512Int2Counts32(a, b, ta, tb, cnt);
   q.a = _mm512_cvtps_epi32(ta);
   q.b = _mm512_cvtps_epi32(tb);
   return q;
@@ -206,15 +214,16 @@ ZPP_AVX512_INLINE int avx512NonZero32(avx512Q32_t q) {
  * d (the block's first data byte), prefetching the same span of pf. Unless
  * streaming, also returns the max vector (avx512Max32) of the same span of
  * nx, a block of a later group: that group's pass 1 rides along this pass 2,
- * its and and max on pipes that the conversions leave idle. *nz gets the
- * block's number of non-zero q (int2: of ZPP_QUANT_INT2_WIDE_T). */
+ * its and and max on pipes that the conversions leave idle. *hint gets the
+ * block's escape hint (quant_impl.h): for int8 and int4 0 when more than E
+ * q are non-zero, for int2 from its counts. */
 ZPP_AVX512_INLINE __m512i avx512EncodeBlock(const uint16_t* x, zppDataType_t dtype, size_t len,
                                             int bits, float inv, uint8_t* d, const uint16_t* nx,
-                                            const uint16_t* pf, int streaming, int* nz) {
+                                            const uint16_t* pf, int streaming, int* hint) {
   const __m512 vinv = _mm512_set1_ps(inv);
   __m512i m = _mm512_setzero_si512();
   size_t i = 0;
-  int n = 0;
+  int n = 0, cnt[2] = {0, 0};
   if (bits == 8) {
     for (; i < len; i += 32) {
       avx512Prefetch(pf + i, streaming);
@@ -223,7 +232,7 @@ ZPP_AVX512_INLINE __m512i avx512EncodeBlock(const uint16_t* x, zppDataType_t dty
       n += avx512NonZero32(q);
       _mm256_storeu_si256((__m256i*)(d + i), avx512Int8x32(q, dtype));
     }
-    *nz = n;
+    *hint = n <= ZPP_QUANT_ESC_PER_BLOCK;
     return m;
   }
   if (bits == 2) {
@@ -231,19 +240,19 @@ ZPP_AVX512_INLINE __m512i avx512EncodeBlock(const uint16_t* x, zppDataType_t dty
       avx512Prefetch(pf + i, streaming);
       avx512Prefetch(pf + i + 32, streaming);
       if (!streaming) m = avx512Max32(avx512Max32(m, nx + i), nx + i + 32);
-      avx512Q32_t q0 = avx512Round32(x + i, dtype, vinv, &n);
-      avx512Q32_t q1 = avx512Round32(x + i + 32, dtype, vinv, &n);
+      avx512Q32_t q0 = avx512Round32(x + i, dtype, vinv, cnt);
+      avx512Q32_t q1 = avx512Round32(x + i + 32, dtype, vinv, cnt);
       _mm_storeu_si128((__m128i*)(d + i / 4),
                        avx512Crumbs64(avx512Int8x32(q0, dtype), avx512Int8x32(q1, dtype)));
     }
     if (i < len) { /* a block of 32 */
       avx512Prefetch(pf + i, streaming);
       if (!streaming) m = avx512Max32(m, nx + i);
-      avx512Q32_t q0 = avx512Round32(x + i, dtype, vinv, &n);
+      avx512Q32_t q0 = avx512Round32(x + i, dtype, vinv, cnt);
       _mm_storel_epi64((__m128i*)(d + i / 4),
                        avx512Crumbs64(avx512Int8x32(q0, dtype), _mm256_setzero_si256()));
     }
-    *nz = n;
+    *hint = zppQuantEscHasCandidate(cnt[0], cnt[1]);
     return m;
   }
   for (; i + 64 <= len; i += 64) {
@@ -267,7 +276,7 @@ ZPP_AVX512_INLINE __m512i avx512EncodeBlock(const uint16_t* x, zppDataType_t dty
     _mm_storeu_si128((__m128i*)(d + i / 2),
                      _mm512_castsi512_si128(_mm512_permutexvar_epi8(avx512IdxLowBytes(), n0)));
   }
-  *nz = n;
+  *hint = n <= ZPP_QUANT_ESC_PER_BLOCK;
   return m;
 }
 
@@ -322,15 +331,15 @@ ZPP_AVX512_INLINE int avx512EncodeGroup(const uint16_t* x, size_t g, size_t b0, 
                                         const uint16_t* nx, size_t nn, const uint16_t* pf,
                                         int streaming, __m512i mn[16]) {
   const int Q = zppQuantQmax(bits);
-  int may = 0, nz = 0;
+  int may = 0, hint = 0;
   if (gp->special == 0 && (streaming || nn == g)) {
     /* the usual case, without the per-block checks below */
     uint8_t* d = data + zppQuantByteOf(b0 * bs, bits);
     for (size_t k = 0; k < g; k++) {
       mn[k] =
           avx512EncodeBlock(x + k * bs, dtype, bs, bits, gp->inv[k], d + zppQuantByteOf(k * bs, bits),
-                            nx + k * bs, pf + k * bs, streaming, &nz);
-      may |= nz <= ZPP_QUANT_ESC_PER_BLOCK;
+                            nx + k * bs, pf + k * bs, streaming, &hint);
+      may |= hint;
     }
     for (size_t k = g; k < 16; k++) mn[k] = _mm512_setzero_si512();
     return may;
@@ -355,8 +364,8 @@ ZPP_AVX512_INLINE int avx512EncodeGroup(const uint16_t* x, size_t g, size_t b0, 
       mn[k] = streaming ? _mm512_setzero_si512() : avx512BlockMax(nk, bs);
     } else {
       mn[k] = avx512EncodeBlock(x + k * bs, dtype, bs, bits, gp->inv[k], d, nk, pf + k * bs, streaming,
-                                &nz);
-      may |= nz <= ZPP_QUANT_ESC_PER_BLOCK;
+                                &hint);
+      may |= hint;
     }
     if (k >= nn) mn[k] = _mm512_setzero_si512();
   }
@@ -802,14 +811,10 @@ ZPP_AVX512_INLINE __m512i avx512SumBlockMax(const float* buf, size_t len) {
 
 /* The same as avx512Round32 for 32 fp32 sums at x (layout-blind: lane k
  * of a and b are the sums at x + k and x + 16 + k). */
-ZPP_AVX512_INLINE avx512Q32_t avx512RoundSums32(const float* x, __m512 vinv, int* wide) {
-  __m512 ta = _mm512_mul_ps(_mm512_loadu_ps(x), vinv),
-         tb = _mm512_mul_ps(_mm512_loadu_ps(x + 16), vinv);
-  if (wide != NULL) { /* int2: the hint's count (ZPP_QUANT_INT2_WIDE_T) */
-    const __m512 thr = _mm512_set1_ps(ZPP_QUANT_INT2_WIDE_T);
-    *wide += __builtin_popcount((unsigned)_mm512_cmp_ps_mask(_mm512_abs_ps(ta), thr, _CMP_GE_OQ) |
-                                (unsigned)_mm512_cmp_ps_mask(_mm512_abs_ps(tb), thr, _CMP_GE_OQ) << 16);
-  }
+ZPP_AVX512_INLINE avx512Q32_t avx512RoundSums32(const float* x, __m512 vinv, int* cnt) {
+  __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+  __m512 ta = _mm512_mul_ps(a, vinv), tb = _mm512_mul_ps(b, vinv);
+  if (cnt != NULL) avx512Int2Counts32(a, b, ta, tb, cnt);
   avx512Q32_t q;
   q.a = _mm512_cvtps_epi32(ta);
   q.b = _mm512_cvtps_epi32(tb);
@@ -818,8 +823,8 @@ ZPP_AVX512_INLINE avx512Q32_t avx512RoundSums32(const float* x, __m512 vinv, int
 
 /* One block of sums (len a multiple of 32, in the layout `order`) encoded
  * into d, its first data byte: x * inv rounded by vcvtps2dq, as
- * avx512EncodeBlock. Returns, for int2, the count of ZPP_QUANT_INT2_WIDE_T
- * (the hint's), else 0. */
+ * avx512EncodeBlock. Returns, for int2, the block's escape hint (from its
+ * counts, quant_impl.h), else 1. */
 ZPP_AVX512_INLINE int avx512SumEncodeBlock(const float* buf, size_t len, int bits, float inv,
                                            uint8_t* d, zppDataType_t order) {
   const __m512 vinv = _mm512_set1_ps(inv);
@@ -831,14 +836,14 @@ ZPP_AVX512_INLINE int avx512SumEncodeBlock(const float* buf, size_t len, int bit
       q[0].b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i + 16), vinv));
       _mm256_storeu_si256((__m256i*)(d + i), avx512Int8x32(q[0], order));
     }
-    return 0;
+    return 1;
   }
   if (bits == 2) {
-    int wide = 0;
+    int cnt[2] = {0, 0};
     for (; i < len; i += 32) {
-      q[0] = avx512RoundSums32(buf + i, vinv, &wide);
+      q[0] = avx512RoundSums32(buf + i, vinv, cnt);
       if (i + 64 <= len) {
-        q[1] = avx512RoundSums32(buf + i + 32, vinv, &wide);
+        q[1] = avx512RoundSums32(buf + i + 32, vinv, cnt);
         _mm_storeu_si128((__m128i*)(d + i / 4),
                          avx512Crumbs64(avx512Int8x32(q[0], order), avx512Int8x32(q[1], order)));
         i += 32;
@@ -847,7 +852,7 @@ ZPP_AVX512_INLINE int avx512SumEncodeBlock(const float* buf, size_t len, int bit
                          avx512Crumbs64(avx512Int8x32(q[0], order), _mm256_setzero_si256()));
       }
     }
-    return wide;
+    return zppQuantEscHasCandidate(cnt[0], cnt[1]);
   }
   for (; i + 64 <= len; i += 64) {
     for (int h = 0; h < 2; h++) {
@@ -864,7 +869,7 @@ ZPP_AVX512_INLINE int avx512SumEncodeBlock(const float* buf, size_t len, int bit
     _mm_storeu_si128((__m128i*)(d + i / 2), _mm512_castsi512_si128(_mm512_permutexvar_epi8(
                                                 avx512IdxLowBytes(), avx512Int4x32(q[0], order))));
   }
-  return 0;
+  return 1;
 }
 
 /* Quantizes the sums of elements [c0, c1) (buf in the layout `order`; c0 a
@@ -897,8 +902,7 @@ ZPP_AVX512_INLINE void avx512RequantSums(const float* buf, size_t c0, size_t c1,
                          base);
         may = gp.amax[k] != 0; /* the escape pass scans all but zero blocks */
       } else {
-        may = avx512SumEncodeBlock(x, bs, bits, gp.inv[k], data + zppQuantByteOf(base, bits), order) <=
-              ZPP_QUANT_ESC_PER_BLOCK;
+        may = avx512SumEncodeBlock(x, bs, bits, gp.inv[k], data + zppQuantByteOf(base, bits), order);
       }
       if (hints != NULL) hints[base / ZPP_QUANT_ESC_GROUP] |= (uint8_t)may;
     }

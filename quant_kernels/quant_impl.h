@@ -91,10 +91,13 @@ extern const zppQuantImpl_t zppQuantImplAvx512;
 /* The int2 escape hint (zpp_quant.h, "Why 2^K"). With Q = 1 few elements of
  * a block quantize to q != 0 (those above half its max), so "more than E
  * non-zero q" rarely holds and says little. The vector encoders count
- * instead the elements whose t = (x p) inv has |t| >= ZPP_QUANT_INT2_WIDE_T
- * = 2^-3 (1 + 2^-20): t = (x / a)(1 + d1)(1 + d2) with |d| <= 2^-24, so each
- * such element has |x| 2^K > a (K = 3), counts in c of
- * zppQuantEscHasCandidate, and E + 1 of them leave the block no candidate. */
+ * instead, over a whole block with a finite non-zero scale, the elements
+ * whose t = (x p) inv has |t| >= ZPP_QUANT_INT2_WIDE_T = 2^-3 (1 + 2^-20)
+ * ("wide"), and the non-zero x. t = (x / a)(1 + d1)(1 + d2), |d| <= 2^-24,
+ * so a wide element has |x| 2^K > a (K = 3): wide <= c of
+ * zppQuantEscHasCandidate, which decreases in c, so its answer for (wide,
+ * nz) being 0 proves that the block has no candidate (E + 1 wide elements,
+ * or every non-zero one wide, as in sums of equal ternary inputs). */
 #define ZPP_QUANT_INT2_WIDE_T 0x1.00001p-3f
 
 /* Escapes (zpp_quant.h, "Escapes"), applied by the front end around every
