@@ -158,15 +158,25 @@ ZPP_AVX2_INLINE void avx2Int2Counts32(const __m256 x[4], const __m256 t[4], int*
 /* 32 elements quantized to int8, in element order. No clamp: |q| <= Q holds
  * without it (|x| <= a, so |x * inv| <= Q(1 + 2^-24), which rounds to at
  * most Q + 2^-17 < Q + 1/2), so the reference's clamp never changes a value.
- * cnt (int2; NULL otherwise): adds the hint's counts, wide ones to cnt[0],
- * non-zero ones to cnt[1]. */
-ZPP_AVX2_INLINE __m256i avx2Quant32(const void* x, zppDataType_t dtype, size_t i, __m256 vinv,
-                                    int* cnt) {
+ * cnt (int2; NULL otherwise): adds the hint's counts. For sums (the fused
+ * requantization, whose sums may be exactly ternary) all of them: wide ones
+ * to cnt[0], non-zero ones to cnt[1]; for a tensor, where counting is what
+ * an in-cache int2 quantize spends most on, the wide ones among 16 of the
+ * 32 (lanes of t[0] and t[2]) to cnt[0]: still a lower bound of c. */
+ZPP_AVX2_INLINE __m256i avx2Quant32(const void* x, zppDataType_t dtype, size_t i, __m256 vinv, int* cnt,
+                                    int sums) {
   const __m256 in[4] = {avx2Load8(x, dtype, i), avx2Load8(x, dtype, i + 8), avx2Load8(x, dtype, i + 16),
                         avx2Load8(x, dtype, i + 24)};
   const __m256 t[4] = {_mm256_mul_ps(in[0], vinv), _mm256_mul_ps(in[1], vinv),
                        _mm256_mul_ps(in[2], vinv), _mm256_mul_ps(in[3], vinv)};
-  if (cnt != NULL) avx2Int2Counts32(in, t, cnt);
+  if (cnt != NULL && sums) {
+    avx2Int2Counts32(in, t, cnt);
+  } else if (cnt != NULL) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), thr = _mm256_set1_ps(ZPP_QUANT_INT2_WIDE_T);
+    int w0 = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, t[0]), thr, _CMP_GE_OQ));
+    int w2 = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, t[2]), thr, _CMP_GE_OQ));
+    cnt[0] += __builtin_popcount((unsigned)(w0 | w2 << 8));
+  }
   __m256i a = _mm256_cvtps_epi32(t[0]);
   __m256i b = _mm256_cvtps_epi32(t[1]);
   __m256i c = _mm256_cvtps_epi32(t[2]);
@@ -221,17 +231,18 @@ ZPP_AVX2_INLINE int avx2NonZero32(__m256i v) {
  * that memory keeps streaming while this group is computed from L1.
  * Returns the block's escape hint (quant_impl.h): for int8 and int4 0 when
  * more than E q are non-zero (those of a short block's scalar tail not
- * counted), for int2 from its counts (1 for a short block). */
+ * counted), for int2 from its counts (avx2Quant32; 1 for a short block).
+ * sums: x is a fused requantization's sums. */
 ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
                                     const zppQuantBlockParams_t* bp, uint8_t* data, size_t base,
-                                    const uint8_t* pf) {
+                                    const uint8_t* pf, int sums) {
   const __m256 vinv = _mm256_set1_ps(bp->inv);
   size_t i = 0;
   int nz = 0, cnt[2] = {0, 0};
   if (bits == 8) {
     for (; i + 32 <= len; i += 32) {
       avx2Prefetch32(pf, dtype, i);
-      __m256i q = avx2Quant32(x, dtype, i, vinv, NULL);
+      __m256i q = avx2Quant32(x, dtype, i, vinv, NULL, 0);
       nz += avx2NonZero32(q);
       _mm256_storeu_si256((__m256i*)(data + base + i), q);
     }
@@ -240,12 +251,12 @@ ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t l
     for (; i + 64 <= len; i += 64) {
       avx2Prefetch32(pf, dtype, i);
       avx2Prefetch32(pf, dtype, i + 32);
-      __m256i q0 = avx2Quant32(x, dtype, i, vinv, cnt);
-      __m256i q1 = avx2Quant32(x, dtype, i + 32, vinv, cnt);
+      __m256i q0 = avx2Quant32(x, dtype, i, vinv, cnt, sums);
+      __m256i q1 = avx2Quant32(x, dtype, i + 32, vinv, cnt, sums);
       _mm_storeu_si128((__m128i*)(d + i / 4), avx2Crumbs64(q0, q1));
     }
     if (i + 32 <= len) { /* a block of 32, or the rest of a short one */
-      __m256i q0 = avx2Quant32(x, dtype, i, vinv, cnt);
+      __m256i q0 = avx2Quant32(x, dtype, i, vinv, cnt, sums);
       _mm_storel_epi64((__m128i*)(d + i / 4), avx2Crumbs64(q0, _mm256_setzero_si256()));
       i += 32;
     }
@@ -254,8 +265,8 @@ ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t l
     for (; i + 64 <= len; i += 64) {
       avx2Prefetch32(pf, dtype, i);
       avx2Prefetch32(pf, dtype, i + 32);
-      __m256i q0 = avx2Quant32(x, dtype, i, vinv, NULL);
-      __m256i q1 = avx2Quant32(x, dtype, i + 32, vinv, NULL);
+      __m256i q0 = avx2Quant32(x, dtype, i, vinv, NULL, 0);
+      __m256i q1 = avx2Quant32(x, dtype, i + 32, vinv, NULL, 0);
       nz += avx2NonZero32(q0) + avx2NonZero32(q1);
       __m256i n0 = avx2Nibbles(q0);
       __m256i n1 = avx2Nibbles(q1);
@@ -263,7 +274,7 @@ ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t l
                           _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n1), 0xd8));
     }
     for (; i + 32 <= len; i += 32) {
-      __m256i q0 = avx2Quant32(x, dtype, i, vinv, NULL);
+      __m256i q0 = avx2Quant32(x, dtype, i, vinv, NULL, 0);
       nz += avx2NonZero32(q0);
       __m256i n0 = avx2Nibbles(q0);
       __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n0), 0xd8);
@@ -276,7 +287,9 @@ ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t l
                            bits, data, base + i);
     if (bits == 2) return 1; /* its tail is not counted, and non-zero ones must all be */
   }
-  return bits == 2 ? zppQuantEscHasCandidate(cnt[0], cnt[1]) : nz <= ZPP_QUANT_ESC_PER_BLOCK;
+  if (bits == 2)
+    return sums ? zppQuantEscHasCandidate(cnt[0], cnt[1]) : cnt[0] <= ZPP_QUANT_ESC_PER_BLOCK;
+  return nz <= ZPP_QUANT_ESC_PER_BLOCK;
 }
 
 /* Scales and data of a block whose parameters are known. Returns the
@@ -284,7 +297,7 @@ ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t l
  * says 0, else 1. */
 ZPP_AVX2_INLINE int avx2EncodeWithParams(const void* x, zppDataType_t dtype, size_t len, int bits,
                                          const zppQuantBlockParams_t* bp, uint8_t* data, size_t base,
-                                         const uint8_t* pf) {
+                                         const uint8_t* pf, int sums) {
   if (bp->kind != ZPP_QBLOCK_NORMAL) {
     memset(data + zppQuantByteOf(base, bits), 0, zppQuantDataBytes(len, bits));
     return bp->kind != ZPP_QBLOCK_ZERO;
@@ -295,16 +308,17 @@ ZPP_AVX2_INLINE int avx2EncodeWithParams(const void* x, zppDataType_t dtype, siz
     zppQuantEncodeDtypeRef(x, dtype, len, bp, bits, data, base);
     return 1;
   }
-  return avx2EncodeBlock(x, dtype, len, bits, bp, data, base, pf);
+  return avx2EncodeBlock(x, dtype, len, bits, bp, data, base, pf, sums);
 }
 
 /* One block of any length, on its own: the last, short block of a segment.
  * Returns its escape hint. */
 ZPP_AVX2_INLINE int avx2QuantizeOneBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
-                                         uint8_t* scales, size_t b, uint8_t* data, size_t base) {
+                                         uint8_t* scales, size_t b, uint8_t* data, size_t base,
+                                         int sums) {
   zppQuantBlockParams_t bp = zppQuantBlockSetup(avx2AbsMaxBits(x, dtype, len), zppQuantQmax(bits));
   zppQuantStoreScale(scales, b, bp.scale);
-  return avx2EncodeWithParams(x, dtype, len, bits, &bp, data, base, NULL);
+  return avx2EncodeWithParams(x, dtype, len, bits, &bp, data, base, NULL, sums);
 }
 
 /* Whole blocks [b0, b0 + nb) of a segment, `in` pointing at block b0's first
@@ -312,10 +326,11 @@ ZPP_AVX2_INLINE int avx2QuantizeOneBlock(const void* x, zppDataType_t dtype, siz
  * eight scales and reciprocals with one vector division each (the same IEEE
  * operations as zppQuantBlockSetup), then pass 2 (from L1: a group is at most
  * 16 KiB of input). Each block's escape hint is ORed into hints[its escape
- * group] (hints: indexed from the segment's first group; NULL: none). */
+ * group] (hints: indexed from the segment's first group; NULL: none).
+ * sums: in is a fused requantization's sums (avx2Quant32's counts). */
 ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, size_t b0, size_t nb,
                                         int bits, int block, uint8_t* scales, uint8_t* data,
-                                        uint8_t* hints) {
+                                        uint8_t* hints, int sums) {
   const size_t perGroupLog2 = (size_t)(zppQuantLog2(ZPP_QUANT_ESC_GROUP) - zppQuantLog2(block));
   const size_t esize = dtype == zppFloat32 ? 4 : 2;
   const size_t bs = (size_t)block;
@@ -358,7 +373,7 @@ ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, siz
       bp.inv = iv[k];
       bp.p = pv[k];
       int may = avx2EncodeWithParams(x + k * bs * esize, dtype, bs, bits, &bp, data, (g0 + k) * bs,
-                                     pfNext ? x + (g + k) * bs * esize : NULL);
+                                     pfNext ? x + (g + k) * bs * esize : NULL, sums);
       if (hints != NULL) hints[(g0 + k) >> perGroupLog2] |= (uint8_t)may;
     }
   }
@@ -371,11 +386,11 @@ ZPP_AVX2_INLINE void avx2QuantizeT(const void* in, zppDataType_t dtype, size_t c
   size_t esize = dtype == zppFloat32 ? 4 : 2;
   size_t full = count / (size_t)block;
   if (hints != NULL) memset(hints, 0, zppQuantNumGroups(count));
-  avx2QuantizeBlocks(in, dtype, 0, full, bits, block, scales, data, hints);
+  avx2QuantizeBlocks(in, dtype, 0, full, bits, block, scales, data, hints, 0);
   size_t lo = full * (size_t)block;
   if (lo < count) {
     int may = avx2QuantizeOneBlock((const uint8_t*)in + lo * esize, dtype, count - lo, bits, scales,
-                                   full, data, lo);
+                                   full, data, lo, 0);
     if (hints != NULL) hints[lo / ZPP_QUANT_ESC_GROUP] |= (uint8_t)may;
   }
 }
@@ -734,13 +749,13 @@ static void avx2ReduceRequant(const uint8_t* packed, size_t stride, int n, size_
                          k == 0 ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD);
     size_t b0 = c0 / (size_t)block_out, full = (c1 - c0) / (size_t)block_out;
 #define AVX2_REQUANT(DT, BITS) \
-  avx2QuantizeBlocks(buf, DT, b0, full, BITS, block_out, scales, data, BITS == 2 ? h : NULL)
+  avx2QuantizeBlocks(buf, DT, b0, full, BITS, block_out, scales, data, BITS == 2 ? h : NULL, 1)
     AVX2_BITS(zppFloat32, bits_out, AVX2_REQUANT);
 #undef AVX2_REQUANT
     size_t lo = c0 + full * (size_t)block_out;
     if (lo < c1) {
 #define AVX2_REQUANT_LAST(DT, BITS) \
-  may = avx2QuantizeOneBlock(buf + (lo - c0), DT, c1 - lo, BITS, scales, b0 + full, data, lo)
+  may = avx2QuantizeOneBlock(buf + (lo - c0), DT, c1 - lo, BITS, scales, b0 + full, data, lo, 1)
       int may;
       AVX2_BITS(zppFloat32, bits_out, AVX2_REQUANT_LAST);
 #undef AVX2_REQUANT_LAST

@@ -7,10 +7,10 @@
  * order (x * inv rounded to nearest even by vcvtps2dq; q * scale rounded by
  * vcvtps2ph or the bf16 rounding), the block setup as vector divisions of
  * the very operations of zppQuantBlockSetup, and quant_ref.h for rare blocks
- * and short tails. The int4 reductions (qgZ's steps between and after its
- * hops) are here too; fp32 tensors, int8 reductions and accumulate are
- * quant_avx2.c's functions, reached through zppQuantImplAvx2: they were not
- * made faster.
+ * and short tails. The int4 and int2 reductions (qgZ's steps between and
+ * after its hops) are here too; fp32 tensors, int8 reductions and
+ * accumulate are quant_avx2.c's functions, reached through
+ * zppQuantImplAvx2: they were not made faster.
  *
  * Why this is faster than quant_avx2.c on Zen 4. That core runs a 512-bit
  * operation on its 256-bit pipes over two cycles, so plain element-wise
@@ -109,7 +109,9 @@ ZPP_AVX512_INLINE void avx512Int2Counts32(__m512 a, __m512 b, __m512 ta, __m512 
                                (unsigned)_mm512_cmp_ps_mask(b, zero, _CMP_NEQ_UQ) << 16);
 }
 
-/* cnt: NULL, or (int2) the hint's counts, as avx512Int2Counts32. */
+/* cnt: NULL, or (int2) the hint's count: the wide elements among the 16 of
+ * a (counting is what an in-cache int2 quantize spends most on, and these
+ * are still a lower bound of c; quant_avx2.c's avx2Quant32) to cnt[0]. */
 ZPP_AVX512_INLINE avx512Q32_t avx512Round32(const uint16_t* x, zppDataType_t dtype, __m512 vinv,
                                             int* cnt) {
   __m512 a, b;
@@ -124,7 +126,9 @@ ZPP_AVX512_INLINE avx512Q32_t avx512Round32(const uint16_t* x, zppDataType_t dty
   }
   avx512Q32_t q;
   __m512 ta = _mm512_mul_ps(a, vinv), tb = _mm512_mul_ps(b, vinv);
-  if (cnt != NULL) avx512Int2Counts32(a, b, ta, tb, cnt);
+  if (cnt != NULL)
+    cnt[0] += __builtin_popcount((unsigned)_mm512_cmp_ps_mask(
+        _mm512_abs_ps(ta), _mm512_set1_ps(ZPP_QUANT_INT2_WIDE_T), _CMP_GE_OQ));
   q.a = _mm512_cvtps_epi32(ta);
   q.b = _mm512_cvtps_epi32(tb);
   return q;
@@ -252,7 +256,7 @@ ZPP_AVX512_INLINE __m512i avx512EncodeBlock(const uint16_t* x, zppDataType_t dty
       _mm_storel_epi64((__m128i*)(d + i / 4),
                        avx512Crumbs64(avx512Int8x32(q0, dtype), _mm256_setzero_si256()));
     }
-    *hint = zppQuantEscHasCandidate(cnt[0], cnt[1]);
+    *hint = cnt[0] <= ZPP_QUANT_ESC_PER_BLOCK;
     return m;
   }
   for (; i + 64 <= len; i += 64) {

@@ -82,7 +82,7 @@ extern const zppQuantImpl_t zppQuantImplScalar;
 extern const zppQuantImpl_t zppQuantImplAvx2;
 #endif
 #if defined(ZPP_QUANT_HAVE_AVX512)
-/* fp16/bf16 quantize and dequantize, and the sums of int4 segments
+/* fp16/bf16 quantize and dequantize, and the sums of int4 and int2 segments
  * (zppDequantizeSum, zppQuantReduceRequant), with AVX-512 (F, BW, VL, VBMI,
  * VBMI2, BF16); everything else is the AVX2 implementation's. */
 extern const zppQuantImpl_t zppQuantImplAvx512;
@@ -91,13 +91,16 @@ extern const zppQuantImpl_t zppQuantImplAvx512;
 /* The int2 escape hint (zpp_quant.h, "Why 2^K"). With Q = 1 few elements of
  * a block quantize to q != 0 (those above half its max), so "more than E
  * non-zero q" rarely holds and says little. The vector encoders count
- * instead, over a whole block with a finite non-zero scale, the elements
- * whose t = (x p) inv has |t| >= ZPP_QUANT_INT2_WIDE_T = 2^-3 (1 + 2^-20)
- * ("wide"), and the non-zero x. t = (x / a)(1 + d1)(1 + d2), |d| <= 2^-24,
- * so a wide element has |x| 2^K > a (K = 3): wide <= c of
- * zppQuantEscHasCandidate, which decreases in c, so its answer for (wide,
- * nz) being 0 proves that the block has no candidate (E + 1 wide elements,
- * or every non-zero one wide, as in sums of equal ternary inputs). */
+ * instead, in a block with a finite non-zero scale, elements whose t =
+ * (x p) inv has |t| >= ZPP_QUANT_INT2_WIDE_T = 2^-3 (1 + 2^-20) ("wide").
+ * t = (x / a)(1 + d1)(1 + d2), |d| <= 2^-24, so a wide element has |x| 2^K
+ * > a (K = 3): any count of wide elements is <= c of
+ * zppQuantEscHasCandidate, which decreases in c, so E + 1 of them prove
+ * that the block has no candidate. Quantizing a tensor, they count half of
+ * each block's lanes (cheaper, and ordinary blocks have plenty); the fused
+ * requantization counts all of them and the non-zero ones too, nz, for
+ * zppQuantEscHasCandidate(wide, nz) = 0 also proves it when every non-zero
+ * element is wide, as in sums of equal ternary inputs. */
 #define ZPP_QUANT_INT2_WIDE_T 0x1.00001p-3f
 
 /* Escapes (zpp_quant.h, "Escapes"), applied by the front end around every

@@ -372,7 +372,7 @@ typedef struct {
 /* Bytes of one packed segment; 0 for invalid bits/block. */
 size_t zppQuantPackedSize(size_t count, int bits, int block);
 
-/* 1 if bits is 4 or 8 and block a power of two in [32, 4096]. */
+/* 1 if bits is 2, 4 or 8 and block a power of two in [32, 4096]. */
 int zppQuantValidParams(int bits, int block);
 
 /* Reads and validates a segment header against what the caller expects

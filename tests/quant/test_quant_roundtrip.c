@@ -619,11 +619,15 @@ static void checkEscapeHints(void) {
           memset(hints, 0xee, sizeof hints);
           impl->quantize(in, kTypes[t], count, bits, block, seg, hints);
           /* int2 counts |x| >= max / 8 rather than q != 0 (quant_impl.h,
-           * ZPP_QUANT_INT2_WIDE_T): kind 2's 0.45 counts, so it hints 0. */
-          const int want[5] = {0, 1, bits == 2 ? 0 : 1, 1, 0};
+           * ZPP_QUANT_INT2_WIDE_T), over part of each block when it
+           * quantizes a tensor: kinds 0 and 2 (E + 1 such elements) may hint
+           * either way (-1); a 0 must still be right, which checkCase's
+           * comparison with the model checks. */
+          const int want[5] = {bits == 2 ? -1 : 0, 1, bits == 2 ? -1 : 1, 1, 0};
           for (int g = 0; g < 5; g++)
-            CHECK_MSG(hints[g] == want[g], "%s %s int%d block %d: hint of group %d is %d, expected %d",
-                      gImpls[k], qtTypeName(kTypes[t]), bits, block, g, hints[g], want[g]);
+            CHECK_MSG(want[g] < 0 ? hints[g] <= 1 : hints[g] == want[g],
+                      "%s %s int%d block %d: hint of group %d is %d, expected %d", gImpls[k],
+                      qtTypeName(kTypes[t]), bits, block, g, hints[g], want[g]);
           CHECK_MSG(hints[5] <= 1, "%s: hint of the tail group is %d", gImpls[k], hints[5]);
           free(seg);
         }
