@@ -134,14 +134,53 @@ ZPP_AVX2_INLINE __m256i avx2MaxBitsF32(__m256i a, zppDataType_t dtype) {
   return _mm256_castps_si256(_mm256_cvtph_ps(_mm256_castsi256_si128(p)));
 }
 
+/* Set lanes of four compare results: packed to bytes, one movemask. */
+ZPP_AVX2_INLINE int avx2CountMask32(__m256 m0, __m256 m1, __m256 m2, __m256 m3) {
+  __m256i w = _mm256_packs_epi16(_mm256_packs_epi32(_mm256_castps_si256(m0), _mm256_castps_si256(m1)),
+                                 _mm256_packs_epi32(_mm256_castps_si256(m2), _mm256_castps_si256(m3)));
+  return __builtin_popcount((unsigned)_mm256_movemask_epi8(w));
+}
+/* The int2 hint's counts (quant_impl.h, ZPP_QUANT_INT2_WIDE_T) of 32
+ * elements x[0..3] and their t = x * inv, added to cnt[0] (wide) and cnt[1]
+ * (non-zero). */
+ZPP_AVX2_INLINE void avx2Int2Counts32(const __m256 x[4], const __m256 t[4], int* cnt) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), thr = _mm256_set1_ps(ZPP_QUANT_INT2_WIDE_T);
+  const __m256 zero = _mm256_setzero_ps();
+  __m256 w[4], n[4];
+  for (int k = 0; k < 4; k++) {
+    w[k] = _mm256_cmp_ps(_mm256_andnot_ps(sign, t[k]), thr, _CMP_GE_OQ);
+    n[k] = _mm256_cmp_ps(x[k], zero, _CMP_NEQ_UQ);
+  }
+  cnt[0] += avx2CountMask32(w[0], w[1], w[2], w[3]);
+  cnt[1] += avx2CountMask32(n[0], n[1], n[2], n[3]);
+}
+
 /* 32 elements quantized to int8, in element order. No clamp: |q| <= Q holds
  * without it (|x| <= a, so |x * inv| <= Q(1 + 2^-24), which rounds to at
- * most Q + 2^-17 < Q + 1/2), so the reference's clamp never changes a value. */
-ZPP_AVX2_INLINE __m256i avx2Quant32(const void* x, zppDataType_t dtype, size_t i, __m256 vinv) {
-  __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(avx2Load8(x, dtype, i), vinv));
-  __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(avx2Load8(x, dtype, i + 8), vinv));
-  __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(avx2Load8(x, dtype, i + 16), vinv));
-  __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(avx2Load8(x, dtype, i + 24), vinv));
+ * most Q + 2^-17 < Q + 1/2), so the reference's clamp never changes a value.
+ * cnt (int2; NULL otherwise): adds the hint's counts. For sums (the fused
+ * requantization, whose sums may be exactly ternary) all of them: wide ones
+ * to cnt[0], non-zero ones to cnt[1]; for a tensor, where counting is what
+ * an in-cache int2 quantize spends most on, the wide ones among 16 of the
+ * 32 (lanes of t[0] and t[2]) to cnt[0]: still a lower bound of c. */
+ZPP_AVX2_INLINE __m256i avx2Quant32(const void* x, zppDataType_t dtype, size_t i, __m256 vinv, int* cnt,
+                                    int sums) {
+  const __m256 in[4] = {avx2Load8(x, dtype, i), avx2Load8(x, dtype, i + 8), avx2Load8(x, dtype, i + 16),
+                        avx2Load8(x, dtype, i + 24)};
+  const __m256 t[4] = {_mm256_mul_ps(in[0], vinv), _mm256_mul_ps(in[1], vinv),
+                       _mm256_mul_ps(in[2], vinv), _mm256_mul_ps(in[3], vinv)};
+  if (cnt != NULL && sums) {
+    avx2Int2Counts32(in, t, cnt);
+  } else if (cnt != NULL) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), thr = _mm256_set1_ps(ZPP_QUANT_INT2_WIDE_T);
+    int w0 = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, t[0]), thr, _CMP_GE_OQ));
+    int w2 = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, t[2]), thr, _CMP_GE_OQ));
+    cnt[0] += __builtin_popcount((unsigned)(w0 | w2 << 8));
+  }
+  __m256i a = _mm256_cvtps_epi32(t[0]);
+  __m256i b = _mm256_cvtps_epi32(t[1]);
+  __m256i c = _mm256_cvtps_epi32(t[2]);
+  __m256i d = _mm256_cvtps_epi32(t[3]);
   /* packs work per 128-bit lane: the dwords come out as a0 b0 c0 d0 | a1 b1
    * c1 d1 (4 bytes each) and one permute puts them in order. */
   __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
@@ -152,6 +191,21 @@ ZPP_AVX2_INLINE __m256i avx2Quant32(const void* x, zppDataType_t dtype, size_t i
  * per 16-bit lane: lo + 16 * hi of the masked bytes. */
 ZPP_AVX2_INLINE __m256i avx2Nibbles(__m256i v) {
   return _mm256_maddubs_epi16(_mm256_and_si256(v, _mm256_set1_epi8(0x0f)), _mm256_set1_epi16(0x1001));
+}
+
+/* 64 int8 q (-1, 0 or 1: int2) as 16 bytes of 2-bit fields, element 4k + j
+ * in bits 2j..2j+1 of byte k: the fields paired into nibbles (a + 4 b per
+ * 16-bit lane), the nibbles packed to bytes, paired into bytes (c + 16 d),
+ * packed again; the 128-bit lanes leave the four dwords in the order 0, 2,
+ * 1, 3, which one permute undoes. */
+ZPP_AVX2_INLINE __m128i avx2Crumbs64(__m256i q0, __m256i q1) {
+  const __m256i three = _mm256_set1_epi8(3);
+  __m256i n0 = _mm256_maddubs_epi16(_mm256_and_si256(q0, three), _mm256_set1_epi16(0x0401));
+  __m256i n1 = _mm256_maddubs_epi16(_mm256_and_si256(q1, three), _mm256_set1_epi16(0x0401));
+  __m256i b = _mm256_maddubs_epi16(_mm256_packus_epi16(n0, n1), _mm256_set1_epi16(0x1001));
+  __m256i r = _mm256_packus_epi16(b, b);
+  return _mm256_castsi256_si128(
+      _mm256_permutevar8x32_epi32(r, _mm256_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0)));
 }
 
 /* Prefetches the 32 elements at element i of pf (NULL: none). */
@@ -175,28 +229,44 @@ ZPP_AVX2_INLINE int avx2NonZero32(__m256i v) {
 /* Encodes x[0..len) (a block starting at element `base`) with 1/step inv,
  * prefetching the same span of pf meanwhile: the next group's input, so
  * that memory keeps streaming while this group is computed from L1.
- * Returns the number of non-zero q among the elements encoded here (the
- * scalar tail of a short block is not counted). */
+ * Returns the block's escape hint (quant_impl.h): for int8 and int4 0 when
+ * more than E q are non-zero (those of a short block's scalar tail not
+ * counted), for int2 from its counts (avx2Quant32; 1 for a short block).
+ * sums: x is a fused requantization's sums. */
 ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
                                     const zppQuantBlockParams_t* bp, uint8_t* data, size_t base,
-                                    const uint8_t* pf) {
+                                    const uint8_t* pf, int sums) {
   const __m256 vinv = _mm256_set1_ps(bp->inv);
   size_t i = 0;
-  int nz = 0;
+  int nz = 0, cnt[2] = {0, 0};
   if (bits == 8) {
     for (; i + 32 <= len; i += 32) {
       avx2Prefetch32(pf, dtype, i);
-      __m256i q = avx2Quant32(x, dtype, i, vinv);
+      __m256i q = avx2Quant32(x, dtype, i, vinv, NULL, 0);
       nz += avx2NonZero32(q);
       _mm256_storeu_si256((__m256i*)(data + base + i), q);
+    }
+  } else if (bits == 2) {
+    uint8_t* d = data + base / 4;
+    for (; i + 64 <= len; i += 64) {
+      avx2Prefetch32(pf, dtype, i);
+      avx2Prefetch32(pf, dtype, i + 32);
+      __m256i q0 = avx2Quant32(x, dtype, i, vinv, cnt, sums);
+      __m256i q1 = avx2Quant32(x, dtype, i + 32, vinv, cnt, sums);
+      _mm_storeu_si128((__m128i*)(d + i / 4), avx2Crumbs64(q0, q1));
+    }
+    if (i + 32 <= len) { /* a block of 32, or the rest of a short one */
+      __m256i q0 = avx2Quant32(x, dtype, i, vinv, cnt, sums);
+      _mm_storel_epi64((__m128i*)(d + i / 4), avx2Crumbs64(q0, _mm256_setzero_si256()));
+      i += 32;
     }
   } else {
     uint8_t* d = data + base / 2;
     for (; i + 64 <= len; i += 64) {
       avx2Prefetch32(pf, dtype, i);
       avx2Prefetch32(pf, dtype, i + 32);
-      __m256i q0 = avx2Quant32(x, dtype, i, vinv);
-      __m256i q1 = avx2Quant32(x, dtype, i + 32, vinv);
+      __m256i q0 = avx2Quant32(x, dtype, i, vinv, NULL, 0);
+      __m256i q1 = avx2Quant32(x, dtype, i + 32, vinv, NULL, 0);
       nz += avx2NonZero32(q0) + avx2NonZero32(q1);
       __m256i n0 = avx2Nibbles(q0);
       __m256i n1 = avx2Nibbles(q1);
@@ -204,7 +274,7 @@ ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t l
                           _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n1), 0xd8));
     }
     for (; i + 32 <= len; i += 32) {
-      __m256i q0 = avx2Quant32(x, dtype, i, vinv);
+      __m256i q0 = avx2Quant32(x, dtype, i, vinv, NULL, 0);
       nz += avx2NonZero32(q0);
       __m256i n0 = avx2Nibbles(q0);
       __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi16(n0, n0), 0xd8);
@@ -212,20 +282,24 @@ ZPP_AVX2_INLINE int avx2EncodeBlock(const void* x, zppDataType_t dtype, size_t l
     }
   }
   /* Only a segment's last, short block gets here. */
-  if (i < len)
+  if (i < len) {
     zppQuantEncodeDtypeRef((const uint8_t*)x + i * (dtype == zppFloat32 ? 4 : 2), dtype, len - i, bp,
                            bits, data, base + i);
-  return nz;
+    if (bits == 2) return 1; /* its tail is not counted, and non-zero ones must all be */
+  }
+  if (bits == 2)
+    return sums ? zppQuantEscHasCandidate(cnt[0], cnt[1]) : cnt[0] <= ZPP_QUANT_ESC_PER_BLOCK;
+  return nz <= ZPP_QUANT_ESC_PER_BLOCK;
 }
 
 /* Scales and data of a block whose parameters are known. Returns the
- * block's escape hint (quant_impl.h): 0 when it is zero or has more than E
- * non-zero q (counted), else 1. */
+ * block's escape hint (quant_impl.h): 0 when it is zero or avx2EncodeBlock
+ * says 0, else 1. */
 ZPP_AVX2_INLINE int avx2EncodeWithParams(const void* x, zppDataType_t dtype, size_t len, int bits,
                                          const zppQuantBlockParams_t* bp, uint8_t* data, size_t base,
-                                         const uint8_t* pf) {
+                                         const uint8_t* pf, int sums) {
   if (bp->kind != ZPP_QBLOCK_NORMAL) {
-    memset(data + (bits == 8 ? base : base / 2), 0, zppQuantDataBytes(len, bits));
+    memset(data + zppQuantByteOf(base, bits), 0, zppQuantDataBytes(len, bits));
     return bp->kind != ZPP_QBLOCK_ZERO;
   }
   if (bp->p != 1.0f) {
@@ -234,16 +308,17 @@ ZPP_AVX2_INLINE int avx2EncodeWithParams(const void* x, zppDataType_t dtype, siz
     zppQuantEncodeDtypeRef(x, dtype, len, bp, bits, data, base);
     return 1;
   }
-  return avx2EncodeBlock(x, dtype, len, bits, bp, data, base, pf) <= ZPP_QUANT_ESC_PER_BLOCK;
+  return avx2EncodeBlock(x, dtype, len, bits, bp, data, base, pf, sums);
 }
 
 /* One block of any length, on its own: the last, short block of a segment.
  * Returns its escape hint. */
 ZPP_AVX2_INLINE int avx2QuantizeOneBlock(const void* x, zppDataType_t dtype, size_t len, int bits,
-                                         uint8_t* scales, size_t b, uint8_t* data, size_t base) {
+                                         uint8_t* scales, size_t b, uint8_t* data, size_t base,
+                                         int sums) {
   zppQuantBlockParams_t bp = zppQuantBlockSetup(avx2AbsMaxBits(x, dtype, len), zppQuantQmax(bits));
   zppQuantStoreScale(scales, b, bp.scale);
-  return avx2EncodeWithParams(x, dtype, len, bits, &bp, data, base, NULL);
+  return avx2EncodeWithParams(x, dtype, len, bits, &bp, data, base, NULL, sums);
 }
 
 /* Whole blocks [b0, b0 + nb) of a segment, `in` pointing at block b0's first
@@ -251,10 +326,11 @@ ZPP_AVX2_INLINE int avx2QuantizeOneBlock(const void* x, zppDataType_t dtype, siz
  * eight scales and reciprocals with one vector division each (the same IEEE
  * operations as zppQuantBlockSetup), then pass 2 (from L1: a group is at most
  * 16 KiB of input). Each block's escape hint is ORed into hints[its escape
- * group] (hints: indexed from the segment's first group; NULL: none). */
+ * group] (hints: indexed from the segment's first group; NULL: none).
+ * sums: in is a fused requantization's sums (avx2Quant32's counts). */
 ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, size_t b0, size_t nb,
                                         int bits, int block, uint8_t* scales, uint8_t* data,
-                                        uint8_t* hints) {
+                                        uint8_t* hints, int sums) {
   const size_t perGroupLog2 = (size_t)(zppQuantLog2(ZPP_QUANT_ESC_GROUP) - zppQuantLog2(block));
   const size_t esize = dtype == zppFloat32 ? 4 : 2;
   const size_t bs = (size_t)block;
@@ -297,7 +373,7 @@ ZPP_AVX2_INLINE void avx2QuantizeBlocks(const void* in, zppDataType_t dtype, siz
       bp.inv = iv[k];
       bp.p = pv[k];
       int may = avx2EncodeWithParams(x + k * bs * esize, dtype, bs, bits, &bp, data, (g0 + k) * bs,
-                                     pfNext ? x + (g + k) * bs * esize : NULL);
+                                     pfNext ? x + (g + k) * bs * esize : NULL, sums);
       if (hints != NULL) hints[(g0 + k) >> perGroupLog2] |= (uint8_t)may;
     }
   }
@@ -310,33 +386,41 @@ ZPP_AVX2_INLINE void avx2QuantizeT(const void* in, zppDataType_t dtype, size_t c
   size_t esize = dtype == zppFloat32 ? 4 : 2;
   size_t full = count / (size_t)block;
   if (hints != NULL) memset(hints, 0, zppQuantNumGroups(count));
-  avx2QuantizeBlocks(in, dtype, 0, full, bits, block, scales, data, hints);
+  avx2QuantizeBlocks(in, dtype, 0, full, bits, block, scales, data, hints, 0);
   size_t lo = full * (size_t)block;
   if (lo < count) {
     int may = avx2QuantizeOneBlock((const uint8_t*)in + lo * esize, dtype, count - lo, bits, scales,
-                                   full, data, lo);
+                                   full, data, lo, 0);
     if (hints != NULL) hints[lo / ZPP_QUANT_ESC_GROUP] |= (uint8_t)may;
   }
 }
 
+/* The codecs' (dtype, bits) pairs as constants: CALL(DT, BITS) for each. */
+#define AVX2_SPECIALIZE(dtype, bits, CALL) \
+  do {                                     \
+    if ((dtype) == zppFloat32) {           \
+      AVX2_BITS(zppFloat32, bits, CALL);   \
+    } else if ((dtype) == zppFloat16) {    \
+      AVX2_BITS(zppFloat16, bits, CALL);   \
+    } else {                               \
+      AVX2_BITS(zppBfloat16, bits, CALL);  \
+    }                                      \
+  } while (0)
+#define AVX2_BITS(dt, bits, CALL) \
+  do {                            \
+    if ((bits) == 8)              \
+      CALL(dt, 8);                \
+    else if ((bits) == 4)         \
+      CALL(dt, 4);                \
+    else                          \
+      CALL(dt, 2);                \
+  } while (0)
+
 static void avx2Quantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                          uint8_t* packed, uint8_t* hints) {
-  if (dtype == zppFloat32) {
-    if (bits == 8)
-      avx2QuantizeT(in, zppFloat32, count, 8, block, packed, hints);
-    else
-      avx2QuantizeT(in, zppFloat32, count, 4, block, packed, hints);
-  } else if (dtype == zppFloat16) {
-    if (bits == 8)
-      avx2QuantizeT(in, zppFloat16, count, 8, block, packed, hints);
-    else
-      avx2QuantizeT(in, zppFloat16, count, 4, block, packed, hints);
-  } else {
-    if (bits == 8)
-      avx2QuantizeT(in, zppBfloat16, count, 8, block, packed, hints);
-    else
-      avx2QuantizeT(in, zppBfloat16, count, 4, block, packed, hints);
-  }
+#define AVX2_QUANTIZE(DT, BITS) avx2QuantizeT(in, DT, count, BITS, block, packed, hints)
+  AVX2_SPECIALIZE(dtype, bits, AVX2_QUANTIZE);
+#undef AVX2_QUANTIZE
 }
 
 /* ---- decode ------------------------------------------------------------------------ */
@@ -380,11 +464,42 @@ ZPP_AVX2_INLINE void avx2Apply8(float* dst, __m256 y, zppQuantDecodeMode_t mode)
     _mm256_storeu_ps(dst, _mm256_add_ps(_mm256_loadu_ps(dst), y));
 }
 
+/* int2 decodes by table: a field holds one of four values, so the block's
+ * four products q * s (the very multiplies of the arithmetic path) sit in a
+ * vector and vpermps/vpermd look eight elements up at once. Sixteen
+ * elements' 32 data bits are broadcast to every dword, and a variable shift
+ * brings field k to the low bits of dword k; the permutes read 3 index
+ * bits, the next field's low bit among them, so the tables hold their four
+ * entries twice. */
+ZPP_AVX2_INLINE __m256i avx2Int2Load16(const uint8_t* data, size_t i) {
+  int32_t w;
+  memcpy(&w, data + i / 4, sizeof w);
+  return _mm256_set1_epi32(w);
+}
+ZPP_AVX2_INLINE __m256i avx2Int2Index(__m256i w, int half) {
+  return _mm256_srlv_epi32(w, half ? _mm256_setr_epi32(16, 18, 20, 22, 24, 26, 28, 30)
+                                   : _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+}
+/* q * s for the field values 0..3 (q = 0, 1, -2, -1), twice. */
+ZPP_AVX2_INLINE __m256 avx2Int2TableF32(float s) {
+  return _mm256_mul_ps(_mm256_setr_ps(0, 1, -2, -1, 0, 1, -2, -1), _mm256_set1_ps(s));
+}
+
 /* Elements [lo, hi) of one block with scale s into dst[0 .. hi-lo). */
 ZPP_AVX2_INLINE void avx2DecodeSpan(const uint8_t* data, int bits, size_t lo, size_t hi, float s,
                                     float* dst, zppQuantDecodeMode_t mode) {
   const __m256 vs = _mm256_set1_ps(s);
   size_t i = lo;
+  if (bits == 2) {
+    const __m256 tab = avx2Int2TableF32(s);
+    for (; i + 16 <= hi; i += 16) {
+      __m256i w = avx2Int2Load16(data, i);
+      avx2Apply8(dst + (i - lo), _mm256_permutevar8x32_ps(tab, avx2Int2Index(w, 0)), mode);
+      avx2Apply8(dst + (i - lo) + 8, _mm256_permutevar8x32_ps(tab, avx2Int2Index(w, 1)), mode);
+    }
+    zppQuantDecodeSpanRef(data, bits, i, hi, s, dst + (i - lo), mode);
+    return;
+  }
   for (; i + 32 <= hi; i += 32) {
     avx2Q32_t q = avx2DecodeQ32(data, bits, i);
     avx2Apply8(dst + (i - lo), _mm256_mul_ps(q.v0, vs), mode);
@@ -416,21 +531,14 @@ ZPP_AVX2_INLINE void avx2DecodeRange(const uint8_t* seg, size_t count, int bits,
 /* Mode and bits as constants, so each combination gets its own loop. */
 static void avx2DecodeRangeAny(const uint8_t* seg, size_t count, int bits, int block, size_t c0,
                                size_t c1, float* dst, zppQuantDecodeMode_t mode) {
-  if (bits == 8) {
-    if (mode == ZPP_DECODE_ADD)
-      avx2DecodeRange(seg, count, 8, block, c0, c1, dst, ZPP_DECODE_ADD);
-    else if (mode == ZPP_DECODE_ZERO_ADD)
-      avx2DecodeRange(seg, count, 8, block, c0, c1, dst, ZPP_DECODE_ZERO_ADD);
-    else
-      avx2DecodeRange(seg, count, 8, block, c0, c1, dst, ZPP_DECODE_STORE);
-  } else {
-    if (mode == ZPP_DECODE_ADD)
-      avx2DecodeRange(seg, count, 4, block, c0, c1, dst, ZPP_DECODE_ADD);
-    else if (mode == ZPP_DECODE_ZERO_ADD)
-      avx2DecodeRange(seg, count, 4, block, c0, c1, dst, ZPP_DECODE_ZERO_ADD);
-    else
-      avx2DecodeRange(seg, count, 4, block, c0, c1, dst, ZPP_DECODE_STORE);
-  }
+#define AVX2_DECODE_RANGE(MODE, BITS) avx2DecodeRange(seg, count, BITS, block, c0, c1, dst, MODE)
+  if (mode == ZPP_DECODE_ADD)
+    AVX2_BITS(ZPP_DECODE_ADD, bits, AVX2_DECODE_RANGE);
+  else if (mode == ZPP_DECODE_ZERO_ADD)
+    AVX2_BITS(ZPP_DECODE_ZERO_ADD, bits, AVX2_DECODE_RANGE);
+  else
+    AVX2_BITS(ZPP_DECODE_STORE, bits, AVX2_DECODE_RANGE);
+#undef AVX2_DECODE_RANGE
 }
 
 /* fp32 -> bf16 for values known not to be NaN (decoded q * scale with a
@@ -497,6 +605,23 @@ ZPP_AVX2_INLINE void avx2TableDecode32(const uint8_t* data, size_t i, const avx2
   _mm256_storeu_si256((__m256i*)(out + i + 16), _mm256_permute2x128_si256(w0, w1, 0x31));
 }
 
+/* avx2Int2TableF32 rounded to fp16 or bf16 (not NaN: the scale is not), in
+ * the low word of each dword. */
+ZPP_AVX2_INLINE __m256i avx2Int2Table16(float s, zppDataType_t dtype) {
+  __m256 y = avx2Int2TableF32(s);
+  if (dtype == zppFloat16)
+    return _mm256_cvtepu16_epi32(_mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  return avx2Bf16RoundNotNan(y);
+}
+
+/* Sixteen int2 elements at i through the 16-bit table, stored at out + i. */
+ZPP_AVX2_INLINE void avx2Int2Decode16(const uint8_t* data, size_t i, __m256i tab, uint16_t* out) {
+  __m256i w = avx2Int2Load16(data, i);
+  __m256i lo = _mm256_permutevar8x32_epi32(tab, avx2Int2Index(w, 0));
+  __m256i hi = _mm256_permutevar8x32_epi32(tab, avx2Int2Index(w, 1));
+  _mm256_storeu_si256((__m256i*)(out + i), _mm256_permute4x64_epi64(_mm256_packus_epi32(lo, hi), 0xd8));
+}
+
 ZPP_AVX2_INLINE void avx2DequantizeT(const uint8_t* packed, size_t count, int bits, int block,
                                      void* out, zppDataType_t dtype) {
   const uint8_t* scales = zppQuantScalesPtr(packed);
@@ -514,7 +639,17 @@ ZPP_AVX2_INLINE void avx2DequantizeT(const uint8_t* packed, size_t count, int bi
       for (; i < hi; i++) zppQuantStoreOne(out, dtype, i, zppF32FromBits(ZPP_QUANT_NAN_BITS));
       continue;
     }
-    if (bits == 4 && dtype != zppFloat32) {
+    if (bits == 2 && dtype == zppFloat32) {
+      const __m256 tab = avx2Int2TableF32(s);
+      for (; i + 16 <= hi; i += 16) {
+        __m256i w = avx2Int2Load16(data, i);
+        _mm256_storeu_ps((float*)out + i, _mm256_permutevar8x32_ps(tab, avx2Int2Index(w, 0)));
+        _mm256_storeu_ps((float*)out + i + 8, _mm256_permutevar8x32_ps(tab, avx2Int2Index(w, 1)));
+      }
+    } else if (bits == 2) {
+      const __m256i tab = avx2Int2Table16(s, dtype);
+      for (; i + 16 <= hi; i += 16) avx2Int2Decode16(data, i, tab, (uint16_t*)out);
+    } else if (bits == 4 && dtype != zppFloat32) {
       avx2Table16_t tab = avx2MakeTable(s, dtype);
       for (; i + 32 <= hi; i += 32) avx2TableDecode32(data, i, &tab, (uint16_t*)out);
     } else {
@@ -531,22 +666,9 @@ ZPP_AVX2_INLINE void avx2DequantizeT(const uint8_t* packed, size_t count, int bi
 
 static void avx2Dequantize(const uint8_t* packed, size_t count, int bits, int block, void* out,
                            zppDataType_t dtype) {
-  if (dtype == zppFloat32) {
-    if (bits == 8)
-      avx2DequantizeT(packed, count, 8, block, out, zppFloat32);
-    else
-      avx2DequantizeT(packed, count, 4, block, out, zppFloat32);
-  } else if (dtype == zppFloat16) {
-    if (bits == 8)
-      avx2DequantizeT(packed, count, 8, block, out, zppFloat16);
-    else
-      avx2DequantizeT(packed, count, 4, block, out, zppFloat16);
-  } else {
-    if (bits == 8)
-      avx2DequantizeT(packed, count, 8, block, out, zppBfloat16);
-    else
-      avx2DequantizeT(packed, count, 4, block, out, zppBfloat16);
-  }
+#define AVX2_DEQUANTIZE(DT, BITS) avx2DequantizeT(packed, count, BITS, block, out, DT)
+  AVX2_SPECIALIZE(dtype, bits, AVX2_DEQUANTIZE);
+#undef AVX2_DEQUANTIZE
 }
 
 /* ---- reductions -------------------------------------------------------------------- */
@@ -608,7 +730,8 @@ static void avx2Sum(const uint8_t* packed, size_t stride, int n, size_t count, i
 }
 
 static void avx2ReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
-                              int block_in, int bits_out, int block_out, uint8_t* packed_out) {
+                              int block_in, int bits_out, int block_out, uint8_t* packed_out,
+                              uint8_t* hints) {
   /* Sum a chunk of whole output blocks into an L1 buffer, then quantize the
    * chunk with the grouped block setup: small output blocks then cost no
    * more per element than large ones. */
@@ -616,22 +739,27 @@ static void avx2ReduceRequant(const uint8_t* packed, size_t stride, int n, size_
   uint8_t* data = packed_out + zppQuantDataOffset(count, block_out);
   const size_t chunk = zppQuantReduceChunk(block_out);
   float buf[ZPP_QUANT_REDUCE_BUF];
+  /* Hints for int2 only (quant_impl.h): the others keep the full scan. */
+  uint8_t* h = bits_out == 2 ? hints : NULL;
+  if (hints != NULL) memset(hints, h == NULL, zppQuantNumGroups(count));
   for (size_t c0 = 0; c0 < count; c0 += chunk) {
     size_t c1 = count - c0 < chunk ? count : c0 + chunk;
     for (int k = 0; k < n; k++)
       avx2DecodeRangeAny(packed + (size_t)k * stride, count, bits_in, block_in, c0, c1, buf,
                          k == 0 ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD);
     size_t b0 = c0 / (size_t)block_out, full = (c1 - c0) / (size_t)block_out;
-    if (bits_out == 8)
-      avx2QuantizeBlocks(buf, zppFloat32, b0, full, 8, block_out, scales, data, NULL);
-    else
-      avx2QuantizeBlocks(buf, zppFloat32, b0, full, 4, block_out, scales, data, NULL);
+#define AVX2_REQUANT(DT, BITS) \
+  avx2QuantizeBlocks(buf, DT, b0, full, BITS, block_out, scales, data, BITS == 2 ? h : NULL, 1)
+    AVX2_BITS(zppFloat32, bits_out, AVX2_REQUANT);
+#undef AVX2_REQUANT
     size_t lo = c0 + full * (size_t)block_out;
     if (lo < c1) {
-      if (bits_out == 8)
-        avx2QuantizeOneBlock(buf + (lo - c0), zppFloat32, c1 - lo, 8, scales, b0 + full, data, lo);
-      else
-        avx2QuantizeOneBlock(buf + (lo - c0), zppFloat32, c1 - lo, 4, scales, b0 + full, data, lo);
+#define AVX2_REQUANT_LAST(DT, BITS) \
+  may = avx2QuantizeOneBlock(buf + (lo - c0), DT, c1 - lo, BITS, scales, b0 + full, data, lo, 1)
+      int may;
+      AVX2_BITS(zppFloat32, bits_out, AVX2_REQUANT_LAST);
+#undef AVX2_REQUANT_LAST
+      if (h != NULL) h[lo / ZPP_QUANT_ESC_GROUP] |= (uint8_t)may;
     }
   }
 }

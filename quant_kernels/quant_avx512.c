@@ -7,10 +7,10 @@
  * order (x * inv rounded to nearest even by vcvtps2dq; q * scale rounded by
  * vcvtps2ph or the bf16 rounding), the block setup as vector divisions of
  * the very operations of zppQuantBlockSetup, and quant_ref.h for rare blocks
- * and short tails. The int4 reductions (qgZ's steps between and after its
- * hops) are here too; fp32 tensors, int8 reductions and accumulate are
- * quant_avx2.c's functions, reached through zppQuantImplAvx2: they were not
- * made faster.
+ * and short tails. The int4 and int2 reductions (qgZ's steps between and
+ * after its hops) are here too; fp32 tensors, int8 reductions and
+ * accumulate are quant_avx2.c's functions, reached through
+ * zppQuantImplAvx2: they were not made faster.
  *
  * Why this is faster than quant_avx2.c on Zen 4. That core runs a 512-bit
  * operation on its 256-bit pipes over two cycles, so plain element-wise
@@ -98,7 +98,22 @@ typedef struct {
   __m512i a, b;
 } avx512Q32_t;
 
-ZPP_AVX512_INLINE avx512Q32_t avx512Round32(const uint16_t* x, zppDataType_t dtype, __m512 vinv) {
+/* The int2 hint's counts (quant_impl.h, ZPP_QUANT_INT2_WIDE_T) of 32
+ * elements (a, b) and their t = x * inv: the wide ones added to cnt[0], the
+ * non-zero ones to cnt[1]. */
+ZPP_AVX512_INLINE void avx512Int2Counts32(__m512 a, __m512 b, __m512 ta, __m512 tb, int* cnt) {
+  const __m512 thr = _mm512_set1_ps(ZPP_QUANT_INT2_WIDE_T), zero = _mm512_setzero_ps();
+  cnt[0] += __builtin_popcount((unsigned)_mm512_cmp_ps_mask(_mm512_abs_ps(ta), thr, _CMP_GE_OQ) |
+                               (unsigned)_mm512_cmp_ps_mask(_mm512_abs_ps(tb), thr, _CMP_GE_OQ) << 16);
+  cnt[1] += __builtin_popcount((unsigned)_mm512_cmp_ps_mask(a, zero, _CMP_NEQ_UQ) |
+                               (unsigned)_mm512_cmp_ps_mask(b, zero, _CMP_NEQ_UQ) << 16);
+}
+
+/* cnt: NULL, or (int2) the hint's count: the wide elements among the 16 of
+ * a (counting is what an in-cache int2 quantize spends most on, and these
+ * are still a lower bound of c; quant_avx2.c's avx2Quant32) to cnt[0]. */
+ZPP_AVX512_INLINE avx512Q32_t avx512Round32(const uint16_t* x, zppDataType_t dtype, __m512 vinv,
+                                            int* cnt) {
   __m512 a, b;
   if (dtype == zppFloat16) {
     a = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)x));
@@ -110,8 +125,12 @@ ZPP_AVX512_INLINE avx512Q32_t avx512Round32(const uint16_t* x, zppDataType_t dty
     b = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
   }
   avx512Q32_t q;
-  q.a = _mm512_cvtps_epi32(_mm512_mul_ps(a, vinv));
-  q.b = _mm512_cvtps_epi32(_mm512_mul_ps(b, vinv));
+  __m512 ta = _mm512_mul_ps(a, vinv), tb = _mm512_mul_ps(b, vinv);
+  if (cnt != NULL)
+    cnt[0] += __builtin_popcount((unsigned)_mm512_cmp_ps_mask(
+        _mm512_abs_ps(ta), _mm512_set1_ps(ZPP_QUANT_INT2_WIDE_T), _CMP_GE_OQ));
+  q.a = _mm512_cvtps_epi32(ta);
+  q.b = _mm512_cvtps_epi32(tb);
   return q;
 }
 
@@ -153,6 +172,16 @@ ZPP_AVX512_INLINE __m512i avx512Int4x32(avx512Q32_t q, zppDataType_t dtype) {
   return _mm512_ternarylogic_epi32(q.a, hi, _mm512_set1_epi32(0x0f), 0xec); /* (a & 15) | hi */
 }
 
+/* 64 int2 q as 16 bytes of 2-bit fields (element 4k + j in bits 2j..2j+1
+ * of byte k), from their int8 bytes in element order (two halves): the
+ * fields paired into nibbles (a + 4 b per word, vpmaddubsw), the nibbles
+ * into bytes (c + 16 d per dword, vpmaddwd), then narrowed. */
+ZPP_AVX512_INLINE __m128i avx512Crumbs64(__m256i b0, __m256i b1) {
+  __m512i b = _mm512_inserti64x4(_mm512_castsi256_si512(b0), b1, 1);
+  __m512i n = _mm512_maddubs_epi16(_mm512_and_si512(b, _mm512_set1_epi8(3)), _mm512_set1_epi16(0x0401));
+  return _mm512_cvtepi32_epi8(_mm512_madd_epi16(n, _mm512_set1_epi32(0x00100001)));
+}
+
 /* max(m, magnitude bits of the 32 elements at h), per 16-bit lane. */
 ZPP_AVX512_INLINE __m512i avx512Max32(__m512i m, const uint16_t* h) {
   return _mm512_max_epu16(m, _mm512_and_si512(_mm512_loadu_si512(h), _mm512_set1_epi16(0x7fff)));
@@ -189,32 +218,53 @@ ZPP_AVX512_INLINE int avx512NonZero32(avx512Q32_t q) {
  * d (the block's first data byte), prefetching the same span of pf. Unless
  * streaming, also returns the max vector (avx512Max32) of the same span of
  * nx, a block of a later group: that group's pass 1 rides along this pass 2,
- * its and and max on pipes that the conversions leave idle. *nz gets the
- * block's number of non-zero q. */
+ * its and and max on pipes that the conversions leave idle. *hint gets the
+ * block's escape hint (quant_impl.h): for int8 and int4 0 when more than E
+ * q are non-zero, for int2 from its counts. */
 ZPP_AVX512_INLINE __m512i avx512EncodeBlock(const uint16_t* x, zppDataType_t dtype, size_t len,
                                             int bits, float inv, uint8_t* d, const uint16_t* nx,
-                                            const uint16_t* pf, int streaming, int* nz) {
+                                            const uint16_t* pf, int streaming, int* hint) {
   const __m512 vinv = _mm512_set1_ps(inv);
   __m512i m = _mm512_setzero_si512();
   size_t i = 0;
-  int n = 0;
+  int n = 0, cnt[2] = {0, 0};
   if (bits == 8) {
     for (; i < len; i += 32) {
       avx512Prefetch(pf + i, streaming);
       if (!streaming) m = avx512Max32(m, nx + i);
-      avx512Q32_t q = avx512Round32(x + i, dtype, vinv);
+      avx512Q32_t q = avx512Round32(x + i, dtype, vinv, NULL);
       n += avx512NonZero32(q);
       _mm256_storeu_si256((__m256i*)(d + i), avx512Int8x32(q, dtype));
     }
-    *nz = n;
+    *hint = n <= ZPP_QUANT_ESC_PER_BLOCK;
+    return m;
+  }
+  if (bits == 2) {
+    for (; i + 64 <= len; i += 64) {
+      avx512Prefetch(pf + i, streaming);
+      avx512Prefetch(pf + i + 32, streaming);
+      if (!streaming) m = avx512Max32(avx512Max32(m, nx + i), nx + i + 32);
+      avx512Q32_t q0 = avx512Round32(x + i, dtype, vinv, cnt);
+      avx512Q32_t q1 = avx512Round32(x + i + 32, dtype, vinv, cnt);
+      _mm_storeu_si128((__m128i*)(d + i / 4),
+                       avx512Crumbs64(avx512Int8x32(q0, dtype), avx512Int8x32(q1, dtype)));
+    }
+    if (i < len) { /* a block of 32 */
+      avx512Prefetch(pf + i, streaming);
+      if (!streaming) m = avx512Max32(m, nx + i);
+      avx512Q32_t q0 = avx512Round32(x + i, dtype, vinv, cnt);
+      _mm_storel_epi64((__m128i*)(d + i / 4),
+                       avx512Crumbs64(avx512Int8x32(q0, dtype), _mm256_setzero_si256()));
+    }
+    *hint = cnt[0] <= ZPP_QUANT_ESC_PER_BLOCK;
     return m;
   }
   for (; i + 64 <= len; i += 64) {
     avx512Prefetch(pf + i, streaming);
     avx512Prefetch(pf + i + 32, streaming);
     if (!streaming) m = avx512Max32(avx512Max32(m, nx + i), nx + i + 32);
-    avx512Q32_t q0 = avx512Round32(x + i, dtype, vinv);
-    avx512Q32_t q1 = avx512Round32(x + i + 32, dtype, vinv);
+    avx512Q32_t q0 = avx512Round32(x + i, dtype, vinv, NULL);
+    avx512Q32_t q1 = avx512Round32(x + i + 32, dtype, vinv, NULL);
     n += avx512NonZero32(q0) + avx512NonZero32(q1);
     __m512i n0 = avx512Int4x32(q0, dtype);
     __m512i n1 = avx512Int4x32(q1, dtype);
@@ -224,13 +274,13 @@ ZPP_AVX512_INLINE __m512i avx512EncodeBlock(const uint16_t* x, zppDataType_t dty
   if (i < len) { /* a block of 32 */
     avx512Prefetch(pf + i, streaming);
     if (!streaming) m = avx512Max32(m, nx + i);
-    avx512Q32_t q0 = avx512Round32(x + i, dtype, vinv);
+    avx512Q32_t q0 = avx512Round32(x + i, dtype, vinv, NULL);
     n += avx512NonZero32(q0);
     __m512i n0 = avx512Int4x32(q0, dtype);
     _mm_storeu_si128((__m128i*)(d + i / 2),
                      _mm512_castsi512_si128(_mm512_permutexvar_epi8(avx512IdxLowBytes(), n0)));
   }
-  *nz = n;
+  *hint = n <= ZPP_QUANT_ESC_PER_BLOCK;
   return m;
 }
 
@@ -285,15 +335,15 @@ ZPP_AVX512_INLINE int avx512EncodeGroup(const uint16_t* x, size_t g, size_t b0, 
                                         const uint16_t* nx, size_t nn, const uint16_t* pf,
                                         int streaming, __m512i mn[16]) {
   const int Q = zppQuantQmax(bits);
-  int may = 0, nz = 0;
+  int may = 0, hint = 0;
   if (gp->special == 0 && (streaming || nn == g)) {
     /* the usual case, without the per-block checks below */
-    uint8_t* d = data + (bits == 8 ? b0 * bs : b0 * bs / 2);
+    uint8_t* d = data + zppQuantByteOf(b0 * bs, bits);
     for (size_t k = 0; k < g; k++) {
-      mn[k] = avx512EncodeBlock(x + k * bs, dtype, bs, bits, gp->inv[k],
-                                d + (bits == 8 ? k * bs : k * bs / 2), nx + k * bs, pf + k * bs,
-                                streaming, &nz);
-      may |= nz <= ZPP_QUANT_ESC_PER_BLOCK;
+      mn[k] =
+          avx512EncodeBlock(x + k * bs, dtype, bs, bits, gp->inv[k], d + zppQuantByteOf(k * bs, bits),
+                            nx + k * bs, pf + k * bs, streaming, &hint);
+      may |= hint;
     }
     for (size_t k = g; k < 16; k++) mn[k] = _mm512_setzero_si512();
     return may;
@@ -306,7 +356,7 @@ ZPP_AVX512_INLINE int avx512EncodeGroup(const uint16_t* x, size_t g, size_t b0, 
       continue;
     }
     size_t base = (b0 + k) * bs;
-    uint8_t* d = data + (bits == 8 ? base : base / 2);
+    uint8_t* d = data + zppQuantByteOf(base, bits);
     if ((gp->special >> k) & 1u) {
       /* zero, non-finite or max |x| < 2^-64: rare, the scalar path */
       zppQuantBlockParams_t bp = zppQuantBlockSetup(gp->amax[k], Q);
@@ -318,8 +368,8 @@ ZPP_AVX512_INLINE int avx512EncodeGroup(const uint16_t* x, size_t g, size_t b0, 
       mn[k] = streaming ? _mm512_setzero_si512() : avx512BlockMax(nk, bs);
     } else {
       mn[k] = avx512EncodeBlock(x + k * bs, dtype, bs, bits, gp->inv[k], d, nk, pf + k * bs, streaming,
-                                &nz);
-      may |= nz <= ZPP_QUANT_ESC_PER_BLOCK;
+                                &hint);
+      may |= hint;
     }
     if (k >= nn) mn[k] = _mm512_setzero_si512();
   }
@@ -406,6 +456,17 @@ ZPP_AVX512_INLINE void avx512QuantizeB(const uint16_t* in, zppDataType_t dtype, 
   }
 }
 
+/* The bit width as a constant: CALL(DT, BITS). */
+#define AVX512_BITS(dt, bits, CALL) \
+  do {                              \
+    if ((bits) == 8)                \
+      CALL(dt, 8);                  \
+    else if ((bits) == 4)           \
+      CALL(dt, 4);                  \
+    else                            \
+      CALL(dt, 2);                  \
+  } while (0)
+
 static void avx512Quantize(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                            uint8_t* packed, uint8_t* hints) {
   const uint16_t* h = (const uint16_t*)in;
@@ -415,16 +476,13 @@ static void avx512Quantize(const void* in, zppDataType_t dtype, size_t count, in
      * 14.7 GB/s at 64 MiB; equal at 32 MiB, slower below), both above a
      * memcpy's speed. */
     zppQuantImplAvx2.quantize(in, dtype, count, bits, block, packed, hints);
-  } else if (dtype == zppFloat16) {
-    if (bits == 8)
-      avx512QuantizeB(h, zppFloat16, count, 8, block, packed, hints);
-    else
-      avx512QuantizeB(h, zppFloat16, count, 4, block, packed, hints);
   } else {
-    if (bits == 8)
-      avx512QuantizeB(h, zppBfloat16, count, 8, block, packed, hints);
+#define AVX512_QUANTIZE(DT, BITS) avx512QuantizeB(h, DT, count, BITS, block, packed, hints)
+    if (dtype == zppFloat16)
+      AVX512_BITS(zppFloat16, bits, AVX512_QUANTIZE);
     else
-      avx512QuantizeB(h, zppBfloat16, count, 4, block, packed, hints);
+      AVX512_BITS(zppBfloat16, bits, AVX512_QUANTIZE);
+#undef AVX512_QUANTIZE
   }
 }
 
@@ -466,13 +524,16 @@ ZPP_AVX512_INLINE void avx512DecodeInt8x32(const uint8_t* data, size_t i, __m512
   }
 }
 
-/* q * s for the 16 nibbles (q = n for n < 8, n - 16 otherwise). For the
- * first input of a sum, 0 + q * s: the spec's sum starts from +0, which
- * turns a -0 product into +0; adding it here once per block is the same
- * operation as adding it per element. */
-ZPP_AVX512_INLINE __m512 avx512TableF32(float s, int first) {
-  __m512 y = _mm512_mul_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1),
-                           _mm512_set1_ps(s));
+/* q * s for the 16 nibbles (q = n for n < 8, n - 16 otherwise), or for
+ * int2 the four fields (q = 0, 1, -2, -1) four times over: its lookups
+ * read 4 or 5 index bits, of which the ones above the field's two belong
+ * to the next field. For the first input of a sum, 0 + q * s: the spec's
+ * sum starts from +0, which turns a -0 product into +0; adding it here
+ * once per block is the same operation as adding it per element. */
+ZPP_AVX512_INLINE __m512 avx512TableF32(float s, int first, int bits) {
+  __m512 q = bits == 2 ? _mm512_setr_ps(0, 1, -2, -1, 0, 1, -2, -1, 0, 1, -2, -1, 0, 1, -2, -1)
+                       : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
+  __m512 y = _mm512_mul_ps(q, _mm512_set1_ps(s));
   return first ? _mm512_add_ps(_mm512_setzero_ps(), y) : y;
 }
 
@@ -480,8 +541,8 @@ ZPP_AVX512_INLINE __m512 avx512TableF32(float s, int first) {
  * and n - 16 otherwise, rounded to dtype: the same operations as decoding
  * each element), in words 0..15 and again in 16..31, so that vpermw, which
  * reads 5 index bits, can ignore bit 4. */
-ZPP_AVX512_INLINE __m512i avx512Table(float s, zppDataType_t dtype) {
-  __m512 y = avx512TableF32(s, 0);
+ZPP_AVX512_INLINE __m512i avx512Table(float s, zppDataType_t dtype, int bits) {
+  __m512 y = avx512TableF32(s, 0, bits);
   if (dtype == zppFloat16)
     return _mm512_broadcast_i64x4(_mm512_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   const __m512i hiWords = _mm512_set_epi32(
@@ -505,6 +566,19 @@ ZPP_AVX512_INLINE void avx512DecodeInt4x32(const uint8_t* data, size_t i, __m512
   _mm512_storeu_si512(out + i, _mm512_permutexvar_epi16(_mm512_multishift_epi64_epi8(ctrl, v), tab));
 }
 
+/* 32 int2 elements at data + i/4 (i a multiple of 32) through the table
+ * into out + i: the 64 data bits in every qword, vpmultishiftqb puts field
+ * k (bits 2k..2k+1) in the low bits of word k, vpermw looks them up. */
+ZPP_AVX512_INLINE void avx512DecodeInt2x32(const uint8_t* data, size_t i, __m512i tab, uint16_t* out) {
+  const __m512i ctrl = _mm512_setr_epi64(
+      0x0006000400020000LL, 0x000e000c000a0008LL, 0x0016001400120010LL, 0x001e001c001a0018LL,
+      0x0026002400220020LL, 0x002e002c002a0028LL, 0x0036003400320030LL, 0x003e003c003a0038LL);
+  long long d;
+  memcpy(&d, data + i / 4, 8);
+  __m512i v = _mm512_multishift_epi64_epi8(ctrl, _mm512_set1_epi64(d));
+  _mm512_storeu_si512(out + i, _mm512_permutexvar_epi16(v, tab));
+}
+
 ZPP_AVX512_INLINE void avx512DequantizeT(const uint8_t* packed, size_t count, int bits, int block,
                                          uint16_t* out, zppDataType_t dtype) {
   const uint8_t* scales = zppQuantScalesPtr(packed);
@@ -524,8 +598,11 @@ ZPP_AVX512_INLINE void avx512DequantizeT(const uint8_t* packed, size_t count, in
       continue;
     }
     if (bits == 4) {
-      __m512i tab = avx512Table(s, dtype);
+      __m512i tab = avx512Table(s, dtype, 4);
       for (; i + 32 <= hi; i += 32) avx512DecodeInt4x32(data, i, tab, out);
+    } else if (bits == 2) {
+      __m512i tab = avx512Table(s, dtype, 2);
+      for (; i + 32 <= hi; i += 32) avx512DecodeInt2x32(data, i, tab, out);
     } else {
       const __m512 vs = _mm512_set1_ps(s);
       uint32_t e = zppF32Bits(s) & 0x7f800000u;
@@ -541,19 +618,15 @@ ZPP_AVX512_INLINE void avx512DequantizeT(const uint8_t* packed, size_t count, in
 static void avx512Dequantize(const uint8_t* packed, size_t count, int bits, int block, void* out,
                              zppDataType_t dtype) {
   uint16_t* h = (uint16_t*)out;
+#define AVX512_DEQUANTIZE(DT, BITS) avx512DequantizeT(packed, count, BITS, block, h, DT)
   if (dtype == zppFloat16) {
-    if (bits == 8)
-      avx512DequantizeT(packed, count, 8, block, h, zppFloat16);
-    else
-      avx512DequantizeT(packed, count, 4, block, h, zppFloat16);
+    AVX512_BITS(zppFloat16, bits, AVX512_DEQUANTIZE);
   } else if (dtype == zppBfloat16) {
-    if (bits == 8)
-      avx512DequantizeT(packed, count, 8, block, h, zppBfloat16);
-    else
-      avx512DequantizeT(packed, count, 4, block, h, zppBfloat16);
+    AVX512_BITS(zppBfloat16, bits, AVX512_DEQUANTIZE);
   } else {
     zppQuantImplAvx2.dequantize(packed, count, bits, block, out, dtype);
   }
+#undef AVX512_DEQUANTIZE
 }
 
 /* ---- reductions of int4 segments ------------------------------------------------- */
@@ -592,7 +665,7 @@ ZPP_AVX512_INLINE void avx512SumGroupsBatch(const uint8_t* packed, size_t stride
     if (end > c1) end = c1;
     for (int k = 0; k < kn; k++) {
       const uint8_t* seg = packed + (size_t)(k0 + k) * stride;
-      tab[k] = avx512TableF32(zppQuantLoadScale(zppQuantScalesPtr(seg), b), k0 + k == 0);
+      tab[k] = avx512TableF32(zppQuantLoadScale(zppQuantScalesPtr(seg), b), k0 + k == 0, 4);
     }
     for (; i < end; i += 32) {
       float* dst = buf + (i - c0);
@@ -646,6 +719,78 @@ static void avx512SumInt4(const uint8_t* packed, size_t stride, int n, size_t co
   }
 }
 
+/* The int2 sums keep element order (an int2 output packs four neighbours
+ * into a byte, and the dtype outputs need no shuffle): per 32 elements and
+ * input, the 64 data bits go to every qword, two vpmultishiftqb put fields
+ * 0..15 and 16..31 in the low bits of dwords 0..15, two vpermps look them
+ * up in the block's products (avx512TableF32: period 4, the index bits
+ * above a field's two being the next field's), two adds. Sums over inputs
+ * [k0, k0 + kn) of the groups [c0, c1) into buf (element order); k0 == 0
+ * starts them, else they continue from buf. */
+ZPP_AVX512_INLINE void avx512SumInt2Batch(const uint8_t* packed, size_t stride, int k0, int kn,
+                                          size_t count, int block, size_t c0, size_t c1, float* buf) {
+  const __m512i ctrlLo = _mm512_setr_epi64(
+      0x0000000200000000LL, 0x0000000600000004LL, 0x0000000a00000008LL, 0x0000000e0000000cLL,
+      0x0000001200000010LL, 0x0000001600000014LL, 0x0000001a00000018LL, 0x0000001e0000001cLL);
+  const __m512i ctrlHi = _mm512_add_epi64(ctrlLo, _mm512_set1_epi64(0x0000002000000020LL));
+  const int lg = zppQuantLog2(block);
+  const size_t off = zppQuantDataOffset(count, block);
+  __m512 tab[AVX512_SUM_BATCH];
+  const uint8_t* data[AVX512_SUM_BATCH];
+  for (int k = 0; k < kn; k++) data[k] = packed + (size_t)(k0 + k) * stride + off;
+  for (size_t i = c0; i < c1;) {
+    size_t b = i >> lg, end = (b + 1) << lg;
+    if (end > c1) end = c1;
+    for (int k = 0; k < kn; k++) {
+      const uint8_t* seg = packed + (size_t)(k0 + k) * stride;
+      tab[k] = avx512TableF32(zppQuantLoadScale(zppQuantScalesPtr(seg), b), k0 + k == 0, 2);
+    }
+    for (; i < end; i += 32) {
+      float* dst = buf + (i - c0);
+      __m512 lo = _mm512_setzero_ps(), hi = lo; /* set by the first input below */
+      int k = 0;
+      if (k0 != 0) {
+        lo = _mm512_loadu_ps(dst);
+        hi = _mm512_loadu_ps(dst + 16);
+      }
+      for (; k < kn; k++) {
+        long long d;
+        memcpy(&d, data[k] + i / 4, 8);
+        __m512i w = _mm512_set1_epi64(d);
+        __m512 ylo = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(ctrlLo, w), tab[k]);
+        __m512 yhi = _mm512_permutexvar_ps(_mm512_multishift_epi64_epi8(ctrlHi, w), tab[k]);
+        if (k0 == 0 && k == 0) { /* the table already holds 0 + q * s */
+          lo = ylo;
+          hi = yhi;
+        } else {
+          lo = _mm512_add_ps(lo, ylo);
+          hi = _mm512_add_ps(hi, yhi);
+        }
+      }
+      _mm512_storeu_ps(dst, lo);
+      _mm512_storeu_ps(dst + 16, hi);
+    }
+  }
+}
+
+/* The spec's sums of elements [c0, c1) of n int2 segments into buf, in
+ * element order: whole groups of 32 by table, a last partial group (only at
+ * the segment's end, inside one block) element by element. */
+static void avx512SumInt2(const uint8_t* packed, size_t stride, int n, size_t count, int block,
+                          size_t c0, size_t c1, float* buf) {
+  size_t whole = c0 + ((c1 - c0) & ~(size_t)31);
+  for (int k0 = 0; k0 < n; k0 += AVX512_SUM_BATCH) {
+    int kn = n - k0 < AVX512_SUM_BATCH ? n - k0 : AVX512_SUM_BATCH;
+    avx512SumInt2Batch(packed, stride, k0, kn, count, block, c0, whole, buf);
+  }
+  for (int k = 0; k < n && whole < c1; k++) {
+    const uint8_t* seg = packed + (size_t)k * stride;
+    float s = zppQuantLoadScale(zppQuantScalesPtr(seg), whole / (size_t)block);
+    zppQuantDecodeSpanRef(seg + zppQuantDataOffset(count, block), 2, whole, c1, s, buf + (whole - c0),
+                          k == 0 ? ZPP_DECODE_ZERO_ADD : ZPP_DECODE_ADD);
+  }
+}
+
 /* len elements of the group layout at buf back into element order. */
 static void avx512Interleave(const float* buf, size_t len, float* out) {
   for (size_t i = 0; i < len; i++) out[i] = buf[(i & ~(size_t)31) + ((i & 31) >> 1) + 16 * (i & 1)];
@@ -662,10 +807,30 @@ ZPP_AVX512_INLINE __m512i avx512SumBlockMax(const float* buf, size_t len) {
   return _mm512_max_epu32(m0, m1);
 }
 
-/* One block of sums (group layout, len a multiple of 32) encoded into d, its
- * first data byte: x * inv rounded by vcvtps2dq, as avx512EncodeBlock. */
-ZPP_AVX512_INLINE void avx512SumEncodeBlock(const float* buf, size_t len, int bits, float inv,
-                                            uint8_t* d) {
+/* How a buffer of sums holds each 32 elements, named by the quantize path
+ * whose dword order it matches: the int4 sums' group layout (16 even, then
+ * 16 odd elements: bf16's) or element order (the int2 sums: fp16's). */
+#define AVX512_SUMS_GROUPED zppBfloat16
+#define AVX512_SUMS_IN_ORDER zppFloat16
+
+/* The same as avx512Round32 for 32 fp32 sums at x (layout-blind: lane k
+ * of a and b are the sums at x + k and x + 16 + k). */
+ZPP_AVX512_INLINE avx512Q32_t avx512RoundSums32(const float* x, __m512 vinv, int* cnt) {
+  __m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
+  __m512 ta = _mm512_mul_ps(a, vinv), tb = _mm512_mul_ps(b, vinv);
+  if (cnt != NULL) avx512Int2Counts32(a, b, ta, tb, cnt);
+  avx512Q32_t q;
+  q.a = _mm512_cvtps_epi32(ta);
+  q.b = _mm512_cvtps_epi32(tb);
+  return q;
+}
+
+/* One block of sums (len a multiple of 32, in the layout `order`) encoded
+ * into d, its first data byte: x * inv rounded by vcvtps2dq, as
+ * avx512EncodeBlock. Returns, for int2, the block's escape hint (from its
+ * counts, quant_impl.h), else 1. */
+ZPP_AVX512_INLINE int avx512SumEncodeBlock(const float* buf, size_t len, int bits, float inv,
+                                           uint8_t* d, zppDataType_t order) {
   const __m512 vinv = _mm512_set1_ps(inv);
   size_t i = 0;
   avx512Q32_t q[2];
@@ -673,35 +838,54 @@ ZPP_AVX512_INLINE void avx512SumEncodeBlock(const float* buf, size_t len, int bi
     for (; i < len; i += 32) {
       q[0].a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i), vinv));
       q[0].b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i + 16), vinv));
-      _mm256_storeu_si256((__m256i*)(d + i), avx512Int8x32(q[0], zppBfloat16));
+      _mm256_storeu_si256((__m256i*)(d + i), avx512Int8x32(q[0], order));
     }
-    return;
+    return 1;
+  }
+  if (bits == 2) {
+    int cnt[2] = {0, 0};
+    for (; i < len; i += 32) {
+      q[0] = avx512RoundSums32(buf + i, vinv, cnt);
+      if (i + 64 <= len) {
+        q[1] = avx512RoundSums32(buf + i + 32, vinv, cnt);
+        _mm_storeu_si128((__m128i*)(d + i / 4),
+                         avx512Crumbs64(avx512Int8x32(q[0], order), avx512Int8x32(q[1], order)));
+        i += 32;
+      } else { /* a block of 32 */
+        _mm_storel_epi64((__m128i*)(d + i / 4),
+                         avx512Crumbs64(avx512Int8x32(q[0], order), _mm256_setzero_si256()));
+      }
+    }
+    return zppQuantEscHasCandidate(cnt[0], cnt[1]);
   }
   for (; i + 64 <= len; i += 64) {
     for (int h = 0; h < 2; h++) {
       q[h].a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i + 32 * h), vinv));
       q[h].b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i + 32 * h + 16), vinv));
     }
-    __m512i n0 = avx512Int4x32(q[0], zppBfloat16), n1 = avx512Int4x32(q[1], zppBfloat16);
+    __m512i n0 = avx512Int4x32(q[0], order), n1 = avx512Int4x32(q[1], order);
     _mm256_storeu_si256((__m256i*)(d + i / 2),
                         _mm512_castsi512_si256(_mm512_permutex2var_epi8(n0, avx512IdxLowBytes(), n1)));
   }
   if (i < len) { /* a block of 32 */
     q[0].a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i), vinv));
     q[0].b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(buf + i + 16), vinv));
-    _mm_storeu_si128((__m128i*)(d + i / 2),
-                     _mm512_castsi512_si128(_mm512_permutexvar_epi8(avx512IdxLowBytes(),
-                                                                    avx512Int4x32(q[0], zppBfloat16))));
+    _mm_storeu_si128((__m128i*)(d + i / 2), _mm512_castsi512_si128(_mm512_permutexvar_epi8(
+                                                avx512IdxLowBytes(), avx512Int4x32(q[0], order))));
   }
+  return 1;
 }
 
-/* Quantizes the sums of elements [c0, c1) (buf in group layout; c0 a
+/* Quantizes the sums of elements [c0, c1) (buf in the layout `order`; c0 a
  * multiple of the output block) into blocks c0 / block on: whole blocks
  * sixteen at a time (their maxima through the transpose network, one
  * division for the scales and one for the reciprocals), blocks with a zero,
- * non-finite or tiny max and a short last block through the reference. */
+ * non-finite or tiny max and a short last block through the reference.
+ * hints (int2 only, else NULL): each block's escape hint ORed into its
+ * group's byte. */
 ZPP_AVX512_INLINE void avx512RequantSums(const float* buf, size_t c0, size_t c1, int bits, int block,
-                                         uint8_t* scales, uint8_t* data) {
+                                         uint8_t* scales, uint8_t* data, zppDataType_t order,
+                                         uint8_t* hints) {
   const size_t bs = (size_t)block, full = (c1 - c0) / bs, b0 = c0 / bs;
   const int Q = zppQuantQmax(bits);
   float nat[ZPP_QUANT_MAX_BLOCK];
@@ -715,28 +899,41 @@ ZPP_AVX512_INLINE void avx512RequantSums(const float* buf, size_t c0, size_t c1,
     for (size_t k = 0; k < g; k++) {
       size_t b = b0 + g0 + k, base = b * bs;
       const float* x = buf + (g0 + k) * bs;
+      int may;
       if ((gp.special >> k) & 1u) {
-        avx512Interleave(x, bs, nat);
-        zppQuantBlockRef(nat, zppFloat32, bs, bits, scales, b, data, base);
+        if (order == AVX512_SUMS_GROUPED) avx512Interleave(x, bs, nat);
+        zppQuantBlockRef(order == AVX512_SUMS_GROUPED ? nat : x, zppFloat32, bs, bits, scales, b, data,
+                         base);
+        may = gp.amax[k] != 0; /* the escape pass scans all but zero blocks */
       } else {
-        avx512SumEncodeBlock(x, bs, bits, gp.inv[k], data + (bits == 8 ? base : base / 2));
+        may = avx512SumEncodeBlock(x, bs, bits, gp.inv[k], data + zppQuantByteOf(base, bits), order);
       }
+      if (hints != NULL) hints[base / ZPP_QUANT_ESC_GROUP] |= (uint8_t)may;
     }
   }
   size_t lo = c0 + full * bs;
   if (lo < c1) {
-    avx512Interleave(buf + (lo - c0), c1 - lo, nat);
-    zppQuantBlockRef(nat, zppFloat32, c1 - lo, bits, scales, lo / bs, data, lo);
+    const float* x = buf + (lo - c0);
+    if (order == AVX512_SUMS_GROUPED) {
+      avx512Interleave(x, c1 - lo, nat);
+      x = nat;
+    }
+    zppQuantBlockRef(x, zppFloat32, c1 - lo, bits, scales, lo / bs, data, lo);
+    if (hints != NULL) hints[lo / ZPP_QUANT_ESC_GROUP] = 1; /* not counted: the pass scans it */
   }
 }
 
 static void avx512ReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
-                                int block_in, int bits_out, int block_out, uint8_t* packed_out) {
+                                int block_in, int bits_out, int block_out, uint8_t* packed_out,
+                                uint8_t* hints) {
   if (bits_in == 8) {
     zppQuantImplAvx2.reduceRequant(packed, stride, n, count, bits_in, block_in, bits_out, block_out,
-                                   packed_out);
+                                   packed_out, hints);
     return;
   }
+  /* Hints for int2 only (quant_impl.h): the others keep the full scan. */
+  uint8_t* h = bits_out == 2 ? hints : NULL;
+  if (hints != NULL) memset(hints, h == NULL, zppQuantNumGroups(count));
   /* Chunks of whole output blocks: the sums of one stay in L1 between the
    * two passes of the requantization. */
   uint8_t* scales = packed_out + ZPP_QUANT_HEADER_BYTES;
@@ -745,13 +942,19 @@ static void avx512ReduceRequant(const uint8_t* packed, size_t stride, int n, siz
   float buf[ZPP_QUANT_REDUCE_BUF];
   for (size_t c0 = 0; c0 < count; c0 += chunk) {
     size_t c1 = count - c0 < chunk ? count : c0 + chunk;
-    avx512SumInt4(packed, stride, n, count, block_in, c0, c1, buf);
-    if (bits_out == 8)
-      avx512RequantSums(buf, c0, c1, 8, block_out, scales, data);
-    else if (block_out == 64)
-      avx512RequantSums(buf, c0, c1, 4, 64, scales, data);
+    const zppDataType_t order = bits_in == 2 ? AVX512_SUMS_IN_ORDER : AVX512_SUMS_GROUPED;
+    if (bits_in == 2)
+      avx512SumInt2(packed, stride, n, count, block_in, c0, c1, buf);
     else
-      avx512RequantSums(buf, c0, c1, 4, block_out, scales, data);
+      avx512SumInt4(packed, stride, n, count, block_in, c0, c1, buf);
+    if (bits_out == 8)
+      avx512RequantSums(buf, c0, c1, 8, block_out, scales, data, order, NULL);
+    else if (bits_out == 2)
+      avx512RequantSums(buf, c0, c1, 2, block_out, scales, data, order, h);
+    else if (block_out == 64)
+      avx512RequantSums(buf, c0, c1, 4, 64, scales, data, order, NULL);
+    else
+      avx512RequantSums(buf, c0, c1, 4, block_out, scales, data, order, NULL);
   }
 }
 
@@ -804,24 +1007,55 @@ ZPP_AVX512_INLINE void avx512StoreGroup(__m512 e, __m512 o, void* out, zppDataTy
   _mm512_storeu_si512((uint16_t*)out + i, _mm512_permutex2var_epi16(a, idx, b));
 }
 
-ZPP_AVX512_INLINE void avx512SumT(const uint8_t* packed, size_t stride, int n, size_t count, int block,
-                                  float divisor, void* out, zppDataType_t dtype, avx512DivKind_t kind) {
+/* 32 quotients in element order (a: the first 16) stored as dtype at out + i. */
+ZPP_AVX512_INLINE void avx512StoreInOrder(__m512 a, __m512 b, void* out, zppDataType_t dtype,
+                                          size_t i) {
+  if (dtype == zppFloat32) {
+    _mm512_storeu_ps((float*)out + i, a);
+    _mm512_storeu_ps((float*)out + i + 16, b);
+  } else if (dtype == zppFloat16) {
+    uint16_t* h = (uint16_t*)out + i;
+    _mm256_storeu_si256((__m256i*)h, _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm256_storeu_si256((__m256i*)(h + 16),
+                        _mm512_cvtps_ph(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  } else {
+    /* the high words of both, in order: odd word indices */
+    __m512i idx = _mm512_add_epi16(avx512IdxLowWords(), _mm512_set1_epi16(1));
+    _mm512_storeu_si512((uint16_t*)out + i, _mm512_permutex2var_epi16(avx512Bf16RoundHighNan(a), idx,
+                                                                      avx512Bf16RoundHighNan(b)));
+  }
+}
+
+ZPP_AVX512_INLINE void avx512SumT(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
+                                  int block, float divisor, void* out, zppDataType_t dtype,
+                                  avx512DivKind_t kind) {
   const __m512 v = _mm512_set1_ps(kind == AVX512_DIV_RECIP ? 1.0f / divisor : divisor);
   float buf[ZPP_QUANT_CHUNK];
   for (size_t c0 = 0; c0 < count; c0 += ZPP_QUANT_CHUNK) {
     size_t c1 = count - c0 < ZPP_QUANT_CHUNK ? count : c0 + ZPP_QUANT_CHUNK;
-    avx512SumInt4(packed, stride, n, count, block, c0, c1, buf);
+    if (bits == 2)
+      avx512SumInt2(packed, stride, n, count, block, c0, c1, buf);
+    else
+      avx512SumInt4(packed, stride, n, count, block, c0, c1, buf);
     size_t i = c0;
     for (; i + 32 <= c1; i += 32) {
       const float* g = buf + (i - c0);
-      avx512StoreGroup(avx512Divide(_mm512_loadu_ps(g), kind, v),
-                       avx512Divide(_mm512_loadu_ps(g + 16), kind, v), out, dtype, i);
+      __m512 a = avx512Divide(_mm512_loadu_ps(g), kind, v);
+      __m512 b = avx512Divide(_mm512_loadu_ps(g + 16), kind, v);
+      if (bits == 2)
+        avx512StoreInOrder(a, b, out, dtype, i);
+      else
+        avx512StoreGroup(a, b, out, dtype, i);
     }
     if (i < c1) {
       float nat[32];
-      avx512Interleave(buf + (i - c0), c1 - i, nat);
+      const float* x = buf + (i - c0);
+      if (bits != 2) {
+        avx512Interleave(x, c1 - i, nat);
+        x = nat;
+      }
       for (size_t j = 0; j < c1 - i; j++)
-        zppQuantStoreOne(out, dtype, i + j, kind == AVX512_DIV_NONE ? nat[j] : nat[j] / divisor);
+        zppQuantStoreOne(out, dtype, i + j, kind == AVX512_DIV_NONE ? x[j] : x[j] / divisor);
     }
   }
 }
@@ -837,21 +1071,29 @@ static void avx512Sum(const uint8_t* packed, size_t stride, int n, size_t count,
                          : (db & 0x007fffffu) == 0 && (db & 0x7f800000u) != 0 ? AVX512_DIV_RECIP
                                                                               : AVX512_DIV_TRUE;
   /* dtype and divisor kind as constants: one loop each */
-#define ZPP_AVX512_SUM_DT(dt)                                                          \
-  do {                                                                                 \
-    if (kind == AVX512_DIV_NONE)                                                       \
-      avx512SumT(packed, stride, n, count, block, divisor, out, dt, AVX512_DIV_NONE);  \
-    else if (kind == AVX512_DIV_RECIP)                                                 \
-      avx512SumT(packed, stride, n, count, block, divisor, out, dt, AVX512_DIV_RECIP); \
-    else                                                                               \
-      avx512SumT(packed, stride, n, count, block, divisor, out, dt, AVX512_DIV_TRUE);  \
+#define ZPP_AVX512_SUM_DT(dt, BITS)                                                          \
+  do {                                                                                       \
+    if (kind == AVX512_DIV_NONE)                                                             \
+      avx512SumT(packed, stride, n, count, BITS, block, divisor, out, dt, AVX512_DIV_NONE);  \
+    else if (kind == AVX512_DIV_RECIP)                                                       \
+      avx512SumT(packed, stride, n, count, BITS, block, divisor, out, dt, AVX512_DIV_RECIP); \
+    else                                                                                     \
+      avx512SumT(packed, stride, n, count, BITS, block, divisor, out, dt, AVX512_DIV_TRUE);  \
+  } while (0)
+#define ZPP_AVX512_SUM_BITS(dt) \
+  do {                          \
+    if (bits == 2)              \
+      ZPP_AVX512_SUM_DT(dt, 2); \
+    else                        \
+      ZPP_AVX512_SUM_DT(dt, 4); \
   } while (0)
   if (dtype == zppFloat32)
-    ZPP_AVX512_SUM_DT(zppFloat32);
+    ZPP_AVX512_SUM_BITS(zppFloat32);
   else if (dtype == zppFloat16)
-    ZPP_AVX512_SUM_DT(zppFloat16);
+    ZPP_AVX512_SUM_BITS(zppFloat16);
   else
-    ZPP_AVX512_SUM_DT(zppBfloat16);
+    ZPP_AVX512_SUM_BITS(zppBfloat16);
+#undef ZPP_AVX512_SUM_BITS
 #undef ZPP_AVX512_SUM_DT
 }
 

@@ -173,6 +173,10 @@ const zppQuantRotImpl_t* zppQuantRotImplActive(void) {
   return atomic_load(&activeRot);
 }
 
+const zppQuantRotImpl_t* zppQuantRotImplFor(int bits) {
+  return bits == 2 ? NULL : zppQuantRotImplActive();
+}
+
 const char* zppQuantRotImplName(void) {
   const zppQuantRotImpl_t* rot = zppQuantRotImplActive();
   return rot != NULL ? rot->name : "scalar";
@@ -199,7 +203,7 @@ const char* zppQuantImplName(void) { return zppQuantImplActive()->name; }
 /* ---- sizes and headers ----------------------------------------------------------- */
 
 int zppQuantValidParams(int bits, int block) {
-  if (bits != 4 && bits != 8) return 0;
+  if (bits != 2 && bits != 4 && bits != 8) return 0;
   if (block < ZPP_QUANT_MIN_BLOCK || block > ZPP_QUANT_MAX_BLOCK) return 0;
   return (block & (block - 1)) == 0;
 }
@@ -240,8 +244,8 @@ static zppQuantHeader_t readHeader(const uint8_t* p) {
 static zppResult_t checkParams(const char* fn, int bits, int block) {
   if (!zppQuantValidParams(bits, block))
     ZPP_FAIL(zppInvalidArgument, QUANT,
-             "%s: bits %d / block %d invalid (bits 4 or 8, block a power of two in [%d, %d])", fn, bits,
-             block, ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
+             "%s: bits %d / block %d invalid (bits 2, 4 or 8, block a power of two in [%d, %d])", fn,
+             bits, block, ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
   return zppSuccess;
 }
 
@@ -325,7 +329,7 @@ static zppResult_t checkInputs(const char* fn, const void* packed, size_t stride
 
 /* Zero bytes between the data and the escape tables, and after the tables. */
 static void writePadding(uint8_t* packed, size_t count, int bits, int block) {
-  size_t dataEnd = zppQuantDataOffset(count, block) + (bits == 8 ? count : (count + 1) / 2);
+  size_t dataEnd = zppQuantDataOffset(count, block) + zppQuantDataBytes(count, bits);
   size_t esc = zppQuantEscOffset(count, bits, block);
   size_t used = esc + ZPP_QUANT_ESC_TABLE_BYTES * zppQuantNumGroups(count);
   memset(packed + dataEnd, 0, esc - dataEnd);
@@ -437,10 +441,15 @@ zppResult_t zppQuantReduceRequant(const void* packed, size_t stride, int n, size
   uint8_t* po = (uint8_t*)packed_out;
   writeHeader(po, count, bits_out, block_out);
   if (count > 0) {
+    /* The implementation's hints, as in quantizeSegment. */
+    uint8_t stackHints[1024];
+    size_t ngroups = zppQuantNumGroups(count);
+    uint8_t* hints = ngroups <= sizeof stackHints ? stackHints : (uint8_t*)malloc(ngroups);
     zppQuantImplActive()->reduceRequant((const uint8_t*)packed, stride, n, count, bits_in, block_in,
-                                        bits_out, block_out, po);
+                                        bits_out, block_out, po, hints);
     zppQuantEscRequant((const uint8_t*)packed, stride, n, count, bits_in, block_in, bits_out, block_out,
-                       po);
+                       po, hints);
+    if (hints != stackHints) free(hints);
   }
   writePadding(po, count, bits_out, block_out);
   return zppSuccess;

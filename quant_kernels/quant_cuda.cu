@@ -136,7 +136,7 @@ __host__ __device__ __forceinline__ Geom geom(size_t count, int bits, int blockL
   Geom g;
   g.nblocks = zppQuantNumBlocks(count, 1 << blockLog2);
   g.dataOff = zppQuantDataOffset(count, 1 << blockLog2);
-  g.dataBytes = bits == 8 ? count : (count + 1) / 2;
+  g.dataBytes = zppQuantDataBytes(count, bits);
   g.escOff = zppQuantEscOffset(count, bits, 1 << blockLog2);
   g.ngroups = zppQuantNumGroups(count);
   g.segBytes = (g.escOff + ZPP_QUANT_ESC_TABLE_BYTES * g.ngroups + 15) & ~(size_t)15;
@@ -168,7 +168,7 @@ __device__ __forceinline__ void writeHeaderAndPadding(uint8_t* seg, size_t count
  * q = -(Q+1) is NaN (zpp_quant.h, "Escapes"). */
 template <int BITS>
 __device__ __forceinline__ float packedValue(int q, float scale, bool markers) {
-  constexpr int kMarker = BITS == 8 ? -128 : -8;
+  constexpr int kMarker = BITS == 8 ? -128 : BITS == 4 ? -8 : -2;
   return markers && q == kMarker ? __uint_as_float(kNaN32) : __fmul_rn(__int2float_rn(q), scale);
 }
 
@@ -283,10 +283,12 @@ __device__ __forceinline__ void storeElems(void* base, size_t e0, size_t count,
 /* The packed words of elements e0 .. e0+E-1 of one segment's data (values
  * past `count` are undefined and never used). Whole words are read even at
  * the end: the data starts 4-byte aligned and the segment is padded to 16
- * bytes, so a word that starts inside the data ends inside the segment. */
+ * bytes, so a word that starts inside the data ends inside the segment.
+ * int2 with E = 8 has 2 bytes, 2-byte aligned: one half word, in w[0]. */
 template <int BITS, int E>
 struct QWords {
-  static constexpr int kN = BITS == 8 ? E / 4 : E / 8;
+  static constexpr int kBytes = E * BITS / 8;
+  static constexpr int kN = kBytes < 4 ? 1 : kBytes / 4;
   uint32_t w[kN];
 };
 
@@ -294,9 +296,12 @@ template <int BITS, int E>
 __device__ __forceinline__ void loadQWords(const uint8_t* data, size_t e0, size_t count,
                                            size_t dataBytes, QWords<BITS, E>& q) {
   constexpr int NW = QWords<BITS, E>::kN;
-  const size_t boff = BITS == 8 ? e0 : e0 / 2;
+  const size_t boff = zppQuantByteOf(e0, BITS);
   const uint8_t* p = data + boff;
-  if (e0 + E <= count) {
+  if (QWords<BITS, E>::kBytes < 4) {
+    // The half word ends inside the segment as a word would (above).
+    q.w[0] = e0 < count ? __ldcs(reinterpret_cast<const unsigned short*>(p)) : 0u;
+  } else if (e0 + E <= count) {
     loadWords<NW>(p, q.w);
   } else {
 #pragma unroll
@@ -306,10 +311,12 @@ __device__ __forceinline__ void loadQWords(const uint8_t* data, size_t e0, size_
 }
 
 /* q of element e0 + j (j a constant after unrolling): int8 bytes; int4
- * element 2i in the low nibble, 2i+1 in the high one; sign-extended. */
+ * element 2i in the low nibble, 2i+1 in the high one; int2 element 4i + f
+ * in bits 2f..2f+1 of byte i; sign-extended. */
 template <int BITS, int E>
 __device__ __forceinline__ int qOf(const QWords<BITS, E>& q, int j) {
   if (BITS == 8) return (int)(q.w[j / 4] << (24 - 8 * (j % 4))) >> 24;
+  if (BITS == 2) return (int)(q.w[j / 16] << (30 - 2 * (j % 16))) >> 30;
   return (int)(q.w[j / 8] << (28 - 4 * (j % 8))) >> 28;
 }
 
@@ -429,7 +436,7 @@ template <int BITS, int E>
 __device__ __forceinline__ void quantizeStore(const float (&x)[E], size_t e0, size_t count,
                                               int blockLog2, int groupLog2, uint8_t* seg, const Geom& g,
                                               uint32_t* smem) {
-  constexpr int Q = BITS == 8 ? 127 : 7;
+  constexpr int Q = BITS == 8 ? 127 : BITS == 4 ? 7 : 1;
 
   uint32_t m = 0;
 #pragma unroll
@@ -472,29 +479,29 @@ __device__ __forceinline__ void quantizeStore(const float (&x)[E], size_t e0, si
   uint32_t* scales = reinterpret_cast<uint32_t*>(seg + ZPP_QUANT_HEADER_BYTES);
   if ((threadIdx.x & (group - 1)) == 0) scales[e0 >> blockLog2] = scaleBits;
 
-  constexpr int NB = BITS == 8 ? E : E / 2;
-  constexpr int NW = NB / 4;
+  constexpr int NB = E * BITS / 8;         // data bytes of this thread
+  constexpr int NW = NB < 4 ? 1 : NB / 4;  // int2, E = 8: one half word
+  constexpr int PER = 32 / BITS;           // q per word
   uint32_t w[NW];
 #pragma unroll
   for (int i = 0; i < NW; i++) {
     uint32_t v = 0;
-    if (BITS == 8) {
 #pragma unroll
-      for (int b = 0; b < 4; b++) v |= ((uint32_t)q[4 * i + b] & 0xffu) << (8 * b);
-    } else {
-#pragma unroll
-      for (int b = 0; b < 8; b++) v |= ((uint32_t)q[8 * i + b] & 0xfu) << (4 * b);
-    }
+    for (int b = 0; b < PER; b++)
+      if (PER * i + b < E) v |= ((uint32_t)q[PER * i + b] & ((1u << BITS) - 1u)) << (BITS * b);
     w[i] = v;
   }
-  uint8_t* data = seg + g.dataOff + (BITS == 8 ? e0 : e0 / 2);
+  uint8_t* data = seg + g.dataOff + zppQuantByteOf(e0, BITS);
   if (e0 + E <= count) {
-    storeWords<NW>(data, w);
+    if (NB < 4)
+      *reinterpret_cast<unsigned short*>(data) = (unsigned short)w[0];  // 2-byte aligned
+    else
+      storeWords<NW>(data, w);
   } else {
-    // Tail: only the bytes that belong to the data (an odd count's last
-    // high nibble is 0 because q = 0 past the end); the padding after them
-    // is written with the header.
-    const size_t nbytes = BITS == 8 ? count - e0 : (count - e0 + 1) / 2;
+    // Tail: only the bytes that belong to the data (the unused fields of
+    // the last byte are 0 because q = 0 past the end); the padding after
+    // them is written with the header.
+    const size_t nbytes = zppQuantDataBytes(count - e0, BITS);
 #pragma unroll
     for (int b = 0; b < NB; b++)
       if ((size_t)b < nbytes) data[b] = (uint8_t)(w[b / 4] >> (8 * (b % 4)));
@@ -703,12 +710,13 @@ __global__ void __launch_bounds__(kThreads)
   const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
   const int nblk = (int)((glen + (size_t)block - 1) >> blockLog2);
   const size_t b0 = base >> blockLog2;
-  // The group's data in 16-byte chunks, each inside one block (blocks are
-  // at least 16 bytes): whole words up to the tables, the last one ending
-  // in zero padding (and an odd count's zero nibble), never in a table.
-  const int blockBytes = BITS == 8 ? block : block / 2;
-  const size_t lo = g.dataOff + (BITS == 8 ? base : base / 2);
-  const size_t groupBytes = BITS == 8 ? ZPP_QUANT_ESC_GROUP : ZPP_QUANT_ESC_GROUP / 2;
+  // The group's data in chunks of 16 bytes (8 for int2 blocks of 32), each
+  // inside one block: whole words up to the tables, the last one ending in
+  // zero padding (and a last byte's zero fields), never in a table.
+  const int blockBytes = (int)zppQuantDataBytes((size_t)block, BITS);
+  const int chunk = blockBytes < 16 ? blockBytes : 16;
+  const size_t lo = g.dataOff + zppQuantByteOf(base, BITS);
+  const size_t groupBytes = zppQuantDataBytes(ZPP_QUANT_ESC_GROUP, BITS);
   const size_t hi = lo + groupBytes < g.escOff ? lo + groupBytes : g.escOff;
   // Stage B's share of this thread: kPer consecutive elements, one block's.
   const size_t i0 = (size_t)threadIdx.x * kPer;
@@ -720,11 +728,12 @@ __global__ void __launch_bounds__(kThreads)
     // A.
     for (int b = threadIdx.x; b < nblk; b += blockDim.x) nonzero[b] = 0;
     __syncthreads();
-    for (size_t c = lo + 16 * (size_t)threadIdx.x; c < hi; c += 16 * (size_t)blockDim.x) {
+    for (size_t c = lo + chunk * (size_t)threadIdx.x; c < hi; c += chunk * (size_t)blockDim.x) {
       int nz = 0;
 #pragma unroll
       for (int w = 0; w < 4; w++)
-        if (c + 4 * w < hi) nz += nonzeroQ<BITS>(*reinterpret_cast<const uint32_t*>(seg + c + 4 * w));
+        if (4 * w < chunk && c + 4 * w < hi)
+          nz += nonzeroQ<BITS>(*reinterpret_cast<const uint32_t*>(seg + c + 4 * w));
       if (nz) atomicAdd(&nonzero[(c - lo) / (size_t)blockBytes], nz);
     }
     __syncthreads();
@@ -895,6 +904,9 @@ zppResult_t quantizeDispatch(const void* in, int dt, size_t partStride, size_t c
   QC_Q(kF16, 4)
   QC_Q(kBF16, 8)
   QC_Q(kBF16, 4)
+  QC_Q(kF32, 2)
+  QC_Q(kF16, 2)
+  QC_Q(kBF16, 2)
   // clang-format on
 #undef QC_Q
   ZPP_FAIL(zppInternalError, QUANT, "quantize: no kernel for dtype %d bits %d", dt, bits);
@@ -933,6 +945,9 @@ zppResult_t decodeDispatch(const void* packed, size_t stride, int n, size_t coun
   QC_D(F16, 4)
   QC_D(BF16, 8)
   QC_D(BF16, 4)
+  QC_D(kF32, 2)
+  QC_D(F16, 2)
+  QC_D(BF16, 2)
   // clang-format on
 #undef QC_D
   ZPP_FAIL(zppInternalError, QUANT, "decode: no kernel for dtype %d bits %d", dt, bits);
@@ -1054,6 +1069,11 @@ extern "C" zppResult_t zppQuantReduceRequantCuda(const void* packed, size_t stri
   QC_R(8, 4)
   QC_R(4, 8)
   QC_R(4, 4)
+  QC_R(8, 2)
+  QC_R(4, 2)
+  QC_R(2, 8)
+  QC_R(2, 4)
+  QC_R(2, 2)
   // clang-format on
 #undef QC_R
   ZPP_FAIL(zppInternalError, QUANT, "zppQuantReduceRequantCuda: no kernel for %d -> %d bits", bits_in,

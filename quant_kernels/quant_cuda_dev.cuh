@@ -104,8 +104,8 @@ inline int blockLog2Of(int block) {
 }
 
 inline bool validParams(int bits, int block) {
-  return (bits == 4 || bits == 8) && block >= ZPP_QUANT_MIN_BLOCK && block <= ZPP_QUANT_MAX_BLOCK &&
-         (block & (block - 1)) == 0;
+  return (bits == 2 || bits == 4 || bits == 8) && block >= ZPP_QUANT_MIN_BLOCK &&
+         block <= ZPP_QUANT_MAX_BLOCK && (block & (block - 1)) == 0;
 }
 
 inline int dtypeIndex(zppDataType_t dt) {

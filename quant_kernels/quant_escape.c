@@ -61,11 +61,14 @@ static int blockMayEscape(const uint8_t* scales, const uint8_t* data, size_t cou
   if (s == 0.0f) return 0;
   size_t lo = b * (size_t)block;
   size_t hi = count - lo < (size_t)block ? count : lo + (size_t)block;
-  /* Bytes of the block's q values, 8 at a time: a non-zero byte (int8) or
-   * nibble (int4) leaves one bit of its lane set after the OR-folds. */
-  const uint8_t* p = data + (bits == 8 ? lo : lo / 2);
-  size_t nbytes = bits == 8 ? hi - lo : (hi - lo + 1) / 2;
-  const uint64_t lanes = bits == 8 ? 0x0101010101010101ull : 0x1111111111111111ull;
+  /* Bytes of the block's q values, 8 at a time: a non-zero byte (int8),
+   * nibble (int4) or 2-bit field (int2) leaves one bit of its lane set after
+   * the OR-folds. */
+  const uint8_t* p = data + zppQuantByteOf(lo, bits);
+  size_t nbytes = zppQuantDataBytes(hi - lo, bits);
+  const uint64_t lanes = bits == 8   ? 0x0101010101010101ull
+                         : bits == 4 ? 0x1111111111111111ull
+                                     : 0x5555555555555555ull;
   int nonzero = 0;
   for (size_t k = 0; k < nbytes; k += 8) {
     uint64_t w = 0;
@@ -74,12 +77,13 @@ static int blockMayEscape(const uint8_t* scales, const uint8_t* data, size_t cou
     else
       memcpy(&w, p + k, nbytes - k);
     w |= w >> 1;
-    w |= w >> 2;
+    if (bits != 2) w |= w >> 2;
     if (bits == 8) w |= w >> 4;
     /* The lanes' bits summed without a popcount instruction (baseline
-     * x86-64 has none): int4 lanes pair up into bytes first. */
+     * x86-64 has none): int4 and int2 lanes add up into bytes first. */
     w &= lanes;
-    if (bits == 4) w = (w + (w >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    if (bits == 2) w = (w + (w >> 2)) & 0x3333333333333333ull;
+    if (bits != 8) w = (w + (w >> 4)) & 0x0f0f0f0f0f0f0f0full;
     nonzero += (int)((w * 0x0101010101010101ull) >> 56);
     if (nonzero > ZPP_QUANT_ESC_PER_BLOCK) return 0;
   }
@@ -203,7 +207,8 @@ static float sumOne(const uint8_t* packed, size_t stride, int n, size_t count, i
 }
 
 void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
-                        int block_in, int bits_out, int block_out, uint8_t* packed_out) {
+                        int block_in, int bits_out, int block_out, uint8_t* packed_out,
+                        const uint8_t* hints) {
   uint8_t* scales = packed_out + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed_out + zppQuantDataOffset(count, block_out);
   uint8_t* tables = packed_out + zppQuantEscOffset(count, bits_out, block_out);
@@ -211,7 +216,8 @@ void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t coun
   int marked = 0;
   for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
     uint8_t* table = tables + g * ZPP_QUANT_ESC_TABLE_BYTES;
-    int redo = groupMayEscape(scales, data, count, bits_out, block_out, g);
+    int redo =
+        (hints == NULL || hints[g] != 0) && groupMayEscape(scales, data, count, bits_out, block_out, g);
     for (int k = 0; k < n && !redo; k++) {
       const uint8_t* seg = packed + (size_t)k * stride;
       redo = tableUsed(groupTable(seg, count, bits_in, block_in, g)) ||

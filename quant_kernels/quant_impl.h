@@ -2,8 +2,8 @@
  * Internal interface between the codec front end (quant_common.c: argument
  * checks, headers, padding, dispatch) and the CPU implementations
  * (quant_scalar.c, the reference; quant_avx2.c; quant_avx512.c). Kernels
- * receive validated arguments only: pointers non-NULL where count > 0, bits 4
- * or 8, block a power of two in [32, 4096], dtype fp32/fp16/bf16, headers
+ * receive validated arguments only: pointers non-NULL where count > 0, bits 2,
+ * 4 or 8, block a power of two in [32, 4096], dtype fp32/fp16/bf16, headers
  * already checked.
  * They write the scales and data of a segment; the front end writes header
  * and padding.
@@ -63,9 +63,13 @@ typedef struct {
   void (*sum)(const uint8_t* packed, size_t stride, int n, size_t count, int bits, int block,
               float divisor, void* out, zppDataType_t dtype);
 
-  /* The sum of n inputs quantized into one segment (scales and data). */
+  /* The sum of n inputs quantized into one segment (scales and data).
+   * hints: as quantize's, for the sums of the packed values (which are the
+   * spec's sums wherever no input has an escape or a marker: the escape
+   * pass redoes the other groups anyway). The vector codecs hint for int2
+   * outputs and set 1 for the others. */
   void (*reduceRequant)(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
-                        int block_in, int bits_out, int block_out, uint8_t* packed_out);
+                        int block_in, int bits_out, int block_out, uint8_t* packed_out, uint8_t* hints);
 
   /* Element-wise conversions with this implementation's vector code, so that
    * tests can check them exhaustively against zpp_half.h. */
@@ -78,11 +82,26 @@ extern const zppQuantImpl_t zppQuantImplScalar;
 extern const zppQuantImpl_t zppQuantImplAvx2;
 #endif
 #if defined(ZPP_QUANT_HAVE_AVX512)
-/* fp16/bf16 quantize and dequantize, and the sums of int4 segments
+/* fp16/bf16 quantize and dequantize, and the sums of int4 and int2 segments
  * (zppDequantizeSum, zppQuantReduceRequant), with AVX-512 (F, BW, VL, VBMI,
  * VBMI2, BF16); everything else is the AVX2 implementation's. */
 extern const zppQuantImpl_t zppQuantImplAvx512;
 #endif
+
+/* The int2 escape hint (zpp_quant.h, "Why 2^K"). With Q = 1 few elements of
+ * a block quantize to q != 0 (those above half its max), so "more than E
+ * non-zero q" rarely holds and says little. The vector encoders count
+ * instead, in a block with a finite non-zero scale, elements whose t =
+ * (x p) inv has |t| >= ZPP_QUANT_INT2_WIDE_T = 2^-3 (1 + 2^-20) ("wide").
+ * t = (x / a)(1 + d1)(1 + d2), |d| <= 2^-24, so a wide element has |x| 2^K
+ * > a (K = 3): any count of wide elements is <= c of
+ * zppQuantEscHasCandidate, which decreases in c, so E + 1 of them prove
+ * that the block has no candidate. Quantizing a tensor, they count half of
+ * each block's lanes (cheaper, and ordinary blocks have plenty); the fused
+ * requantization counts all of them and the non-zero ones too, nz, for
+ * zppQuantEscHasCandidate(wide, nz) = 0 also proves it when every non-zero
+ * element is wide, as in sums of equal ternary inputs. */
+#define ZPP_QUANT_INT2_WIDE_T 0x1.00001p-3f
 
 /* Escapes (zpp_quant.h, "Escapes"), applied by the front end around every
  * CPU implementation, which itself encodes as if escapes did not exist:
@@ -93,7 +112,8 @@ extern const zppQuantImpl_t zppQuantImplAvx512;
 void zppQuantEscEncode(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                        uint8_t* packed, const uint8_t* hints);
 void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
-                        int block_in, int bits_out, int block_out, uint8_t* packed_out);
+                        int block_in, int bits_out, int block_out, uint8_t* packed_out,
+                        const uint8_t* hints);
 void zppQuantEscDequantize(const uint8_t* packed, size_t count, int bits, int block, void* out,
                            zppDataType_t dtype);
 void zppQuantEscAccumulate(const uint8_t* packed, size_t stride, int n, size_t count, int bits,
@@ -189,6 +209,11 @@ extern const zppQuantRotImpl_t zppQuantRotImplAvx512;
  * it, even where the plain codecs could not be AVX-512's. */
 const zppQuantRotImpl_t* zppQuantRotImplActive(void);
 
+/* The rotated kernels for segments of `bits`: zppQuantRotImplActive(), or
+ * NULL (the reference, quant_rotate.c) for int2, which the vector tables
+ * do not implement. The one place that says which widths they cover. */
+const zppQuantRotImpl_t* zppQuantRotImplFor(int bits);
+
 /* Makes `name` ("scalar", "avx2", "avx512") the rotated kernels in use,
  * whatever the plain codecs are, until the next zppQuantImplSelect (which
  * sets both). For tests and benchmarks, as zppQuantImplSelect;
@@ -230,13 +255,27 @@ ZPP_QUANT_INL size_t zppQuantDataOffset(size_t count, int block) {
   return ZPP_QUANT_HEADER_BYTES + 4 * zppQuantNumBlocks(count, block);
 }
 
+/* log2 of the elements one data byte holds: 0 (int8), 1 (int4), 2 (int2). */
+ZPP_QUANT_INL int zppQuantPerByteLog2(int bits) { return bits == 8 ? 0 : bits == 4 ? 1 : 2; }
+
+/* The data byte where element i starts, i a multiple of 8 / bits (every
+ * block start is: blocks hold at least 32 elements). */
+ZPP_QUANT_INL size_t zppQuantByteOf(size_t i, int bits) { return i >> zppQuantPerByteLog2(bits); }
+
+/* Data bytes of `len` elements starting on a byte; the unused fields of the
+ * last byte are 0. */
+ZPP_QUANT_INL size_t zppQuantDataBytes(size_t len, int bits) {
+  const int l = zppQuantPerByteLog2(bits);
+  return (len + ((size_t)1 << l) - 1) >> l;
+}
+
 /* Escape tables start at the first multiple of 4 after the data, one per
  * group of ZPP_QUANT_ESC_GROUP elements (zpp_quant.h). */
 ZPP_QUANT_INL size_t zppQuantNumGroups(size_t count) {
   return (count + ZPP_QUANT_ESC_GROUP - 1) / ZPP_QUANT_ESC_GROUP;
 }
 ZPP_QUANT_INL size_t zppQuantEscOffset(size_t count, int bits, int block) {
-  size_t end = zppQuantDataOffset(count, block) + (bits == 8 ? count : (count + 1) / 2);
+  size_t end = zppQuantDataOffset(count, block) + zppQuantDataBytes(count, bits);
   return (end + 3) & ~(size_t)3;
 }
 
@@ -279,8 +318,9 @@ ZPP_QUANT_INL void zppQuantStoreScale(uint8_t* scales, size_t b, float s) {
   memcpy(scales + 4 * b, &s, sizeof s);
 }
 
-/* Q for a bit width: the symmetric clamp limit. */
-ZPP_QUANT_INL int zppQuantQmax(int bits) { return bits == 8 ? 127 : 7; }
+/* Q for a bit width: the symmetric clamp limit (zpp_quant.h: int2 is
+ * ternary, q in {-1, 0, 1}). */
+ZPP_QUANT_INL int zppQuantQmax(int bits) { return bits == 8 ? 127 : bits == 4 ? 7 : 1; }
 
 /* Runs CALL(BITS, DT) with the bit width and the output type as constants,
  * one branch per pair, so that each always-inline kernel is compiled for the

@@ -89,9 +89,17 @@ ZPP_QUANT_INL int zppQuantNibble(uint8_t byte, size_t i) {
   return (v ^ 8) - 8;
 }
 
+/* Signed 2-bit field: element 4i + j at bits 2j..2j+1 of byte i; 0..3 ->
+ * 0, 1, -2, -1. */
+ZPP_QUANT_INL int zppQuantCrumb(uint8_t byte, size_t i) {
+  int v = (byte >> (2 * (i & 3))) & 3;
+  return (v ^ 2) - 2;
+}
+
 /* q of element i of a segment's data. */
 ZPP_QUANT_INL int zppQuantGetQ(const uint8_t* data, int bits, size_t i) {
   if (bits == 8) return (int8_t)data[i];
+  if (bits == 2) return zppQuantCrumb(data[i >> 2], i);
   return zppQuantNibble(data[i >> 1], i);
 }
 
@@ -117,9 +125,9 @@ ZPP_QUANT_INL void zppQuantDecodeSpanRef(const uint8_t* data, int bits, size_t l
   }
 }
 
-/* Scalar encode of elements [lo, hi) of a block (lo even for int4), relative
- * indices into x, absolute into data. Writes whole bytes; an odd hi writes
- * the last byte's high nibble as 0. */
+/* Scalar encode of elements [lo, hi) of a block (lo + base on a byte: even
+ * for int4, a multiple of 4 for int2), relative indices into x, absolute
+ * into data. Writes whole bytes; the fields of the last byte past hi are 0. */
 ZPP_QUANT_INL void zppQuantEncodeSpanRef(const float* x, size_t lo, size_t hi,
                                          const zppQuantBlockParams_t* bp, int bits, uint8_t* data,
                                          size_t base) {
@@ -128,15 +136,21 @@ ZPP_QUANT_INL void zppQuantEncodeSpanRef(const float* x, size_t lo, size_t hi,
     for (size_t i = lo; i < hi; i++) data[base + i] = (uint8_t)(int8_t)zppQuantEncodeOne(x[i], bp, Q);
     return;
   }
+  if (bits == 2) {
+    for (size_t i = lo; i < hi; i += 4) {
+      unsigned byte = 0;
+      for (size_t j = 0; j < 4 && i + j < hi; j++)
+        byte |= ((unsigned)zppQuantEncodeOne(x[i + j], bp, Q) & 3u) << (2 * j);
+      data[(base + i) >> 2] = (uint8_t)byte;
+    }
+    return;
+  }
   for (size_t i = lo; i < hi; i += 2) {
     int q0 = zppQuantEncodeOne(x[i], bp, Q);
     int q1 = i + 1 < hi ? zppQuantEncodeOne(x[i + 1], bp, Q) : 0;
     data[(base + i) >> 1] = (uint8_t)((q0 & 0x0f) | ((q1 & 0x0f) << 4));
   }
 }
-
-/* Data bytes of `len` elements starting at an even element. */
-ZPP_QUANT_INL size_t zppQuantDataBytes(size_t len, int bits) { return bits == 8 ? len : (len + 1) / 2; }
 
 /* One element of dtype widened exactly, or rounded from fp32 into dtype: for
  * the few elements a vector loop leaves over. */
@@ -189,7 +203,7 @@ ZPP_QUANT_INL void zppQuantBlockRef(const void* x, zppDataType_t dtype, size_t l
   zppQuantBlockParams_t bp = zppQuantBlockSetup(amax, zppQuantQmax(bits));
   zppQuantStoreScale(scales, b, bp.scale);
   if (bp.kind != ZPP_QBLOCK_NORMAL) {
-    memset(data + (bits == 8 ? base : base / 2), 0, zppQuantDataBytes(len, bits));
+    memset(data + zppQuantByteOf(base, bits), 0, zppQuantDataBytes(len, bits));
     return;
   }
   zppQuantEncodeSpanRef(f, 0, len, &bp, bits, data, base);
@@ -245,17 +259,22 @@ ZPP_QUANT_INL int zppQuantEscAbove(float x, uint32_t r, int k) {
 /* 1 if x is non-finite. */
 ZPP_QUANT_INL int zppQuantNonFinite(float x) { return (zppF32Bits(x) & 0x7fffffffu) >= 0x7f800000u; }
 
-/* Writes q (-8..7 for int4) into element i of a segment's data. */
+/* Writes q (-8..7 for int4, -2..1 for int2) into element i of a segment's
+ * data. */
 ZPP_QUANT_INL void zppQuantSetQ(uint8_t* data, int bits, size_t i, int q) {
   if (bits == 8) {
     data[i] = (uint8_t)(int8_t)q;
+  } else if (bits == 2) {
+    const int sh = 2 * (int)(i & 3);
+    data[i >> 2] = (uint8_t)((data[i >> 2] & ~(3u << sh)) | (((unsigned)q & 3u) << sh));
   } else {
     uint8_t b = data[i >> 1], n = (uint8_t)(q & 0x0f);
     data[i >> 1] = (i & 1) ? (uint8_t)((b & 0x0f) | (n << 4)) : (uint8_t)((b & 0xf0) | n);
   }
 }
 
-/* Writes the in-band marker q = -(Q+1) (int8 0x80, int4 nibble 0x8) for
+/* Writes the in-band marker q = -(Q+1) (int8 0x80, int4 nibble 0x8, int2
+ * field 0b10) for
  * element i of a segment's data. */
 ZPP_QUANT_INL void zppQuantSetMarker(uint8_t* data, int bits, size_t i) {
   zppQuantSetQ(data, bits, i, -zppQuantQmax(bits) - 1);

@@ -134,8 +134,7 @@ static void rotateGroup(const void* in, zppDataType_t dtype, size_t count, int b
     size_t b = base / (size_t)block + k;
     memcpy(scales + 4 * b, tmp + ZPP_QUANT_HEADER_BYTES + 4 * k, 4);
     size_t bytes = zppQuantDataBytes((size_t)block, bits);
-    memcpy(data + (bits == 8 ? base + k * (size_t)block : (base + k * (size_t)block) / 2),
-           tdata + bytes * k, bytes);
+    memcpy(data + zppQuantByteOf(base + k * (size_t)block, bits), tdata + bytes * k, bytes);
   }
 }
 
@@ -144,7 +143,7 @@ zppResult_t zppQuantizeEx(const void* in, zppDataType_t dtype, size_t count, int
   if ((flags & ~(unsigned)ZPP_QUANT_ROTATE) != 0)
     ZPP_FAIL(zppInvalidArgument, QUANT, "zppQuantizeEx: flags 0x%x unknown (0 or ZPP_QUANT_ROTATE)",
              flags);
-  const zppQuantRotImpl_t* rk = zppQuantRotImplActive();
+  const zppQuantRotImpl_t* rk = zppQuantRotImplFor(bits);
   if ((flags & ZPP_QUANT_ROTATE) && rk != NULL) {
     /* The vector kernels encode the ordinary groups in one pass; the
      * others take the plain reference encoding and rotateGroup, as below. */
@@ -196,7 +195,7 @@ zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int bloc
   const uint8_t* data = p + zppQuantDataOffset(count, block);
   const uint8_t* tables = p + zppQuantEscOffset(count, bits, block);
   float y[ZPP_QUANT_MAX_BLOCK];
-  const zppQuantRotImpl_t* rk = zppQuantRotImplActive();
+  const zppQuantRotImpl_t* rk = zppQuantRotImplFor(bits);
   for (size_t lo = 0; lo < count; lo += (size_t)block) {
     if (rk != NULL) { /* a run of rotated blocks in one call (bit-identical by contract) */
       lo = rk->decodeRun(scales, data, bits, block, lo, count, out, dtype);

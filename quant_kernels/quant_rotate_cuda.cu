@@ -188,6 +188,15 @@ __global__ void __launch_bounds__(kRotThreads)
   const zppQuantBlockParams_t bp = zppQuantBlockSetup(m, Q);
   if (lt == 0) zppQuantStoreScale(scales, b, bp.scale);
   const bool normal = bp.kind == ZPP_QBLOCK_NORMAL;
+  if (bits == 2) {  // a byte per thread step: four elements
+    for (int p = lt; p < block / 4; p += gt) {
+      unsigned v = 0;
+      for (int j = 0; j < 4; j++)
+        v |= ((unsigned)(normal ? zppQuantEncodeOne(x[4 * p + j], &bp, Q) : 0) & 3u) << (2 * j);
+      data[(lo >> 2) + (size_t)p] = (uint8_t)v;
+    }
+    return;
+  }
   for (int p = lt; p < block / 2; p += gt) {
     const int q0 = normal ? zppQuantEncodeOne(x[2 * p], &bp, Q) : 0;
     const int q1 = normal ? zppQuantEncodeOne(x[2 * p + 1], &bp, Q) : 0;

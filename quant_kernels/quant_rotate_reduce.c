@@ -43,7 +43,7 @@ static void inverseBlock(float* y, size_t len) {
 }
 
 /* dst[i] = (k == 0 ? 0 + v_i : dst[i] + v_i), v_i = (float)q_i * s for the
- * elements [lo, lo + len) of a segment's data (lo even): the loops the
+ * elements [lo, lo + len) of a segment's data (lo on a byte): the loops the
  * compiler vectorizes (the same operations as zppQuantGetQ's). */
 static void addScaled(const uint8_t* data, int bits, size_t lo, size_t len, float s, float* dst,
                       int first) {
@@ -53,6 +53,15 @@ static void addScaled(const uint8_t* data, int bits, size_t lo, size_t len, floa
       for (size_t i = 0; i < len; i++) dst[i] = 0.0f + (float)q[i] * s;
     else
       for (size_t i = 0; i < len; i++) dst[i] = dst[i] + (float)q[i] * s;
+    return;
+  }
+  if (bits == 2) {
+    const uint8_t* b = data + lo / 4;
+    for (size_t j = 0; j < len / 4; j++)
+      for (int f = 0; f < 4; f++) {
+        float v = (float)((int8_t)(uint8_t)(b[j] << (6 - 2 * f)) >> 6) * s;
+        dst[4 * j + f] = first ? 0.0f + v : dst[4 * j + f] + v;
+      }
     return;
   }
   const uint8_t* b = data + lo / 2;
@@ -118,9 +127,9 @@ static void decodeBlock(const segInfo_t* si, size_t b, size_t lo, size_t len, fl
     else
       for (size_t i = 0; i < len; i++) y[i] = (float)zppQuantGetQ(data, bits, lo + i) * s;
   } else if (blockRotated(seg, b, len, si->block)) {
-    const zppQuantRotImpl_t* rk = zppQuantRotImplActive();
+    const zppQuantRotImpl_t* rk = zppQuantRotImplFor(bits);
     if (rk != NULL) /* bit-identical by contract */
-      rk->decodeBlock(data + (bits == 8 ? lo : lo / 2), bits, 0, len, s, y, zppFloat32);
+      rk->decodeBlock(data + zppQuantByteOf(lo, bits), bits, 0, len, s, y, zppFloat32);
     else {
       for (size_t i = 0; i < len; i++) y[i] = (float)zppQuantGetQ(data, bits, lo + i) * s;
       inverseBlock(y, len);
@@ -229,7 +238,7 @@ static void sumGroup(const uint8_t* packed, size_t stride, int n, size_t count, 
   float y[ZPP_QUANT_MAX_BLOCK];
   size_t base = g * ZPP_QUANT_ESC_GROUP;
   size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-  const zppQuantRotImpl_t* rk = zppQuantRotImplActive();
+  const zppQuantRotImpl_t* rk = zppQuantRotImplFor(bits);
   const uint64_t escMask = groupEscMask(packed, stride, n, count, bits, block, g);
   /* Without escapes, a rotated-domain block goes from the inputs to the
    * output in one vector pass (the same operations, in the same order). */
@@ -283,7 +292,7 @@ static int directBlockRef(const float* r, size_t len, int bits_out, uint8_t* po,
   zppQuantBlockParams_t bp = zppQuantBlockSetup(amax, Q);
   zppQuantStoreScale(po + ZPP_QUANT_HEADER_BYTES, b, bp.scale);
   if (bp.kind != ZPP_QBLOCK_NORMAL)
-    memset(po + dataOut + (bits_out == 8 ? lo : lo / 2), 0, zppQuantDataBytes(len, bits_out));
+    memset(po + dataOut + zppQuantByteOf(lo, bits_out), 0, zppQuantDataBytes(len, bits_out));
   else
     zppQuantEncodeSpanRef(r, 0, len, &bp, bits_out, po + dataOut, lo);
   return 1;
@@ -300,7 +309,8 @@ static size_t directGroup(const uint8_t* packed, size_t stride, int n, size_t co
   float y[ZPP_QUANT_MAX_BLOCK];
   const size_t base = g * ZPP_QUANT_ESC_GROUP;
   const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-  const zppQuantRotImpl_t* rk = zppQuantRotImplActive();
+  /* The inputs' width picks the kernels; they also write bits_out. */
+  const zppQuantRotImpl_t* rk = bits_out == 2 ? NULL : zppQuantRotImplFor(bits);
   const uint64_t escMask = groupEscMask(packed, stride, n, count, bits, block, g);
   const size_t dataIn = zppQuantDataOffset(count, block), dataOut = zppQuantDataOffset(count, block);
   size_t nfall = 0;
@@ -346,8 +356,8 @@ static zppResult_t checkInputs(const char* fn, const void* packed, size_t stride
                                int bits, int block, zppQuantSumOrder_t order) {
   if (!zppQuantValidParams(bits, block))
     ZPP_FAIL(zppInvalidArgument, QUANT,
-             "%s: bits %d / block %d: expected 4 or 8 and a power of two in [%d, %d]", fn, bits, block,
-             ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
+             "%s: bits %d / block %d: expected 2, 4 or 8 and a power of two in [%d, %d]", fn, bits,
+             block, ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
   if (order != ZPP_QUANT_SUM_SIMPLE && order != ZPP_QUANT_SUM_ROTATED_DOMAIN &&
       order != ZPP_QUANT_SUM_ROTATED_DIRECT)
     ZPP_FAIL(zppInvalidArgument, QUANT,
@@ -422,7 +432,7 @@ zppResult_t zppQuantReduceRequantOrder(const void* packed, size_t stride, int n,
                "%s: flags_out 0x%x unknown (0 or ZPP_QUANT_ROTATE)", fn, flags_out);
   ZPPCHECK(checkInputs(fn, packed, stride, n, count, bits_in, block_in, order));
   ZPP_ARGCHECK(zppQuantValidParams(bits_out, block_out),
-               "%s: bits_out %d / block_out %d: expected 4 or 8 and a power of two in [%d, %d]", fn,
+               "%s: bits_out %d / block_out %d: expected 2, 4 or 8 and a power of two in [%d, %d]", fn,
                bits_out, block_out, ZPP_QUANT_MIN_BLOCK, ZPP_QUANT_MAX_BLOCK);
   /* The output is written group by group while inputs are still read: an
    * output that overlaps the inputs is refused, as by zppQuantReduceRequant. */
@@ -466,8 +476,8 @@ zppResult_t zppQuantReduceRequantOrder(const void* packed, size_t stride, int n,
     po[6] |= (uint8_t)(tmp[6] & ZPP_QUANT_FLAG_MARKERS);
     if (nfall == nb) {
       memcpy(po + ZPP_QUANT_HEADER_BYTES + 4 * (base / nbOut), tmp + ZPP_QUANT_HEADER_BYTES, 4 * nb);
-      memcpy(po + dataOut + (bits_out == 8 ? base : base / 2),
-             tmp + zppQuantDataOffset(glen, block_out), zppQuantDataBytes(glen, bits_out));
+      memcpy(po + dataOut + zppQuantByteOf(base, bits_out), tmp + zppQuantDataOffset(glen, block_out),
+             zppQuantDataBytes(glen, bits_out));
     } else {
       const size_t bytes = zppQuantDataBytes(nbOut, bits_out);
       for (size_t k = 0; k < nb; k++) {
@@ -475,7 +485,7 @@ zppResult_t zppQuantReduceRequantOrder(const void* packed, size_t stride, int n,
         size_t at = base + k * nbOut; /* a short last block: its bytes are the segment's last */
         size_t len = glen - k * nbOut < nbOut ? glen - k * nbOut : nbOut;
         memcpy(po + ZPP_QUANT_HEADER_BYTES + 4 * (at / nbOut), tmp + ZPP_QUANT_HEADER_BYTES + 4 * k, 4);
-        memcpy(po + dataOut + (bits_out == 8 ? at : at / 2),
+        memcpy(po + dataOut + zppQuantByteOf(at, bits_out),
                tmp + zppQuantDataOffset(glen, block_out) + bytes * k, zppQuantDataBytes(len, bits_out));
       }
     }

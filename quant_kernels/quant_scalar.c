@@ -115,7 +115,9 @@ static void scalarSum(const uint8_t* packed, size_t stride, int n, size_t count,
 }
 
 static void scalarReduceRequant(const uint8_t* packed, size_t stride, int n, size_t count, int bits_in,
-                                int block_in, int bits_out, int block_out, uint8_t* packed_out) {
+                                int block_in, int bits_out, int block_out, uint8_t* packed_out,
+                                uint8_t* hints) {
+  if (hints != NULL) memset(hints, 1, zppQuantNumGroups(count)); /* the escape pass scans */
   uint8_t* scales = packed_out + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed_out + zppQuantDataOffset(count, block_out);
   float buf[ZPP_QUANT_MAX_BLOCK];

@@ -8,7 +8,7 @@
  *
  *   offset 0   header, 16 bytes, little endian:
  *                uint32 magic      ZPP_QUANT_MAGIC ("ZQP2": version 2, with escapes)
- *                uint8  bits       4 or 8
+ *                uint8  bits       2, 4 or 8
  *                uint8  blockLog2  5..12 (block = 32..4096 elements)
  *                uint8  flags      bit 0: the segment holds markers (see
  *                                  "Escapes"); bit 1: rotated (see
@@ -16,7 +16,8 @@
  *                uint8  reserved   0
  *                uint64 count      elements in the segment
  *   offset 16  scales: nblocks = ceil(count / block) fp32 values
- *   then       data: int8: count bytes; int4: ceil(count / 2) bytes
+ *   then       data: int8: count bytes; int4: ceil(count / 2) bytes; int2:
+ *              ceil(count / 4) bytes
  *   then       zero padding up to a multiple of 4 bytes
  *   then       escape tables: ngroups = ceil(count / 4096), 48 bytes each
  *   then       zero padding up to a multiple of 16 bytes
@@ -28,6 +29,15 @@
  * element 2i+1 in the high nibble (bits 4..7), each a two's complement value
  * in [-7, 7]. Blocks are even-sized, so each block starts on a byte. With an
  * odd count the last high nibble is 0.
+ *
+ * int2 field order: element 4i + j in bits 2j..2j+1 of byte i (j = 0 in the
+ * low bits), each a two's complement value in [-1, 1]: 0b00 = 0, 0b01 = 1,
+ * 0b11 = -1; 0b10 (-2) is the marker. Blocks hold a multiple of 4 elements,
+ * so each block starts on a byte. When count is not a multiple of 4 the
+ * last byte's unused fields are 0. int2 is ternary (Q = 1): a symmetric
+ * level set with an exact zero keeps every rule below (escaped elements
+ * and zeros are q = 0, the marker is -(Q+1)); docs/codecs.md, "int2",
+ * says why not the four levels two bits could hold.
  *
  * Escape table (one per group of ZPP_QUANT_ESC_GROUP = 4096 elements; group g
  * covers elements [4096 g, min(4096 (g + 1), count)), a whole number of
@@ -51,7 +61,7 @@
  *   - (no block is non-finite any more: Inf and NaN are candidates, below.
  *     A NaN scale in a received segment still decodes to all NaN.)
  *   - a = max |x_i|. If a == 0: scale = 0, every q_i = 0 (decodes to +0.0).
- *   - otherwise, with Q = 127 (int8) or 7 (int4) and p = 2^64 if a < 2^-64
+ *   - otherwise, with Q = 127 (int8), 7 (int4) or 1 (int2) and p = 2^64 if a < 2^-64
  *     else 1 (keeps the reciprocal finite for tiny blocks; exact scaling):
  *       scale = a / Q
  *       inv   = Q / (a * p)
@@ -71,6 +81,9 @@
  * absolute error of up to 2^-150 that |q| <= Q multiplies. (This term was
  * 2^-148 at first, which those blocks exceed: max |x| = 571 * 2^-149 in int8
  * gives scale 4 * 2^-149 and an error of 63 * 2^-149 at the max element.)
+ * For int2 (Q = 1) this reads s/2 + 2^-21 s + u_T (|x| + s) + m_T + 2^-149,
+ * with s = max |x| exactly (a / 1 is exact, also for subnormal a): the
+ * error of a ternary block is up to half its largest element.
  * An element that escaped decodes to itself rounded to T: |y - x| <= u_T |x|
  * + m_T (exact for T = fp32, and for any T no narrower than the input's).
  * One finite input is outside the bound: fp32 +-FLT_MAX in int8 decodes to
@@ -82,14 +95,16 @@
  * quantized, some of its elements are taken out (replaced by +0, so that the
  * scale fits the others; a block's scale is never NaN):
  *   - every non-finite element: its q becomes the marker -(Q+1) (int8 0x80,
- *     int4 nibble 0x8, a value the codec never writes otherwise), which
+ *     int4 nibble 0x8, int2 field 0b10, a value the codec never writes
+ *     otherwise), which
  *     decodes to NaN, and the header's flag bit is set;
  *   - the candidates, when they all fit the group's table: let r be the
  *     block's reference magnitude, among its non-zero finite magnitudes
  *     the (E+1)-th largest, E = ZPP_QUANT_ESC_PER_BLOCK = 4, or the smallest
  *     when there are at most E + 1 of them, 0 when there are none. The
  *     candidates are the finite elements with |x| > 2^K * r, r > 0 (exact
- *     comparison; K = ZPP_QUANT_ESC_LOG2: 8 for int8, 5 for int4; at most E
+ *     comparison; K = ZPP_QUANT_ESC_LOG2: 8 for int8, 5 for int4, 3 for int2;
+ *     at most E
  *     of them). Zeros take no part in r: they quantize exactly at any scale,
  *     so a block with at most E + 1 non-zero elements measures its outliers
  *     against its smallest non-zero one (a lone non-zero element has no
@@ -107,7 +122,8 @@
  * values (NaN where any input has a marker at i).
  * Why 2^K: a candidate exceeds 2^K times every element outside the top E
  * (or every element but itself and the other candidates, in a block of at
- * most E + 1 non-zero ones), and those quantize to q = 0 (Q * 2^-K < 1/2);
+ * most E + 1 non-zero ones), and those quantize to q = 0 (Q * 2^-K < 1/2:
+ * 127/256, 7/32, 1/8);
  * so a block quantized with the scale max |x| / Q of all its elements that
  * has more than E non-zero q and a finite scale has neither a candidate nor
  * a non-finite element, and implementations may skip the exact test for
@@ -329,7 +345,7 @@ extern "C" {
 #define ZPP_QUANT_ESC_TABLE_BYTES (ZPP_QUANT_ESC_SLOTS * 6)
 #define ZPP_QUANT_ESC_PER_BLOCK 4
 #define ZPP_QUANT_ESC_EMPTY 0xffffu
-#define ZPP_QUANT_ESC_LOG2(bits) ((bits) == 8 ? 8 : 5)
+#define ZPP_QUANT_ESC_LOG2(bits) ((bits) == 8 ? 8 : (bits) == 4 ? 5 : 3)
 #define ZPP_QUANT_FLAG_MARKERS 0x01
 #define ZPP_QUANT_FLAG_ROTATED 0x02
 /* Rotation (see above): the zppQuantizeEx flag and the sign sequence's seed. */
@@ -343,6 +359,7 @@ extern "C" {
  * build/bin/zpp-quant-error-table. */
 #define ZPP_QUANT_DEFAULT_BLOCK_INT8 256
 #define ZPP_QUANT_DEFAULT_BLOCK_INT4 64
+#define ZPP_QUANT_DEFAULT_BLOCK_INT2 256
 
 typedef struct {
   uint32_t magic;
@@ -355,7 +372,7 @@ typedef struct {
 /* Bytes of one packed segment; 0 for invalid bits/block. */
 size_t zppQuantPackedSize(size_t count, int bits, int block);
 
-/* 1 if bits is 4 or 8 and block a power of two in [32, 4096]. */
+/* 1 if bits is 2, 4 or 8 and block a power of two in [32, 4096]. */
 int zppQuantValidParams(int bits, int block);
 
 /* Reads and validates a segment header against what the caller expects

@@ -2,20 +2,24 @@
 //
 // A thin C++ shim over the C functions of quant_kernels/zpp_quant.h. Every
 // benchmark reports bytes_per_second; what "bytes" means:
-//   quantize/<impl>/<dtype>/<int8|int4>/<size>    the tensor: count * sizeof(dtype)
+//   quantize/<impl>/<dtype>/<intB>/<size>         the tensor: count * sizeof(dtype)
 //                                                 (the kernel's input)
-//   dequantize/<impl>/<dtype>/<int8|int4>/<size>  the same tensor bytes (the
+//   dequantize/<impl>/<dtype>/<intB>/<size>       the same tensor bytes (the
 //                                                 kernel's output; its packed input is
 //                                                 packed_bytes_per_second)
-//   reduce_requant/<impl>/int4x<n>/<size>         the n packed inputs it reads
-//   dequantize_sum/<impl>/int4x<n>/<size>         the same
+//   reduce_requant/<impl>/<intB>x<n>/<size>       the n packed inputs it reads
+//   dequantize_sum/<impl>/<intB>x<n>/<size>       the same
 //   memcpy/<bytes>                                memcpy of exactly that many bytes
 // so that quantize and dequantize of one tensor compare with a memcpy of that
-// tensor, and the fused reduce with a memcpy of what it receives.
+// tensor, and the fused reduce with a memcpy of what it receives. intB is
+// int8, int4 or int2 at its default block; int2@64 is int2 at int4's block.
+// Every row also counts the tensor's elements (items_per_second).
 //
 // At the end a summary pairs each kernel with its memcpy (median over
 // --benchmark_repetitions when given) and prints the ratio; the target for
-// quantize and dequantize is >= 0.8. Pairing is by label: a benchmark whose
+// quantize and dequantize is >= 0.8. A second one pairs each int2 row with
+// its int4 row and prints int2 / int4 in elements per second (the target is
+// >= 0.7; issue 45). Pairing is by label: a benchmark whose
 // label is "vs=<name>" is compared with the benchmark called <name>, so the
 // GPU benchmarks (bench_kernels_gpu.cu, same binary) can join the summary
 // with their own baseline (a device-to-device copy).
@@ -77,7 +81,16 @@ Buffer* GetBuffer(const std::string& key, size_t bytes) {
 size_t TypeSize(zppDataType_t t) { return t == zppFloat32 ? 4 : 2; }
 const char* TypeName(zppDataType_t t) { return zppDtypeShortName(t); }
 int DefaultBlock(int bits) {
-  return bits == 8 ? ZPP_QUANT_DEFAULT_BLOCK_INT8 : ZPP_QUANT_DEFAULT_BLOCK_INT4;
+  return bits == 8   ? ZPP_QUANT_DEFAULT_BLOCK_INT8
+         : bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4
+                     : ZPP_QUANT_DEFAULT_BLOCK_INT2;
+}
+
+// A row's width part: int8, int4, int2 at their default blocks; int2@64
+// at another block.
+std::string WidthName(int bits, int block) {
+  std::string s = "int" + std::to_string(bits);
+  return block == DefaultBlock(bits) ? s : s + "@" + std::to_string(block);
 }
 
 // A tensor of count elements of dtype, weight-like (normal, std 0.02).
@@ -156,8 +169,11 @@ bool RotRuns(const char* impl) {
   return runs;
 }
 
-void SetRates(benchmark::State& state, size_t bytes, size_t packedBytes, const std::string& baseline) {
+void SetRates(benchmark::State& state, size_t bytes, size_t packedBytes, const std::string& baseline,
+              size_t elements = 0) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+  if (elements)
+    state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(elements));
   if (packedBytes)
     state.counters["packed_bytes_per_second"] =
         benchmark::Counter(static_cast<double>(state.iterations()) * static_cast<double>(packedBytes),
@@ -204,13 +220,13 @@ struct CodecCase {
   std::string tail, baseline;
 };
 
-CodecCase MakeCase(const char* impl, zppDataType_t dtype, int bits, size_t bytes) {
+CodecCase MakeCase(const char* impl, zppDataType_t dtype, int bits, int block, size_t bytes) {
   CodecCase c;
   c.count = bytes / TypeSize(dtype);
-  c.block = DefaultBlock(bits);
+  c.block = block;
   c.packedBytes = zppQuantPackedSize(c.count, bits, c.block);
   c.tail =
-      std::string(impl) + "/" + TypeName(dtype) + "/int" + std::to_string(bits) + "/" + SizeName(bytes);
+      std::string(impl) + "/" + TypeName(dtype) + "/" + WidthName(bits, block) + "/" + SizeName(bytes);
   c.baseline = MemcpyName(bytes);
   return c;
 }
@@ -231,7 +247,7 @@ void RegisterPlain(const char* impl, zppDataType_t dtype, int bits, size_t bytes
       }
       benchmark::ClobberMemory();
     }
-    SetRates(state, bytes, packedBytes, baseline);
+    SetRates(state, bytes, packedBytes, baseline, count);
   })->UseRealTime();
   // The implementation alone, without the front end's escape pass (the
   // scan for blocks that may hold an outlier, quant_escape.c): its cost on
@@ -244,7 +260,7 @@ void RegisterPlain(const char* impl, zppDataType_t dtype, int bits, size_t bytes
       zppQuantImplActive()->quantize(in->data, dtype, count, bits, block, out->data, nullptr);
       benchmark::ClobberMemory();
     }
-    SetRates(state, bytes, packedBytes, baseline);
+    SetRates(state, bytes, packedBytes, baseline, count);
   })->UseRealTime();
   Register("dequantize-noescape/" + tail, [=](benchmark::State& state) {
     if (!Select(state, impl)) return;
@@ -254,7 +270,7 @@ void RegisterPlain(const char* impl, zppDataType_t dtype, int bits, size_t bytes
       zppQuantImplActive()->dequantize(in->data, count, bits, block, out->data, dtype);
       benchmark::ClobberMemory();
     }
-    SetRates(state, bytes, packedBytes, baseline);
+    SetRates(state, bytes, packedBytes, baseline, count);
   })->UseRealTime();
   Register("dequantize/" + tail, [=](benchmark::State& state) {
     if (!Select(state, impl)) return;
@@ -267,7 +283,7 @@ void RegisterPlain(const char* impl, zppDataType_t dtype, int bits, size_t bytes
       }
       benchmark::ClobberMemory();
     }
-    SetRates(state, bytes, packedBytes, baseline);
+    SetRates(state, bytes, packedBytes, baseline, count);
   })->UseRealTime();
 }
 
@@ -290,7 +306,7 @@ void RegisterRotated(const char* impl, zppDataType_t dtype, int bits, size_t byt
       }
       benchmark::ClobberMemory();
     }
-    SetRates(state, bytes, packedBytes, baseline);
+    SetRates(state, bytes, packedBytes, baseline, count);
   })->UseRealTime();
   Register("dequantize-rotated/" + tail, [=](benchmark::State& state) {
     if (!SelectRot(state, impl)) return;
@@ -303,44 +319,47 @@ void RegisterRotated(const char* impl, zppDataType_t dtype, int bits, size_t byt
       }
       benchmark::ClobberMemory();
     }
-    SetRates(state, bytes, packedBytes, baseline);
+    SetRates(state, bytes, packedBytes, baseline, count);
   })->UseRealTime();
 }
 
 // Every row of a codec that implementation `impl` runs (plain, rotated or
 // both: the rotated AVX-512 kernels need less of the CPU than the plain
 // ones).
-void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes) {
-  const CodecCase c = MakeCase(impl, dtype, bits, bytes);
+void RegisterCodec(const char* impl, zppDataType_t dtype, int bits, size_t bytes, int block = 0) {
+  const CodecCase c = MakeCase(impl, dtype, bits, block ? block : DefaultBlock(bits), bytes);
   RegisterMemcpy(bytes);
   if (zppQuantImplGet(impl) != nullptr) RegisterPlain(impl, dtype, bits, bytes, c);
   if (RotRuns(impl)) RegisterRotated(impl, dtype, bits, bytes, c);
 }
 
-// qgZ's CPU steps over n int4 inputs of count elements each (a bf16
-// gradient of `bytes` per input): the fused step between the hops (sum,
-// requantized to int4) when `requant`, else the last one (sum / n written as
-// bf16, an avg). rot: 0 plain inputs (zppQuantReduceRequant, zppDequantizeSum),
-// else rotated ones in an order (bench_names.h, RotSuffix).
-void RegisterReduce(const char* impl, int n, size_t bytes, bool requant, int rot = 0) {
+// qgZ's CPU steps over n inputs of `bits` (int4, or int2) of count elements
+// each (a bf16 gradient of `bytes` per input): the fused step between the
+// hops (sum, requantized to the same width and block) when `requant`, else
+// the last one (sum / n written as bf16, an avg). rot: 0 plain inputs
+// (zppQuantReduceRequant, zppDequantizeSum), else rotated ones in an order
+// (bench_names.h, RotSuffix). block 0: the width's default.
+void RegisterReduce(const char* impl, int n, size_t bytes, bool requant, int rot = 0, int bits = 4,
+                    int block = 0) {
   size_t count = bytes / 2;
-  int block = DefaultBlock(4);
-  size_t seg = zppQuantPackedSize(count, 4, block);
+  if (block == 0) block = DefaultBlock(bits);
+  size_t seg = zppQuantPackedSize(count, bits, block);
   size_t inBytes = seg * static_cast<size_t>(n);
   RegisterMemcpy(inBytes);
   std::string baseline = MemcpyName(inBytes);
   std::string name = std::string(requant ? "reduce_requant" : "dequantize_sum") + RotSuffix(rot) +
-                     impl + "/int4x" + std::to_string(n) + "/" + SizeName(bytes);
+                     impl + "/" + WidthName(bits, block) + "x" + std::to_string(n) + "/" +
+                     SizeName(bytes);
   if (rot ? !RotRuns(impl) : zppQuantImplGet(impl) == nullptr) return;
   Register(name, [=](benchmark::State& state) {
     if (!(rot ? SelectRot(state, impl) : Select(state, impl))) return;
     std::string key = std::string(rot ? "rreduce_in/" : "reduce_in/") + std::to_string(count) + "/" +
-                      std::to_string(n);
+                      std::to_string(n) + "/" + std::to_string(bits) + "/" + std::to_string(block);
     bool fresh = gBuffers.find(key) == gBuffers.end();
     Buffer* in = GetBuffer(key, inBytes);
     if (fresh) {
       Buffer* one =
-          rot ? RotPacked(zppBfloat16, count, 4, block) : Packed(zppBfloat16, count, 4, block);
+          rot ? RotPacked(zppBfloat16, count, bits, block) : Packed(zppBfloat16, count, bits, block);
       for (int k = 0; k < n; k++) std::memcpy(in->data + static_cast<size_t>(k) * seg, one->data, seg);
     }
     Buffer* out =
@@ -350,21 +369,22 @@ void RegisterReduce(const char* impl, int n, size_t bytes, bool requant, int rot
     for (auto _ : state) {
       zppResult_t r;
       if (rot)
-        r = requant ? zppQuantReduceRequantOrder(in->data, seg, n, count, 4, block, 4, block,
+        r = requant ? zppQuantReduceRequantOrder(in->data, seg, n, count, bits, block, bits, block,
                                                  ZPP_QUANT_ROTATE, order, out->data)
-                    : zppDequantizeSumOrder(in->data, seg, n, count, 4, block, static_cast<float>(n),
+                    : zppDequantizeSumOrder(in->data, seg, n, count, bits, block, static_cast<float>(n),
                                             out->data, zppBfloat16, order);
       else
-        r = requant ? zppQuantReduceRequant(in->data, seg, n, count, 4, block, 4, block, out->data)
-                    : zppDequantizeSum(in->data, seg, n, count, 4, block, static_cast<float>(n),
-                                       out->data, zppBfloat16);
+        r = requant
+                ? zppQuantReduceRequant(in->data, seg, n, count, bits, block, bits, block, out->data)
+                : zppDequantizeSum(in->data, seg, n, count, bits, block, static_cast<float>(n),
+                                   out->data, zppBfloat16);
       if (r != zppSuccess) {
         state.SkipWithError(requant ? "zppQuantReduceRequant failed" : "zppDequantizeSum failed");
         break;
       }
       benchmark::ClobberMemory();
     }
-    SetRates(state, inBytes, 0, baseline);
+    SetRates(state, inBytes, 0, baseline, count);
   })->UseRealTime();
 }
 
@@ -384,10 +404,15 @@ class RatioReporter : public benchmark::ConsoleReporter {
         e.order = reg != gRegOrder.end() ? reg->second : 1000000 + static_cast<int>(entries_.size());
       }
       if (run.report_label.rfind("vs=", 0) == 0) e.baseline = run.report_label.substr(3);
+      auto items = run.counters.find("items_per_second");
       if (run.run_type == Run::RT_Aggregate) {
-        if (run.aggregate_name == "median") e.median = it->second.value;
+        if (run.aggregate_name == "median") {
+          e.median = it->second.value;
+          if (items != run.counters.end()) e.items.median = items->second.value;
+        }
       } else {
         e.samples.push_back(it->second.value);
+        if (items != run.counters.end()) e.items.samples.push_back(items->second.value);
       }
     }
   }
@@ -414,22 +439,60 @@ class RatioReporter : public benchmark::ConsoleReporter {
       std::printf("%-44s %10.2f %10.2f %7.2f%s\n", o.second.c_str(), Value(e) / 1e9,
                   Value(b->second) / 1e9, ratio, targeted ? (ratio >= 0.8 ? "" : "  < 0.8") : "");
     }
+    PrintInt2Ratios(order);
+  }
+
+  // Each int2 row beside the int4 row of the same kernel, dtype and size
+  // (int2@64 too: the same block as int4's), in elements per second: the
+  // medians, and the best repetition of each (without
+  // --benchmark_report_aggregates_only), which on a machine shared with
+  // other jobs is the nearer to what each runs at alone.
+  void PrintInt2Ratios(const std::vector<std::pair<int, std::string>>& order) {
+    bool header = false;
+    for (const auto& o : order) {
+      size_t at = o.second.find("/int2");
+      if (at == std::string::npos) continue;
+      size_t end = o.second.find_first_of("x/", at + 1);
+      std::string int4 = o.second.substr(0, at) + "/int4" + o.second.substr(end);
+      auto b = entries_.find(int4);
+      if (b == entries_.end()) continue;
+      if (!header) {
+        std::printf("\nint2 / int4 (items_per_second: tensor elements; median as above, and best):\n");
+        std::printf("%-44s %10s %10s %7s %10s %10s %7s\n", "kernel", "int2 G/s", "int4 G/s", "ratio",
+                    "best int2", "best int4", "ratio");
+        header = true;
+      }
+      const Series& i2 = entries_[o.second].items;
+      double a = Value(i2), c = Value(b->second.items);
+      double ba = Best(i2), bc = Best(b->second.items);
+      std::printf("%-44s %10.3f %10.3f %7.2f %10.3f %10.3f %7.2f%s\n", o.second.c_str(), a / 1e9,
+                  c / 1e9, a / c, ba / 1e9, bc / 1e9, ba / bc,
+                  a / c >= 0.7 && ba / bc >= 0.7 ? "" : "  < 0.7");
+    }
   }
 
  private:
-  struct Entry {
-    int order = -1;
-    std::string baseline;
+  struct Series {
     double median = std::nan("");
     std::vector<double> samples;
   };
-  static double Value(const Entry& e) {
+  struct Entry : Series {
+    int order = -1;
+    std::string baseline;
+    Series items;  // items_per_second
+  };
+  static double Value(const Series& e) {
     if (!std::isnan(e.median)) return e.median;
     std::vector<double> s = e.samples;
     if (s.empty()) return std::nan("");
     std::sort(s.begin(), s.end());
     size_t n = s.size();
     return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+  }
+  // The highest of the repetitions (the median when only aggregates came).
+  static double Best(const Series& e) {
+    if (e.samples.empty()) return Value(e);
+    return *std::max_element(e.samples.begin(), e.samples.end());
   }
   size_t Samples() const {
     size_t m = 0;
@@ -451,20 +514,27 @@ int main(int argc, char** argv) {
   impls.push_back("scalar");
   for (size_t bytes : sizes)
     for (const char* impl : impls) {
-      for (zppDataType_t t : types)
-        for (int bits : {8, 4}) RegisterCodec(impl, t, bits, bytes);
+      for (zppDataType_t t : types) {
+        for (int bits : {8, 4, 2}) RegisterCodec(impl, t, bits, bytes);
+        RegisterCodec(impl, t, 2, bytes, DefaultBlock(4));
+      }
       for (int rot = 0; rot < 4; rot++) {
         RegisterReduce(impl, 4, bytes, true, rot);
         if (rot < 3) RegisterReduce(impl, 4, bytes, false, rot);
+      }
+      for (int block : {DefaultBlock(2), DefaultBlock(4)}) {
+        RegisterReduce(impl, 4, bytes, true, 0, 2, block);
+        RegisterReduce(impl, 4, bytes, false, 0, 2, block);
       }
     }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   std::string names;
   for (const char* impl : impls) names += (names.empty() ? "" : " + ") + std::string(impl);
-  std::printf("zpp-bench-kernels: CPU codecs %s (default %s, rotated %s), blocks int8 %d / int4 %d\n",
-              names.c_str(), zppQuantImplName(), zppQuantRotImplName(), ZPP_QUANT_DEFAULT_BLOCK_INT8,
-              ZPP_QUANT_DEFAULT_BLOCK_INT4);
+  std::printf(
+      "zpp-bench-kernels: CPU codecs %s (default %s, rotated %s), blocks int8 %d / int4 %d / int2 %d\n",
+      names.c_str(), zppQuantImplName(), zppQuantRotImplName(), ZPP_QUANT_DEFAULT_BLOCK_INT8,
+      ZPP_QUANT_DEFAULT_BLOCK_INT4, ZPP_QUANT_DEFAULT_BLOCK_INT2);
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();

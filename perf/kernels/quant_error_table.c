@@ -1,9 +1,9 @@
 /*
  * zpp-quant-error-table: measured quantization error against wire overhead
- * for every block size, int8 and int4, on data shaped like what the codecs
- * carry: weights (normal, std 0.02, as initialised) for qwZ's int8, and
- * gradients (heavy-tailed Student-t with 3 degrees of freedom, and normal
- * with rare 50x outliers) for qgZ's int4. Prints a Markdown table
+ * for every block size, int8, int4 and int2, on data shaped like what the
+ * codecs carry: weights (normal, std 0.02, as initialised) for qwZ's int8,
+ * and gradients (heavy-tailed Student-t with 3 degrees of freedom, and
+ * normal with rare 50x outliers) for qgZ's int4 and int2. Prints a Markdown table
  * (docs/codecs.md holds its output and the defaults chosen from it).
  *
  * The score ranks block sizes by rate and distortion together: wire bits
@@ -30,6 +30,16 @@ static double rngUniform(void) { return ((double)(rngNext() >> 11) + 0.5) * 0x1.
 static double rngNormal(void) {
   return sqrt(-2.0 * log(rngUniform())) * cos(6.283185307179586 * rngUniform());
 }
+
+/* The widths in the tables, and each one's default block and Q. */
+enum { NBITS = 3 };
+static const int kBits[NBITS] = {8, 4, 2};
+static int defaultBlock(int bits) {
+  return bits == 8   ? ZPP_QUANT_DEFAULT_BLOCK_INT8
+         : bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4
+                     : ZPP_QUANT_DEFAULT_BLOCK_INT2;
+}
+static double qmax(int bits) { return bits == 8 ? 127.0 : bits == 4 ? 7.0 : 1.0; }
 
 typedef enum { DATA_WEIGHTS, DATA_GRAD_T3, DATA_GRAD_OUTLIERS, DATA_COUNT } dataKind_t;
 static const char* kDataNames[DATA_COUNT] = {"weights N(0,0.02)", "gradients t(3)",
@@ -92,7 +102,8 @@ int main(int argc, char** argv) {
     } else {
       fprintf(stderr,
               "usage: zpp-quant-error-table [--count N]\n"
-              "  quantization error and wire bytes per element for every block size, int8 and int4,\n"
+              "  quantization error and wire bytes per element for every block size, int8, int4 and\n"
+              "  int2,\n"
               "  on weight-like and gradient-like data (N elements each, default 2^22)\n");
       return strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0 ? 0 : 2;
     }
@@ -107,9 +118,9 @@ int main(int argc, char** argv) {
   }
   printf("%zu elements per data set, fp32 in and out (quantization error only), codecs: %s\n\n", n,
          zppQuantImplName());
-  int best[2][DATA_COUNT];
-  double bestScore[2][DATA_COUNT];
-  for (int bi = 0; bi < 2; bi++)
+  int best[NBITS][DATA_COUNT];
+  double bestScore[NBITS][DATA_COUNT];
+  for (int bi = 0; bi < NBITS; bi++)
     for (int d = 0; d < DATA_COUNT; d++) bestScore[bi][d] = INFINITY;
   printf(
       "| bits | block | wire B/elem | data | rel. RMS error | mean rel. error | max err / max |x| | "
@@ -118,8 +129,8 @@ int main(int argc, char** argv) {
   for (int d = 0; d < DATA_COUNT; d++) {
     rngState = 0x7a7070717565ull + (uint64_t)d;
     fill(x, n, (dataKind_t)d);
-    for (int bi = 0; bi < 2; bi++) {
-      int bits = bi ? 4 : 8;
+    for (int bi = 0; bi < NBITS; bi++) {
+      int bits = kBits[bi];
       for (int block = ZPP_QUANT_MIN_BLOCK; block <= ZPP_QUANT_MAX_BLOCK; block *= 2) {
         stats_t st;
         if (measure(x, n, bits, block, y, packed, &st) != 0) {
@@ -136,12 +147,52 @@ int main(int argc, char** argv) {
     }
   }
   printf("\nlowest score (wire bits/elem + log2 rel. RMS error):\n");
-  for (int bi = 0; bi < 2; bi++)
+  for (int bi = 0; bi < NBITS; bi++)
     for (int d = 0; d < DATA_COUNT; d++)
-      printf("  int%d %-24s block %d (score %.3f)\n", bi ? 4 : 8, kDataNames[d], best[bi][d],
+      printf("  int%d %-24s block %d (score %.3f)\n", kBits[bi], kDataNames[d], best[bi][d],
              bestScore[bi][d]);
-  printf("compiled-in defaults: int8 block %d, int4 block %d\n", ZPP_QUANT_DEFAULT_BLOCK_INT8,
-         ZPP_QUANT_DEFAULT_BLOCK_INT4);
+  printf("compiled-in defaults: int8 block %d, int4 block %d, int2 block %d\n",
+         ZPP_QUANT_DEFAULT_BLOCK_INT8, ZPP_QUANT_DEFAULT_BLOCK_INT4, ZPP_QUANT_DEFAULT_BLOCK_INT2);
+
+  /* Would a 3-bit codec pay (docs/codecs.md, "int2")? No such codec exists:
+   * a model of one, the codecs' rule in double (scale = max |x| / Q,
+   * q = rne(x / scale), Q = 3, no escapes), beside the same model at
+   * Q = 1, 7 (int2, int4) and the codecs themselves, all at block 64, with
+   * the wire bits a 3-bit segment would have (3 bits per element, the scale
+   * and table bytes of the others). */
+  printf(
+      "\nmodel of the codecs' rule in double at block 64 (Q = 1, 3, 7: 2, 3, 4 bits), no escapes:\n\n");
+  printf("| bits | data | wire bits/elem | rel. RMS error, model | rel. RMS error, codec | score |\n");
+  printf("|---|---|---|---|---|---|\n");
+  for (int d = 0; d < DATA_COUNT; d++) {
+    rngState = 0x7a7070717565ull + (uint64_t)d;
+    fill(x, n, (dataKind_t)d);
+    for (int bits = 2; bits <= 4; bits++) {
+      const int block = 64;
+      const double Q = (double)((1 << (bits - 1)) - 1);
+      double se = 0, sx = 0;
+      for (size_t lo = 0; lo < n; lo += block) {
+        size_t hi = lo + block < n ? lo + block : n;
+        double a = 0;
+        for (size_t i = lo; i < hi; i++) a = fmax(a, fabs((double)x[i]));
+        for (size_t i = lo; i < hi; i++) {
+          double s = a / Q, yq = a > 0 ? nearbyint((double)x[i] / s) * s : 0.0;
+          se += (yq - x[i]) * (yq - x[i]);
+          sx += (double)x[i] * x[i];
+        }
+      }
+      /* the wire: bits per element, 32 per block, the tables; the header */
+      double wire = bits + 32.0 / block + 8.0 * ZPP_QUANT_ESC_TABLE_BYTES / ZPP_QUANT_ESC_GROUP;
+      char codec[32] = "-";
+      if (bits != 3) {
+        stats_t st;
+        if (measure(x, n, bits, block, y, packed, &st) != 0) return 1;
+        snprintf(codec, sizeof codec, "%.3e", st.relRms);
+      }
+      printf("| %d | %s | %.3f | %.3e | %s | %.3f |\n", bits, kDataNames[d], wire, sqrt(se / sx), codec,
+             wire + log2(sqrt(se / sx)));
+    }
+  }
 
   /* Escapes (docs/codecs.md, "Escapes") at the default blocks: how often
    * ordinary data takes a slot, and what spikes (one element in 64 at 100x,
@@ -172,14 +223,14 @@ int main(int argc, char** argv) {
         size_t len = 100 + rngNext() % 4901;
         for (size_t j = 0; j < len && i < n; j++, i++) x[i] = (k & 1) ? x[i] * 0x1p-20f : x[i];
       }
-    for (int bi = 0; bi < 2; bi++) {
-      int bits = bi ? 4 : 8, block = bi ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8;
+    for (int bi = 0; bi < NBITS; bi++) {
+      int bits = kBits[bi], block = defaultBlock(bits);
       uint64_t esc = 0, ovf = 0;
       zppQuantTakeEscapeCounts(NULL, NULL);
       stats_t st;
       if (measure(x, n, bits, block, y, packed, &st) != 0) return 1;
       zppQuantTakeEscapeCounts(&esc, &ovf);
-      double Q = bits == 8 ? 127.0 : 7.0, se = 0, sx = 0, worst = 0;
+      double Q = qmax(bits), se = 0, sx = 0, worst = 0;
       for (size_t i = 0; i < n; i++) {
         double e = fabs((double)y[i] - (double)x[i]);
         if (x[i] != 1e30f) {
@@ -212,8 +263,8 @@ int main(int argc, char** argv) {
     if (d == 2)
       for (size_t i = 0; i < n; i++)
         if (rngNext() % 64 == 0) x[i] *= 100.0f;
-    for (int cfg = 0; cfg < 3; cfg++) {
-      int bits = cfg == 0 ? 8 : 4, block = cfg == 0 ? 256 : cfg == 1 ? 64 : 256;
+    for (int cfg = 0; cfg < 5; cfg++) {
+      int bits = cfg == 0 ? 8 : cfg < 3 ? 4 : 2, block = cfg == 0 || cfg % 2 == 0 ? 256 : 64;
       double rms[2], worst[2];
       for (int rot = 0; rot < 2; rot++) {
         if (zppQuantizeEx(x, zppFloat32, n, bits, block, rot ? ZPP_QUANT_ROTATE : 0, packed) !=

@@ -34,7 +34,13 @@
 #define CPU_FILL 0x5A
 
 static const zppDataType_t kTypes[] = {zppFloat32, zppFloat16, zppBfloat16};
-static const int kBits[] = {8, 4};
+static const int kBits[] = {8, 4, 2};
+#define NBITS 3
+
+/* The emulator runs every thread as a fiber: there int2, the third width,
+ * takes every other block size of a sweep (case k), so that the test's time
+ * stays near what two widths took. A real device runs every case. */
+static int emuThin(int bits, size_t k) { return bits == 2 && k % 2 && tdevIsEmulated(); }
 static const int kBlocks[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
 
 static int quick;
@@ -114,7 +120,7 @@ static float normalScaled(zppDataType_t dt) {
 }
 
 static void fillBlock(void* buf, zppDataType_t dt, size_t b0, size_t len, int pat, int bits) {
-  const int Q = bits == 8 ? 127 : 7;
+  const int Q = bits == 8 ? 127 : bits == 4 ? 7 : 1;
   for (size_t i = 0; i < len; i++) {
     size_t at = b0 + i;
     switch (pat) {
@@ -252,7 +258,7 @@ static void comparePacked(const char* what, const uint8_t* cpu, const uint8_t* g
   }
   size_t nb = (count + (size_t)block - 1) / (size_t)block;
   size_t dataOff = ZPP_QUANT_HEADER_BYTES + 4 * nb;
-  size_t dataEnd = dataOff + (bits == 8 ? count : (count + 1) / 2);
+  size_t dataEnd = dataOff + (bits == 8 ? count : bits == 4 ? (count + 1) / 2 : (count + 3) / 4);
   size_t escOff = (dataEnd + 3) & ~(size_t)3;
   size_t escEnd =
       escOff + ZPP_QUANT_ESC_TABLE_BYTES * ((count + ZPP_QUANT_ESC_GROUP - 1) / ZPP_QUANT_ESC_GROUP);
@@ -297,7 +303,10 @@ static void compareValues(const char* what, const void* cpu, const void* gpu, zp
  * independently of the codecs' helpers). */
 static const uint8_t* escTable(const uint8_t* seg, size_t count, int bits, int block, size_t g) {
   size_t nb = (count + (size_t)block - 1) / (size_t)block;
-  size_t dataEnd = ZPP_QUANT_HEADER_BYTES + 4 * nb + (bits == 8 ? count : (count + 1) / 2);
+  size_t dataEnd = ZPP_QUANT_HEADER_BYTES + 4 * nb +
+                   (bits == 8   ? count
+                    : bits == 4 ? (count + 1) / 2
+                                : (count + 3) / 4);
   return seg + ((dataEnd + 3) & ~(size_t)3) + g * ZPP_QUANT_ESC_TABLE_BYTES;
 }
 
@@ -475,13 +484,14 @@ static void compareReductions(const char* tag, const uint8_t* hpk, size_t stride
     }
   }
 
-  /* fused reduce-requantize, into both widths and several block sizes */
+  /* fused reduce-requantize, into every width and several block sizes */
   const int blocksOut[] = {32, block, 512, 4096};
-  for (int bo = 0; bo < 2; bo++) {
+  for (int bo = 0; bo < NBITS; bo++) {
     for (size_t b = 0; b < 4; b++) {
       int bitsOut = kBits[bo], blockOut = blocksOut[b];
       if (b > 0 && blockOut == blocksOut[0]) continue;
       if (quick && b >= 2) continue;
+      if ((bits == 2) != (bitsOut == 2) && emuThin(2, b)) continue; /* to or from int2 */
       snprintf(what, sizeof what, "%sreduce-requant int%d/%d -> int%d/%d count %zu n %d", tag, bits,
                block, bitsOut, blockOut, count, n);
       size_t PO = zppQuantPackedSize(count, bitsOut, blockOut);
@@ -530,8 +540,8 @@ enum { OUT_HUGE, OUT_INF, OUT_NAN, OUT_SPIKE, OUT_KINDS };
 
 /* One outlier: garbage-sized (DeepSpeed's uninitialized padding held 7.49e25),
  * Inf, a NaN with a payload (signalling or quiet, either sign), or a spike
- * just far enough above mild data to escape in both widths (2^K * 1.5 is 384
- * for int8, 48 for int4). */
+ * far enough above mild data to escape in every width (2^K * 1.5 is 384 for
+ * int8, 48 for int4, 12 for int2). */
 static void putOutlier(void* buf, zppDataType_t dt, size_t i, int kind) {
   float sign = (rnd() & 1) ? 1.0f : -1.0f;
   switch (kind) {
@@ -683,11 +693,12 @@ static const int kEscBlocks[] = {32, 64, 256, 1024, 4096};
 static void runEscapeCodecSweep(void) {
   const size_t counts[] = {100, 2 * ZPP_QUANT_ESC_GROUP + 333, ZPP_QUANT_ESC_GROUP + 1};
   for (size_t t = 0; t < sizeof kTypes / sizeof kTypes[0]; t++)
-    for (int b = 0; b < 2; b++)
+    for (int b = 0; b < NBITS; b++)
       for (size_t k = 0; k < sizeof kEscBlocks / sizeof kEscBlocks[0]; k++)
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
           for (int sc = 0; sc < SC_COUNT; sc++) {
             if (quick && (k + c + (size_t)sc) % 3 != 0) continue;
+            if (emuThin(kBits[b], k + c)) continue;
             testEscapeCodec(kTypes[t], kBits[b], kEscBlocks[k], counts[c], sc,
                             4 * ((c + (size_t)sc) % 4));
           }
@@ -696,10 +707,11 @@ static void runEscapeCodecSweep(void) {
 static void runEscapeSweep(void) {
   const int* blocks = kEscBlocks;
   runEscapeCodecSweep();
-  for (int b = 0; b < 2; b++)
+  for (int b = 0; b < NBITS; b++)
     for (size_t k = 0; k < sizeof kEscBlocks / sizeof kEscBlocks[0]; k++)
       for (int sc = 0; sc < SC_COUNT; sc++) {
         if (quick && (k + (size_t)sc) % 2) continue;
+        if (emuThin(kBits[b], k + (size_t)sc)) continue;
         size_t count = sc == SC_EDGES ? 2 * ZPP_QUANT_ESC_GROUP + 333 : 3 * (size_t)blocks[k] + 101;
         testEscapeReduce(kBits[b], blocks[k], count, 2 + (sc + (int)k) % 4, sc);
       }
@@ -1161,7 +1173,7 @@ static void compareRotReductions(const char* tag, const uint8_t* hpk, size_t str
       dbFree(&dout);
     }
     const int blocksOut[] = {block, block == 32 ? 256 : 32};
-    for (int bo = 0; bo < 2; bo++)
+    for (int bo = 0; bo < NBITS; bo++)
       for (int b = 0; b < 2; b++)
         for (unsigned fo = 0; fo <= ZPP_QUANT_ROTATE; fo++) {
           int bitsOut = kBits[bo], blockOut = blocksOut[b];
@@ -1249,13 +1261,13 @@ static void testRotReduce(int mode, int bits, int block, size_t count, int n, si
   free(hpk);
 }
 
-/* The sweep: both widths, every block size, short last blocks and counts
+/* The sweep: every width, every block size, short last blocks and counts
  * over several escape groups, n = 1..8, every input kind above. */
 static void runRotatedReduceSweep(size_t unused) {
   (void)unused;
   int cs = 0;
   rotQualBlocks = rotOtherBlocks = rotOverflowCases = 0;
-  for (int b = 0; b < 2; b++)
+  for (int b = 0; b < NBITS; b++)
     for (size_t k = 0; k < sizeof kBlocks / sizeof kBlocks[0]; k++) {
       int B = kBlocks[k];
       size_t counts[] = {(size_t)B + 1, 3 * (size_t)B + 7, 2 * (size_t)ZPP_QUANT_ESC_GROUP + 333};
@@ -1263,6 +1275,7 @@ static void runRotatedReduceSweep(size_t unused) {
         for (int mode = 0; mode < RIN_COUNT; mode++, cs++) {
           if (quick && cs % 3) continue;
           if (c == 2 && (k + (size_t)mode) % 2) continue; /* the large count: half the cases */
+          if (emuThin(kBits[b], k + (size_t)mode)) continue;
           int n = 1 + cs % 8;
           if (mode == RIN_OVERFLOW && n == 1) n = 2;
           testRotReduce(mode, kBits[b], B, counts[c], n, cs % 2 ? 16 : 0, cs);
@@ -1331,7 +1344,7 @@ static void testRotReduceExtras(void) {
 
 static void runCodecSweep(size_t large);
 
-/* Every case of the codec sweep again, rotated: all dtypes, both widths,
+/* Every case of the codec sweep again, rotated: all dtypes, every width,
  * every block size, odd and short counts, Inf, NaN, tiny and huge blocks
  * (w overflows: stored plain), escapes, overflows. */
 static void runRotatedCodecSweep(size_t large) {
@@ -1356,10 +1369,11 @@ static void runRotatedEscapeSweep(void) {
 
 static void runCodecSweep(size_t large) {
   for (size_t t = 0; t < sizeof kTypes / sizeof kTypes[0]; t++) {
-    for (int b = 0; b < 2; b++) {
+    for (int b = 0; b < NBITS; b++) {
       for (size_t k = 0; k < sizeof kBlocks / sizeof kBlocks[0]; k++) {
         int B = kBlocks[k];
         if (quick && k % 3 != 0) continue;
+        if (emuThin(kBits[b], k)) continue;
         size_t counts[] = {0,
                            1,
                            2,
@@ -1385,10 +1399,11 @@ static void runCodecSweep(size_t large) {
 }
 
 static void runReduceSweep(size_t large) {
-  for (int b = 0; b < 2; b++) {
+  for (int b = 0; b < NBITS; b++) {
     for (size_t k = 0; k < sizeof kBlocks / sizeof kBlocks[0]; k++) {
       int B = kBlocks[k];
       if (quick && k % 3 != 0) continue;
+      if (emuThin(kBits[b], k)) continue;
       size_t counts[] = {1, (size_t)B - 1, (size_t)B + 1, 3 * (size_t)B + 7};
       for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
         if (quick && c % 2) continue;
@@ -1408,7 +1423,7 @@ static void runReorderSweep(size_t unused) {
     if (quick && s % 2) continue;
     int W = shapes[s][0], L = shapes[s][1];
     zppDataType_t dt = kTypes[s % 3];
-    int bits = kBits[s % 2];
+    int bits = kBits[(s + s / 3) % NBITS]; /* every width beside every dtype */
     int block = kBlocks[(s * 3) % 8];
     testReordered(dt, bits, block, W, L, 0, 0);
     testReordered(dt, bits, block, W, L, 1, 3);

@@ -110,10 +110,20 @@ float qtScale(const uint8_t* seg, size_t count, int block, size_t b) {
   return f;
 }
 
+int qtQmax(int bits) { return bits == 8 ? 127 : bits == 4 ? 7 : 1; }
+int qtEscLog2(int bits) { return bits == 8 ? 8 : bits == 4 ? 5 : 3; }
+size_t qtDataBytes(size_t count, int bits) {
+  return bits == 8 ? count : bits == 4 ? (count + 1) / 2 : (count + 3) / 4;
+}
+
 int qtQ(const uint8_t* seg, size_t count, int bits, int block, size_t i) {
   size_t nblocks = (count + (size_t)block - 1) / (size_t)block;
   const uint8_t* data = seg + 16 + 4 * nblocks;
   if (bits == 8) return (int8_t)data[i];
+  if (bits == 2) { /* element 4j + f at bits 2f, 2f + 1 of byte j */
+    int v = (data[i / 4] >> (2 * (i % 4))) & 3;
+    return v >= 2 ? v - 4 : v;
+  }
   int nib = (i % 2 == 0) ? (data[i / 2] & 0x0f) : (data[i / 2] >> 4);
   return nib >= 8 ? nib - 16 : nib;
 }
@@ -125,7 +135,7 @@ float qtDecoded(const uint8_t* seg, size_t count, int bits, int block, size_t i)
 /* Where the escape tables start: the first multiple of 4 after the data. */
 static size_t escOffset(size_t count, int bits, int block) {
   size_t nblocks = (count + (size_t)block - 1) / (size_t)block;
-  size_t end = 16 + 4 * nblocks + (bits == 8 ? count : (count + 1) / 2);
+  size_t end = 16 + 4 * nblocks + qtDataBytes(count, bits);
   return (end + 3) / 4 * 4;
 }
 
@@ -160,7 +170,7 @@ int qtEscaped(const uint8_t* seg, size_t count, int bits, int block, size_t i, f
 float qtElement(const uint8_t* seg, size_t count, int bits, int block, size_t i) {
   float v;
   if (qtEscaped(seg, count, bits, block, i, &v)) return v;
-  if (qtQ(seg, count, bits, block, i) == (bits == 8 ? -128 : -8)) return NAN; /* a marker */
+  if (qtQ(seg, count, bits, block, i) == -qtQmax(bits) - 1) return NAN; /* a marker */
   return qtDecoded(seg, count, bits, block, i);
 }
 
@@ -181,7 +191,7 @@ static int descending(const void* a, const void* b) {
 long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                      char* marks) {
   enum { E = 4, SLOTS = 8, GROUP = 4096 };
-  double twoK = bits == 8 ? 256.0 : 32.0;
+  double twoK = exp2(qtEscLog2(bits));
   long overflows = 0;
   uint32_t* m = malloc((size_t)block * sizeof *m);
   REQUIRE(m != NULL);
@@ -225,7 +235,7 @@ long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits
 }
 
 double qtBound(double x, double s, int bits, zppDataType_t outType) {
-  double Q = bits == 8 ? 127.0 : 7.0;
+  double Q = qtQmax(bits);
   double u = outType == zppFloat32 ? 0.0 : outType == zppFloat16 ? 0x1p-11 : 0x1p-8;
   double m = outType == zppFloat32 ? 0.0 : outType == zppFloat16 ? 0x1p-25 : 0x1p-134;
   return s / 2 + 0x1p-21 * Q * s + u * (fabs(x) + s) + m + (Q + 1) * 0x1p-150;
@@ -269,7 +279,7 @@ void qtFill(void* buf, zppDataType_t dtype, size_t count, qtDist_t dist, zppTest
 
 void qtFillSparse(void* buf, zppDataType_t dtype, size_t count, int block, int bits, int nz,
                   int pattern, zppTestRng_t* rng) {
-  const double step = exp2((bits == 8 ? 8 : 5) + 1); /* 2^(K+1): a candidate's gap and more */
+  const double step = exp2(qtEscLog2(bits) + 1); /* 2^(K+1): a candidate's gap and more */
   for (size_t i = 0; i < count; i++) qtSet(buf, dtype, i, 0.0f);
   for (size_t lo = 0; lo < count; lo += (size_t)block) {
     size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;

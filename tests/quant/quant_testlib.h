@@ -45,6 +45,13 @@ void qtSet(void* buf, zppDataType_t dtype, size_t i, float v);
 /* Raw bits of element i (fp32: 32 bits; fp16/bf16: 16 bits). */
 uint32_t qtBits(const void* buf, zppDataType_t dtype, size_t i);
 
+/* The spec's constants per bit width (8, 4, 2), written out here rather
+ * than taken from the library: Q, the marker -(Q+1), K of the escape test
+ * (candidates above 2^K r), and the data bytes of count elements. */
+int qtQmax(int bits);
+int qtEscLog2(int bits);
+size_t qtDataBytes(size_t count, int bits);
+
 /* The spec's reading of a segment, from the bytes. */
 typedef struct {
   uint32_t magic;

@@ -15,8 +15,8 @@
 static void checkSizes(void) {
   for (int bits = 0; bits <= 16; bits++)
     for (int block = -64; block <= 9000; block++) {
-      int valid =
-          (bits == 4 || bits == 8) && block >= 32 && block <= 4096 && (block & (block - 1)) == 0;
+      int valid = (bits == 2 || bits == 4 || bits == 8) && block >= 32 && block <= 4096 &&
+                  (block & (block - 1)) == 0;
       if (zppQuantValidParams(bits, block) != valid) {
         CHECK_MSG(0, "zppQuantValidParams(%d, %d) != %d", bits, block, valid);
         return;
@@ -24,6 +24,7 @@ static void checkSizes(void) {
     }
   CHECK(zppQuantValidParams(8, 32) && zppQuantValidParams(4, 4096));
   CHECK(!zppQuantValidParams(8, 8192) && !zppQuantValidParams(6, 64) && !zppQuantValidParams(4, 96));
+  CHECK(zppQuantValidParams(2, 32) && !zppQuantValidParams(1, 64) && !zppQuantValidParams(3, 64));
   CHECK_EQ_INT(zppQuantPackedSize(0, 8, 32), 16);
   CHECK_EQ_INT(zppQuantPackedSize(0, 4, 4096), 16);
   /* header + scales + data, to a multiple of 4, + 48 bytes of escape table
@@ -33,6 +34,9 @@ static void checkSizes(void) {
   CHECK_EQ_INT(zppQuantPackedSize(64, 4, 32), 112); /* 16 + 8 + 32 = 56 + 48 = 104 -> 112 */
   CHECK_EQ_INT(zppQuantPackedSize(35, 8, 32), 112); /* 16 + 8 + 35 = 59 -> 60 + 48 -> 112 */
   CHECK_EQ_INT(zppQuantPackedSize(35, 4, 32), 96);  /* 16 + 8 + 18 = 42 -> 44 + 48 -> 96 */
+  CHECK_EQ_INT(zppQuantPackedSize(35, 2, 32), 96);  /* 16 + 8 + 9 = 33 -> 36 + 48 -> 84 -> 96 */
+  CHECK_EQ_INT(zppQuantPackedSize(1, 2, 32), 80);   /* 16 + 4 + 1 */
+  CHECK_EQ_INT(zppQuantPackedSize(1 << 20, 2, 256), 16 + 4 * 4096 + (1 << 18) + 48 * 256);
   CHECK_EQ_INT(zppQuantPackedSize(4096, 8, 4096), 4176);
   CHECK_EQ_INT(zppQuantPackedSize(4097, 8, 4096), 4224); /* 16 + 8 + 4097 -> 4124 + 96 = 4220 */
   CHECK_EQ_INT(zppQuantPackedSize(1 << 20, 4, 256), 16 + 4 * 4096 + (1 << 19) + 48 * 256);
@@ -40,9 +44,9 @@ static void checkSizes(void) {
   CHECK_EQ_INT(zppQuantPackedSize(10, 8, 48), 0);
   CHECK_EQ_INT(zppQuantPackedSize(SIZE_MAX - 3, 8, 32), 0);
   for (size_t count = 0; count < 300; count++)
-    for (int bits = 4; bits <= 8; bits += 4)
+    for (int bits = 2; bits <= 8; bits *= 2)
       for (int block = 32; block <= 4096; block *= 2) {
-        size_t raw = 16 + 4 * ((count + block - 1) / block) + (bits == 8 ? count : (count + 1) / 2);
+        size_t raw = 16 + 4 * ((count + block - 1) / block) + qtDataBytes(count, bits);
         size_t want = ((raw + 3) / 4 * 4 + 48 * ((count + 4095) / 4096) + 15) / 16 * 16;
         if (zppQuantPackedSize(count, bits, block) != want) {
           CHECK_MSG(0, "size(%zu, %d, %d) = %zu, want %zu", count, bits, block,
@@ -128,6 +132,62 @@ static void checkHandBuilt(const char* impl, zppDataType_t dtype) {
       }
       CHECK(out[35 * qtTypeSize(outs[o])] == 0xcd);
     }
+  }
+}
+
+/* int2, 35 fp32 elements, block 32: block 0 has max |x| = 1, so scale = 1,
+ * inv = 1 and q = rne(x) (0.5 ties to 0); block 1 holds {2, -4, 1}, max 4,
+ * inv 1/4 exact: q = rne(0.5) = 0, -1, rne(0.25) = 0. */
+static void checkHandBuiltInt2(const char* impl, zppDataType_t dtype) {
+  static const uint8_t kHeaderInt2[16] = {0x5a, 0x51, 0x50, 0x32, 2, 5, 0, 0, 35, 0, 0, 0, 0, 0, 0, 0};
+  const float head[8] = {1.0f, -1.0f, 0.5f, -0.5f, 0.25f, -0.75f, 0.75f, 0.0f};
+  const int headQ[8] = {1, -1, 0, 0, 0, -1, 1, 0};
+  float xf[35];
+  int q[35];
+  for (int i = 0; i < 32; i++) {
+    xf[i] = i < 8 ? head[i] : (float)((i % 3) - 1);
+    q[i] = i < 8 ? headQ[i] : (i % 3) - 1;
+  }
+  xf[32] = 2.0f, xf[33] = -4.0f, xf[34] = 1.0f;
+  q[32] = 0, q[33] = -1, q[34] = 0;
+  uint8_t in[35 * 4];
+  for (int i = 0; i < 35; i++) qtSet(in, dtype, (size_t)i, xf[i]); /* all exact in fp16/bf16 */
+  size_t size = zppQuantPackedSize(35, 2, 32);
+  uint8_t want[96 + 16], got[96 + 16];
+  REQUIRE(size == 96);
+  memset(want, 0, sizeof want);
+  memcpy(want, kHeaderInt2, 16);
+  float s0 = 1.0f, s1 = 4.0f;
+  memcpy(want + 16, &s0, 4);
+  memcpy(want + 20, &s1, 4);
+  uint8_t* data = want + 24; /* element 4i + j at bits 2j, 2j + 1 of byte i */
+  for (int i = 0; i < 35; i++) data[i / 4] |= (uint8_t)((q[i] & 3) << (2 * (i % 4)));
+  /* The bytes written out by hand, to pin the field order: {1, -1, 0, 0}
+   * is 01 11 00 00 from the low bits, 0x0d; {0, -1, 1, 0} 0x1c; the last
+   * byte {0, -1, 0} with its unused field 0. */
+  CHECK(data[0] == 0x0d && data[1] == 0x1c && data[8] == 0x0c);
+  uint8_t* table = want + 36; /* the first multiple of 4 after 24 + 9 */
+  memset(table + 32, 0xff, 16);
+  memset(got, 0xaa, sizeof got);
+  CHECK(zppQuantize(in, dtype, 35, 2, 32, got) == zppSuccess);
+  CHECK_MSG(memcmp(got, want, size) == 0, "%s %s int2: packed bytes differ from the hand-built ones",
+            impl, qtTypeName(dtype));
+  for (size_t i = size; i < sizeof got; i++) CHECK(got[i] == 0xaa);
+  if (memcmp(got, want, size) != 0)
+    for (size_t i = 0; i < size; i++)
+      if (got[i] != want[i]) fprintf(stderr, "  byte %zu: 0x%02x, want 0x%02x\n", i, got[i], want[i]);
+  zppDataType_t outs[3] = {zppFloat32, zppFloat16, zppBfloat16};
+  for (int o = 0; o < 3; o++) {
+    uint8_t out[35 * 4 + 8];
+    memset(out, 0xcd, sizeof out);
+    CHECK(zppDequantize(got, 35, 2, 32, out, outs[o]) == zppSuccess);
+    for (int i = 0; i < 35; i++) {
+      uint8_t ref[4];
+      qtSet(ref, outs[o], 0, (float)q[i] * (i < 32 ? s0 : s1));
+      CHECK_MSG(qtBits(out, outs[o], (size_t)i) == qtBits(ref, outs[o], 0), "%s int2 element %d", impl,
+                i);
+    }
+    CHECK(out[35 * qtTypeSize(outs[o])] == 0xcd);
   }
 }
 
@@ -310,6 +370,9 @@ int main(void) {
     checkHandBuilt(impls[i], zppFloat32);
     checkHandBuilt(impls[i], zppFloat16);
     checkHandBuilt(impls[i], zppBfloat16);
+    checkHandBuiltInt2(impls[i], zppFloat32);
+    checkHandBuiltInt2(impls[i], zppFloat16);
+    checkHandBuiltInt2(impls[i], zppBfloat16);
     checkEmpty();
     checkHeaderMismatch();
   }

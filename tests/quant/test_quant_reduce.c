@@ -82,7 +82,7 @@ static float refSum(const inputs_t* in, size_t i, float start) {
   float acc = start;
   for (int k = 0; k < in->n; k++) {
     const uint8_t* seg = in->packed + (size_t)k * in->stride;
-    int marker = qtQ(seg, in->count, in->bits, in->block, i) == (in->bits == 8 ? -128 : -8);
+    int marker = qtQ(seg, in->count, in->bits, in->block, i) == -qtQmax(in->bits) - 1;
     acc = acc + (marker ? NAN : qtDecoded(seg, in->count, in->bits, in->block, i));
   }
   for (int k = 0; k < in->n; k++) {
@@ -195,7 +195,7 @@ static void checkReduceRequant(const inputs_t* in, int bitsOut, int blockOut, co
   uint8_t* composed = malloc(size);
   float* sums = malloc(count * sizeof(float) + 4);
   REQUIRE(composed && sums);
-  int Q = bitsOut == 8 ? 127 : 7;
+  int Q = qtQmax(bitsOut);
   /* The spec's fp32 sums, and which of them escape (1) or are marked (2)
    * in the output. */
   float* ref = malloc(count * sizeof(float) + 4);
@@ -270,10 +270,10 @@ int main(void) {
   /* 32 and 64: the AVX2 reduce keeps a block in registers when the input
    * and output blocks are equal and at most 64 (qgZ: int4, 64). */
   const int blocksIn[] = {32, 64, 256, 4096};
-  for (int bi = 0; bi < 2; bi++)
+  for (int bits = 8; bits >= 2; bits /= 2)
     for (int b = 0; b < 4; b++)
       for (int ni = 0; ni < 5; ni++) {
-        int bits = bi ? 4 : 8, block = blocksIn[b], n = ns[ni];
+        int block = blocksIn[b], n = ns[ni];
         /* 1, odd tails, several of the implementations' 2048-element
          * chunks, a tail block, and block boundaries off chunk boundaries. */
         size_t counts[] = {1, 33, (size_t)block + 1, 10007, 3 * (size_t)block + 5};
@@ -287,32 +287,42 @@ int main(void) {
                      poison ? " (non-finite)" : "");
             checkAccumulate(&in, what);
             if (ni % 2 == 0 || poison) checkSum(&in, what);
-            const int outs[][2] = {{4, 32},   {4, 512},      {8, 256},
-                                   {8, 4096}, {bits, block}, {12 - bits, block}};
-            for (int o = 0; o < 6; o++) checkReduceRequant(&in, outs[o][0], outs[o][1], what);
+            /* every width out of every width in (qgZ's hops may differ) */
+            const int outs[][2] = {{4, 32},
+                                   {4, 512},
+                                   {8, 256},
+                                   {8, 4096},
+                                   {2, 64},
+                                   {2, 1024},
+                                   {bits, block},
+                                   {bits == 2 ? 4 : 2, block},
+                                   {bits == 8 ? 4 : 8, block}};
+            for (int o = 0; o < 9; o++) checkReduceRequant(&in, outs[o][0], outs[o][1], what);
             free(in.packed);
           }
       }
   /* More inputs than the AVX-512 reductions keep tables for at once (16):
    * their sums continue from the buffer in a second batch. */
-  for (int n = 16; n <= 33; n += 17)
-    for (int block = 32; block <= 64; block *= 2) {
-      inputs_t in;
-      makeInputs(&in, n, 10007, 4, block, 1, &rng);
-      char what[64];
-      snprintf(what, sizeof what, "n=%d int4 block %d count 10007", n, block);
-      checkAccumulate(&in, what);
-      checkSum(&in, what);
-      checkReduceRequant(&in, 4, 64, what);
-      checkReduceRequant(&in, 8, 256, what);
-      free(in.packed);
-    }
+  for (int bits = 4; bits >= 2; bits -= 2)
+    for (int n = 16; n <= 33; n += 17)
+      for (int block = 32; block <= 64; block *= 2) {
+        inputs_t in;
+        makeInputs(&in, n, 10007, bits, block, 1, &rng);
+        char what[64];
+        snprintf(what, sizeof what, "n=%d int%d block %d count 10007", n, bits, block);
+        checkAccumulate(&in, what);
+        checkSum(&in, what);
+        checkReduceRequant(&in, 4, 64, what);
+        checkReduceRequant(&in, 8, 256, what);
+        checkReduceRequant(&in, 2, 64, what);
+        free(in.packed);
+      }
   /* Scales no codec writes but a received segment may carry: -0 and +0
    * (q * scale is then -0 for some q, which the sum's leading +0 clears),
    * negative, subnormal and infinite ones, each in the same block of every
    * input (so that the test's double sums stay exact). Every implementation
    * must still compute the spec's sums. */
-  for (int bits = 4; bits <= 8; bits += 4) {
+  for (int bits = 2; bits <= 8; bits *= 2) {
     const float odd[] = {-0.0f, 0.0f, -1.5f, 0x1p-140f, INFINITY, -INFINITY};
     inputs_t in;
     makeInputs(&in, 3, 10007, bits, 64, 0, &rng);

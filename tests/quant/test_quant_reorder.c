@@ -108,7 +108,8 @@ int main(void) {
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
       for (int gap = 0; gap < 2; gap++, v++) {
         size_t stride = counts[c] + (gap ? 13 : 0);
-        checkShape(shapes[s][0], shapes[s][1], counts[c], stride, types[v % 3], v % 2 ? 4 : 8,
+        const int bits[3] = {8, 4, 2}; /* every dtype with every width */
+        checkShape(shapes[s][0], shapes[s][1], counts[c], stride, types[v % 3], bits[(v / 3) % 3],
                    v % 4 < 2 ? 32 : 64, &rng);
       }
   return zppTestExit("test_quant_reorder");

@@ -79,7 +79,7 @@ static long checkSegment(const void* in, zppDataType_t dtype, size_t count, int 
                          const uint8_t* seg, const void* out, zppDataType_t otype, const char* what,
                          long* nrot) {
   long bad = 0;
-  const int Q = bits == 8 ? 127 : 7, L = zppQuantLog2(block);
+  const int Q = qtQmax(bits), L = zppQuantLog2(block);
   char* marks = calloc(count + 1, 1);
   REQUIRE(marks);
   long overflowBlocks = qtExpectEscapes(in, dtype, count, bits, block, marks);
@@ -173,7 +173,7 @@ static void checkRandom(zppTestRng_t* rng) {
   static const int blocks[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
   long nrot = 0, nseg = 0;
   for (int ti = 0; ti < 3; ti++)
-    for (int bits = 4; bits <= 8; bits += 4)
+    for (int bits = 2; bits <= 8; bits *= 2)
       for (int bi = 0; bi < 8; bi++)
         for (int kind = 0; kind < D_NDATA; kind++)
           for (int specials = 0; specials < 3; specials++) {
@@ -208,7 +208,7 @@ static void checkOverflowRotated(zppTestRng_t* rng) {
   const int blocks[] = {32, 64, 256, 4096};
   long nrot = 0, nseg = 0;
   for (int ti = 0; ti < 3; ti++)
-    for (int bits = 4; bits <= 8; bits += 4)
+    for (int bits = 2; bits <= 8; bits *= 2)
       for (int bi = 0; bi < 4; bi++)
         for (int v = 0; v < 8; v++) { /* 5 ratios, then 3 sparse fills */
           zppDataType_t dtype = kTypes[ti];
@@ -288,7 +288,7 @@ static void checkSpecDecode(zppTestRng_t* rng) {
   static const int blocks[] = {32, 256, 4096};
   int compared = 0;
   for (int bi = 0; bi < 3; bi++)
-    for (int bits = 4; bits <= 8; bits += 4) {
+    for (int bits = 2; bits <= 8; bits *= 2) {
       int block = blocks[bi];
       size_t count = 3 * (size_t)block, sz = zppQuantPackedSize(count, bits, block);
       float* in = malloc(count * 4);
@@ -400,7 +400,7 @@ static void checkFastPathEdges(zppTestRng_t* rng) {
   static const int blocks[] = {32, 64, 128, 256, 512, 1024, 2048, 4096};
   const size_t G = ZPP_QUANT_ESC_GROUP;
   for (int ti = 0; ti < 3; ti++)
-    for (int bits = 4; bits <= 8; bits += 4)
+    for (int bits = 2; bits <= 8; bits *= 2)
       for (int bi = 0; bi < 8; bi++) {
         zppDataType_t dtype = kTypes[ti];
         int block = blocks[bi], K = ZPP_QUANT_ESC_LOG2(bits);
@@ -473,7 +473,7 @@ static void checkFastPathEdges(zppTestRng_t* rng) {
  * scaled path). */
 static void checkScaleSweep(zppTestRng_t* rng) {
   for (int bf = 0; bf <= 1; bf++)
-    for (int bits = 4; bits <= 8; bits += 4)
+    for (int bits = 2; bits <= 8; bits *= 2)
       for (int block = 32; block <= 256; block *= 2)
         for (int e = -149; e <= 127; e += 2) {
           size_t count = 4 * (size_t)block, sz = zppQuantPackedSize(count, bits, block);

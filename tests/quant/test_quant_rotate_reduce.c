@@ -204,7 +204,7 @@ static long specDirect(const uint8_t* segs, size_t P, int n, size_t count, int b
     ++*ndirect;
     for (size_t j = 0; j < len; j++) tile[lo + j] = 0.0f;
     /* w = r, quantized as a plain block: scale a / Q, q = rne((r p) inv). */
-    const int Q = bitsOut == 8 ? 127 : 7;
+    const int Q = qtQmax(bitsOut);
     const float p = a < 0x1p-64f ? 0x1p64f : 1.0f;
     const float sc = a / (float)Q, inv = a == 0.0f ? 0.0f : (float)Q / (a * p);
     A /= (double)len;
@@ -241,10 +241,10 @@ static long specDirect(const uint8_t* segs, size_t P, int n, size_t count, int b
  * spec, for each output (bits, block, flags) of interest. */
 static void checkDirect(const uint8_t* segs, size_t P, int n, size_t count, int bits, int block,
                         const float* rsum, const char* what, int* ndirect, int* nfall) {
-  const int outs[3][2] = {{bits, block}, {4, block}, {bits, block == 64 ? 32 : 64}};
+  /* the same width, another one (int4 -> int2, the others -> int4), another block */
+  const int outs[3][2] = {{bits, block}, {bits == 4 ? 2 : 4, block}, {bits, block == 64 ? 32 : 64}};
   for (int o = 0; o < 3; o++) {
     const int bo = outs[o][0], blo = outs[o][1];
-    if (o == 1 && bits == 4) continue;
     const size_t PO = zppQuantPackedSize(count, bo, blo);
     uint8_t* req = xmalloc(PO);
     uint8_t* want = xmalloc(PO);
@@ -497,7 +497,7 @@ static void runAll(zppTestRng_t* rng) {
   static const size_t counts[] = {1, 63, 64, 1001, 4096, 5000, 8193};
   for (int n = 1; n <= 8; n++)
     for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++)
-      for (int bits = 8; bits >= 4; bits -= 4)
+      for (int bits = 8; bits >= 2; bits /= 2)
         for (int ti = 0; ti < 3; ti++) {
           int block = bits == 8 ? 256 : 64;
           checkCase(n, counts[c], bits, block, kTypes[ti], 0, ti != 1, rng);
@@ -511,16 +511,17 @@ static void runAll(zppTestRng_t* rng) {
     for (int ti = 0; ti < 3; ti++) {
       checkCase(n, 8193, 4, 64, kTypes[ti], 2, 1, rng);
       checkCase(n, 8193, 8, 256, kTypes[ti], 2, 1, rng);
+      checkCase(n, 8193, 2, 256, kTypes[ti], 2, 1, rng);
       checkCase(n, 4096 + 128, 4, 32, kTypes[ti], 2, 1, rng);
     }
   /* A zero block and a tiny one (the scaled path, p = 2^64). */
   for (int n = 1; n <= 4; n++)
-    for (int bits = 8; bits >= 4; bits -= 4)
+    for (int bits = 8; bits >= 2; bits /= 2)
       for (int block = 32; block <= 256; block *= 2)
         checkCase(n, 4096 + 64, bits, block, zppFloat32, 3, 1, rng);
   /* The largest block: one inverse over 4096 elements. */
   for (int n = 2; n <= 8; n += 3) checkCase(n, 3 * 4096 + 5, 4, 4096, zppFloat32, 1, 1, rng);
-  for (int bits = 8; bits >= 4; bits -= 4)
+  for (int bits = 8; bits >= 2; bits /= 2)
     for (int block = 32; block <= 256; block *= 2) checkOverflow(bits, block);
 }
 
