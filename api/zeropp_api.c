@@ -36,9 +36,16 @@ static zppResult_t checkType(const char* name, zppDataType_t t) {
   return zppSuccess;
 }
 
-static zppResult_t checkBits(const char* name, int bits) {
+static zppResult_t checkQwzBits(const char* name, int bits) {
   ZPP_ARGCHECK(bits == 0 || bits == 4 || bits == 8,
-               "%s: bits %d: expected 8, 4, or 0 (the communicator's setting)", name, bits);
+               "%s: bits %d: expected 8, 4, or 0 (the communicator's setting)%s", name, bits,
+               bits == 2 ? "; 2 bits is for gradients (qgZ, with error feedback)" : "");
+  return zppSuccess;
+}
+
+static zppResult_t checkQgzBits(const char* name, int bits) {
+  ZPP_ARGCHECK(bits == 0 || bits == 2 || bits == 4 || bits == 8,
+               "%s: bits %d: expected 8, 4, 2, or 0 (the communicator's setting)", name, bits);
   return zppSuccess;
 }
 
@@ -53,7 +60,7 @@ static zppResult_t qwzValidate(const char* name, const void* sendbuff, void* rec
                                int* device) {
   ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   ZPPCHECK(checkType(name, type));
-  ZPPCHECK(checkBits(name, bits));
+  ZPPCHECK(checkQwzBits(name, bits));
   ZPPCHECK(zppApiCheckCount(name, count, type, comm->nranks));
   *device = -1;
   if (count == 0) return zppApiCheckWhere(name, NULL, NULL, stream, device);
@@ -98,7 +105,7 @@ static zppResult_t qgzValidate(const char* name, int ntensors, const void* const
   ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   *device = -1;
   ZPPCHECK(checkType(name, type));
-  ZPPCHECK(checkBits(name, bits));
+  ZPPCHECK(checkQgzBits(name, bits));
   ZPP_ARGCHECK(op == zppSum || op == zppAvg, "%s: reduction op %d: qgZ supports zppSum and zppAvg",
                name, (int)op);
   ZPP_ARGCHECK(ntensors >= 0, "%s: ntensors %d is negative", name, ntensors);
@@ -161,11 +168,13 @@ static zppResult_t qgzAsPlain(struct zppComm* comm, int ntensors, const void* co
 
 static zppResult_t qgzIssue(zppComm_t comm, int ntensors, const void* const* sendbuffs,
                             void* const* recvbuffs, const size_t* counts, zppDataType_t type,
-                            zppRedOp_t op, int bits, struct zppGrad* grad, zppStream_t stream,
-                            int device) {
+                            zppRedOp_t op, int bits, struct zppGrad* const* grads,
+                            zppStream_t stream, int device) {
   size_t total = 0;
   for (int t = 0; t < ntensors; t++) total += counts[t];
-  /* A call that moves nothing succeeds as qgZ on any nodes (as NCCL's count 0). */
+  /* A call that moves nothing succeeds as qgZ on any nodes (as NCCL's count 0).
+   * Nodes of different sizes: plain and exact; error feedback's residuals
+   * wait, as they are, for the next quantized call (after a grow, say). */
   if (total > 0 && !comm->topo->uniform)
     return qgzAsPlain(comm, ntensors, sendbuffs, recvbuffs, counts, type, op, bits, stream, device);
   countCall(comm, zppOpQgZ);
@@ -184,11 +193,23 @@ static zppResult_t qgzIssue(zppComm_t comm, int ntensors, const void* const* sen
                     NULL,
                     NULL};
   if (device) return zppDeviceQgzIssue(comm, &a, stream);
-  return zppZeroppIssueQgz(comm, &a, grad, (zppHostStream_t)stream);
+  return zppZeroppIssueQgz(comm, &a, grads, (zppHostStream_t)stream);
 }
 
 static int qgzBits(const struct zppComm* comm, int bits) {
   return bits ? bits : (comm->compress.qgzBits ? comm->compress.qgzBits : 4);
+}
+
+/* A qgZ call without a residual handle, on a communicator whose error
+ * feedback is on: refused before anything moves, rather than run without it. */
+static zppResult_t checkNoFeedback(const struct zppComm* comm, const char* name) {
+  if (!comm->compress.qgzErrorFeedback) return zppSuccess;
+  ZPP_FAIL(zppInvalidUsage, COLL,
+           "%s: qgZ without a residual handle, but error feedback is on (%s=1): a call without "
+           "one cannot tell which gradient its buffer holds. Reduce with zppQgzReduceScatterEF or "
+           "zppQgzReduceScatterCoalescedEF (zppGradCreate), torch_zpp.fsdp.error_feedback in "
+           "FSDP2, or turn it off",
+           name, comm->compress.from[ZPP_COMPRESS_QGZ_EF]);
 }
 
 zppResult_t zppQgzReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
@@ -200,6 +221,7 @@ zppResult_t zppQgzReduceScatter(const void* sendbuff, void* recvbuff, size_t rec
   int device = 0;
   ZPPCHECK_READY(qgzValidate("zppQgzReduceScatter", 1, sends, recvs, counts, datatype, op, bits, comm,
                              stream, &device));
+  ZPPCHECK(checkNoFeedback(comm, "zppQgzReduceScatter"));
   return qgzIssue(comm, 1, sends, recvs, counts, datatype, op, qgzBits(comm, bits), NULL, stream,
                   device);
 }
@@ -211,6 +233,7 @@ zppResult_t zppQgzReduceScatterCoalesced(int ntensors, const void* const* sendbu
   int device = 0;
   ZPPCHECK_READY(qgzValidate("zppQgzReduceScatterCoalesced", ntensors, sendbuffs, recvbuffs, recvcounts,
                              datatype, op, bits, comm, stream, &device));
+  ZPPCHECK(checkNoFeedback(comm, "zppQgzReduceScatterCoalesced"));
   return qgzIssue(comm, ntensors, sendbuffs, recvbuffs, recvcounts, datatype, op, qgzBits(comm, bits),
                   NULL, stream, device);
 }
@@ -240,7 +263,7 @@ zppResult_t zppGradCreate(zppComm_t comm, size_t recvcount, zppDataType_t dataty
   *grad = NULL;
   ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   ZPPCHECK(checkType(name, datatype));
-  ZPPCHECK(checkBits(name, bits));
+  ZPPCHECK(checkQgzBits(name, bits));
   ZPPCHECK(zppApiCheckCount(name, recvcount, datatype, comm->nranks));
   const zppTopo_t* topo = comm->topo;
   struct zppGrad* g = calloc(1, sizeof(*g));
@@ -271,36 +294,69 @@ fail:
   return res;
 }
 
-zppResult_t zppQgzReduceScatterEF(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                  zppDataType_t datatype, zppRedOp_t op, zppGrad_t grad, zppComm_t comm,
-                                  zppStream_t stream) {
-  const char* name = "zppQgzReduceScatterEF";
-  ZPPCHECK(checkGrad(grad, name));
-  const void* sends[1] = {sendbuff};
-  void* recvs[1] = {recvbuff};
-  size_t counts[1] = {recvcount};
+/* The handles of an error-feedback call against its tensors. */
+static zppResult_t checkGrads(const char* name, int ntensors, const size_t* counts,
+                              zppDataType_t type, zppGrad_t const* grads, zppComm_t comm,
+                              zppStream_t stream) {
+  ZPP_ARGCHECK(ntensors == 0 || grads != NULL, "%s: grads is NULL with %d tensors", name, ntensors);
+  for (int t = 0; t < ntensors; t++) {
+    const struct zppGrad* g = grads[t];
+    ZPPCHECK(checkGrad(g, name));
+    ZPP_ARGCHECK(comm == g->comm, "%s: tensor %d: the handle belongs to another communicator (%s)",
+                 name, t, g->comm->name);
+    ZPP_ARGCHECK(counts[t] == g->count, "%s: tensor %d: recvcount %zu, the handle's is %zu", name, t,
+                 counts[t], g->count);
+    ZPP_ARGCHECK(type == g->type, "%s: tensor %d: datatype %s, the handle's is %s", name, t,
+                 zppDtypeName(type), zppDtypeName(g->type));
+    ZPP_ARGCHECK(g->bits == grads[0]->bits,
+                 "%s: tensor %d: its handle is int%d, tensor 0's int%d: one call, one bit width",
+                 name, t, g->bits, grads[0]->bits);
+    for (int u = 0; u < t; u++)
+      ZPP_ARGCHECK(grads[u] != g, "%s: tensors %d and %d share one handle: each gradient has its own",
+                   name, u, t);
+    ZPP_USAGECHECK(atomic_load(&g->inFlight) == 0 || g->lastStream == (zppHostStream_t)stream,
+                   "%s: tensor %d: a call on its handle is pending on another stream: one handle's "
+                   "calls go in order on one stream",
+                   name, t);
+  }
+  return zppSuccess;
+}
+
+static zppResult_t qgzEF(const char* name, int ntensors, const void* const* sendbuffs,
+                         void* const* recvbuffs, const size_t* counts, zppDataType_t datatype,
+                         zppRedOp_t op, zppGrad_t const* grads, zppComm_t comm, zppStream_t stream) {
+  ZPP_ARGCHECK(ntensors >= 0, "%s: ntensors %d is negative", name, ntensors);
+  ZPPCHECK(checkGrads(name, ntensors, counts, datatype, grads, comm, stream));
+  int bits = ntensors > 0 ? grads[0]->bits : qgzBits(comm, 0);
   int device = 0;
   ZPPCHECK_READY(
-      qgzValidate(name, 1, sends, recvs, counts, datatype, op, grad->bits, comm, stream, &device));
-  ZPP_ARGCHECK(comm == grad->comm, "%s: the handle belongs to another communicator (%s)", name,
-               grad->comm->name);
-  ZPP_ARGCHECK(recvcount == grad->count, "%s: recvcount %zu, the handle's is %zu", name, recvcount,
-               grad->count);
-  ZPP_ARGCHECK(datatype == grad->type, "%s: datatype %s, the handle's is %s", name,
-               zppDtypeName(datatype), zppDtypeName(grad->type));
+      qgzValidate(name, ntensors, sendbuffs, recvbuffs, counts, datatype, op, bits, comm, stream, &device));
   ZPP_USAGECHECK(!device,
                  "%s: error feedback runs on host buffers only (its device path is not "
                  "written yet)",
                  name);
-  ZPP_USAGECHECK(atomic_load(&grad->inFlight) == 0 || grad->lastStream == (zppHostStream_t)stream,
-                 "%s: a call on this handle is pending on another stream: one handle's calls go in "
-                 "order on one stream",
-                 name);
-  grad->lastStream = (zppHostStream_t)stream;
-  /* Nodes of different sizes: plain and exact; the residuals wait, as they
-   * are, for the next quantized call (after a grow, say). */
-  return qgzIssue(comm, 1, sends, recvs, counts, datatype, op, grad->bits,
-                  comm->topo->uniform ? grad : NULL, stream, device);
+  for (int t = 0; t < ntensors; t++) grads[t]->lastStream = (zppHostStream_t)stream;
+  return qgzIssue(comm, ntensors, sendbuffs, recvbuffs, counts, datatype, op, bits, grads, stream,
+                  device);
+}
+
+zppResult_t zppQgzReduceScatterEF(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                  zppDataType_t datatype, zppRedOp_t op, zppGrad_t grad, zppComm_t comm,
+                                  zppStream_t stream) {
+  const void* sends[1] = {sendbuff};
+  void* recvs[1] = {recvbuff};
+  size_t counts[1] = {recvcount};
+  zppGrad_t grads[1] = {grad};
+  return qgzEF("zppQgzReduceScatterEF", 1, sends, recvs, counts, datatype, op, grads, comm, stream);
+}
+
+zppResult_t zppQgzReduceScatterCoalescedEF(int ntensors, const void* const* sendbuffs,
+                                           void* const* recvbuffs, const size_t* recvcounts,
+                                           zppDataType_t datatype, zppRedOp_t op,
+                                           zppGrad_t const* grads, zppComm_t comm,
+                                           zppStream_t stream) {
+  return qgzEF("zppQgzReduceScatterCoalescedEF", ntensors, sendbuffs, recvbuffs, recvcounts, datatype,
+               op, grads, comm, stream);
 }
 
 zppResult_t zppGradUndo(zppGrad_t grad) {
@@ -414,6 +470,7 @@ zppResult_t zppZeroppTryPlain(struct zppComm* comm, const zppHostColl_t* call, z
     void* recvs[1] = {call->recvbuff};
     size_t counts[1] = {call->count};
     *taken = 1;
+    ZPPCHECK(checkNoFeedback(comm, "zppReduceScatter"));
     return qgzIssue(comm, 1, sends, recvs, counts, call->type, call->op, s->qgzBits, NULL, stream,
                     device);
   }
@@ -443,7 +500,7 @@ zppResult_t zppParamCreateEx(zppComm_t comm, size_t shardcount, zppDataType_t da
   ZPPCHECK_READY(zppCommStateCheckUsable(comm));
   ZPP_ARGCHECK((int)datatype >= 0 && datatype < zppNumTypes, "%s: invalid datatype %d", name,
                (int)datatype);
-  ZPPCHECK(checkBits(name, bits));
+  ZPPCHECK(checkQwzBits(name, bits));
   if (bits == 0) bits = comm->compress.qwzBits;
   if (bits) ZPPCHECK(checkType(name, datatype));
   ZPP_ARGCHECK((flags & ~ZPP_PARAM_DELTA) == 0, "%s: flags 0x%x unknown (0 or ZPP_PARAM_DELTA)", name,

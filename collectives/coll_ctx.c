@@ -108,7 +108,7 @@ static void describeMismatch(uint32_t theirs, uint32_t mine, char* buf, size_t l
                              : "count, bits, block, rotation (quantRotate, ZPP_QUANT_ROTATE), "
                                "pipeline chunk, forward or backward, a delta parameter's "
                                "reference (zppParamDropReference), and qgZ's error feedback "
-                               "(zppQgzReduceScatterEF)";
+                               "(zppQgzReduceScatterEF, ZPP_QGZ_ERROR_FEEDBACK)";
   zppCollDescribeMismatch(theirs, mine, hint, buf, len);
 }
 

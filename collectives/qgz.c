@@ -168,9 +168,9 @@ static zppResult_t quantizePiece(const qgz_t* g, const piece_t* p, size_t partit
   const zppQgzArgs_t* a = g->a;
   const char* in = sendAt(g, p, partition);
   if (a->efSendIn == NULL) return zppQuantizeEx(in, a->type, p->len, a->bits, a->block, a->flags, dst);
-  size_t at = partition * a->counts[0] + p->off;
+  size_t at = partition * a->counts[p->t] + p->off;
   toFloat(in, a->type, p->len, g->efX); /* exact */
-  return quantizeWithFeedback(g, a->efSendIn + at, a->efSendOut + at, p->len, dst);
+  return quantizeWithFeedback(g, a->efSendIn[p->t] + at, a->efSendOut[p->t] + at, p->len, dst);
 }
 
 /* Quantize chunk t and post its first hop. */
@@ -241,14 +241,14 @@ static zppResult_t stage2(qgz_t* g, int t) {
       const char* in = g->a1[s] + (size_t)N * p->pre + (size_t)n * p->bytes;
       if (a->efReduceIn != NULL) {
         /* The node's sum in fp32, into efX. */
-        size_t at = (size_t)n * a->counts[0] + p->off;
+        size_t at = (size_t)n * a->counts[p->t] + p->off;
         float* sum = g->efX;
         if (a->flags & ZPP_QUANT_ROTATE)
           ZPPCHECK(zppDequantizeSumEx(in, s1, L, p->len, a->bits, a->block, 1.0f, sum, zppFloat32));
         else
           ZPPCHECK(zppDequantizeSum(in, s1, L, p->len, a->bits, a->block, 1.0f, sum, zppFloat32));
-        ZPPCHECK(
-            quantizeWithFeedback(g, a->efReduceIn + at, a->efReduceOut + at, p->len, dst + p->pre));
+        ZPPCHECK(quantizeWithFeedback(g, a->efReduceIn[p->t] + at, a->efReduceOut[p->t] + at, p->len,
+                                      dst + p->pre));
       } else if (a->flags & ZPP_QUANT_ROTATE)
         ZPPCHECK(zppQuantReduceRequantEx(in, s1, L, p->len, a->bits, a->block, a->bits, a->block,
                                          a->flags, dst + p->pre));

@@ -81,16 +81,17 @@ typedef struct {
   int bits;
   int block;
   unsigned flags; /* codec flags: 0 or ZPP_QUANT_ROTATE */
-  /* Error feedback (one tensor only), NULL without: what this rank's
+  /* Error feedback, NULL without: per tensor, what this rank's
    * quantizations dropped, read from the In residuals and written to the
-   * Out ones (fp32). send: counts[0] * nranks elements in send's layout,
-   * for the sender's quantization; reduce: counts[0] * nNodes, [node n] the
-   * partition this rank sums for node n, for the requantization between the
-   * hops (NULL where there is none: one node, or one rank per node). */
-  const float* efSendIn;
-  float* efSendOut;
-  const float* efReduceIn;
-  float* efReduceOut;
+   * Out ones (fp32). send[t]: counts[t] * nranks elements in send's layout,
+   * for the sender's quantization; reduce[t]: counts[t] * nNodes, [node n]
+   * the partition this rank sums for node n, for the requantization between
+   * the hops (the arrays NULL where there is none: one node, or one rank per
+   * node). */
+  const float* const* efSendIn;
+  float* const* efSendOut;
+  const float* const* efReduceIn;
+  float* const* efReduceOut;
 } zppQgzArgs_t;
 
 /* Hierarchical quantized reduce-scatter; needs nodes of equal size. */

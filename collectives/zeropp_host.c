@@ -54,25 +54,50 @@ typedef struct {
   const void** send;
   void** recv;
   size_t* counts;
-  struct zppGrad* grad; /* error feedback, or NULL */
+  struct zppGrad** grads; /* [ntensors] error feedback, or NULL */
+  const float** efSendIn; /* [ntensors] each, with grads: the residuals the job uses */
+  float** efSendOut;
+  const float** efReduceIn;
+  float** efReduceOut;
 } qgzBlock_t;
+
+static void qgzSettle(qgzBlock_t* b, int succeeded) {
+  if (b->grads == NULL) return;
+  for (int t = 0; t < b->a.ntensors; t++) {
+    struct zppGrad* g = b->grads[t];
+    /* A call that failed changed nothing the next one reads. */
+    if (succeeded) {
+      atomic_store(&g->cur, atomic_load(&g->cur) ^ 1);
+      atomic_store(&g->undoable, 1);
+      atomic_fetch_add(&g->calls, 1);
+    }
+    atomic_fetch_sub(&g->inFlight, 1);
+  }
+}
 
 static void qgzDrop(void* arg) {
   qgzBlock_t* b = *(qgzBlock_t**)arg;
-  if (b->grad) atomic_fetch_sub(&b->grad->inFlight, 1);
+  qgzSettle(b, 0);
   free(b);
 }
 
 static zppResult_t qgzJob(struct zppComm* comm, void* arg) {
   qgzBlock_t* b = *(qgzBlock_t**)arg;
   zppQgzArgs_t* a = &b->a;
-  struct zppGrad* grad = b->grad;
-  if (grad) { /* the residuals as the calls before this one left them */
-    int cur = atomic_load(&grad->cur);
-    a->efSendIn = grad->send[cur];
-    a->efSendOut = grad->send[cur ^ 1];
-    a->efReduceIn = grad->hasReduce ? grad->reduce[cur] : NULL;
-    a->efReduceOut = grad->hasReduce ? grad->reduce[cur ^ 1] : NULL;
+  if (b->grads) { /* the residuals as the calls before this one left them */
+    int hasReduce = b->grads[0]->hasReduce; /* the topology's: alike for every handle */
+    for (int t = 0; t < a->ntensors; t++) {
+      struct zppGrad* g = b->grads[t];
+      int cur = atomic_load(&g->cur);
+      b->efSendIn[t] = g->send[cur];
+      b->efSendOut[t] = g->send[cur ^ 1];
+      b->efReduceIn[t] = g->reduce[cur];
+      b->efReduceOut[t] = g->reduce[cur ^ 1];
+    }
+    a->efSendIn = b->efSendIn;
+    a->efSendOut = b->efSendOut;
+    a->efReduceIn = hasReduce ? b->efReduceIn : NULL;
+    a->efReduceOut = hasReduce ? b->efReduceOut : NULL;
   }
   /* Every tensor's count must agree: fold them into the signature, and
    * error feedback too (ranks that disagree on it fail as a mismatch). */
@@ -80,44 +105,47 @@ static zppResult_t qgzJob(struct zppComm* comm, void* arg) {
   for (int t = 0; t < a->ntensors; t++) h = (h ^ (uint64_t)a->counts[t]) * 1099511628211ull;
   uint64_t vals[6] = {(uint64_t)a->ntensors, h,
                       (uint64_t)a->bits,     (uint64_t)a->block,
-                      (uint64_t)a->flags,    (uint64_t)(grad != NULL)};
+                      (uint64_t)a->flags,    (uint64_t)(b->grads != NULL)};
   zppCollCtx_t c;
   zppResult_t res = zppCollBegin(comm, zppOpQgZ, &c);
   if (res == zppSuccess) {
     zppCollSign(&c, a->type, (int)a->op, vals, 6);
     res = zppCollEnd(&c, zppCollQgzRun(&c, a), 0);
   }
-  if (grad) {
-    /* A call that failed changed nothing the next one reads. */
-    if (res == zppSuccess) {
-      atomic_store(&grad->cur, atomic_load(&grad->cur) ^ 1);
-      atomic_store(&grad->undoable, 1);
-      atomic_fetch_add(&grad->calls, 1);
-    }
-    atomic_fetch_sub(&grad->inFlight, 1);
-  }
+  qgzSettle(b, res == zppSuccess);
   free(b);
   return res;
 }
 
-zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args, struct zppGrad* grad,
-                              zppHostStream_t stream) {
+zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args,
+                              struct zppGrad* const* grads, zppHostStream_t stream) {
   size_t n = (size_t)args->ntensors;
-  qgzBlock_t* b = calloc(1, sizeof(*b) + n * (2 * sizeof(void*) + sizeof(size_t)));
+  size_t perTensor = 2 * sizeof(void*) + sizeof(size_t) + (grads ? 5 * sizeof(void*) : 0);
+  qgzBlock_t* b = calloc(1, sizeof(*b) + n * perTensor);
   if (b == NULL) ZPP_FAIL(zppSystemError, COLL, "qgZ: out of memory for %zu tensors", n);
-  b->send = (const void**)(b + 1);
-  b->recv = (void**)(b->send + n);
-  b->counts = (size_t*)(b->recv + n);
+  void** ptrs = (void**)(b + 1); /* the pointer arrays, then the counts */
+  b->send = (const void**)ptrs;
+  b->recv = ptrs + n;
+  if (grads) {
+    b->grads = (struct zppGrad**)(ptrs + 2 * n);
+    b->efSendIn = (const float**)(ptrs + 3 * n);
+    b->efSendOut = (float**)(ptrs + 4 * n);
+    b->efReduceIn = (const float**)(ptrs + 5 * n);
+    b->efReduceOut = (float**)(ptrs + 6 * n);
+  }
+  b->counts = (size_t*)(ptrs + (grads ? 7 : 2) * n);
   for (size_t t = 0; t < n; t++) {
     b->send[t] = args->send[t];
     b->recv[t] = args->recv[t];
     b->counts[t] = args->counts[t];
+    if (grads) {
+      b->grads[t] = grads[t];
+      atomic_fetch_add(&grads[t]->inFlight, 1);
+    }
   }
   b->a = *args;
   b->a.send = b->send;
   b->a.recv = b->recv;
   b->a.counts = b->counts;
-  b->grad = grad;
-  if (grad) atomic_fetch_add(&grad->inFlight, 1);
   return zppExecutorSubmit(comm->transports->exec, qgzJob, qgzDrop, &b, sizeof(b), stream);
 }

@@ -30,12 +30,12 @@ typedef struct {
 zppResult_t zppZeroppIssueQwz(struct zppComm* comm, const zppQwzCall_t* call, zppHostStream_t stream);
 
 /* The arrays are copied: the caller's may go away once this returns.
- * grad: NULL, or error feedback with that handle (one tensor): its
- * residuals are chosen when the job runs, and a job that succeeds makes its
- * output residuals the current ones. */
+ * grads: NULL, or error feedback with one handle per tensor (distinct, of
+ * that tensor's count): their residuals are chosen when the job runs, and a
+ * job that succeeds makes its output residuals the current ones. */
 struct zppGrad;
-zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args, struct zppGrad* grad,
-                              zppHostStream_t stream);
+zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args,
+                              struct zppGrad* const* grads, zppHostStream_t stream);
 
 /* ---- error feedback for qgZ (api/zeropp_api.c makes them) ----------------- */
 

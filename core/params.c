@@ -107,10 +107,15 @@ static const zppEnvInfo_t paramTable[] = {
      "zppAllGather of fp32/fp16/bf16 runs as qwZ with 8 or 4 bits; 0 keeps it plain; "
      "zppConfig_t.qwzBits overrides"},
     {"ZPP_QGZ_BITS", ZPP_ENV_INT, "0",
-     "zppReduceScatter (sum, avg) of fp32/fp16/bf16 runs as qgZ with 4 or 8 bits; 0 keeps it "
-     "plain; zppConfig_t.qgzBits overrides"},
+     "zppReduceScatter (sum, avg) of fp32/fp16/bf16 runs as qgZ with 4, 8 or 2 bits (2: with "
+     "error feedback, ZPP_QGZ_ERROR_FEEDBACK); 0 keeps it plain; zppConfig_t.qgzBits overrides"},
+    {"ZPP_QGZ_ERROR_FEEDBACK", ZPP_ENV_INT, "0",
+     "1: qgZ keeps what each quantization dropped and adds it to the next step's gradient; needs a "
+     "residual handle per gradient (zppGradCreate, torch_zpp.fsdp.error_feedback): qgZ calls without "
+     "one fail; must match on every rank; zppConfig_t.qgzErrorFeedback overrides"},
     {"ZPP_QUANT_BLOCK", ZPP_ENV_INT, "0",
-     "elements per quantization scale, a power of two in [32, 4096]; 0: 256 for int8, 64 for int4; "
+     "elements per quantization scale, a power of two in [32, 4096]; 0: 256 for int8, 64 for int4, "
+     "256 for int2; "
      "zppConfig_t.quantBlock overrides"},
     {"ZPP_QUANT_ROTATE", ZPP_ENV_INT, "0",
      "1: qwZ, hpZ's secondary copy and qgZ rotate each block (random signs, Walsh-Hadamard) before "

@@ -30,6 +30,7 @@ typedef struct {
   int qwzBits, qgzBits, hpz;      /* ZeRO++ settings */
   int rotate;                     /* ZeRO++: rotated codec blocks (zppConfig_t.quantRotate) */
   int qwzDelta;                   /* ZeRO++: weight gathers send differences (ZPP_PARAM_DELTA) */
+  int errorFeedback;              /* ZeRO++: qgZ with error feedback (zppGradCreate) */
   int overlap;
   int prefetch;
   zppDataType_t type;

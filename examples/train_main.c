@@ -85,7 +85,9 @@ static void trUsage(FILE* f) {
           "                        the other)\n"
           "      --compare-overlap the same, each with and without overlap: four runs\n"
           "      --qwz-bits B      bits of the weight gathers: 8 (default), 4, or 0 (plain)\n"
-          "      --qgz-bits B      bits of the gradient reduce-scatter: 4 (default), 8, or 0\n"
+          "      --qgz-bits B      bits of the gradient reduce-scatter: 4 (default), 8, 2, or 0\n"
+          "      --error-feedback  qgZ keeps what it rounded away and adds it to the next step's\n"
+          "                        gradient (zppGradCreate; 8 bytes per gradient element)\n"
           "      --no-hpz          backward gathers go across nodes like the forward ones\n"
           "      --rotate          rotate each codec block (random signs, Walsh-Hadamard) before\n"
           "                        quantizing: qwZ, hpZ and qgZ (ZPP_QUANT_ROTATE; off by default)\n"
@@ -165,11 +167,13 @@ static int trDouble(const char* opt, const char* v, double lo, double hi, double
   return 0;
 }
 
-static int trBits(const char* opt, const char* v, int* out) {
+/* allow2: the gradients' width may be 2 too. */
+static int trBits(const char* opt, const char* v, int allow2, int* out) {
   int b;
   if (trInt(opt, v, 0, 8, &b) != 0) return -1;
-  if (b != 0 && b != 4 && b != 8) {
-    trBad("%s '%s': bits are 8, 4 or 0 (plain)", opt, v);
+  if (b != 0 && b != 4 && b != 8 && !(allow2 && b == 2)) {
+    trBad(allow2 ? "%s '%s': bits are 8, 4, 2 or 0 (plain)" : "%s '%s': bits are 8, 4 or 0 (plain)",
+          opt, v);
     return -1;
   }
   *out = b;
@@ -188,6 +192,7 @@ enum {
   O_NOHPZ,
   O_ROTATE,
   O_QWZDELTA,
+  O_EF,
   O_DTYPE,
   O_BUCKET,
   O_NOOVERLAP,
@@ -227,6 +232,7 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
                                        {"no-hpz", no_argument, 0, O_NOHPZ},
                                        {"rotate", no_argument, 0, O_ROTATE},
                                        {"qwz-delta", no_argument, 0, O_QWZDELTA},
+                                       {"error-feedback", no_argument, 0, O_EF},
                                        {"dtype", required_argument, 0, O_DTYPE},
                                        {"bucket-mb", required_argument, 0, O_BUCKET},
                                        {"no-overlap", no_argument, 0, O_NOOVERLAP},
@@ -301,11 +307,11 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
       case O_COMPARE: a->compare = 1; break;
       case O_COMPAREOV: a->compare = a->compareOverlap = 1; break;
       case O_QWZ:
-        if (trBits("--qwz-bits", v, &a->qwzBits)) return TR_EXIT_USAGE;
+        if (trBits("--qwz-bits", v, 0, &a->qwzBits)) return TR_EXIT_USAGE;
         zeroppKnobs = 1;
         break;
       case O_QGZ:
-        if (trBits("--qgz-bits", v, &a->qgzBits)) return TR_EXIT_USAGE;
+        if (trBits("--qgz-bits", v, 1, &a->qgzBits)) return TR_EXIT_USAGE;
         zeroppKnobs = 1;
         break;
       case O_ROTATE:
@@ -314,6 +320,10 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
         break;
       case O_NOHPZ:
         a->hpz = 0;
+        zeroppKnobs = 1;
+        break;
+      case O_EF:
+        a->errorFeedback = 1;
         zeroppKnobs = 1;
         break;
       case O_QWZDELTA:
@@ -407,13 +417,21 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
     return trBad("--compare-overlap runs both with and without overlap: drop --no-overlap%s%s", "", "");
   if (a->plain && zeroppKnobs)
     return trBad(
-        "--qwz-bits, --qgz-bits, --rotate, --qwz-delta and --no-hpz set ZeRO++; they make no sense "
+        "--qwz-bits, --qgz-bits, --rotate, --qwz-delta, --error-feedback and --no-hpz set ZeRO++; "
+        "they make no sense "
         "with "
         "--plain%s%s",
         "", "");
   if (a->qwzDelta && a->qwzBits == 0)
     return trBad("--qwz-delta sends quantized weight differences: it needs --qwz-bits 8 or 4%s%s", "",
                  "");
+  if (a->errorFeedback && a->qgzBits == 0)
+    return trBad("--error-feedback compensates qgZ's rounding: it needs --qgz-bits 8, 4 or 2%s%s", "",
+                 "");
+  if (a->errorFeedback && a->elastic)
+    return trBad("--error-feedback with --elastic: the residuals belong to the communicator that a "
+                 "shrink replaces, and the trainer does not carry them over yet%s%s",
+                 "", "");
   if (!a->plain && !a->compare) a->zeropp = 1;
   if ((a->killNode >= 0 || a->killStep > 0) && !a->elastic)
     return trBad("--kill-node and --kill-step test --elastic: add it%s%s", "", "");
@@ -450,6 +468,7 @@ static zppConfig_t trCommConfig(const trArgs_t* a) {
    * ZPP_QWZ_BITS in the environment must not turn the plain run lossy. */
   cfg.qwzBits = 0;
   cfg.qgzBits = 0;
+  cfg.qgzErrorFeedback = 0; /* the ZeRO++ run passes its handles: a plain run needs none */
   /* Only the explicit ZeRO++ calls quantize, so rotation touches the
    * ZeRO++ run alone (the plain run of --compare stays exact). */
   cfg.quantRotate = a->rotate;
@@ -498,7 +517,8 @@ static int trRankMain(const trArgs_t* a, trEnv_t* env) {
     zcOptions_t modes[TR_MAX_RUNS];
     int overlap[TR_MAX_RUNS];
     zcOptions_t plain = ZC_OPTIONS_PLAIN,
-                zpp = {zcModeZeroPP, a->qwzBits, a->qgzBits, a->hpz, a->rotate, a->qwzDelta};
+                zpp = {zcModeZeroPP, a->qwzBits, a->qgzBits, a->hpz,
+                       a->rotate,    a->qwzDelta, a->errorFeedback};
     for (int pass = 0; pass < (a->compareOverlap ? 2 : 1); pass++) {
       int ov = a->compareOverlap ? !pass : a->overlap;
       if (a->plain || a->compare) overlap[nruns] = ov, modes[nruns++] = plain;

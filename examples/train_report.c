@@ -20,14 +20,15 @@ static void trModeLabel(const trRun_t* r, char* out, size_t len) {
     snprintf(out, len, "plain%s", r->overlap ? "" : " (no overlap)");
     return;
   }
-  char qw[40], qg[24];
+  char qw[40], qg[40];
   const char* rot = r->opt.rotate ? " rotated" : "";
   if (r->opt.qwzBits)
     snprintf(qw, sizeof qw, "qwZ int%d%s%s", r->opt.qwzBits, rot, r->opt.qwzDelta ? " delta" : "");
   else
     snprintf(qw, sizeof qw, "no qwZ");
   if (r->opt.qgzBits)
-    snprintf(qg, sizeof qg, "qgZ int%d%s", r->opt.qgzBits, rot);
+    snprintf(qg, sizeof qg, "qgZ int%d%s%s", r->opt.qgzBits, rot,
+             r->opt.qgzEF ? " error feedback" : "");
   else
     snprintf(qg, sizeof qg, "no qgZ");
   snprintf(out, len, "ZeRO++ (%s, %s, %s%s)", qw, r->opt.hpz ? "hpZ" : "no hpZ", qg, ov);
@@ -39,7 +40,7 @@ static void trRunTag(const trRun_t* r, char* out, size_t len) {
 }
 
 void trPrintHeader(const trArgs_t* a, const trEnv_t* env, const trRun_t* run) {
-  char mode[96];
+  char mode[128];
   trRun_t label = *run;
   label.overlap = 1; /* said at the end of the line */
   trModeLabel(&label, mode, sizeof mode);
@@ -78,7 +79,7 @@ static double trInterTotal(const trRun_t* r) {
 void trPrintSummary(const trArgs_t* a, const trEnv_t* env, const trRun_t* runs, int nruns) {
   for (int i = 0; i < nruns; i++) {
     const trRun_t* r = &runs[i];
-    char mode[96];
+    char mode[128];
     trModeLabel(r, mode, sizeof mode);
     printf(
         "zpp-train: %s: final loss %.6f (step %d), held-out loss %.6f; step %.1f ms median "
@@ -134,13 +135,16 @@ static void trJsonNum(FILE* f, double v) {
 }
 
 static void trJsonRun(FILE* f, const trRun_t* r) {
-  char mode[96];
+  char mode[128];
   trModeLabel(r, mode, sizeof mode);
   fprintf(f, "    {\"mode\": \"%s\", \"overlap\": %s, \"label\": ", r->mode,
           r->overlap ? "true" : "false");
   trJsonString(f, mode);
-  fprintf(f, ", \"qwz_bits\": %d, \"qgz_bits\": %d, \"hpz\": %s, \"qwz_delta\": %s,\n", r->opt.qwzBits,
-          r->opt.qgzBits, r->opt.hpz ? "true" : "false", r->opt.qwzDelta ? "true" : "false");
+  fprintf(f,
+          ", \"qwz_bits\": %d, \"qgz_bits\": %d, \"hpz\": %s, \"qwz_delta\": %s, "
+          "\"qgz_error_feedback\": %s,\n",
+          r->opt.qwzBits, r->opt.qgzBits, r->opt.hpz ? "true" : "false",
+          r->opt.qwzDelta ? "true" : "false", r->opt.qgzEF ? "true" : "false");
   fprintf(f, "     \"steps\": [\n");
   for (int s = 0; s < r->nsteps; s++) {
     fprintf(f, "       {\"step\": %d, \"loss\": ", s + 1);
@@ -393,7 +397,7 @@ int trWriteSvg(const char* path, const trArgs_t* a, const trEnv_t* env, const tr
   int ly = time.top + SVG_PANEL_H + 56;
   for (int i = 0; i < nruns; i++, ly += 20) {
     const trRun_t* r = &runs[i];
-    char mode[96];
+    char mode[128];
     trModeLabel(r, mode, sizeof mode);
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>\n",
             SVG_LEFT, ly - 4, SVG_LEFT + 24, ly - 4, trColours[i % 2],

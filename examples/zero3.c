@@ -22,6 +22,7 @@ typedef struct {
   float* gfull;  /* padded: this rank's full gradient, fp32 */
   void* gsend;   /* padded: the same in the communication type (== gfull for fp32) */
   zcParam_t param;
+  zcGrad_t grad; /* gshard's error-feedback residuals (ZeRO++ with qgzEF) */
 } z3Layer_t;
 
 struct z3Trainer {
@@ -98,6 +99,7 @@ void z3Destroy(z3Trainer_t* t) {
   for (int l = 0; l < MLP_NLAYERS; l++) {
     z3Layer_t* L = &t->layer[l];
     zcParamDestroy(L->param);
+    zcGradDestroy(L->grad);
     if (L->wshard != L->master) free(L->wshard);
     if (L->gsend != L->gfull) free(L->gsend);
     free(L->master);
@@ -160,6 +162,7 @@ zppResult_t z3Create(z3Trainer_t** out, const z3Config_t* cfg, zcComm_t comm, in
     free(full);
     z3ToComm(t, L->master, L->wshard, L->shard);
     res = zcParamCreate(comm, L->shard, cfg->type, &L->param);
+    if (res == zppSuccess) res = zcGradCreate(comm, L->shard, cfg->type, &L->grad);
     if (res != zppSuccess) {
       z3Err(err, errlen, "creating the parameter of layer %s: %s", mlpLayerName(l),
             zppGetErrorString(res));
@@ -322,6 +325,7 @@ typedef struct {
   const void* send[MLP_NLAYERS];
   void* recv[MLP_NLAYERS];
   size_t counts[MLP_NLAYERS];
+  zcGrad_t grads[MLP_NLAYERS];
   /* buckets issued: bucketOf[layer], and how many */
   int nbuckets;
   int bucketOf[MLP_NLAYERS];
@@ -349,6 +353,7 @@ static zppResult_t z3AfterTrain(z3Trainer_t* t, int k, int layer, void* arg) {
   c->send[c->n] = L->gsend;
   c->recv[c->n] = L->gshard;
   c->counts[c->n] = L->shard;
+  c->grads[c->n] = L->grad;
   c->n++;
   c->bytes += L->padded * t->tsize;
   if (c->bytes < t->cfg.bucketBytes && layer != 0) return zppSuccess;
@@ -356,7 +361,8 @@ static zppResult_t z3AfterTrain(z3Trainer_t* t, int k, int layer, void* arg) {
    * the gradient of the mean loss over the global batch. */
   zcStream_t st = t->rsStream[c->nbuckets++];
   zppResult_t res =
-      zcReduceScatterCoalesced(c->n, c->send, c->recv, c->counts, t->cfg.type, zppAvg, t->comm, st);
+      zcReduceScatterCoalesced(c->n, c->send, c->recv, c->counts, t->cfg.type, zppAvg, c->grads,
+                               t->comm, st);
   c->n = 0;
   c->bytes = 0;
   if (res == zppSuccess && !t->cfg.overlap) res = zcStreamSynchronize(st);

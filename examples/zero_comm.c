@@ -40,6 +40,10 @@ struct zcComm {
   struct zcStream blocking; /* carries the calls made with stream NULL */
 };
 
+struct zcGrad {
+  zppGrad_t ef; /* ZeRO++ with qgzEF only */
+};
+
 struct zcParam {
   zcComm_t comm;
   size_t count;
@@ -91,7 +95,8 @@ zppResult_t zcCommInit(zcComm_t* out, zppComm_t comm, const zcOptions_t* options
   if (c == NULL) return zppSystemError;
   c->comm = comm;
   c->opt = *options;
-  if (c->opt.mode == zcModePlain) c->opt.qwzBits = c->opt.qgzBits = c->opt.hpz = c->opt.qwzDelta = 0;
+  if (c->opt.mode == zcModePlain)
+    c->opt.qwzBits = c->opt.qgzBits = c->opt.hpz = c->opt.qwzDelta = c->opt.qgzEF = 0;
   zppCommCount(comm, &c->nranks);
   c->blocking.comm = c;
   pthread_mutex_init(&c->lock, NULL);
@@ -303,12 +308,21 @@ typedef struct {
   const size_t* counts;
   zppDataType_t type;
   zppRedOp_t op;
+  const zcGrad_t* grads;
   zcComm_t comm;
 } zcBucketArgs_t;
 
 static zppResult_t zcCallBucket(const void* v, zppHostStream_t hs, int* queued) {
   const zcBucketArgs_t* a = v;
   zcComm_t c = a->comm;
+  if (c->opt.qgzBits != 0 && c->opt.qgzEF) {
+    zppGrad_t efs[a->n];
+    for (int t = 0; t < a->n; t++) efs[t] = a->grads[t]->ef;
+    zppResult_t r = zppQgzReduceScatterCoalescedEF(a->n, a->send, a->recv, a->counts, a->type, a->op,
+                                                   efs, c->comm, hs);
+    *queued = r == zppSuccess;
+    return r;
+  }
   if (c->opt.qgzBits != 0) {
     zppResult_t r = zppQgzReduceScatterCoalesced(a->n, a->send, a->recv, a->counts, a->type, a->op,
                                                  c->opt.qgzBits, c->comm, hs);
@@ -326,12 +340,37 @@ static zppResult_t zcCallBucket(const void* v, zppHostStream_t hs, int* queued) 
 
 zppResult_t zcReduceScatterCoalesced(int ntensors, const void* const* sendbuffs, void* const* recvbuffs,
                                      const size_t* recvcounts, zppDataType_t datatype, zppRedOp_t op,
-                                     zcComm_t comm, zcStream_t stream) {
+                                     const zcGrad_t* grads, zcComm_t comm, zcStream_t stream) {
   if (comm == NULL || ntensors < 0 || (ntensors > 0 && (!sendbuffs || !recvbuffs || !recvcounts)))
     return zppInvalidArgument;
+  if (comm->opt.qgzEF && ntensors > 0 && grads == NULL) return zppInvalidArgument;
   if (ntensors == 0) return zppSuccess;
-  zcBucketArgs_t a = {ntensors, sendbuffs, recvbuffs, recvcounts, datatype, op, comm};
+  zcBucketArgs_t a = {ntensors, sendbuffs, recvbuffs, recvcounts, datatype, op, grads, comm};
   return zcIssue(comm, stream, zcCallBucket, &a);
+}
+
+/* ---- gradients ---------------------------------------------------------- */
+
+zppResult_t zcGradCreate(zcComm_t comm, size_t recvcount, zppDataType_t datatype, zcGrad_t* out) {
+  if (comm == NULL || out == NULL) return zppInvalidArgument;
+  zcGrad_t g = calloc(1, sizeof *g);
+  if (g == NULL) return zppSystemError;
+  if (comm->opt.qgzBits != 0 && comm->opt.qgzEF) {
+    zppResult_t r = zppGradCreate(comm->comm, recvcount, datatype, comm->opt.qgzBits, &g->ef);
+    if (r != zppSuccess) {
+      free(g);
+      return r;
+    }
+  }
+  *out = g;
+  return zppSuccess;
+}
+
+zppResult_t zcGradDestroy(zcGrad_t g) {
+  if (g == NULL) return zppSuccess;
+  zppResult_t r = zppGradDestroy(g->ef);
+  free(g);
+  return r;
 }
 
 /* ---- parameters --------------------------------------------------------- */

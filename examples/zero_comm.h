@@ -53,16 +53,18 @@ typedef struct {
   int hpz;      /* ZeRO++: 1 = backward gathers from the node's secondary partition */
   int rotate;   /* ZeRO++: the communicator's codec rotates its blocks (quantRotate) */
   int qwzDelta; /* ZeRO++: weight gathers send the change since the last one (ZPP_PARAM_DELTA) */
+  int qgzEF;    /* ZeRO++: qgZ with error feedback, a residual handle per gradient (zppGradCreate) */
 } zcOptions_t;
 
 #define ZC_OPTIONS_PLAIN \
-  { zcModePlain, 0, 0, 0, 0, 0 }
+  { zcModePlain, 0, 0, 0, 0, 0, 0 }
 #define ZC_OPTIONS_ZEROPP \
-  { zcModeZeroPP, 8, 4, 1, 0, 0 }
+  { zcModeZeroPP, 8, 4, 1, 0, 0, 0 }
 
 typedef struct zcComm* zcComm_t;
 typedef struct zcStream* zcStream_t;
 typedef struct zcParam* zcParam_t;
+typedef struct zcGrad* zcGrad_t;
 
 typedef struct {
   double busy;    /* seconds (see above) */
@@ -92,12 +94,19 @@ zppResult_t zcAllReduce(const void* sendbuff, void* recvbuff, size_t count, zppD
                         zppRedOp_t op, zcComm_t comm, zcStream_t stream);
 /* A bucket of reduce-scatters, tensor t: sendbuffs[t] holds recvcounts[t] *
  * nranks elements. Plain: one zppReduceScatter per tensor (NCCL: a
- * group of ncclReduceScatter); ZeRO++: one zppQgzReduceScatterCoalesced.
- * The arrays are copied; the buffers must live until the stream is
- * synchronized. */
+ * group of ncclReduceScatter); ZeRO++: one zppQgzReduceScatterCoalesced,
+ * or with qgzEF zppQgzReduceScatterCoalescedEF with grads[t], tensor t's
+ * handle (grads is ignored otherwise and may be NULL). The arrays are
+ * copied; the buffers must live until the stream is synchronized. */
 zppResult_t zcReduceScatterCoalesced(int ntensors, const void* const* sendbuffs, void* const* recvbuffs,
                                      const size_t* recvcounts, zppDataType_t datatype, zppRedOp_t op,
-                                     zcComm_t comm, zcStream_t stream);
+                                     const zcGrad_t* grads, zcComm_t comm, zcStream_t stream);
+
+/* A gradient's error-feedback residuals (ZeRO++ with qgzEF; otherwise an
+ * empty handle): one per tensor that zcReduceScatterCoalesced reduces, of
+ * its recvcount. */
+zppResult_t zcGradCreate(zcComm_t comm, size_t recvcount, zppDataType_t datatype, zcGrad_t* out);
+zppResult_t zcGradDestroy(zcGrad_t g);
 
 /* A layer's sharded parameters. Plain: the gathers are zppAllGather. ZeRO++:
  * a zppParam_t (hpZ) or, without hpZ, zppQwzAllGather both ways. */

@@ -112,9 +112,10 @@ typedef struct {
   const char* commName; /* shown in logs */
   /* ZeRO++ compression applied to the plain calls (explicit calls below
    * choose per call). 0 = off (the default: a renamed NCCL call stays exact
-   * until compression is asked for), 8 or 4 = bits per element. */
+   * until compression is asked for), 8 or 4 (2 for qgZ) = bits per element. */
   int qwzBits;             /* zppAllGather of fp32/fp16/bf16; env ZPP_QWZ_BITS */
-  int qgzBits;             /* zppReduceScatter sum/avg of fp32/fp16/bf16; env ZPP_QGZ_BITS */
+  int qgzBits;             /* zppReduceScatter sum/avg of fp32/fp16/bf16; env ZPP_QGZ_BITS;
+                              also 2 (ternary: for error feedback, below) */
   int quantBlock;          /* elements per scale; env ZPP_QUANT_BLOCK (0: codec default) */
   int quantRotate;         /* 1: qwZ, hpZ and qgZ rotate their blocks (Hadamard) before
                               quantizing; env ZPP_QUANT_ROTATE; default 0
@@ -132,6 +133,12 @@ typedef struct {
    * shrink or grow with config NULL inherits its parent's. Env
    * ZPP_COMM_BLOCKING. */
   int blocking;
+  /* Since 0.3.0. 1: qgZ runs with error feedback (zppGradCreate), and a
+   * qgZ call without a residual handle (zppReduceScatter under qgzBits,
+   * zppQgzReduceScatter) is zppInvalidUsage rather than run without it;
+   * ranks that disagree fail their first qgZ call as a mismatch. 0 (the
+   * default): handles are the caller's choice. Env ZPP_QGZ_ERROR_FEEDBACK. */
+  int qgzErrorFeedback;
 } zppConfig_t;
 
 #define ZPP_CONFIG_INITIALIZER                        \
@@ -148,7 +155,8 @@ typedef struct {
         ZPP_CONFIG_UNDEF_INT,  /* quantRotate */      \
         ZPP_CONFIG_UNDEF_SIZE, /* compressMinBytes */ \
         ZPP_CONFIG_UNDEF_INT,  /* hpzGroupSize */     \
-        ZPP_CONFIG_UNDEF_INT   /* blocking */         \
+        ZPP_CONFIG_UNDEF_INT,  /* blocking */         \
+        ZPP_CONFIG_UNDEF_INT   /* qgzErrorFeedback */ \
   }
 
 /* Creates a unique id on the rendezvous root (call on one rank only). The
@@ -394,8 +402,8 @@ ZPP_API zppResult_t zppCommResetStats(zppComm_t comm);
 ZPP_API const char* zppOpKindName(zppOpKind_t kind);
 
 /* ---------------------------------------------------------------------------
- * ZeRO++ collectives, explicit form. bits: 8 or 4 (0: the communicator's
- * setting, else the default: 8 for qwZ, 4 for qgZ). Types fp32, fp16, bf16.
+ * ZeRO++ collectives, explicit form. bits: 8 or 4, and 2 for qgZ (0: the
+ * communicator's setting, else the default: 8 for qwZ, 4 for qgZ). Types fp32, fp16, bf16.
  * Results are lossy within the codec's documented bound (docs/codecs.md);
  * ranks that call with other settings get an error, never garbage.
  * ------------------------------------------------------------------------- */
@@ -490,8 +498,8 @@ ZPP_API zppResult_t zppParamDropReference(zppParam_t param);
  * ranks, the requantization of the node sums between the hops (recvcount *
  * nodes). Residuals are fp32 and double-buffered, 8 bytes per input element
  * and 8 per node-sum element, on every rank: zppGradStateBytes is half of
- * that (one copy). bits: 8 or 4, or 0 for the communicator's qgzBits (4 when
- * unset). Host buffers only, for now: device buffers are zppInvalidUsage.
+ * that (one copy). bits: 8, 4 or 2, or 0 for the communicator's qgzBits (4
+ * when unset). Host buffers only, for now: device buffers are zppInvalidUsage.
  *
  * zppQgzReduceScatterEF is zppQgzReduceScatter with the handle: recvcount,
  * datatype and comm must be the handle's (else zppInvalidArgument naming
@@ -506,8 +514,11 @@ ZPP_API zppResult_t zppParamDropReference(zppParam_t param);
  * current residuals (zppGradStateBytes bytes, with a header that Load
  * checks: same count, type, bits, ranks and nodes); a handle not loaded
  * starts from zero residuals, which costs one step's quantization error.
- * On nodes of different sizes qgZ runs plain (zppQgzReduceScatter): the call
- * adds the residuals, sends that rounded to datatype, and keeps the rounding.
+ * zppQgzReduceScatterCoalescedEF is zppQgzReduceScatterCoalesced with one
+ * handle per tensor (distinct handles of one bit width, each of its
+ * tensor's recvcount); every tensor is compensated as a call of its own.
+ * On nodes of different sizes qgZ runs plain (zppQgzReduceScatter): exact,
+ * and the residuals wait, as they are, for the next quantized call.
  * Destroy handles before their communicator. */
 typedef struct zppGrad* zppGrad_t;
 ZPP_API zppResult_t zppGradCreate(zppComm_t comm, size_t recvcount, zppDataType_t datatype, int bits,
@@ -515,6 +526,11 @@ ZPP_API zppResult_t zppGradCreate(zppComm_t comm, size_t recvcount, zppDataType_
 ZPP_API zppResult_t zppQgzReduceScatterEF(const void* sendbuff, void* recvbuff, size_t recvcount,
                                           zppDataType_t datatype, zppRedOp_t op, zppGrad_t grad,
                                           zppComm_t comm, zppStream_t stream);
+ZPP_API zppResult_t zppQgzReduceScatterCoalescedEF(int ntensors, const void* const* sendbuffs,
+                                                   void* const* recvbuffs, const size_t* recvcounts,
+                                                   zppDataType_t datatype, zppRedOp_t op,
+                                                   zppGrad_t const* grads, zppComm_t comm,
+                                                   zppStream_t stream);
 ZPP_API zppResult_t zppGradUndo(zppGrad_t grad);
 ZPP_API zppResult_t zppGradStateBytes(zppGrad_t grad, size_t* bytes);
 ZPP_API zppResult_t zppGradSaveState(zppGrad_t grad, void* buf, size_t bytes);

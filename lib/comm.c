@@ -29,10 +29,9 @@ static const struct {
   size_t size;
 } configLayouts[] = {
     {ZPP_VERSION(0, 1, 0), offsetof(zppConfig_t, blocking)},
-    {ZPP_VERSION(0, 2, 0), sizeof(zppConfig_t)},
+    {ZPP_VERSION(0, 2, 0), offsetof(zppConfig_t, qgzErrorFeedback)},
+    {ZPP_VERSION(0, 3, 0), sizeof(zppConfig_t)},
 };
-/* A field a caller's config has (its version's layout reaches past it). */
-#define CONFIG_HAS(c, field) ((c)->size >= offsetof(zppConfig_t, field) + sizeof((c)->field))
 
 static zppResult_t checkConfig(const zppConfig_t* c) {
   if (c == NULL) return zppSuccess;
@@ -103,7 +102,7 @@ zppResult_t zppCommStateResolveSettings(const zppConfig_t* config, zppCommSettin
       if (!isgraph((unsigned char)*p)) *p = '_';
   }
 
-  if (config && CONFIG_HAS(config, blocking) && config->blocking != ZPP_CONFIG_UNDEF_INT) {
+  if (config && ZPP_CONFIG_HAS(config, blocking) && config->blocking != ZPP_CONFIG_UNDEF_INT) {
     ZPP_ARGCHECK(config->blocking == 0 || config->blocking == 1, "config: blocking=%d must be 0 or 1",
                  config->blocking);
     t.blocking = config->blocking;

@@ -10,12 +10,19 @@
 #include "lib/comm.h"
 #include "quant_kernels/zpp_quant.h"
 
-static const char* envNames[ZPP_COMPRESS_NFIELDS] = {"ZPP_QWZ_BITS",    "ZPP_QGZ_BITS",
-                                                     "ZPP_QUANT_BLOCK", "ZPP_COMPRESS_MIN_BYTES",
-                                                     "ZPP_HPZ_GROUP",   "ZPP_QUANT_ROTATE"};
+static const char* envNames[ZPP_COMPRESS_NFIELDS] = {
+    "ZPP_QWZ_BITS",  "ZPP_QGZ_BITS",     "ZPP_QUANT_BLOCK",        "ZPP_COMPRESS_MIN_BYTES",
+    "ZPP_HPZ_GROUP", "ZPP_QUANT_ROTATE", "ZPP_QGZ_ERROR_FEEDBACK"};
 
-static zppResult_t checkBits(int v, const char* from, const char* what) {
-  ZPP_ARGCHECK(v == 0 || v == 4 || v == 8, "%s: %s=%d: expected 0 (off), 4 or 8", from, what, v);
+static zppResult_t checkQwzBits(int v, const char* from) {
+  ZPP_ARGCHECK(v == 0 || v == 4 || v == 8, "%s: qwzBits=%d: expected 0 (off), 4 or 8%s", from, v,
+               v == 2 ? " (2 bits is for gradients: qgzBits, with error feedback)" : "");
+  return zppSuccess;
+}
+
+static zppResult_t checkQgzBits(int v, const char* from) {
+  ZPP_ARGCHECK(v == 0 || v == 2 || v == 4 || v == 8, "%s: qgzBits=%d: expected 0 (off), 2, 4 or 8",
+               from, v);
   return zppSuccess;
 }
 
@@ -56,10 +63,10 @@ zppResult_t zppCompressResolve(const zppConfig_t* config, zppCompressSettings_t*
   const int undef = ZPP_CONFIG_UNDEF_INT;
   ZPPCHECK(resolveInt(config ? config->qwzBits : undef, ZPP_COMPRESS_QWZ_BITS, 0, 8, &s.qwzBits,
                       &s.from[ZPP_COMPRESS_QWZ_BITS]));
-  ZPPCHECK(checkBits(s.qwzBits, s.from[ZPP_COMPRESS_QWZ_BITS], "qwzBits"));
+  ZPPCHECK(checkQwzBits(s.qwzBits, s.from[ZPP_COMPRESS_QWZ_BITS]));
   ZPPCHECK(resolveInt(config ? config->qgzBits : undef, ZPP_COMPRESS_QGZ_BITS, 0, 8, &s.qgzBits,
                       &s.from[ZPP_COMPRESS_QGZ_BITS]));
-  ZPPCHECK(checkBits(s.qgzBits, s.from[ZPP_COMPRESS_QGZ_BITS], "qgzBits"));
+  ZPPCHECK(checkQgzBits(s.qgzBits, s.from[ZPP_COMPRESS_QGZ_BITS]));
   ZPPCHECK(resolveInt(config ? config->quantBlock : undef, ZPP_COMPRESS_BLOCK, 0, ZPP_QUANT_MAX_BLOCK,
                       &s.quantBlock, &s.from[ZPP_COMPRESS_BLOCK]));
   ZPPCHECK(checkBlock(s.quantBlock, s.from[ZPP_COMPRESS_BLOCK]));
@@ -72,6 +79,12 @@ zppResult_t zppCompressResolve(const zppConfig_t* config, zppCompressSettings_t*
   ZPP_ARGCHECK(s.quantRotate == 0 || s.quantRotate == 1,
                "%s: quantRotate=%d: expected 0 (off) or 1 (on)", s.from[ZPP_COMPRESS_ROTATE],
                s.quantRotate);
+  int efConfig = config && ZPP_CONFIG_HAS(config, qgzErrorFeedback) ? config->qgzErrorFeedback : undef;
+  ZPPCHECK(resolveInt(efConfig, ZPP_COMPRESS_QGZ_EF, 0, 1, &s.qgzErrorFeedback,
+                      &s.from[ZPP_COMPRESS_QGZ_EF]));
+  ZPP_ARGCHECK(s.qgzErrorFeedback == 0 || s.qgzErrorFeedback == 1,
+               "%s: qgzErrorFeedback=%d: expected 0 (off) or 1 (on)", s.from[ZPP_COMPRESS_QGZ_EF],
+               s.qgzErrorFeedback);
 
   if (config && config->compressMinBytes != ZPP_CONFIG_UNDEF_SIZE) {
     s.compressMinBytes = config->compressMinBytes;
@@ -90,7 +103,7 @@ zppResult_t zppCompressResolve(const zppConfig_t* config, zppCompressSettings_t*
 
 int zppCompressBlock(const zppCompressSettings_t* s, int bits) {
   if (s->quantBlock > 0) return s->quantBlock;
-  return bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8;
+  return zppQuantDefaultBlock(bits);
 }
 
 unsigned zppCompressQuantFlags(const zppCompressSettings_t* s) {
@@ -103,20 +116,23 @@ void zppCompressApply(struct zppComm* comm, const zppCompressSettings_t* s) {
   if (s->quantBlock > 0)
     snprintf(block, sizeof(block), "%d", s->quantBlock);
   else
-    snprintf(block, sizeof(block), "int8 %d / int4 %d", ZPP_QUANT_DEFAULT_BLOCK_INT8,
-             ZPP_QUANT_DEFAULT_BLOCK_INT4);
+    snprintf(block, sizeof(block), "int8 %d / int4 %d / int2 %d", ZPP_QUANT_DEFAULT_BLOCK_INT8,
+             ZPP_QUANT_DEFAULT_BLOCK_INT4, ZPP_QUANT_DEFAULT_BLOCK_INT2);
   char group[32];
   if (s->hpzGroupSize > 0)
     snprintf(group, sizeof(group), "%d", s->hpzGroupSize);
   else
     snprintf(group, sizeof(group), "node");
+  char gather[16] = "plain", reduce[16] = "plain";
+  if (s->qwzBits) snprintf(gather, sizeof(gather), "qwZ int%d", s->qwzBits);
+  if (s->qgzBits) snprintf(reduce, sizeof(reduce), "qgZ int%d", s->qgzBits);
   ZPP_INFO(INIT,
            "comm %s rank %d: compression: all-gather %s (%s), reduce-scatter %s (%s), block %s "
-           "(%s), plain below %zu bytes (%s), hpZ group %s (%s), rotation %s (%s)",
-           comm->name, comm->rank, s->qwzBits ? (s->qwzBits == 8 ? "qwZ int8" : "qwZ int4") : "plain",
-           s->from[ZPP_COMPRESS_QWZ_BITS],
-           s->qgzBits ? (s->qgzBits == 8 ? "qgZ int8" : "qgZ int4") : "plain",
+           "(%s), plain below %zu bytes (%s), hpZ group %s (%s), rotation %s (%s), qgZ error "
+           "feedback %s (%s)",
+           comm->name, comm->rank, gather, s->from[ZPP_COMPRESS_QWZ_BITS], reduce,
            s->from[ZPP_COMPRESS_QGZ_BITS], block, s->from[ZPP_COMPRESS_BLOCK], s->compressMinBytes,
            s->from[ZPP_COMPRESS_MIN_BYTES], group, s->from[ZPP_COMPRESS_HPZ_GROUP],
-           s->quantRotate ? "on" : "off", s->from[ZPP_COMPRESS_ROTATE]);
+           s->quantRotate ? "on" : "off", s->from[ZPP_COMPRESS_ROTATE],
+           s->qgzErrorFeedback ? "on" : "off", s->from[ZPP_COMPRESS_QGZ_EF]);
 }

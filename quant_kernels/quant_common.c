@@ -208,6 +208,13 @@ int zppQuantValidParams(int bits, int block) {
   return (block & (block - 1)) == 0;
 }
 
+int zppQuantDefaultBlock(int bits) {
+  return bits == 8   ? ZPP_QUANT_DEFAULT_BLOCK_INT8
+         : bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4
+         : bits == 2 ? ZPP_QUANT_DEFAULT_BLOCK_INT2
+                     : 0;
+}
+
 size_t zppQuantPackedSize(size_t count, int bits, int block) {
   if (!zppQuantValidParams(bits, block)) return 0;
   /* Counts so large that the size wraps are invalid too (0), not a small

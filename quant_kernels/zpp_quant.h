@@ -360,6 +360,8 @@ extern "C" {
 #define ZPP_QUANT_DEFAULT_BLOCK_INT8 256
 #define ZPP_QUANT_DEFAULT_BLOCK_INT4 64
 #define ZPP_QUANT_DEFAULT_BLOCK_INT2 256
+/* The default block of a bit width (8, 4 or 2); 0 for another. */
+int zppQuantDefaultBlock(int bits);
 
 typedef struct {
   uint32_t magic;

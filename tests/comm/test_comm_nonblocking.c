@@ -95,13 +95,26 @@ static int readyBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   return fails ? 1 : 0;
 }
 
-/* A program compiled against zpp 0.1.0's header: its config ends before `blocking`, which then
- * keeps its default (blocking), whatever lies in memory past the struct it knew. */
+/* Programs compiled against older headers: 0.1.0's config ends before `blocking`, which then
+ * keeps its default (blocking), whatever lies in memory past the struct it knew; 0.2.0's before
+ * `qgzErrorFeedback` (an invalid 7 there would fail creation if it were read). */
 static int oldConfigBody(int rank, int nranks, const zppUniqueId* id, void* arg) {
   zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
   cfg.version = ZPP_VERSION(0, 1, 0);
   cfg.size = offsetof(zppConfig_t, blocking);
   cfg.blocking = 0; /* past the end for that version: not read */
+  zppComm_t comm = NULL;
+  int fails = zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) != zppSuccess;
+  if (comm) fails += zppExerciseComm(comm, 50);
+  zppCommDestroy(comm);
+  return fails ? 1 : 0;
+}
+
+static int config020Body(int rank, int nranks, const zppUniqueId* id, void* arg) {
+  zppConfig_t cfg = ZPP_CONFIG_INITIALIZER;
+  cfg.version = ZPP_VERSION(0, 2, 0);
+  cfg.size = offsetof(zppConfig_t, qgzErrorFeedback);
+  cfg.qgzErrorFeedback = 7; /* past the end for that version: not read */
   zppComm_t comm = NULL;
   int fails = zppCommInitRankConfig(&comm, nranks, *id, rank, &cfg) != zppSuccess;
   if (comm) fails += zppExerciseComm(comm, 50);
@@ -116,6 +129,7 @@ static int testReady(void) {
   o.timeoutSec = 90;
   CHECK_EQ_INT(zppLaunch(&o, readyBody, NULL), 0);
   CHECK_EQ_INT(zppLaunch(&o, oldConfigBody, NULL), 0);
+  CHECK_EQ_INT(zppLaunch(&o, config020Body, NULL), 0);
   return 0;
 }
 

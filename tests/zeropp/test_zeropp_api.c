@@ -176,6 +176,15 @@ static int caseSettings(int rank, int n, const zppUniqueId* id) {
   unsetenv("ZPP_QUANT_ROTATE");
   setenv("ZPP_QGZ_BITS", "6", 1);
   CHECK(zppCommInitRankConfig(&comm, n, *id, rank, NULL) == zppInvalidArgument);
+  bad = (zppConfig_t)ZPP_CONFIG_INITIALIZER;
+  bad.qwzBits = 2; /* 2 bits is qgZ's alone */
+  CHECK(zppCommInitRankConfig(&comm, n, *id, rank, &bad) == zppInvalidArgument);
+  bad = (zppConfig_t)ZPP_CONFIG_INITIALIZER;
+  bad.qgzErrorFeedback = 2;
+  CHECK(zppCommInitRankConfig(&comm, n, *id, rank, &bad) == zppInvalidArgument);
+  setenv("ZPP_QGZ_ERROR_FEEDBACK", "yes", 1);
+  CHECK(zppCommInitRankConfig(&comm, n, *id, rank, NULL) == zppInvalidArgument);
+  unsetenv("ZPP_QGZ_ERROR_FEEDBACK");
   setenv("ZPP_QGZ_BITS", "x", 1);
   CHECK(zppCommInitRankConfig(&comm, n, *id, rank, NULL) == zppInvalidArgument);
   unsetenv("ZPP_QGZ_BITS");
@@ -196,7 +205,8 @@ static int caseArgs(int rank, int n, const zppUniqueId* id) {
   CHECK(zppQwzAllGather(a, b, (size_t)1 << 62, zppFloat32, 8, comm, NULL) == zppInvalidArgument);
   CHECK(zppQgzReduceScatter(b, a, 8, zppFloat32, zppMax, 4, comm, NULL) == zppInvalidArgument);
   CHECK(zppQgzReduceScatter(b, a, 8, zppInt8, zppSum, 4, comm, NULL) == zppInvalidArgument);
-  CHECK(zppQgzReduceScatter(b, a, 8, zppFloat32, zppSum, 2, comm, NULL) == zppInvalidArgument);
+  CHECK(zppQgzReduceScatter(b, a, 8, zppFloat32, zppSum, 3, comm, NULL) == zppInvalidArgument);
+  CHECK(zppQwzAllGather(a, b, 8, zppFloat32, 2, comm, NULL) == zppInvalidArgument);
   CHECK(zppQgzReduceScatter(b, b + 1, 8, zppFloat32, zppSum, 4, comm, NULL) == zppInvalidUsage);
   CHECK(zppQgzReduceScatterCoalesced(-1, NULL, NULL, NULL, zppFloat32, zppSum, 4, comm, NULL) ==
         zppInvalidArgument);
@@ -427,6 +437,25 @@ static int caseMismatch(int rank, int n, const zppUniqueId* id) {
   REQUIRE(zppParamDestroy(prm) == zppSuccess);
   abortTogether(comm);
   unsetenv("ZPP_QUANT_ROTATE");
+
+  /* Error feedback on one rank only (the environment): it reduces through
+   * its handle, the others without one; the first call fails on every rank
+   * and names the setting. On that rank a call without a handle is refused
+   * before anything moves. */
+  if (rank == 1) setenv("ZPP_QGZ_ERROR_FEEDBACK", "1", 1);
+  REQUIRE(initWith(rank, n, id, &cfg, &comm) == zppSuccess);
+  zppGrad_t ef = NULL;
+  REQUIRE(zppGradCreate(comm, count, zppBfloat16, 2, &ef) == zppSuccess);
+  if (rank == 1)
+    CHECK(zppQgzReduceScatter(send, recv, count, zppBfloat16, zppSum, 2, comm, NULL) ==
+          zppInvalidUsage);
+  expectAllFail(rank == 1 ? zppQgzReduceScatterEF(send, recv, count, zppBfloat16, zppSum, ef, comm, NULL)
+                          : zppQgzReduceScatter(send, recv, count, zppBfloat16, zppSum, 2, comm, NULL),
+                "qgZ error feedback on rank 1 only");
+  expectSomeoneNames(comm, "ZPP_QGZ_ERROR_FEEDBACK", "qgZ error feedback on rank 1 only");
+  REQUIRE(zppGradDestroy(ef) == zppSuccess);
+  abortTogether(comm);
+  unsetenv("ZPP_QGZ_ERROR_FEEDBACK");
   free(send);
   free(recv);
   return zppTestRankResult();
