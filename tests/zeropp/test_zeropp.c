@@ -296,8 +296,12 @@ static void suiteCore(const ctx_t* c) {
   testQgz(c, zppBfloat16, 4, zppAvg, 1500, 0, 0, seed++);
   testQgz(c, zppBfloat16, 4, zppSum, 500, 1, 0, seed++);
   testQgz(c, zppFloat16, 8, zppAvg, 900, 0, 1, seed++);
+  /* The ternary codec (qgZ's alone): every type, uneven partitions. */
+  for (size_t ti = 0; ti < 3; ti++)
+    testQgz(c, floatTypes[ti], 2, ti % 2 ? zppAvg : zppSum, ti == 1 ? 77 : 1100, 0, 0, seed++);
   testAvgIsSumOverWorld(c, 1300);
   testCoalesced(c, zppBfloat16, 4);
+  testCoalesced(c, zppFloat32, 2);
   testCoalesced(c, zppFloat32, 8);
   testNonFinite(c, zppBfloat16);
   testNonFinite(c, zppFloat16);
@@ -752,7 +756,7 @@ static void suiteSplit(const ctx_t* cAll) {
 /* What ordinary data's two-stage bound stays under: ztFill's values are at
  * most 2^4 * 4 = 64, so sums over W <= 8 ranks stay below 512 and a block's
  * scale below 512 / 7. A block scaled to a 1e30 outlier would give ~1e29. */
-#define ORDINARY_BOUND 1e3 /* also above the DeepSpeed case's Gaussian gradients' */
+#define ORDINARY_BOUND 1e3 /* also above the DeepSpeed case's Gaussian gradients'; int2: 7x */
 
 static const float kOutliers[] = {1e30f, INFINITY, NAN, -3e38f};
 
@@ -783,9 +787,11 @@ static void testQgzOutlier(const ctx_t* c, zppDataType_t t, int bits) {
     double* target = xmalloc(rc * sizeof(double));
     ztQgzExpect((const void* const*)in, t, rc, c->rank, c->W, c->nodeOf, bits, ztBlock(bits), zppSum,
                 ZT_CHUNK_BYTES, want, bound, target);
+    /* int2's levels are 7 times int4's: its ordinary bound too. */
+    const double ordinary = bits == 2 ? 7 * ORDINARY_BOUND : ORDINARY_BOUND;
     size_t loose = 0;
     for (size_t i = 0; i < rc; i++)
-      if (i != at && !(bound[i] < ORDINARY_BOUND)) loose++;
+      if (i != at && !(bound[i] < ordinary)) loose++;
     CHECK_MSG(loose == 0, "%s %s int%d: %zu elements beside the outlier have a bound as loose as it",
               what, ztTypeName(t), bits, loose);
     /* Its own element: non-finite stays so (NaN: the codecs mark Inf and
@@ -1108,11 +1114,13 @@ static void testFlatScales(const ctx_t* c, zppDataType_t t, int bits) {
 }
 
 static void suiteOutliers(const ctx_t* c) {
-  for (size_t ti = 0; ti < 3; ti++)
+  for (size_t ti = 0; ti < 3; ti++) {
     for (int bits = 4; bits <= 8; bits += 4) {
       testQgzOutlier(c, floatTypes[ti], bits);
       testQwzOutlier(c, floatTypes[ti], bits);
     }
+    testQgzOutlier(c, floatTypes[ti], 2);
+  }
   testDeepSpeedPadding(c, zppFloat32);
   testDeepSpeedPadding(c, zppBfloat16);
   static const int ratios[] = {8, 16, 17, 24, 40};

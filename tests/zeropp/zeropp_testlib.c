@@ -31,9 +31,10 @@ void ztFill(void* buf, zppDataType_t t, size_t count, int seed, int rank) {
   }
 }
 
-int ztBlock(int bits) {
-  return bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8;
-}
+int ztBlock(int bits) { return zppQuantDefaultBlock(bits); }
+
+/* The codec's largest level Q (docs/codecs.md). */
+static double ztQ(int bits) { return bits == 8 ? 127.0 : bits == 4 ? 7.0 : 1.0; }
 
 size_t ztChunkElems(zppDataType_t t, int block) { return ztChunkElemsFor(ZT_CHUNK_BYTES, t, block); }
 
@@ -82,7 +83,7 @@ static void segErr(const void* in, zppDataType_t t, size_t count, int bits, int 
   REQUIRE(marks != NULL);
   qtExpectEscapes(in, t, count, bits, block, marks);
   const int rotated = (qtReadHeader(seg).reserved & ZPP_QUANT_FLAG_ROTATED) != 0;
-  const double Q = bits == 8 ? 127.0 : 7.0;
+  const double Q = ztQ(bits);
   int L = 0;
   while ((1 << L) < block) L++;
   for (size_t lo = 0; lo < count; lo += (size_t)block) {
@@ -155,7 +156,7 @@ static double gammaK(int k) {
 }
 
 static double stageErr(double s, int bits) {
-  double Q = bits == 8 ? 127.0 : 7.0;
+  double Q = ztQ(bits);
   return s / 2 + 0x1p-21 * Q * s + (Q + 1) * 0x1p-150;
 }
 
@@ -171,7 +172,7 @@ static double stageErr(double s, int bits) {
 static void stageSumErr(const uint8_t* segs, size_t P, int n, const void* const* src, zppDataType_t st,
                         const double* e, const float* y, const float* w, size_t len, int bits,
                         int block, double* S) {
-  const double Q = bits == 8 ? 127.0 : 7.0;
+  const double Q = ztQ(bits);
   int L = 0;
   while ((1 << L) < block) L++;
   char* marks = malloc((size_t)n * len + 1);
@@ -239,7 +240,7 @@ static int anyEscape(const uint8_t* segs, size_t P, int n, size_t len, int bits,
  * replaces segErr's bound there, which assumed zppQuantizeEx of w. */
 static void directErr(const uint8_t* ns, size_t P, int n, const uint8_t* rr, const float* w, size_t len,
                       int bits, int block, double* er) {
-  const double Q = bits == 8 ? 127.0 : 7.0;
+  const double Q = ztQ(bits);
   int L = 0;
   while ((1 << L) < block) L++;
   for (size_t lo = 0; lo + (size_t)block <= len; lo += (size_t)block) {
