@@ -93,7 +93,7 @@ typedef struct {
   char* a2[NSLOTS];               /* N * sum: received from each node */
   zppP2pReq_t** reqIntra[NSLOTS]; /* 2L */
   zppP2pReq_t** reqInter[NSLOTS]; /* 2N */
-  float* efX;                     /* error feedback: x and its decoded form, a chunk's elements each */
+  float* efX; /* error feedback: x and its decoded form, a chunk's elements each (scratch) */
   float* efD;
 } qgz_t;
 
@@ -140,26 +140,37 @@ static const char* sendAt(const qgz_t* g, const piece_t* p, size_t partition) {
   return (const char*)g->a->send[p->t] + (partition * g->a->counts[p->t] + p->off) * g->ts;
 }
 
-static void toFloat(const void* in, zppDataType_t type, size_t len, float* out) {
-  const uint16_t* h = in;
-  if (type == zppFloat32)
-    memcpy(out, in, len * sizeof(float));
-  else if (type == zppFloat16)
-    for (size_t i = 0; i < len; i++) out[i] = zppHalfToFloat(h[i]);
-  else
-    for (size_t i = 0; i < len; i++) out[i] = zppBf16ToFloat(h[i]);
+/* x = in + e in fp32 (the conversion is exact). A loop per type, with
+ * restrict pointers, so that the compiler vectorizes each. */
+static void addResidual(const void* in, zppDataType_t type, const float* restrict e, size_t len,
+                        float* restrict x) {
+  if (type == zppFloat32) {
+    const float* restrict f = in;
+    for (size_t i = 0; i < len; i++) x[i] = f[i] + e[i];
+  } else if (type == zppFloat16) {
+    const uint16_t* restrict h = in;
+    for (size_t i = 0; i < len; i++) x[i] = zppHalfToFloat(h[i]) + e[i];
+  } else {
+    const uint16_t* restrict h = in;
+    for (size_t i = 0; i < len; i++) x[i] = zppBf16ToFloat(h[i]) + e[i];
+  }
 }
 
-/* Error feedback's quantization of the len values in efX: x = efX + eIn
- * into dst, eOut = x - decode(dst); a non-finite x keeps its old residual. */
-static zppResult_t quantizeWithFeedback(const qgz_t* g, const float* eIn, float* eOut, size_t len,
-                                        char* dst) {
+/* Error feedback's quantization of the len values x in efX (the residual
+ * added) into dst: eOut = x - decode(dst), except where x is not finite:
+ * its escape carries it, and the old residual eIn stays. */
+static zppResult_t quantizeWithFeedback(const qgz_t* g, const float* restrict eIn,
+                                        float* restrict eOut, size_t len, char* dst) {
   const zppQgzArgs_t* a = g->a;
-  float *x = g->efX, *d = g->efD;
-  for (size_t i = 0; i < len; i++) x[i] += eIn[i];
+  const float* restrict x = g->efX;
+  float* restrict d = g->efD;
   ZPPCHECK(zppQuantizeEx(x, zppFloat32, len, a->bits, a->block, a->flags, dst));
   ZPPCHECK(zppDequantizeEx(dst, len, a->bits, a->block, d, zppFloat32));
-  for (size_t i = 0; i < len; i++) eOut[i] = isfinite(x[i]) ? x[i] - d[i] : eIn[i];
+  for (size_t i = 0; i < len; i++) {
+    uint32_t u;
+    memcpy(&u, &x[i], sizeof u);
+    eOut[i] = (u & 0x7f800000u) != 0x7f800000u ? x[i] - d[i] : eIn[i];
+  }
   return zppSuccess;
 }
 
@@ -169,8 +180,9 @@ static zppResult_t quantizePiece(const qgz_t* g, const piece_t* p, size_t partit
   const char* in = sendAt(g, p, partition);
   if (a->efSendIn == NULL) return zppQuantizeEx(in, a->type, p->len, a->bits, a->block, a->flags, dst);
   size_t at = partition * a->counts[p->t] + p->off;
-  toFloat(in, a->type, p->len, g->efX); /* exact */
-  return quantizeWithFeedback(g, a->efSendIn[p->t] + at, a->efSendOut[p->t] + at, p->len, dst);
+  const float* eIn = a->efSendIn[p->t] + at;
+  addResidual(in, a->type, eIn, p->len, g->efX);
+  return quantizeWithFeedback(g, eIn, a->efSendOut[p->t] + at, p->len, dst);
 }
 
 /* Quantize chunk t and post its first hop. */
@@ -247,8 +259,10 @@ static zppResult_t stage2(qgz_t* g, int t) {
           ZPPCHECK(zppDequantizeSumEx(in, s1, L, p->len, a->bits, a->block, 1.0f, sum, zppFloat32));
         else
           ZPPCHECK(zppDequantizeSum(in, s1, L, p->len, a->bits, a->block, 1.0f, sum, zppFloat32));
-        ZPPCHECK(quantizeWithFeedback(g, a->efReduceIn[p->t] + at, a->efReduceOut[p->t] + at, p->len,
-                                      dst + p->pre));
+        const float* eIn = a->efReduceIn[p->t] + at;
+        float* restrict x = sum;
+        for (size_t i = 0; i < p->len; i++) x[i] += eIn[i];
+        ZPPCHECK(quantizeWithFeedback(g, eIn, a->efReduceOut[p->t] + at, p->len, dst + p->pre));
       } else if (a->flags & ZPP_QUANT_ROTATE)
         ZPPCHECK(zppQuantReduceRequantEx(in, s1, L, p->len, a->bits, a->block, a->bits, a->block,
                                          a->flags, dst + p->pre));
@@ -294,9 +308,12 @@ zppResult_t zppCollQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a) {
   size_t ce = zppCollChunkElems(c, a->type, a->block, g.N - 1);
   ZPPCHECKGOTO(planChunks(&g, ce), res, out);
   if (g.nChunks == 0) goto out;
-  if (a->efSendIn != NULL) { /* a piece is at most ce elements */
-    ZPP_CALLOCGOTO(g.efX, ce, res, out);
-    ZPP_CALLOCGOTO(g.efD, ce, res, out);
+  if (a->efSendIn != NULL) { /* a piece is at most ce elements; kept between calls */
+    g.efX = zppCollScratch(c, ZPP_ZSCRATCH_AUX, 2 * ce * sizeof(float));
+    if (g.efX == NULL)
+      ZPP_FAILGOTO(zppSystemError, res, out, COLL, "qgZ: out of memory for error feedback's %zu bytes",
+                   2 * ce * sizeof(float));
+    g.efD = g.efX + ce;
   }
 
   ZPP_CALLOCGOTO(reqs, (size_t)NSLOTS * 2 * (size_t)(g.L + g.N), res, out);
@@ -324,8 +341,6 @@ out:
   /* On error the requests still live belong to the transport until the
    * caller's quiesce; only the arrays go. */
   free(reqs);
-  free(g.efX);
-  free(g.efD);
   free(g.inter);
   free(g.pieces);
   free(g.chunks);

@@ -106,7 +106,7 @@ perf/emucluster/emucluster.sh -q -n 2 -l 2 -r "$rate" --no-check-rate --placemen
   "$perf" -t allgather,reducescatter -m plain,qwz,hpz,qgz -d bfloat16 -b "$max" -e "$max" -n "$iters" \
   -w 1 -c 1 -J "$out/main-2x2-cyclic.json"
 
-step "5/6" "2 nodes x 2 ranks, then 2 x 1, at $rate, 4-bit rotated codec (issue 27): plain, qwZ int4 and qgZ int4, rotated, at $max ($(nproc) cores)"
+step "5/6" "2 nodes x 2 ranks, then 2 x 1, at $rate, 4-bit rotated codec (issue 27): plain, qwZ int4 and qgZ int4, rotated; then qgZ int2 rotated with error feedback (issue 45), at $max ($(nproc) cores)"
 perf/emucluster/emucluster.sh -q -n 2 -l 2 -r "$rate" --no-check-rate -- \
   "$perf" -t allgather,reducescatter -m plain,qwz,qgz --qwz-bits 4 --qgz-bits 4 --rotate -d bfloat16 \
   -b "$max" -e "$max" -n "$iters" -w 1 -c 1 -J "$out/main-2x2-rot4.json"
@@ -116,6 +116,13 @@ perf/emucluster/emucluster.sh -q -n 2 -l 2 -r "$rate" --no-check-rate -- \
 perf/emucluster/emucluster.sh -q -n 2 -l 1 -r "$rate" --no-check-rate -- \
   "$perf" -t allgather,reducescatter -m plain,qwz,qgz --qwz-bits 4 --qgz-bits 4 --rotate -d bfloat16 \
   -b "$max" -e "$max" -n "$iters" -w 1 -c 1 -J "$out/main-2x1-rot4.json"
+# Two-bit gradients with error feedback (issue 45), 2x2 and 2 x 1 alike.
+perf/emucluster/emucluster.sh -q -n 2 -l 2 -r "$rate" --no-check-rate -- \
+  "$perf" -t reducescatter -m plain,qgz --qgz-bits 2 --rotate --error-feedback -d bfloat16 \
+  -b "$max" -e "$max" -n "$iters" -w 1 -c 1 -J "$out/main-2x2-rot2ef.json"
+perf/emucluster/emucluster.sh -q -n 2 -l 1 -r "$rate" --no-check-rate -- \
+  "$perf" -t reducescatter -m plain,qgz --qgz-bits 2 --rotate --error-feedback -d bfloat16 \
+  -b "$max" -e "$max" -n "$iters" -w 1 -c 1 -J "$out/main-2x1-rot2ef.json"
 
 step "6/6" "summary"
 kill "$probe_pid" 2>/dev/null || true
@@ -129,5 +136,6 @@ fi
 python3 scripts/main-summary.py "${probe_args[@]}" --two-by-two "$out/main-2x2.json" --links "$out/main-2x2-links.json" \
   --four-by-one "$out/main-4x1.json" --links-4x1 "$out/main-4x1-links.json" --rate "$rate" \
   --cyclic "$out/main-2x2-cyclic.json" --rotated4 "$out/main-2x2-rot4.json" \
-  --rotated4-2x1 "$out/main-2x1-rot4.json" --cores "$(nproc)"
+  --rotated4-2x1 "$out/main-2x1-rot4.json" --rotated2ef "$out/main-2x2-rot2ef.json" \
+  --rotated2ef-2x1 "$out/main-2x1-rot2ef.json" --cores "$(nproc)"
 echo "zpp main job: done in $(($(date +%s) - start)) s; JSON and SVG pictures in results/"

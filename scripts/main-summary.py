@@ -14,6 +14,8 @@ int8 / qgZ beside it from the blocks run, and each against its wire limit
 would give); the target is 0.9 of that limit or more. With --rotated4-2x1,
 the same on 2 nodes x 1 rank, where each rank has a core of its own on a
 machine of 2 cores or more (--cores says how many there are). With
+--rotated2ef and --rotated2ef-2x1 (issue 45), qgZ int2 rotated with error
+feedback on both, against the same target. With
 --cpu-probe (zpp-cpu-probe's samples through the job), how fast the host let
 the CPUs run, and beside each MISS whether its rows ran on CPUs the host had
 slowed (zpp-perf's timed_from and timed_to say when each row ran).
@@ -134,14 +136,15 @@ def cyclic(blocks, doc, results):
                                 f"{row['wire_bytes_inter']} vs {same[0]['wire_bytes_inter']}", []))
 
 
-def rotated4(blocks, doc, results, layout="2x2", ranks=4, cores=None):
-    """qwZ int4 and qgZ int4 with rotation against plain of the same run, and
-    the fraction of their wire limit they reach. blocks: the 2x2 run, whose
-    qwZ int8 / qgZ rows are shown beside (None: not comparable). With fewer
-    cores than ranks, the ranks share them and the CPU time of the codecs
-    adds to the wire time: said beside the verdict."""
+def rotated(blocks, doc, results, layout="2x2", ranks=4, cores=None, what="the 4-bit rotated codec (qwZ int4 + qgZ int4, --rotate)"):
+    """Rotated codecs (qwZ and qgZ int4; qgZ int2 with error feedback)
+    against plain of the same run, and the fraction of their wire limit they
+    reach. blocks: the 2x2 run, whose qwZ int8 / qgZ rows are shown beside
+    (None: not comparable). With fewer cores than ranks, the ranks share
+    them and the CPU time of the codecs adds to the wire time: said beside
+    the verdict."""
     recs = doc["records"]
-    print(f"{layout} with the 4-bit rotated codec (qwZ int4 + qgZ int4, --rotate), largest size:")
+    print(f"{layout} with {what}, largest size:")
     shared = cores is not None and cores < ranks
     for op, mode, beside in (("allgather", "qwz", "qwZ int8"), ("reducescatter", "qgz", "qgZ")):
         plain, row = largest(recs, op, "plain"), largest(recs, op, mode)
@@ -149,7 +152,8 @@ def rotated4(blocks, doc, results, layout="2x2", ranks=4, cores=None):
             continue
         vs_plain = row["effective_busbw"] / plain["effective_busbw"]
         limit = plain["wire_bytes_inter"] / row["wire_bytes_inter"]
-        line = (f"  {op:13s} {mode} int{row.get('bits', 4)} rotated {row['effective_busbw']:.4f} GB/s "
+        codec = f"int{row.get('bits', 4)} rotated" + (" error feedback" if row.get("error_feedback") else "")
+        line = (f"  {op:13s} {mode} {codec} {row['effective_busbw']:.4f} GB/s "
                 f"effective   vs plain {vs_plain:.2f}x (wire limit {limit:.2f}x: "
                 f"{vs_plain / limit:.2f} of it)")
         other = largest(blocks["records"], op, mode) if blocks is not None else None
@@ -159,7 +163,7 @@ def rotated4(blocks, doc, results, layout="2x2", ranks=4, cores=None):
         value = f"{vs_plain / limit:.2f} ({vs_plain:.2f}x plain, limit {limit:.2f}x)"
         if shared:
             value += f"; {ranks} ranks on {cores} cores"
-        results.append((f"{layout} {mode} int4 rotated >= 0.9 of its wire limit", vs_plain / limit >= 0.9,
+        results.append((f"{layout} {mode} {codec} >= 0.9 of its wire limit", vs_plain / limit >= 0.9,
                         value, [plain, row]))
 
 
@@ -210,6 +214,8 @@ def main():
     ap.add_argument("--cyclic", help="zpp-perf JSON of 2x2 with ranks placed on nodes in turn")
     ap.add_argument("--rotated4", help="zpp-perf JSON of 2x2 with qwZ int4 and qgZ int4 rotated")
     ap.add_argument("--rotated4-2x1", help="the same on 2 nodes x 1 rank (a core per rank)")
+    ap.add_argument("--rotated2ef", help="zpp-perf JSON of 2x2 with qgZ int2 rotated, error feedback")
+    ap.add_argument("--rotated2ef-2x1", help="the same on 2 nodes x 1 rank (a core per rank)")
     ap.add_argument("--cores", type=int, help="the machine's cores (said where ranks share them)")
     ap.add_argument("--cpu-probe", help="zpp-cpu-probe's JSON lines, taken through the job")
     ap.add_argument("--loopback", action="store_true",
@@ -221,9 +227,15 @@ def main():
     if args.cyclic:
         cyclic(blocks, load(args.cyclic), results)
     if args.rotated4:
-        rotated4(blocks, load(args.rotated4), results, cores=args.cores)
+        rotated(blocks, load(args.rotated4), results, cores=args.cores)
     if args.rotated4_2x1:
-        rotated4(None, load(args.rotated4_2x1), results, layout="2x1", ranks=2, cores=args.cores)
+        rotated(None, load(args.rotated4_2x1), results, layout="2x1", ranks=2, cores=args.cores)
+    ef2 = "qgZ int2 rotated with error feedback (--qgz-bits 2 --rotate --error-feedback)"
+    if args.rotated2ef:
+        rotated(blocks, load(args.rotated2ef), results, cores=args.cores, what=ef2)
+    if args.rotated2ef_2x1:
+        rotated(None, load(args.rotated2ef_2x1), results, layout="2x1", ranks=2, cores=args.cores,
+                what=ef2)
     if args.four_by_one:
         links = load(args.links_4x1) if args.links_4x1 else None
         four_by_one(load(args.four_by_one), links, rate_bits(args.rate), results)

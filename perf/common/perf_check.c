@@ -247,7 +247,7 @@ static double zppPerfHalfSubnormal(zppDataType_t dtype) {
   }
 }
 
-static int zppPerfLevels(int bits) { return bits == 4 ? 7 : bits == 8 ? 127 : 0; }
+static int zppPerfLevels(int bits) { return bits == 4 ? 7 : bits == 8 ? 127 : bits == 2 ? 1 : 0; }
 
 /* The codec's one-round-trip bound for scale s and input x, decoded to T. */
 static double zppPerfRoundTrip(zppDataType_t dtype, int q, double s, double x) {

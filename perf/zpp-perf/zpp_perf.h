@@ -76,6 +76,7 @@ typedef struct {
   void* modeState;     /* from the mode's setup (e.g. hpZ's partitioned parameter) */
   int rotateRoot;      /* -r rotate: timed call i has root i % nranks (root is 0 otherwise) */
   int quantRotate;     /* --rotate: the compressed modes' codec rotates its blocks */
+  int errorFeedback;   /* qgz under --error-feedback: its calls go through a zppGrad handle */
 } zppPerfCall_t;
 
 /* -r rotate: the broadcast root moves to the next rank every call, so that a
@@ -166,6 +167,7 @@ typedef struct zppPerfArgs {
   int qwzBits, qgzBits, hpzBits; /* --qwz-bits (8), --qgz-bits (4), --hpz-bits (8; 0: exact forward) */
   int quantBlock;         /* --block, else ZPP_QUANT_BLOCK, else 0: the codec's default per bits */
   int quantRotate;        /* --rotate, else ZPP_QUANT_ROTATE=1: the rotated codec */
+  int errorFeedback;      /* --error-feedback: qgz through a zppGrad handle */
   const char* injectSpec; /* ZPP_PERF_INJECT_ERROR, "rank:elem" */
   int injectRank;
   long injectElem;
@@ -226,6 +228,7 @@ typedef struct {
   double maxError, bound;
   int bits, block; /* compressed modes */
   int rotated;     /* compressed modes under --rotate */
+  int errorFeedback; /* qgz under --error-feedback */
   zppPerfBaseResult_t base;
 } zppPerfRecord_t;
 

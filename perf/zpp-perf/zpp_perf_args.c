@@ -112,12 +112,16 @@ void zppPerfUsage(FILE* f) {
           "                          (qwz hpz qgz), or\n"
           "                          COLL:MODE (default allgather,reducescatter)\n"
           "  -m, --mode LIST         modes for the collectives named in -t (default plain)\n"
-          "      --qwz-bits 8|4      codec bits of qwz (default 8), --qgz-bits (default 4),\n"
+          "      --qwz-bits 8|4      codec bits of qwz (default 8), --qgz-bits (default 4;\n"
+          "                          also 2),\n"
           "      --hpz-bits 8|4|0    --hpz-bits of hpz's forward gather (default 8, 0 exact)\n"
           "      --block N           elements per scale (sets ZPP_QUANT_BLOCK; default the\n"
-          "                          codec's: 256 for 8 bits, 64 for 4)\n"
+          "                          codec's: 256 for 8 bits, 64 for 4, 256 for 2)\n"
           "      --rotate            the compressed modes rotate each block before quantizing\n"
           "                          (sets ZPP_QUANT_ROTATE=1; default ZPP_QUANT_ROTATE, else off)\n"
+          "      --error-feedback    qgz reduces through a residual handle (zppGradCreate,\n"
+          "                          zppQgzReduceScatterEF): each call adds what the last one\n"
+          "                          rounded away; -c checks the first call, whose residual is 0\n"
           "      --baseline mpi|nccl the same operation through MPI (under mpirun) or NCCL\n"
           "                          (device buffers, needs a GPU), beside our rows\n"
           "      --rounds R          split each row's -n iterations into R rounds that\n"
@@ -375,6 +379,7 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
     OPT_HPZ_BITS,
     OPT_BLOCK,
     OPT_ROTATE,
+    OPT_EF,
     OPT_ROUNDS,
     OPT_DEVICE
   };
@@ -406,6 +411,7 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
                                            {"hpz-bits", required_argument, 0, OPT_HPZ_BITS},
                                            {"block", required_argument, 0, OPT_BLOCK},
                                            {"rotate", no_argument, 0, OPT_ROTATE},
+                                           {"error-feedback", no_argument, 0, OPT_EF},
                                            {"rounds", required_argument, 0, OPT_ROUNDS},
                                            {"device", no_argument, 0, OPT_DEVICE},
                                            {0, 0, 0, 0}};
@@ -517,8 +523,9 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
       case OPT_QGZ_BITS:
       case OPT_HPZ_BITS:
         if (zppPerfParseInt(optarg, 0, 8, &v) != 0 ||
-            !(v == 4 || v == 8 || (v == 0 && opt == OPT_HPZ_BITS)))
-          return zppPerfUsageError("bits must be 4 or 8 (--hpz-bits also 0), not %s", optarg);
+            !(v == 4 || v == 8 || (v == 0 && opt == OPT_HPZ_BITS) || (v == 2 && opt == OPT_QGZ_BITS)))
+          return zppPerfUsageError("bits must be 4 or 8 (--hpz-bits also 0, --qgz-bits also 2), not %s",
+                                   optarg);
         if (opt == OPT_QWZ_BITS)
           a->qwzBits = (int)v;
         else if (opt == OPT_QGZ_BITS)
@@ -532,6 +539,7 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
         a->quantBlock = (int)v;
         break;
       case OPT_ROTATE: a->quantRotate = 1; break;
+      case OPT_EF: a->errorFeedback = 1; break;
       case OPT_ROUNDS:
         if (zppPerfParseInt(optarg, 1, 1000000, &v) != 0)
           return zppPerfUsageError("bad round count --rounds %s (a whole number, 1 or more)", optarg);

@@ -101,8 +101,26 @@ static zppResult_t zppPerfRunQwz(const zppPerfCall_t* c) {
 }
 
 static zppResult_t zppPerfRunQgz(const zppPerfCall_t* c) {
+  if (c->modeState != NULL)
+    return zppQgzReduceScatterEF(c->runSend, c->runRecv, c->apiCount, c->dtype, c->redop,
+                                 (zppGrad_t)c->modeState, c->comm, c->stream);
   return zppQgzReduceScatter(c->runSend, c->runRecv, c->apiCount, c->dtype, c->redop, c->bits, c->comm,
                              c->stream);
+}
+
+/* --error-feedback: a fresh handle per row, so that -c's first call has zero
+ * residuals and the plain qgZ bound applies to it. */
+static zppResult_t zppPerfSetupQgz(zppPerfCall_t* c) {
+  if (!c->errorFeedback) return zppSuccess;
+  zppGrad_t g = NULL;
+  zppResult_t res = zppGradCreate(c->comm, c->apiCount, c->dtype, c->bits, &g);
+  if (res == zppSuccess) c->modeState = g;
+  return res;
+}
+
+static void zppPerfTeardownQgz(zppPerfCall_t* c) {
+  zppGradDestroy((zppGrad_t)c->modeState);
+  c->modeState = NULL;
 }
 
 static zppResult_t zppPerfSetupHpz(zppPerfCall_t* c) {
@@ -166,7 +184,7 @@ static const zppPerfMode_t zppPerfModes[] = {
     {"hpz", ZPP_PERF_ALLGATHER, 1, zppOpHpZ, "backward gather from secondary shards (hpZ)",
      zppPerfRunHpz, zppPerfSetupHpz, zppPerfTeardownHpz, zppPerfQwzBound, zppPerfPrepareQwz, 1, 0},
     {"qgz", ZPP_PERF_REDUCESCATTER, 1, zppOpQgZ, "quantized gradient reduce-scatter (qgZ)",
-     zppPerfRunQgz, NULL, NULL, zppPerfQgzBound, zppPerfPrepareQgz, 1, 1},
+     zppPerfRunQgz, zppPerfSetupQgz, zppPerfTeardownQgz, zppPerfQgzBound, zppPerfPrepareQgz, 1, 1},
 };
 
 int zppPerfModeCount(void) { return (int)(sizeof zppPerfModes / sizeof zppPerfModes[0]); }
@@ -206,7 +224,5 @@ void zppPerfModeParams(const zppPerfMode_t* m, const zppPerfArgs_t* a, int* bits
     *bits = a->qwzBits;
   /* The library's rule: ZPP_QUANT_BLOCK (which --block sets), else the
    * codec's default for the bit width. */
-  *block = a->quantBlock > 0
-               ? a->quantBlock
-               : (*bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8);
+  *block = a->quantBlock > 0 ? a->quantBlock : zppQuantDefaultBlock(*bits);
 }

@@ -59,7 +59,8 @@ void zppPerfPrintSectionHeader(FILE* f, const zppPerfRecord_t* r, int baseline) 
   if (zppPerfCollReduces(r->coll)) fprintf(f, ", %s", zppPerfRedOpName(r->redop));
   if (r->compressed) {
     if (r->bits)
-      fprintf(f, ", int%d, block %d%s", r->bits, r->block, r->rotated ? ", rotated" : "");
+      fprintf(f, ", int%d, block %d%s%s", r->bits, r->block, r->rotated ? ", rotated" : "",
+              r->errorFeedback ? ", error feedback" : "");
     else
       fprintf(f, ", unquantized");
   }
@@ -304,6 +305,8 @@ static void zppPerfJsonRecord(FILE* f, const zppPerfRecord_t* r, const zppPerfRu
     fprintf(f, "%d", r->block);
     zppPerfJsonKey(f, "rotated", &first);
     fprintf(f, "%s", r->rotated ? "true" : "false");
+    zppPerfJsonKey(f, "error_feedback", &first);
+    fprintf(f, "%s", r->errorFeedback ? "true" : "false");
   }
   if (r->base.present) {
     zppPerfJsonKey(f, "baseline", &first);

@@ -478,6 +478,7 @@ static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t*
     rec.root = a->root;
     zppPerfModeParams(task->mode, a, &rec.bits, &rec.block);
     rec.rotated = task->mode->compressed && rec.bits != 0 && a->quantRotate;
+    rec.errorFeedback = a->errorFeedback && strcmp(task->mode->name, "qgz") == 0;
     zppPerfCounts(task->coll, sizes[k], zppTypeSize(dtype), env->nranks, &rec.counts);
     if (env->rank == 0 && !headerDone) {
       zppPerfPrintSectionHeader(stdout, &rec, a->baseline != ZPP_PERF_BASELINE_NONE);
@@ -506,7 +507,8 @@ static zppResult_t zppPerfRunSection(zppPerfRunState_t* st, const zppPerfTask_t*
                           rec.block,
                           NULL,
                           rotate,
-                          rec.rotated};
+                          rec.rotated,
+                          rec.errorFeedback};
     if (env->rank == 0) zppPerfProgress(st, &rec);
     res = zppPerfRunRow(st, task->mode, &call, &rec);
     st->rowsDone++;
