@@ -168,8 +168,8 @@ static zppResult_t qgzAsPlain(struct zppComm* comm, int ntensors, const void* co
 
 static zppResult_t qgzIssue(zppComm_t comm, int ntensors, const void* const* sendbuffs,
                             void* const* recvbuffs, const size_t* counts, zppDataType_t type,
-                            zppRedOp_t op, int bits, struct zppGrad* const* grads,
-                            zppStream_t stream, int device) {
+                            zppRedOp_t op, int bits, struct zppGrad* const* grads, zppStream_t stream,
+                            int device) {
   size_t total = 0;
   for (int t = 0; t < ntensors; t++) total += counts[t];
   /* A call that moves nothing succeeds as qgZ on any nodes (as NCCL's count 0).
@@ -295,9 +295,8 @@ fail:
 }
 
 /* The handles of an error-feedback call against its tensors. */
-static zppResult_t checkGrads(const char* name, int ntensors, const size_t* counts,
-                              zppDataType_t type, zppGrad_t const* grads, zppComm_t comm,
-                              zppStream_t stream) {
+static zppResult_t checkGrads(const char* name, int ntensors, const size_t* counts, zppDataType_t type,
+                              zppGrad_t const* grads, zppComm_t comm, zppStream_t stream) {
   ZPP_ARGCHECK(ntensors == 0 || grads != NULL, "%s: grads is NULL with %d tensors", name, ntensors);
   for (int t = 0; t < ntensors; t++) {
     const struct zppGrad* g = grads[t];
@@ -309,8 +308,8 @@ static zppResult_t checkGrads(const char* name, int ntensors, const size_t* coun
     ZPP_ARGCHECK(type == g->type, "%s: tensor %d: datatype %s, the handle's is %s", name, t,
                  zppDtypeName(type), zppDtypeName(g->type));
     ZPP_ARGCHECK(g->bits == grads[0]->bits,
-                 "%s: tensor %d: its handle is int%d, tensor 0's int%d: one call, one bit width",
-                 name, t, g->bits, grads[0]->bits);
+                 "%s: tensor %d: its handle is int%d, tensor 0's int%d: one call, one bit width", name,
+                 t, g->bits, grads[0]->bits);
     for (int u = 0; u < t; u++)
       ZPP_ARGCHECK(grads[u] != g, "%s: tensors %d and %d share one handle: each gradient has its own",
                    name, u, t);
@@ -329,8 +328,8 @@ static zppResult_t qgzEF(const char* name, int ntensors, const void* const* send
   ZPPCHECK(checkGrads(name, ntensors, counts, datatype, grads, comm, stream));
   int bits = ntensors > 0 ? grads[0]->bits : qgzBits(comm, 0);
   int device = 0;
-  ZPPCHECK_READY(
-      qgzValidate(name, ntensors, sendbuffs, recvbuffs, counts, datatype, op, bits, comm, stream, &device));
+  ZPPCHECK_READY(qgzValidate(name, ntensors, sendbuffs, recvbuffs, counts, datatype, op, bits, comm,
+                             stream, &device));
   ZPP_USAGECHECK(!device,
                  "%s: error feedback runs on host buffers only (its device path is not "
                  "written yet)",
@@ -353,8 +352,7 @@ zppResult_t zppQgzReduceScatterEF(const void* sendbuff, void* recvbuff, size_t r
 zppResult_t zppQgzReduceScatterCoalescedEF(int ntensors, const void* const* sendbuffs,
                                            void* const* recvbuffs, const size_t* recvcounts,
                                            zppDataType_t datatype, zppRedOp_t op,
-                                           zppGrad_t const* grads, zppComm_t comm,
-                                           zppStream_t stream) {
+                                           zppGrad_t const* grads, zppComm_t comm, zppStream_t stream) {
   return qgzEF("zppQgzReduceScatterCoalescedEF", ntensors, sendbuffs, recvbuffs, recvcounts, datatype,
                op, grads, comm, stream);
 }

@@ -159,8 +159,8 @@ static void addResidual(const void* in, zppDataType_t type, const float* restric
 /* Error feedback's quantization of the len values x in efX (the residual
  * added) into dst: eOut = x - decode(dst), except where x is not finite:
  * its escape carries it, and the old residual eIn stays. */
-static zppResult_t quantizeWithFeedback(const qgz_t* g, const float* restrict eIn,
-                                        float* restrict eOut, size_t len, char* dst) {
+static zppResult_t quantizeWithFeedback(const qgz_t* g, const float* restrict eIn, float* restrict eOut,
+                                        size_t len, char* dst) {
   const zppQgzArgs_t* a = g->a;
   const float* restrict x = g->efX;
   float* restrict d = g->efD;

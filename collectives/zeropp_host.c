@@ -84,7 +84,7 @@ static void qgzDrop(void* arg) {
 static zppResult_t qgzJob(struct zppComm* comm, void* arg) {
   qgzBlock_t* b = *(qgzBlock_t**)arg;
   zppQgzArgs_t* a = &b->a;
-  if (b->grads) { /* the residuals as the calls before this one left them */
+  if (b->grads) {                           /* the residuals as the calls before this one left them */
     int hasReduce = b->grads[0]->hasReduce; /* the topology's: alike for every handle */
     for (int t = 0; t < a->ntensors; t++) {
       struct zppGrad* g = b->grads[t];

@@ -64,6 +64,8 @@ def run_one(train, config, seed, steps, path):
                                                                  res.stdout[-2000:]))
         return False
     os.replace(path + ".part", path)
+    if os.path.exists(path + ".part.svg"):  # zpp-train draws the curves beside its JSON
+        os.replace(path + ".part.svg", path[:-len(".json")] + ".svg")
     print("convergence: %s seed %d: %.0f s" % (config, seed, time.monotonic() - t0), flush=True)
     return True
 

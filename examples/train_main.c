@@ -429,9 +429,10 @@ static int trParseArgs(int argc, char** argv, trArgs_t* a) {
     return trBad("--error-feedback compensates qgZ's rounding: it needs --qgz-bits 8, 4 or 2%s%s", "",
                  "");
   if (a->errorFeedback && a->elastic)
-    return trBad("--error-feedback with --elastic: the residuals belong to the communicator that a "
-                 "shrink replaces, and the trainer does not carry them over yet%s%s",
-                 "", "");
+    return trBad(
+        "--error-feedback with --elastic: the residuals belong to the communicator that a "
+        "shrink replaces, and the trainer does not carry them over yet%s%s",
+        "", "");
   if (!a->plain && !a->compare) a->zeropp = 1;
   if ((a->killNode >= 0 || a->killStep > 0) && !a->elastic)
     return trBad("--kill-node and --kill-step test --elastic: add it%s%s", "", "");
@@ -516,9 +517,8 @@ static int trRankMain(const trArgs_t* a, trEnv_t* env) {
   if (code == TR_EXIT_OK) {
     zcOptions_t modes[TR_MAX_RUNS];
     int overlap[TR_MAX_RUNS];
-    zcOptions_t plain = ZC_OPTIONS_PLAIN,
-                zpp = {zcModeZeroPP, a->qwzBits, a->qgzBits, a->hpz,
-                       a->rotate,    a->qwzDelta, a->errorFeedback};
+    zcOptions_t plain = ZC_OPTIONS_PLAIN, zpp = {zcModeZeroPP, a->qwzBits,  a->qgzBits,      a->hpz,
+                                                 a->rotate,    a->qwzDelta, a->errorFeedback};
     for (int pass = 0; pass < (a->compareOverlap ? 2 : 1); pass++) {
       int ov = a->compareOverlap ? !pass : a->overlap;
       if (a->plain || a->compare) overlap[nruns] = ov, modes[nruns++] = plain;

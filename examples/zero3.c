@@ -360,9 +360,8 @@ static zppResult_t z3AfterTrain(z3Trainer_t* t, int k, int layer, void* arg) {
   /* avg: the mean over ranks of the per-rank mean over their slices, i.e.
    * the gradient of the mean loss over the global batch. */
   zcStream_t st = t->rsStream[c->nbuckets++];
-  zppResult_t res =
-      zcReduceScatterCoalesced(c->n, c->send, c->recv, c->counts, t->cfg.type, zppAvg, c->grads,
-                               t->comm, st);
+  zppResult_t res = zcReduceScatterCoalesced(c->n, c->send, c->recv, c->counts, t->cfg.type, zppAvg,
+                                             c->grads, t->comm, st);
   c->n = 0;
   c->bytes = 0;
   if (res == zppSuccess && !t->cfg.overlap) res = zcStreamSynchronize(st);

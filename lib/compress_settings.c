@@ -11,7 +11,7 @@
 #include "quant_kernels/zpp_quant.h"
 
 static const char* envNames[ZPP_COMPRESS_NFIELDS] = {
-    "ZPP_QWZ_BITS",  "ZPP_QGZ_BITS",     "ZPP_QUANT_BLOCK",        "ZPP_COMPRESS_MIN_BYTES",
+    "ZPP_QWZ_BITS",  "ZPP_QGZ_BITS",     "ZPP_QUANT_BLOCK",       "ZPP_COMPRESS_MIN_BYTES",
     "ZPP_HPZ_GROUP", "ZPP_QUANT_ROTATE", "ZPP_QGZ_ERROR_FEEDBACK"};
 
 static zppResult_t checkQwzBits(int v, const char* from) {

@@ -136,7 +136,10 @@ def cyclic(blocks, doc, results):
                                 f"{row['wire_bytes_inter']} vs {same[0]['wire_bytes_inter']}", []))
 
 
-def rotated(blocks, doc, results, layout="2x2", ranks=4, cores=None, what="the 4-bit rotated codec (qwZ int4 + qgZ int4, --rotate)"):
+ROT4 = "the 4-bit rotated codec (qwZ int4 + qgZ int4, --rotate)"
+
+
+def rotated(blocks, doc, results, layout="2x2", ranks=4, cores=None, what=ROT4):
     """Rotated codecs (qwZ and qgZ int4; qgZ int2 with error feedback)
     against plain of the same run, and the fraction of their wire limit they
     reach. blocks: the 2x2 run, whose qwZ int8 / qgZ rows are shown beside

@@ -226,8 +226,8 @@ typedef struct {
   int checked;
   uint64_t wrong;
   double maxError, bound;
-  int bits, block; /* compressed modes */
-  int rotated;     /* compressed modes under --rotate */
+  int bits, block;   /* compressed modes */
+  int rotated;       /* compressed modes under --rotate */
   int errorFeedback; /* qgz under --error-feedback */
   zppPerfBaseResult_t base;
 } zppPerfRecord_t;

@@ -449,8 +449,9 @@ static int caseMismatch(int rank, int n, const zppUniqueId* id) {
   if (rank == 1)
     CHECK(zppQgzReduceScatter(send, recv, count, zppBfloat16, zppSum, 2, comm, NULL) ==
           zppInvalidUsage);
-  expectAllFail(rank == 1 ? zppQgzReduceScatterEF(send, recv, count, zppBfloat16, zppSum, ef, comm, NULL)
-                          : zppQgzReduceScatter(send, recv, count, zppBfloat16, zppSum, 2, comm, NULL),
+  expectAllFail(rank == 1
+                    ? zppQgzReduceScatterEF(send, recv, count, zppBfloat16, zppSum, ef, comm, NULL)
+                    : zppQgzReduceScatter(send, recv, count, zppBfloat16, zppSum, 2, comm, NULL),
                 "qgZ error feedback on rank 1 only");
   expectSomeoneNames(comm, "ZPP_QGZ_ERROR_FEEDBACK", "qgZ error feedback on rank 1 only");
   REQUIRE(zppGradDestroy(ef) == zppSuccess);
