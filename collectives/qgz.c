@@ -140,22 +140,6 @@ static const char* sendAt(const qgz_t* g, const piece_t* p, size_t partition) {
   return (const char*)g->a->send[p->t] + (partition * g->a->counts[p->t] + p->off) * g->ts;
 }
 
-/* x = in + e in fp32 (the conversion is exact). A loop per type, with
- * restrict pointers, so that the compiler vectorizes each. */
-static void addResidual(const void* in, zppDataType_t type, const float* restrict e, size_t len,
-                        float* restrict x) {
-  if (type == zppFloat32) {
-    const float* restrict f = in;
-    for (size_t i = 0; i < len; i++) x[i] = f[i] + e[i];
-  } else if (type == zppFloat16) {
-    const uint16_t* restrict h = in;
-    for (size_t i = 0; i < len; i++) x[i] = zppHalfToFloat(h[i]) + e[i];
-  } else {
-    const uint16_t* restrict h = in;
-    for (size_t i = 0; i < len; i++) x[i] = zppBf16ToFloat(h[i]) + e[i];
-  }
-}
-
 /* Error feedback's quantization of the len values x in efX (the residual
  * added) into dst: eOut = x - decode(dst), except where x is not finite:
  * its escape carries it, and the old residual eIn stays. */
@@ -166,11 +150,7 @@ static zppResult_t quantizeWithFeedback(const qgz_t* g, const float* restrict eI
   float* restrict d = g->efD;
   ZPPCHECK(zppQuantizeEx(x, zppFloat32, len, a->bits, a->block, a->flags, dst));
   ZPPCHECK(zppDequantizeEx(dst, len, a->bits, a->block, d, zppFloat32));
-  for (size_t i = 0; i < len; i++) {
-    uint32_t u;
-    memcpy(&u, &x[i], sizeof u);
-    eOut[i] = (u & 0x7f800000u) != 0x7f800000u ? x[i] - d[i] : eIn[i];
-  }
+  zppQuantNewResidual(x, d, eIn, len, eOut);
   return zppSuccess;
 }
 
@@ -181,7 +161,7 @@ static zppResult_t quantizePiece(const qgz_t* g, const piece_t* p, size_t partit
   if (a->efSendIn == NULL) return zppQuantizeEx(in, a->type, p->len, a->bits, a->block, a->flags, dst);
   size_t at = partition * a->counts[p->t] + p->off;
   const float* eIn = a->efSendIn[p->t] + at;
-  addResidual(in, a->type, eIn, p->len, g->efX);
+  zppQuantAddResidual(in, a->type, eIn, p->len, g->efX);
   return quantizeWithFeedback(g, eIn, a->efSendOut[p->t] + at, p->len, dst);
 }
 
@@ -260,8 +240,7 @@ static zppResult_t stage2(qgz_t* g, int t) {
         else
           ZPPCHECK(zppDequantizeSum(in, s1, L, p->len, a->bits, a->block, 1.0f, sum, zppFloat32));
         const float* eIn = a->efReduceIn[p->t] + at;
-        float* restrict x = sum;
-        for (size_t i = 0; i < p->len; i++) x[i] += eIn[i];
+        zppQuantAddResidual(sum, zppFloat32, eIn, p->len, sum);
         ZPPCHECK(quantizeWithFeedback(g, eIn, a->efReduceOut[p->t] + at, p->len, dst + p->pre));
       } else if (a->flags & ZPP_QUANT_ROTATE)
         ZPPCHECK(zppQuantReduceRequantEx(in, s1, L, p->len, a->bits, a->block, a->bits, a->block,

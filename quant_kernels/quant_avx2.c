@@ -803,6 +803,29 @@ static void avx2FromFloat(const float* in, size_t n, void* out, zppDataType_t dt
   for (; i < n; i++) zppQuantStoreOne(out, dtype, i, in[i]);
 }
 
+/* ---- error feedback's element-wise steps ------------------------------------------- */
+
+static void avx2AddResidual(const void* in, zppDataType_t dtype, const float* e, size_t n, float* x) {
+  /* x stays in cache for the add (n is a pipeline piece); in == x: fp32, in place. */
+  if (in != (const void*)x) avx2ToFloat(in, dtype, n, x);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(e + i)));
+  for (; i < n; i++) x[i] += e[i];
+}
+
+static void avx2NewResidual(const float* x, const float* y, const float* e, size_t n, float* out) {
+  const __m256i expo = _mm256_set1_epi32(0x7f800000);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 vx = _mm256_loadu_ps(x + i);
+    __m256i bad = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(vx), expo), expo);
+    __m256 r = _mm256_sub_ps(vx, _mm256_loadu_ps(y + i));
+    _mm256_storeu_ps(out + i, _mm256_blendv_ps(r, _mm256_loadu_ps(e + i), _mm256_castsi256_ps(bad)));
+  }
+  for (; i < n; i++) out[i] = zppQuantNonFinite(x[i]) ? e[i] : x[i] - y[i];
+}
+
 const zppQuantImpl_t zppQuantImplAvx2 = {
     .name = "avx2",
     .quantize = avx2Quantize,
@@ -812,4 +835,6 @@ const zppQuantImpl_t zppQuantImplAvx2 = {
     .reduceRequant = avx2ReduceRequant,
     .toFloat = avx2ToFloat,
     .fromFloat = avx2FromFloat,
+    .addResidual = avx2AddResidual,
+    .newResidual = avx2NewResidual,
 };

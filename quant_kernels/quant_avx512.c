@@ -1112,6 +1112,15 @@ static void avx512FromFloat(const float* in, size_t n, void* out, zppDataType_t 
   zppQuantImplAvx2.fromFloat(in, n, out, dtype);
 }
 
+/* Memory-bound: AVX2's loops are as fast. */
+static void avx512AddResidual(const void* in, zppDataType_t dtype, const float* e, size_t n, float* x) {
+  zppQuantImplAvx2.addResidual(in, dtype, e, n, x);
+}
+
+static void avx512NewResidual(const float* x, const float* y, const float* e, size_t n, float* out) {
+  zppQuantImplAvx2.newResidual(x, y, e, n, out);
+}
+
 const zppQuantImpl_t zppQuantImplAvx512 = {
     .name = "avx512",
     .quantize = avx512Quantize,
@@ -1121,4 +1130,6 @@ const zppQuantImpl_t zppQuantImplAvx512 = {
     .reduceRequant = avx512ReduceRequant,
     .toFloat = avx512ToFloat,
     .fromFloat = avx512FromFloat,
+    .addResidual = avx512AddResidual,
+    .newResidual = avx512NewResidual,
 };

@@ -208,6 +208,14 @@ int zppQuantValidParams(int bits, int block) {
   return (block & (block - 1)) == 0;
 }
 
+void zppQuantAddResidual(const void* in, zppDataType_t dtype, const float* e, size_t n, float* x) {
+  zppQuantImplActive()->addResidual(in, dtype, e, n, x);
+}
+
+void zppQuantNewResidual(const float* x, const float* y, const float* e, size_t n, float* out) {
+  zppQuantImplActive()->newResidual(x, y, e, n, out);
+}
+
 int zppQuantDefaultBlock(int bits) {
   return bits == 8   ? ZPP_QUANT_DEFAULT_BLOCK_INT8
          : bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4

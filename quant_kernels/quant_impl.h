@@ -75,6 +75,13 @@ typedef struct {
    * tests can check them exhaustively against zpp_half.h. */
   void (*toFloat)(const void* in, zppDataType_t dtype, size_t n, float* out);
   void (*fromFloat)(const float* in, size_t n, void* out, zppDataType_t dtype);
+
+  /* Error feedback's element-wise steps (zppQuantAddResidual,
+   * zppQuantNewResidual): x = toFloat(in) + e; out = x - y where x is
+   * finite, else e. One IEEE operation per element: bit-identical in every
+   * implementation. */
+  void (*addResidual)(const void* in, zppDataType_t dtype, const float* e, size_t n, float* x);
+  void (*newResidual)(const float* x, const float* y, const float* e, size_t n, float* out);
 } zppQuantImpl_t;
 
 extern const zppQuantImpl_t zppQuantImplScalar;

@@ -132,6 +132,15 @@ static void scalarReduceRequant(const uint8_t* packed, size_t stride, int n, siz
   }
 }
 
+static void scalarAddResidual(const void* in, zppDataType_t dtype, const float* e, size_t n, float* x) {
+  if (in != (const void*)x) scalarToFloat(in, dtype, n, x); /* in == x: fp32, in place */
+  for (size_t i = 0; i < n; i++) x[i] += e[i];
+}
+
+static void scalarNewResidual(const float* x, const float* y, const float* e, size_t n, float* out) {
+  for (size_t i = 0; i < n; i++) out[i] = zppQuantNonFinite(x[i]) ? e[i] : x[i] - y[i];
+}
+
 const zppQuantImpl_t zppQuantImplScalar = {
     .name = "scalar",
     .quantize = scalarQuantize,
@@ -141,4 +150,6 @@ const zppQuantImpl_t zppQuantImplScalar = {
     .reduceRequant = scalarReduceRequant,
     .toFloat = scalarToFloat,
     .fromFloat = scalarFromFloat,
+    .addResidual = scalarAddResidual,
+    .newResidual = scalarNewResidual,
 };

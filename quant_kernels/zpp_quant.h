@@ -390,6 +390,16 @@ zppResult_t zppQuantize(const void* in, zppDataType_t dtype, size_t count, int b
 zppResult_t zppQuantizeEx(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                           unsigned flags, void* packed);
 
+/* Error feedback's element-wise steps, with the active implementation's
+ * vector code (qgZ, docs/zeropp.md "Error feedback for qgZ"):
+ * zppQuantAddResidual: x = in + e, in of dtype converted exactly;
+ * zppQuantNewResidual: out = x - y (y the decoded x), except where x is
+ * not finite (it travels as its escape): there out = e, the old residual.
+ * x, y, e and out may not overlap, except out == e, and in == x (fp32:
+ * adds in place). */
+void zppQuantAddResidual(const void* in, zppDataType_t dtype, const float* e, size_t n, float* x);
+void zppQuantNewResidual(const float* x, const float* y, const float* e, size_t n, float* out);
+
 /* Decodes a segment of either kind, rotated or not (header flag bit 1). */
 zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int block, void* out,
                             zppDataType_t dtype);

@@ -225,6 +225,58 @@ static void checkFormatsDistinct(void) {
   CHECK(zppFloatToBf16(0x1.010002p0f) == 0x3f81);
 }
 
+/* Error feedback's steps (zppQuantAddResidual, zppQuantNewResidual) in
+ * every implementation against their definition, element by element, on
+ * lengths that end in every vector tail, with NaN, Inf, fp16/bf16 NaN
+ * patterns and signed zeros among the inputs; also in place (in == x for
+ * fp32, out == e). */
+static void checkResidualSteps(const char** impls, int nimpl, zppTestRng_t* rng) {
+  enum { N = 67 };
+  float g32[N], e[N], y[N];
+  uint16_t g16[N];
+  for (int i = 0; i < N; i++) {
+    g32[i] = (float)zppTestRngNormal(rng) * 3.0f;
+    e[i] = (float)zppTestRngNormal(rng) * 0.1f;
+    y[i] = g32[i] + (float)zppTestRngNormal(rng) * 0.5f;
+    g16[i] = (uint16_t)zppTestRngNext(rng);
+  }
+  g32[5] = NAN, g32[6] = INFINITY, g32[7] = -INFINITY, g32[8] = -0.0f, e[8] = 0.0f;
+  g16[9] = 0x7f81, g16[10] = 0xffc1; /* bf16 signalling / negative NaNs; fp16: NaN, Inf-ish */
+  zppDataType_t types[3] = {zppFloat32, zppFloat16, zppBfloat16};
+  for (int k = 0; k < nimpl; k++) {
+    const zppQuantImpl_t* impl = zppQuantImplGet(impls[k]);
+    for (int t = 0; t < 3; t++)
+      for (size_t n = N - 17; n <= N; n++) {
+        const void* in = types[t] == zppFloat32 ? (const void*)g32 : (const void*)g16;
+        float x[N], out[N], want[N];
+        impl->addResidual(in, types[t], e, n, x);
+        long bad = 0;
+        for (size_t i = 0; i < n; i++) {
+          float w = (types[t] == zppFloat32   ? g32[i]
+                     : types[t] == zppFloat16 ? zppHalfToFloat(g16[i])
+                                              : zppBf16ToFloat(g16[i])) +
+                    e[i];
+          bad += memcmp(&w, &x[i], 4) != 0;
+          uint32_t u;
+          memcpy(&u, &x[i], 4);
+          want[i] = (u & 0x7f800000u) == 0x7f800000u ? e[i] : x[i] - y[i];
+        }
+        impl->newResidual(x, y, e, n, out);
+        bad += memcmp(out, want, n * sizeof(float)) != 0;
+        memcpy(out, e, sizeof out); /* out == e */
+        impl->newResidual(x, y, out, n, out);
+        bad += memcmp(out, want, n * sizeof(float)) != 0;
+        if (types[t] == zppFloat32) { /* in == x */
+          memcpy(out, g32, sizeof out);
+          impl->addResidual(out, zppFloat32, e, n, out);
+          bad += memcmp(out, x, n * sizeof(float)) != 0;
+        }
+        CHECK_MSG(bad == 0, "%s: error feedback's steps, %s, n %zu: %ld differences", impls[k],
+                  qtTypeName(types[t]), n, bad);
+      }
+  }
+}
+
 int main(void) {
   const char* impls[QT_MAX_IMPLS];
   int nimpl = qtImpls(impls);
@@ -248,5 +300,6 @@ int main(void) {
     impl->fromFloat(b, 37, c, zppFloat32);
     CHECK(memcmp(a, b, sizeof a) == 0 && memcmp(a, c, sizeof a) == 0);
   }
+  checkResidualSteps(impls, nimpl, &rng);
   return zppTestExit("test_quant_convert");
 }
