@@ -297,7 +297,6 @@ fail:
 /* The handles of an error-feedback call against its tensors. */
 static zppResult_t checkGrads(const char* name, int ntensors, const size_t* counts, zppDataType_t type,
                               zppGrad_t const* grads, zppComm_t comm, zppStream_t stream) {
-  ZPP_ARGCHECK(ntensors == 0 || grads != NULL, "%s: grads is NULL with %d tensors", name, ntensors);
   for (int t = 0; t < ntensors; t++) {
     const struct zppGrad* g = grads[t];
     ZPPCHECK(checkGrad(g, name));
@@ -325,11 +324,12 @@ static zppResult_t qgzEF(const char* name, int ntensors, const void* const* send
                          void* const* recvbuffs, const size_t* counts, zppDataType_t datatype,
                          zppRedOp_t op, zppGrad_t const* grads, zppComm_t comm, zppStream_t stream) {
   ZPP_ARGCHECK(ntensors >= 0, "%s: ntensors %d is negative", name, ntensors);
-  ZPPCHECK(checkGrads(name, ntensors, counts, datatype, grads, comm, stream));
-  int bits = ntensors > 0 ? grads[0]->bits : qgzBits(comm, 0);
-  int device = 0;
+  ZPP_ARGCHECK(ntensors == 0 || grads != NULL, "%s: grads is NULL with %d tensors", name, ntensors);
+  if (ntensors > 0) ZPPCHECK(checkGrad(grads[0], name)); /* its bits, for the validation */
+  int bits = ntensors > 0 ? grads[0]->bits : 0, device = 0;
   ZPPCHECK_READY(qgzValidate(name, ntensors, sendbuffs, recvbuffs, counts, datatype, op, bits, comm,
                              stream, &device));
+  ZPPCHECK(checkGrads(name, ntensors, counts, datatype, grads, comm, stream));
   ZPP_USAGECHECK(!device,
                  "%s: error feedback runs on host buffers only (its device path is not "
                  "written yet)",

@@ -22,7 +22,8 @@ plain by more than that (a run that trains better passes).
         [--configs ef2,ef4,int2] [--steps 1000] [--out DIR]
 
 Runs are kept in DIR (default results/convergence) as CONFIG-sSEED.json and
-not run again when present, so an interrupted sweep resumes. Prints a
+not run again when present, so an interrupted sweep resumes; --report-only
+runs nothing and reports what is there. Prints a
 Markdown table and writes DIR/summary.json. Exit status 1 when a target was
 missed, 2 when a run failed.
 """
@@ -96,6 +97,8 @@ def main():
     ap.add_argument("--configs", default="ef2,ef4,int2")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--out", default="results/convergence")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: the table and summary of the runs already in --out")
     a = ap.parse_args()
     configs = a.configs.split(",")
     for c in configs:
@@ -108,7 +111,7 @@ def main():
     for seed in seeds:
         for c in configs:
             path = os.path.join(a.out, "%s-s%d.json" % (c, seed))
-            if not os.path.exists(path):
+            if not os.path.exists(path) and not a.report_only:
                 failed |= not run_one(a.train, c, seed, a.steps, path)
     summary = {"steps": a.steps, "seeds": seeds, "configs": {}}
     missed = False

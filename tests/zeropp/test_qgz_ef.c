@@ -295,6 +295,8 @@ static void coalesced(zppComm_t comm, int rank, int W, int bits) {
                zppInvalidArgument);
   CHECK_EQ_INT(zppQgzReduceScatterCoalescedEF(2, s2, r2, c2, t, zppAvg, NULL, comm, NULL),
                zppInvalidArgument);
+  CHECK_EQ_INT(zppQgzReduceScatterCoalescedEF(2, s2, r2, NULL, t, zppAvg, mixed, comm, NULL),
+               zppInvalidArgument);
   zppGradDestroy(other);
   for (int k = 0; k < T; k++) {
     zppGradDestroy(gc[k]);
