@@ -600,6 +600,16 @@ int zppPerfParseArgs(int argc, char** argv, zppPerfArgs_t* a) {
             "yet)%s",
             "");
   }
+  if (a->errorFeedback) {
+    int qgz = 0;
+    for (int t = 0; t < a->nTasks; t++) qgz |= strcmp(a->tasks[t].mode->name, "qgz") == 0;
+    if (!qgz) return zppPerfUsageError("--error-feedback applies to qgz: add it (-m qgz)%s", "");
+    if (a->device)
+      return zppPerfUsageError(
+          "--error-feedback: the library's error feedback takes host buffers "
+          "only (its device path is not built yet)%s",
+          "");
+  }
   /* Rounds alternate ours with the baseline: without one there is nothing
    * to alternate with, and one round is the same measurement. More rounds
    * than iterations would leave rounds empty, so -n caps them. */

@@ -563,6 +563,31 @@ def test_zeropp(bin_, schema_path, outdir):
                                                         "--rotate"],
                                        outdir, "zeropp-rotate-inject", env={"ZPP_PERF_INJECT_ERROR": "3:5"})
     check(rc == 3, "--rotate: injected error in a lossy mode: exit %d, want 3" % rc)
+
+    # --qgz-bits 2 --error-feedback: the ternary codec through a residual
+    # handle, rotated or not; the first (checked) call within the plain qgZ
+    # bound, the rows marked; an injected error still caught; and the flag
+    # without qgz is a usage error.
+    for extra in ([], ["--rotate"]):
+        ef = ["-N", "4", "--layout", "2x2", "-t", "qgz", "-d", "bfloat16,float", "--qgz-bits", "2",
+              "--error-feedback", "-b", "4K", "-e", "256K", "-f", "8", "-n", "3", "-w", "1"] + extra
+        tag = "--error-feedback" + "".join(" " + e for e in extra)
+        rc, out, err, doc, path = run_json(bin_, ef, outdir, "zeropp-ef%d" % len(extra), timeout=300)
+        check(rc == 0, "%s run exited %d: %s" % (tag, rc, err[-500:]))
+        if doc is not None and json_ok(doc, schema):
+            check(len(doc["records"]) == 6, "%s rows: %d" % (tag, len(doc["records"])))
+            for r in doc["records"]:
+                what = "%s %s %d B" % (tag, r["dtype"], r["bytes"])
+                check(r.get("error_feedback") is True and r["bits"] == 2, what + ": not marked int2 EF")
+                check(r["wrong"] == 0 and r["max_error"] <= r["bound"], what + ": %d wrong" % r["wrong"])
+        check(", error feedback" in out, tag + ": the table headers do not say error feedback")
+    rc, out, err, doc, path = run_json(bin_, ef[:-11] + ["-b", "64K", "-e", "64K", "-n", "1", "-w", "0"],
+                                       outdir, "zeropp-ef-inject", env={"ZPP_PERF_INJECT_ERROR": "3:5"})
+    check(rc == 3, "--error-feedback: injected error: exit %d, want 3" % rc)
+    proc = subprocess.run([bin_, "-N", "2", "-t", "allgather", "--error-feedback"], capture_output=True,
+                          text=True, timeout=60)
+    check(proc.returncode != 0 and "applies to qgz" in proc.stderr,
+          "--error-feedback without qgz: exit %d, %s" % (proc.returncode, proc.stderr[-200:]))
     return 0
 
 
