@@ -30,7 +30,8 @@
 5. Errors: on a group with qgz_error_feedback, a reduce_scatter_tensor (and
    qgz_reduce_scatter) without a residual fails with zpp's message; a
    residual used with another size, dtype or group raises naming it, as do
-   bad bits, a state of another layout and a changed FSDP buffer.
+   an op other than SUM, AVG and PREMUL_SUM, bad bits, a state of another
+   layout and a changed FSDP buffer.
 """
 import math
 import sys
@@ -194,6 +195,9 @@ def body(rank):
                  ["the residual belongs to group", "this call is on group"])
     expect_error(lambda: torch_zpp.qgz_reduce_scatter(out, big, bits=4, group=ef_group, residual=r),
                  ["the residual is int2"])
+    expect_error(lambda: torch_zpp.qgz_reduce_scatter(out, big, op=dist.ReduceOp.MAX, group=ef_group,
+                                                      residual=r),
+                 ["ReduceOp.MAX: qgZ reduces with SUM, AVG or PREMUL_SUM"])
     expect_error(lambda: torch_zpp.GradResidual(n, torch.float32, 3, ef_group), ["bits 3"])
     expect_error(lambda: torch_zpp.GradResidual(n, torch.int32, 2, ef_group), ["Int gradients"])
     expect_error(lambda: e(torch.empty(n + 1), torch.randn(W * (n + 1)), ef_group, avg),

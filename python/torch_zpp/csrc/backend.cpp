@@ -926,6 +926,9 @@ c10::intrusive_ptr<c10d::Work> ZppBackend::qgzReduceScatterEF(
                 ": the group's communicator was shut down, aborted or replaced since the "
                 "residual was made");
   }
+  RedOp r = zppOp(op, out, call);
+  TORCH_CHECK(r.op == zppSum || r.op == zppAvg, "zpp ", call, ": ReduceOp.", opName(op.op_),
+              ": qgZ reduces with SUM, AVG or PREMUL_SUM");
   auto w = newWork(c10d::OpType::_REDUCE_SCATTER_BASE, call, {out}, in);
   scatterFromTensor(*w, call, out, in, op, 0, residual->grad_);
   auto work = submit(w);
