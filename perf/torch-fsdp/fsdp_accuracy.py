@@ -13,8 +13,11 @@ the last 10, 20 and 50 steps against plain's. Not a test: docs/pytorch.md
 
 A setting is NAME=key:value,key:value with torch_zpp.Options' keys, e.g.
 q4g4rot=qwz_bits:4,qgz_bits:4,rotate:1 (the defaults are below, --configs),
-and delta:B for weight gathers of differences at B bits
-(torch_zpp.fsdp.delta_weights; the group's qwz_bits stays 0).
+delta:B for weight gathers of differences at B bits
+(torch_zpp.fsdp.delta_weights; the group's qwz_bits stays 0), and ef:B for
+gradients through qgZ at B bits with error feedback
+(torch_zpp.fsdp.error_feedback; the group's qgz_bits is not used by those
+calls), e.g. ef2rot=ef:2,rotate:1.
 """
 import argparse
 import json
@@ -56,13 +59,16 @@ def body(rank, args):
 
     dist.init_process_group("zpp")
     gloo = dist.new_group(backend="gloo")
-    runs = {"plain": fsdp_model.train(dist.group.WORLD, args.steps, report_group=gloo)[0]}
+    model = dict(d=args.d, layers=args.layers, bsz=args.bsz, seq=args.seq)
+    runs = {"plain": fsdp_model.train(dist.group.WORLD, args.steps, report_group=gloo, **model)[0]}
     for name, opts in parse_configs(args.configs):
         opts = dict(opts)
         delta = opts.pop("delta", None)
+        ef = opts.pop("ef", None)
         g = dist.new_group(backend="zpp",
                            pg_options=torch_zpp.Options(compress_min_bytes=0, **opts))
-        runs[name] = fsdp_model.train(g, args.steps, report_group=gloo, delta_bits=delta)[0]
+        runs[name] = fsdp_model.train(g, args.steps, report_group=gloo, delta_bits=delta,
+                                      ef_bits=ef, **model)[0]
     if rank == 0:
         plain = runs["plain"]
         tails = [n for n in (10, 20, 50) if n <= args.steps]
@@ -77,7 +83,8 @@ def body(rank, args):
             print("%-10s %s" % (name, "   ".join(cols)), flush=True)
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"steps": args.steps, "configs": args.configs, "runs": table}, f, indent=1)
+                json.dump({"steps": args.steps, "configs": args.configs, "model": model,
+                           "runs": table}, f, indent=1)
     dist.destroy_process_group()
 
 
@@ -88,13 +95,19 @@ def main():
     ap.add_argument("--configs", default=DEFAULT_CONFIGS,
                     help="NAME=key:value,...;NAME=... (default: %(default)s)")
     ap.add_argument("--json", help="write the losses and the tail means here")
+    # The model (tests/torch/fsdp_model.py's defaults: the FSDP test's model).
+    ap.add_argument("--d", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=3)
+    ap.add_argument("--bsz", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     parse_configs(args.configs)  # a bad setting stops here, not in four ranks
     if args.rank is not None:
         body(args.rank, args)
         return 0
-    fwd = ["--steps", str(args.steps), "--configs", args.configs]
+    fwd = ["--steps", str(args.steps), "--configs", args.configs, "--d", str(args.d),
+           "--layers", str(args.layers), "--bsz", str(args.bsz), "--seq", str(args.seq)]
     if args.json:
         fwd += ["--json", os.path.abspath(args.json)]
     return launch.spawn(os.path.abspath(__file__), "2x2", fwd, timeout=60 * args.steps + 600)

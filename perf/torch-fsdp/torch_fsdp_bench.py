@@ -1,6 +1,10 @@
 """Step time over gloo, zpp plain, zpp ZeRO++ (qwZ int8 + qgZ int4) and zpp with
 4-bit weights and gradients, rotated (qwZ int4 + qgZ int4, ZPP_QUANT_ROTATE), with
 the bytes that crossed node links, for FSDP2 and for DeepSpeed ZeRO-3, in one run.
+FSDP2 has two more rows: 4-bit weights as differences (torch_zpp.fsdp.delta_weights)
+with qgZ int4, and the same weights with 2-bit gradients and error feedback
+(torch_zpp.fsdp.error_feedback; FSDP2 only: DeepSpeed has no residual per gradient
+buffer, docs/pytorch.md).
 
 Run by perf/torch-fsdp/torch-fsdp-bench.sh inside perf/emucluster/emucluster.sh (one process per
 rank, torchrun-style environment). Not a test: it prints a table per framework and writes JSON
@@ -35,6 +39,9 @@ ZEROPP = dict(qwz_bits=8, qgz_bits=4, compress_min_bytes=0)
 INT4_ROTATED = dict(qwz_bits=4, qgz_bits=4, compress_min_bytes=0, rotate=True)
 # 4-bit weights as differences (torch_zpp.fsdp): the group's own all-gathers stay plain.
 DELTA4_ROTATED = dict(qgz_bits=4, compress_min_bytes=0, rotate=True)
+# The same weights, 2-bit rotated gradients with error feedback: the group
+# refuses a reduce-scatter without a residual, so every one goes through one.
+EF2_ROTATED = dict(qgz_bits=2, qgz_error_feedback=True, compress_min_bytes=0, rotate=True)
 
 
 def zpp_env(opts):
@@ -106,8 +113,11 @@ def bench_fsdp2(a, ctl):
                                         pg_options=torch_zpp.Options(**INT4_ROTATED)),
         "zpp 4-bit delta": dist.new_group(backend="zpp",
                                           pg_options=torch_zpp.Options(**DELTA4_ROTATED)),
+        "zpp d4 + 2-bit EF": dist.new_group(backend="zpp",
+                                            pg_options=torch_zpp.Options(**EF2_ROTATED)),
     }
-    delta_bits = {"zpp 4-bit delta": 4}
+    delta_bits = {"zpp 4-bit delta": 4, "zpp d4 + 2-bit EF": 4}
+    ef_bits = {"zpp d4 + 2-bit EF": 2}
     res = {k: new_result() for k in groups}
     for rnd in range(a.rounds):
         for name, g in groups.items():
@@ -117,7 +127,8 @@ def bench_fsdp2(a, ctl):
             tx0 = node_tx_bytes()
             losses, times = fsdp_model.train(g, a.steps, bsz=a.bsz, d=a.d, layers=a.layers,
                                              seq=a.seq, report_group=ctl,
-                                             delta_bits=delta_bits.get(name))
+                                             delta_bits=delta_bits.get(name),
+                                             ef_bits=ef_bits.get(name))
             dist.barrier(group=ctl)
             tx = torch.tensor([float(node_tx_bytes() - tx0)])
             st = torch.tensor(times, dtype=torch.float64)
@@ -220,7 +231,7 @@ def ds_worker(a):
 
 def progress(ctl, framework, rnd, name, step_s, link_bytes_per_step):
     if dist.get_rank(ctl) == 0:
-        print("%-9s round %d %-15s median step %.3f s, link bytes/step %.1f MB" % (
+        print("%-9s round %d %-17s median step %.3f s, link bytes/step %.1f MB" % (
             framework, rnd, name, statistics.median(step_s[1:]), link_bytes_per_step / 1e6),
             flush=True)
 
@@ -228,7 +239,7 @@ def progress(ctl, framework, rnd, name, step_s, link_bytes_per_step):
 def table(title, res, extra):
     """Prints one framework's table; returns its JSON summary."""
     print("\n" + title)
-    print("%-15s %10s %10s %16s %16s %12s %12s" % ("backend", "step s", "vs gloo", "link MB/step",
+    print("%-17s %10s %10s %16s %16s %12s %12s" % ("backend", "step s", "vs gloo", "link MB/step",
                                                     "zpp inter MB/st", "escapes/run",
                                                     "overflows/run"))
     g = statistics.median(res["gloo"]["step_s"])
@@ -238,7 +249,7 @@ def table(title, res, extra):
         lb = statistics.median(r["link_bytes_per_step"])
         zb = statistics.median(r["zpp_inter_bytes_per_step"])
         gloo = name == "gloo"
-        print("%-15s %10.3f %9.2fx %16.1f %16s %12s %12s" % (
+        print("%-17s %10.3f %9.2fx %16.1f %16s %12s %12s" % (
             name, m, g / m, lb / 1e6, "-" if gloo else "%.1f" % (zb / 1e6),
             "-" if gloo else "%d" % statistics.median(r["escapes"]),
             "-" if gloo else "%d" % statistics.median(r["escape_overflows"])))

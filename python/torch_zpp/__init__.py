@@ -42,8 +42,8 @@ if _BUILD_INFO.get("torch") not in (None, torch.__version__):
 
 from . import _C  # noqa: E402
 
-__all__ = ["Options", "qwz_all_gather", "qgz_reduce_scatter", "stats", "reset_stats",
-           "topology", "backend", "build_info"]
+__all__ = ["Options", "GradResidual", "qwz_all_gather", "qgz_reduce_scatter", "stats",
+           "reset_stats", "topology", "backend", "build_info"]
 
 _UNDEF = _C.UNDEF_INT
 # torch's default process group timeout: a timeout equal to it was most
@@ -64,6 +64,11 @@ class Options:
     (ZPP_QUANT_ROTATE; off by default: docs/zeropp.md says when to turn it on).
     timeout_s: every wait of this group, seconds.
     host_id: this rank's node identity (ZPP_HOSTID).
+    qgz_error_feedback: True (ZPP_QGZ_ERROR_FEEDBACK=1): a qgZ reduce-scatter
+    without a residual (a plain reduce_scatter_tensor under qgz_bits, or
+    qgz_reduce_scatter without residual=) fails, naming the setting, rather
+    than run without error feedback (torch_zpp.fsdp.error_feedback gives
+    FSDP2 its residuals). Every rank of the group must agree.
     """
     qwz_bits: Optional[int] = None
     qgz_bits: Optional[int] = None
@@ -73,6 +78,7 @@ class Options:
     rotate: Optional[bool] = None
     timeout_s: Optional[int] = None
     host_id: Optional[str] = None
+    qgz_error_feedback: Optional[bool] = None
 
 
 def _int(v):
@@ -126,6 +132,7 @@ def _new_backend(store, rank, size, options, torch_timeout, comm_name, deferred=
         else int(options.compress_min_bytes),
         hpz_group_size=_int(options.hpz_group_size),
         quant_rotate=_int(options.rotate),
+        qgz_error_feedback=_int(options.qgz_error_feedback),
         host_id=options.host_id or "",
         comm_name=comm_name,
         timeout_in_effect=in_effect, timeout_from=source, deferred=deferred)
@@ -160,15 +167,80 @@ def qwz_all_gather(output, input, bits=8, group=None, async_op=False):
     return _run(backend(group, output.device.type).qwz_all_gather(output, input, bits), async_op)
 
 
-def qgz_reduce_scatter(output, input, op=dist.ReduceOp.AVG, bits=4, group=None, async_op=False):
+class GradResidual:
+    """Error feedback for qgZ: what this rank's quantizations of ONE gradient
+    buffer dropped, added back before the next step's quantization
+    (docs/zeropp.md, "Error feedback for qgZ"). Pass it to
+    qgz_reduce_scatter(..., residual=r) once per step, always with the same
+    buffer layout: recvcount output elements of dtype, on `group` (the
+    default group if None), at `bits` (8, 4 or 2; 2 is the ternary codec it
+    is meant for). The group's rotate and quant_block settings apply.
+
+    Memory: fp32 residuals, double-buffered so that one step can be undone:
+    8 bytes per element of the reduce-scatter's input (recvcount x ranks)
+    and, on several nodes of several ranks, 8 per node-sum element
+    (recvcount x nodes), on every rank. Host (CPU) tensors only.
+
+    undo(): the last step was thrown away (an overflow check, say): the
+    residuals go back to what they were before its call, once.
+    state() / load_state(t): this rank's residuals as a CPU uint8 tensor, for
+    a checkpoint (a residual not loaded starts from zeros: one step's
+    quantization error is lost, nothing else). These wait for the calls
+    issued with the residual first. The residual keeps its group's backend
+    alive; after the group is destroyed, aborted or reconfigured its methods
+    raise.
+    """
+
+    def __init__(self, recvcount, dtype, bits, group=None):
+        self._r = _C.GradResidual(backend(group, "cpu"), int(recvcount), dtype, int(bits))
+        self.group = group
+
+    recvcount = property(lambda self: self._r.recvcount)
+    dtype = property(lambda self: self._r.dtype)
+    bits = property(lambda self: self._r.bits)
+
+    def undo(self):
+        self._r.undo()
+
+    def state(self):
+        return self._r.state()
+
+    def load_state(self, state):
+        self._r.load_state(state)
+
+    def state_bytes(self):
+        """Bytes of state(): a header and one copy of the residuals (fp32)."""
+        return self._r.state_bytes()
+
+    def __repr__(self):
+        return "torch_zpp.GradResidual(recvcount=%d, dtype=%s, bits=%d, group %s)" % (
+            self.recvcount, self.dtype, self.bits, self._r.group_name)
+
+
+def qgz_reduce_scatter(output, input, op=dist.ReduceOp.AVG, bits=None, group=None, async_op=False,
+                       residual=None):
     """reduce_scatter_tensor as qgZ: quantized hierarchical all-to-all (inside
     the node, then across nodes). op: SUM, AVG (divides by the group size) or
     a PREMUL_SUM. Nodes must hold equal numbers of ranks. bits 0 = the
-    group's setting, else 4."""
+    group's setting, None = 4.
+
+    residual: a GradResidual (error feedback): its bits and its group (the
+    default group if group is None) apply, and its residuals are added to
+    the input before quantizing and updated after. A PREMUL_SUM's factor
+    scales the input before that, so keep it the same from step to step."""
     if not isinstance(op, dist.ReduceOp):
         op = dist.ReduceOp(op)
-    return _run(backend(group, output.device.type).qgz_reduce_scatter(output, input, op, bits),
-                async_op)
+    if residual is None:
+        be = backend(group, output.device.type)
+        return _run(be.qgz_reduce_scatter(output, input, op, 4 if bits is None else bits), async_op)
+    if not isinstance(residual, GradResidual):
+        raise TypeError("qgz_reduce_scatter: residual must be a torch_zpp.GradResidual, not %s"
+                        % type(residual).__name__)
+    if bits is not None and bits != residual.bits:
+        raise ValueError("qgz_reduce_scatter: bits=%r, but the residual is int%d (its bits apply)"
+                         % (bits, residual.bits))
+    be = backend(group if group is not None else residual.group, output.device.type)
+    return _run(be.qgz_reduce_scatter_ef(output, input, op, residual._r), async_op)
 
 
 def stats(group=None):

@@ -1,4 +1,17 @@
-"""FSDP2 weight gathers of differences: 4-bit weights that train like 16-bit ones.
+"""FSDP2 with zpp's stateful codecs: weight gathers of differences (4-bit
+weights that train like 16-bit ones) and error feedback for quantized
+gradients (what each step's quantization dropped is added to the next
+step's gradient before it is quantized).
+
+Error feedback (error_feedback, at the end of this file):
+
+    torch_zpp.fsdp.error_feedback(model, bits=2)  # after every fully_shard
+
+gives every FSDP module a reduce-scatter of its own with a residual
+(torch_zpp.GradResidual) for its gradient buffer; docs/pytorch.md, "Error
+feedback in FSDP2".
+
+Weight differences:
 
     from torch.distributed.fsdp import fully_shard
     import torch_zpp.fsdp
@@ -47,14 +60,15 @@ modules. Needs FSDPModule.set_custom_all_gather (tested on torch 2.9.1 and 2.15.
 import torch
 import torch.distributed as dist
 
-from . import qwz_all_gather
+from . import GradResidual, qgz_reduce_scatter, qwz_all_gather
 
 try:
     from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _AllGather
+    from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter as _ReduceScatter
 except ImportError:  # torch without FSDP2's custom collectives
-    _AllGather = object
+    _AllGather = _ReduceScatter = object
 
-__all__ = ["DeltaAllGather", "delta_weights"]
+__all__ = ["DeltaAllGather", "delta_weights", "ErrorFeedbackReduceScatter", "error_feedback"]
 
 
 class DeltaAllGather(_AllGather):
@@ -190,3 +204,115 @@ def delta_weights(model, bits=4, ask_group=False):
         raise ValueError("torch_zpp.fsdp.delta_weights: no FSDP module in the model (call "
                          "fully_shard first)")
     return gathers
+
+
+class ErrorFeedbackReduceScatter(_ReduceScatter):
+    """FSDP2's ReduceScatter interface, as qgZ with error feedback: one
+    object per FSDP module, holding the residual of that module's gradient
+    buffer (torch_zpp.GradResidual at `bits`).
+
+    FSDP2 reduce-scatters each module's gradients once per step, all of them
+    copied into one flat buffer whose layout is fixed by the module (with
+    set_requires_gradient_sync(False) on the accumulation steps it still
+    reduces once, on the last). The residual is made at the first call, for
+    that call's output size, dtype and group; a later call with another size
+    (a parameter without a gradient in one step changes the buffer), dtype
+    or group raises, naming the difference, since its residuals would be
+    added to other gradients' elements.
+
+    undo(): the step was thrown away (after the backward's reduce-scatter).
+    state_dict() / load_state_dict(): this rank's residuals for a checkpoint
+    (every rank saves and loads its own); a state loaded before the first
+    call is applied when the residual is made. Without one a restored run
+    starts from zero residuals: one step's quantization error is lost.
+    """
+
+    def __init__(self, bits=2):
+        if bits not in (2, 4, 8):
+            raise ValueError("ErrorFeedbackReduceScatter: bits %r: expected 2, 4 or 8" % (bits,))
+        self.bits = bits
+        self.residual = None
+        self.calls = 0  # reduce-scatters made, for tests and checks
+        self._group = None
+        self._pending = None  # a state loaded before the residual existed
+
+    def allocate(self, size, *, dtype, device):
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+        r = self.residual
+        if r is None:
+            r = GradResidual(output_tensor.numel(), output_tensor.dtype, self.bits, group)
+            if self._pending is not None:
+                r.load_state(self._pending)  # zpp checks that it was saved for this layout
+                self._pending = None
+            self.residual, self._group = r, group
+        elif _group_name(group) != _group_name(self._group):
+            raise ValueError("torch_zpp.fsdp.ErrorFeedbackReduceScatter: called on group %s, its "
+                             "residual belongs to group %s: one object per module and group"
+                             % (_group_name(group), _group_name(self._group)))
+        elif output_tensor.numel() != r.recvcount or output_tensor.dtype != r.dtype:
+            raise ValueError("torch_zpp.fsdp.ErrorFeedbackReduceScatter: a gradient buffer of %d "
+                             "elements of %s, its residual holds %d of %s: the module's gradient "
+                             "layout changed (a parameter without a gradient this step?)"
+                             % (output_tensor.numel(), output_tensor.dtype, r.recvcount, r.dtype))
+        work = qgz_reduce_scatter(output_tensor, input_tensor, op=op, group=group, residual=r,
+                                  async_op=async_op)
+        self.calls += 1
+        return work
+
+    def undo(self):
+        """The step was thrown away: the residuals as before its reduce-scatter (once)."""
+        if self.residual is None:
+            raise RuntimeError("torch_zpp.fsdp.ErrorFeedbackReduceScatter.undo: nothing to undo "
+                               "(no reduce-scatter yet)")
+        self.residual.undo()
+
+    def state_dict(self):
+        """{"bits", "residual": a CPU uint8 tensor} (no "residual" before the
+        first reduce-scatter, or the state loaded then)."""
+        if self.residual is not None:
+            return {"bits": self.bits, "residual": self.residual.state()}
+        if self._pending is not None:
+            return {"bits": self.bits, "residual": self._pending.clone()}
+        return {"bits": self.bits}
+
+    def load_state_dict(self, state):
+        if state.get("bits", self.bits) != self.bits:
+            raise ValueError("torch_zpp.fsdp.ErrorFeedbackReduceScatter.load_state_dict: saved at "
+                             "%r bits, this one is %d" % (state["bits"], self.bits))
+        saved = state.get("residual")
+        if saved is None:
+            return
+        if self.residual is not None:
+            self.residual.load_state(saved)
+        else:
+            self._pending = saved.detach().cpu().clone()
+
+
+def _group_name(group):
+    # FSDP2 resolves its group by name on every call: compare names, not objects.
+    return getattr(group, "group_name", None) or repr(group)
+
+
+def error_feedback(model, bits=2):
+    """Gives every FSDP module in `model` (itself included) its own
+    ErrorFeedbackReduceScatter (FSDPModule.set_custom_reduce_scatter). Call
+    it after fully_shard on all of them; the group must be zpp's (its rotate
+    and quant_block apply; its qgz_bits does not: these calls are quantized
+    at `bits` whatever the group's settings). Returns module name ->
+    ErrorFeedbackReduceScatter (undo, state_dict, load_state_dict)."""
+    if _ReduceScatter is object:
+        raise RuntimeError("torch_zpp.fsdp.error_feedback: this torch (%s) has no FSDP2 custom "
+                           "reduce-scatter (FSDPModule.set_custom_reduce_scatter)" % torch.__version__)
+    from torch.distributed.fsdp import FSDPModule
+
+    comms = {}
+    for name, m in model.named_modules():
+        if isinstance(m, FSDPModule):
+            comms[name] = ErrorFeedbackReduceScatter(bits)
+            m.set_custom_reduce_scatter(comms[name])
+    if not comms:
+        raise ValueError("torch_zpp.fsdp.error_feedback: no FSDP module in the model (call "
+                         "fully_shard first)")
+    return comms

@@ -55,15 +55,22 @@ def batch(data, rank, step, bsz, seq):
 
 def train(group, steps, bsz=8, d=256, layers=3, seq=64, lr=3e-3, report_group=None,
           on_step=None, mesh=None, device="cpu", delta_bits=None, delta_out=None,
-          delta_ask_group=False, param_dtype=None):
+          delta_ask_group=False, param_dtype=None, ef_bits=None, ef_out=None, accum=1,
+          ef_skip_at=None):
     """FSDP2 over `group` (or HSDP over a 2-D `mesh`, group None) for `steps`
     steps, the model on `device` ("cpu" or "cuda"). delta_bits (4 or 8):
     weight gathers of differences (torch_zpp.fsdp.delta_weights, with
     ask_group=delta_ask_group; their objects go into the dict delta_out when
     given). param_dtype: FSDP2's mixed precision (MixedPrecisionPolicy with
-    that param_dtype, fp32 gradient reduction). Returns
-    (losses, step seconds): losses are the mean over all ranks (all-reduced
-    on report_group, outside the timed part)."""
+    that param_dtype, fp32 gradient reduction). ef_bits (2, 4 or 8):
+    gradients through qgZ with error feedback (torch_zpp.fsdp.error_feedback;
+    its objects go into ef_out when given). accum: micro-batches per step,
+    the gradients accumulated without communication
+    (set_requires_gradient_sync(False) on all but the last). ef_skip_at: at
+    that step, first a step that is thrown away (another batch's backward,
+    then zero_grad and undo() of every residual), as an overflow check
+    would. Returns (losses, step seconds): losses are the mean over all
+    ranks (all-reduced on report_group, outside the timed part)."""
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import fully_shard
 
@@ -86,15 +93,34 @@ def train(group, steps, bsz=8, d=256, layers=3, seq=64, lr=3e-3, report_group=No
         gathers = torch_zpp.fsdp.delta_weights(model, bits=delta_bits, ask_group=delta_ask_group)
         if delta_out is not None:
             delta_out.update(gathers)
+    efs = {}
+    if ef_bits:
+        import torch_zpp.fsdp
+
+        efs = torch_zpp.fsdp.error_feedback(model, bits=ef_bits)
+        if ef_out is not None:
+            ef_out.update(efs)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     rank = dist.get_rank(group)  # group None: the global rank
     losses, times = [], []
     for step in range(steps):
-        x, y = batch(data, rank, step, bsz, seq)
-        x, y = x.to(device), y.to(device)
+        if step == ef_skip_at:
+            x, y = batch(data, rank, 1000000 + step, bsz, seq)
+            F.cross_entropy(model(x.to(device)).flatten(0, 1).float(), y.to(device).flatten()).backward()
+            opt.zero_grad()
+            for ef in efs.values():
+                ef.undo()
+        micro = [batch(data, rank, step * accum + i, bsz, seq) for i in range(accum)]
         t0 = time.perf_counter()
-        loss = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
-        loss.backward()
+        loss = 0.0
+        for i, (x, y) in enumerate(micro):
+            x, y = x.to(device), y.to(device)
+            part = F.cross_entropy(model(x).flatten(0, 1).float(), y.flatten())
+            if accum > 1:
+                model.set_requires_gradient_sync(i == accum - 1)
+                part = part / accum
+            part.backward()
+            loss = loss + part.detach()
         opt.step()
         opt.zero_grad()
         times.append(time.perf_counter() - t0)

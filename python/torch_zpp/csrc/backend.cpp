@@ -98,6 +98,7 @@ zppConfig_t ZppBackend::configOf(const Settings& s) const {
   if (s.compressMinBytes >= 0) config.compressMinBytes = static_cast<size_t>(s.compressMinBytes);
   config.hpzGroupSize = s.hpzGroupSize;
   config.quantRotate = s.quantRotate;
+  config.qgzErrorFeedback = s.qgzErrorFeedback;
   if (!settings_.hostId.empty()) config.hostId = settings_.hostId.c_str();
   if (!settings_.commName.empty()) config.commName = settings_.commName.c_str();
   return config;
@@ -273,6 +274,7 @@ c10::intrusive_ptr<c10d::Work> ZppBackend::reconfigure(const c10d::ReconfigureOp
   {
     std::lock_guard<std::mutex> commLock(commLock_);
     comm_ = comm;
+    commGen_++;
     aborted_ = false;
     awaitingReconfigure_ = false;
     rank_ = pos;
@@ -898,6 +900,44 @@ c10::intrusive_ptr<c10d::Work> ZppBackend::qgzReduceScatter(at::Tensor out, at::
   return submit(w);
 }
 
+c10::intrusive_ptr<c10d::Work> ZppBackend::qgzReduceScatterEF(
+    at::Tensor out, at::Tensor in, c10d::ReduceOp op,
+    const c10::intrusive_ptr<ZppGradResidual>& residual) {
+  const char* call = "qgz_reduce_scatter_ef";
+  TORCH_CHECK(residual, "zpp ", call, ": no residual (torch_zpp.GradResidual)");
+  checkDense(out, call);
+  checkDense(in, call);
+  TORCH_CHECK(!out.is_cuda() && !in.is_cuda(), "zpp ", call,
+              ": error feedback takes host tensors only (zpp's device path has none yet)");
+  // What zpp would refuse at the worker, refused here with the tensors' words.
+  TORCH_CHECK(residual->backend_.get() == this, "zpp ", call, ": the residual belongs to group ",
+              residual->groupName(), ", this call is on group ", name(),
+              ": a residual serves one gradient buffer of one group");
+  TORCH_CHECK(out.scalar_type() == residual->dtype_, "zpp ", call, ": output is ", out.scalar_type(),
+              ", the residual was made for ", residual->dtype_,
+              ": a residual serves one gradient buffer (make one per buffer)");
+  TORCH_CHECK(out.numel() == residual->recvcount_, "zpp ", call, ": output has ", out.numel(),
+              " elements, the residual was made for ", residual->recvcount_,
+              ": a residual serves one gradient buffer of one layout (make one per buffer)");
+  {
+    std::lock_guard<std::mutex> commLock(commLock_);
+    TORCH_CHECK(comm_ != nullptr && comm_ == residual->comm_ && commGen_ == residual->gen_, "zpp ",
+                call,
+                ": the group's communicator was shut down, aborted or replaced since the "
+                "residual was made");
+  }
+  RedOp r = zppOp(op, out, call);
+  TORCH_CHECK(r.op == zppSum || r.op == zppAvg, "zpp ", call, ": ReduceOp.", opName(op.op_),
+              ": qgZ reduces with SUM, AVG or PREMUL_SUM");
+  auto w = newWork(c10d::OpType::_REDUCE_SCATTER_BASE, call, {out}, in);
+  scatterFromTensor(*w, call, out, in, op, 0, residual->grad_);
+  auto work = submit(w);
+  // Queued: undo, state and the destructor wait for it.
+  std::lock_guard<std::mutex> lock(residual->lastLock_);
+  residual->last_ = w;
+  return work;
+}
+
 // ---- accounting and topology ----------------------------------------------
 
 zppCommStats_t ZppBackend::stats() {
@@ -1156,7 +1196,7 @@ void ZppBackend::gatherIntoList(ZppWork& w, const char* call, std::vector<at::Te
 }
 
 void ZppBackend::scatterFromTensor(ZppWork& w, const char* call, at::Tensor& out, const at::Tensor& in,
-                                   const c10d::ReduceOp& rop, int bits) {
+                                   const c10d::ReduceOp& rop, int bits, zppGrad_t ef) {
   checkSame(out, in, call);
   TORCH_CHECK(in.numel() == out.numel() * size_, "zpp ", call, ": input has ", in.numel(),
               " elements, expected ", size_, " x ", out.numel());
@@ -1166,8 +1206,98 @@ void ZppBackend::scatterFromTensor(ZppWork& w, const char* call, at::Tensor& out
   Buf s = bufOf(src, call), d = bufOf(dst, call);
   zppRedOp_t op = r.op;
   issue(w, call, [=](zppComm_t comm, zppStream_t st) {
+    // The handle is not owned here: its residual waits for this work before
+    // it destroys it.
+    if (ef != nullptr) return zppQgzReduceScatterEF(s.ptr, d.ptr, d.count, d.type, op, ef, comm, st);
     if (bits >= 0) return zppQgzReduceScatter(s.ptr, d.ptr, d.count, d.type, op, bits, comm, st);
     return zppReduceScatter(s.ptr, d.ptr, d.count, d.type, op, comm, st);
+  });
+}
+
+// ---- error feedback: the residual -------------------------------------------
+
+ZppGradResidual::ZppGradResidual(c10::intrusive_ptr<ZppBackend> backend, int64_t recvcount,
+                                 at::ScalarType dtype, int bits)
+    : backend_(std::move(backend)), recvcount_(recvcount), dtype_(dtype), bits_(bits) {
+  const char* call = "GradResidual";
+  TORCH_CHECK(backend_, "zpp ", call, ": no backend");
+  TORCH_CHECK(bits == 8 || bits == 4 || bits == 2, "zpp ", call, ": bits ", bits,
+              ": expected 8, 4 or 2");
+  TORCH_CHECK(recvcount >= 0, "zpp ", call, ": recvcount ", recvcount, " is negative");
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16, "zpp ", call, ": ",
+              dtype, " gradients: qgZ takes float32, float16 and bfloat16");
+  std::lock_guard<std::mutex> commLock(backend_->commLock_);
+  TORCH_CHECK(!backend_->awaitingReconfigure_, "zpp ", call,
+              ": the group has no communicator until dist._reconfigure");
+  TORCH_CHECK(backend_->comm_ != nullptr, "zpp ", call, ": the process group was shut down or aborted");
+  comm_ = backend_->comm_;
+  gen_ = backend_->commGen_;
+  zppResult_t res =
+      zppGradCreate(comm_, static_cast<size_t>(recvcount), zppType(dtype, call), bits, &grad_);
+  if (res != zppSuccess) throwZpp(res, comm_, "zppGradCreate");
+}
+
+ZppGradResidual::~ZppGradResidual() {
+  if (grad_ == nullptr) return;
+  {
+    // The worker may need the GIL to complete the work (a Python callback
+    // chained on its future): wait without it.
+    std::optional<pybind11::gil_scoped_release> nogil;
+    if (Py_IsInitialized() && PyGILState_Check()) nogil.emplace();
+    settle();
+  }
+  zppGradDestroy(grad_);  // reads no communicator: fine after the group's shutdown
+}
+
+void ZppGradResidual::settle() {
+  c10::intrusive_ptr<ZppWork> w;
+  {
+    std::lock_guard<std::mutex> lock(lastLock_);
+    w = last_;
+  }
+  if (w) w->getFuture()->wait();
+}
+
+void ZppGradResidual::withComm(const char* call, const std::function<zppResult_t(zppComm_t)>& fn) {
+  settle();
+  std::lock_guard<std::mutex> commLock(backend_->commLock_);
+  TORCH_CHECK(backend_->comm_ != nullptr && backend_->comm_ == comm_ && backend_->commGen_ == gen_,
+              "zpp GradResidual.", call, ": the group's communicator (", backend_->name(),
+              ") was shut down, aborted or replaced since the residual was made");
+  zppResult_t res = fn(comm_);
+  if (res != zppSuccess) throwZpp(res, comm_, std::string("GradResidual.") + call);
+}
+
+void ZppGradResidual::undo() {
+  withComm("undo", [&](zppComm_t) { return zppGradUndo(grad_); });
+}
+
+int64_t ZppGradResidual::stateBytes() {
+  size_t n = 0;
+  withComm("state_bytes", [&](zppComm_t) { return zppGradStateBytes(grad_, &n); });
+  return static_cast<int64_t>(n);
+}
+
+at::Tensor ZppGradResidual::state() {
+  at::Tensor t;
+  withComm("state", [&](zppComm_t) {
+    size_t n = 0;
+    zppResult_t res = zppGradStateBytes(grad_, &n);
+    if (res != zppSuccess) return res;
+    t = at::empty({static_cast<int64_t>(n)}, at::TensorOptions().dtype(at::kByte));
+    return zppGradSaveState(grad_, t.data_ptr(), n);
+  });
+  return t;
+}
+
+void ZppGradResidual::loadState(const at::Tensor& state) {
+  TORCH_CHECK(
+      state.device().is_cpu() && state.scalar_type() == at::kByte && state.dim() == 1,
+      "zpp GradResidual.load_state: expects a 1-D CPU uint8 tensor (what state() returned), got ",
+      state.dim(), "-D ", state.scalar_type(), " on ", state.device());
+  at::Tensor c = state.contiguous();
+  withComm("load_state", [&](zppComm_t) {
+    return zppGradLoadState(grad_, c.data_ptr(), static_cast<size_t>(c.numel()));
   });
 }
 

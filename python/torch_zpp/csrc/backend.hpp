@@ -49,6 +49,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -73,6 +74,7 @@ struct Settings {
   int64_t compressMinBytes = -1;
   int hpzGroupSize = ZPP_CONFIG_UNDEF_INT;
   int quantRotate = ZPP_CONFIG_UNDEF_INT;
+  int qgzErrorFeedback = ZPP_CONFIG_UNDEF_INT;
   std::string hostId;
   std::string commName;
   // The timeout in effect and where it came from, for messages:
@@ -82,6 +84,8 @@ struct Settings {
   // enable_reconfigure (torch 2.15): no communicator until reconfigure().
   bool deferred = false;
 };
+
+class ZppGradResidual;
 
 class ZppBackend : public c10d::Backend {
  public:
@@ -238,6 +242,17 @@ class ZppBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> qwzAllGather(at::Tensor out, at::Tensor in, int bits);
   c10::intrusive_ptr<c10d::Work> qgzReduceScatter(at::Tensor out, at::Tensor in, c10d::ReduceOp op,
                                                   int bits);
+  // qgZ with error feedback (zppQgzReduceScatterEF): the residual's bits,
+  // and its residuals added before quantizing and updated after. The
+  // residual must be this group's, of out's size and type (checked here,
+  // so that a mix-up raises at the call rather than at wait()).
+  c10::intrusive_ptr<c10d::Work> qgzReduceScatterEF(
+      at::Tensor out, at::Tensor in, c10d::ReduceOp op,
+      const c10::intrusive_ptr<ZppGradResidual>& residual);
+
+  // The communicator's name for messages ("torch:3"; "(unnamed)" for a group
+  // made by shrink).
+  std::string name() const { return settings_.commName.empty() ? "(unnamed)" : settings_.commName; }
 
   // ---- accounting and topology (module.cpp turns them into dicts) ---------
 
@@ -297,8 +312,11 @@ class ZppBackend : public c10d::Backend {
                       const at::Tensor& in);
   // bits < 0: zppReduceScatter (qgZ where configured); bits >= 0:
   // zppQgzReduceScatter explicitly.
+  // ef: zppQgzReduceScatterEF with that handle instead (bits unused).
   void scatterFromTensor(ZppWork& w, const char* call, at::Tensor& out, const at::Tensor& in,
-                         const c10d::ReduceOp& rop, int bits);
+                         const c10d::ReduceOp& rop, int bits, zppGrad_t ef = nullptr);
+
+  friend class ZppGradResidual;  // comm_, commLock_ and commGen_
 
   zppComm_t comm_ = nullptr;
   std::mutex mutex_;                // guards the queue and the counters below
@@ -311,6 +329,10 @@ class ZppBackend : public c10d::Backend {
   bool stopping_ = false;
   std::mutex commLock_;   // comm_ against abort() from another thread
   bool aborted_ = false;  // under commLock_: abort() freed comm_ (getError)
+  // Under commLock_: bumped whenever comm_ is replaced (reconfigure), so that
+  // a residual made on an earlier communicator is never used with a later
+  // one that malloc happened to put at the same address.
+  uint64_t commGen_ = 0;
   std::thread worker_;
   std::atomic<uint64_t> seq_{0};           // collectives issued (getSequenceNumberForGroup)
   c10::intrusive_ptr<ZppWork> coalesced_;  // the work being coalesced; null outside
@@ -333,6 +355,60 @@ class ZppBackend : public c10d::Backend {
   std::map<int64_t, c10d::AbortHook> abortHooks_;
   bool hooksRan_ = false;
 #endif
+};
+
+// Error feedback for qgZ (torch_zpp.GradResidual; docs/pytorch.md, "Error
+// feedback in FSDP2"): one zppGrad_t, the residuals of ONE gradient buffer
+// reduced once per step with the same layout on one group. It keeps its
+// backend alive (the handle must go before the communicator) and is made on
+// the communicator the group has then: after shutdown, abort or reconfigure
+// every use raises instead of touching a freed communicator.
+//
+// Ordering: undo, state and loadState first wait for the last call issued
+// with this residual (its Work), so they see the residuals as the calls
+// issued before them left them, as a caller reading the code expects; the
+// destructor waits too, then destroys the handle (zppGradDestroy reads no
+// communicator, so that is safe after the group's shutdown).
+class ZppGradResidual : public c10::intrusive_ptr_target {
+ public:
+  // bits 8, 4 or 2 (explicit: the group's qgz_bits is not consulted).
+  ZppGradResidual(c10::intrusive_ptr<ZppBackend> backend, int64_t recvcount, at::ScalarType dtype,
+                  int bits);
+  ~ZppGradResidual() override;
+
+  // zppGradUndo: the last call's step was thrown away.
+  void undo();
+  // zppGradSaveState into a new CPU uint8 tensor of stateBytes().
+  at::Tensor state();
+  // zppGradLoadState from a CPU uint8 tensor (zpp checks its header).
+  void loadState(const at::Tensor& state);
+  int64_t stateBytes();
+
+  int64_t recvcount() const { return recvcount_; }
+  at::ScalarType dtype() const { return dtype_; }
+  int bits() const { return bits_; }
+  std::string groupName() const { return backend_->name(); }
+
+ private:
+  friend class ZppBackend;
+
+  // Waits for the last call issued with this residual (without raising: a
+  // failed call changed no residual, and zpp judges what follows).
+  void settle();
+  // fn(grad_, comm) under the backend's commLock_, once the communicator
+  // this residual was made on is checked to be the group's still; a zpp
+  // error raises, named after call.
+  void withComm(const char* call, const std::function<zppResult_t(zppComm_t)>& fn);
+
+  c10::intrusive_ptr<ZppBackend> backend_;
+  zppGrad_t grad_ = nullptr;
+  zppComm_t comm_ = nullptr;  // the communicator it was made on
+  uint64_t gen_ = 0;          // and its generation (ZppBackend::commGen_)
+  int64_t recvcount_;
+  at::ScalarType dtype_;
+  int bits_;
+  std::mutex lastLock_;
+  c10::intrusive_ptr<ZppWork> last_;  // the last work issued with it
 };
 
 }  // namespace torch_zpp

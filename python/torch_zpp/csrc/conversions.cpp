@@ -43,8 +43,6 @@ Buf bufOf(const at::Tensor& t, const char* call) {
   return Buf{t.data_ptr(), n, zppType(t.scalar_type(), call)};
 }
 
-namespace {
-
 const char* opName(c10d::ReduceOp::RedOpType op) {
   switch (op) {
     case c10d::ReduceOp::SUM: return "SUM";
@@ -59,8 +57,6 @@ const char* opName(c10d::ReduceOp::RedOpType op) {
     default: return "UNUSED";
   }
 }
-
-}  // namespace
 
 RedOp zppOp(const c10d::ReduceOp& rop, const at::Tensor& t, const char* call) {
   RedOp r{zppSum};

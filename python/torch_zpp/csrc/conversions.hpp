@@ -45,6 +45,9 @@ struct RedOp {
   at::Tensor tensorFactor;
 };
 
+// "SUM", "AVG", ... for messages.
+const char* opName(c10d::ReduceOp::RedOpType op);
+
 // Raises, naming the call, for an op zpp cannot apply to t's type.
 RedOp zppOp(const c10d::ReduceOp& rop, const at::Tensor& t, const char* call);
 

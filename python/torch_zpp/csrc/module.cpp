@@ -8,6 +8,7 @@
 
 using torch_zpp::Settings;
 using torch_zpp::ZppBackend;
+using torch_zpp::ZppGradResidual;
 
 namespace {
 
@@ -55,7 +56,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                        int qwzBits, int qgzBits, int quantBlock, int64_t compressMinBytes,
                        int hpzGroupSize, const std::string& hostId, const std::string& commName,
                        int timeoutInEffect, const std::string& timeoutFrom, int quantRotate,
-                       bool deferred) {
+                       bool deferred, int qgzErrorFeedback) {
              Settings s;
              s.timeoutSec = timeoutSec;
              s.qwzBits = qwzBits;
@@ -64,6 +65,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              s.compressMinBytes = compressMinBytes;
              s.hpzGroupSize = hpzGroupSize;
              s.quantRotate = quantRotate;
+             s.qgzErrorFeedback = qgzErrorFeedback;
              s.hostId = hostId;
              s.commName = commName;
              s.timeoutInEffect = timeoutInEffect;
@@ -76,11 +78,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("compress_min_bytes"), py::arg("hpz_group_size"), py::arg("host_id"),
            py::arg("comm_name"), py::arg("timeout_in_effect") = 0, py::arg("timeout_from") = "",
            py::arg("quant_rotate") = ZPP_CONFIG_UNDEF_INT, py::arg("deferred") = false,
+           py::arg("qgz_error_feedback") = ZPP_CONFIG_UNDEF_INT,
            py::call_guard<py::gil_scoped_release>())
       .def("qwz_all_gather", &ZppBackend::qwzAllGather, py::arg("output"), py::arg("input"),
            py::arg("bits"), py::call_guard<py::gil_scoped_release>())
       .def("qgz_reduce_scatter", &ZppBackend::qgzReduceScatter, py::arg("output"), py::arg("input"),
            py::arg("op"), py::arg("bits"), py::call_guard<py::gil_scoped_release>())
+      .def("qgz_reduce_scatter_ef", &ZppBackend::qgzReduceScatterEF, py::arg("output"),
+           py::arg("input"), py::arg("op"), py::arg("residual"),
+           py::call_guard<py::gil_scoped_release>())
       .def("stats", &statsDict)
       .def("codec_stats", &codecStatsDict)
       .def("reset_stats", &ZppBackend::resetStats)
@@ -88,6 +94,26 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       // torch 2.15 binds Backend.get_error, 2.9 only ProcessGroupNCCL's: ours,
       // on every version, returns torch's own ErrorType.
       .def("get_error", &ZppBackend::getError, py::call_guard<py::gil_scoped_release>());
+
+  // torch_zpp.GradResidual wraps it (__init__.py): error feedback's residuals
+  // of one gradient buffer. The methods wait for the calls issued with it,
+  // so they release the GIL.
+  py::class_<ZppGradResidual, c10::intrusive_ptr<ZppGradResidual>>(m, "GradResidual")
+      .def(py::init([](const c10::intrusive_ptr<ZppBackend>& backend, int64_t recvcount,
+                       at::ScalarType dtype, int bits) {
+             return c10::make_intrusive<ZppGradResidual>(backend, recvcount, dtype, bits);
+           }),
+           py::arg("backend"), py::arg("recvcount"), py::arg("dtype"), py::arg("bits"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("undo", &ZppGradResidual::undo, py::call_guard<py::gil_scoped_release>())
+      .def("state", &ZppGradResidual::state, py::call_guard<py::gil_scoped_release>())
+      .def("load_state", &ZppGradResidual::loadState, py::arg("state"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("state_bytes", &ZppGradResidual::stateBytes, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("recvcount", &ZppGradResidual::recvcount)
+      .def_property_readonly("dtype", &ZppGradResidual::dtype)
+      .def_property_readonly("bits", &ZppGradResidual::bits)
+      .def_property_readonly("group_name", &ZppGradResidual::groupName);
 
   m.attr("UNDEF_INT") = ZPP_CONFIG_UNDEF_INT;
   m.def("version", [] {
