@@ -80,11 +80,7 @@ Buffer* GetBuffer(const std::string& key, size_t bytes) {
 
 size_t TypeSize(zppDataType_t t) { return t == zppFloat32 ? 4 : 2; }
 const char* TypeName(zppDataType_t t) { return zppDtypeShortName(t); }
-int DefaultBlock(int bits) {
-  return bits == 8   ? ZPP_QUANT_DEFAULT_BLOCK_INT8
-         : bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4
-                     : ZPP_QUANT_DEFAULT_BLOCK_INT2;
-}
+int DefaultBlock(int bits) { return zppQuantDefaultBlock(bits); }
 
 // A row's width part: int8, int4, int2 at their default blocks; int2@64
 // at another block.

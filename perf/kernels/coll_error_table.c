@@ -144,7 +144,7 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* arg) {
     }
     for (int bi = 0; bi < 2; bi++) {
       int bits = bi == 0 ? 4 : 8;
-      int block = bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4 : ZPP_QUANT_DEFAULT_BLOCK_INT8;
+      int block = zppQuantDefaultBlock(bits);
       stat_t* row = st + (bi * NKIND + kind) * NROW;
       fail |= zppQgzReduceScatter(in[rank], y, rc, zppFloat32, zppSum, bits, plain, NULL) != zppSuccess;
       addErr(&row[R_QGZ_PLAIN], y, x, rc, block);

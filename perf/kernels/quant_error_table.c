@@ -34,11 +34,7 @@ static double rngNormal(void) {
 /* The widths in the tables, and each one's default block and Q. */
 enum { NBITS = 3 };
 static const int kBits[NBITS] = {8, 4, 2};
-static int defaultBlock(int bits) {
-  return bits == 8   ? ZPP_QUANT_DEFAULT_BLOCK_INT8
-         : bits == 4 ? ZPP_QUANT_DEFAULT_BLOCK_INT4
-                     : ZPP_QUANT_DEFAULT_BLOCK_INT2;
-}
+static int defaultBlock(int bits) { return zppQuantDefaultBlock(bits); }
 static double qmax(int bits) { return bits == 8 ? 127.0 : bits == 4 ? 7.0 : 1.0; }
 
 typedef enum { DATA_WEIGHTS, DATA_GRAD_T3, DATA_GRAD_OUTLIERS, DATA_COUNT } dataKind_t;
