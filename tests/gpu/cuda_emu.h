@@ -6,12 +6,11 @@
  * the result with the CPU codecs byte for byte.
  *
  * Model: a launch runs its CTAs one after another; the threads of a CTA are
- * fibers (ucontext) on one OS thread, resumed round-robin. __syncthreads
- * parks a fiber until every live fiber of the CTA has parked; a warp shuffle
- * is a value exchange between two such barriers (stronger than a warp-level
- * sync, which is fine for kernels that shuffle in CTA-uniform control flow,
- * as ours do; the emulator aborts if some fibers wait at a barrier while
- * others have exited, which on a GPU would be a divergence bug).
+ * fibers (ucontext stacks, switched by _setjmp/_longjmp) on one OS thread, resumed round-robin.
+ * __syncthreads parks a fiber until every live fiber of the CTA has parked; a warp shuffle is a value
+ * exchange between two such barriers (stronger than a warp-level sync, which is fine for kernels that
+ * shuffle in CTA-uniform control flow, as ours do; the emulator aborts if some fibers wait at a barrier
+ * while others have exited, which on a GPU would be a divergence bug).
  *
  * What it cannot show: the device's own numerics (the fp32 intrinsics are
  * IEEE by definition and map to the same host operations here), timing,
@@ -28,9 +27,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <functional>
+#include <memory>
 #include <vector>
 
 /* Keywords, defined before the CUDA headers so that theirs are not used. */
@@ -54,34 +55,71 @@ struct Idx {
   unsigned x, y, z;
 };
 
+/* A thread of the running CTA. Fibers live across launches: each is started
+ * once (makecontext: its own stack), then loops running the launch's body.
+ * Switches between a fiber and the scheduler are _setjmp/_longjmp, which
+ * save only the callee-saved registers; swapcontext also saves the signal
+ * mask with a system call each time, and made this emulator spend 90% of
+ * its time in the kernel. (_FORTIFY_SOURCE would turn _longjmp into
+ * __longjmp_chk, which refuses a jump onto another stack: the test target
+ * is built without it, see tests/gpu/CMakeLists.txt.) */
 struct Fiber {
-  ucontext_t ctx;
+  ucontext_t start;
+  jmp_buf resumeAt;
   std::vector<char> stack;
+  bool started;
   bool done;
   bool parked;
 };
 
 inline Idx g_threadIdx, g_blockIdx, g_blockDim, g_gridDim;
-inline ucontext_t g_sched;
-inline std::vector<Fiber> g_fibers;
+inline jmp_buf g_sched;
+inline std::vector<std::unique_ptr<Fiber>> g_fibers; /* stable addresses */
 inline Fiber* g_cur;
 inline const std::function<void()>* g_body;
 inline std::vector<uint32_t> g_slots; /* shuffle exchange, one per thread */
 
+/* From the running fiber back to the scheduler; returns when resumed. */
+inline void toScheduler() {
+  if (!_setjmp(g_cur->resumeAt)) _longjmp(g_sched, 1);
+}
+
 inline void fiberEntry() {
-  (*g_body)();
-  g_cur->done = true;
-  /* returning switches to uc_link, the scheduler */
+  for (;;) {
+    (*g_body)();
+    g_cur->done = true;
+    toScheduler(); /* resumed by the next launch that needs this thread */
+  }
+}
+
+/* From the scheduler into fiber f until it parks or finishes the body. */
+inline void resume(Fiber& f) {
+  g_cur = &f;
+  if (_setjmp(g_sched)) return;
+  if (f.started) _longjmp(f.resumeAt, 1);
+  f.started = true;
+  ucontext_t unused;
+  swapcontext(&unused, &f.start); /* once per fiber; never returns here */
 }
 
 inline void park() {
   g_cur->parked = true;
-  swapcontext(&g_cur->ctx, &g_sched);
+  toScheduler();
 }
 
 inline void launch(unsigned gx, unsigned gy, unsigned threads, const std::function<void()>& body) {
   constexpr size_t kStack = 64 * 1024;
-  if (g_fibers.size() < threads) g_fibers.resize(threads);
+  while (g_fibers.size() < threads) {
+    auto f = std::make_unique<Fiber>();
+    f->stack.resize(kStack);
+    getcontext(&f->start);
+    f->start.uc_stack.ss_sp = f->stack.data();
+    f->start.uc_stack.ss_size = f->stack.size();
+    f->start.uc_link = nullptr; /* fiberEntry never returns */
+    makecontext(&f->start, fiberEntry, 0);
+    f->started = false;
+    g_fibers.push_back(std::move(f));
+  }
   g_slots.assign(threads, 0);
   g_body = &body;
   g_blockDim = {threads, 1, 1};
@@ -90,25 +128,17 @@ inline void launch(unsigned gx, unsigned gy, unsigned threads, const std::functi
     for (unsigned bx = 0; bx < gx; bx++) {
       g_blockIdx = {bx, by, 0};
       for (unsigned t = 0; t < threads; t++) {
-        Fiber& f = g_fibers[t];
-        if (f.stack.size() < kStack) f.stack.resize(kStack);
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = f.stack.data();
-        f.ctx.uc_stack.ss_size = f.stack.size();
-        f.ctx.uc_link = &g_sched;
-        makecontext(&f.ctx, fiberEntry, 0);
-        f.done = false;
-        f.parked = false;
+        g_fibers[t]->done = false;
+        g_fibers[t]->parked = false;
       }
       for (;;) {
         unsigned live = 0, parked = 0;
         for (unsigned t = 0; t < threads; t++) {
-          Fiber& f = g_fibers[t];
+          Fiber& f = *g_fibers[t];
           if (f.done) continue;
           f.parked = false;
-          g_cur = &f;
           g_threadIdx = {t, 0, 0};
-          swapcontext(&g_sched, &f.ctx);
+          resume(f);
           if (!f.done) {
             live++;
             if (f.parked) parked++;
