@@ -183,32 +183,30 @@ static uint32_t magBits(const void* in, zppDataType_t dtype, size_t i) {
   return u & 0x7fffffffu;
 }
 
-static int descending(const void* a, const void* b) {
-  uint32_t x = *(const uint32_t*)a, y = *(const uint32_t*)b;
-  return x < y ? 1 : x > y ? -1 : 0;
-}
-
 long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                      char* marks) {
   enum { E = 4, SLOTS = 8, GROUP = 4096 };
   double twoK = exp2(qtEscLog2(bits));
   long overflows = 0;
-  uint32_t* m = malloc((size_t)block * sizeof *m);
-  REQUIRE(m != NULL);
   memset(marks, 0, count);
   int used = 0;
   for (size_t lo = 0; lo < count; lo += (size_t)block) {
     if (lo % GROUP == 0) used = 0;
     size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
     /* r: the (E+1)-th largest non-zero finite magnitude (or the smallest of
-     * at most E + 1), by sorting them. */
-    size_t nf = 0;
+     * at most E + 1): top[] keeps the E + 1 largest so far, in descending
+     * order, duplicates included. */
+    uint32_t top[E + 1];
+    int kept = 0;
     for (size_t i = 0; i < len; i++) {
       uint32_t b = magBits(in, dtype, lo + i);
-      if (b != 0 && b < 0x7f800000u) m[nf++] = b;
+      if (b == 0 || b >= 0x7f800000u) continue;
+      if (kept == E + 1 && b <= top[E]) continue;
+      int k = kept < E + 1 ? kept++ : E;
+      for (; k > 0 && top[k - 1] < b; k--) top[k] = top[k - 1];
+      top[k] = b;
     }
-    qsort(m, nf, sizeof *m, descending);
-    uint32_t r = nf > E ? m[E] : nf > 0 ? m[nf - 1] : 0;
+    uint32_t r = kept > 0 ? top[kept - 1] : 0;
     float rf;
     memcpy(&rf, &r, 4);
     int nc = 0;
@@ -230,7 +228,6 @@ long qtExpectEscapes(const void* in, zppDataType_t dtype, size_t count, int bits
       if (isfinite(x) && r > 0 && x > twoK * (double)rf) marks[lo + i] = fits ? 1 : 2;
     }
   }
-  free(m);
   return overflows;
 }
 
