@@ -8,7 +8,7 @@ ZPP_TIMEOUT, never as a hang, and the backend's get_error() says what broke it.
     test_errors.py async      as `die`, with the error seen through an
                               async work's wait() and its future
     test_errors.py hang       rank W-1 stays alive but stops calling; the
-                              others raise at ZPP_TIMEOUT, not later, and
+                              others raise at ZPP_TIMEOUT (8 s here), not later, and
                               the message says the timeout was ZPP_TIMEOUT's
     test_errors.py abort      rank W-1 dies, rank W-2 hangs in a group of all but
                               W-1; another thread's abort() of that group ends a
@@ -29,6 +29,7 @@ import time
 import launch
 
 TIMEOUT = 20  # ZPP_TIMEOUT for these runs: every failure must show well before
+HANG_TIMEOUT = 8  # ZPP_TIMEOUT of the `hang` case, where the timeout is the failure
 INIT_TIMEOUT = 3  # init_process_group(timeout=) of the `timeout` case
 
 
@@ -55,7 +56,9 @@ def abort_body(rank):
     if rank == W - 1:
         os._exit(3)  # dead, a member of the world group only
     if rank == W - 2:
-        time.sleep(TIMEOUT + 5)  # alive, silent: only the abort can end the others' wait
+        # Alive and silent while the others abort and destroy (by ABORT_AT + 3 s):
+        # only the abort can end their wait.
+        time.sleep(ABORT_AT + 8)
         os._exit(3)
     backend = group._get_backend(torch.device("cpu"))
     work = dist.all_reduce(x, group=group, async_op=True)
@@ -104,16 +107,17 @@ def body(rank, case):
     if backend.get_error() != ErrorType.SUCCESS:
         print("rank %d: FAIL: get_error() is %s on a healthy group" % (rank, backend.get_error()), flush=True)
         os._exit(1)
+    timeout = HANG_TIMEOUT if case == "hang" else TIMEOUT
     t0 = time.time()
     try:
         if case == "hang":
             if rank == W - 1:
-                time.sleep(TIMEOUT + 10)
+                time.sleep(timeout + 5)  # the others raise at `timeout`
                 os._exit(3)
             dist.all_reduce(x)
         elif case == "timeout":
             if rank == W - 1:
-                time.sleep(INIT_TIMEOUT + 10)
+                time.sleep(INIT_TIMEOUT + 5)
                 os._exit(3)
             dist.barrier()
         elif case in ("die", "async"):
@@ -150,12 +154,12 @@ def body(rank, case):
         if "zpp" not in msg or not isinstance(e, dist.DistBackendError):
             print("rank %d: FAIL: not a zpp DistBackendError" % rank, flush=True)
             os._exit(1)
-        if dt > TIMEOUT + 5 or (case == "hang" and dt < TIMEOUT - 1):
+        if dt > timeout + 5 or (case == "hang" and dt < timeout - 1):
             print("rank %d: FAIL: took longer than ZPP_TIMEOUT" % rank, flush=True)
             os._exit(1)
         # Where the timeout came from, and gloo's words for it (PyTorch's own
         # barrier timeout test matches " (Timed out|closed|timeout) ").
-        words = {"hang": [" Timed out ", "after %d s" % TIMEOUT, "set by ZPP_TIMEOUT=%d" % TIMEOUT],
+        words = {"hang": [" Timed out ", "after %d s" % timeout, "set by ZPP_TIMEOUT=%d" % timeout],
                  "timeout": [" Timed out ", "zpp barrier", "after %d s" % INIT_TIMEOUT,
                              "set by init_process_group/new_group(timeout=0:00:0%d)" % INIT_TIMEOUT]}
         missing = [w for w in words.get(case, []) if w not in msg]
@@ -203,5 +207,6 @@ if __name__ == "__main__":
         else:
             expect = lambda r: 3 if r == n - 1 else 0  # noqa: E731
         sys.exit(launch.spawn(os.path.abspath(__file__), a.layout, [a.case, a.layout],
-                              timeout=TIMEOUT * 3, env={"ZPP_TIMEOUT": str(TIMEOUT)},
+                              timeout=TIMEOUT * 3,
+                              env={"ZPP_TIMEOUT": str(HANG_TIMEOUT if a.case == "hang" else TIMEOUT)},
                               expect=expect))
