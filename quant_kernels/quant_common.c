@@ -174,7 +174,8 @@ const zppQuantRotImpl_t* zppQuantRotImplActive(void) {
 }
 
 const zppQuantRotImpl_t* zppQuantRotImplFor(int bits) {
-  return bits == 2 ? NULL : zppQuantRotImplActive();
+  const zppQuantRotImpl_t* rot = zppQuantRotImplActive();
+  return rot != NULL && (rot->widths >> bits & 1u) ? rot : NULL;
 }
 
 const char* zppQuantRotImplName(void) {

@@ -182,9 +182,12 @@ void zppQuantRotSumRequantGroupAvx2(const uint8_t* packed, size_t stride, int n,
  *   while they are full and rotated (scale >= 0, finite); returns the
  *   element where it stopped;
  * - sumBlock, sumStore, sumRequantGroup: quant_rotate_reduce.c's sums, as
- *   zppQuantRotSumBlockAvx2 & co. below. */
+ *   zppQuantRotSumBlockAvx2 & co. below;
+ * each for the bit widths in `widths` (segments of others take the
+ * reference: zppQuantRotImplFor). */
 typedef struct {
   const char* name;
+  unsigned widths; /* the bit widths it implements: bit b set for int b */
   int (*encodeGroup)(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                      uint8_t* packed, size_t g);
   void (*decodeBlock)(const uint8_t* data, int bits, size_t lo, size_t len, float s, void* out,
@@ -217,8 +220,8 @@ extern const zppQuantRotImpl_t zppQuantRotImplAvx512;
 const zppQuantRotImpl_t* zppQuantRotImplActive(void);
 
 /* The rotated kernels for segments of `bits`: zppQuantRotImplActive(), or
- * NULL (the reference, quant_rotate.c) for int2, which the vector tables
- * do not implement. The one place that says which widths they cover. */
+ * NULL (the reference, quant_rotate.c) where that table does not implement
+ * the width (its `widths`; AVX2's lacks int2). */
 const zppQuantRotImpl_t* zppQuantRotImplFor(int bits);
 
 /* Makes `name` ("scalar", "avx2", "avx512") the rotated kernels in use,
@@ -331,7 +334,8 @@ ZPP_QUANT_INL int zppQuantQmax(int bits) { return bits == 8 ? 127 : bits == 4 ? 
 
 /* Runs CALL(BITS, DT) with the bit width and the output type as constants,
  * one branch per pair, so that each always-inline kernel is compiled for the
- * six pairs the codec has (the vector files); the one copy of that ladder. */
+ * nine pairs the codec has (the rotated vector files); the one copy of that
+ * ladder. */
 #define ZPP_QUANT_SPECIALIZE(bits, dtype, CALL) \
   do {                                          \
     if ((bits) == 8) {                          \
@@ -342,13 +346,21 @@ ZPP_QUANT_INL int zppQuantQmax(int bits) { return bits == 8 ? 127 : bits == 4 ? 
       } else {                                  \
         CALL(8, zppBfloat16);                   \
       }                                         \
-    } else {                                    \
+    } else if ((bits) == 4) {                   \
       if ((dtype) == zppFloat32) {              \
         CALL(4, zppFloat32);                    \
       } else if ((dtype) == zppFloat16) {       \
         CALL(4, zppFloat16);                    \
       } else {                                  \
         CALL(4, zppBfloat16);                   \
+      }                                         \
+    } else {                                    \
+      if ((dtype) == zppFloat32) {              \
+        CALL(2, zppFloat32);                    \
+      } else if ((dtype) == zppFloat16) {       \
+        CALL(2, zppFloat16);                    \
+      } else {                                  \
+        CALL(2, zppBfloat16);                   \
       }                                         \
     }                                           \
   } while (0)

@@ -718,6 +718,7 @@ void zppQuantRotSumRequantGroupAvx2(const uint8_t* packed, size_t stride, int n,
 
 const zppQuantRotImpl_t zppQuantRotImplAvx2 = {
     .name = "avx2",
+    .widths = 1u << 8 | 1u << 4,
     .encodeGroup = encodeGroup,
     .decodeBlock = decodeBlock,
     .decodeRun = decodeRun,

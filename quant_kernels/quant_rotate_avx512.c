@@ -376,9 +376,9 @@ R5_INLINE int countAboveAt(const void* in, zppDataType_t dtype, size_t at, int n
   return countAbove(v, n, a, K);
 }
 
-/* rne(w * inv) of 32 values, stored as int8 (32 bytes) or int4 (16) at d.
- * |q| <= Q without a clamp (quant_avx2.c). packs interleaves the two
- * vectors per 128-bit lane; the qword permute puts them back in order. */
+/* rne(w * inv) of 32 values, stored as int8 (32 bytes), int4 (16) or int2
+ * (8) at d. |q| <= Q without a clamp (quant_avx2.c). packs interleaves the
+ * two vectors per 128-bit lane; the qword permute puts them back in order. */
 R5_INLINE void store32(__m512 w0, __m512 w1, __m512 vinv, int bits, uint8_t* d) {
   __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(w0, vinv));
   __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(w1, vinv));
@@ -388,15 +388,26 @@ R5_INLINE void store32(__m512 w0, __m512 w1, __m512 vinv, int bits, uint8_t* d) 
     _mm256_storeu_si256((__m256i*)d, _mm512_cvtepi16_epi8(q16));
     return;
   }
+  if (bits == 2) {
+    /* Fields paired per dword (f_2i + 4 f_2i+1, vpmaddwd), then the odd
+     * dword of each qword shifted onto bits 4..7 of the even one. */
+    __m512i x =
+        _mm512_madd_epi16(_mm512_and_si512(q16, _mm512_set1_epi16(3)), _mm512_set1_epi32(0x00040001));
+    x = _mm512_or_si512(x, _mm512_srli_epi64(x, 28));
+    _mm_storel_epi64((__m128i*)(void*)d, _mm512_cvtepi64_epi8(x));
+    return;
+  }
   /* Element 2i's nibble low, 2i + 1's high, in the low byte of dword i. */
   __m512i x = _mm512_and_si512(q16, _mm512_set1_epi32(0x000f000f));
   x = _mm512_or_si512(x, _mm512_srli_epi32(x, 12));
   _mm_storeu_si128((__m128i*)d, _mm512_cvtepi32_epi8(x));
 }
 
-/* The same for 64 values (int8: 64 bytes, int4: 32): two packs to bytes
- * and one dword permute, then for int4 the nibble pairs by a multiply-add
- * (even element * 1 + odd element * 16) and a truncating pack. */
+/* The same for 64 values (int8: 64 bytes, int4: 32, int2: 16): two packs
+ * to bytes and one dword permute, then for int4 the nibble pairs by a
+ * multiply-add (even element * 1 + odd element * 16) and a truncating pack;
+ * for int2 the fields in pairs (a + 4 b, vpmaddubsw), the pairs in pairs
+ * (c + 16 d, vpmaddwd), then the pack. */
 R5_INLINE void store64(const float* w, __m512 vinv, int bits, uint8_t* d) {
   __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w), vinv));
   __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + 16), vinv));
@@ -407,6 +418,13 @@ R5_INLINE void store64(const float* w, __m512 vinv, int bits, uint8_t* d) {
                                 q8);
   if (bits == 8) {
     _mm512_storeu_si512((void*)d, q8);
+    return;
+  }
+  if (bits == 2) {
+    const __m512i n =
+        _mm512_maddubs_epi16(_mm512_and_si512(q8, _mm512_set1_epi8(3)), _mm512_set1_epi16(0x0401));
+    _mm_storeu_si128((__m128i*)(void*)d,
+                     _mm512_cvtepi32_epi8(_mm512_madd_epi16(n, _mm512_set1_epi32(0x00100001))));
     return;
   }
   __m512i n =
@@ -437,9 +455,9 @@ R5_INLINE void store32EO(__m512 e, __m512 o, __m512 vinv, uint8_t* d) {
 R5_INLINE void quantizeW(const float* w, size_t len, int bits, float inv, uint8_t* d) {
   const __m512 vinv = _mm512_set1_ps(inv);
   size_t i = 0;
-  for (; i + 64 <= len; i += 64) store64(w + i, vinv, bits, d + (bits == 8 ? i : i / 2));
+  for (; i + 64 <= len; i += 64) store64(w + i, vinv, bits, d + zppQuantByteOf(i, bits));
   if (i < len) /* a block of 32 */
-    store32(_mm512_load_ps(w + i), _mm512_load_ps(w + i + 16), vinv, bits, d + (bits == 8 ? i : i / 2));
+    store32(_mm512_load_ps(w + i), _mm512_load_ps(w + i + 16), vinv, bits, d + zppQuantByteOf(i, bits));
 }
 
 /* Pass 2: a block's w (max |w| wmax, finite) quantized as a plain block. */
@@ -447,7 +465,7 @@ R5_INLINE void quantizeBlock(const float* wb, uint32_t wmax, size_t at, size_t l
                              uint8_t* scales, size_t b, uint8_t* data) {
   zppQuantBlockParams_t bp = zppQuantBlockSetup(wmax, Q);
   zppQuantStoreScale(scales, b, bp.scale);
-  uint8_t* d = data + (bits == 8 ? at : at / 2);
+  uint8_t* d = data + zppQuantByteOf(at, bits);
   if (bp.kind != ZPP_QBLOCK_NORMAL)
     memset(d, 0, zppQuantDataBytes(len, bits));
   else if (bp.p != 1.0f)
@@ -520,7 +538,7 @@ R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, const float* b
   }
   for (size_t k = 0; k < nb; k++) {
     const size_t at = base + k * bs;
-    uint8_t* d = data + (bits == 8 ? at : at / 2);
+    uint8_t* d = data + zppQuantByteOf(at, bits);
     if (wmax[k] < ZPP_QUANT_TINY_BITS) { /* zero (scale +0, q 0), or the scaled path */
       if (eo)
         quantizeBlockEO(buf + k * bs, wmax[k], at, bs, Q, scales, at >> lb, data);
@@ -639,25 +657,30 @@ R5_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, in
 static int encodeGroup(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                        uint8_t* packed, size_t g) {
   pthread_once(&gSignsOnce, fillSigns);
-  if (dtype == zppFloat32)
-    return bits == 8 ? encodeGroupT(in, zppFloat32, count, 8, block, packed, g)
-                     : encodeGroupT(in, zppFloat32, count, 4, block, packed, g);
-  if (dtype == zppFloat16)
-    return bits == 8 ? encodeGroupT(in, zppFloat16, count, 8, block, packed, g)
-                     : encodeGroupT(in, zppFloat16, count, 4, block, packed, g);
-  return bits == 8 ? encodeGroupT(in, zppBfloat16, count, 8, block, packed, g)
-                   : encodeGroupT(in, zppBfloat16, count, 4, block, packed, g);
+#define ENCODE_GROUP(BITS, DT) return encodeGroupT(in, DT, count, BITS, block, packed, g)
+  ZPP_QUANT_SPECIALIZE(bits, dtype, ENCODE_GROUP);
+#undef ENCODE_GROUP
+  return 0; /* not reached */
 }
 
 /* ---- decode ------------------------------------------------------------------------ */
 
-/* q * s of elements i .. i + 15 (i even). int4: the table t of the 16
- * products nibble * s, indexed by the nibble (vpermps reads the low 4 bits
- * of each lane, so the upper bits of the bytes need no mask). */
+/* q * s of elements i .. i + 15 (i a multiple of 16). int4 and int2: the
+ * table t of the products q * s (qTable), indexed by the field (vpermps
+ * reads the low 4 bits of each lane, so the upper bits need no mask: int2's
+ * table repeats its four entries). */
 R5_INLINE __m512 decodeQ16(const uint8_t* data, int bits, size_t i, __m512 vs, __m512 t) {
   if (bits == 8)
     return _mm512_mul_ps(
         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(data + i)))), vs);
+  if (bits == 2) { /* the 32 data bits in every lane, field k shifted down in lane k */
+    uint32_t u;
+    memcpy(&u, data + i / 4, sizeof u);
+    const __m512i idx =
+        _mm512_srlv_epi32(_mm512_set1_epi32((int)u),
+                          _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30));
+    return _mm512_permutexvar_ps(idx, t);
+  }
   __m128i x = _mm_loadl_epi64((const __m128i*)(data + i / 2));
   __m128i y = _mm_unpacklo_epi8(x, _mm_srli_epi16(x, 4)); /* byte 2k: lo(b_k), 2k + 1: hi(b_k) */
   return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(y), t);
@@ -666,6 +689,15 @@ R5_INLINE __m512 decodeQ16(const uint8_t* data, int bits, size_t i, __m512 vs, _
 /* The int4 table for scale s: entry k = ((k ^ 8) - 8) * s. */
 R5_INLINE __m512 nibbleTable(__m512 vs) {
   return _mm512_mul_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1), vs);
+}
+
+/* decodeQ16's table for a bit width: int4's, int2's (the fields 0, 1, 2, 3
+ * are q = 0, 1, -2, -1; four times over), none (the scale) for int8. */
+R5_INLINE __m512 qTable(int bits, __m512 vs) {
+  if (bits == 4) return nibbleTable(vs);
+  if (bits == 2)
+    return _mm512_mul_ps(_mm512_setr_ps(0, 1, -2, -1, 0, 1, -2, -1, 0, 1, -2, -1, 0, 1, -2, -1), vs);
+  return vs;
 }
 
 /* Rounds fp32 to bf16 in the upper half of each lane: the integer carry,
@@ -699,7 +731,7 @@ R5_INLINE void finish16(void* out, zppDataType_t dtype, size_t at, size_t j, __m
 /* q * s of 16n elements from element i with the stages below 16n, in v. */
 R5_INLINE void decodeStages(const uint8_t* data, int bits, size_t i, __m512 vs, __m512* v, int n,
                             int exact) {
-  const __m512 t = bits == 4 ? nibbleTable(vs) : vs;
+  const __m512 t = qTable(bits, vs);
 #pragma GCC unroll 16
   for (int k = 0; k < n; k++) v[k] = decodeQ16(data, bits, i + 16 * (size_t)k, vs, t);
   stagesNarrow(v, n, exact);
@@ -837,7 +869,7 @@ R5_INLINE void decodeMultiT(const uint8_t* data, int bits, size_t lo, int n, con
   for (int j = 0; j < m; j++) {
     const __m512 vs = _mm512_mul_ps(_mm512_set1_ps(zppQuantLoadScale(scales, (lo >> L) + (size_t)j)),
                                     pow2Neg((int)L));
-    const __m512 t = bits == 4 ? nibbleTable(vs) : vs;
+    const __m512 t = qTable(bits, vs);
 #pragma GCC unroll 8
     for (int k = 0; k < n; k++)
       v[j * n + k] = decodeQ16(data, bits, lo + 16 * (size_t)(j * n + k), vs, t);
@@ -936,7 +968,7 @@ R5_INLINE void sumRotated(const uint8_t* packed, size_t stride, int nin, size_t 
   for (int k = 0; k < nin; k++) {
     const uint8_t* seg = packed + (size_t)k * stride;
     const __m512 vs = _mm512_set1_ps(zppQuantLoadScale(zppQuantScalesPtr(seg), b));
-    const __m512 t = bits == 4 ? nibbleTable(vs) : vs;
+    const __m512 t = qTable(bits, vs);
 #pragma GCC unroll 16
     for (int j = 0; j < n; j++)
       v[j] = _mm512_add_ps(k == 0 ? zero : v[j],
@@ -1065,10 +1097,9 @@ R5_INLINE void sumBlockT(const uint8_t* packed, size_t stride, int nin, size_t d
 static void sumBlock(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits, size_t b,
                      size_t lo, size_t len, float* acc) {
   pthread_once(&gSignsOnce, fillSigns);
-  if (bits == 8)
-    sumBlockT(packed, stride, n, dataOff, 8, b, lo, len, acc, 0, zppFloat32, 0, 1.0f);
-  else
-    sumBlockT(packed, stride, n, dataOff, 4, b, lo, len, acc, 0, zppFloat32, 0, 1.0f);
+#define SUM_BLOCK(BITS, DT) sumBlockT(packed, stride, n, dataOff, BITS, b, lo, len, acc, 0, DT, 0, 1.0f)
+  ZPP_QUANT_SPECIALIZE(bits, zppFloat32, SUM_BLOCK);
+#undef SUM_BLOCK
 }
 
 static void sumStore(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits, size_t b,
@@ -1145,7 +1176,7 @@ R5_INLINE void sumRequantGroupT(const uint8_t* packed, size_t stride, int nin, s
   for (size_t k = 0; k < nb; k++) {
     const size_t lo = (b0 + k) * bs;
     if (!ok[k]) continue;
-    uint8_t* d = data + (bitsOut == 8 ? lo : lo / 2);
+    uint8_t* d = data + zppQuantByteOf(lo, bitsOut);
     const float* t = tile + k * bs;
     if (amax[k] < ZPP_QUANT_TINY_BITS) { /* zero (scale +0, q 0), or the reference's scaled path */
       if (eo)
@@ -1168,22 +1199,28 @@ static void sumRequantGroup(const uint8_t* packed, size_t stride, int n, size_t 
   pthread_once(&gSignsOnce, fillSigns);
 #define SUM_REQUANT(BI, BO) \
   sumRequantGroupT(packed, stride, n, dataOff, BI, (size_t)block, b0, nb, BO, scalesOut, dataOut, ok)
-  if (bits == 8) {
-    if (bits_out == 8)
-      SUM_REQUANT(8, 8);
-    else
-      SUM_REQUANT(8, 4);
-  } else {
-    if (bits_out == 8)
-      SUM_REQUANT(4, 8);
-    else
-      SUM_REQUANT(4, 4);
-  }
+#define SUM_REQUANT_FROM(BI) \
+  do {                       \
+    if (bits_out == 8)       \
+      SUM_REQUANT(BI, 8);    \
+    else if (bits_out == 4)  \
+      SUM_REQUANT(BI, 4);    \
+    else                     \
+      SUM_REQUANT(BI, 2);    \
+  } while (0)
+  if (bits == 8)
+    SUM_REQUANT_FROM(8);
+  else if (bits == 4)
+    SUM_REQUANT_FROM(4);
+  else
+    SUM_REQUANT_FROM(2);
+#undef SUM_REQUANT_FROM
 #undef SUM_REQUANT
 }
 
 const zppQuantRotImpl_t zppQuantRotImplAvx512 = {
     .name = "avx512",
+    .widths = 1u << 8 | 1u << 4 | 1u << 2,
     .encodeGroup = encodeGroup,
     .decodeBlock = decodeBlock,
     .decodeRun = decodeRun,

@@ -309,8 +309,9 @@ static size_t directGroup(const uint8_t* packed, size_t stride, int n, size_t co
   float y[ZPP_QUANT_MAX_BLOCK];
   const size_t base = g * ZPP_QUANT_ESC_GROUP;
   const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-  /* The inputs' width picks the kernels; they also write bits_out. */
-  const zppQuantRotImpl_t* rk = bits_out == 2 ? NULL : zppQuantRotImplFor(bits);
+  /* Kernels that implement both widths, or the reference. */
+  const zppQuantRotImpl_t* rk = zppQuantRotImplFor(bits);
+  if (rk != NULL && !(rk->widths >> bits_out & 1u)) rk = NULL;
   const uint64_t escMask = groupEscMask(packed, stride, n, count, bits, block, g);
   const size_t dataIn = zppQuantDataOffset(count, block), dataOut = zppQuantDataOffset(count, block);
   size_t nfall = 0;
