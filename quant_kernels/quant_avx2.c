@@ -817,13 +817,16 @@ static void avx2AddResidual(const void* in, zppDataType_t dtype, const float* e,
 static void avx2NewResidual(const float* x, const float* y, const float* e, size_t n, float* out) {
   const __m256i expo = _mm256_set1_epi32(0x7f800000);
   size_t i = 0;
+  for (; i < n && ((uintptr_t)(out + i) & 31u) != 0; i++)
+    out[i] = zppQuantNonFinite(x[i]) ? e[i] : x[i] - y[i];
   for (; i + 8 <= n; i += 8) {
     __m256 vx = _mm256_loadu_ps(x + i);
     __m256i bad = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(vx), expo), expo);
     __m256 r = _mm256_sub_ps(vx, _mm256_loadu_ps(y + i));
-    _mm256_storeu_ps(out + i, _mm256_blendv_ps(r, _mm256_loadu_ps(e + i), _mm256_castsi256_ps(bad)));
+    _mm256_stream_ps(out + i, _mm256_blendv_ps(r, _mm256_loadu_ps(e + i), _mm256_castsi256_ps(bad)));
   }
   for (; i < n; i++) out[i] = zppQuantNonFinite(x[i]) ? e[i] : x[i] - y[i];
+  _mm_sfence();
 }
 
 const zppQuantImpl_t zppQuantImplAvx2 = {
