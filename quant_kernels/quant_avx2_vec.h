@@ -59,12 +59,20 @@ ZPP_AVX2_INLINE uint32_t avx2HmaxU32(__m256i v) {
   return (uint32_t)_mm_cvtsi128_si32(m);
 }
 
-/* q of elements i..i+7 as fp32 (i even, so int4 starts on a byte). */
+/* q of elements i..i+7 as fp32 (i a multiple of 8 for int2, even for int4:
+ * each starts on a byte). */
 ZPP_AVX2_INLINE __m256 avx2DecodeQ8(const uint8_t* data, int bits, size_t i) {
   if (bits == 8)
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(data + i))));
   /* Four bytes hold eight nibbles, element j at bits 4j..4j+3: shift each
    * lane's nibble to the top, then arithmetic-shift it back down (sign). */
+  if (bits == 2) { /* two bytes, element j at bits 2j..2j+1: the same, by 2 */
+    uint16_t h;
+    memcpy(&h, data + i / 4, sizeof h);
+    __m256i v =
+        _mm256_sllv_epi32(_mm256_set1_epi32(h), _mm256_setr_epi32(30, 28, 26, 24, 22, 20, 18, 16));
+    return _mm256_cvtepi32_ps(_mm256_srai_epi32(v, 30));
+  }
   int32_t w;
   memcpy(&w, data + i / 2, sizeof w);
   __m256i v = _mm256_sllv_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0));

@@ -221,7 +221,7 @@ const zppQuantRotImpl_t* zppQuantRotImplActive(void);
 
 /* The rotated kernels for segments of `bits`: zppQuantRotImplActive(), or
  * NULL (the reference, quant_rotate.c) where that table does not implement
- * the width (its `widths`; AVX2's lacks int2). */
+ * the width (its `widths`). */
 const zppQuantRotImpl_t* zppQuantRotImplFor(int bits);
 
 /* Makes `name` ("scalar", "avx2", "avx512") the rotated kernels in use,
@@ -363,6 +363,29 @@ ZPP_QUANT_INL int zppQuantQmax(int bits) { return bits == 8 ? 127 : bits == 4 ? 
         CALL(2, zppBfloat16);                   \
       }                                         \
     }                                           \
+  } while (0)
+
+/* Runs CALL(BI, BO) with an input and an output bit width as constants:
+ * the nine pairs of a reduce-requantize (the rotated vector files). */
+#define ZPP_QUANT_SPECIALIZE_WIDTHS(bits_in, bits_out, CALL) \
+  do {                                                       \
+    if ((bits_in) == 8) {                                    \
+      ZPP_QUANT_SPECIALIZE_OUT_(8, bits_out, CALL);          \
+    } else if ((bits_in) == 4) {                             \
+      ZPP_QUANT_SPECIALIZE_OUT_(4, bits_out, CALL);          \
+    } else {                                                 \
+      ZPP_QUANT_SPECIALIZE_OUT_(2, bits_out, CALL);          \
+    }                                                        \
+  } while (0)
+#define ZPP_QUANT_SPECIALIZE_OUT_(BI, bits_out, CALL) \
+  do {                                                \
+    if ((bits_out) == 8) {                            \
+      CALL(BI, 8);                                    \
+    } else if ((bits_out) == 4) {                     \
+      CALL(BI, 4);                                    \
+    } else {                                          \
+      CALL(BI, 2);                                    \
+    }                                                 \
   } while (0)
 
 /* Chunk (elements) of fp32 scratch the reductions keep on the stack: small

@@ -252,11 +252,26 @@ ROT_INLINE __m256i quant32v(__m256 w0, __m256 w1, __m256 w2, __m256 w3, __m256 v
       _mm256_packs_epi16(_mm256_packs_epi32(qa, qb), _mm256_packs_epi32(qc, qd)), ix);
 }
 
-/* 32 values quantized and stored as int8 (32 bytes) or int4 (16) at d. */
+/* 32 values quantized and stored as int8 (32 bytes), int4 (16) or int2 (8)
+ * at d. int2: the fields in pairs (a + 4 b, vpmaddubsw), the pairs in pairs
+ * (c + 16 d, vpmaddwd), the low byte of each dword gathered per lane. */
 ROT_INLINE void store32(__m256 w0, __m256 w1, __m256 w2, __m256 w3, __m256 vinv, int bits, uint8_t* d) {
   __m256i q = quant32v(w0, w1, w2, w3, vinv);
   if (bits == 8) {
     _mm256_storeu_si256((__m256i*)d, q);
+    return;
+  }
+  if (bits == 2) {
+    __m256i n =
+        _mm256_maddubs_epi16(_mm256_and_si256(q, _mm256_set1_epi8(3)), _mm256_set1_epi16(0x0401));
+    n = _mm256_shuffle_epi8(
+        _mm256_madd_epi16(n, _mm256_set1_epi32(0x00100001)),
+        _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4, 8, 12, -1,
+                         -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+    const uint32_t lo = (uint32_t)_mm_cvtsi128_si32(_mm256_castsi256_si128(n));
+    const uint32_t hi = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(n, 1));
+    memcpy(d, &lo, sizeof lo);
+    memcpy(d + 4, &hi, sizeof hi);
     return;
   }
   __m256i n =
@@ -298,7 +313,7 @@ ROT_INLINE void quantizeSmall(const float* wb, uint32_t wmax, size_t at, size_t 
                               uint8_t* scales, size_t b, uint8_t* data) {
   zppQuantBlockParams_t bp = zppQuantBlockSetup(wmax, Q);
   zppQuantStoreScale(scales, b, bp.scale);
-  uint8_t* d = data + (bits == 8 ? at : at / 2);
+  uint8_t* d = data + zppQuantByteOf(at, bits);
   if (bp.kind != ZPP_QBLOCK_NORMAL) {
     memset(d, 0, zppQuantDataBytes(len, bits));
   } else if (bp.p != 1.0f) {
@@ -307,7 +322,7 @@ ROT_INLINE void quantizeSmall(const float* wb, uint32_t wmax, size_t at, size_t 
     const __m256 vinv = _mm256_set1_ps(bp.inv);
     for (size_t k = 0; k < len; k += 32)
       store32(_mm256_load_ps(wb + k), _mm256_load_ps(wb + k + 8), _mm256_load_ps(wb + k + 16),
-              _mm256_load_ps(wb + k + 24), vinv, bits, d + (bits == 8 ? k : k / 2));
+              _mm256_load_ps(wb + k + 24), vinv, bits, d + zppQuantByteOf(k, bits));
   }
 }
 
@@ -317,7 +332,7 @@ ROT_INLINE void quantizeW(const float* w, size_t len, int bits, float inv, uint8
   const __m256 vinv = _mm256_set1_ps(inv);
   for (size_t i = 0; i < len; i += 32)
     store32(_mm256_load_ps(w + i), _mm256_load_ps(w + i + 8), _mm256_load_ps(w + i + 16),
-            _mm256_load_ps(w + i + 24), vinv, bits, d + (bits == 8 ? i : i / 2));
+            _mm256_load_ps(w + i + 24), vinv, bits, d + zppQuantByteOf(i, bits));
 }
 
 ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
@@ -359,7 +374,7 @@ ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, i
     if (wmax >= 0x7f800000u) return 0; /* w not finite: stored unrotated */
     zppQuantBlockParams_t bp = zppQuantBlockSetup(wmax, Q);
     zppQuantStoreScale(scales, b, bp.scale);
-    uint8_t* d = data + (bits == 8 ? at : at / 2);
+    uint8_t* d = data + zppQuantByteOf(at, bits);
     if (bp.kind != ZPP_QBLOCK_NORMAL) {
       memset(d, 0, zppQuantDataBytes(bs, bits));
     } else if (bp.p != 1.0f) {
@@ -377,14 +392,10 @@ ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, i
 static int encodeGroup(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                        uint8_t* packed, size_t g) {
   pthread_once(&gSignsOnce, fillSigns);
-  if (dtype == zppFloat32)
-    return bits == 8 ? encodeGroupT(in, zppFloat32, count, 8, block, packed, g)
-                     : encodeGroupT(in, zppFloat32, count, 4, block, packed, g);
-  if (dtype == zppFloat16)
-    return bits == 8 ? encodeGroupT(in, zppFloat16, count, 8, block, packed, g)
-                     : encodeGroupT(in, zppFloat16, count, 4, block, packed, g);
-  return bits == 8 ? encodeGroupT(in, zppBfloat16, count, 8, block, packed, g)
-                   : encodeGroupT(in, zppBfloat16, count, 4, block, packed, g);
+#define ENCODE_GROUP(BITS, DT) return encodeGroupT(in, DT, count, BITS, block, packed, g)
+  ZPP_QUANT_SPECIALIZE(bits, dtype, ENCODE_GROUP);
+#undef ENCODE_GROUP
+  return 0; /* not reached */
 }
 
 /* ---- decode ----------------------------------------------------------------------- */
@@ -606,10 +617,9 @@ ROT_INLINE void sumBlockT(const uint8_t* packed, size_t stride, int nin, size_t 
 void zppQuantRotSumBlockAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
                              size_t b, size_t lo, size_t len, float* acc) {
   pthread_once(&gSignsOnce, fillSigns);
-  if (bits == 8)
-    sumBlockT(packed, stride, n, dataOff, 8, b, lo, len, acc, 0, zppFloat32, 0, 1.0f);
-  else
-    sumBlockT(packed, stride, n, dataOff, 4, b, lo, len, acc, 0, zppFloat32, 0, 1.0f);
+#define SUM_BLOCK(BITS, DT) sumBlockT(packed, stride, n, dataOff, BITS, b, lo, len, acc, 0, DT, 0, 1.0f)
+  ZPP_QUANT_SPECIALIZE(bits, zppFloat32, SUM_BLOCK);
+#undef SUM_BLOCK
 }
 
 void zppQuantRotSumStoreAvx2(const uint8_t* packed, size_t stride, int n, size_t dataOff, int bits,
@@ -680,7 +690,7 @@ ROT_INLINE void sumRequantGroupT(const uint8_t* packed, size_t stride, int nin, 
     for (size_t j = 0; j < kn; j++) {
       const size_t k = k0 + j, lo = (b0 + k) * bs;
       if (!ok[k]) continue;
-      uint8_t* d = data + (bitsOut == 8 ? lo : lo / 2);
+      uint8_t* d = data + zppQuantByteOf(lo, bitsOut);
       if (amax[k] == 0) { /* ZPP_QBLOCK_ZERO: scale +0, every q 0 */
         zppQuantStoreScale(scales, b0 + k, 0.0f);
         memset(d, 0, zppQuantDataBytes(bs, bitsOut));
@@ -702,23 +712,13 @@ void zppQuantRotSumRequantGroupAvx2(const uint8_t* packed, size_t stride, int n,
                                     uint8_t* scalesOut, uint8_t* dataOut, uint8_t* ok) {
 #define SUM_REQUANT(BI, BO) \
   sumRequantGroupT(packed, stride, n, dataOff, BI, (size_t)block, b0, nb, BO, scalesOut, dataOut, ok)
-  if (bits == 8) {
-    if (bits_out == 8)
-      SUM_REQUANT(8, 8);
-    else
-      SUM_REQUANT(8, 4);
-  } else {
-    if (bits_out == 8)
-      SUM_REQUANT(4, 8);
-    else
-      SUM_REQUANT(4, 4);
-  }
+  ZPP_QUANT_SPECIALIZE_WIDTHS(bits, bits_out, SUM_REQUANT);
 #undef SUM_REQUANT
 }
 
 const zppQuantRotImpl_t zppQuantRotImplAvx2 = {
     .name = "avx2",
-    .widths = 1u << 8 | 1u << 4,
+    .widths = 1u << 8 | 1u << 4 | 1u << 2,
     .encodeGroup = encodeGroup,
     .decodeBlock = decodeBlock,
     .decodeRun = decodeRun,

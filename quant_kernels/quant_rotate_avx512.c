@@ -1199,22 +1199,7 @@ static void sumRequantGroup(const uint8_t* packed, size_t stride, int n, size_t 
   pthread_once(&gSignsOnce, fillSigns);
 #define SUM_REQUANT(BI, BO) \
   sumRequantGroupT(packed, stride, n, dataOff, BI, (size_t)block, b0, nb, BO, scalesOut, dataOut, ok)
-#define SUM_REQUANT_FROM(BI) \
-  do {                       \
-    if (bits_out == 8)       \
-      SUM_REQUANT(BI, 8);    \
-    else if (bits_out == 4)  \
-      SUM_REQUANT(BI, 4);    \
-    else                     \
-      SUM_REQUANT(BI, 2);    \
-  } while (0)
-  if (bits == 8)
-    SUM_REQUANT_FROM(8);
-  else if (bits == 4)
-    SUM_REQUANT_FROM(4);
-  else
-    SUM_REQUANT_FROM(2);
-#undef SUM_REQUANT_FROM
+  ZPP_QUANT_SPECIALIZE_WIDTHS(bits, bits_out, SUM_REQUANT);
 #undef SUM_REQUANT
 }
 
