@@ -50,11 +50,6 @@ using benchnames::RotOrder;
 using benchnames::RotSuffix;
 using benchnames::SizeName;
 
-/* The codecs' default block sizes (docs/codecs.md has the table). */
-int defaultBlock(int bits) {
-  return bits == 8 ? ZPP_QUANT_DEFAULT_BLOCK_INT8 : ZPP_QUANT_DEFAULT_BLOCK_INT4;
-}
-
 const char* typeName(zppDataType_t t) { return zppDtypeShortName(t); }
 
 size_t typeSize(zppDataType_t t) { return t == zppFloat32 ? 4 : 2; }
@@ -276,7 +271,7 @@ void BM_ReduceRequant(benchmark::State& st, int n, int bitsIn, int bitsOut, int 
 /* qgZ's alternative: int8 between the hops, int4 out, each at its default
  * block size. */
 void BM_ReduceRequant8to4(benchmark::State& st, int n, size_t count) {
-  const int bIn = defaultBlock(8), bOut = defaultBlock(4);
+  const int bIn = zppQuantDefaultBlock(8), bOut = zppQuantDefaultBlock(4);
   DevBuf pk, out;
   if (!makeInputs(st, pk, n, count, 8, bIn)) return;
   if (!out.alloc(zppQuantPackedSize(count, 4, bOut))) {
@@ -358,7 +353,7 @@ void registerAll() {
     for (zppDataType_t dt : types) {
       const size_t count = bytes / typeSize(dt);
       for (int bits : {8, 4}) {
-        const int block = defaultBlock(bits);
+        const int block = zppQuantDefaultBlock(bits);
         const std::string tail =
             std::string("cuda/") + typeName(dt) + "/int" + std::to_string(bits) + "/" + SizeName(bytes);
         add("quantize/" + tail, bytes,
@@ -389,7 +384,7 @@ void registerAll() {
      * quantization, the fused reduce between the hops (n int4 inputs), the
      * final sum / average into bf16 or fp32 */
     const size_t count = bytes / 2;
-    const int b4 = defaultBlock(4);
+    const int b4 = zppQuantDefaultBlock(4);
     add("quantize_reordered/cuda/bf16/int4/W16L8/" + SizeName(bytes), bytes,
         [=](benchmark::State& st) { BM_QuantizeReordered(st, zppBfloat16, 4, b4, 16, 8, count); });
     /* and the same on rotated inputs (docs/codecs.md, "CUDA reductions of
@@ -405,7 +400,7 @@ void registerAll() {
             [=](benchmark::State& st) { BM_DequantizeSum(st, n, 4, b4, zppBfloat16, count, rot); });
       }
     }
-    const size_t in8 = zppQuantPackedSize(count, 8, defaultBlock(8)) * 8;
+    const size_t in8 = zppQuantPackedSize(count, 8, zppQuantDefaultBlock(8)) * 8;
     add("reduce_requant/cuda/int8x8-int4/" + SizeName(bytes), in8,
         [=](benchmark::State& st) { BM_ReduceRequant8to4(st, 8, count); });
   }
