@@ -175,7 +175,7 @@ const zppQuantRotImpl_t* zppQuantRotImplActive(void) {
 
 const zppQuantRotImpl_t* zppQuantRotImplFor(int bits) {
   const zppQuantRotImpl_t* rot = zppQuantRotImplActive();
-  return rot != NULL && (rot->widths >> bits & 1u) ? rot : NULL;
+  return rot != NULL && zppQuantRotImplHas(rot, bits) ? rot : NULL;
 }
 
 const char* zppQuantRotImplName(void) {

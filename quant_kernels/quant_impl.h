@@ -224,6 +224,11 @@ const zppQuantRotImpl_t* zppQuantRotImplActive(void);
  * the width (its `widths`). */
 const zppQuantRotImpl_t* zppQuantRotImplFor(int bits);
 
+/* 1 where the kernels rk (not NULL) implement segments of `bits`. */
+ZPP_QUANT_INL int zppQuantRotImplHas(const zppQuantRotImpl_t* rk, int bits) {
+  return (int)(rk->widths >> bits & 1u);
+}
+
 /* Makes `name` ("scalar", "avx2", "avx512") the rotated kernels in use,
  * whatever the plain codecs are, until the next zppQuantImplSelect (which
  * sets both). For tests and benchmarks, as zppQuantImplSelect;
@@ -339,30 +344,22 @@ ZPP_QUANT_INL int zppQuantQmax(int bits) { return bits == 8 ? 127 : bits == 4 ? 
 #define ZPP_QUANT_SPECIALIZE(bits, dtype, CALL) \
   do {                                          \
     if ((bits) == 8) {                          \
-      if ((dtype) == zppFloat32) {              \
-        CALL(8, zppFloat32);                    \
-      } else if ((dtype) == zppFloat16) {       \
-        CALL(8, zppFloat16);                    \
-      } else {                                  \
-        CALL(8, zppBfloat16);                   \
-      }                                         \
+      ZPP_QUANT_SPECIALIZE_DT_(8, dtype, CALL); \
     } else if ((bits) == 4) {                   \
-      if ((dtype) == zppFloat32) {              \
-        CALL(4, zppFloat32);                    \
-      } else if ((dtype) == zppFloat16) {       \
-        CALL(4, zppFloat16);                    \
-      } else {                                  \
-        CALL(4, zppBfloat16);                   \
-      }                                         \
+      ZPP_QUANT_SPECIALIZE_DT_(4, dtype, CALL); \
     } else {                                    \
-      if ((dtype) == zppFloat32) {              \
-        CALL(2, zppFloat32);                    \
-      } else if ((dtype) == zppFloat16) {       \
-        CALL(2, zppFloat16);                    \
-      } else {                                  \
-        CALL(2, zppBfloat16);                   \
-      }                                         \
+      ZPP_QUANT_SPECIALIZE_DT_(2, dtype, CALL); \
     }                                           \
+  } while (0)
+#define ZPP_QUANT_SPECIALIZE_DT_(BITS, dtype, CALL) \
+  do {                                              \
+    if ((dtype) == zppFloat32) {                    \
+      CALL(BITS, zppFloat32);                       \
+    } else if ((dtype) == zppFloat16) {             \
+      CALL(BITS, zppFloat16);                       \
+    } else {                                        \
+      CALL(BITS, zppBfloat16);                      \
+    }                                               \
   } while (0)
 
 /* Runs CALL(BI, BO) with an input and an output bit width as constants:

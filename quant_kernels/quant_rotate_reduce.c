@@ -311,7 +311,7 @@ static size_t directGroup(const uint8_t* packed, size_t stride, int n, size_t co
   const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
   /* Kernels that implement both widths, or the reference. */
   const zppQuantRotImpl_t* rk = zppQuantRotImplFor(bits);
-  if (rk != NULL && !(rk->widths >> bits_out & 1u)) rk = NULL;
+  if (rk != NULL && !zppQuantRotImplHas(rk, bits_out)) rk = NULL;
   const uint64_t escMask = groupEscMask(packed, stride, n, count, bits, block, g);
   const size_t dataIn = zppQuantDataOffset(count, block), dataOut = zppQuantDataOffset(count, block);
   size_t nfall = 0;
