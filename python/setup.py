@@ -45,9 +45,11 @@ except ImportError:  # pip's isolated build: torch must come from the environmen
 
 here = os.path.dirname(os.path.abspath(__file__))
 checkout = os.path.dirname(here)
-# torch_zpp/csrc/*.cpp, split as PyTorch's UCC backend is: type and op
-# conversions, the Work, the c10d::Backend, the Python module.
-SOURCES = ["conversions", "work", "backend", "module"]  # + compat.hpp: torch versions
+# torch_zpp/csrc/*.cpp, split as PyTorch's UCC backend is: the c10d::Backend's
+# collectives and its life, the Python module, error feedback's residual, the
+# Work, type and op conversions. Each file parses torch's headers (10-60 s):
+# the largest come first, so that ninja's jobs end together.
+SOURCES = ["collectives", "backend", "module", "grad_residual", "work", "conversions"]  # + compat.hpp
 # The file name the loader looks for (libzpp's soname): what the package holds.
 LIBZPP_SONAME = "libzpp.so.0"
 

@@ -16,6 +16,7 @@ packages=(
   python3-prometheus-client          # its parser checks zpp-health --prometheus
   python3-venv python3-dev           # torch's environment, torch_zpp's build
   slurmctld slurmd slurm-client munge  # srun tests (label slurm): a private Slurm, 3.3 MB
+  gdb                                # a hung test rank's stacks, printed before it is killed
 )
 
 missing=()

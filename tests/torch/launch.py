@@ -3,10 +3,12 @@
 layout "2x2" = 2 nodes of 2 ranks (ZPP_HOSTID=node0, node0, node1, node1),
 "1x3" = one node of 3, "4x1" = 4 nodes of 1. Every rank is a process of its
 own (python SCRIPT --rank R ...); the launcher kills them all at the timeout
-and reports each rank that failed, so a hung collective fails the test
-instead of hanging it.
+(printing a hung rank's stacks first, where gdb is installed) and reports
+each rank that failed, so a hung collective fails the test instead of
+hanging it.
 """
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +21,23 @@ from zpptest import free_master_port  # noqa: E402
 def parse_layout(layout):
     nodes, per = (int(x) for x in layout.split("x"))
     return nodes, per
+
+
+def print_stacks(rank, pid):
+    """A hung rank's threads, as gdb sees them, before it is killed: where it
+    waits (frames only; at most 400 lines). Nothing where gdb is missing."""
+    if shutil.which("gdb") is None:
+        print("launch: rank %d: no stacks (gdb is not installed)" % rank, flush=True)
+        return
+    try:
+        out = subprocess.run(["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt 25"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=120).stdout
+    except subprocess.TimeoutExpired:
+        print("launch: rank %d: gdb took over 120 s; no stacks" % rank, flush=True)
+        return
+    lines = [ln for ln in out.splitlines() if ln.startswith(("Thread ", "#"))]
+    print("launch: rank %d's threads (gdb -p %d):\n%s" % (rank, pid, "\n".join(lines[:400])), flush=True)
 
 
 def spawn(script, layout, args=(), timeout=300, env=None, expect=None):
@@ -46,6 +65,7 @@ def spawn(script, layout, args=(), timeout=300, env=None, expect=None):
     for i, p in enumerate(procs):
         if codes[i] is None:
             print("launch: rank %d still running after %d s: killed" % (i, timeout), flush=True)
+            print_stacks(i, p.pid)
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
             status = 1

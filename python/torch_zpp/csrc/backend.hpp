@@ -5,7 +5,8 @@
 // else. A pure-Python ProcessGroup is not enough: FSDP2's DeviceMesh reads
 // the group name from a registered c10d::Backend. The files follow
 // PyTorch's own UCC backend: conversions, the Work (work.hpp), the backend
-// (this), the Python module (module.cpp).
+// (this: backend.cpp, collectives.cpp, grad_residual.cpp), the Python
+// module (module.cpp).
 //
 // Host tensors: the group's calls form one ordered stream. A call checks
 // its arguments, queues a Work and returns at once; one worker thread per

@@ -1,7 +1,7 @@
 // torch_zpp: conversions between torch's c10d types and zpp's C API, as
 // PyTorch's UCC backend keeps its type and op maps in UCCUtils: tensors to
 // (pointer, count, type), ReduceOps to zppRedOp_t, zpp errors to
-// c10::DistBackendError. No state; used by work.cpp and backend.cpp.
+// c10::DistBackendError. No state; used by the other files.
 #pragma once
 
 #include <torch/extension.h>
