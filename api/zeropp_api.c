@@ -272,10 +272,12 @@ zppResult_t zppGradCreate(zppComm_t comm, size_t recvcount, zppDataType_t dataty
   g->count = recvcount;
   g->type = datatype;
   g->bits = qgzBits(comm, bits);
+  g->nRanks = comm->nranks;
   g->nNodes = topo->nNodes;
   /* Nodes of different sizes run plain (qgzAsPlain): no second quantization. */
   g->hasReduce = topo->uniform && topo->nNodes > 1 && topo->nodeSize[0] > 1;
-  size_t nSend = recvcount * (size_t)comm->nranks, nReduce = recvcount * (size_t)topo->nNodes;
+  /* Zero residuals: every scale 0, every value 0. */
+  size_t nSend = zppGradResidBytes(g, 0), nReduce = zppGradResidBytes(g, 1);
   zppResult_t res = zppSuccess;
   for (int i = 0; i < 2; i++) {
     ZPP_CALLOCGOTO(g->send[i], nSend ? nSend : 1, res, fail);
@@ -367,18 +369,19 @@ zppResult_t zppGradUndo(zppGrad_t grad) {
   return zppSuccess;
 }
 
-/* The saved state: this header, then the current send residuals, then the
- * reduce ones (when the handle has them). */
+/* The saved state: this header, then the current send residual's buffer,
+ * then the reduce one's (when the handle has them), as zppGrad holds them
+ * (8-bit residuals). Version 1 held fp32 residuals. */
 typedef struct {
   uint64_t magic;
   uint64_t count;
   int32_t type, bits, nranks, nNodes, hasReduce, pad;
 } gradState_t;
-#define GRAD_STATE_MAGIC 0x315f46455f70707aull /* "zpp_EF_1" */
+#define GRAD_STATE_MAGIC 0x325f46455f70707aull /* "zpp_EF_2" */
+#define GRAD_STATE_MAGIC_V1 0x315f46455f70707aull
 
 static size_t gradStateBytes(const struct zppGrad* g) {
-  size_t n = g->count * (size_t)g->comm->nranks + (g->hasReduce ? g->count * (size_t)g->nNodes : 0);
-  return sizeof(gradState_t) + n * sizeof(float);
+  return sizeof(gradState_t) + zppGradResidBytes(g, 0) + (g->hasReduce ? zppGradResidBytes(g, 1) : 0);
 }
 
 zppResult_t zppGradStateBytes(zppGrad_t grad, size_t* bytes) {
@@ -400,10 +403,9 @@ zppResult_t zppGradSaveState(zppGrad_t grad, void* buf, size_t bytes) {
   memcpy(p, &h, sizeof(h));
   p += sizeof(h);
   int cur = atomic_load(&grad->cur);
-  size_t nSend = grad->count * (size_t)grad->comm->nranks * sizeof(float);
+  size_t nSend = zppGradResidBytes(grad, 0);
   memcpy(p, grad->send[cur], nSend);
-  if (grad->hasReduce)
-    memcpy(p + nSend, grad->reduce[cur], grad->count * (size_t)grad->nNodes * sizeof(float));
+  if (grad->hasReduce) memcpy(p + nSend, grad->reduce[cur], zppGradResidBytes(grad, 1));
   return zppSuccess;
 }
 
@@ -411,11 +413,18 @@ zppResult_t zppGradLoadState(zppGrad_t grad, const void* buf, size_t bytes) {
   const char* name = "zppGradLoadState";
   ZPPCHECK(checkGrad(grad, name));
   ZPPCHECK(checkSettled(grad, name));
+  gradState_t h;
+  if (buf != NULL && bytes >= sizeof(h)) {
+    memcpy(&h, buf, sizeof(h));
+    ZPP_ARGCHECK(h.magic != GRAD_STATE_MAGIC_V1,
+                 "%s: a state of fp32 residuals, saved by a build from before residuals were kept in "
+                 "8 bits; this one cannot read it: start from zero residuals (docs/zeropp.md, "
+                 "\"Error feedback\")",
+                 name);
+  }
   ZPP_ARGCHECK(buf != NULL && bytes == gradStateBytes(grad),
                "%s: %zu bytes, this handle's state is %zu (zppGradStateBytes)", name, bytes,
                gradStateBytes(grad));
-  gradState_t h;
-  memcpy(&h, buf, sizeof(h));
   ZPP_ARGCHECK(h.magic == GRAD_STATE_MAGIC, "%s: not a saved zppGrad state", name);
   ZPP_ARGCHECK(h.count == grad->count && h.type == (int32_t)grad->type && h.bits == grad->bits &&
                    h.nranks == grad->comm->nranks && h.nNodes == grad->nNodes &&
@@ -426,10 +435,9 @@ zppResult_t zppGradLoadState(zppGrad_t grad, const void* buf, size_t bytes) {
                (int)grad->type, grad->bits, grad->comm->nranks, grad->nNodes);
   const char* p = (const char*)buf + sizeof(h);
   int cur = atomic_load(&grad->cur);
-  size_t nSend = grad->count * (size_t)grad->comm->nranks * sizeof(float);
+  size_t nSend = zppGradResidBytes(grad, 0);
   memcpy(grad->send[cur], p, nSend);
-  if (grad->hasReduce)
-    memcpy(grad->reduce[cur], p + nSend, grad->count * (size_t)grad->nNodes * sizeof(float));
+  if (grad->hasReduce) memcpy(grad->reduce[cur], p + nSend, zppGradResidBytes(grad, 1));
   atomic_store(&grad->undoable, 0);
   return zppSuccess;
 }

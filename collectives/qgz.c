@@ -141,17 +141,21 @@ static const char* sendAt(const qgz_t* g, const piece_t* p, size_t partition) {
 }
 
 /* Error feedback's quantization of the len values x in efX (the residual
- * added) into dst: eOut = x - decode(dst), except where x is not finite:
- * its escape carries it, and the old residual eIn stays. */
-static zppResult_t quantizeWithFeedback(const qgz_t* g, const float* restrict eIn, float* restrict eOut,
+ * added) into dst: eOut = x - decode(dst), except where that is not finite
+ * (x was: its escape carries it): there the old residual eIn stays. */
+static zppResult_t quantizeWithFeedback(const qgz_t* g, zppQuantResid_t eIn, zppQuantResid_t eOut,
                                         size_t len, char* dst) {
   const zppQgzArgs_t* a = g->a;
-  const float* restrict x = g->efX;
-  float* restrict d = g->efD;
-  ZPPCHECK(zppQuantizeEx(x, zppFloat32, len, a->bits, a->block, a->flags, dst));
-  ZPPCHECK(zppDequantizeEx(dst, len, a->bits, a->block, d, zppFloat32));
-  zppQuantNewResidual(x, d, eIn, len, eOut);
+  ZPPCHECK(zppQuantizeEx(g->efX, zppFloat32, len, a->bits, a->block, a->flags, dst));
+  ZPPCHECK(zppDequantizeEx(dst, len, a->bits, a->block, g->efD, zppFloat32));
+  zppQuantNewResidual(g->efX, g->efD, eIn, len, eOut);
   return zppSuccess;
+}
+
+/* The run of a residual (zppQgzArgs_t) for piece p of row `row`. */
+static zppQuantResid_t residualOf(const zppQuantResid_t* r, const piece_t* p, const size_t* counts,
+                                  size_t row) {
+  return zppQuantResidAt(r[p->t], row * zppQgzResidRow(counts[p->t]) + p->off);
 }
 
 /* Step 1 for one segment: partition `partition` of piece p into dst. */
@@ -159,10 +163,9 @@ static zppResult_t quantizePiece(const qgz_t* g, const piece_t* p, size_t partit
   const zppQgzArgs_t* a = g->a;
   const char* in = sendAt(g, p, partition);
   if (a->efSendIn == NULL) return zppQuantizeEx(in, a->type, p->len, a->bits, a->block, a->flags, dst);
-  size_t at = partition * a->counts[p->t] + p->off;
-  const float* eIn = a->efSendIn[p->t] + at;
+  zppQuantResid_t eIn = residualOf(a->efSendIn, p, a->counts, partition);
   zppQuantAddResidual(in, a->type, eIn, p->len, g->efX);
-  return quantizeWithFeedback(g, eIn, a->efSendOut[p->t] + at, p->len, dst);
+  return quantizeWithFeedback(g, eIn, residualOf(a->efSendOut, p, a->counts, partition), p->len, dst);
 }
 
 /* Quantize chunk t and post its first hop. */
@@ -233,15 +236,15 @@ static zppResult_t stage2(qgz_t* g, int t) {
       const char* in = g->a1[s] + (size_t)N * p->pre + (size_t)n * p->bytes;
       if (a->efReduceIn != NULL) {
         /* The node's sum in fp32, into efX. */
-        size_t at = (size_t)n * a->counts[p->t] + p->off;
         float* sum = g->efX;
         if (a->flags & ZPP_QUANT_ROTATE)
           ZPPCHECK(zppDequantizeSumEx(in, s1, L, p->len, a->bits, a->block, 1.0f, sum, zppFloat32));
         else
           ZPPCHECK(zppDequantizeSum(in, s1, L, p->len, a->bits, a->block, 1.0f, sum, zppFloat32));
-        const float* eIn = a->efReduceIn[p->t] + at;
+        zppQuantResid_t eIn = residualOf(a->efReduceIn, p, a->counts, (size_t)n);
         zppQuantAddResidual(sum, zppFloat32, eIn, p->len, sum);
-        ZPPCHECK(quantizeWithFeedback(g, eIn, a->efReduceOut[p->t] + at, p->len, dst + p->pre));
+        ZPPCHECK(quantizeWithFeedback(g, eIn, residualOf(a->efReduceOut, p, a->counts, (size_t)n),
+                                      p->len, dst + p->pre));
       } else if (a->flags & ZPP_QUANT_ROTATE)
         ZPPCHECK(zppQuantReduceRequantEx(in, s1, L, p->len, a->bits, a->block, a->bits, a->block,
                                          a->flags, dst + p->pre));

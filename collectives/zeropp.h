@@ -20,6 +20,7 @@
 
 #include "zpp.h"
 #include "coll.h"
+#include "quant_kernels/zpp_quant.h"
 
 struct zppComm;
 
@@ -83,16 +84,23 @@ typedef struct {
   unsigned flags; /* codec flags: 0 or ZPP_QUANT_ROTATE */
   /* Error feedback, NULL without: per tensor, what this rank's
    * quantizations dropped, read from the In residuals and written to the
-   * Out ones (fp32). send[t]: counts[t] * nranks elements in send's layout,
-   * for the sender's quantization; reduce[t]: counts[t] * nNodes, [node n]
-   * the partition this rank sums for node n, for the requantization between
-   * the hops (the arrays NULL where there is none: one node, or one rank per
-   * node). */
-  const float* const* efSendIn;
-  float* const* efSendOut;
-  const float* const* efReduceIn;
-  float* const* efReduceOut;
+   * Out ones, in 8 bits (zpp_quant.h, "error feedback's residuals"), in rows
+   * of zppQgzResidRow(counts[t]) elements so that each starts on a residual
+   * block. send[t]: nranks rows, row p partition p of send's layout, for the
+   * sender's quantization; reduce[t]: nNodes rows, row n the partition this
+   * rank sums for node n, for the requantization between the hops (the
+   * arrays NULL where there is none: one node, or one rank per node). */
+  const zppQuantResid_t* efSendIn;
+  const zppQuantResid_t* efSendOut;
+  const zppQuantResid_t* efReduceIn;
+  const zppQuantResid_t* efReduceOut;
 } zppQgzArgs_t;
+
+/* Elements of one row of a residual of qgZ (zppQgzArgs_t): count rounded up
+ * to whole residual blocks. */
+static inline size_t zppQgzResidRow(size_t count) {
+  return (count + ZPP_QUANT_RESID_BLOCK - 1) / ZPP_QUANT_RESID_BLOCK * ZPP_QUANT_RESID_BLOCK;
+}
 
 /* Hierarchical quantized reduce-scatter; needs nodes of equal size. */
 zppResult_t zppCollQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a);

@@ -54,11 +54,11 @@ typedef struct {
   const void** send;
   void** recv;
   size_t* counts;
-  struct zppGrad** grads; /* [ntensors] error feedback, or NULL */
-  const float** efSendIn; /* [ntensors] each, with grads: the residuals the job uses */
-  float** efSendOut;
-  const float** efReduceIn;
-  float** efReduceOut;
+  struct zppGrad** grads;    /* [ntensors] error feedback, or NULL */
+  zppQuantResid_t* efSendIn; /* [ntensors] each, with grads: the residuals the job uses */
+  zppQuantResid_t* efSendOut;
+  zppQuantResid_t* efReduceIn;
+  zppQuantResid_t* efReduceOut;
 } qgzBlock_t;
 
 static void qgzSettle(qgzBlock_t* b, int succeeded) {
@@ -89,10 +89,14 @@ static zppResult_t qgzJob(struct zppComm* comm, void* arg) {
     for (int t = 0; t < a->ntensors; t++) {
       struct zppGrad* g = b->grads[t];
       int cur = atomic_load(&g->cur);
-      b->efSendIn[t] = g->send[cur];
-      b->efSendOut[t] = g->send[cur ^ 1];
-      b->efReduceIn[t] = g->reduce[cur];
-      b->efReduceOut[t] = g->reduce[cur ^ 1];
+      size_t nSend = zppGradResidElems(g, 0);
+      b->efSendIn[t] = zppQuantResidIn(g->send[cur], nSend);
+      b->efSendOut[t] = zppQuantResidIn(g->send[cur ^ 1], nSend);
+      if (hasReduce) {
+        size_t nReduce = zppGradResidElems(g, 1);
+        b->efReduceIn[t] = zppQuantResidIn(g->reduce[cur], nReduce);
+        b->efReduceOut[t] = zppQuantResidIn(g->reduce[cur ^ 1], nReduce);
+      }
     }
     a->efSendIn = b->efSendIn;
     a->efSendOut = b->efSendOut;
@@ -120,20 +124,21 @@ static zppResult_t qgzJob(struct zppComm* comm, void* arg) {
 zppResult_t zppZeroppIssueQgz(struct zppComm* comm, const zppQgzArgs_t* args,
                               struct zppGrad* const* grads, zppHostStream_t stream) {
   size_t n = (size_t)args->ntensors;
-  size_t perTensor = 2 * sizeof(void*) + sizeof(size_t) + (grads ? 5 * sizeof(void*) : 0);
+  size_t perTensor =
+      2 * sizeof(void*) + sizeof(size_t) + (grads ? sizeof(void*) + 4 * sizeof(zppQuantResid_t) : 0);
   qgzBlock_t* b = calloc(1, sizeof(*b) + n * perTensor);
   if (b == NULL) ZPP_FAIL(zppSystemError, COLL, "qgZ: out of memory for %zu tensors", n);
-  void** ptrs = (void**)(b + 1); /* the pointer arrays, then the counts */
+  void** ptrs = (void**)(b + 1); /* the pointer arrays, the counts, then the residuals */
   b->send = (const void**)ptrs;
   b->recv = ptrs + n;
+  b->counts = (size_t*)(ptrs + (grads ? 3 : 2) * n);
   if (grads) {
     b->grads = (struct zppGrad**)(ptrs + 2 * n);
-    b->efSendIn = (const float**)(ptrs + 3 * n);
-    b->efSendOut = (float**)(ptrs + 4 * n);
-    b->efReduceIn = (const float**)(ptrs + 5 * n);
-    b->efReduceOut = (float**)(ptrs + 6 * n);
+    b->efSendIn = (zppQuantResid_t*)(b->counts + n);
+    b->efSendOut = b->efSendIn + n;
+    b->efReduceIn = b->efSendIn + 2 * n;
+    b->efReduceOut = b->efSendIn + 3 * n;
   }
-  b->counts = (size_t*)(ptrs + (grads ? 7 : 2) * n);
   for (size_t t = 0; t < n; t++) {
     b->send[t] = args->send[t];
     b->recv[t] = args->recv[t];

@@ -47,16 +47,27 @@ struct zppGrad {
   size_t count; /* recvcount: elements per rank */
   zppDataType_t type;
   int bits;
+  int nRanks;
   int nNodes;
-  int hasReduce;    /* a second quantization between the hops: residual reduce[] */
-  float* send[2];   /* count * nranks each */
-  float* reduce[2]; /* count * nNodes each, or NULL */
-  _Atomic int cur;  /* written by the job, read by the caller once it synchronized */
+  int hasReduce; /* a second quantization between the hops: residual reduce[] */
+  /* zppQgzArgs_t's residual layout, each in one buffer (zppQuantResidIn):
+   * send: nranks rows, reduce: nNodes rows (NULL without hasReduce). */
+  void* send[2];
+  void* reduce[2];
+  _Atomic int cur; /* written by the job, read by the caller once it synchronized */
   _Atomic int undoable;
   _Atomic int inFlight;       /* calls issued, not yet run or dropped */
   zppHostStream_t lastStream; /* of the last call issued */
   _Atomic uint64_t calls;     /* calls that succeeded */
 };
+
+/* Elements and bytes of a handle's send or reduce residual. */
+static inline size_t zppGradResidElems(const struct zppGrad* g, int reduce) {
+  return zppQgzResidRow(g->count) * (size_t)(reduce ? g->nNodes : g->nRanks);
+}
+static inline size_t zppGradResidBytes(const struct zppGrad* g, int reduce) {
+  return zppQuantResidBytes(zppGradResidElems(g, reduce));
+}
 
 /* ---- hpZ partitioned parameters (hpz.c) ---------------------------------- */
 

@@ -496,9 +496,10 @@ ZPP_API zppResult_t zppParamDropReference(zppParam_t param);
  * the next call adds back before it quantizes: the sender's (recvcount *
  * nranks residuals, the whole input) and, on several nodes of several
  * ranks, the requantization of the node sums between the hops (recvcount *
- * nodes). Residuals are fp32 and double-buffered, 8 bytes per input element
- * and 8 per node-sum element, on every rank: zppGradStateBytes is half of
- * that (one copy). bits: 8, 4 or 2, or 0 for the communicator's qgzBits (4
+ * nodes). Residuals are kept in 8 bits (int8 in blocks of 32 with an fp32
+ * scale: 1.125 bytes an element) and double-buffered, 2.25 bytes per input
+ * element and 2.25 per node-sum element, on every rank: zppGradStateBytes
+ * is about half of that (one copy). bits: 8, 4 or 2, or 0 for the communicator's qgzBits (4
  * when unset). Host buffers only, for now: device buffers are zppInvalidUsage.
  *
  * zppQgzReduceScatterEF is zppQgzReduceScatter with the handle: recvcount,
@@ -507,7 +508,8 @@ ZPP_API zppResult_t zppParamDropReference(zppParam_t param);
  * mismatch. Calls on one handle must be issued in order on one stream (a
  * call on another stream while one is pending is zppInvalidUsage). A
  * failed call leaves the residuals as they were. An input element that is
- * not finite travels as its escape and leaves its residual unchanged.
+ * not finite travels as its escape and keeps its residual (as stored again
+ * in its block's new scale).
  * zppGradUndo: the last call's step was thrown away (say, an overflow
  * check): the residuals go back to what they were before it, once; after a
  * call has completed (synchronize its stream first). Save/Load: this rank's

@@ -805,28 +805,61 @@ static void avx2FromFloat(const float* in, size_t n, void* out, zppDataType_t dt
 
 /* ---- error feedback's element-wise steps ------------------------------------------- */
 
-static void avx2AddResidual(const void* in, zppDataType_t dtype, const float* e, size_t n, float* x) {
+/* The stored values of residual elements i..i+7 (in one block). */
+ZPP_AVX2_INLINE __m256 avx2ResidValue8(zppQuantResid_t e, size_t i) {
+  __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(e.q + i))));
+  return _mm256_mul_ps(q, _mm256_set1_ps(e.scale[i / ZPP_QUANT_RESID_BLOCK]));
+}
+
+static void avx2AddResidual(const void* in, zppDataType_t dtype, zppQuantResid_t e, size_t n,
+                            float* x) {
   /* x stays in cache for the add (n is a pipeline piece); in == x: fp32, in place. */
   if (in != (const void*)x) avx2ToFloat(in, dtype, n, x);
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(e + i)));
-  for (; i < n; i++) x[i] += e[i];
+    _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), avx2ResidValue8(e, i)));
+  for (; i < n; i++) x[i] += zppQuantResidValue(e, i);
 }
 
-static void avx2NewResidual(const float* x, const float* y, const float* e, size_t n, float* out) {
-  const __m256i expo = _mm256_set1_epi32(0x7f800000);
-  size_t i = 0;
-  for (; i < n && ((uintptr_t)(out + i) & 31u) != 0; i++)
-    out[i] = zppQuantNonFinite(x[i]) ? e[i] : x[i] - y[i];
-  for (; i + 8 <= n; i += 8) {
-    __m256 vx = _mm256_loadu_ps(x + i);
-    __m256i bad = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(vx), expo), expo);
-    __m256 r = _mm256_sub_ps(vx, _mm256_loadu_ps(y + i));
-    _mm256_stream_ps(out + i, _mm256_blendv_ps(r, _mm256_loadu_ps(e + i), _mm256_castsi256_ps(bad)));
+/* Per block of 32: x - y (e's stored value where that is not finite), its
+ * largest magnitude, and the int8 codec's encode (avx2Quant32's, from
+ * registers); tiny blocks (max < 2^-64, scaled by p) and a short last block
+ * take the reference's path. */
+static void avx2NewResidual(const float* x, const float* y, zppQuantResid_t e, size_t n,
+                            zppQuantResid_t out) {
+  const __m256i expo = _mm256_set1_epi32(0x7f800000), abs = _mm256_set1_epi32(0x7fffffff);
+  size_t lo = 0;
+  for (; lo + ZPP_QUANT_RESID_BLOCK <= n; lo += ZPP_QUANT_RESID_BLOCK) {
+    __m256 r[4];
+    __m256i amax = _mm256_setzero_si256();
+    for (int k = 0; k < 4; k++) {
+      size_t i = lo + 8 * (size_t)k;
+      __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
+      __m256i bad = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_castps_si256(d), expo), expo);
+      r[k] = _mm256_blendv_ps(d, avx2ResidValue8(e, i), _mm256_castsi256_ps(bad));
+      amax = _mm256_max_epu32(amax, _mm256_and_si256(_mm256_castps_si256(r[k]), abs));
+    }
+    zppQuantBlockParams_t bp = zppQuantBlockSetup(avx2HmaxU32(amax), 127);
+    float* scale = out.scale + lo / ZPP_QUANT_RESID_BLOCK;
+    if (bp.kind != ZPP_QBLOCK_NORMAL || bp.p != 1.0f) { /* zero, or tiny: the reference */
+      float buf[ZPP_QUANT_RESID_BLOCK];
+      for (int k = 0; k < 4; k++) _mm256_storeu_ps(buf + 8 * k, r[k]);
+      zppQuantResidBlockRef(buf, ZPP_QUANT_RESID_BLOCK, out.q + lo, scale);
+      continue;
+    }
+    *scale = bp.scale;
+    /* No clamp, as in avx2Quant32: |r * inv| rounds to at most 127. */
+    const __m256 vinv = _mm256_set1_ps(bp.inv);
+    __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(r[0], vinv));
+    __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(r[1], vinv));
+    __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(r[2], vinv));
+    __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(r[3], vinv));
+    __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
+    _mm256_storeu_si256((__m256i*)(out.q + lo),
+                        _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
   }
-  for (; i < n; i++) out[i] = zppQuantNonFinite(x[i]) ? e[i] : x[i] - y[i];
-  _mm_sfence();
+  if (lo < n)
+    zppQuantNewResidBlockRef(x + lo, y + lo, zppQuantResidAt(e, lo), n - lo, zppQuantResidAt(out, lo));
 }
 
 const zppQuantImpl_t zppQuantImplAvx2 = {

@@ -1113,11 +1113,13 @@ static void avx512FromFloat(const float* in, size_t n, void* out, zppDataType_t 
 }
 
 /* Memory-bound: AVX2's loops are as fast. */
-static void avx512AddResidual(const void* in, zppDataType_t dtype, const float* e, size_t n, float* x) {
+static void avx512AddResidual(const void* in, zppDataType_t dtype, zppQuantResid_t e, size_t n,
+                              float* x) {
   zppQuantImplAvx2.addResidual(in, dtype, e, n, x);
 }
 
-static void avx512NewResidual(const float* x, const float* y, const float* e, size_t n, float* out) {
+static void avx512NewResidual(const float* x, const float* y, zppQuantResid_t e, size_t n,
+                              zppQuantResid_t out) {
   zppQuantImplAvx2.newResidual(x, y, e, n, out);
 }
 

@@ -209,11 +209,12 @@ int zppQuantValidParams(int bits, int block) {
   return (block & (block - 1)) == 0;
 }
 
-void zppQuantAddResidual(const void* in, zppDataType_t dtype, const float* e, size_t n, float* x) {
+void zppQuantAddResidual(const void* in, zppDataType_t dtype, zppQuantResid_t e, size_t n, float* x) {
   zppQuantImplActive()->addResidual(in, dtype, e, n, x);
 }
 
-void zppQuantNewResidual(const float* x, const float* y, const float* e, size_t n, float* out) {
+void zppQuantNewResidual(const float* x, const float* y, zppQuantResid_t e, size_t n,
+                         zppQuantResid_t out) {
   zppQuantImplActive()->newResidual(x, y, e, n, out);
 }
 

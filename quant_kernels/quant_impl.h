@@ -76,12 +76,12 @@ typedef struct {
   void (*toFloat)(const void* in, zppDataType_t dtype, size_t n, float* out);
   void (*fromFloat)(const float* in, size_t n, void* out, zppDataType_t dtype);
 
-  /* Error feedback's element-wise steps (zppQuantAddResidual,
-   * zppQuantNewResidual): x = toFloat(in) + e; out = x - y where x is
-   * finite, else e. One IEEE operation per element: bit-identical in every
-   * implementation. */
-  void (*addResidual)(const void* in, zppDataType_t dtype, const float* e, size_t n, float* x);
-  void (*newResidual)(const float* x, const float* y, const float* e, size_t n, float* out);
+  /* Error feedback's steps (zppQuantAddResidual, zppQuantNewResidual;
+   * zpp_quant.h, "error feedback's residuals"), bit-identical in every
+   * implementation: the same IEEE operations per element, the int8 codec's
+   * arithmetic per residual block. */
+  void (*addResidual)(const void* in, zppDataType_t dtype, zppQuantResid_t e, size_t n, float* x);
+  void (*newResidual)(const float* x, const float* y, zppQuantResid_t e, size_t n, zppQuantResid_t out);
 } zppQuantImpl_t;
 
 extern const zppQuantImpl_t zppQuantImplScalar;

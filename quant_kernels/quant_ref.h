@@ -259,6 +259,31 @@ ZPP_QUANT_INL int zppQuantEscAbove(float x, uint32_t r, int k) {
 /* 1 if x is non-finite. */
 ZPP_QUANT_INL int zppQuantNonFinite(float x) { return (zppF32Bits(x) & 0x7fffffffu) >= 0x7f800000u; }
 
+/* ---- error feedback's residuals (zpp_quant.h) ----------------------------------- */
+
+/* The stored value of residual element i of a run. */
+ZPP_QUANT_INL float zppQuantResidValue(zppQuantResid_t e, size_t i) {
+  return (float)e.q[i] * e.scale[i / ZPP_QUANT_RESID_BLOCK];
+}
+
+/* One residual block r[0..len) (len <= ZPP_QUANT_RESID_BLOCK, finite) into
+ * its int8 values and its scale, by the int8 codec's block step. */
+ZPP_QUANT_INL void zppQuantResidBlockRef(const float* r, size_t len, int8_t* q, float* scale) {
+  zppQuantBlockRef(r, zppFloat32, len, 8, (uint8_t*)scale, 0, (uint8_t*)q, 0);
+}
+
+/* The new residual of the block of n (<= ZPP_QUANT_RESID_BLOCK) elements
+ * at x, y, e, out: x - y, or e's stored value where that is not finite. */
+ZPP_QUANT_INL void zppQuantNewResidBlockRef(const float* x, const float* y, zppQuantResid_t e, size_t n,
+                                            zppQuantResid_t out) {
+  float r[ZPP_QUANT_RESID_BLOCK];
+  for (size_t i = 0; i < n; i++) {
+    float d = x[i] - y[i];
+    r[i] = zppQuantNonFinite(d) ? zppQuantResidValue(e, i) : d;
+  }
+  zppQuantResidBlockRef(r, n, out.q, out.scale);
+}
+
 /* Writes q (-8..7 for int4, -2..1 for int2) into element i of a segment's
  * data. */
 ZPP_QUANT_INL void zppQuantSetQ(uint8_t* data, int bits, size_t i, int q) {

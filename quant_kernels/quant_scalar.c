@@ -132,13 +132,18 @@ static void scalarReduceRequant(const uint8_t* packed, size_t stride, int n, siz
   }
 }
 
-static void scalarAddResidual(const void* in, zppDataType_t dtype, const float* e, size_t n, float* x) {
+static void scalarAddResidual(const void* in, zppDataType_t dtype, zppQuantResid_t e, size_t n,
+                              float* x) {
   if (in != (const void*)x) scalarToFloat(in, dtype, n, x); /* in == x: fp32, in place */
-  for (size_t i = 0; i < n; i++) x[i] += e[i];
+  for (size_t i = 0; i < n; i++) x[i] += zppQuantResidValue(e, i);
 }
 
-static void scalarNewResidual(const float* x, const float* y, const float* e, size_t n, float* out) {
-  for (size_t i = 0; i < n; i++) out[i] = zppQuantNonFinite(x[i]) ? e[i] : x[i] - y[i];
+static void scalarNewResidual(const float* x, const float* y, zppQuantResid_t e, size_t n,
+                              zppQuantResid_t out) {
+  for (size_t lo = 0; lo < n; lo += ZPP_QUANT_RESID_BLOCK) {
+    size_t len = n - lo < ZPP_QUANT_RESID_BLOCK ? n - lo : ZPP_QUANT_RESID_BLOCK;
+    zppQuantNewResidBlockRef(x + lo, y + lo, zppQuantResidAt(e, lo), len, zppQuantResidAt(out, lo));
+  }
 }
 
 const zppQuantImpl_t zppQuantImplScalar = {

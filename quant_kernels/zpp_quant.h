@@ -390,15 +390,53 @@ zppResult_t zppQuantize(const void* in, zppDataType_t dtype, size_t count, int b
 zppResult_t zppQuantizeEx(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                           unsigned flags, void* packed);
 
-/* Error feedback's element-wise steps, with the active implementation's
- * vector code (qgZ, docs/zeropp.md "Error feedback for qgZ"):
- * zppQuantAddResidual: x = in + e, in of dtype converted exactly;
- * zppQuantNewResidual: out = x - y (y the decoded x), except where x is
- * not finite (it travels as its escape): there out = e, the old residual.
- * x, y, e and out may not overlap, except out == e, and in == x (fp32:
- * adds in place). */
-void zppQuantAddResidual(const void* in, zppDataType_t dtype, const float* e, size_t n, float* x);
-void zppQuantNewResidual(const float* x, const float* y, const float* e, size_t n, float* out);
+/* ---- error feedback's residuals ---------------------------------------------------
+ * qgZ keeps what its quantizations dropped (docs/zeropp.md, "Error feedback")
+ * in 8 bits: blocks of ZPP_QUANT_RESID_BLOCK = 32 elements, each one fp32
+ * scale and 32 int8 values, by the int8 codec's arithmetic ("Arithmetic"
+ * above, Q = 127, no escapes: a residual is always finite). A residual of n
+ * elements is q[0..n) and scale[0..ceil(n / 32)); the run from element `at`
+ * (a multiple of 32) is zppQuantResidAt(r, at). The stored value of element i
+ * is (float)q[i] * scale[i / 32]; storing r costs at most half a step,
+ * max |r| of its block / 254 (plus the codec's roundings): 1.125 bytes an
+ * element instead of fp32's 4, a quarter of the memory traffic.
+ *
+ * Error feedback's steps, with the active implementation's vector code:
+ * zppQuantAddResidual: x = in + e, in of dtype converted exactly, e the
+ *   stored residual (one fp32 multiply and one add per element);
+ * zppQuantNewResidual: out = x - y (y the decoded x), stored in 8 bits,
+ *   except where x - y is not finite (x was, and travels as its escape; or
+ *   its decode overflowed): there out keeps e's stored value.
+ * x and y may not overlap; out may be e (in place), and in may be x (fp32:
+ * adds in place). n and the runs' starts: as above. */
+#define ZPP_QUANT_RESID_BLOCK 32
+typedef struct {
+  int8_t* q;
+  float* scale;
+} zppQuantResid_t;
+
+static inline zppQuantResid_t zppQuantResidAt(zppQuantResid_t r, size_t at) {
+  zppQuantResid_t run = {r.q + at, r.scale + at / ZPP_QUANT_RESID_BLOCK};
+  return run;
+}
+
+/* Bytes of a residual of n elements stored as one buffer: its scales, then
+ * its values (zppQuantResidIn). */
+static inline size_t zppQuantResidBytes(size_t n) {
+  return (n + ZPP_QUANT_RESID_BLOCK - 1) / ZPP_QUANT_RESID_BLOCK * sizeof(float) + n;
+}
+
+/* The residual of n elements in a buffer of zppQuantResidBytes(n). */
+static inline zppQuantResid_t zppQuantResidIn(void* buf, size_t n) {
+  zppQuantResid_t r = {
+      (int8_t*)buf + (n + ZPP_QUANT_RESID_BLOCK - 1) / ZPP_QUANT_RESID_BLOCK * sizeof(float),
+      (float*)buf};
+  return r;
+}
+
+void zppQuantAddResidual(const void* in, zppDataType_t dtype, zppQuantResid_t e, size_t n, float* x);
+void zppQuantNewResidual(const float* x, const float* y, zppQuantResid_t e, size_t n,
+                         zppQuantResid_t out);
 
 /* Decodes a segment of either kind, rotated or not (header flag bit 1). */
 zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int block, void* out,

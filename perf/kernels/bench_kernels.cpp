@@ -317,6 +317,47 @@ void RegisterRotated(const char* impl, zppDataType_t dtype, int bits, size_t byt
     }
     SetRates(state, bytes, packedBytes, baseline, count);
   })->UseRealTime();
+  // qgZ's sender with error feedback (collectives/qgz.c), one pipeline
+  // piece at a time as it runs: the residual added, the sum quantized and
+  // decoded back, the new residual kept in 8 bits. Beside quantize-rotated/,
+  // what error feedback costs.
+  Register("quantize-rotated-ef/" + tail, [=](benchmark::State& state) {
+    if (!SelectRot(state, impl)) return;
+    const size_t piece = 128u << 10;  // a 2 x 2 qgZ's pipeline piece at the default chunk
+    Buffer* in = Tensor(dtype, count);
+    size_t piecesBytes = 0;  // a segment per piece
+    for (size_t at = 0; at < count; at += piece)
+      piecesBytes += zppQuantPackedSize(count - at < piece ? count - at : piece, bits, block);
+    Buffer* out = GetBuffer("qoutef/" + std::to_string(piecesBytes), piecesBytes);
+    const size_t residBytes = zppQuantResidBytes(count);
+    Buffer* eA = GetBuffer("residA/" + std::to_string(residBytes), residBytes);
+    Buffer* eB = GetBuffer("residB/" + std::to_string(residBytes), residBytes);
+    Buffer* scratch = GetBuffer("efscratch", 2 * piece * sizeof(float));
+    std::memset(eA->data, 0, residBytes);
+    zppQuantResid_t e[2] = {zppQuantResidIn(eA->data, count), zppQuantResidIn(eB->data, count)};
+    float* x = reinterpret_cast<float*>(scratch->data);
+    float* y = x + piece;
+    int cur = 0;
+    for (auto _ : state) {
+      size_t at = 0, packedAt = 0;
+      for (; at < count; at += piece) {
+        size_t len = count - at < piece ? count - at : piece;
+        const uint8_t* src = in->data + at * TypeSize(dtype);
+        uint8_t* dst = out->data + packedAt;
+        zppQuantAddResidual(src, dtype, zppQuantResidAt(e[cur], at), len, x);
+        if (zppQuantizeEx(x, zppFloat32, len, bits, block, ZPP_QUANT_ROTATE, dst) != zppSuccess ||
+            zppDequantizeEx(dst, len, bits, block, y, zppFloat32) != zppSuccess) {
+          state.SkipWithError("zppQuantizeEx or zppDequantizeEx failed");
+          return;
+        }
+        zppQuantNewResidual(x, y, zppQuantResidAt(e[cur], at), len, zppQuantResidAt(e[cur ^ 1], at));
+        packedAt += zppQuantPackedSize(len, bits, block);
+      }
+      cur ^= 1;
+      benchmark::ClobberMemory();
+    }
+    SetRates(state, bytes, packedBytes, baseline, count);
+  })->UseRealTime();
 }
 
 // Every row of a codec that implementation `impl` runs (plain, rotated or

@@ -225,54 +225,89 @@ static void checkFormatsDistinct(void) {
   CHECK(zppFloatToBf16(0x1.010002p0f) == 0x3f81);
 }
 
+/* One residual block r[0..len) stored as the spec says (zpp_quant.h, "error
+ * feedback's residuals": the int8 codec's arithmetic, written out here
+ * again): a = max |r|, scale = a / 127, p = 2^64 for a < 2^-64,
+ * q = clamp(rne((r p) (127 / (a p))), -127, 127); a == 0: all 0. */
+static void expectResidBlock(const float* r, size_t len, int8_t* q, float* scale) {
+  float a = 0.0f;
+  for (size_t i = 0; i < len; i++) a = fabsf(r[i]) > a ? fabsf(r[i]) : a;
+  *scale = a / 127.0f;
+  float p = a < 0x1p-64f ? 0x1p64f : 1.0f, inv = a > 0.0f ? 127.0f / (a * p) : 0.0f;
+  for (size_t i = 0; i < len; i++) {
+    long v = a > 0.0f ? lrintf((r[i] * p) * inv) : 0;
+    q[i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+  }
+}
+
 /* Error feedback's steps (zppQuantAddResidual, zppQuantNewResidual) in
  * every implementation against their definition, element by element, on
- * lengths that end in every vector tail, with NaN, Inf, fp16/bf16 NaN
- * patterns and signed zeros among the inputs; also in place (in == x for
- * fp32, out == e). */
+ * lengths that end in every vector tail and in short residual blocks, with
+ * NaN, Inf, fp16/bf16 NaN patterns and signed zeros among the inputs, a
+ * block of zero residuals and one of tiny ones (the p = 2^64 path); also in
+ * place (in == x for fp32, out == e). The stored new residual is also held
+ * to the bound it guarantees: within half a step (s / 2 + 2^-21 127 s, plus
+ * 2^-149 127 for subnormal scales) of x - y. */
 static void checkResidualSteps(const char** impls, int nimpl, zppTestRng_t* rng) {
-  enum { N = 67 };
-  float g32[N], e[N], y[N];
+  enum { N = 131, B = ZPP_QUANT_RESID_BLOCK, NB = (N + B - 1) / B };
+  float g32[N], y[N], es[NB];
+  int8_t eq[N];
   uint16_t g16[N];
   for (int i = 0; i < N; i++) {
     g32[i] = (float)zppTestRngNormal(rng) * 3.0f;
-    e[i] = (float)zppTestRngNormal(rng) * 0.1f;
     y[i] = g32[i] + (float)zppTestRngNormal(rng) * 0.5f;
     g16[i] = (uint16_t)zppTestRngNext(rng);
+    eq[i] = (int8_t)((int)(zppTestRngNext(rng) % 255) - 127);
   }
-  g32[5] = NAN, g32[6] = INFINITY, g32[7] = -INFINITY, g32[8] = -0.0f, e[8] = 0.0f;
+  for (int b = 0; b < NB; b++) es[b] = (float)(zppTestRngNext(rng) % 1000 + 1) * 1e-4f;
+  g32[5] = NAN, g32[6] = INFINITY, g32[7] = -INFINITY, g32[8] = -0.0f, eq[8] = 0;
   g16[9] = 0x7f81, g16[10] = 0xffc1; /* bf16 signalling / negative NaNs; fp16: NaN, Inf-ish */
+  /* fp32: a block of zero residuals, then one of tiny ones (max < 2^-64). */
+  for (int i = 2 * B; i < 3 * B; i++) y[i] = g32[i], eq[i] = 0;
+  for (int i = 3 * B; i < 4 * B; i++) g32[i] *= 0x1p-80f, y[i] = g32[i] * 0.5f, eq[i] = 0;
+  zppQuantResid_t e = {eq, es};
   zppDataType_t types[3] = {zppFloat32, zppFloat16, zppBfloat16};
   for (int k = 0; k < nimpl; k++) {
     const zppQuantImpl_t* impl = zppQuantImplGet(impls[k]);
     for (int t = 0; t < 3; t++)
-      for (size_t n = N - 17; n <= N; n++) {
+      for (size_t n = N - 40; n <= N; n++) {
         const void* in = types[t] == zppFloat32 ? (const void*)g32 : (const void*)g16;
-        float x[N], out[N], want[N];
+        float x[N], r[N], outS[NB], wantS[NB];
+        int8_t outQ[N], wantQ[N];
         impl->addResidual(in, types[t], e, n, x);
-        long bad = 0;
+        long bad = 0, loose = 0;
         for (size_t i = 0; i < n; i++) {
           float w = (types[t] == zppFloat32   ? g32[i]
                      : types[t] == zppFloat16 ? zppHalfToFloat(g16[i])
                                               : zppBf16ToFloat(g16[i])) +
-                    e[i];
+                    (float)eq[i] * es[i / B];
           bad += memcmp(&w, &x[i], 4) != 0;
-          uint32_t u;
-          memcpy(&u, &x[i], 4);
-          want[i] = (u & 0x7f800000u) == 0x7f800000u ? e[i] : x[i] - y[i];
+          float d = x[i] - y[i];
+          r[i] = isfinite(d) ? d : (float)eq[i] * es[i / B];
         }
+        for (size_t lo = 0; lo < n; lo += B)
+          expectResidBlock(r + lo, n - lo < B ? n - lo : B, wantQ + lo, &wantS[lo / B]);
+        zppQuantResid_t out = {outQ, outS};
         impl->newResidual(x, y, e, n, out);
-        bad += memcmp(out, want, n * sizeof(float)) != 0;
-        memcpy(out, e, sizeof out); /* out == e */
+        bad += memcmp(outQ, wantQ, n) != 0 || memcmp(outS, wantS, (n + B - 1) / B * sizeof(float)) != 0;
+        for (size_t i = 0; i < n; i++) {
+          double s = outS[i / B], stored = (double)outQ[i] * s;
+          loose += fabs(stored - r[i]) > s / 2 + 0x1p-21 * 127 * s + 0x1p-149 * 127;
+        }
+        memcpy(outQ, eq, sizeof outQ); /* out == e */
+        memcpy(outS, es, sizeof outS);
         impl->newResidual(x, y, out, n, out);
-        bad += memcmp(out, want, n * sizeof(float)) != 0;
+        bad += memcmp(outQ, wantQ, n) != 0 || memcmp(outS, wantS, (n + B - 1) / B * sizeof(float)) != 0;
         if (types[t] == zppFloat32) { /* in == x */
-          memcpy(out, g32, sizeof out);
-          impl->addResidual(out, zppFloat32, e, n, out);
-          bad += memcmp(out, x, n * sizeof(float)) != 0;
+          float xi[N];
+          memcpy(xi, g32, sizeof xi);
+          impl->addResidual(xi, zppFloat32, e, n, xi);
+          bad += memcmp(xi, x, n * sizeof(float)) != 0;
         }
         CHECK_MSG(bad == 0, "%s: error feedback's steps, %s, n %zu: %ld differences", impls[k],
                   qtTypeName(types[t]), n, bad);
+        CHECK_MSG(loose == 0, "%s: %s, n %zu: %ld stored residuals outside half a step", impls[k],
+                  qtTypeName(types[t]), n, loose);
       }
   }
 }
