@@ -413,7 +413,7 @@ zppResult_t zppGradLoadState(zppGrad_t grad, const void* buf, size_t bytes) {
   const char* name = "zppGradLoadState";
   ZPPCHECK(checkGrad(grad, name));
   ZPPCHECK(checkSettled(grad, name));
-  gradState_t h;
+  gradState_t h = {0};
   if (buf != NULL && bytes >= sizeof(h)) {
     memcpy(&h, buf, sizeof(h));
     ZPP_ARGCHECK(h.magic != GRAD_STATE_MAGIC_V1,

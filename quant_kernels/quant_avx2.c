@@ -811,14 +811,22 @@ ZPP_AVX2_INLINE __m256 avx2ResidValue8(zppQuantResid_t e, size_t i) {
   return _mm256_mul_ps(q, _mm256_set1_ps(e.scale[i / ZPP_QUANT_RESID_BLOCK]));
 }
 
+/* One pass: each input vector widened (avx2Load8: bf16 and fp16 NaNs come
+ * out signalling where zppBf16ToFloat quiets them, but the add quiets them
+ * alike, so x is the reference's bit for bit) and the residual added. */
 static void avx2AddResidual(const void* in, zppDataType_t dtype, zppQuantResid_t e, size_t n,
                             float* x) {
-  /* x stays in cache for the add (n is a pipeline piece); in == x: fp32, in place. */
-  if (in != (const void*)x) avx2ToFloat(in, dtype, n, x);
   size_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(x + i, _mm256_add_ps(_mm256_loadu_ps(x + i), avx2ResidValue8(e, i)));
-  for (; i < n; i++) x[i] += zppQuantResidValue(e, i);
+  if (dtype == zppFloat32)
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(x + i, _mm256_add_ps(avx2Load8(in, zppFloat32, i), avx2ResidValue8(e, i)));
+  else if (dtype == zppFloat16)
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(x + i, _mm256_add_ps(avx2Load8(in, zppFloat16, i), avx2ResidValue8(e, i)));
+  else
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(x + i, _mm256_add_ps(avx2Load8(in, zppBfloat16, i), avx2ResidValue8(e, i)));
+  for (; i < n; i++) x[i] = zppQuantLoadOne(in, dtype, i) + zppQuantResidValue(e, i);
 }
 
 /* Per block of 32: x - y (e's stored value where that is not finite), its

@@ -27,8 +27,9 @@
  *    (the residuals were put back); a second undo, or one on a new handle,
  *    is zppInvalidUsage.
  * 3. Save and load: after 3 steps the state goes into a new handle; both
- *    give byte-identical next steps. A buffer of another size or a state of
- *    another handle shape is refused.
+ *    give byte-identical next steps. A buffer of another size, a state of
+ *    another handle shape (also one of the same bytes) or one of fp32
+ *    residuals (an older build's) is refused.
  * 4. A NaN in rank 0's input: that output element is NaN (its escape), the
  *    next step with a finite input is finite everywhere (the NaN never
  *    entered a residual) and within the bound of 1.
@@ -180,6 +181,16 @@ static void saveLoad(zppComm_t comm, int rank, int W) {
   REQUIRE(zppGradStateBytes(other, &otherBytes) == zppSuccess);
   CHECK_EQ_INT(zppGradLoadState(other, state, bytes), zppInvalidArgument);
   zppGradDestroy(other);
+  /* One element fewer: rows of the same residual blocks, so the same bytes;
+   * the header's count tells them apart. */
+  REQUIRE(zppGradCreate(comm, rc - 1, t, 4, &other) == zppSuccess);
+  REQUIRE(zppGradStateBytes(other, &otherBytes) == zppSuccess);
+  CHECK_EQ_INT((long long)otherBytes, (long long)bytes);
+  CHECK_EQ_INT(zppGradLoadState(other, state, bytes), zppInvalidArgument);
+  zppGradDestroy(other);
+  /* A state of fp32 residuals (magic "zpp_EF_1", before 8-bit residuals). */
+  memcpy(state, "zpp_EF_1", 8);
+  CHECK_EQ_INT(zppGradLoadState(h, state, bytes), zppInvalidArgument);
   zppGradDestroy(g);
   zppGradDestroy(h);
   free(state);
