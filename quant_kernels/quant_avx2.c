@@ -177,14 +177,7 @@ ZPP_AVX2_INLINE __m256i avx2Quant32(const void* x, zppDataType_t dtype, size_t i
     int w2 = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, t[2]), thr, _CMP_GE_OQ));
     cnt[0] += __builtin_popcount((unsigned)(w0 | w2 << 8));
   }
-  __m256i a = _mm256_cvtps_epi32(t[0]);
-  __m256i b = _mm256_cvtps_epi32(t[1]);
-  __m256i c = _mm256_cvtps_epi32(t[2]);
-  __m256i d = _mm256_cvtps_epi32(t[3]);
-  /* packs work per 128-bit lane: the dwords come out as a0 b0 c0 d0 | a1 b1
-   * c1 d1 (4 bytes each) and one permute puts them in order. */
-  __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
-  return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  return avx2RoundInt8x32(t[0], t[1], t[2], t[3]);
 }
 
 /* int8 values of elements 2i, 2i+1 -> the byte (lo nibble, hi nibble), one
@@ -830,7 +823,7 @@ static void avx2AddResidual(const void* in, zppDataType_t dtype, zppQuantResid_t
 }
 
 /* Per block of 32: x - y (e's stored value where that is not finite), its
- * largest magnitude, and the int8 codec's encode (avx2Quant32's, from
+ * largest magnitude, and the int8 codec's encode (avx2RoundInt8x32, from
  * registers); tiny blocks (max < 2^-64, scaled by p) and a short last block
  * take the reference's path. */
 static void avx2NewResidual(const float* x, const float* y, zppQuantResid_t e, size_t n,
@@ -856,15 +849,10 @@ static void avx2NewResidual(const float* x, const float* y, zppQuantResid_t e, s
       continue;
     }
     *scale = bp.scale;
-    /* No clamp, as in avx2Quant32: |r * inv| rounds to at most 127. */
     const __m256 vinv = _mm256_set1_ps(bp.inv);
-    __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(r[0], vinv));
-    __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(r[1], vinv));
-    __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(r[2], vinv));
-    __m256i d = _mm256_cvtps_epi32(_mm256_mul_ps(r[3], vinv));
-    __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(a, b), _mm256_packs_epi32(c, d));
     _mm256_storeu_si256((__m256i*)(out.q + lo),
-                        _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+                        avx2RoundInt8x32(_mm256_mul_ps(r[0], vinv), _mm256_mul_ps(r[1], vinv),
+                                         _mm256_mul_ps(r[2], vinv), _mm256_mul_ps(r[3], vinv)));
   }
   if (lo < n)
     zppQuantNewResidBlockRef(x + lo, y + lo, zppQuantResidAt(e, lo), n - lo, zppQuantResidAt(out, lo));

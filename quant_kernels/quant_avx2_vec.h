@@ -52,6 +52,18 @@ ZPP_AVX2_INLINE void avx2Store8(void* out, zppDataType_t dtype, size_t i, __m256
   }
 }
 
+/* 32 scaled values (x * inv) rounded (RNE) to int8 bytes in element order:
+ * the int8 encode of a block (zpp_quant.h, "Arithmetic") for the vector
+ * codes. No clamp: with inv = Q / max |x|, |x * inv| rounds to at most Q
+ * (quant_avx2.c, avx2Quant32). packs work per 128-bit lane: the dwords come
+ * out as a0 b0 c0 d0 | a1 b1 c1 d1 (4 bytes each), one permute puts them in
+ * order. */
+ZPP_AVX2_INLINE __m256i avx2RoundInt8x32(__m256 a, __m256 b, __m256 c, __m256 d) {
+  __m256i v = _mm256_packs_epi16(_mm256_packs_epi32(_mm256_cvtps_epi32(a), _mm256_cvtps_epi32(b)),
+                                 _mm256_packs_epi32(_mm256_cvtps_epi32(c), _mm256_cvtps_epi32(d)));
+  return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 ZPP_AVX2_INLINE uint32_t avx2HmaxU32(__m256i v) {
   __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));

@@ -236,27 +236,12 @@ ROT_INLINE int chunkCount(float* b, uint32_t a, int K) {
   return c;
 }
 
-/* rne(w * inv) of 32 values as int32, the dword permute that puts packs'
- * output back in element order. |q| <= Q without a clamp (quant_avx2.c). */
-#define ROT_Q4(w0, w1, w2, w3, vinv)                        \
-  __m256i qa = _mm256_cvtps_epi32(_mm256_mul_ps(w0, vinv)); \
-  __m256i qb = _mm256_cvtps_epi32(_mm256_mul_ps(w1, vinv)); \
-  __m256i qc = _mm256_cvtps_epi32(_mm256_mul_ps(w2, vinv)); \
-  __m256i qd = _mm256_cvtps_epi32(_mm256_mul_ps(w3, vinv)); \
-  const __m256i ix = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)
-
-/* 32 values quantized to int8 bytes in element order. */
-ROT_INLINE __m256i quant32v(__m256 w0, __m256 w1, __m256 w2, __m256 w3, __m256 vinv) {
-  ROT_Q4(w0, w1, w2, w3, vinv);
-  return _mm256_permutevar8x32_epi32(
-      _mm256_packs_epi16(_mm256_packs_epi32(qa, qb), _mm256_packs_epi32(qc, qd)), ix);
-}
-
 /* 32 values quantized and stored as int8 (32 bytes), int4 (16) or int2 (8)
  * at d. int2: the fields in pairs (a + 4 b, vpmaddubsw), the pairs in pairs
  * (c + 16 d, vpmaddwd), the low byte of each dword gathered per lane. */
 ROT_INLINE void store32(__m256 w0, __m256 w1, __m256 w2, __m256 w3, __m256 vinv, int bits, uint8_t* d) {
-  __m256i q = quant32v(w0, w1, w2, w3, vinv);
+  __m256i q = avx2RoundInt8x32(_mm256_mul_ps(w0, vinv), _mm256_mul_ps(w1, vinv),
+                               _mm256_mul_ps(w2, vinv), _mm256_mul_ps(w3, vinv));
   if (bits == 8) {
     _mm256_storeu_si256((__m256i*)d, q);
     return;

@@ -420,17 +420,18 @@ static inline zppQuantResid_t zppQuantResidAt(zppQuantResid_t r, size_t at) {
   return run;
 }
 
+/* Bytes of the scales of a residual of n elements. */
+static inline size_t zppQuantResidScaleBytes(size_t n) {
+  return (n + ZPP_QUANT_RESID_BLOCK - 1) / ZPP_QUANT_RESID_BLOCK * sizeof(float);
+}
+
 /* Bytes of a residual of n elements stored as one buffer: its scales, then
  * its values (zppQuantResidIn). */
-static inline size_t zppQuantResidBytes(size_t n) {
-  return (n + ZPP_QUANT_RESID_BLOCK - 1) / ZPP_QUANT_RESID_BLOCK * sizeof(float) + n;
-}
+static inline size_t zppQuantResidBytes(size_t n) { return zppQuantResidScaleBytes(n) + n; }
 
 /* The residual of n elements in a buffer of zppQuantResidBytes(n). */
 static inline zppQuantResid_t zppQuantResidIn(void* buf, size_t n) {
-  zppQuantResid_t r = {
-      (int8_t*)buf + (n + ZPP_QUANT_RESID_BLOCK - 1) / ZPP_QUANT_RESID_BLOCK * sizeof(float),
-      (float*)buf};
+  zppQuantResid_t r = {(int8_t*)buf + zppQuantResidScaleBytes(n), (float*)buf};
   return r;
 }
 
