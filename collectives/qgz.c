@@ -31,10 +31,12 @@
  *
  * Error feedback (a->efSendIn set; docs/zeropp.md, "Error feedback"): step
  * 1 quantizes x = g + e (g the caller's partition, e what this rank's last
- * quantization of it dropped) and keeps e' = x - decode(quantized x); step
- * 3 sums the node's inputs in fp32, adds its own residual, quantizes that
- * and keeps what it dropped. An element whose x is not finite travels as
- * its escape and keeps its old residual.
+ * quantization of it dropped) and keeps e' = x - decode(quantized x); with
+ * rotation, the same in the rotated domain (zppQuantizeExFeedback: e added
+ * after the rotation, e' = z - Q(z), nothing decoded). Step 3 sums the
+ * node's inputs in fp32, adds its own residual, quantizes that and keeps
+ * what it dropped. An element whose x is not finite travels as its escape
+ * and keeps its old residual.
  *
  * Pipelining: each partition is cut into chunks of whole blocks; a bucket of
  * tensors (the coalesced call) is cut the same way per tensor, so every
@@ -93,7 +95,8 @@ typedef struct {
   char* a2[NSLOTS];               /* N * sum: received from each node */
   zppP2pReq_t** reqIntra[NSLOTS]; /* 2L */
   zppP2pReq_t** reqInter[NSLOTS]; /* 2N */
-  float* efX; /* error feedback: x and its decoded form, a chunk's elements each (scratch) */
+  float* efX; /* error feedback: x and its decoded form, a chunk's elements each (scratch;
+               * zppQuantizeExFeedback's 2 * len) */
   float* efD;
 } qgz_t;
 
@@ -164,8 +167,11 @@ static zppResult_t quantizePiece(const qgz_t* g, const piece_t* p, size_t partit
   const char* in = sendAt(g, p, partition);
   if (a->efSendIn == NULL) return zppQuantizeEx(in, a->type, p->len, a->bits, a->block, a->flags, dst);
   zppQuantResid_t eIn = residualOf(a->efSendIn, p, a->counts, partition);
+  zppQuantResid_t eOut = residualOf(a->efSendOut, p, a->counts, partition);
+  if (a->flags & ZPP_QUANT_ROTATE) /* the residual kept in the rotated domain */
+    return zppQuantizeExFeedback(in, a->type, p->len, a->bits, a->block, eIn, eOut, dst, g->efX);
   zppQuantAddResidual(in, a->type, eIn, p->len, g->efX);
-  return quantizeWithFeedback(g, eIn, residualOf(a->efSendOut, p, a->counts, partition), p->len, dst);
+  return quantizeWithFeedback(g, eIn, eOut, p->len, dst);
 }
 
 /* Quantize chunk t and post its first hop. */

@@ -801,7 +801,8 @@ static void avx2FromFloat(const float* in, size_t n, void* out, zppDataType_t dt
 /* The stored values of residual elements i..i+7 (in one block). */
 ZPP_AVX2_INLINE __m256 avx2ResidValue8(zppQuantResid_t e, size_t i) {
   __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(e.q + i))));
-  return _mm256_mul_ps(q, _mm256_set1_ps(e.scale[i / ZPP_QUANT_RESID_BLOCK]));
+  return _mm256_mul_ps(
+      q, _mm256_set1_ps(zppF32FromBits(zppF32Bits(e.scale[i / ZPP_QUANT_RESID_BLOCK]) & 0x7fffffffu)));
 }
 
 /* One pass: each input vector widened (avx2Load8: bf16 and fp16 NaNs come

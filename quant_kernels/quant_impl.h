@@ -134,6 +134,17 @@ void zppQuantEscSum(const uint8_t* packed, size_t stride, int n, size_t count, i
 int zppQuantEscEncodeGroup(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                            uint8_t* packed, size_t g);
 
+/* The rotated codec's reference for escape group g (quant_rotate.c): after
+ * the plain encoding of the group (zppQuantEscEncodeGroup), re-encodes its
+ * blocks that are rotated. */
+void zppQuantRotateGroupRef(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                            uint8_t* packed, size_t g);
+
+/* Decodes escape group g of a rotated-flag segment (blocks and escapes)
+ * into out, at the group's own elements (out[g * 4096 ...]). quant_rotate.c. */
+zppResult_t zppQuantDecodeGroupEx(const uint8_t* packed, size_t count, int bits, int block, size_t g,
+                                  float* out);
+
 /* zppQuantize's argument checks under the name fn, then the header and the
  * padding of the segment (nothing else): for encoders that write the
  * scales, data and tables themselves. quant_common.c. */
@@ -176,6 +187,10 @@ void zppQuantRotSumRequantGroupAvx2(const uint8_t* packed, size_t stride, int n,
  *   every block of it is full, finite, has no candidate and a finite w,
  *   and returns 1; else returns 0 and the caller encodes the group with the
  *   reference;
+ * - encodeGroupFeedback: the same for zppQuantizeExFeedback's groups of
+ *   step 2 whose residual blocks are all rotated or all zero (scale +0),
+ *   writing also the group's run of out; else returns 0, having written
+ *   nothing, and the caller takes quant_rotate_ef.c's reference;
  * - decodeBlock decodes a rotated block (scale s >= 0, finite; len = the
  *   block size) at elements [lo, lo + len) into out;
  * - decodeRun: decodeBlock over the blocks from element lo (a block start)
@@ -190,6 +205,9 @@ typedef struct {
   unsigned widths; /* the bit widths it implements: bit b set for int b */
   int (*encodeGroup)(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                      uint8_t* packed, size_t g);
+  /* NULL where the table has none */
+  int (*encodeGroupFeedback)(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                             zppQuantResid_t e, zppQuantResid_t out, uint8_t* packed, size_t g);
   void (*decodeBlock)(const uint8_t* data, int bits, size_t lo, size_t len, float s, void* out,
                       zppDataType_t dtype);
   size_t (*decodeRun)(const uint8_t* scales, const uint8_t* data, int bits, int block, size_t lo,

@@ -263,7 +263,8 @@ ZPP_QUANT_INL int zppQuantNonFinite(float x) { return (zppF32Bits(x) & 0x7ffffff
 
 /* The stored value of residual element i of a run. */
 ZPP_QUANT_INL float zppQuantResidValue(zppQuantResid_t e, size_t i) {
-  return (float)e.q[i] * e.scale[i / ZPP_QUANT_RESID_BLOCK];
+  /* The scale's sign bit marks a rotated-domain block (zpp_quant.h). */
+  return (float)e.q[i] * zppF32FromBits(zppF32Bits(e.scale[i / ZPP_QUANT_RESID_BLOCK]) & 0x7fffffffu);
 }
 
 /* One residual block r[0..len) (len <= ZPP_QUANT_RESID_BLOCK, finite) into

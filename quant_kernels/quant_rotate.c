@@ -75,8 +75,8 @@ void zppQuantRotHadamardRef(float* x, size_t len) {
  * table lists exactly the elements that escaped (a block's candidates
  * escape all together or stay all together), and a block with a
  * non-finite element is stored plain. */
-static void rotateGroup(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
-                        uint8_t* packed, size_t g) {
+void zppQuantRotateGroupRef(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                            uint8_t* packed, size_t g) {
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
   const uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
@@ -146,14 +146,14 @@ zppResult_t zppQuantizeEx(const void* in, zppDataType_t dtype, size_t count, int
   const zppQuantRotImpl_t* rk = zppQuantRotImplFor(bits);
   if ((flags & ZPP_QUANT_ROTATE) && rk != NULL) {
     /* The vector kernels encode the ordinary groups in one pass; the
-     * others take the plain reference encoding and rotateGroup, as below. */
+     * others take the plain reference encoding and zppQuantRotateGroupRef, as below. */
     ZPPCHECK(zppQuantFrame("zppQuantizeEx", in, dtype, count, bits, block, packed));
     uint8_t* p = (uint8_t*)packed;
     p[6] |= ZPP_QUANT_FLAG_ROTATED;
     for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
       if (rk->encodeGroup(in, dtype, count, bits, block, p, g)) continue;
       if (zppQuantEscEncodeGroup(in, dtype, count, bits, block, p, g)) p[6] |= ZPP_QUANT_FLAG_MARKERS;
-      rotateGroup(in, dtype, count, bits, block, p, g);
+      zppQuantRotateGroupRef(in, dtype, count, bits, block, p, g);
     }
     return zppSuccess;
   }
@@ -162,7 +162,7 @@ zppResult_t zppQuantizeEx(const void* in, zppDataType_t dtype, size_t count, int
   uint8_t* p = (uint8_t*)packed;
   p[6] |= ZPP_QUANT_FLAG_ROTATED;
   for (size_t g = 0; g < zppQuantNumGroups(count); g++)
-    rotateGroup(in, dtype, count, bits, block, p, g);
+    zppQuantRotateGroupRef(in, dtype, count, bits, block, p, g);
   return zppSuccess;
 }
 
@@ -176,32 +176,19 @@ static void decodeRotatedBlock(const uint8_t* data, int bits, size_t lo, size_t 
   applySigns(y, len);
 }
 
-zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int block, void* out,
-                            zppDataType_t dtype) {
-  if (packed == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeEx: packed is NULL");
-  if (!zppQuantValidParams(bits, block))
-    return zppQuantCheckHeader(packed, count, bits, block); /* names the bad argument */
-  const uint8_t* p = (const uint8_t*)packed;
-  if (!(p[6] & ZPP_QUANT_FLAG_ROTATED)) return zppDequantize(packed, count, bits, block, out, dtype);
-  uint8_t hdr[ZPP_QUANT_HEADER_BYTES];
-  memcpy(hdr, p, sizeof hdr);
-  hdr[6] &= (uint8_t)~ZPP_QUANT_FLAG_ROTATED;
-  ZPPCHECK(zppQuantCheckHeader(hdr, count, bits, block));
-  if (out == NULL && count > 0) ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeEx: out is NULL");
-  if (dtype != zppFloat32 && dtype != zppFloat16 && dtype != zppBfloat16)
-    ZPP_FAIL(zppInvalidArgument, QUANT,
-             "zppDequantizeEx: data type %d unsupported (fp32, fp16 or bf16)", (int)dtype);
-  const uint8_t* scales = zppQuantScalesPtr(p);
-  const uint8_t* data = p + zppQuantDataOffset(count, block);
-  const uint8_t* tables = p + zppQuantEscOffset(count, bits, block);
+/* Decodes the blocks of elements [lo0, hi) (lo0 a block start; hi a block
+ * start or count) of a rotated-flag segment into out, escapes not yet
+ * applied. */
+static void decodeBlocks(const uint8_t* scales, const uint8_t* data, int bits, int block, size_t lo0,
+                         size_t hi, void* out, zppDataType_t dtype) {
   float y[ZPP_QUANT_MAX_BLOCK];
   const zppQuantRotImpl_t* rk = zppQuantRotImplFor(bits);
-  for (size_t lo = 0; lo < count; lo += (size_t)block) {
+  for (size_t lo = lo0; lo < hi; lo += (size_t)block) {
     if (rk != NULL) { /* a run of rotated blocks in one call (bit-identical by contract) */
-      lo = rk->decodeRun(scales, data, bits, block, lo, count, out, dtype);
-      if (lo >= count) break;
+      lo = rk->decodeRun(scales, data, bits, block, lo, hi, out, dtype);
+      if (lo >= hi) break;
     }
-    size_t len = count - lo < (size_t)block ? count - lo : (size_t)block;
+    size_t len = hi - lo < (size_t)block ? hi - lo : (size_t)block;
     float s = zppQuantLoadScale(scales, lo / (size_t)block);
     uint32_t sb = zppF32Bits(s);
     /* A short last block is never rotated (the encoder stores it plain);
@@ -222,20 +209,54 @@ zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int bloc
     }
     for (size_t i = 0; i < len; i++) zppQuantStoreOne(out, dtype, lo + i, y[i]);
   }
-  /* Escaped elements decode to their own value (rotated blocks hold noise
-   * at their positions: the value replaces it, it is not added). */
-  for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
-    const uint8_t* t = tables + g * ZPP_QUANT_ESC_TABLE_BYTES;
-    size_t base = g * ZPP_QUANT_ESC_GROUP;
-    for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
-      unsigned idx = zppQuantEscIndex(t, j);
-      if (idx == ZPP_QUANT_ESC_EMPTY) break;
-      if (base + idx >= count)
-        ZPP_FAIL(zppInvalidUsage, QUANT,
-                 "zppDequantizeEx: escape slot %d of group %zu points at element %zu of %zu", j, g,
-                 base + idx, count);
-      zppQuantStoreOne(out, dtype, base + idx, zppQuantEscValue(t, j));
-    }
+}
+
+/* Escaped elements of group g decode to their own value (rotated blocks
+ * hold noise at their positions: the value replaces it, it is not added). */
+static zppResult_t applyEscapes(const uint8_t* tables, size_t g, size_t count, void* out,
+                                zppDataType_t dtype) {
+  const uint8_t* t = tables + g * ZPP_QUANT_ESC_TABLE_BYTES;
+  size_t base = g * ZPP_QUANT_ESC_GROUP;
+  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++) {
+    unsigned idx = zppQuantEscIndex(t, j);
+    if (idx == ZPP_QUANT_ESC_EMPTY) break;
+    if (base + idx >= count)
+      ZPP_FAIL(zppInvalidUsage, QUANT,
+               "zppDequantizeEx: escape slot %d of group %zu points at element %zu of %zu", j, g,
+               base + idx, count);
+    zppQuantStoreOne(out, dtype, base + idx, zppQuantEscValue(t, j));
   }
+  return zppSuccess;
+}
+
+zppResult_t zppQuantDecodeGroupEx(const uint8_t* packed, size_t count, int bits, int block, size_t g,
+                                  float* out) {
+  size_t base = g * ZPP_QUANT_ESC_GROUP;
+  size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
+  decodeBlocks(zppQuantScalesPtr(packed), packed + zppQuantDataOffset(count, block), bits, block, base,
+               base + glen, out, zppFloat32);
+  return applyEscapes(packed + zppQuantEscOffset(count, bits, block), g, count, out, zppFloat32);
+}
+
+zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int block, void* out,
+                            zppDataType_t dtype) {
+  if (packed == NULL) ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeEx: packed is NULL");
+  if (!zppQuantValidParams(bits, block))
+    return zppQuantCheckHeader(packed, count, bits, block); /* names the bad argument */
+  const uint8_t* p = (const uint8_t*)packed;
+  if (!(p[6] & ZPP_QUANT_FLAG_ROTATED)) return zppDequantize(packed, count, bits, block, out, dtype);
+  uint8_t hdr[ZPP_QUANT_HEADER_BYTES];
+  memcpy(hdr, p, sizeof hdr);
+  hdr[6] &= (uint8_t)~ZPP_QUANT_FLAG_ROTATED;
+  ZPPCHECK(zppQuantCheckHeader(hdr, count, bits, block));
+  if (out == NULL && count > 0) ZPP_FAIL(zppInvalidArgument, QUANT, "zppDequantizeEx: out is NULL");
+  if (dtype != zppFloat32 && dtype != zppFloat16 && dtype != zppBfloat16)
+    ZPP_FAIL(zppInvalidArgument, QUANT,
+             "zppDequantizeEx: data type %d unsupported (fp32, fp16 or bf16)", (int)dtype);
+  decodeBlocks(zppQuantScalesPtr(p), p + zppQuantDataOffset(count, block), bits, block, 0, count, out,
+               dtype);
+  const uint8_t* tables = p + zppQuantEscOffset(count, bits, block);
+  for (size_t g = 0; g < zppQuantNumGroups(count); g++)
+    ZPPCHECK(applyEscapes(tables, g, count, out, dtype));
   return zppSuccess;
 }

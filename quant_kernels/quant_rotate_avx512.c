@@ -379,9 +379,7 @@ R5_INLINE int countAboveAt(const void* in, zppDataType_t dtype, size_t at, int n
 /* rne(w * inv) of 32 values, stored as int8 (32 bytes), int4 (16) or int2
  * (8) at d. |q| <= Q without a clamp (quant_avx2.c). packs interleaves the
  * two vectors per 128-bit lane; the qword permute puts them back in order. */
-R5_INLINE void store32(__m512 w0, __m512 w1, __m512 vinv, int bits, uint8_t* d) {
-  __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(w0, vinv));
-  __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(w1, vinv));
+R5_INLINE void store32Q(__m512i qa, __m512i qb, int bits, uint8_t* d) {
   __m512i q16 =
       _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), _mm512_packs_epi32(qa, qb));
   if (bits == 8) {
@@ -402,17 +400,17 @@ R5_INLINE void store32(__m512 w0, __m512 w1, __m512 vinv, int bits, uint8_t* d) 
   x = _mm512_or_si512(x, _mm512_srli_epi32(x, 12));
   _mm_storeu_si128((__m128i*)d, _mm512_cvtepi32_epi8(x));
 }
+R5_INLINE void store32(__m512 w0, __m512 w1, __m512 vinv, int bits, uint8_t* d) {
+  store32Q(_mm512_cvtps_epi32(_mm512_mul_ps(w0, vinv)), _mm512_cvtps_epi32(_mm512_mul_ps(w1, vinv)),
+           bits, d);
+}
 
 /* The same for 64 values (int8: 64 bytes, int4: 32, int2: 16): two packs
  * to bytes and one dword permute, then for int4 the nibble pairs by a
  * multiply-add (even element * 1 + odd element * 16) and a truncating pack;
  * for int2 the fields in pairs (a + 4 b, vpmaddubsw), the pairs in pairs
  * (c + 16 d, vpmaddwd), then the pack. */
-R5_INLINE void store64(const float* w, __m512 vinv, int bits, uint8_t* d) {
-  __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w), vinv));
-  __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + 16), vinv));
-  __m512i qc = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + 32), vinv));
-  __m512i qd = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + 48), vinv));
+R5_INLINE void store64Q(__m512i qa, __m512i qb, __m512i qc, __m512i qd, int bits, uint8_t* d) {
   __m512i q8 = _mm512_packs_epi16(_mm512_packs_epi32(qa, qb), _mm512_packs_epi32(qc, qd));
   q8 = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15),
                                 q8);
@@ -430,6 +428,41 @@ R5_INLINE void store64(const float* w, __m512 vinv, int bits, uint8_t* d) {
   __m512i n =
       _mm512_maddubs_epi16(_mm512_and_si512(q8, _mm512_set1_epi8(0x0f)), _mm512_set1_epi16(0x1001));
   _mm256_storeu_si256((__m256i*)d, _mm512_cvtepi16_epi8(n));
+}
+R5_INLINE void store64(const float* w, __m512 vinv, int bits, uint8_t* d) {
+  store64Q(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w), vinv)),
+           _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + 16), vinv)),
+           _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + 32), vinv)),
+           _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + 48), vinv)), bits, d);
+}
+
+/* Error feedback's r = w - (float)q * s of 16 values (the decode's first
+ * step, then a subtract), stored over w. */
+R5_INLINE void residual16(float* w, __m512i q, __m512 vs) {
+  _mm512_store_ps(w, _mm512_sub_ps(_mm512_load_ps(w), _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs)));
+}
+
+/* quantizeW for error feedback: the same q, and w replaced by what its
+ * quantization dropped (scale s). */
+R5_INLINE void quantizeWResid(float* w, size_t len, int bits, float inv, float s, uint8_t* d) {
+  const __m512 vinv = _mm512_set1_ps(inv), vs = _mm512_set1_ps(s);
+  size_t i = 0;
+  for (; i + 64 <= len; i += 64) {
+    __m512i q[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+      q[k] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + i + 16 * k), vinv));
+    store64Q(q[0], q[1], q[2], q[3], bits, d + zppQuantByteOf(i, bits));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) residual16(w + i + 16 * k, q[k], vs);
+  }
+  if (i < len) { /* a block of 32 */
+    __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + i), vinv));
+    __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + i + 16), vinv));
+    store32Q(qa, qb, bits, d + zppQuantByteOf(i, bits));
+    residual16(w + i, qa, vs);
+    residual16(w + i + 16, qb, vs);
+  }
 }
 
 /* The chunk of even e and odd o stored in order, as 32 fp32 at f. */
@@ -499,9 +532,9 @@ R5_INLINE void quantizeBlockEO(const float* w, uint32_t wmax, size_t at, size_t 
  * IEEE operations of zppQuantBlockSetup: a / Q; Q / (a p), p = 1 here:
  * blocks with a < 2^-64 take the reference's scaled path), so that no
  * block waits on its own two divisions; then each block's q. */
-R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, const float* buf, __m512i* xm,
-                             __m512i* wm, size_t nb, size_t base, int n, int K, int bits, int Q,
-                             uint8_t* scales, uint8_t* data, int eo) {
+R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, float* buf, __m512i* xm, __m512i* wm,
+                             size_t nb, size_t base, int n, int K, int bits, int Q, uint8_t* scales,
+                             uint8_t* data, int eo, int ef) {
   const size_t bs = 16 * (size_t)n;
   const int lb = __builtin_ctz(16u * (unsigned)n);
   uint32_t wmax[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(64)));
@@ -544,10 +577,17 @@ R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, const float* b
         quantizeBlockEO(buf + k * bs, wmax[k], at, bs, Q, scales, at >> lb, data);
       else
         quantizeBlock(buf + k * bs, wmax[k], at, bs, bits, Q, scales, at >> lb, data);
+      if (ef) { /* w - (float)q * s, element by element */
+        const float s = zppQuantLoadScale(scales, at >> lb);
+        float* w = buf + k * bs;
+        for (size_t i = 0; i < bs; i++) w[i] = w[i] - (float)zppQuantGetQ(data, bits, at + i) * s;
+      }
       continue;
     }
     zppQuantStoreScale(scales, at >> lb, sc[k]);
-    if (eo)
+    if (ef)
+      quantizeWResid(buf + k * bs, bs, bits, inv[k], sc[k], d);
+    else if (eo)
       quantizeWEO(buf + k * bs, bs, inv[k], d);
     else
       quantizeW(buf + k * bs, bs, bits, inv[k], d);
@@ -628,16 +668,16 @@ R5_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, in
     int ok;
     switch (bs) {
       case 32:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data, eo);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data, eo, 0);
         break;
       case 64:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data, eo);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data, eo, 0);
         break;
       case 128:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data, eo);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data, eo, 0);
         break;
       default:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data, eo);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data, eo, 0);
         break;
     }
     if (!ok) return 0;
@@ -658,6 +698,161 @@ static int encodeGroup(const void* in, zppDataType_t dtype, size_t count, int bi
                        uint8_t* packed, size_t g) {
   pthread_once(&gSignsOnce, fillSigns);
 #define ENCODE_GROUP(BITS, DT) return encodeGroupT(in, DT, count, BITS, block, packed, g)
+  ZPP_QUANT_SPECIALIZE(bits, dtype, ENCODE_GROUP);
+#undef ENCODE_GROUP
+  return 0; /* not reached */
+}
+
+/* ---- error feedback in the rotated domain (zppQuantizeExFeedback) ----------------- */
+
+#define R5_RESID_SIGN 0x80000000u
+
+/* The stored values q * |scale| of residual elements i .. i + 15 (in one
+ * residual block). */
+R5_INLINE __m512 residValue16(zppQuantResid_t e, size_t i) {
+  const __m512 q =
+      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(const void*)(e.q + i))));
+  const uint32_t s = zppF32Bits(e.scale[i / ZPP_QUANT_RESID_BLOCK]) & 0x7fffffffu;
+  return _mm512_mul_ps(q, _mm512_castsi512_ps(_mm512_set1_epi32((int)s)));
+}
+
+/* rotateBlock with the residual: per vector, a rotated residual block's
+ * values added after the stages, an unrotated one's (zero: the caller
+ * checked) before them, as the reference's x^ = g + e. Adding -0 leaves
+ * any value as it is, so each vector takes one add on each side. */
+R5_INLINE void rotateBlockFeedback(const void* in, zppDataType_t dtype, size_t at, int n, float* wb,
+                                   const void* pf, zppQuantResid_t e, __m512i* xm, __m512i* wm) {
+  __m512 v[16], post[16];
+  prefetchBlock(pf, dtype, at, 16 * (size_t)n);
+  const __m512 negZero = _mm512_set1_ps(-0.0f);
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) {
+    const size_t i = at + 16 * (size_t)k;
+    const __m512 val = residValue16(e, i);
+    const int rot = (zppF32Bits(e.scale[i / ZPP_QUANT_RESID_BLOCK]) & R5_RESID_SIGN) != 0;
+    v[k] = _mm512_add_ps(load16(in, dtype, i), rot ? negZero : val);
+    post[k] = rot ? val : negZero;
+  }
+  *xm = maxAbsN(v, n);
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) v[k] = flip(v[k], 16 * (size_t)k);
+  stagesNarrow(v, n, 0);
+#pragma GCC unroll 16
+  for (int k = 0; k < n; k++) v[k] = _mm512_add_ps(v[k], post[k]);
+  *wm = storeW(v, n, wb);
+}
+
+/* The group's new residual r (buf, glen elements) into out from element
+ * base, sign bits set: 16 residual blocks at a time, their maxima by
+ * reduce16 and their setups by vector divisions (the IEEE operations of
+ * zppQuantBlockSetup with Q = 127, p = 1), where one block at a time took a
+ * horizontal maximum and two divisions each; zero and tiny blocks (max <
+ * 2^-64) by the reference. */
+R5_INLINE void storeResidRotated(const float* buf, size_t glen, zppQuantResid_t out, size_t base) {
+  const size_t nrb = glen / ZPP_QUANT_RESID_BLOCK;
+  const __m512 v127 = _mm512_set1_ps(127.0f);
+  for (size_t k0 = 0; k0 < nrb; k0 += 16) {
+    const size_t kn = nrb - k0 < 16 ? nrb - k0 : 16;
+    __m512i m[16];
+#pragma GCC unroll 16
+    for (size_t j = 0; j < 16; j++) {
+      const float* r = buf + ZPP_QUANT_RESID_BLOCK * (k0 + j);
+      m[j] = j < kn ? _mm512_castps_si512(maxAbs2(_mm512_load_ps(r), _mm512_load_ps(r + 16)))
+                    : _mm512_setzero_si512();
+    }
+    const __m512i a = reduce16(m, 0);
+    uint32_t a16[16] __attribute__((aligned(64)));
+    float sc[16] __attribute__((aligned(64))), inv[16] __attribute__((aligned(64)));
+    _mm512_store_si512((void*)a16, a);
+    _mm512_store_ps(sc, _mm512_div_ps(_mm512_castsi512_ps(a), v127));
+    _mm512_store_ps(inv, _mm512_div_ps(v127, _mm512_castsi512_ps(a))); /* Inf at 0: not used */
+    for (size_t j = 0; j < kn; j++) {
+      const float* r = buf + ZPP_QUANT_RESID_BLOCK * (k0 + j);
+      const size_t lo = base + ZPP_QUANT_RESID_BLOCK * (k0 + j);
+      float* scale = out.scale + lo / ZPP_QUANT_RESID_BLOCK;
+      if (a16[j] < ZPP_QUANT_TINY_BITS) {
+        zppQuantResidBlockRef(r, ZPP_QUANT_RESID_BLOCK, out.q + lo, scale);
+      } else {
+        const __m512 vinv = _mm512_set1_ps(inv[j]);
+        *scale = sc[j];
+        _mm_storeu_si128(
+            (__m128i*)(void*)(out.q + lo),
+            _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(r), vinv))));
+        _mm_storeu_si128(
+            (__m128i*)(void*)(out.q + lo + 16),
+            _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(r + 16), vinv))));
+      }
+      *scale = zppF32FromBits(zppF32Bits(*scale) | R5_RESID_SIGN);
+    }
+  }
+}
+
+/* 1 where every residual block of the group's glen elements from base is
+ * rotated or zero (scale +0): the groups this kernel takes. */
+static int residKnown(zppQuantResid_t e, size_t base, size_t glen) {
+  const float* sc = e.scale + base / ZPP_QUANT_RESID_BLOCK;
+  for (size_t k = 0; k < glen / ZPP_QUANT_RESID_BLOCK; k++) {
+    uint32_t b = zppF32Bits(sc[k]);
+    if (b != 0 && !(b & R5_RESID_SIGN)) return 0;
+  }
+  return 1;
+}
+
+/* encodeGroupT's two passes with the residual (blocks up to 256), then the
+ * new residual stored: nothing is written to out before the rule held for
+ * every block. */
+R5_INLINE int encodeGroupFeedbackT(const void* in, zppDataType_t dtype, size_t count, int bits,
+                                   int block, zppQuantResid_t e, zppQuantResid_t out, uint8_t* packed,
+                                   size_t g) {
+  const size_t bs = (size_t)block, base = g * ZPP_QUANT_ESC_GROUP;
+  const int lb = __builtin_ctz((unsigned)block);
+  const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
+  if (glen % bs != 0 || bs > 256 || !residKnown(e, base, glen)) return 0;
+  uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
+  uint8_t* data = packed + zppQuantDataOffset(count, block);
+  const int Q = zppQuantQmax(bits), K = ZPP_QUANT_ESC_LOG2(bits);
+  float buf[ZPP_QUANT_ESC_GROUP] __attribute__((aligned(64)));
+  const void* pf = count - base > ZPP_QUANT_ESC_GROUP ? in : NULL;
+  __m512i xm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15],
+      wm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15];
+  const size_t nb = glen >> lb;
+  for (size_t k = 0; k < nb; k++) {
+    const size_t lo = k << lb;
+    switch (bs) { /* n a constant in each call */
+      case 32: rotateBlockFeedback(in, dtype, base + lo, 2, buf + lo, pf, e, xm + k, wm + k); break;
+      case 64: rotateBlockFeedback(in, dtype, base + lo, 4, buf + lo, pf, e, xm + k, wm + k); break;
+      case 128: rotateBlockFeedback(in, dtype, base + lo, 8, buf + lo, pf, e, xm + k, wm + k); break;
+      default: rotateBlockFeedback(in, dtype, base + lo, 16, buf + lo, pf, e, xm + k, wm + k); break;
+    }
+  }
+  int ok;
+  switch (bs) {
+    case 32:
+      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data, 0, 1);
+      break;
+    case 64:
+      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data, 0, 1);
+      break;
+    case 128:
+      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data, 0, 1);
+      break;
+    default:
+      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data, 0, 1);
+      break;
+  }
+  if (!ok) return 0;
+  storeResidRotated(buf, glen, out, base);
+  uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
+  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
+    zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+  return 1;
+}
+
+static int encodeGroupFeedback(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                               zppQuantResid_t e, zppQuantResid_t out, uint8_t* packed, size_t g) {
+  pthread_once(&gSignsOnce, fillSigns);
+#define ENCODE_GROUP(BITS, DT) \
+  return encodeGroupFeedbackT(in, DT, count, BITS, block, e, out, packed, g)
   ZPP_QUANT_SPECIALIZE(bits, dtype, ENCODE_GROUP);
 #undef ENCODE_GROUP
   return 0; /* not reached */
@@ -1207,6 +1402,7 @@ const zppQuantRotImpl_t zppQuantRotImplAvx512 = {
     .name = "avx512",
     .widths = 1u << 8 | 1u << 4 | 1u << 2,
     .encodeGroup = encodeGroup,
+    .encodeGroupFeedback = encodeGroupFeedback,
     .decodeBlock = decodeBlock,
     .decodeRun = decodeRun,
     .sumBlock = sumBlock,

@@ -439,6 +439,62 @@ void zppQuantAddResidual(const void* in, zppDataType_t dtype, zppQuantResid_t e,
 void zppQuantNewResidual(const float* x, const float* y, zppQuantResid_t e, size_t n,
                          zppQuantResid_t out);
 
+/* ---- error feedback in the rotated domain ------------------------------------------
+ * zppQuantizeExFeedback: qgZ's sender step with ZPP_QUANT_ROTATE, the
+ * residual added after the rotation and kept there, so that nothing is
+ * decoded or rotated back (docs/zeropp.md, "Error feedback"). The rotation
+ * R = H D is orthogonal up to its factor B: what a rotated block's
+ * quantization drops from x, x - D(Q(R x)), is R^-1 (z - Q(z)) for z = R x,
+ * so keeping z - Q(z) and adding it to the next step's R g carries the same
+ * error as adding R^-1 of it to g first.
+ *
+ * Domains: a residual block of 32 whose scale has its sign bit set holds
+ * rotated-domain values (of the codec block of `block` elements that
+ * contains it, counted from the run's start); otherwise it holds values of
+ * the elements themselves. The stored value is q * |scale| either way.
+ * zppQuantAddResidual and zppQuantNewResidual read and write the latter
+ * kind only.
+ *
+ * Per escape group of in (g, count elements of dtype, converted exactly):
+ *   1. x^_i = g_i where element i's residual block is rotated, else
+ *      g_i + e_i (zppQuantAddResidual's arithmetic);
+ *   2. the group is encoded in the rotated domain when every block is full
+ *      (B = `block` elements), every x^_i finite, no block has a candidate
+ *      for escape ("Escapes", on x^), and every z is finite, z being per
+ *      block H D x^ (as "Rotation") plus, at the elements whose residual is
+ *      rotated, e_i (one fp32 add after the stages). Then each block is
+ *      quantized from z as the rotated encoder quantizes its w (scale
+ *      max |z| / Q, q, sign clear; the group's table empty), and its new
+ *      residual is r_i = z_i - (float)q_i * s (an fp32 multiply, then a
+ *      subtract: exactly the decode's first step), stored in 8 bits with
+ *      each scale's sign bit set;
+ *   3. otherwise the group is zppQuantizeEx's encoding of x = g + u, u being
+ *      e in the original domain: e_i where i's residual is not rotated, and
+ *      for each full block the decode of its rotated values v (v_i = e_i
+ *      where rotated, else 0): D H v * 2^-log2(B), by the decoder's
+ *      arithmetic (a rotated element of a short block counts as not
+ *      rotated); its new residual is zppQuantNewResidual's x - y, u_i where
+ *      that is not finite, stored with the sign bits clear.
+ * A NaN or Inf in g therefore travels in its own element (step 3's plain
+ * block and marker) and the residual's values wait, in the original
+ * domain, for the next step.
+ * The packed segment is one any rotated decoder reads. scratch: 2 * count
+ * floats (step 3's x and decode); e and out as in zppQuantNewResidual (runs
+ * from a multiple of 32), out not overlapping e. The vector kernels encode
+ * the step-2 groups whose residual blocks are all rotated or all zero
+ * (scale +0); the others, and every group with the scalar kernels, take
+ * the reference (quant_rotate_ef.c): the same bits. */
+zppResult_t zppQuantizeExFeedback(const void* in, zppDataType_t dtype, size_t count, int bits,
+                                  int block, zppQuantResid_t e, zppQuantResid_t out, void* packed,
+                                  float* scratch);
+
+/* The residual run r of n elements back in the original domain, in place:
+ * every full block of `block` elements from its start whose values are
+ * rotated (step 3's u, stored again in 8 bits with the sign bits clear).
+ * For a residual kept with another block size or without rotation
+ * (zppGradLoadState). */
+void zppQuantResidUnrotate(zppQuantResid_t r, size_t n, int block);
+
 /* Decodes a segment of either kind, rotated or not (header flag bit 1). */
 zppResult_t zppDequantizeEx(const void* packed, size_t count, int bits, int block, void* out,
                             zppDataType_t dtype);

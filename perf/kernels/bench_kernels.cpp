@@ -318,9 +318,9 @@ void RegisterRotated(const char* impl, zppDataType_t dtype, int bits, size_t byt
     SetRates(state, bytes, packedBytes, baseline, count);
   })->UseRealTime();
   // qgZ's sender with error feedback (collectives/qgz.c), one pipeline
-  // piece at a time as it runs: the residual added, the sum quantized and
-  // decoded back, the new residual kept in 8 bits. Beside quantize-rotated/,
-  // what error feedback costs.
+  // piece at a time as it runs: zppQuantizeExFeedback (the residual added
+  // after the rotation, the new one kept there in 8 bits). Beside
+  // quantize-rotated/, what error feedback costs.
   Register("quantize-rotated-ef/" + tail, [=](benchmark::State& state) {
     if (!SelectRot(state, impl)) return;
     const size_t piece = 128u << 10;  // a 2 x 2 qgZ's pipeline piece at the default chunk
@@ -336,21 +336,18 @@ void RegisterRotated(const char* impl, zppDataType_t dtype, int bits, size_t byt
     std::memset(eA->data, 0, residBytes);
     zppQuantResid_t e[2] = {zppQuantResidIn(eA->data, count), zppQuantResidIn(eB->data, count)};
     float* x = reinterpret_cast<float*>(scratch->data);
-    float* y = x + piece;
     int cur = 0;
     for (auto _ : state) {
       size_t at = 0, packedAt = 0;
       for (; at < count; at += piece) {
         size_t len = count - at < piece ? count - at : piece;
         const uint8_t* src = in->data + at * TypeSize(dtype);
-        uint8_t* dst = out->data + packedAt;
-        zppQuantAddResidual(src, dtype, zppQuantResidAt(e[cur], at), len, x);
-        if (zppQuantizeEx(x, zppFloat32, len, bits, block, ZPP_QUANT_ROTATE, dst) != zppSuccess ||
-            zppDequantizeEx(dst, len, bits, block, y, zppFloat32) != zppSuccess) {
-          state.SkipWithError("zppQuantizeEx or zppDequantizeEx failed");
+        if (zppQuantizeExFeedback(src, dtype, len, bits, block, zppQuantResidAt(e[cur], at),
+                                  zppQuantResidAt(e[cur ^ 1], at), out->data + packedAt,
+                                  x) != zppSuccess) {
+          state.SkipWithError("zppQuantizeExFeedback failed");
           return;
         }
-        zppQuantNewResidual(x, y, zppQuantResidAt(e[cur], at), len, zppQuantResidAt(e[cur ^ 1], at));
         packedAt += zppQuantPackedSize(len, bits, block);
       }
       cur ^= 1;
