@@ -371,14 +371,25 @@ zppResult_t zppGradUndo(zppGrad_t grad) {
 
 /* The saved state: this header, then the current send residual's buffer,
  * then the reduce one's (when the handle has them), as zppGrad holds them
- * (8-bit residuals). Version 1 held fp32 residuals. */
+ * (8-bit residuals). rotBlock: the codec block of the send residual's
+ * rotated-domain values (zpp_quant.h, "error feedback in the rotated
+ * domain"), 0 without rotation. Version 2 had no rotated values (its
+ * place held 0); version 1 held fp32 residuals. */
 typedef struct {
   uint64_t magic;
   uint64_t count;
-  int32_t type, bits, nranks, nNodes, hasReduce, pad;
+  int32_t type, bits, nranks, nNodes, hasReduce, rotBlock;
 } gradState_t;
-#define GRAD_STATE_MAGIC 0x325f46455f70707aull /* "zpp_EF_2" */
+#define GRAD_STATE_MAGIC 0x335f46455f70707aull /* "zpp_EF_3" */
+#define GRAD_STATE_MAGIC_V2 0x325f46455f70707aull
 #define GRAD_STATE_MAGIC_V1 0x315f46455f70707aull
+
+/* The block of the rotated-domain values this handle's calls keep: its
+ * communicator's qgZ block when it rotates, else 0. */
+static int32_t gradRotBlock(const struct zppGrad* g) {
+  const zppCompressSettings_t* s = &g->comm->compress;
+  return (zppCompressQuantFlags(s) & ZPP_QUANT_ROTATE) ? zppCompressBlock(s, g->bits) : 0;
+}
 
 static size_t gradStateBytes(const struct zppGrad* g) {
   return sizeof(gradState_t) + zppGradResidBytes(g, 0) + (g->hasReduce ? zppGradResidBytes(g, 1) : 0);
@@ -398,7 +409,7 @@ zppResult_t zppGradSaveState(zppGrad_t grad, void* buf, size_t bytes) {
                "zppGradSaveState: %zu bytes at %p, it needs %zu (zppGradStateBytes)", bytes, buf,
                gradStateBytes(grad));
   gradState_t h = {GRAD_STATE_MAGIC,   grad->count,  (int32_t)grad->type, grad->bits,
-                   grad->comm->nranks, grad->nNodes, grad->hasReduce,     0};
+                   grad->comm->nranks, grad->nNodes, grad->hasReduce,     gradRotBlock(grad)};
   char* p = buf;
   memcpy(p, &h, sizeof(h));
   p += sizeof(h);
@@ -425,7 +436,12 @@ zppResult_t zppGradLoadState(zppGrad_t grad, const void* buf, size_t bytes) {
   ZPP_ARGCHECK(buf != NULL && bytes == gradStateBytes(grad),
                "%s: %zu bytes, this handle's state is %zu (zppGradStateBytes)", name, bytes,
                gradStateBytes(grad));
-  ZPP_ARGCHECK(h.magic == GRAD_STATE_MAGIC, "%s: not a saved zppGrad state", name);
+  ZPP_ARGCHECK(h.magic == GRAD_STATE_MAGIC || (h.magic == GRAD_STATE_MAGIC_V2 && h.rotBlock == 0),
+               "%s: not a saved zppGrad state", name);
+  ZPP_ARGCHECK(h.rotBlock == 0 || (h.rotBlock >= ZPP_QUANT_MIN_BLOCK &&
+                                   h.rotBlock <= ZPP_QUANT_MAX_BLOCK &&
+                                   (h.rotBlock & (h.rotBlock - 1)) == 0),
+               "%s: the state's rotation block %d is not a codec block", name, h.rotBlock);
   ZPP_ARGCHECK(h.count == grad->count && h.type == (int32_t)grad->type && h.bits == grad->bits &&
                    h.nranks == grad->comm->nranks && h.nNodes == grad->nNodes &&
                    h.hasReduce == grad->hasReduce,
@@ -438,6 +454,15 @@ zppResult_t zppGradLoadState(zppGrad_t grad, const void* buf, size_t bytes) {
   size_t nSend = zppGradResidBytes(grad, 0);
   memcpy(grad->send[cur], p, nSend);
   if (grad->hasReduce) memcpy(grad->reduce[cur], p + nSend, zppGradResidBytes(grad, 1));
+  if (h.rotBlock != 0 && h.rotBlock != gradRotBlock(grad)) {
+    /* Rotated values of another block, or a communicator that does not
+     * rotate: each row's back in the original domain, which every call
+     * reads. */
+    zppQuantResid_t r = zppQuantResidIn(grad->send[cur], zppGradResidElems(grad, 0));
+    for (int row = 0; row < grad->nRanks; row++)
+      zppQuantResidUnrotate(zppQuantResidAt(r, (size_t)row * zppQgzResidRow(grad->count)), grad->count,
+                            h.rotBlock);
+  }
   atomic_store(&grad->undoable, 0);
   return zppSuccess;
 }

@@ -29,7 +29,8 @@
  * 3. Save and load: after 3 steps the state goes into a new handle; both
  *    give byte-identical next steps. A buffer of another size, a state of
  *    another handle shape (also one of the same bytes) or one of fp32
- *    residuals (an older build's) is refused.
+ *    residuals (an older build's) is refused. With rotation, a state of
+ *    another block's rotated residuals loads back in the original domain.
  * 4. A NaN in rank 0's input: that output element is NaN (its escape), the
  *    next step with a finite input is finite everywhere (the NaN never
  *    entered a residual) and within the bound of 1.
@@ -52,7 +53,10 @@
 #include "zeropp_testlib.h"
 
 #define STEPS 30
-static const size_t rc = 1000; /* per partition: not a multiple of any block */
+/* Per partition: not a multiple of any block. A second argument sets
+ * another (2x2 rotated runs one of two whole escape groups and 1000 more,
+ * so that the rotated domain's groups run beside the short tail's). */
+static size_t rc = 1000;
 
 typedef struct {
   const char* layout;
@@ -188,6 +192,46 @@ static void saveLoad(zppComm_t comm, int rank, int W) {
   CHECK_EQ_INT((long long)otherBytes, (long long)bytes);
   CHECK_EQ_INT(zppGradLoadState(other, state, bytes), zppInvalidArgument);
   zppGradDestroy(other);
+  /* With rotation: a state whose rotated values are of another block (a
+   * job that ran with another ZPP_QUANT_BLOCK) comes back in the original
+   * domain: saved again, no send scale has its sign bit (the rotated mark)
+   * and the header holds this communicator's block. The header (zpp_EF_3):
+   * magic, count, then int32 type, bits, nranks, nNodes, hasReduce,
+   * rotBlock; the send residual's scales follow it. */
+  const size_t hdr = 40, nScales = (size_t)W * ((rc + 31) / 32);
+  int32_t rotBlock;
+  memcpy(&rotBlock, state + 36, 4);
+  CHECK_EQ_INT(memcmp(state, "zpp_EF_3", 8), 0);
+  if (ztQuantFlags() != 0) { /* rotation */
+    CHECK(rotBlock == ztBlock(4));
+    uint32_t marked = 0;
+    for (size_t k = 0; k < nScales; k++) {
+      uint32_t u;
+      memcpy(&u, state + hdr + 4 * k, 4);
+      marked += u >> 31;
+    }
+    CHECK_MSG(rc < 4096 || marked > 0, "rank %d: no rotated residual block after 4 steps", rank);
+    int32_t foreign = rotBlock == 32 ? 64 : 32;
+    memcpy(state + 36, &foreign, 4);
+    REQUIRE(zppGradLoadState(h, state, bytes) == zppSuccess);
+    char* again = malloc(bytes);
+    REQUIRE(again);
+    REQUIRE(zppGradSaveState(h, again, bytes) == zppSuccess);
+    int32_t saved;
+    memcpy(&saved, again + 36, 4);
+    CHECK_EQ_INT(saved, rotBlock);
+    marked = 0;
+    for (size_t k = 0; k < nScales; k++) {
+      uint32_t u;
+      memcpy(&u, again + hdr + 4 * k, 4);
+      marked += u >> 31;
+    }
+    CHECK_MSG(marked == 0, "rank %d: %u residual blocks still rotated after loading another block's",
+              rank, marked);
+    free(again);
+  } else {
+    CHECK_EQ_INT(rotBlock, 0);
+  }
   /* A state of fp32 residuals (magic "zpp_EF_1", before 8-bit residuals). */
   memcpy(state, "zpp_EF_1", 8);
   CHECK_EQ_INT(zppGradLoadState(h, state, bytes), zppInvalidArgument);
@@ -394,6 +438,8 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* argp) {
 
 int main(int argc, char** argv) {
   arg_t a = {argc > 1 ? argv[1] : "2x2"};
+  if (argc > 2) rc = strtoul(argv[2], NULL, 10);
+  REQUIRE(rc >= 100);
   zppLaunchOpts_t o = ZPP_LAUNCH_OPTS_INIT;
   o.layout = a.layout;
   o.timeoutSec = 240;
