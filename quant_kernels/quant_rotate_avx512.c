@@ -436,32 +436,39 @@ R5_INLINE void store64(const float* w, __m512 vinv, int bits, uint8_t* d) {
            _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + 48), vinv)), bits, d);
 }
 
-/* Error feedback's r = w - (float)q * s of 16 values (the decode's first
- * step, then a subtract), stored over w. */
-R5_INLINE void residual16(float* w, __m512i q, __m512 vs) {
-  _mm512_store_ps(w, _mm512_sub_ps(_mm512_load_ps(w), _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs)));
+/* Error feedback's residual of 16 values, r = w - (float)q * s (the
+ * decode's first step, then a subtract), as the int32 of its 8-bit
+ * storage, rne(r * rinv) (zpp_quant.h, "error feedback in the rotated
+ * domain"). */
+R5_INLINE __m512i residual16(__m512 w, __m512i q, __m512 vs, __m512 vrinv) {
+  const __m512 r = _mm512_sub_ps(w, _mm512_mul_ps(_mm512_cvtepi32_ps(q), vs));
+  return _mm512_cvtps_epi32(_mm512_mul_ps(r, vrinv));
 }
 
-/* quantizeW for error feedback: the same q, and w replaced by what its
- * quantization dropped (scale s). */
-R5_INLINE void quantizeWResid(float* w, size_t len, int bits, float inv, float s, uint8_t* d) {
-  const __m512 vinv = _mm512_set1_ps(inv), vs = _mm512_set1_ps(s);
+/* quantizeW for error feedback: the same q at d, and the residual's int8
+ * values at rq, from registers (store64Q's and store32Q's int8 packing). */
+R5_INLINE void quantizeWResid(const float* w, size_t len, int bits, float inv, float s, float rinv,
+                              uint8_t* d, int8_t* rq) {
+  const __m512 vinv = _mm512_set1_ps(inv), vs = _mm512_set1_ps(s), vrinv = _mm512_set1_ps(rinv);
   size_t i = 0;
   for (; i + 64 <= len; i += 64) {
-    __m512i q[4];
+    __m512 v[4];
+    __m512i q[4], r[4];
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-      q[k] = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + i + 16 * k), vinv));
+    for (int k = 0; k < 4; k++) {
+      v[k] = _mm512_load_ps(w + i + 16 * k);
+      q[k] = _mm512_cvtps_epi32(_mm512_mul_ps(v[k], vinv));
+      r[k] = residual16(v[k], q[k], vs, vrinv);
+    }
     store64Q(q[0], q[1], q[2], q[3], bits, d + zppQuantByteOf(i, bits));
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) residual16(w + i + 16 * k, q[k], vs);
+    store64Q(r[0], r[1], r[2], r[3], 8, (uint8_t*)(rq + i));
   }
   if (i < len) { /* a block of 32 */
-    __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + i), vinv));
-    __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + i + 16), vinv));
+    const __m512 a = _mm512_load_ps(w + i), b = _mm512_load_ps(w + i + 16);
+    const __m512i qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, vinv));
+    const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, vinv));
     store32Q(qa, qb, bits, d + zppQuantByteOf(i, bits));
-    residual16(w + i, qa, vs);
-    residual16(w + i + 16, qb, vs);
+    store32Q(residual16(a, qa, vs, vrinv), residual16(b, qb, vs, vrinv), 8, (uint8_t*)(rq + i));
   }
 }
 
@@ -524,6 +531,21 @@ R5_INLINE void quantizeBlockEO(const float* w, uint32_t wmax, size_t at, size_t 
   quantizeBlock(nat, wmax, at, len, 4, Q, scales, b, data);
 }
 
+/* Error feedback's residual of a block whose max |w| is below 2^-64 (zero,
+ * or the scaled path): r = w - (float)q * s element by element, stored by
+ * the int8 block step per residual block, marked rotated. */
+static void residTinyBlock(const float* w, size_t bs, int bits, const uint8_t* data, float s, size_t at,
+                           zppQuantResid_t out) {
+  float r[ZPP_QUANT_RESID_BLOCK];
+  for (size_t lo = 0; lo < bs; lo += ZPP_QUANT_RESID_BLOCK) {
+    for (size_t i = 0; i < ZPP_QUANT_RESID_BLOCK; i++)
+      r[i] = w[lo + i] - (float)zppQuantGetQ(data, bits, at + lo + i) * s;
+    float* scale = out.scale + (at + lo) / ZPP_QUANT_RESID_BLOCK;
+    zppQuantResidBlockRef(r, ZPP_QUANT_RESID_BLOCK, out.q + at + lo, scale);
+    *scale = zppF32FromBits(zppF32Bits(*scale) | 0x80000000u);
+  }
+}
+
 /* Pass 2 over the nb blocks of 16n elements from element base (w at buf,
  * lane maxima in xm[], wm[]): 16 blocks at a time, max |x| and max |w| by
  * reduce16; the rule (finite x, more than E elements at or above
@@ -534,12 +556,14 @@ R5_INLINE void quantizeBlockEO(const float* w, uint32_t wmax, size_t at, size_t 
  * block waits on its own two divisions; then each block's q. */
 R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, float* buf, __m512i* xm, __m512i* wm,
                              size_t nb, size_t base, int n, int K, int bits, int Q, uint8_t* scales,
-                             uint8_t* data, int eo, int ef) {
+                             uint8_t* data, int eo, int ef, zppQuantResid_t out) {
   const size_t bs = 16 * (size_t)n;
   const int lb = __builtin_ctz(16u * (unsigned)n);
   uint32_t wmax[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(64)));
   float sc[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(64)));
   float inv[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(64)));
+  uint32_t rsc[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(64)));
+  float rinv[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(64)));
   const __m512 vq = _mm512_set1_ps((float)Q);
   const __m512i inf = _mm512_set1_epi32(0x7f800000);
   for (size_t k0 = 0; k0 < nb; k0 += 16) {
@@ -566,8 +590,16 @@ R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, float* buf, __
     }
     _mm512_store_si512((void*)(wmax + k0), w);
     const __m512 wf = _mm512_castsi512_ps(w);
-    _mm512_store_ps(sc + k0, _mm512_div_ps(wf, vq));
+    const __m512 s16 = _mm512_div_ps(wf, vq);
+    _mm512_store_ps(sc + k0, s16);
     _mm512_store_ps(inv + k0, _mm512_div_ps(vq, wf)); /* Inf where w = 0: not used */
+    if (ef) { /* the residual's scale s / 254 (marked rotated) and 254 / s */
+      const __m512 v254 = _mm512_set1_ps(254.0f);
+      _mm512_store_si512((void*)(rsc + k0),
+                         _mm512_or_si512(_mm512_castps_si512(_mm512_div_ps(s16, v254)),
+                                         _mm512_set1_epi32((int)0x80000000u)));
+      _mm512_store_ps(rinv + k0, _mm512_div_ps(v254, s16));
+    }
   }
   for (size_t k = 0; k < nb; k++) {
     const size_t at = base + k * bs;
@@ -577,20 +609,20 @@ R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, float* buf, __
         quantizeBlockEO(buf + k * bs, wmax[k], at, bs, Q, scales, at >> lb, data);
       else
         quantizeBlock(buf + k * bs, wmax[k], at, bs, bits, Q, scales, at >> lb, data);
-      if (ef) { /* w - (float)q * s, element by element */
-        const float s = zppQuantLoadScale(scales, at >> lb);
-        float* w = buf + k * bs;
-        for (size_t i = 0; i < bs; i++) w[i] = w[i] - (float)zppQuantGetQ(data, bits, at + i) * s;
-      }
+      if (ef) /* the residual by the reference's steps */
+        residTinyBlock(buf + k * bs, bs, bits, data, zppQuantLoadScale(scales, at >> lb), at, out);
       continue;
     }
     zppQuantStoreScale(scales, at >> lb, sc[k]);
-    if (ef)
-      quantizeWResid(buf + k * bs, bs, bits, inv[k], sc[k], d);
-    else if (eo)
+    if (ef) {
+      quantizeWResid(buf + k * bs, bs, bits, inv[k], sc[k], rinv[k], d, out.q + at);
+      uint32_t* rs = (uint32_t*)(void*)(out.scale + at / ZPP_QUANT_RESID_BLOCK);
+      for (size_t j = 0; j < bs / ZPP_QUANT_RESID_BLOCK; j++) rs[j] = rsc[k];
+    } else if (eo) {
       quantizeWEO(buf + k * bs, bs, inv[k], d);
-    else
+    } else {
       quantizeW(buf + k * bs, bs, bits, inv[k], d);
+    }
   }
   return 1;
 }
@@ -643,6 +675,7 @@ R5_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, in
   float buf[ZPP_QUANT_ESC_GROUP] __attribute__((aligned(64)));
   const void* pf = count - base > ZPP_QUANT_ESC_GROUP ? in : NULL; /* a next group */
   if (bs <= 256) { /* two passes, so that the blocks' latency chains overlap */
+    const zppQuantResid_t none = {NULL, NULL}; /* no error feedback */
     __m512i xm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15],
         wm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15];
     const size_t nb = glen >> lb;
@@ -668,16 +701,17 @@ R5_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, in
     int ok;
     switch (bs) {
       case 32:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data, eo, 0);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data, eo, 0, none);
         break;
       case 64:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data, eo, 0);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data, eo, 0, none);
         break;
       case 128:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data, eo, 0);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data, eo, 0, none);
         break;
       default:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data, eo, 0);
+        ok =
+            quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data, eo, 0, none);
         break;
     }
     if (!ok) return 0;
@@ -742,51 +776,6 @@ R5_INLINE void rotateBlockFeedback(const void* in, zppDataType_t dtype, size_t a
   *wm = storeW(v, n, wb);
 }
 
-/* The group's new residual r (buf, glen elements) into out from element
- * base, sign bits set: 16 residual blocks at a time, their maxima by
- * reduce16 and their setups by vector divisions (the IEEE operations of
- * zppQuantBlockSetup with Q = 127, p = 1), where one block at a time took a
- * horizontal maximum and two divisions each; zero and tiny blocks (max <
- * 2^-64) by the reference. */
-R5_INLINE void storeResidRotated(const float* buf, size_t glen, zppQuantResid_t out, size_t base) {
-  const size_t nrb = glen / ZPP_QUANT_RESID_BLOCK;
-  const __m512 v127 = _mm512_set1_ps(127.0f);
-  for (size_t k0 = 0; k0 < nrb; k0 += 16) {
-    const size_t kn = nrb - k0 < 16 ? nrb - k0 : 16;
-    __m512i m[16];
-#pragma GCC unroll 16
-    for (size_t j = 0; j < 16; j++) {
-      const float* r = buf + ZPP_QUANT_RESID_BLOCK * (k0 + j);
-      m[j] = j < kn ? _mm512_castps_si512(maxAbs2(_mm512_load_ps(r), _mm512_load_ps(r + 16)))
-                    : _mm512_setzero_si512();
-    }
-    const __m512i a = reduce16(m, 0);
-    uint32_t a16[16] __attribute__((aligned(64)));
-    float sc[16] __attribute__((aligned(64))), inv[16] __attribute__((aligned(64)));
-    _mm512_store_si512((void*)a16, a);
-    _mm512_store_ps(sc, _mm512_div_ps(_mm512_castsi512_ps(a), v127));
-    _mm512_store_ps(inv, _mm512_div_ps(v127, _mm512_castsi512_ps(a))); /* Inf at 0: not used */
-    for (size_t j = 0; j < kn; j++) {
-      const float* r = buf + ZPP_QUANT_RESID_BLOCK * (k0 + j);
-      const size_t lo = base + ZPP_QUANT_RESID_BLOCK * (k0 + j);
-      float* scale = out.scale + lo / ZPP_QUANT_RESID_BLOCK;
-      if (a16[j] < ZPP_QUANT_TINY_BITS) {
-        zppQuantResidBlockRef(r, ZPP_QUANT_RESID_BLOCK, out.q + lo, scale);
-      } else {
-        const __m512 vinv = _mm512_set1_ps(inv[j]);
-        *scale = sc[j];
-        _mm_storeu_si128(
-            (__m128i*)(void*)(out.q + lo),
-            _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(r), vinv))));
-        _mm_storeu_si128(
-            (__m128i*)(void*)(out.q + lo + 16),
-            _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(r + 16), vinv))));
-      }
-      *scale = zppF32FromBits(zppF32Bits(*scale) | R5_RESID_SIGN);
-    }
-  }
-}
-
 /* 1 where every residual block of the group's glen elements from base is
  * rotated or zero (scale +0): the groups this kernel takes. */
 static int residKnown(zppQuantResid_t e, size_t base, size_t glen) {
@@ -813,6 +802,15 @@ R5_INLINE int encodeGroupFeedbackT(const void* in, zppDataType_t dtype, size_t c
   const int Q = zppQuantQmax(bits), K = ZPP_QUANT_ESC_LOG2(bits);
   float buf[ZPP_QUANT_ESC_GROUP] __attribute__((aligned(64)));
   const void* pf = count - base > ZPP_QUANT_ESC_GROUP ? in : NULL;
+  if (pf != NULL) { /* the next group's residual into L2, as its input (prefetchBlock) */
+    const size_t nx = count - base - ZPP_QUANT_ESC_GROUP < ZPP_QUANT_ESC_GROUP
+                          ? count - base - ZPP_QUANT_ESC_GROUP
+                          : ZPP_QUANT_ESC_GROUP;
+    const char* q = (const char*)(e.q + base + ZPP_QUANT_ESC_GROUP);
+    const char* sc = (const char*)(e.scale + (base + ZPP_QUANT_ESC_GROUP) / ZPP_QUANT_RESID_BLOCK);
+    for (size_t b = 0; b < nx; b += 64) _mm_prefetch(q + b, _MM_HINT_T1);
+    for (size_t b = 0; b < nx / 8; b += 64) _mm_prefetch(sc + b, _MM_HINT_T1);
+  }
   __m512i xm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15],
       wm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15];
   const size_t nb = glen >> lb;
@@ -828,20 +826,19 @@ R5_INLINE int encodeGroupFeedbackT(const void* in, zppDataType_t dtype, size_t c
   int ok;
   switch (bs) {
     case 32:
-      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data, 0, 1);
+      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data, 0, 1, out);
       break;
     case 64:
-      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data, 0, 1);
+      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data, 0, 1, out);
       break;
     case 128:
-      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data, 0, 1);
+      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data, 0, 1, out);
       break;
     default:
-      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data, 0, 1);
+      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data, 0, 1, out);
       break;
   }
   if (!ok) return 0;
-  storeResidRotated(buf, glen, out, base);
   uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
   for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
     zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);

@@ -106,11 +106,23 @@ static int groupRotatedDomain(const void* in, zppDataType_t dtype, size_t count,
   for (size_t lo = 0; lo < glen; lo += bs) {
     size_t at = base + lo, b = at / bs;
     float* w = z + lo;
+    uint32_t amax = 0;
+    for (size_t i = 0; i < bs; i++) {
+      uint32_t m = zppF32Bits(w[i]) & 0x7fffffffu;
+      if (m > amax) amax = m;
+    }
     zppQuantBlockRef(w, zppFloat32, bs, bits, scales, b, data, at);
     float s = zppQuantLoadScale(scales, b);
     for (size_t i = 0; i < bs; i++) w[i] = w[i] - (float)zppQuantGetQ(data, bits, at + i) * s;
+    if (amax < ZPP_QUANT_TINY_BITS) {
+      storeResid(w, bs, out, at, 1);
+      continue;
+    }
+    const float t = s / 254.0f, inv = 254.0f / s;
+    for (size_t i = 0; i < bs; i++) out.q[at + i] = (int8_t)zppQuantRne(w[i] * inv);
+    for (size_t k = 0; k < bs; k += ZPP_QUANT_RESID_BLOCK)
+      out.scale[(at + k) / ZPP_QUANT_RESID_BLOCK] = zppF32FromBits(zppF32Bits(t) | RESID_SIGN);
   }
-  storeResid(z, glen, out, base, 1);
   uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
   for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
     zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);

@@ -467,7 +467,12 @@ void zppQuantNewResidual(const float* x, const float* y, zppQuantResid_t e, size
  *      max |z| / Q, q, sign clear; the group's table empty), and its new
  *      residual is r_i = z_i - (float)q_i * s (an fp32 multiply, then a
  *      subtract: exactly the decode's first step), stored in 8 bits with
- *      each scale's sign bit set;
+ *      each scale's sign bit set: where the block's max |z| >= 2^-64, every
+ *      residual block of it takes scale s / 254 and q = rne(r_i * (254 /
+ *      s)) (two fp32 divisions per block, one multiply per element; |r_i|
+ *      <= s/2 (1 + 2^-22), so |q| <= 127 without a clamp), the step the
+ *      quantizer's own s fixes, so that nothing waits on a maximum of r;
+ *      below 2^-64, by the int8 block step as above;
  *   3. otherwise the group is zppQuantizeEx's encoding of x = g + u, u being
  *      e in the original domain: e_i where i's residual is not rotated, and
  *      for each full block the decode of its rotated values v (v_i = e_i
