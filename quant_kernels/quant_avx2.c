@@ -798,13 +798,6 @@ static void avx2FromFloat(const float* in, size_t n, void* out, zppDataType_t dt
 
 /* ---- error feedback's element-wise steps ------------------------------------------- */
 
-/* The stored values of residual elements i..i+7 (in one block). */
-ZPP_AVX2_INLINE __m256 avx2ResidValue8(zppQuantResid_t e, size_t i) {
-  __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(e.q + i))));
-  return _mm256_mul_ps(
-      q, _mm256_set1_ps(zppF32FromBits(zppF32Bits(e.scale[i / ZPP_QUANT_RESID_BLOCK]) & 0x7fffffffu)));
-}
-
 /* One pass: each input vector widened (avx2Load8: bf16 and fp16 NaNs come
  * out signalling where zppBf16ToFloat quiets them, but the add quiets them
  * alike, so x is the reference's bit for bit) and the residual added. */

@@ -64,6 +64,16 @@ ZPP_AVX2_INLINE __m256i avx2RoundInt8x32(__m256 a, __m256 b, __m256 c, __m256 d)
   return _mm256_permutevar8x32_epi32(v, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+/* The stored values q * |scale| of error feedback's residual elements
+ * i..i+7 (in one residual block; zpp_quant.h: the scale's sign bit marks
+ * the domain). */
+ZPP_AVX2_INLINE __m256 avx2ResidValue8(zppQuantResid_t e, size_t i) {
+  __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)(e.q + i))));
+  uint32_t s;
+  memcpy(&s, e.scale + i / ZPP_QUANT_RESID_BLOCK, sizeof s);
+  return _mm256_mul_ps(q, _mm256_castsi256_ps(_mm256_set1_epi32((int)(s & 0x7fffffffu))));
+}
+
 ZPP_AVX2_INLINE uint32_t avx2HmaxU32(__m256i v) {
   __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));

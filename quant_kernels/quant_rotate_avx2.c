@@ -383,6 +383,152 @@ static int encodeGroup(const void* in, zppDataType_t dtype, size_t count, int bi
   return 0; /* not reached */
 }
 
+/* ---- error feedback in the rotated domain (zppQuantizeExFeedback) ----------------- */
+
+#define ROT_RESID_SIGN 0x80000000u
+
+ROT_INLINE int residRotated(zppQuantResid_t e, size_t i) {
+  uint32_t s;
+  memcpy(&s, e.scale + i / ZPP_QUANT_RESID_BLOCK, sizeof s);
+  return (s & ROT_RESID_SIGN) != 0;
+}
+
+/* loadSigned with the residual: x^ = g + e where e is not rotated (zero:
+ * the caller checked), g where it is (adding -0 changes no value). */
+ROT_INLINE uint32_t loadSignedFeedback(const void* in, zppDataType_t dtype, size_t at, size_t len,
+                                       float* buf, __m256i* m, zppQuantResid_t e) {
+  const __m256 negZero = _mm256_set1_ps(-0.0f);
+  __m256i m0 = _mm256_setzero_si256(), m1 = m0;
+  for (size_t i = 0; i < len; i += 16) {
+    const int rot = residRotated(e, at + i); /* i + 8 is in the same residual block */
+    __m256 a = _mm256_add_ps(avx2Load8(in, dtype, at + i), rot ? negZero : avx2ResidValue8(e, at + i));
+    __m256 b =
+        _mm256_add_ps(avx2Load8(in, dtype, at + i + 8), rot ? negZero : avx2ResidValue8(e, at + i + 8));
+    m0 = _mm256_max_epu32(m0, absBits(a));
+    m1 = _mm256_max_epu32(m1, absBits(b));
+    _mm256_store_ps(buf + i, _mm256_xor_ps(a, signs8(i)));
+    _mm256_store_ps(buf + i + 8, _mm256_xor_ps(b, signs8(i + 8)));
+  }
+  m[0] = m0;
+  m[1] = m1;
+  return avx2HmaxU32(_mm256_max_epu32(m0, m1));
+}
+
+/* The rotated residual's values added after the stages; returns max |w|. */
+ROT_INLINE uint32_t addRotated(float* buf, size_t at, size_t len, zppQuantResid_t e) {
+  __m256i m = _mm256_setzero_si256();
+  for (size_t i = 0; i < len; i += 8) {
+    __m256 w = _mm256_load_ps(buf + i);
+    if (residRotated(e, at + i)) w = _mm256_add_ps(w, avx2ResidValue8(e, at + i));
+    _mm256_store_ps(buf + i, w);
+    m = _mm256_max_epu32(m, absBits(w));
+  }
+  return avx2HmaxU32(m);
+}
+
+/* quantizeW for error feedback: the same q at d, and the residual r = w -
+ * (float)q * s (the decode's first step, then a subtract) stored at rq as
+ * rne(r * rinv) (zpp_quant.h, "error feedback in the rotated domain"). */
+ROT_INLINE void quantizeWResid(const float* w, size_t len, int bits, float inv, float s, float rinv,
+                               uint8_t* d, int8_t* rq) {
+  const __m256 vinv = _mm256_set1_ps(inv), vs = _mm256_set1_ps(s), vrinv = _mm256_set1_ps(rinv);
+  for (size_t i = 0; i < len; i += 32) {
+    __m256 v[4], r[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+      v[k] = _mm256_load_ps(w + i + 8 * (size_t)k);
+      const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtps_epi32(_mm256_mul_ps(v[k], vinv)));
+      r[k] = _mm256_mul_ps(_mm256_sub_ps(v[k], _mm256_mul_ps(q, vs)), vrinv);
+    }
+    store32(v[0], v[1], v[2], v[3], vinv, bits, d + zppQuantByteOf(i, bits));
+    _mm256_storeu_si256((__m256i*)(void*)(rq + i), avx2RoundInt8x32(r[0], r[1], r[2], r[3]));
+  }
+}
+
+/* A block of 64 or more, one at a time (the encoder's wide path): x^ loaded
+ * and signed, the rule tested, the stages, the rotated residual added, and
+ * the block quantized with its new residual; 0 where the group goes to the
+ * reference (nothing of out written for this block). */
+ROT_INLINE int encodeBlockFeedback(const void* in, zppDataType_t dtype, size_t at, size_t bs, int bits,
+                                   int Q, int K, float* buf, const void* pf, zppQuantResid_t e,
+                                   zppQuantResid_t out, uint8_t* scales, size_t b, uint8_t* data) {
+  prefetchBlock(pf, dtype, at, bs);
+  __m256i lm[2];
+  const uint32_t a = loadSignedFeedback(in, dtype, at, bs, buf, lm, e);
+  if (a >= 0x7f800000u) return 0;
+  const int fast = a != 0 && lanesAbove2(lm[0], lm[1], a, K);
+  int c = 0;
+  for (size_t i = 0; i < bs; i += 64) c += chunkCount(buf + i, fast ? 0 : a, K);
+  if (a != 0 && !fast && c <= ZPP_QUANT_ESC_PER_BLOCK) return 0;
+  stagesWide(buf, bs);
+  const uint32_t wmax = addRotated(buf, at, bs, e);
+  if (wmax >= 0x7f800000u) return 0;
+  zppQuantBlockParams_t bp = zppQuantBlockSetup(wmax, Q);
+  zppQuantStoreScale(scales, b, bp.scale);
+  uint8_t* d = data + zppQuantByteOf(at, bits);
+  if (wmax < ZPP_QUANT_TINY_BITS) { /* zero, or the scaled path: the reference's steps */
+    if (bp.kind != ZPP_QBLOCK_NORMAL)
+      memset(d, 0, zppQuantDataBytes(bs, bits));
+    else
+      zppQuantEncodeDtypeRef(buf, zppFloat32, bs, &bp, bits, data, at);
+    float r[ZPP_QUANT_RESID_BLOCK];
+    for (size_t lo = 0; lo < bs; lo += ZPP_QUANT_RESID_BLOCK) {
+      for (size_t i = 0; i < ZPP_QUANT_RESID_BLOCK; i++)
+        r[i] = buf[lo + i] - (float)zppQuantGetQ(data, bits, at + lo + i) * bp.scale;
+      float* sc = out.scale + (at + lo) / ZPP_QUANT_RESID_BLOCK;
+      zppQuantResidBlockRef(r, ZPP_QUANT_RESID_BLOCK, out.q + at + lo, sc);
+      *sc = zppF32FromBits(zppF32Bits(*sc) | ROT_RESID_SIGN);
+    }
+    return 1;
+  }
+  quantizeWResid(buf, bs, bits, bp.inv, bp.scale, 254.0f / bp.scale, d, out.q + at);
+  const float t = zppF32FromBits(zppF32Bits(bp.scale / 254.0f) | ROT_RESID_SIGN);
+  for (size_t k = 0; k < bs; k += ZPP_QUANT_RESID_BLOCK)
+    out.scale[(at + k) / ZPP_QUANT_RESID_BLOCK] = t;
+  return 1;
+}
+
+/* zppQuantizeExFeedback's groups of blocks of 64 to 4096 whose residual
+ * blocks are each rotated or zero; others (blocks of 32 among them) return
+ * 0. A block that breaks the rule may follow blocks already written: the
+ * reference then writes the whole group again (out never overlaps e). */
+ROT_INLINE int encodeGroupFeedbackT(const void* in, zppDataType_t dtype, size_t count, int bits,
+                                    int block, zppQuantResid_t e, zppQuantResid_t out, uint8_t* packed,
+                                    size_t g) {
+  const size_t bs = (size_t)block, base = g * ZPP_QUANT_ESC_GROUP;
+  const int lb = __builtin_ctz((unsigned)block);
+  const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
+  if (glen % bs != 0 || bs < 64) return 0;
+  for (size_t k = 0; k < glen; k += ZPP_QUANT_RESID_BLOCK) {
+    uint32_t sb;
+    memcpy(&sb, e.scale + (base + k) / ZPP_QUANT_RESID_BLOCK, sizeof sb);
+    if (sb != 0 && !(sb & ROT_RESID_SIGN)) return 0; /* unrotated, not zero */
+  }
+  uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
+  uint8_t* data = packed + zppQuantDataOffset(count, block);
+  const int Q = zppQuantQmax(bits), K = ZPP_QUANT_ESC_LOG2(bits);
+  float buf[ZPP_QUANT_MAX_BLOCK] __attribute__((aligned(32)));
+  const void* pf = count - base > ZPP_QUANT_ESC_GROUP ? in : NULL;
+  for (size_t lo = 0; lo < glen; lo += bs)
+    if (!encodeBlockFeedback(in, dtype, base + lo, bs, bits, Q, K, buf, pf, e, out, scales,
+                             (base + lo) >> lb, data))
+      return 0;
+  uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
+  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
+    zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+  return 1;
+}
+
+static int encodeGroupFeedback(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
+                               zppQuantResid_t e, zppQuantResid_t out, uint8_t* packed, size_t g) {
+  pthread_once(&gSignsOnce, fillSigns);
+#define ENCODE_GROUP(BITS, DT) \
+  return encodeGroupFeedbackT(in, DT, count, BITS, block, e, out, packed, g)
+  ZPP_QUANT_SPECIALIZE(bits, dtype, ENCODE_GROUP);
+#undef ENCODE_GROUP
+  return 0; /* not reached */
+}
+
 /* ---- decode ----------------------------------------------------------------------- */
 
 /* q * s of n * 8 elements from element i, the stages below 8n done, in v. */
@@ -705,6 +851,7 @@ const zppQuantRotImpl_t zppQuantRotImplAvx2 = {
     .name = "avx2",
     .widths = 1u << 8 | 1u << 4 | 1u << 2,
     .encodeGroup = encodeGroup,
+    .encodeGroupFeedback = encodeGroupFeedback,
     .decodeBlock = decodeBlock,
     .decodeRun = decodeRun,
     .sumBlock = zppQuantRotSumBlockAvx2,
