@@ -292,8 +292,8 @@ zppResult_t zppGradCreate(zppComm_t comm, size_t recvcount, zppDataType_t dataty
   for (int i = 0; i < 2; i++) {
     if ((g->send[i] = residAlloc(nSend)) == NULL ||
         (g->hasReduce && (g->reduce[i] = residAlloc(nReduce)) == NULL))
-      ZPP_FAILGOTO(zppSystemError, res, fail, ALL, "%s: out of memory for %zu bytes of residuals",
-                   name, nSend + nReduce);
+      ZPP_FAILGOTO(zppSystemError, res, fail, ALL, "%s: out of memory for %zu bytes of residuals", name,
+                   nSend + nReduce);
   }
   res = zppHandleRegister(g, ZPP_HANDLE_GRAD);
   if (res != zppSuccess) goto fail;
@@ -450,10 +450,10 @@ zppResult_t zppGradLoadState(zppGrad_t grad, const void* buf, size_t bytes) {
                gradStateBytes(grad));
   ZPP_ARGCHECK(h.magic == GRAD_STATE_MAGIC || (h.magic == GRAD_STATE_MAGIC_V2 && h.rotBlock == 0),
                "%s: not a saved zppGrad state", name);
-  ZPP_ARGCHECK(h.rotBlock == 0 || (h.rotBlock >= ZPP_QUANT_MIN_BLOCK &&
-                                   h.rotBlock <= ZPP_QUANT_MAX_BLOCK &&
-                                   (h.rotBlock & (h.rotBlock - 1)) == 0),
-               "%s: the state's rotation block %d is not a codec block", name, h.rotBlock);
+  ZPP_ARGCHECK(
+      h.rotBlock == 0 || (h.rotBlock >= ZPP_QUANT_MIN_BLOCK && h.rotBlock <= ZPP_QUANT_MAX_BLOCK &&
+                          (h.rotBlock & (h.rotBlock - 1)) == 0),
+      "%s: the state's rotation block %d is not a codec block", name, h.rotBlock);
   ZPP_ARGCHECK(h.count == grad->count && h.type == (int32_t)grad->type && h.bits == grad->bits &&
                    h.nranks == grad->comm->nranks && h.nNodes == grad->nNodes &&
                    h.hasReduce == grad->hasReduce,
