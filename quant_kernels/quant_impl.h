@@ -188,9 +188,10 @@ void zppQuantRotSumRequantGroupAvx2(const uint8_t* packed, size_t stride, int n,
  *   and returns 1; else returns 0 and the caller encodes the group with the
  *   reference;
  * - encodeGroupFeedback: the same for zppQuantizeExFeedback's groups of
- *   step 2 whose residual blocks are all rotated or all zero (scale +0),
- *   writing also the group's run of out; else returns 0, having written
- *   nothing, and the caller takes quant_rotate_ef.c's reference;
+ *   step 2 whose residual blocks are each rotated or zero (scale +0),
+ *   writing also the group's run of out; else returns 0 and the caller
+ *   takes quant_rotate_ef.c's reference, which writes the whole group
+ *   again (a kernel may have written some of it: out never overlaps e);
  * - decodeBlock decodes a rotated block (scale s >= 0, finite; len = the
  *   block size) at elements [lo, lo + len) into out;
  * - decodeRun: decodeBlock over the blocks from element lo (a block start)

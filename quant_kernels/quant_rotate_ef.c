@@ -21,8 +21,10 @@ static int residRotated(zppQuantResid_t e, size_t i) {
 }
 
 /* The residual values of the full block at element lo (len = B) in the
- * original domain, into u: the unrotated elements' own values, plus the
- * decode of the rotated ones (D H v * 2^-L, the decoder's arithmetic). */
+ * original domain, into u: the unrotated elements' own values (o) plus the
+ * decode of the rotated ones (D H v * 2^-L, the decoder's arithmetic), one
+ * add per element. (The encoder marks whole blocks; a mixed one comes only
+ * from a foreign state, and is still read as what its marks say.) */
 static void blockToOriginal(zppQuantResid_t e, size_t lo, size_t len, float* u) {
   const uint32_t* signs = zppQuantRotSignMasks();
   float v[ZPP_QUANT_MAX_BLOCK];
@@ -38,8 +40,7 @@ static void blockToOriginal(zppQuantResid_t e, size_t lo, size_t len, float* u) 
   const float invB = zppF32FromBits((uint32_t)(127 - zppQuantLog2((int)len)) << 23);
   for (size_t i = 0; i < len; i++) {
     float t = v[i] * invB;
-    t = zppF32FromBits(zppF32Bits(t) ^ signs[i]);
-    if (residRotated(e, lo + i)) u[i] = t;
+    u[i] = u[i] + zppF32FromBits(zppF32Bits(t) ^ signs[i]);
   }
 }
 

@@ -474,21 +474,21 @@ void zppQuantNewResidual(const float* x, const float* y, zppQuantResid_t e, size
  *      quantizer's own s fixes, so that nothing waits on a maximum of r;
  *      below 2^-64, by the int8 block step as above;
  *   3. otherwise the group is zppQuantizeEx's encoding of x = g + u, u being
- *      e in the original domain: e_i where i's residual is not rotated, and
- *      for each full block the decode of its rotated values v (v_i = e_i
- *      where rotated, else 0): D H v * 2^-log2(B), by the decoder's
- *      arithmetic (a rotated element of a short block counts as not
- *      rotated); its new residual is zppQuantNewResidual's x - y, u_i where
- *      that is not finite, stored with the sign bits clear.
+ *      e in the original domain: per full block u = o + D H v * 2^-log2(B)
+ *      (the decoder's arithmetic, then one fp32 add), o_i = e_i where i's
+ *      residual is not rotated, else 0, and v_i = e_i where it is, else 0
+ *      (in a short block u = e: nothing there is rotated); its new residual
+ *      is zppQuantNewResidual's x - y, u_i where that is not finite, stored
+ *      with the sign bits clear.
  * A NaN or Inf in g therefore travels in its own element (step 3's plain
  * block and marker) and the residual's values wait, in the original
  * domain, for the next step.
  * The packed segment is one any rotated decoder reads. scratch: 2 * count
  * floats (step 3's x and decode); e and out as in zppQuantNewResidual (runs
  * from a multiple of 32), out not overlapping e. The vector kernels encode
- * the step-2 groups whose residual blocks are all rotated or all zero
- * (scale +0); the others, and every group with the scalar kernels, take
- * the reference (quant_rotate_ef.c): the same bits. */
+ * the step-2 groups whose residual blocks are each rotated or zero (scale
+ * +0; AVX2: blocks of 64 and up); the others, and every group with the
+ * scalar kernels, take the reference (quant_rotate_ef.c): the same bits. */
 zppResult_t zppQuantizeExFeedback(const void* in, zppDataType_t dtype, size_t count, int bits,
                                   int block, zppQuantResid_t e, zppQuantResid_t out, void* packed,
                                   float* scratch);

@@ -18,7 +18,8 @@
  *     travels in its own element and its residual waits (U unchanged);
  *   - the first step after zppQuantResidUnrotate (unrotated, non-zero
  *     residuals: the vector kernels hand those groups to the reference),
- *     and zppQuantResidUnrotate itself against U;
+ *     and zppQuantResidUnrotate itself against U; a block whose residual
+ *     blocks disagree on their domain (a foreign state) read as marked;
  *   - a NULL residual or scratch is refused.
  */
 #include <math.h>
@@ -49,8 +50,8 @@ static double valueAt(zppQuantResid_t e, size_t i) {
   return (double)e.q[i] * fabs((double)e.scale[i / ZPP_QUANT_RESID_BLOCK]);
 }
 
-/* U(e) in double: each full block's rotated values through (1/B) D H, the
- * others as they are (the spec's step 3 u, without fp32 roundings). */
+/* U(e) in double: each full block's rotated values through (1/B) D H, plus
+ * the others as they are (the spec's step 3 u, without fp32 roundings). */
 static void original(zppQuantResid_t e, size_t n, int block, double* u) {
   const size_t B = (size_t)block;
   double* v = malloc(B * sizeof(double));
@@ -73,7 +74,7 @@ static void original(zppQuantResid_t e, size_t n, int block, double* u) {
           v[j + h] = a - b;
         }
     for (size_t i = 0; i < len; i++)
-      if (rotatedAt(e, lo + i)) u[lo + i] = v[i] / (double)B * (zppQuantRotSignMask(i) ? -1.0 : 1.0);
+      u[lo + i] += v[i] / (double)B * (zppQuantRotSignMask(i) ? -1.0 : 1.0);
   }
   free(v);
 }
@@ -211,6 +212,11 @@ static void runCase(const case_t* c, zppTestRng_t* rng) {
         CHECK_MSG(bad == 0, "%s: zppQuantResidUnrotate: %d elements flagged or off", what, bad);
         free(u);
         free(v);
+      }
+    if (t == 1 || t == 3) /* a foreign state: residual block 0 unmarked, its block now mixed */
+      for (int k = 0; k < gNimpl; k++) {
+        zppQuantResid_t r = residIn(res[k][t & 1], n);
+        r.scale[0] = fabsf(r.scale[0]);
       }
     input(c, t, rng, g);
     for (int k = 0; k < gNimpl; k++) {
