@@ -383,7 +383,7 @@ zppResult_t zppGradUndo(zppGrad_t grad) {
 
 /* The saved state: this header, then the current send residual's buffer,
  * then the reduce one's (when the handle has them), as zppGrad holds them
- * (8-bit residuals). rotBlock: the codec block of the send residual's
+ * (8-bit residuals). rotBlock: the codec block of the residuals'
  * rotated-domain values (zpp_quant.h, "error feedback in the rotated
  * domain"), 0 without rotation. Version 2 had no rotated values (its
  * place held 0); version 1 held fp32 residuals. */
@@ -470,10 +470,13 @@ zppResult_t zppGradLoadState(zppGrad_t grad, const void* buf, size_t bytes) {
     /* Rotated values of another block, or a communicator that does not
      * rotate: each row's back in the original domain, which every call
      * reads. */
-    zppQuantResid_t r = zppQuantResidIn(grad->send[cur], zppGradResidElems(grad, 0));
-    for (int row = 0; row < grad->nRanks; row++)
-      zppQuantResidUnrotate(zppQuantResidAt(r, (size_t)row * zppQgzResidRow(grad->count)), grad->count,
-                            h.rotBlock);
+    for (int reduce = 0; reduce <= grad->hasReduce; reduce++) {
+      void* resid = reduce ? grad->reduce[cur] : grad->send[cur];
+      zppQuantResid_t r = zppQuantResidIn(resid, zppGradResidElems(grad, reduce));
+      for (int row = 0; row < (reduce ? grad->nNodes : grad->nRanks); row++)
+        zppQuantResidUnrotate(zppQuantResidAt(r, (size_t)row * zppQgzResidRow(grad->count)),
+                              grad->count, h.rotBlock);
+    }
   }
   atomic_store(&grad->undoable, 0);
   return zppSuccess;

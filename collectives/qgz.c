@@ -35,8 +35,9 @@
  * rotation, the same in the rotated domain (zppQuantizeExFeedback: e added
  * after the rotation, e' = z - Q(z), nothing decoded). Step 3 sums the
  * node's inputs in fp32, adds its own residual, quantizes that and keeps
- * what it dropped. An element whose x is not finite travels as its escape
- * and keeps its old residual.
+ * what it dropped (with rotation, zppQuantizeExFeedback on the sum). An
+ * element whose x is not finite travels as its escape and keeps its old
+ * residual.
  *
  * Pipelining: each partition is cut into chunks of whole blocks; a bucket of
  * tensors (the coalesced call) is cut the same way per tensor, so every
@@ -95,9 +96,8 @@ typedef struct {
   char* a2[NSLOTS];               /* N * sum: received from each node */
   zppP2pReq_t** reqIntra[NSLOTS]; /* 2L */
   zppP2pReq_t** reqInter[NSLOTS]; /* 2N */
-  float* efX; /* error feedback: x and its decoded form, a chunk's elements each (scratch;
-               * zppQuantizeExFeedback's 2 * len) */
-  float* efD;
+  float* efX; /* error feedback's scratch, a piece's elements each: x, or the node's sum */
+  float* efD; /* x's decode, or (2 of them) zppQuantizeExFeedback's scratch for the sum */
 } qgz_t;
 
 static zppResult_t planChunks(qgz_t* g, size_t ce) {
@@ -248,9 +248,14 @@ static zppResult_t stage2(qgz_t* g, int t) {
         else
           ZPPCHECK(zppDequantizeSum(in, s1, L, p->len, a->bits, a->block, 1.0f, sum, zppFloat32));
         zppQuantResid_t eIn = residualOf(a->efReduceIn, p, a->counts, (size_t)n);
-        zppQuantAddResidual(sum, zppFloat32, eIn, p->len, sum);
-        ZPPCHECK(quantizeWithFeedback(g, eIn, residualOf(a->efReduceOut, p, a->counts, (size_t)n),
-                                      p->len, dst + p->pre));
+        zppQuantResid_t eOut = residualOf(a->efReduceOut, p, a->counts, (size_t)n);
+        if (a->flags & ZPP_QUANT_ROTATE) { /* as the sender's, in the rotated domain */
+          ZPPCHECK(zppQuantizeExFeedback(sum, zppFloat32, p->len, a->bits, a->block, eIn, eOut,
+                                         dst + p->pre, g->efD));
+        } else {
+          zppQuantAddResidual(sum, zppFloat32, eIn, p->len, sum);
+          ZPPCHECK(quantizeWithFeedback(g, eIn, eOut, p->len, dst + p->pre));
+        }
       } else if (a->flags & ZPP_QUANT_ROTATE)
         ZPPCHECK(zppQuantReduceRequantEx(in, s1, L, p->len, a->bits, a->block, a->bits, a->block,
                                          a->flags, dst + p->pre));
@@ -297,10 +302,10 @@ zppResult_t zppCollQgzRun(zppCollCtx_t* c, const zppQgzArgs_t* a) {
   ZPPCHECKGOTO(planChunks(&g, ce), res, out);
   if (g.nChunks == 0) goto out;
   if (a->efSendIn != NULL) { /* a piece is at most ce elements; kept between calls */
-    g.efX = zppCollScratch(c, ZPP_ZSCRATCH_AUX, 2 * ce * sizeof(float));
+    g.efX = zppCollScratch(c, ZPP_ZSCRATCH_AUX, 3 * ce * sizeof(float));
     if (g.efX == NULL)
       ZPP_FAILGOTO(zppSystemError, res, out, COLL, "qgZ: out of memory for error feedback's %zu bytes",
-                   2 * ce * sizeof(float));
+                   3 * ce * sizeof(float));
     g.efD = g.efX + ce;
   }
 

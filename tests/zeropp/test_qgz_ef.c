@@ -156,7 +156,7 @@ static void undo(zppComm_t comm, int rank, int W) {
 }
 
 /* Part 3: save and load. */
-static void saveLoad(zppComm_t comm, int rank, int W) {
+static void saveLoad(zppComm_t comm, int rank, int W, const int* nodeOf) {
   const zppDataType_t t = zppFloat32;
   char** in = allInputs(t, W, 13);
   float *a = malloc(rc * sizeof(float)), *b = malloc(rc * sizeof(float));
@@ -197,20 +197,34 @@ static void saveLoad(zppComm_t comm, int rank, int W) {
    * domain: saved again, no send scale has its sign bit (the rotated mark)
    * and the header holds this communicator's block. The header (zpp_EF_3):
    * magic, count, then int32 type, bits, nranks, nNodes, hasReduce,
-   * rotBlock; the send residual's scales follow it. */
-  const size_t hdr = 40, nScales = (size_t)W * ((rc + 31) / 32);
+   * rotBlock; the send residual's scales (W rows) follow it, then its
+   * values, then the reduce residual's scales (N rows, on N nodes of more
+   * than one rank each). */
+  int N = 0;
+  for (int r = 0; r < W; r++) N = nodeOf[r] + 1 > N ? nodeOf[r] + 1 : N;
+  const size_t hdr = 40, row = (rc + 31) / 32 * 32;
+  const size_t sendScales = (size_t)W * row / 32,
+               reduceScales = W > N && N > 1 ? (size_t)N * row / 32 : 0;
+  const size_t reduceAt = hdr + 4 * sendScales + (size_t)W * row;
   int32_t rotBlock;
   memcpy(&rotBlock, state + 36, 4);
   CHECK_EQ_INT(memcmp(state, "zpp_EF_3", 8), 0);
   if (ztQuantFlags() != 0) { /* rotation */
     CHECK(rotBlock == ztBlock(4));
-    uint32_t marked = 0;
-    for (size_t k = 0; k < nScales; k++) {
+    uint32_t marked = 0, markedReduce = 0;
+    for (size_t k = 0; k < sendScales; k++) {
       uint32_t u;
       memcpy(&u, state + hdr + 4 * k, 4);
       marked += u >> 31;
     }
+    for (size_t k = 0; k < reduceScales; k++) {
+      uint32_t u;
+      memcpy(&u, state + reduceAt + 4 * k, 4);
+      markedReduce += u >> 31;
+    }
     CHECK_MSG(rc < 4096 || marked > 0, "rank %d: no rotated residual block after 4 steps", rank);
+    CHECK_MSG(rc < 4096 || reduceScales == 0 || markedReduce > 0,
+              "rank %d: no rotated node-sum residual block after 4 steps", rank);
     int32_t foreign = rotBlock == 32 ? 64 : 32;
     memcpy(state + 36, &foreign, 4);
     REQUIRE(zppGradLoadState(h, state, bytes) == zppSuccess);
@@ -221,9 +235,9 @@ static void saveLoad(zppComm_t comm, int rank, int W) {
     memcpy(&saved, again + 36, 4);
     CHECK_EQ_INT(saved, rotBlock);
     marked = 0;
-    for (size_t k = 0; k < nScales; k++) {
+    for (size_t k = 0; k < sendScales + reduceScales; k++) {
       uint32_t u;
-      memcpy(&u, again + hdr + 4 * k, 4);
+      memcpy(&u, again + (k < sendScales ? hdr + 4 * k : reduceAt + 4 * (k - sendScales)), 4);
       marked += u >> 31;
     }
     CHECK_MSG(marked == 0, "rank %d: %u residual blocks still rotated after loading another block's",
@@ -426,7 +440,7 @@ static int body(int rank, int nranks, const zppUniqueId* id, void* argp) {
              bits, STEPS, withEf, without);
   }
   undo(comm, rank, nranks);
-  saveLoad(comm, rank, nranks);
+  saveLoad(comm, rank, nranks, nodeOf);
   nanInput(comm, rank, nranks, nodeOf);
   bf16Step(comm, rank, nranks, nodeOf);
   coalesced(comm, rank, nranks, 2);
