@@ -256,16 +256,6 @@ static zppResult_t checkSettled(const struct zppGrad* g, const char* name) {
   return zppSuccess;
 }
 
-/* A residual buffer of n bytes, zeroed, on 64 bytes: its rows' values then
- * start on 32 (zppQgzResidRow), where the rotated encoder's stores stream
- * (quant_rotate_avx512.c, storeResidRotated). */
-static void* residAlloc(size_t n) {
-  size_t bytes = (n + 63) / 64 * 64;
-  void* p = aligned_alloc(64, bytes ? bytes : 64);
-  if (p != NULL) memset(p, 0, bytes ? bytes : 64);
-  return p;
-}
-
 zppResult_t zppGradCreate(zppComm_t comm, size_t recvcount, zppDataType_t datatype, int bits,
                           zppGrad_t* grad) {
   const char* name = "zppGradCreate";
@@ -290,10 +280,8 @@ zppResult_t zppGradCreate(zppComm_t comm, size_t recvcount, zppDataType_t dataty
   size_t nSend = zppGradResidBytes(g, 0), nReduce = zppGradResidBytes(g, 1);
   zppResult_t res = zppSuccess;
   for (int i = 0; i < 2; i++) {
-    if ((g->send[i] = residAlloc(nSend)) == NULL ||
-        (g->hasReduce && (g->reduce[i] = residAlloc(nReduce)) == NULL))
-      ZPP_FAILGOTO(zppSystemError, res, fail, ALL, "%s: out of memory for %zu bytes of residuals", name,
-                   nSend + nReduce);
+    ZPP_CALLOCGOTO(g->send[i], nSend ? nSend : 1, res, fail);
+    if (g->hasReduce) ZPP_CALLOCGOTO(g->reduce[i], nReduce ? nReduce : 1, res, fail);
   }
   res = zppHandleRegister(g, ZPP_HANDLE_GRAD);
   if (res != zppSuccess) goto fail;

@@ -273,6 +273,31 @@ ZPP_QUANT_INL void zppQuantResidBlockRef(const float* r, size_t len, int8_t* q, 
   zppQuantBlockRef(r, zppFloat32, len, 8, (uint8_t*)scale, 0, (uint8_t*)q, 0);
 }
 
+/* A residual scale's sign bit: the block holds rotated-domain values
+ * (zpp_quant.h, "error feedback in the rotated domain"). */
+#define ZPP_QUANT_RESID_ROTATED 0x80000000u
+
+/* 1 where element i's residual block holds rotated-domain values. */
+ZPP_QUANT_INL int zppQuantResidIsRotated(zppQuantResid_t e, size_t i) {
+  return (zppF32Bits(e.scale[i / ZPP_QUANT_RESID_BLOCK]) & ZPP_QUANT_RESID_ROTATED) != 0;
+}
+
+/* Error feedback's rotated-domain residual of a codec block whose max |w|
+ * is below 2^-64 (zero, or the scaled path): r = w - (float)q * s element
+ * by element (q from the block's data at element at), stored by the int8
+ * block step per residual block, marked rotated. */
+ZPP_QUANT_INL void zppQuantResidTinyRotatedRef(const float* w, size_t bs, int bits, const uint8_t* data,
+                                               float s, size_t at, zppQuantResid_t out) {
+  float r[ZPP_QUANT_RESID_BLOCK];
+  for (size_t lo = 0; lo < bs; lo += ZPP_QUANT_RESID_BLOCK) {
+    for (size_t i = 0; i < ZPP_QUANT_RESID_BLOCK; i++)
+      r[i] = w[lo + i] - (float)zppQuantGetQ(data, bits, at + lo + i) * s;
+    float* scale = out.scale + (at + lo) / ZPP_QUANT_RESID_BLOCK;
+    zppQuantResidBlockRef(r, ZPP_QUANT_RESID_BLOCK, out.q + at + lo, scale);
+    *scale = zppF32FromBits(zppF32Bits(*scale) | ZPP_QUANT_RESID_ROTATED);
+  }
+}
+
 /* The new residual of the block of n (<= ZPP_QUANT_RESID_BLOCK) elements
  * at x, y, e, out: x - y, or e's stored value where that is not finite. */
 ZPP_QUANT_INL void zppQuantNewResidBlockRef(const float* x, const float* y, zppQuantResid_t e, size_t n,

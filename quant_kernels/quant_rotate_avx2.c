@@ -385,14 +385,6 @@ static int encodeGroup(const void* in, zppDataType_t dtype, size_t count, int bi
 
 /* ---- error feedback in the rotated domain (zppQuantizeExFeedback) ----------------- */
 
-#define ROT_RESID_SIGN 0x80000000u
-
-ROT_INLINE int residRotated(zppQuantResid_t e, size_t i) {
-  uint32_t s;
-  memcpy(&s, e.scale + i / ZPP_QUANT_RESID_BLOCK, sizeof s);
-  return (s & ROT_RESID_SIGN) != 0;
-}
-
 /* loadSigned with the residual: x^ = g + e where e is not rotated (zero:
  * the caller checked), g where it is (adding -0 changes no value). */
 ROT_INLINE uint32_t loadSignedFeedback(const void* in, zppDataType_t dtype, size_t at, size_t len,
@@ -400,7 +392,7 @@ ROT_INLINE uint32_t loadSignedFeedback(const void* in, zppDataType_t dtype, size
   const __m256 negZero = _mm256_set1_ps(-0.0f);
   __m256i m0 = _mm256_setzero_si256(), m1 = m0;
   for (size_t i = 0; i < len; i += 16) {
-    const int rot = residRotated(e, at + i); /* i + 8 is in the same residual block */
+    const int rot = zppQuantResidIsRotated(e, at + i); /* i + 8 is in the same residual block */
     __m256 a = _mm256_add_ps(avx2Load8(in, dtype, at + i), rot ? negZero : avx2ResidValue8(e, at + i));
     __m256 b =
         _mm256_add_ps(avx2Load8(in, dtype, at + i + 8), rot ? negZero : avx2ResidValue8(e, at + i + 8));
@@ -419,7 +411,7 @@ ROT_INLINE uint32_t addRotated(float* buf, size_t at, size_t len, zppQuantResid_
   __m256i m = _mm256_setzero_si256();
   for (size_t i = 0; i < len; i += 8) {
     __m256 w = _mm256_load_ps(buf + i);
-    if (residRotated(e, at + i)) w = _mm256_add_ps(w, avx2ResidValue8(e, at + i));
+    if (zppQuantResidIsRotated(e, at + i)) w = _mm256_add_ps(w, avx2ResidValue8(e, at + i));
     _mm256_store_ps(buf + i, w);
     m = _mm256_max_epu32(m, absBits(w));
   }
@@ -471,18 +463,11 @@ ROT_INLINE int encodeBlockFeedback(const void* in, zppDataType_t dtype, size_t a
       memset(d, 0, zppQuantDataBytes(bs, bits));
     else
       zppQuantEncodeDtypeRef(buf, zppFloat32, bs, &bp, bits, data, at);
-    float r[ZPP_QUANT_RESID_BLOCK];
-    for (size_t lo = 0; lo < bs; lo += ZPP_QUANT_RESID_BLOCK) {
-      for (size_t i = 0; i < ZPP_QUANT_RESID_BLOCK; i++)
-        r[i] = buf[lo + i] - (float)zppQuantGetQ(data, bits, at + lo + i) * bp.scale;
-      float* sc = out.scale + (at + lo) / ZPP_QUANT_RESID_BLOCK;
-      zppQuantResidBlockRef(r, ZPP_QUANT_RESID_BLOCK, out.q + at + lo, sc);
-      *sc = zppF32FromBits(zppF32Bits(*sc) | ROT_RESID_SIGN);
-    }
+    zppQuantResidTinyRotatedRef(buf, bs, bits, data, bp.scale, at, out);
     return 1;
   }
   quantizeWResid(buf, bs, bits, bp.inv, bp.scale, 254.0f / bp.scale, d, out.q + at);
-  const float t = zppF32FromBits(zppF32Bits(bp.scale / 254.0f) | ROT_RESID_SIGN);
+  const float t = zppF32FromBits(zppF32Bits(bp.scale / 254.0f) | ZPP_QUANT_RESID_ROTATED);
   for (size_t k = 0; k < bs; k += ZPP_QUANT_RESID_BLOCK)
     out.scale[(at + k) / ZPP_QUANT_RESID_BLOCK] = t;
   return 1;
@@ -502,7 +487,7 @@ ROT_INLINE int encodeGroupFeedbackT(const void* in, zppDataType_t dtype, size_t 
   for (size_t k = 0; k < glen; k += ZPP_QUANT_RESID_BLOCK) {
     uint32_t sb;
     memcpy(&sb, e.scale + (base + k) / ZPP_QUANT_RESID_BLOCK, sizeof sb);
-    if (sb != 0 && !(sb & ROT_RESID_SIGN)) return 0; /* unrotated, not zero */
+    if (sb != 0 && !(sb & ZPP_QUANT_RESID_ROTATED)) return 0; /* unrotated, not zero */
   }
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);

@@ -531,21 +531,6 @@ R5_INLINE void quantizeBlockEO(const float* w, uint32_t wmax, size_t at, size_t 
   quantizeBlock(nat, wmax, at, len, 4, Q, scales, b, data);
 }
 
-/* Error feedback's residual of a block whose max |w| is below 2^-64 (zero,
- * or the scaled path): r = w - (float)q * s element by element, stored by
- * the int8 block step per residual block, marked rotated. */
-static void residTinyBlock(const float* w, size_t bs, int bits, const uint8_t* data, float s, size_t at,
-                           zppQuantResid_t out) {
-  float r[ZPP_QUANT_RESID_BLOCK];
-  for (size_t lo = 0; lo < bs; lo += ZPP_QUANT_RESID_BLOCK) {
-    for (size_t i = 0; i < ZPP_QUANT_RESID_BLOCK; i++)
-      r[i] = w[lo + i] - (float)zppQuantGetQ(data, bits, at + lo + i) * s;
-    float* scale = out.scale + (at + lo) / ZPP_QUANT_RESID_BLOCK;
-    zppQuantResidBlockRef(r, ZPP_QUANT_RESID_BLOCK, out.q + at + lo, scale);
-    *scale = zppF32FromBits(zppF32Bits(*scale) | 0x80000000u);
-  }
-}
-
 /* Pass 2 over the nb blocks of 16n elements from element base (w at buf,
  * lane maxima in xm[], wm[]): 16 blocks at a time, max |x| and max |w| by
  * reduce16; the rule (finite x, more than E elements at or above
@@ -554,9 +539,9 @@ static void residTinyBlock(const float* w, size_t bs, int bits, const uint8_t* d
  * IEEE operations of zppQuantBlockSetup: a / Q; Q / (a p), p = 1 here:
  * blocks with a < 2^-64 take the reference's scaled path), so that no
  * block waits on its own two divisions; then each block's q. */
-R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, float* buf, __m512i* xm, __m512i* wm,
-                             size_t nb, size_t base, int n, int K, int bits, int Q, uint8_t* scales,
-                             uint8_t* data, int eo, int ef, zppQuantResid_t out) {
+R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, const float* buf, __m512i* xm,
+                             __m512i* wm, size_t nb, size_t base, int n, int K, int bits, int Q,
+                             uint8_t* scales, uint8_t* data, int eo, int ef, zppQuantResid_t out) {
   const size_t bs = 16 * (size_t)n;
   const int lb = __builtin_ctz(16u * (unsigned)n);
   uint32_t wmax[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(64)));
@@ -597,7 +582,7 @@ R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, float* buf, __
       const __m512 v254 = _mm512_set1_ps(254.0f);
       _mm512_store_si512((void*)(rsc + k0),
                          _mm512_or_si512(_mm512_castps_si512(_mm512_div_ps(s16, v254)),
-                                         _mm512_set1_epi32((int)0x80000000u)));
+                                         _mm512_set1_epi32((int)ZPP_QUANT_RESID_ROTATED)));
       _mm512_store_ps(rinv + k0, _mm512_div_ps(v254, s16));
     }
   }
@@ -610,7 +595,8 @@ R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, float* buf, __
       else
         quantizeBlock(buf + k * bs, wmax[k], at, bs, bits, Q, scales, at >> lb, data);
       if (ef) /* the residual by the reference's steps */
-        residTinyBlock(buf + k * bs, bs, bits, data, zppQuantLoadScale(scales, at >> lb), at, out);
+        zppQuantResidTinyRotatedRef(buf + k * bs, bs, bits, data, zppQuantLoadScale(scales, at >> lb),
+                                    at, out);
       continue;
     }
     zppQuantStoreScale(scales, at >> lb, sc[k]);
@@ -739,8 +725,6 @@ static int encodeGroup(const void* in, zppDataType_t dtype, size_t count, int bi
 
 /* ---- error feedback in the rotated domain (zppQuantizeExFeedback) ----------------- */
 
-#define R5_RESID_SIGN 0x80000000u
-
 /* The stored values q * |scale| of residual elements i .. i + 15 (in one
  * residual block). */
 R5_INLINE __m512 residValue16(zppQuantResid_t e, size_t i) {
@@ -763,7 +747,7 @@ R5_INLINE void rotateBlockFeedback(const void* in, zppDataType_t dtype, size_t a
   for (int k = 0; k < n; k++) {
     const size_t i = at + 16 * (size_t)k;
     const __m512 val = residValue16(e, i);
-    const int rot = (zppF32Bits(e.scale[i / ZPP_QUANT_RESID_BLOCK]) & R5_RESID_SIGN) != 0;
+    const int rot = zppQuantResidIsRotated(e, i);
     v[k] = _mm512_add_ps(load16(in, dtype, i), rot ? negZero : val);
     post[k] = rot ? val : negZero;
   }
@@ -782,7 +766,7 @@ static int residKnown(zppQuantResid_t e, size_t base, size_t glen) {
   const float* sc = e.scale + base / ZPP_QUANT_RESID_BLOCK;
   for (size_t k = 0; k < glen / ZPP_QUANT_RESID_BLOCK; k++) {
     uint32_t b = zppF32Bits(sc[k]);
-    if (b != 0 && !(b & R5_RESID_SIGN)) return 0;
+    if (b != 0 && !(b & ZPP_QUANT_RESID_ROTATED)) return 0;
   }
   return 1;
 }

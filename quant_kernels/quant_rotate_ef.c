@@ -14,12 +14,6 @@
 #include "quant_kernels/quant_ref.h"
 #include "quant_kernels/zpp_half.h"
 
-#define RESID_SIGN 0x80000000u
-
-static int residRotated(zppQuantResid_t e, size_t i) {
-  return (zppF32Bits(e.scale[i / ZPP_QUANT_RESID_BLOCK]) & RESID_SIGN) != 0;
-}
-
 /* The residual values of the full block at element lo (len = B) in the
  * original domain, into u: the unrotated elements' own values (o) plus the
  * decode of the rotated ones (D H v * 2^-L, the decoder's arithmetic), one
@@ -30,7 +24,7 @@ static void blockToOriginal(zppQuantResid_t e, size_t lo, size_t len, float* u) 
   float v[ZPP_QUANT_MAX_BLOCK];
   int any = 0;
   for (size_t i = 0; i < len; i++) {
-    int rot = residRotated(e, lo + i);
+    int rot = zppQuantResidIsRotated(e, lo + i);
     any |= rot;
     v[i] = rot ? zppQuantResidValue(e, lo + i) : 0.0f;
     u[i] = rot ? 0.0f : zppQuantResidValue(e, lo + i);
@@ -57,13 +51,11 @@ static void residToOriginal(zppQuantResid_t e, size_t lo, size_t len, int block,
 }
 
 /* r[0..n) stored into out's residual blocks from element lo (a multiple of
- * 32), the scales' sign bits set where rotated. */
-static void storeResid(const float* r, size_t n, zppQuantResid_t out, size_t lo, int rotated) {
+ * 32), in the original domain. */
+static void storeResid(const float* r, size_t n, zppQuantResid_t out, size_t lo) {
   for (size_t at = 0; at < n; at += ZPP_QUANT_RESID_BLOCK) {
     size_t len = n - at < ZPP_QUANT_RESID_BLOCK ? n - at : ZPP_QUANT_RESID_BLOCK;
-    float* scale = out.scale + (lo + at) / ZPP_QUANT_RESID_BLOCK;
-    zppQuantResidBlockRef(r + at, len, out.q + lo + at, scale);
-    if (rotated) *scale = zppF32FromBits(zppF32Bits(*scale) | RESID_SIGN);
+    zppQuantResidBlockRef(r + at, len, out.q + lo + at, out.scale + (lo + at) / ZPP_QUANT_RESID_BLOCK);
   }
 }
 
@@ -90,7 +82,7 @@ static int groupRotatedDomain(const void* in, zppDataType_t dtype, size_t count,
     for (size_t i = 0; i < bs; i++) {
       size_t k = base + lo + i;
       x[i] = zppQuantLoadOne(in, dtype, k);
-      if (!residRotated(e, k)) x[i] += zppQuantResidValue(e, k);
+      if (!zppQuantResidIsRotated(e, k)) x[i] += zppQuantResidValue(e, k);
       if (zppQuantNonFinite(x[i])) return 0;
     }
     if (hasCandidate(x, bs, K)) return 0;
@@ -98,7 +90,7 @@ static int groupRotatedDomain(const void* in, zppDataType_t dtype, size_t count,
     zppQuantRotHadamardRef(x, bs);
     for (size_t i = 0; i < bs; i++) {
       size_t k = base + lo + i;
-      if (residRotated(e, k)) x[i] += zppQuantResidValue(e, k);
+      if (zppQuantResidIsRotated(e, k)) x[i] += zppQuantResidValue(e, k);
       if (zppQuantNonFinite(x[i])) return 0;
     }
   }
@@ -114,15 +106,18 @@ static int groupRotatedDomain(const void* in, zppDataType_t dtype, size_t count,
     }
     zppQuantBlockRef(w, zppFloat32, bs, bits, scales, b, data, at);
     float s = zppQuantLoadScale(scales, b);
-    for (size_t i = 0; i < bs; i++) w[i] = w[i] - (float)zppQuantGetQ(data, bits, at + i) * s;
     if (amax < ZPP_QUANT_TINY_BITS) {
-      storeResid(w, bs, out, at, 1);
+      zppQuantResidTinyRotatedRef(w, bs, bits, data, s, at, out);
       continue;
     }
     const float t = s / 254.0f, inv = 254.0f / s;
-    for (size_t i = 0; i < bs; i++) out.q[at + i] = (int8_t)zppQuantRne(w[i] * inv);
+    for (size_t i = 0; i < bs; i++) {
+      float r = w[i] - (float)zppQuantGetQ(data, bits, at + i) * s;
+      out.q[at + i] = (int8_t)zppQuantRne(r * inv);
+    }
     for (size_t k = 0; k < bs; k += ZPP_QUANT_RESID_BLOCK)
-      out.scale[(at + k) / ZPP_QUANT_RESID_BLOCK] = zppF32FromBits(zppF32Bits(t) | RESID_SIGN);
+      out.scale[(at + k) / ZPP_QUANT_RESID_BLOCK] =
+          zppF32FromBits(zppF32Bits(t) | ZPP_QUANT_RESID_ROTATED);
   }
   uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
   for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
@@ -149,7 +144,7 @@ static zppResult_t groupOriginalDomain(const void* in, zppDataType_t dtype, size
     float d = x[base + i] - y[base + i];
     r[i] = zppQuantNonFinite(d) ? u[i] : d;
   }
-  storeResid(r, glen, out, base, 0);
+  storeResid(r, glen, out, base);
   return zppSuccess;
 }
 
@@ -181,9 +176,10 @@ void zppQuantResidUnrotate(zppQuantResid_t r, size_t n, int block) {
   float u[ZPP_QUANT_MAX_BLOCK];
   for (size_t lo = 0; lo + (size_t)block <= n; lo += (size_t)block) {
     int any = 0;
-    for (size_t i = 0; i < (size_t)block; i += ZPP_QUANT_RESID_BLOCK) any |= residRotated(r, lo + i);
+    for (size_t i = 0; i < (size_t)block; i += ZPP_QUANT_RESID_BLOCK)
+      any |= zppQuantResidIsRotated(r, lo + i);
     if (!any) continue;
     blockToOriginal(r, lo, (size_t)block, u);
-    storeResid(u, (size_t)block, r, lo, 0);
+    storeResid(u, (size_t)block, r, lo);
   }
 }
