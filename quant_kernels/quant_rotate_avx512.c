@@ -922,13 +922,38 @@ R5_INLINE int multiFolds(const uint8_t* scales, size_t b, int m, int L) {
   return ok;
 }
 
-/* q * s of the 32 int4 elements from element i (a multiple of 32) into *e
- * (even) and *o (odd), t the block's nibble table. vpermps reads the low 4
- * bits of each lane: the byte's low nibble, then, shifted, its high one. */
-R5_INLINE void decodeEO32(const uint8_t* data, size_t i, __m512 t, __m512* e, __m512* o) {
+/* The even/odd decode's tables for scale s (vs): int4's nibble table for
+ * both (each lane holds a byte: its low nibble the even element, its high
+ * one the odd); int2's, indexed by a nibble that holds a pair of fields
+ * (the even element's low, the odd one's high): te[k] the even field's
+ * q * s, to[k] the odd one's (fields 0, 1, 2, 3 are q = 0, 1, -2, -1). */
+R5_INLINE void eoTables(int bits, __m512 vs, __m512* te, __m512* to) {
+  if (bits == 4) {
+    *te = *to = nibbleTable(vs);
+    return;
+  }
+  *te = _mm512_mul_ps(_mm512_setr_ps(0, 1, -2, -1, 0, 1, -2, -1, 0, 1, -2, -1, 0, 1, -2, -1), vs);
+  *to = _mm512_mul_ps(_mm512_setr_ps(0, 0, 0, 0, 1, 1, 1, 1, -2, -2, -2, -2, -1, -1, -1, -1), vs);
+}
+
+/* q * s of the 32 int4 or int2 elements from element i (a multiple of 32)
+ * into *e (even) and *o (odd), te and to from eoTables. vpermps reads the
+ * low 4 bits of each lane. int4: a byte per lane, its low nibble, then,
+ * shifted, its high one. int2: a nibble (a pair of elements) per lane, the
+ * bytes' low and high nibbles interleaved as decodeQ16 does for int4, both
+ * elements looked up from the same index. */
+R5_INLINE void decodeEO32(const uint8_t* data, int bits, size_t i, __m512 te, __m512 to, __m512* e,
+                          __m512* o) {
+  if (bits == 2) {
+    const __m128i x = _mm_loadl_epi64((const __m128i*)(const void*)(data + i / 4));
+    const __m512i y = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(x, _mm_srli_epi16(x, 4)));
+    *e = _mm512_permutexvar_ps(y, te);
+    *o = _mm512_permutexvar_ps(y, to);
+    return;
+  }
   const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i*)(const void*)(data + i / 2)));
-  *e = _mm512_permutexvar_ps(x, t);
-  *o = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), t);
+  *e = _mm512_permutexvar_ps(x, te);
+  *o = _mm512_permutexvar_ps(_mm512_srli_epi32(x, 4), to);
 }
 
 /* The 32 results of a chunk (even e, odd o; times invB where mulB), signed
@@ -964,17 +989,18 @@ R5_INLINE void finishEO32(void* out, zppDataType_t dtype, size_t at, size_t j, _
   _mm512_storeu_si512((void*)((uint16_t*)out + at), w);
 }
 
-/* 1 where a block decodes in even/odd order: int4 into fp32 or bf16 (fp16
- * would need a 16-bit interleave; int8 has no table). */
-#define R5_EO(bits, dtype) ((bits) == 4 && (dtype) != zppFloat16)
+/* 1 where a block decodes in even/odd order: int4 and int2 into fp32 or
+ * bf16 (fp16 would need a 16-bit interleave; int8 has no table). */
+#define R5_EO(bits, dtype) (((bits) == 4 || (bits) == 2) && (dtype) != zppFloat16)
 
 /* decodeSmallT's block in even/odd order; s already folded where fold. */
-R5_INLINE void decodeSmallEO(const uint8_t* data, size_t lo, int n, __m512 vs, void* out,
+R5_INLINE void decodeSmallEO(const uint8_t* data, int bits, size_t lo, int n, __m512 vs, void* out,
                              zppDataType_t dtype, int fold, __m512 invB) {
-  __m512 v[16];
-  const __m512 t = nibbleTable(vs);
+  __m512 v[16], te, to;
+  eoTables(bits, vs, &te, &to);
 #pragma GCC unroll 8
-  for (int c = 0; c < n / 2; c++) decodeEO32(data, lo + 32 * (size_t)c, t, &v[2 * c], &v[2 * c + 1]);
+  for (int c = 0; c < n / 2; c++)
+    decodeEO32(data, bits, lo + 32 * (size_t)c, te, to, &v[2 * c], &v[2 * c + 1]);
   stagesEO(v, n, !fold);
 #pragma GCC unroll 8
   for (int c = 0; c < n / 2; c++)
@@ -991,10 +1017,10 @@ R5_INLINE void decodeSmallT(const uint8_t* data, int bits, size_t lo, int n, flo
   if (R5_EO(bits, dtype)) {
     const __m512 invB = pow2Neg(L);
     if (zppQuantRotFolds(sb, L))
-      decodeSmallEO(data, lo, n, _mm512_set1_ps(zppF32FromBits(sb - ((uint32_t)L << 23))), out, dtype,
-                    1, invB);
+      decodeSmallEO(data, bits, lo, n, _mm512_set1_ps(zppF32FromBits(sb - ((uint32_t)L << 23))), out,
+                    dtype, 1, invB);
     else
-      decodeSmallEO(data, lo, n, _mm512_set1_ps(s), out, dtype, 0, invB);
+      decodeSmallEO(data, bits, lo, n, _mm512_set1_ps(s), out, dtype, 0, invB);
     return;
   }
   __m512 v[16];
@@ -1027,11 +1053,14 @@ R5_INLINE void decodeMultiT(const uint8_t* data, int bits, size_t lo, int n, con
     for (int j = 0; j < m; j++) {
       /* q 2^-L (exact) times s: the folded product q (s 2^-L), one rounding
        * of the same real number, from a broadcast of s in memory. */
-      const __m512 t = _mm512_mul_ps(nibbleTable(pow2Neg((int)L)),
-                                     _mm512_set1_ps(zppQuantLoadScale(scales, (lo >> L) + (size_t)j)));
+      __m512 te, to;
+      eoTables(bits, pow2Neg((int)L), &te, &to);
+      const __m512 vs = _mm512_set1_ps(zppQuantLoadScale(scales, (lo >> L) + (size_t)j));
+      te = _mm512_mul_ps(te, vs);
+      to = _mm512_mul_ps(to, vs);
 #pragma GCC unroll 8
       for (int c = 0; c < n / 2; c++)
-        decodeEO32(data, lo + 16 * (size_t)(j * n + 2 * c), t, &v[j * n + 2 * c],
+        decodeEO32(data, bits, lo + 16 * (size_t)(j * n + 2 * c), te, to, &v[j * n + 2 * c],
                    &v[j * n + 2 * c + 1]);
     }
 #pragma GCC unroll 8
@@ -1152,18 +1181,19 @@ R5_INLINE void sumRotated(const uint8_t* packed, size_t stride, int nin, size_t 
   }
 }
 
-/* sumRotated in even/odd order (int4: decodeEO32): v[2c], v[2c + 1] the
+/* sumRotated in even/odd order (int4 and int2: decodeEO32): v[2c], v[2c + 1] the
  * even and odd elements of chunk c, n vectors. */
-R5_INLINE void sumRotatedEO(const uint8_t* packed, size_t stride, int nin, size_t dataOff, size_t b,
-                            size_t lo, __m512* v, int n) {
+R5_INLINE void sumRotatedEO(const uint8_t* packed, size_t stride, int nin, size_t dataOff, int bits,
+                            size_t b, size_t lo, __m512* v, int n) {
   const __m512 zero = _mm512_setzero_ps();
   for (int k = 0; k < nin; k++) {
     const uint8_t* seg = packed + (size_t)k * stride;
-    const __m512 t = nibbleTable(_mm512_set1_ps(zppQuantLoadScale(zppQuantScalesPtr(seg), b)));
+    __m512 te, to;
+    eoTables(bits, _mm512_set1_ps(zppQuantLoadScale(zppQuantScalesPtr(seg), b)), &te, &to);
 #pragma GCC unroll 8
     for (int c = 0; c < n / 2; c++) {
       __m512 e, o;
-      decodeEO32(seg + dataOff, lo + 32 * (size_t)c, t, &e, &o);
+      decodeEO32(seg + dataOff, bits, lo + 32 * (size_t)c, te, to, &e, &o);
       v[2 * c] = _mm512_add_ps(k == 0 ? zero : v[2 * c], e);
       v[2 * c + 1] = _mm512_add_ps(k == 0 ? zero : v[2 * c + 1], o);
     }
@@ -1214,19 +1244,19 @@ R5_INLINE void sumBlockT(const uint8_t* packed, size_t stride, int nin, size_t d
     const int n = (int)len / 16;
     switch (n) { /* n a constant in each call */
       case 2:
-        sumRotatedEO(packed, stride, nin, dataOff, b, lo, v, 2);
+        sumRotatedEO(packed, stride, nin, dataOff, bits, b, lo, v, 2);
         stagesEO(v, 2, 1);
         break;
       case 4:
-        sumRotatedEO(packed, stride, nin, dataOff, b, lo, v, 4);
+        sumRotatedEO(packed, stride, nin, dataOff, bits, b, lo, v, 4);
         stagesEO(v, 4, 1);
         break;
       case 8:
-        sumRotatedEO(packed, stride, nin, dataOff, b, lo, v, 8);
+        sumRotatedEO(packed, stride, nin, dataOff, bits, b, lo, v, 8);
         stagesEO(v, 8, 1);
         break;
       default:
-        sumRotatedEO(packed, stride, nin, dataOff, b, lo, v, 16);
+        sumRotatedEO(packed, stride, nin, dataOff, bits, b, lo, v, 16);
         stagesEO(v, 16, 1);
         break;
     }
@@ -1312,10 +1342,10 @@ R5_INLINE void sumRequantGroupT(const uint8_t* packed, size_t stride, int nin, s
     if (eo) {
       const int n = (int)bs / 16;
       switch (n) { /* n a constant in each call */
-        case 2: sumRotatedEO(packed, stride, nin, dataOff, b0 + k, lo, v, 2); break;
-        case 4: sumRotatedEO(packed, stride, nin, dataOff, b0 + k, lo, v, 4); break;
-        case 8: sumRotatedEO(packed, stride, nin, dataOff, b0 + k, lo, v, 8); break;
-        default: sumRotatedEO(packed, stride, nin, dataOff, b0 + k, lo, v, 16); break;
+        case 2: sumRotatedEO(packed, stride, nin, dataOff, 4, b0 + k, lo, v, 2); break;
+        case 4: sumRotatedEO(packed, stride, nin, dataOff, 4, b0 + k, lo, v, 4); break;
+        case 8: sumRotatedEO(packed, stride, nin, dataOff, 4, b0 + k, lo, v, 8); break;
+        default: sumRotatedEO(packed, stride, nin, dataOff, 4, b0 + k, lo, v, 16); break;
       }
       for (int j = 0; j < n; j++) {
         m = _mm512_max_epu32(m, absBits(v[j]));
