@@ -105,11 +105,6 @@ static size_t groupLen(size_t count, size_t g) {
   return count - lo < ZPP_QUANT_ESC_GROUP ? count - lo : ZPP_QUANT_ESC_GROUP;
 }
 
-static void clearTable(uint8_t* table) {
-  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
-    zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
-}
-
 /* The header's flag bit: the segment holds markers. */
 static int hasMarkers(const uint8_t* seg) { return seg[6] & ZPP_QUANT_FLAG_MARKERS; }
 
@@ -150,7 +145,7 @@ void zppQuantEscEncode(const void* in, zppDataType_t dtype, size_t count, int bi
   for (size_t g = 0; g < zppQuantNumGroups(count); g++) {
     uint8_t* table = tables + g * ZPP_QUANT_ESC_TABLE_BYTES;
     if ((hints != NULL && hints[g] == 0) || !groupMayEscape(scales, data, count, bits, block, g)) {
-      clearTable(table);
+      zppQuantEscClearTable(table);
       continue;
     }
     float x[ZPP_QUANT_ESC_GROUP];
@@ -224,7 +219,7 @@ void zppQuantEscRequant(const uint8_t* packed, size_t stride, int n, size_t coun
              groupHasMarker(seg, count, bits_in, block_in, g);
     }
     if (!redo) {
-      clearTable(table);
+      zppQuantEscClearTable(table);
       continue;
     }
     float x[ZPP_QUANT_ESC_GROUP];

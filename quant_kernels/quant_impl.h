@@ -340,6 +340,11 @@ ZPP_QUANT_INL void zppQuantEscStoreSlot(uint8_t* table, int j, float v, unsigned
   p[0] = (uint8_t)index;
   p[1] = (uint8_t)(index >> 8);
 }
+/* An escape table with no escape (every slot empty). */
+ZPP_QUANT_INL void zppQuantEscClearTable(uint8_t* table) {
+  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
+    zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+}
 
 /* Scales may sit at any 4-byte offset of a caller's buffer: access them
  * through memcpy, which compiles to one plain load or store. */

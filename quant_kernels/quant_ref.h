@@ -282,6 +282,18 @@ ZPP_QUANT_INL int zppQuantResidIsRotated(zppQuantResid_t e, size_t i) {
   return (zppF32Bits(e.scale[i / ZPP_QUANT_RESID_BLOCK]) & ZPP_QUANT_RESID_ROTATED) != 0;
 }
 
+/* 1 where every residual block of the n elements from element at (both
+ * multiples of 32) is rotated or zero (scale +0): the groups the vector
+ * feedback kernels take (zpp_quant.h, "error feedback in the rotated
+ * domain"). */
+ZPP_QUANT_INL int zppQuantResidRotatedOrZero(zppQuantResid_t e, size_t at, size_t n) {
+  for (size_t k = at / ZPP_QUANT_RESID_BLOCK; k < (at + n) / ZPP_QUANT_RESID_BLOCK; k++) {
+    uint32_t b = zppF32Bits(e.scale[k]);
+    if (b != 0 && !(b & ZPP_QUANT_RESID_ROTATED)) return 0;
+  }
+  return 1;
+}
+
 /* Error feedback's rotated-domain residual of a codec block whose max |w|
  * is below 2^-64 (zero, or the scaled path): r = w - (float)q * s element
  * by element (q from the block's data at element at), stored by the int8

@@ -368,9 +368,7 @@ ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, i
       quantizeW(buf, bs, bits, bp.inv, d);
     }
   }
-  uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
-  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
-    zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+  zppQuantEscClearTable(packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES);
   return 1;
 }
 
@@ -483,12 +481,7 @@ ROT_INLINE int encodeGroupFeedbackT(const void* in, zppDataType_t dtype, size_t 
   const size_t bs = (size_t)block, base = g * ZPP_QUANT_ESC_GROUP;
   const int lb = __builtin_ctz((unsigned)block);
   const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-  if (glen % bs != 0 || bs < 64) return 0;
-  for (size_t k = 0; k < glen; k += ZPP_QUANT_RESID_BLOCK) {
-    uint32_t sb;
-    memcpy(&sb, e.scale + (base + k) / ZPP_QUANT_RESID_BLOCK, sizeof sb);
-    if (sb != 0 && !(sb & ZPP_QUANT_RESID_ROTATED)) return 0; /* unrotated, not zero */
-  }
+  if (glen % bs != 0 || bs < 64 || !zppQuantResidRotatedOrZero(e, base, glen)) return 0;
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
   const int Q = zppQuantQmax(bits), K = ZPP_QUANT_ESC_LOG2(bits);
@@ -498,9 +491,7 @@ ROT_INLINE int encodeGroupFeedbackT(const void* in, zppDataType_t dtype, size_t 
     if (!encodeBlockFeedback(in, dtype, base + lo, bs, bits, Q, K, buf, pf, e, out, scales,
                              (base + lo) >> lb, data))
       return 0;
-  uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
-  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
-    zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+  zppQuantEscClearTable(packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES);
   return 1;
 }
 

@@ -708,9 +708,7 @@ R5_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, in
       quantizeBlock(buf, m, base + lo, bs, bits, Q, scales, (base + lo) >> lb, data);
     }
   }
-  uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
-  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
-    zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+  zppQuantEscClearTable(packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES);
   return 1;
 }
 
@@ -760,27 +758,17 @@ R5_INLINE void rotateBlockFeedback(const void* in, zppDataType_t dtype, size_t a
   *wm = storeW(v, n, wb);
 }
 
-/* 1 where every residual block of the group's glen elements from base is
- * rotated or zero (scale +0): the groups this kernel takes. */
-static int residKnown(zppQuantResid_t e, size_t base, size_t glen) {
-  const float* sc = e.scale + base / ZPP_QUANT_RESID_BLOCK;
-  for (size_t k = 0; k < glen / ZPP_QUANT_RESID_BLOCK; k++) {
-    uint32_t b = zppF32Bits(sc[k]);
-    if (b != 0 && !(b & ZPP_QUANT_RESID_ROTATED)) return 0;
-  }
-  return 1;
-}
-
-/* encodeGroupT's two passes with the residual (blocks up to 256), then the
- * new residual stored: nothing is written to out before the rule held for
- * every block. */
+/* encodeGroupT's two passes with the residual (blocks up to 256), the new
+ * residual stored with each block's q. A later batch of 16 blocks that
+ * breaks the rule returns 0 after earlier ones were written: the
+ * reference then writes the whole group again (out never overlaps e). */
 R5_INLINE int encodeGroupFeedbackT(const void* in, zppDataType_t dtype, size_t count, int bits,
                                    int block, zppQuantResid_t e, zppQuantResid_t out, uint8_t* packed,
                                    size_t g) {
   const size_t bs = (size_t)block, base = g * ZPP_QUANT_ESC_GROUP;
   const int lb = __builtin_ctz((unsigned)block);
   const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-  if (glen % bs != 0 || bs > 256 || !residKnown(e, base, glen)) return 0;
+  if (glen % bs != 0 || bs > 256 || !zppQuantResidRotatedOrZero(e, base, glen)) return 0;
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
   const int Q = zppQuantQmax(bits), K = ZPP_QUANT_ESC_LOG2(bits);
@@ -823,9 +811,7 @@ R5_INLINE int encodeGroupFeedbackT(const void* in, zppDataType_t dtype, size_t c
       break;
   }
   if (!ok) return 0;
-  uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
-  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
-    zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+  zppQuantEscClearTable(packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES);
   return 1;
 }
 

@@ -119,9 +119,7 @@ static int groupRotatedDomain(const void* in, zppDataType_t dtype, size_t count,
       out.scale[(at + k) / ZPP_QUANT_RESID_BLOCK] =
           zppF32FromBits(zppF32Bits(t) | ZPP_QUANT_RESID_ROTATED);
   }
-  uint8_t* table = packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES;
-  for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
-    zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+  zppQuantEscClearTable(packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES);
   return 1;
 }
 

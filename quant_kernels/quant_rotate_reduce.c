@@ -463,9 +463,7 @@ zppResult_t zppQuantReduceRequantOrder(const void* packed, size_t stride, int n,
       nfall = directGroup((const uint8_t*)packed, stride, n, count, bits_in, block_in, bits_out, g, acc,
                           po, direct);
       if (nfall == 0) { /* every block direct: no escape, an empty table */
-        uint8_t* table = po + escOut + g * ZPP_QUANT_ESC_TABLE_BYTES;
-        for (int j = 0; j < ZPP_QUANT_ESC_SLOTS; j++)
-          zppQuantEscStoreSlot(table, j, 0.0f, ZPP_QUANT_ESC_EMPTY);
+        zppQuantEscClearTable(po + escOut + g * ZPP_QUANT_ESC_TABLE_BYTES);
         continue;
       }
     } else {
