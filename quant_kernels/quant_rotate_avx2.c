@@ -159,17 +159,22 @@ ROT_INLINE void prefetchBlock(const void* pf, zppDataType_t dtype, size_t at, si
 }
 
 /* x of one block (D applied) into buf; returns max |x| as fp32 bits, and
- * in m the two vectors of lane-wise maxima (16 disjoint sets of elements). */
+ * in m the two vectors of lane-wise maxima (16 disjoint sets of elements).
+ * With a residual e (error feedback): x^ = g + e where e's block is not
+ * rotated (zero: the caller checked), g where it is. */
 ROT_INLINE uint32_t loadSigned(const void* in, zppDataType_t dtype, size_t at, size_t len, float* buf,
-                               __m256i* m) {
+                               __m256i* m, const zppQuantResid_t* e) {
   __m256i m0 = _mm256_setzero_si256(), m1 = m0;
   for (size_t i = 0; i < len; i += 16) {
-    __m256 a = _mm256_xor_ps(avx2Load8(in, dtype, at + i), signs8(i));
-    __m256 b = _mm256_xor_ps(avx2Load8(in, dtype, at + i + 8), signs8(i + 8));
+    __m256 a = avx2Load8(in, dtype, at + i), b = avx2Load8(in, dtype, at + i + 8);
+    if (e != NULL && !zppQuantResidIsRotated(*e, at + i)) { /* i + 8: the same residual block */
+      a = _mm256_add_ps(a, avx2ResidValue8(*e, at + i));
+      b = _mm256_add_ps(b, avx2ResidValue8(*e, at + i + 8));
+    }
     m0 = _mm256_max_epu32(m0, absBits(a));
     m1 = _mm256_max_epu32(m1, absBits(b));
-    _mm256_store_ps(buf + i, a);
-    _mm256_store_ps(buf + i + 8, b);
+    _mm256_store_ps(buf + i, _mm256_xor_ps(a, signs8(i)));
+    _mm256_store_ps(buf + i + 8, _mm256_xor_ps(b, signs8(i + 8)));
   }
   m[0] = m0;
   m[1] = m1;
@@ -346,7 +351,7 @@ ROT_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, i
     size_t at = base + lo, b = at >> lb;
     prefetchBlock(pf, dtype, at, bs);
     __m256i lm[2];
-    uint32_t a = loadSigned(in, dtype, at, bs, buf, lm);
+    uint32_t a = loadSigned(in, dtype, at, bs, buf, lm, NULL);
     if (a >= 0x7f800000u) return 0;                       /* a non-finite element: markers */
     int fast = a != 0 && lanesAbove2(lm[0], lm[1], a, K); /* the count is > E */
     int c = 0;
@@ -382,27 +387,6 @@ static int encodeGroup(const void* in, zppDataType_t dtype, size_t count, int bi
 }
 
 /* ---- error feedback in the rotated domain (zppQuantizeExFeedback) ----------------- */
-
-/* loadSigned with the residual: x^ = g + e where e is not rotated (zero:
- * the caller checked), g where it is (adding -0 changes no value). */
-ROT_INLINE uint32_t loadSignedFeedback(const void* in, zppDataType_t dtype, size_t at, size_t len,
-                                       float* buf, __m256i* m, zppQuantResid_t e) {
-  const __m256 negZero = _mm256_set1_ps(-0.0f);
-  __m256i m0 = _mm256_setzero_si256(), m1 = m0;
-  for (size_t i = 0; i < len; i += 16) {
-    const int rot = zppQuantResidIsRotated(e, at + i); /* i + 8 is in the same residual block */
-    __m256 a = _mm256_add_ps(avx2Load8(in, dtype, at + i), rot ? negZero : avx2ResidValue8(e, at + i));
-    __m256 b =
-        _mm256_add_ps(avx2Load8(in, dtype, at + i + 8), rot ? negZero : avx2ResidValue8(e, at + i + 8));
-    m0 = _mm256_max_epu32(m0, absBits(a));
-    m1 = _mm256_max_epu32(m1, absBits(b));
-    _mm256_store_ps(buf + i, _mm256_xor_ps(a, signs8(i)));
-    _mm256_store_ps(buf + i + 8, _mm256_xor_ps(b, signs8(i + 8)));
-  }
-  m[0] = m0;
-  m[1] = m1;
-  return avx2HmaxU32(_mm256_max_epu32(m0, m1));
-}
 
 /* The rotated residual's values added after the stages; returns max |w|. */
 ROT_INLINE uint32_t addRotated(float* buf, size_t at, size_t len, zppQuantResid_t e) {
@@ -444,7 +428,7 @@ ROT_INLINE int encodeBlockFeedback(const void* in, zppDataType_t dtype, size_t a
                                    zppQuantResid_t out, uint8_t* scales, size_t b, uint8_t* data) {
   prefetchBlock(pf, dtype, at, bs);
   __m256i lm[2];
-  const uint32_t a = loadSignedFeedback(in, dtype, at, bs, buf, lm, e);
+  const uint32_t a = loadSigned(in, dtype, at, bs, buf, lm, &e);
   if (a >= 0x7f800000u) return 0;
   const int fast = a != 0 && lanesAbove2(lm[0], lm[1], a, K);
   int c = 0;

@@ -278,6 +278,15 @@ R5_INLINE int lanesAbove(__m512i m, uint32_t a, int K) {
   return __builtin_popcount(_mm512_cmpgt_epu32_mask(m, t)) > ZPP_QUANT_ESC_PER_BLOCK;
 }
 
+/* The stored values q * |scale| of residual elements i .. i + 15 (in one
+ * residual block). */
+R5_INLINE __m512 residValue16(zppQuantResid_t e, size_t i) {
+  const __m512 q =
+      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(const void*)(e.q + i))));
+  const uint32_t s = zppF32Bits(e.scale[i / ZPP_QUANT_RESID_BLOCK]) & 0x7fffffffu;
+  return _mm512_mul_ps(q, _mm512_castsi512_ps(_mm512_set1_epi32((int)s)));
+}
+
 /* w (the n vectors v) into wb; returns the lane-wise maxima of |w|. */
 R5_INLINE __m512i storeW(const __m512* v, int n, float* wb) {
 #pragma GCC unroll 16
@@ -291,17 +300,35 @@ R5_INLINE __m512i storeW(const __m512* v, int n, float* wb) {
  * reduction here: pass 2 reduces 16 blocks at once (reduce16), off the
  * blocks' dependency chains (the two reductions per block were a fifth of
  * the encode, and kept one block's chain from overlapping the next).
- * (Two blocks interleaved, as the decode does, measured no faster.) */
+ * (Two blocks interleaved, as the decode does, measured no faster.)
+ * With a residual e (error feedback), per vector a rotated residual
+ * block's values are added after the stages, an unrotated one's (zero:
+ * the caller checked) before them, as the reference's x^ = g + e; adding
+ * -0 leaves any value as it is, so each vector takes one add on each
+ * side. */
 R5_INLINE void rotateBlock(const void* in, zppDataType_t dtype, size_t at, int n, float* wb,
-                           const void* pf, __m512i* xm, __m512i* wm) {
-  __m512 v[16];
+                           const void* pf, const zppQuantResid_t* e, __m512i* xm, __m512i* wm) {
+  __m512 v[16], post[16];
   prefetchBlock(pf, dtype, at, 16 * (size_t)n);
+  const __m512 negZero = _mm512_set1_ps(-0.0f);
 #pragma GCC unroll 16
-  for (int k = 0; k < n; k++) v[k] = load16(in, dtype, at + 16 * (size_t)k);
+  for (int k = 0; k < n; k++) {
+    const size_t i = at + 16 * (size_t)k;
+    v[k] = load16(in, dtype, i);
+    if (e != NULL) { /* error feedback (zppQuantizeExFeedback) */
+      const __m512 val = residValue16(*e, i);
+      const int rot = zppQuantResidIsRotated(*e, i);
+      v[k] = _mm512_add_ps(v[k], rot ? negZero : val);
+      post[k] = rot ? val : negZero;
+    }
+  }
   *xm = maxAbsN(v, n);
 #pragma GCC unroll 16
   for (int k = 0; k < n; k++) v[k] = flip(v[k], 16 * (size_t)k);
   stagesNarrow(v, n, 0);
+  if (e != NULL)
+#pragma GCC unroll 16
+    for (int k = 0; k < n; k++) v[k] = _mm512_add_ps(v[k], post[k]);
   *wm = storeW(v, n, wb);
 }
 
@@ -541,7 +568,7 @@ R5_INLINE void quantizeBlockEO(const float* w, uint32_t wmax, size_t at, size_t 
  * block waits on its own two divisions; then each block's q. */
 R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, const float* buf, __m512i* xm,
                              __m512i* wm, size_t nb, size_t base, int n, int K, int bits, int Q,
-                             uint8_t* scales, uint8_t* data, int eo, int ef, zppQuantResid_t out) {
+                             uint8_t* scales, uint8_t* data, int eo, const zppQuantResid_t* out) {
   const size_t bs = 16 * (size_t)n;
   const int lb = __builtin_ctz(16u * (unsigned)n);
   uint32_t wmax[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK] __attribute__((aligned(64)));
@@ -578,7 +605,7 @@ R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, const float* b
     const __m512 s16 = _mm512_div_ps(wf, vq);
     _mm512_store_ps(sc + k0, s16);
     _mm512_store_ps(inv + k0, _mm512_div_ps(vq, wf)); /* Inf where w = 0: not used */
-    if (ef) { /* the residual's scale s / 254 (marked rotated) and 254 / s */
+    if (out != NULL) { /* the residual's scale s / 254 (marked rotated) and 254 / s */
       const __m512 v254 = _mm512_set1_ps(254.0f);
       _mm512_store_si512((void*)(rsc + k0),
                          _mm512_or_si512(_mm512_castps_si512(_mm512_div_ps(s16, v254)),
@@ -594,15 +621,15 @@ R5_INLINE int quantizeBlocks(const void* in, zppDataType_t dtype, const float* b
         quantizeBlockEO(buf + k * bs, wmax[k], at, bs, Q, scales, at >> lb, data);
       else
         quantizeBlock(buf + k * bs, wmax[k], at, bs, bits, Q, scales, at >> lb, data);
-      if (ef) /* the residual by the reference's steps */
+      if (out != NULL) /* the residual by the reference's steps */
         zppQuantResidTinyRotatedRef(buf + k * bs, bs, bits, data, zppQuantLoadScale(scales, at >> lb),
-                                    at, out);
+                                    at, *out);
       continue;
     }
     zppQuantStoreScale(scales, at >> lb, sc[k]);
-    if (ef) {
-      quantizeWResid(buf + k * bs, bs, bits, inv[k], sc[k], rinv[k], d, out.q + at);
-      uint32_t* rs = (uint32_t*)(void*)(out.scale + at / ZPP_QUANT_RESID_BLOCK);
+    if (out != NULL) {
+      quantizeWResid(buf + k * bs, bs, bits, inv[k], sc[k], rinv[k], d, out->q + at);
+      uint32_t* rs = (uint32_t*)(void*)(out->scale + at / ZPP_QUANT_RESID_BLOCK);
       for (size_t j = 0; j < bs / ZPP_QUANT_RESID_BLOCK; j++) rs[j] = rsc[k];
     } else if (eo) {
       quantizeWEO(buf + k * bs, bs, inv[k], d);
@@ -650,22 +677,23 @@ R5_INLINE uint32_t rotateWide(const void* in, zppDataType_t dtype, size_t at, si
 }
 
 R5_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
-                           uint8_t* packed, size_t g) {
+                           const zppQuantResid_t* e, const zppQuantResid_t* out, uint8_t* packed,
+                           size_t g) {
   const size_t bs = (size_t)block, base = g * ZPP_QUANT_ESC_GROUP;
   const int lb = __builtin_ctz((unsigned)block); /* shifts, not 64-bit divisions: they showed */
   const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
   if (glen % bs != 0) return 0; /* a short last block: the reference's */
+  if (e != NULL && (bs > 256 || !zppQuantResidRotatedOrZero(*e, base, glen))) return 0;
   uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
   uint8_t* data = packed + zppQuantDataOffset(count, block);
   const int Q = zppQuantQmax(bits), K = ZPP_QUANT_ESC_LOG2(bits);
   float buf[ZPP_QUANT_ESC_GROUP] __attribute__((aligned(64)));
   const void* pf = count - base > ZPP_QUANT_ESC_GROUP ? in : NULL; /* a next group */
   if (bs <= 256) { /* two passes, so that the blocks' latency chains overlap */
-    const zppQuantResid_t none = {NULL, NULL}; /* no error feedback */
     __m512i xm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15],
         wm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15];
     const size_t nb = glen >> lb;
-    const int eo = dtype == zppBfloat16 && bits == 4; /* rotateBlockEO */
+    const int eo = e == NULL && dtype == zppBfloat16 && bits == 4; /* rotateBlockEO */
     for (size_t k = 0; k < nb; k++) {
       const size_t lo = k << lb;
       if (eo) {
@@ -678,26 +706,25 @@ R5_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, in
         continue;
       }
       switch (bs) { /* n a constant in each call */
-        case 32: rotateBlock(in, dtype, base + lo, 2, buf + lo, pf, xm + k, wm + k); break;
-        case 64: rotateBlock(in, dtype, base + lo, 4, buf + lo, pf, xm + k, wm + k); break;
-        case 128: rotateBlock(in, dtype, base + lo, 8, buf + lo, pf, xm + k, wm + k); break;
-        default: rotateBlock(in, dtype, base + lo, 16, buf + lo, pf, xm + k, wm + k); break;
+        case 32: rotateBlock(in, dtype, base + lo, 2, buf + lo, pf, e, xm + k, wm + k); break;
+        case 64: rotateBlock(in, dtype, base + lo, 4, buf + lo, pf, e, xm + k, wm + k); break;
+        case 128: rotateBlock(in, dtype, base + lo, 8, buf + lo, pf, e, xm + k, wm + k); break;
+        default: rotateBlock(in, dtype, base + lo, 16, buf + lo, pf, e, xm + k, wm + k); break;
       }
     }
     int ok;
     switch (bs) {
       case 32:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data, eo, 0, none);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data, eo, out);
         break;
       case 64:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data, eo, 0, none);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data, eo, out);
         break;
       case 128:
-        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data, eo, 0, none);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data, eo, out);
         break;
       default:
-        ok =
-            quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data, eo, 0, none);
+        ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data, eo, out);
         break;
     }
     if (!ok) return 0;
@@ -715,7 +742,7 @@ R5_INLINE int encodeGroupT(const void* in, zppDataType_t dtype, size_t count, in
 static int encodeGroup(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                        uint8_t* packed, size_t g) {
   pthread_once(&gSignsOnce, fillSigns);
-#define ENCODE_GROUP(BITS, DT) return encodeGroupT(in, DT, count, BITS, block, packed, g)
+#define ENCODE_GROUP(BITS, DT) return encodeGroupT(in, DT, count, BITS, block, NULL, NULL, packed, g)
   ZPP_QUANT_SPECIALIZE(bits, dtype, ENCODE_GROUP);
 #undef ENCODE_GROUP
   return 0; /* not reached */
@@ -723,103 +750,15 @@ static int encodeGroup(const void* in, zppDataType_t dtype, size_t count, int bi
 
 /* ---- error feedback in the rotated domain (zppQuantizeExFeedback) ----------------- */
 
-/* The stored values q * |scale| of residual elements i .. i + 15 (in one
- * residual block). */
-R5_INLINE __m512 residValue16(zppQuantResid_t e, size_t i) {
-  const __m512 q =
-      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i*)(const void*)(e.q + i))));
-  const uint32_t s = zppF32Bits(e.scale[i / ZPP_QUANT_RESID_BLOCK]) & 0x7fffffffu;
-  return _mm512_mul_ps(q, _mm512_castsi512_ps(_mm512_set1_epi32((int)s)));
-}
-
-/* rotateBlock with the residual: per vector, a rotated residual block's
- * values added after the stages, an unrotated one's (zero: the caller
- * checked) before them, as the reference's x^ = g + e. Adding -0 leaves
- * any value as it is, so each vector takes one add on each side. */
-R5_INLINE void rotateBlockFeedback(const void* in, zppDataType_t dtype, size_t at, int n, float* wb,
-                                   const void* pf, zppQuantResid_t e, __m512i* xm, __m512i* wm) {
-  __m512 v[16], post[16];
-  prefetchBlock(pf, dtype, at, 16 * (size_t)n);
-  const __m512 negZero = _mm512_set1_ps(-0.0f);
-#pragma GCC unroll 16
-  for (int k = 0; k < n; k++) {
-    const size_t i = at + 16 * (size_t)k;
-    const __m512 val = residValue16(e, i);
-    const int rot = zppQuantResidIsRotated(e, i);
-    v[k] = _mm512_add_ps(load16(in, dtype, i), rot ? negZero : val);
-    post[k] = rot ? val : negZero;
-  }
-  *xm = maxAbsN(v, n);
-#pragma GCC unroll 16
-  for (int k = 0; k < n; k++) v[k] = flip(v[k], 16 * (size_t)k);
-  stagesNarrow(v, n, 0);
-#pragma GCC unroll 16
-  for (int k = 0; k < n; k++) v[k] = _mm512_add_ps(v[k], post[k]);
-  *wm = storeW(v, n, wb);
-}
-
-/* encodeGroupT's two passes with the residual (blocks up to 256), the new
- * residual stored with each block's q. A later batch of 16 blocks that
- * breaks the rule returns 0 after earlier ones were written: the
- * reference then writes the whole group again (out never overlaps e). */
-R5_INLINE int encodeGroupFeedbackT(const void* in, zppDataType_t dtype, size_t count, int bits,
-                                   int block, zppQuantResid_t e, zppQuantResid_t out, uint8_t* packed,
-                                   size_t g) {
-  const size_t bs = (size_t)block, base = g * ZPP_QUANT_ESC_GROUP;
-  const int lb = __builtin_ctz((unsigned)block);
-  const size_t glen = count - base < ZPP_QUANT_ESC_GROUP ? count - base : ZPP_QUANT_ESC_GROUP;
-  if (glen % bs != 0 || bs > 256 || !zppQuantResidRotatedOrZero(e, base, glen)) return 0;
-  uint8_t* scales = packed + ZPP_QUANT_HEADER_BYTES;
-  uint8_t* data = packed + zppQuantDataOffset(count, block);
-  const int Q = zppQuantQmax(bits), K = ZPP_QUANT_ESC_LOG2(bits);
-  float buf[ZPP_QUANT_ESC_GROUP] __attribute__((aligned(64)));
-  const void* pf = count - base > ZPP_QUANT_ESC_GROUP ? in : NULL;
-  if (pf != NULL) { /* the next group's residual into L2, as its input (prefetchBlock) */
-    const size_t nx = count - base - ZPP_QUANT_ESC_GROUP < ZPP_QUANT_ESC_GROUP
-                          ? count - base - ZPP_QUANT_ESC_GROUP
-                          : ZPP_QUANT_ESC_GROUP;
-    const char* q = (const char*)(e.q + base + ZPP_QUANT_ESC_GROUP);
-    const char* sc = (const char*)(e.scale + (base + ZPP_QUANT_ESC_GROUP) / ZPP_QUANT_RESID_BLOCK);
-    for (size_t b = 0; b < nx; b += 64) _mm_prefetch(q + b, _MM_HINT_T1);
-    for (size_t b = 0; b < nx / 8; b += 64) _mm_prefetch(sc + b, _MM_HINT_T1);
-  }
-  __m512i xm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15],
-      wm[ZPP_QUANT_ESC_GROUP / ZPP_QUANT_MIN_BLOCK + 15];
-  const size_t nb = glen >> lb;
-  for (size_t k = 0; k < nb; k++) {
-    const size_t lo = k << lb;
-    switch (bs) { /* n a constant in each call */
-      case 32: rotateBlockFeedback(in, dtype, base + lo, 2, buf + lo, pf, e, xm + k, wm + k); break;
-      case 64: rotateBlockFeedback(in, dtype, base + lo, 4, buf + lo, pf, e, xm + k, wm + k); break;
-      case 128: rotateBlockFeedback(in, dtype, base + lo, 8, buf + lo, pf, e, xm + k, wm + k); break;
-      default: rotateBlockFeedback(in, dtype, base + lo, 16, buf + lo, pf, e, xm + k, wm + k); break;
-    }
-  }
-  int ok;
-  switch (bs) {
-    case 32:
-      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 2, K, bits, Q, scales, data, 0, 1, out);
-      break;
-    case 64:
-      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 4, K, bits, Q, scales, data, 0, 1, out);
-      break;
-    case 128:
-      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 8, K, bits, Q, scales, data, 0, 1, out);
-      break;
-    default:
-      ok = quantizeBlocks(in, dtype, buf, xm, wm, nb, base, 16, K, bits, Q, scales, data, 0, 1, out);
-      break;
-  }
-  if (!ok) return 0;
-  zppQuantEscClearTable(packed + zppQuantEscOffset(count, bits, block) + g * ZPP_QUANT_ESC_TABLE_BYTES);
-  return 1;
-}
-
+/* encodeGroupT with the residual: zppQuantizeExFeedback's groups of blocks
+ * up to 256 whose residual blocks are each rotated or zero. A later batch
+ * of 16 blocks that breaks the rule returns 0 after earlier ones were
+ * written: the reference then writes the whole group again (out never
+ * overlaps e). */
 static int encodeGroupFeedback(const void* in, zppDataType_t dtype, size_t count, int bits, int block,
                                zppQuantResid_t e, zppQuantResid_t out, uint8_t* packed, size_t g) {
   pthread_once(&gSignsOnce, fillSigns);
-#define ENCODE_GROUP(BITS, DT) \
-  return encodeGroupFeedbackT(in, DT, count, BITS, block, e, out, packed, g)
+#define ENCODE_GROUP(BITS, DT) return encodeGroupT(in, DT, count, BITS, block, &e, &out, packed, g)
   ZPP_QUANT_SPECIALIZE(bits, dtype, ENCODE_GROUP);
 #undef ENCODE_GROUP
   return 0; /* not reached */
