@@ -320,6 +320,17 @@ void qtFillSpikes(void* buf, zppDataType_t dtype, size_t count, int block, int r
   }
 }
 
+void qtExactInverse(double* v, size_t len) {
+  for (size_t h = 1; h < len; h *= 2)
+    for (size_t i = 0; i < len; i += 2 * h)
+      for (size_t j = i; j < i + h; j++) {
+        double a = v[j], c = v[j + h];
+        v[j] = a + c;
+        v[j + h] = a - c;
+      }
+  for (size_t i = 0; i < len; i++) v[i] = (zppQuantRotSignMask(i) ? -v[i] : v[i]) / (double)len;
+}
+
 size_t qtFirstDiff(const void* a, const void* b, zppDataType_t dtype, size_t count) {
   for (size_t i = 0; i < count; i++) {
     uint32_t x = qtBits(a, dtype, i), y = qtBits(b, dtype, i);

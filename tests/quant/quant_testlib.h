@@ -108,6 +108,11 @@ void qtFillSparse(void* buf, zppDataType_t dtype, size_t count, int block, int b
 void qtFillSpikes(void* buf, zppDataType_t dtype, size_t count, int block, int ratioLog2,
                   zppTestRng_t* rng);
 
+/* Exact (double) inverse of one block of len rotated values v, in place:
+ * (1/B) D H v (zpp_quant.h, "Rotation"), independent of the codec's fp32
+ * transform. */
+void qtExactInverse(double* v, size_t len);
+
 /* NaN-aware equality of two dtype buffers (every NaN equals every NaN);
  * returns the first differing index or (size_t)-1. */
 size_t qtFirstDiff(const void* a, const void* b, zppDataType_t dtype, size_t count);

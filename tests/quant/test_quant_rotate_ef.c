@@ -66,15 +66,8 @@ static void original(zppQuantResid_t e, size_t n, int block, double* u) {
       u[lo + i] = rot ? 0.0 : valueAt(e, lo + i);
     }
     if (!any) continue;
-    for (size_t h = 1; h < B; h *= 2)
-      for (size_t i = 0; i < B; i += 2 * h)
-        for (size_t j = i; j < i + h; j++) {
-          double a = v[j], b = v[j + h];
-          v[j] = a + b;
-          v[j + h] = a - b;
-        }
-    for (size_t i = 0; i < len; i++)
-      u[lo + i] += v[i] / (double)B * (zppQuantRotSignMask(i) ? -1.0 : 1.0);
+    qtExactInverse(v, B);
+    for (size_t i = 0; i < len; i++) u[lo + i] += v[i];
   }
   free(v);
 }

@@ -62,18 +62,6 @@ static int specRotated(const uint8_t* seg, size_t count, int block, size_t b) {
   return !(sb & 0x80000000u) && (sb & 0x7f800000u) != 0x7f800000u;
 }
 
-/* Exact (double) inverse of one block of rotated values v: (1/B) D H v. */
-static void exactInverse(double* v, size_t len) {
-  for (size_t h = 1; h < len; h *= 2)
-    for (size_t i = 0; i < len; i += 2 * h)
-      for (size_t j = i; j < i + h; j++) {
-        double a = v[j], c = v[j + h];
-        v[j] = a + c;
-        v[j + h] = a - c;
-      }
-  for (size_t i = 0; i < len; i++) v[i] = (zppQuantRotSignMask(i) ? -v[i] : v[i]) / (double)len;
-}
-
 /* Block b (elements lo..lo+len) of n rotated inputs: r[j] the fp32 sum of
  * v_k = q_k s_k in input order, t[j] the exact inverses of the v_k summed
  * (y: scratch). Returns sum_k sum_j |v_{k,j}|. */
@@ -90,7 +78,7 @@ static double blockSums(const uint8_t* segs, size_t P, int n, size_t dataOff, in
       y[j] = (double)v;
       A += fabs((double)v);
     }
-    exactInverse(y, len);
+    qtExactInverse(y, len);
     for (size_t j = 0; j < len; j++) t[j] += y[j];
   }
   return A;
@@ -215,7 +203,7 @@ static long specDirect(const uint8_t* segs, size_t P, int n, size_t count, int b
       qs[lo + j] = q;
       y[j] = (double)q * (double)sc;
     }
-    exactInverse(y, len);
+    qtExactInverse(y, len);
     const double bound =
         (n - 1) * u / (1 - (n - 1) * u) * A + sc / 2.0 + 0x1p-21 * Q * (double)sc + (Q + 1) * 0x1p-150;
     for (size_t j = 0; j < len; j++)
